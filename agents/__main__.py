@@ -1,0 +1,5 @@
+import sys
+
+from agents.agent import main
+
+sys.exit(main())

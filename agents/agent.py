@@ -1,0 +1,283 @@
+"""The node agent: sample once a tick, answer requests, push snapshots as JSON lines.
+
+Started as ``python -m agents`` (over SSH, or as a local subprocess). It reads requests on
+stdin and writes messages on stdout, logs to stderr, opens no port, and exits when stdin
+closes. Jobs it launched keep running after it exits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+from agents import protocol
+from agents.alerts import node_alerts
+from agents.engines import EngineScraper
+from agents.gpu import GpuSampler
+from agents.history import HistoryRing
+from agents.host import HostSampler
+from agents.jobs import JobSpec, JobState, SpecError
+from agents.progress import ProgressTracker
+from agents.protocol import Engine, JobStatus, Reply, Request, Snapshot
+from agents.supervisor import JobError, JobSupervisor
+
+log = logging.getLogger("agents")
+
+
+def default_home() -> Path:
+    return Path(os.environ.get("GPUDECK_HOME") or Path.home() / ".gpudeck")
+
+
+class Agent:
+    def __init__(self, home: Path, node: str, interval_s: float = 1.0, nvml: bool = True,
+                 out=None) -> None:
+        self.home = Path(home).expanduser()
+        self.home.mkdir(parents=True, exist_ok=True)
+        self.node = node
+        self.interval_s = interval_s
+        self.out = out if out is not None else sys.stdout.buffer
+        self.started_at = time.time()
+        self.gpu = GpuSampler(enabled=nvml)
+        self.host = HostSampler()
+        self.sup = JobSupervisor(self.home, self.gpu, node=node)
+        self.history = HistoryRing(3600.0, interval_s)
+        self.seq = 0
+        self._trackers: dict[str, tuple[tuple, ProgressTracker]] = {}
+        self._scrapers: dict[str, EngineScraper] = {}
+        self._engines: dict[str, Engine] = {}
+        self._scraping: set[str] = set()
+        self._http = None
+        self._write_lock = threading.Lock()
+
+    # ------------------------------------------------------------ output
+
+    def send(self, msg: protocol.Message) -> None:
+        data = protocol.encode(msg)
+        with self._write_lock:
+            self.out.write(data)
+            self.out.flush()
+
+    def hello(self) -> protocol.Hello:
+        return protocol.hello(self.node, os.getpid(), self.started_at, str(self.home), self.gpu.error)
+
+    # ------------------------------------------------------------ sampling
+
+    def _tracker(self, name: str, spec: Optional[JobSpec]) -> Optional[ProgressTracker]:
+        default = str(self.sup.job_dir(name) / "progress.json")
+        key = (spec.progress if spec else None, spec.done_set if spec else None, spec.total if spec else None)
+        cur = self._trackers.get(name)
+        if cur is None or cur[0] != key:
+            tracker = ProgressTracker(key[0] or (None if key[1] else default), key[1], key[2])
+            self._trackers[name] = cur = (key, tracker)
+        return cur[1]
+
+    def job_statuses(self, now: float) -> list[JobStatus]:
+        out = []
+        for name in self.sup.names():
+            spec = self.sup.spec_of(name)
+            rec = self.sup.records.get(name)
+            state = rec.state if rec else JobState.PENDING.value
+            progress = self._tracker(name, spec).poll(now) if spec else None
+            engine = self._engines.get(name) if spec and spec.scrape_url else None
+            if engine is not None and state == "running" and engine.state in ("loading", "starting"):
+                state = JobState.STARTING.value
+            gpus = list(spec.gpus) if spec else []
+            uuids = self.gpu.uuids
+            out.append(JobStatus(
+                name=name, kind=spec.kind if spec else "command", state=state, gpus=gpus,
+                gpu_uuids=[uuids[i] for i in gpus if i < len(uuids)],
+                pid=rec.pid if rec else None, pgid=rec.pgid if rec else None,
+                pids=self.sup.members(name) if rec else [], attempt=rec.attempt if rec else 0,
+                exit_code=rec.exit_code if rec else None, started_at=rec.started_at if rec else None,
+                ended_at=rec.ended_at if rec else None, progress=progress, engine=engine,
+                log_path=str(self.sup.job_dir(name) / "job.log") if rec else None))
+        return out
+
+    def snapshot(self) -> Snapshot:
+        now = time.time()
+        self.sup.refresh()
+        gpus = self.gpu.sample(self.sup.owner_of)
+        jobs = self.job_statuses(now)
+        paths = [str(self.home)] + [s.cwd for s in self.sup.declared.values() if s.cwd]
+        host = self.host.sample(paths)
+        changes = {name: t.last_change for name, (_, t) in self._trackers.items()}
+        specs = {n: s for n in self.sup.names() if (s := self.sup.spec_of(n))}
+        alerts = node_alerts(gpus, jobs, specs, host, changes, now)
+        self.seq += 1
+        snap = Snapshot(node=self.node, seq=self.seq, t=now, host=host, gpus=gpus, jobs=jobs,
+                        alerts=alerts, gpu_error=self.gpu.error)
+        self.history.record(snap)
+        return snap
+
+    async def scrape_engines(self) -> None:
+        """Start a scrape for each live engine whose last scrape has finished."""
+        for name in self.sup.names():
+            spec = self.sup.spec_of(name)
+            rec = self.sup.records.get(name)
+            url = spec.scrape_url if spec else None
+            if not url or rec is None or not JobState(rec.state).alive:
+                if name in self._engines and (rec is None or not JobState(rec.state).alive):
+                    self._engines.pop(name, None)
+                continue
+            if name in self._scraping:
+                continue
+            scraper = self._scrapers.get(name)
+            if scraper is None or scraper.url != url:
+                scraper = self._scrapers[name] = EngineScraper(url)
+            self._scraping.add(name)
+            asyncio.get_running_loop().create_task(self._scrape_one(name, scraper))
+
+    async def _scrape_one(self, name: str, scraper: EngineScraper) -> None:
+        try:
+            if self._http is None:
+                import httpx
+                self._http = httpx.AsyncClient(timeout=httpx.Timeout(2.0, connect=1.0))
+            self._engines[name] = await scraper.poll(self._http)
+        except Exception as exc:  # never let one engine stop the agent; report it on the job
+            log.warning("job %s: scrape of %s failed: %s", name, scraper.url, exc)
+            self._engines[name] = Engine(url=scraper.url, state="failed", error=f"{type(exc).__name__}: {exc}")
+        finally:
+            self._scraping.discard(name)
+
+    # ------------------------------------------------------------ requests
+
+    def handle(self, req: Request) -> Reply:
+        try:
+            result = self._dispatch(req)
+            return Reply(id=req.id, ok=True, result=result)
+        except (JobError, SpecError, ValueError, TypeError, OSError) as exc:
+            return Reply(id=req.id, ok=False, error=str(exc))
+
+    def _dispatch(self, req: Request) -> dict[str, Any]:
+        a = req.args
+        if req.op == "status":
+            import dataclasses
+            return dataclasses.asdict(self.snapshot())
+        if req.op == "configure":
+            specs = [JobSpec.from_dict(d) for d in a.get("jobs", [])]
+            self.sup.configure(specs)
+            self.sup.audit("configure", None, jobs=[s.name for s in specs])
+            return {"jobs": [s.name for s in specs]}
+        if req.op == "history":
+            import dataclasses
+            return {"samples": [dataclasses.asdict(s) for s in self.history.since(float(a.get("since", 0)))]}
+        job = a.get("job")
+        if not isinstance(job, str):
+            raise ValueError(f"request {req.op!r} needs a 'job' name")
+        if req.op == "launch":
+            return self.sup.launch(job)
+        if req.op == "kill":
+            return self.sup.kill(job, float(a.get("grace_s", 10.0)))
+        if req.op == "relaunch":
+            return self.sup.relaunch(job, float(a.get("grace_s", 10.0)))
+        if req.op == "logs":
+            return self.sup.logs(job, int(a.get("lines", 100)), a.get("offset"))
+        raise ValueError(f"unknown op {req.op!r}; expected one of {', '.join(protocol.OPS)}")
+
+    # ------------------------------------------------------------ the loop
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        lines: asyncio.Queue[Optional[bytes]] = asyncio.Queue()
+        stdin = sys.stdin.buffer
+
+        def reader() -> None:  # a thread: works the same on a pipe, a socket or an SSH channel
+            for line in iter(stdin.readline, b""):
+                loop.call_soon_threadsafe(lines.put_nowait, line)
+            loop.call_soon_threadsafe(lines.put_nowait, None)
+
+        threading.Thread(target=reader, name="stdin", daemon=True).start()
+        self.send(self.hello())
+        if len(self.history.samples):
+            self.send(protocol.History(node=self.node, samples=list(self.history.samples)))
+        ticker = loop.create_task(self._tick_loop())
+        pending: set[asyncio.Task] = set()
+        try:
+            while True:
+                line = await lines.get()
+                if line is None:
+                    break
+                if not line.strip():
+                    continue
+                try:
+                    msg = protocol.decode(line)
+                    if not isinstance(msg, Request):
+                        raise protocol.ProtocolError(f"expected a request, got a {msg.type}")
+                except protocol.ProtocolError as exc:
+                    log.warning("bad request line: %s", exc)
+                    self.send(Reply(id=_line_id(line), ok=False, error=f"malformed request: {exc}"))
+                    continue
+                # kill waits out a grace period: answer in a thread so ticks go on meanwhile
+                task = loop.create_task(self._answer(msg))
+                pending.add(task)
+                task.add_done_callback(pending.discard)
+        finally:
+            ticker.cancel()
+            for t in pending:
+                t.cancel()
+            if self._http is not None:
+                await self._http.aclose()
+
+    async def _answer(self, req: Request) -> None:
+        if req.op in ("status", "configure", "history"):
+            reply = self.handle(req)  # fast, and touches loop-owned state
+        else:
+            reply = await asyncio.to_thread(self.handle, req)
+        self.send(reply)
+        if req.op == "configure":
+            self.send(self.snapshot())  # the client sees its jobs at once, not a tick later
+
+    async def _tick_loop(self) -> None:
+        next_t = time.monotonic()
+        while True:
+            await self.scrape_engines()
+            try:
+                self.send(self.snapshot())
+            except (BrokenPipeError, ValueError):
+                raise
+            except Exception:
+                log.exception("tick failed; going on")
+            next_t += self.interval_s
+            delay = next_t - time.monotonic()
+            if delay < 0:  # fell behind (a suspended process): do not fire a burst of ticks
+                next_t, delay = time.monotonic(), 0
+            await asyncio.sleep(delay)
+
+
+def _line_id(line: bytes) -> int:
+    """The id of a request we could not parse, if one can be read; -1 otherwise."""
+    import json
+    try:
+        obj = json.loads(line)
+        return int(obj["id"]) if isinstance(obj, dict) and isinstance(obj.get("id"), int) else -1
+    except ValueError:
+        return -1
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m agents", description="gpudeck node agent")
+    ap.add_argument("--home", type=Path, default=None, help="state directory (default ~/.gpudeck or $GPUDECK_HOME)")
+    ap.add_argument("--node", default=None, help="node name shown in the console (default: hostname)")
+    ap.add_argument("--interval", type=float, default=1.0, help="seconds between snapshots")
+    ap.add_argument("--no-nvml", action="store_true", help="do not poll GPUs")
+    ap.add_argument("--once", action="store_true", help="print one snapshot and exit")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="agent %(levelname)s %(message)s")
+    agent = Agent(args.home or default_home(), args.node or socket.gethostname(), args.interval,
+                  nvml=not args.no_nvml)
+    if args.once:
+        agent.send(agent.snapshot())
+        return 0
+    try:
+        asyncio.run(agent.run())
+    except (BrokenPipeError, KeyboardInterrupt):
+        pass
+    return 0

@@ -1,0 +1,106 @@
+"""GPU sampling through NVML: a few microseconds per GPU per tick, no subprocess."""
+
+from __future__ import annotations
+
+import logging
+from typing import Optional
+
+from agents.protocol import Gpu, GpuProcess
+
+log = logging.getLogger(__name__)
+
+MIB = 1024 * 1024
+
+
+class GpuSampler:
+    """Reads every GPU once per call. With no NVML it reports no GPUs and says why."""
+
+    def __init__(self, enabled: bool = True) -> None:
+        self.error: Optional[str] = None
+        self._nvml = None
+        self._handles: list = []
+        self._static: list[tuple[str, str, float]] = []  # uuid, name, total MiB
+        if not enabled:
+            self.error = "NVML polling is switched off for this node"
+            return
+        try:
+            import pynvml  # nvidia-ml-py
+        except ImportError:
+            self.error = "nvidia-ml-py is not installed"
+            return
+        try:
+            pynvml.nvmlInit()
+            count = pynvml.nvmlDeviceGetCount()
+            for i in range(count):
+                h = pynvml.nvmlDeviceGetHandleByIndex(i)
+                self._handles.append(h)
+                mem = pynvml.nvmlDeviceGetMemoryInfo(h)
+                self._static.append((_str(pynvml.nvmlDeviceGetUUID(h)),
+                                     _str(pynvml.nvmlDeviceGetName(h)), mem.total / MIB))
+        except pynvml.NVMLError as exc:
+            self.error = f"NVML unavailable: {exc}"
+            self._handles = []
+            self._static = []
+            return
+        self._nvml = pynvml
+        if not self._handles:
+            self.error = "NVML found no GPUs"
+
+    @property
+    def uuids(self) -> list[str]:
+        return [s[0] for s in self._static]
+
+    def sample(self, owner_of: Optional[callable] = None) -> list[Gpu]:
+        """One reading of every GPU. ``owner_of(pid)`` names the job owning a pid, or None."""
+        nv = self._nvml
+        if nv is None:
+            return []
+        out = []
+        for index, h in enumerate(self._handles):
+            uuid, name, total = self._static[index]
+            try:
+                mem = nv.nvmlDeviceGetMemoryInfo(h)
+                used = mem.used / MIB
+            except nv.NVMLError as exc:
+                log.warning("GPU %d: memory read failed: %s", index, exc)
+                used = float("nan")
+            util = _try(lambda: float(nv.nvmlDeviceGetUtilizationRates(h).gpu))
+            temp = _try(lambda: float(nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU)))
+            power = _try(lambda: nv.nvmlDeviceGetPowerUsage(h) / 1000.0)
+            procs = []
+            for p in self.processes(index):
+                pid, used_mib = p
+                procs.append(GpuProcess(pid=pid, used_mib=used_mib,
+                                        job=owner_of(pid) if owner_of else None))
+            out.append(Gpu(index=index, uuid=uuid, name=name, mem_used_mib=used, mem_total_mib=total,
+                           util_pct=util, temp_c=temp, power_w=power, processes=procs))
+        return out
+
+    def processes(self, index: int) -> list[tuple[int, float]]:
+        """(pid, MiB) of every compute process on GPU ``index``."""
+        nv = self._nvml
+        if nv is None or index >= len(self._handles):
+            return []
+        try:
+            procs = nv.nvmlDeviceGetComputeRunningProcesses(self._handles[index])
+        except nv.NVMLError as exc:
+            log.warning("GPU %d: process list failed: %s", index, exc)
+            return []
+        return [(p.pid, (p.usedGpuMemory or 0) / MIB) for p in procs]
+
+    def memory_used_mib(self, index: int) -> float:
+        nv = self._nvml
+        if nv is None or index >= len(self._handles):
+            return 0.0
+        return nv.nvmlDeviceGetMemoryInfo(self._handles[index]).used / MIB
+
+
+def _str(v) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def _try(fn) -> Optional[float]:
+    try:
+        return fn()
+    except Exception:  # a field this GPU does not support (power on some boards): leave it empty
+        return None

@@ -1,0 +1,46 @@
+"""Host sampling through psutil."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import psutil
+
+from agents.protocol import Disk, Host
+
+
+class HostSampler:
+    def __init__(self) -> None:
+        self.hostname = socket.gethostname()
+        self.cpu_count = psutil.cpu_count() or 1
+        psutil.cpu_percent(None)  # prime: the first call has nothing to compare with
+
+    def sample(self, paths: list[str]) -> Host:
+        vm = psutil.virtual_memory()
+        load = os.getloadavg()
+        return Host(hostname=self.hostname, cpu_pct=psutil.cpu_percent(None), cpu_count=self.cpu_count,
+                    mem_used_bytes=vm.total - vm.available, mem_total_bytes=vm.total,
+                    load1=load[0], load5=load[1], load15=load[2], disks=disk_usage(paths))
+
+
+def disk_usage(paths: list[str]) -> list[Disk]:
+    """Free space of the file systems holding ``paths``, one entry per file system."""
+    seen: set[int] = set()
+    out = []
+    for path in paths:
+        probe = path
+        while probe and not os.path.exists(probe):  # an output dir not created yet: its parent
+            probe = os.path.dirname(probe.rstrip("/")) or "/"
+            if probe == "/":
+                break
+        try:
+            dev = os.stat(probe).st_dev
+            if dev in seen:
+                continue
+            seen.add(dev)
+            du = psutil.disk_usage(probe)
+        except OSError:
+            continue
+        out.append(Disk(path=path, free_bytes=du.free, total_bytes=du.total))
+    return out

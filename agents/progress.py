@@ -1,0 +1,124 @@
+"""How far a job is: its progress.json, or a done-set file counted incrementally.
+
+progress.json (written by the job, atomically: temp file + rename)::
+
+    {"done": 1234, "total": 914000, "tokens": 5678901, "updated_at": 1764500000.0,
+     "quality": {"empty_answer": 3, "no_reasoning": 0, "cut_at_max_tokens": 12, "errors": 1}}
+
+``done`` is required; everything else is optional. A done-set file holds one finished id per
+line; the agent remembers the byte offset it has counted up to and reads only what was
+appended since.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Optional
+
+from agents.protocol import Progress
+from agents.rates import CounterRate, eta_seconds
+
+
+class DoneSetCounter:
+    """Counts complete lines of an append-only file, reading only the new bytes each time."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.offset = 0
+        self.count = 0
+        self._inode: Optional[int] = None
+
+    def poll(self) -> int:
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return self.count
+        if st.st_ino != self._inode or st.st_size < self.offset:  # replaced or truncated: start over
+            self._inode, self.offset, self.count = st.st_ino, 0, 0
+        if st.st_size == self.offset:
+            return self.count
+        with open(self.path, "rb") as f:
+            f.seek(self.offset)
+            while chunk := f.read(1 << 20):
+                self.offset += len(chunk)
+                # a line counts once its newline is written: a half-written last line waits
+                self.count += chunk.count(b"\n")
+        return self.count
+
+
+class ProgressTracker:
+    """Reads one job's progress source and turns it into rates and an ETA."""
+
+    def __init__(self, progress_path: Optional[str], done_set_path: Optional[str],
+                 total: Optional[int], window_s: float = 120.0) -> None:
+        self.progress_path = progress_path
+        self.done_set = DoneSetCounter(done_set_path) if done_set_path else None
+        self.total = total
+        self._mtime: Optional[tuple[float, int]] = None
+        self._doc: dict = {}
+        self._error: Optional[str] = None
+        self._done_rate = CounterRate(window_s)
+        self._tok_rate = CounterRate(window_s)
+        self._last_change: Optional[float] = None
+        self._last_done: Optional[int] = None
+
+    def poll(self, now: Optional[float] = None) -> Optional[Progress]:
+        now = time.time() if now is None else now
+        if self.done_set is not None:
+            done = self.done_set.poll()
+            doc = {"done": done}
+        elif self.progress_path:
+            self._read_progress_file()
+            doc = self._doc
+            if "done" not in doc:
+                return Progress(done=0, total=self.total, error=self._error) if self._error else None
+            done = doc["done"]
+        else:
+            return None
+        tokens = doc.get("tokens")
+        total = doc.get("total", self.total)
+        self._done_rate.add(now, done)
+        if tokens is not None:
+            self._tok_rate.add(now, tokens)
+        if done != self._last_done:
+            self._last_done, self._last_change = done, now
+        rate = self._done_rate.rate()
+        tps = self._tok_rate.rate() if tokens is not None else None
+        if tps is None and isinstance(doc.get("tokens_per_s"), (int, float)):
+            tps = float(doc["tokens_per_s"])
+        updated = doc.get("updated_at") if isinstance(doc.get("updated_at"), (int, float)) else self._last_change
+        quality = {k: int(v) for k, v in (doc.get("quality") or {}).items() if isinstance(v, (int, float))}
+        return Progress(done=done, total=total, tokens=tokens, rate_per_s=rate, tokens_per_s=tps,
+                        eta_s=eta_seconds(done, total, rate), updated_at=updated, quality=quality,
+                        error=self._error)
+
+    @property
+    def last_change(self) -> Optional[float]:
+        """When ``done`` last moved, as seen by this tracker."""
+        return self._last_change
+
+    def _read_progress_file(self) -> None:
+        try:
+            st = os.stat(self.progress_path)
+        except FileNotFoundError:
+            return
+        key = (st.st_mtime, st.st_size)
+        if key == self._mtime:
+            return
+        self._mtime = key
+        try:
+            with open(self.progress_path, "rb") as f:
+                doc = json.load(f)
+            if not isinstance(doc, dict) or not isinstance(doc.get("done"), int):
+                raise ValueError("expected an object with an integer 'done'")
+            if doc.get("total") is not None and not isinstance(doc["total"], int):
+                raise ValueError("'total' must be an integer or null")
+            if doc.get("tokens") is not None and not isinstance(doc["tokens"], int):
+                raise ValueError("'tokens' must be an integer or null")
+        except (OSError, ValueError) as exc:
+            # keep the last good reading; say what is wrong with the file
+            self._error = f"{self.progress_path}: {exc}"
+            return
+        self._doc, self._error = doc, None

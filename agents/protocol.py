@@ -1,0 +1,292 @@
+"""The wire between the console and a node agent: typed messages as JSON lines.
+
+Both sides import this module and nothing else to talk to each other. Every line is one
+JSON object with a ``type`` field. The agent speaks first with a :class:`Hello`; the
+console checks ``protocol`` and ``version`` before it sends anything.
+
+Console -> agent: :class:`Request`.  Agent -> console: :class:`Hello`, :class:`History`,
+:class:`Snapshot`, :class:`Reply`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Optional, Union
+
+from agents import __version__
+
+PROTOCOL = 1
+
+
+class ProtocolError(ValueError):
+    """A line that is not a valid message; the text says what is wrong with it."""
+
+
+# ---------------------------------------------------------------- snapshot parts
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    pid: int
+    used_mib: float
+    job: Optional[str] = None  # owning job, None when no job owns the pid
+
+
+@dataclass(frozen=True)
+class Gpu:
+    index: int
+    uuid: str
+    name: str
+    mem_used_mib: float
+    mem_total_mib: float
+    util_pct: Optional[float] = None
+    temp_c: Optional[float] = None
+    power_w: Optional[float] = None
+    processes: list[GpuProcess] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Disk:
+    path: str
+    free_bytes: int
+    total_bytes: int
+
+
+@dataclass(frozen=True)
+class Host:
+    hostname: str
+    cpu_pct: float
+    cpu_count: int
+    mem_used_bytes: int
+    mem_total_bytes: int
+    load1: float
+    load5: float
+    load15: float
+    disks: list[Disk] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Engine:
+    """What an inference server's /metrics says, reduced to what an operator acts on."""
+
+    url: str
+    state: str  # loading | starting | ready | failed
+    flavor: Optional[str] = None  # sglang | vllm | llamacpp | router
+    tokens_per_s: Optional[float] = None
+    generation_tokens: Optional[float] = None
+    running: Optional[float] = None
+    queued: Optional[float] = None
+    kv_usage: Optional[float] = None
+    accept_length: Optional[float] = None  # None when speculative decoding is off
+    error: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class Progress:
+    done: int
+    total: Optional[int] = None
+    tokens: Optional[int] = None
+    rate_per_s: Optional[float] = None  # items per second over the rate window
+    tokens_per_s: Optional[float] = None
+    eta_s: Optional[float] = None
+    updated_at: Optional[float] = None  # when the job last reported (unix time)
+    quality: dict[str, int] = field(default_factory=dict)
+    error: Optional[str] = None  # a progress file that could not be read
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    name: str
+    kind: str
+    state: str  # see agents.jobs.JobState
+    gpus: list[int] = field(default_factory=list)
+    gpu_uuids: list[str] = field(default_factory=list)
+    pid: Optional[int] = None
+    pgid: Optional[int] = None
+    pids: list[int] = field(default_factory=list)
+    attempt: int = 0
+    exit_code: Optional[int] = None
+    started_at: Optional[float] = None
+    ended_at: Optional[float] = None
+    progress: Optional[Progress] = None
+    engine: Optional[Engine] = None
+    log_path: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class Alert:
+    kind: str  # shared_gpu | unowned_gpu_process | job_died | stalled | disk_full | engine_failed
+    message: str
+    job: Optional[str] = None
+    gpu: Optional[int] = None
+    pid: Optional[int] = None
+
+
+# ---------------------------------------------------------------- messages
+
+
+@dataclass(frozen=True)
+class Hello:
+    node: str
+    version: str
+    protocol: int
+    pid: int
+    started_at: float
+    home: str
+    gpu_error: Optional[str] = None
+    type: str = "hello"
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    node: str
+    seq: int
+    t: float
+    host: Host
+    gpus: list[Gpu]
+    jobs: list[JobStatus]
+    alerts: list[Alert] = field(default_factory=list)
+    gpu_error: Optional[str] = None  # why the GPU list is empty (no driver, NVML off)
+    type: str = "snapshot"
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One compact history point: enough to redraw sparklines after a reconnect."""
+
+    t: float
+    gpu_mem_mib: list[float] = field(default_factory=list)
+    gpu_util: list[Optional[float]] = field(default_factory=list)
+    job_tokens_per_s: dict[str, Optional[float]] = field(default_factory=dict)
+    job_done: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class History:
+    node: str
+    samples: list[Sample]
+    type: str = "history"
+
+
+@dataclass(frozen=True)
+class Request:
+    id: int
+    op: str
+    args: dict[str, Any] = field(default_factory=dict)
+    type: str = "request"
+
+
+@dataclass(frozen=True)
+class Reply:
+    id: int
+    ok: bool
+    result: dict[str, Any] = field(default_factory=dict)
+    error: Optional[str] = None
+    type: str = "reply"
+
+
+Message = Union[Hello, Snapshot, History, Request, Reply]
+MESSAGE_TYPES: dict[str, type] = {
+    "hello": Hello,
+    "snapshot": Snapshot,
+    "history": History,
+    "request": Request,
+    "reply": Reply,
+}
+
+# Requests the agent answers, with the arguments each takes.
+OPS = {
+    "status": (),
+    "configure": ("jobs",),
+    "launch": ("job",),
+    "kill": ("job", "grace_s"),
+    "relaunch": ("job",),
+    "logs": ("job", "lines", "offset"),
+    "history": (),
+}
+
+
+# ---------------------------------------------------------------- encoding
+
+def encode(msg: Message) -> bytes:
+    """One message as one JSON line."""
+    return (json.dumps(dataclasses.asdict(msg), separators=(",", ":")) + "\n").encode()
+
+
+def decode(line: Union[bytes, str]) -> Message:
+    """Parse one line into a typed message; raise ProtocolError saying what is wrong."""
+    try:
+        obj = json.loads(line)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ProtocolError(f"not JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise ProtocolError(f"expected a JSON object, got {type(obj).__name__}")
+    kind = obj.get("type")
+    cls = MESSAGE_TYPES.get(kind)  # type: ignore[arg-type]
+    if cls is None:
+        raise ProtocolError(f"unknown message type {kind!r}; expected one of {sorted(MESSAGE_TYPES)}")
+    return from_dict(cls, obj)
+
+
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def from_dict(cls: type, obj: Any, where: str = "") -> Any:
+    """Build dataclass ``cls`` from plain JSON data, checking types on the way."""
+    where = where or cls.__name__
+    if not isinstance(obj, dict):
+        raise ProtocolError(f"{where}: expected an object, got {type(obj).__name__}")
+    hints = _HINTS.get(cls)
+    if hints is None:
+        hints = _HINTS[cls] = typing.get_type_hints(cls)
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        if f.name in obj:
+            kwargs[f.name] = _convert(hints[f.name], obj[f.name], f"{where}.{f.name}")
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise ProtocolError(f"{where}: missing field {f.name!r}")
+    return cls(**kwargs)
+
+
+def _convert(tp: Any, value: Any, where: str) -> Any:
+    origin = typing.get_origin(tp)
+    if origin is Union or origin is types.UnionType:
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        (inner,) = [a for a in args if a is not type(None)]
+        return _convert(inner, value, where)
+    if tp is Any:
+        return value
+    if dataclasses.is_dataclass(tp):
+        return from_dict(tp, value, where)
+    if origin is list:
+        if not isinstance(value, list):
+            raise ProtocolError(f"{where}: expected a list, got {type(value).__name__}")
+        (inner,) = typing.get_args(tp)
+        return [_convert(inner, v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ProtocolError(f"{where}: expected an object, got {type(value).__name__}")
+        _, inner = typing.get_args(tp)
+        return {k: _convert(inner, v, f"{where}.{k}") for k, v in value.items()}
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ProtocolError(f"{where}: expected a number, got {value!r}")
+        return float(value)
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ProtocolError(f"{where}: expected an integer, got {value!r}")
+        return value
+    if tp in (str, bool) and not isinstance(value, tp):
+        raise ProtocolError(f"{where}: expected {tp.__name__}, got {value!r}")
+    return value
+
+
+def hello(node: str, pid: int, started_at: float, home: str, gpu_error: Optional[str]) -> Hello:
+    return Hello(node=node, version=__version__, protocol=PROTOCOL, pid=pid,
+                 started_at=started_at, home=home, gpu_error=gpu_error)

@@ -1,0 +1,1 @@
+"""Built-in job programs: generation, extraction, audit, and the simulated engine."""

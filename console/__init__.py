@@ -1,0 +1,1 @@
+"""The operator's side: headless commands and the Textual console."""

@@ -1,0 +1,1 @@
+"""SSH transport: fleet file, connections, agent deployment, request/reply client. Never imports textual."""

@@ -1,0 +1,277 @@
+"""Talking to node agents: one interface, whatever carries the bytes.
+
+An :class:`AgentLink` is one conversation with one agent over a pair of byte streams
+(a local subprocess's pipes, or an SSH channel). :class:`FleetClient` holds one link per
+node and routes each job operation to the node that runs the job. The transports
+(:mod:`remote.local`, :mod:`remote.ssh`) only know how to open the streams.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import time
+from typing import Any, Awaitable, Callable, Optional, Protocol
+
+from agents import __version__, protocol
+from agents.protocol import Hello, History, Reply, Request, Snapshot
+from remote.fleet import LOCAL, Fleet, Node
+
+log = logging.getLogger(__name__)
+
+LINE_LIMIT = 64 * 1024 * 1024  # a history message after a long sleep is large
+
+
+class AgentError(Exception):
+    """A node that cannot be reached or used; the message names the node and what to do."""
+
+    def __init__(self, node: str, message: str) -> None:
+        self.node = node
+        super().__init__(f"node {node}: {message}")
+
+
+class RequestFailed(Exception):
+    """The agent answered, and refused: the message is the agent's reason."""
+
+    def __init__(self, node: str, op: str, message: str) -> None:
+        self.node, self.op = node, op
+        super().__init__(message)
+
+
+class ByteWriter(Protocol):
+    def write(self, data: bytes) -> Any: ...
+
+
+class AgentLink:
+    """One agent conversation: the hello check, requests by id, the latest snapshot."""
+
+    def __init__(self, node: Node, reader: asyncio.StreamReader, writer: ByteWriter,
+                 close: Callable[[], Awaitable[None]]) -> None:
+        self.node = node
+        self._reader = reader
+        self._writer = writer
+        self._close = close
+        self._ids = 0
+        self._waiting: dict[int, asyncio.Future] = {}
+        self.hello: Optional[Hello] = None
+        self.latest: Optional[Snapshot] = None
+        self.history: Optional[History] = None
+        self.closed: Optional[str] = None  # why the link ended
+        self._snapshot_event = asyncio.Event()
+        self._on_message: list[Callable[[str, protocol.Message], None]] = []
+        self._pump: Optional[asyncio.Task] = None
+
+    def subscribe(self, callback: Callable[[str, protocol.Message], None]) -> None:
+        """``callback(node_name, message)`` for every snapshot and history message."""
+        self._on_message.append(callback)
+
+    async def start(self, timeout: float = 15.0) -> Hello:
+        """Read the hello and check the versions; then pump messages in the background."""
+        try:
+            line = await asyncio.wait_for(self._reader.readline(), timeout)
+        except asyncio.TimeoutError:
+            raise AgentError(self.node.name, f"the agent sent no hello within {timeout:.0f} s") from None
+        if not line:
+            raise AgentError(self.node.name, "the agent exited before saying hello "
+                                             "(is gpudeck installed there? run `gpudeck deploy`)")
+        try:
+            msg = protocol.decode(line)
+        except protocol.ProtocolError as exc:
+            raise AgentError(self.node.name, f"the agent's first line is not a hello ({exc}): "
+                                             f"{line[:200]!r}") from None
+        if not isinstance(msg, Hello):
+            raise AgentError(self.node.name, f"expected a hello, got a {msg.type}")
+        if msg.protocol != protocol.PROTOCOL or msg.version != __version__:
+            raise AgentError(self.node.name, f"agent version {msg.version} (protocol {msg.protocol}) does not "
+                                             f"match the console's {__version__} (protocol {protocol.PROTOCOL}); "
+                                             f"run `gpudeck deploy {self.node.name}`")
+        self.hello = msg
+        self._pump = asyncio.get_running_loop().create_task(self._read_loop())
+        return msg
+
+    async def _read_loop(self) -> None:
+        reason = "the agent closed the link"
+        try:
+            while True:
+                line = await self._reader.readline()
+                if not line:
+                    break
+                try:
+                    msg = protocol.decode(line)
+                except protocol.ProtocolError as exc:
+                    log.warning("node %s: ignoring a bad line from the agent: %s", self.node.name, exc)
+                    continue
+                if isinstance(msg, Reply):
+                    fut = self._waiting.pop(msg.id, None)
+                    if fut is not None and not fut.done():
+                        fut.set_result(msg)
+                    continue
+                if isinstance(msg, Snapshot):
+                    self.latest = msg
+                    self._snapshot_event.set()
+                elif isinstance(msg, History):
+                    self.history = msg
+                for cb in self._on_message:
+                    cb(self.node.name, msg)
+        except (ConnectionError, asyncio.IncompleteReadError, ValueError) as exc:
+            reason = f"link lost: {exc}"
+        finally:
+            self.closed = reason
+            for fut in self._waiting.values():
+                if not fut.done():
+                    fut.set_exception(AgentError(self.node.name, reason))
+            self._waiting.clear()
+            self._snapshot_event.set()
+
+    async def request(self, op: str, timeout: float = 30.0, **args: Any) -> dict[str, Any]:
+        if self.closed:
+            raise AgentError(self.node.name, self.closed)
+        self._ids += 1
+        req = Request(id=self._ids, op=op, args=args)
+        fut = asyncio.get_running_loop().create_future()
+        self._waiting[req.id] = fut
+        try:
+            self._writer.write(protocol.encode(req))
+            drain = getattr(self._writer, "drain", None)
+            if drain is not None:
+                await drain()
+        except (ConnectionError, OSError) as exc:
+            self._waiting.pop(req.id, None)
+            raise AgentError(self.node.name, f"cannot send to the agent: {exc}") from None
+        try:
+            reply: Reply = await asyncio.wait_for(fut, timeout)
+        except asyncio.TimeoutError:
+            self._waiting.pop(req.id, None)
+            raise AgentError(self.node.name, f"no answer to {op!r} within {timeout:.0f} s") from None
+        if not reply.ok:
+            raise RequestFailed(self.node.name, op, reply.error or "refused")
+        return reply.result
+
+    async def next_snapshot(self, after_seq: int = 0, timeout: float = 10.0) -> Snapshot:
+        deadline = time.monotonic() + timeout
+        while self.latest is None or self.latest.seq <= after_seq:
+            if self.closed:
+                raise AgentError(self.node.name, self.closed)
+            self._snapshot_event.clear()
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AgentError(self.node.name, f"no snapshot within {timeout:.0f} s")
+            try:
+                await asyncio.wait_for(self._snapshot_event.wait(), left)
+            except asyncio.TimeoutError:
+                pass
+        return self.latest
+
+    async def close(self) -> None:
+        """Close the agent's stdin: it exits; its jobs keep running."""
+        try:
+            await self._close()
+        finally:
+            if self._pump is not None:
+                try:
+                    await asyncio.wait_for(self._pump, 5.0)
+                except (asyncio.TimeoutError, asyncio.CancelledError):
+                    self._pump.cancel()
+
+
+class Transport(Protocol):
+    async def open(self, node: Node) -> AgentLink: ...
+
+
+@dataclasses.dataclass
+class NodeStatus:
+    node: Node
+    snapshot: Optional[Snapshot] = None
+    error: Optional[str] = None
+    since: Optional[float] = None  # unreachable since
+
+
+class FleetClient:
+    """One link per node; every job operation goes to the job's node."""
+
+    def __init__(self, fleet: Fleet, transports: Optional[dict[str, Transport]] = None) -> None:
+        self.fleet = fleet
+        self.links: dict[str, AgentLink] = {}
+        self.errors: dict[str, tuple[str, float]] = {}
+        self._transports = transports or {}
+
+    def transport_for(self, node: Node) -> Transport:
+        kind = "local" if node.local else "ssh"
+        if kind not in self._transports:
+            if kind == "local":
+                from remote.local import LocalTransport
+                self._transports[kind] = LocalTransport()
+            else:
+                from remote.ssh import SshTransport  # asyncssh only when a fleet has remote nodes
+                self._transports[kind] = SshTransport()
+        return self._transports[kind]
+
+    async def connect(self, node: Node, timeout: Optional[float] = None) -> AgentLink:
+        timeout = timeout or node.connect_timeout + 15
+        link = await asyncio.wait_for(self.transport_for(node).open(node), timeout)
+        try:
+            await link.start()
+            await link.request("configure", jobs=[j.to_dict() for j in self.fleet.jobs_on(node.name)])
+        except BaseException:
+            await link.close()
+            raise
+        self.links[node.name] = link
+        self.errors.pop(node.name, None)
+        return link
+
+    async def connect_all(self, nodes: Optional[list[Node]] = None, timeout: Optional[float] = None) -> None:
+        nodes = nodes if nodes is not None else self.nodes_in_use()
+
+        async def one(node: Node) -> None:
+            try:
+                await self.connect(node, timeout)
+            except (AgentError, RequestFailed, OSError) as exc:
+                self.errors[node.name] = (str(exc), time.time())
+            except asyncio.TimeoutError:
+                self.errors[node.name] = (f"node {node.name}: no answer within the connect timeout", time.time())
+
+        await asyncio.gather(*(one(n) for n in nodes))
+
+    def nodes_in_use(self) -> list[Node]:
+        """Nodes declared in the fleet file; the local node only when it has jobs or is alone."""
+        used = {j.node or LOCAL for j in self.fleet.jobs}
+        nodes = [n for n in self.fleet.nodes if n.name != LOCAL or LOCAL in used or len(self.fleet.nodes) == 1]
+        return nodes
+
+    async def status(self, timeout: float = 10.0) -> list[NodeStatus]:
+        nodes = self.nodes_in_use()
+        missing = [n for n in nodes if n.name not in self.links and n.name not in self.errors]
+        if missing:
+            await self.connect_all(missing)
+
+        async def one(node: Node) -> NodeStatus:
+            link = self.links.get(node.name)
+            if link is None:
+                err, since = self.errors.get(node.name, ("not connected", time.time()))
+                return NodeStatus(node, error=err, since=since)
+            try:
+                return NodeStatus(node, snapshot=await link.next_snapshot(0, timeout))
+            except AgentError as exc:
+                return NodeStatus(node, error=str(exc), since=time.time())
+
+        return list(await asyncio.gather(*(one(n) for n in nodes)))
+
+    def link_for_job(self, job: str) -> AgentLink:
+        spec = self.fleet.job(job)  # KeyError names the fleet's jobs
+        node = spec.node or LOCAL
+        link = self.links.get(node)
+        if link is None:
+            err = self.errors.get(node, (f"node {node}: not connected", 0))[0]
+            raise AgentError(node, err.removeprefix(f"node {node}: "))
+        return link
+
+    async def job_request(self, job: str, op: str, timeout: float = 60.0, **args: Any) -> dict[str, Any]:
+        node = self.fleet.job(job).node or LOCAL
+        if node not in self.links:
+            await self.connect_all([self.fleet.node(node)])
+        return await self.link_for_job(job).request(op, timeout=timeout, job=job, **args)
+
+    async def close(self) -> None:
+        await asyncio.gather(*(link.close() for link in self.links.values()), return_exceptions=True)
+        self.links.clear()

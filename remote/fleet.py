@@ -1,0 +1,280 @@
+"""The fleet file: TOML, read with tomllib, validated into nodes and JobSpecs.
+
+Every mistake is reported with the file, the line and what was expected::
+
+    fleet.toml:14: [[jobs]] #2 'gpus': expected a list of GPU indices, got "0,1"
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+from agents.jobs import KINDS, JobSpec, SpecError
+
+LOCAL = "local"
+
+
+class FleetError(ValueError):
+    """A fleet file mistake: ``str()`` is ``file:line: what was expected``."""
+
+    def __init__(self, path: str, line: Optional[int], message: str) -> None:
+        self.path, self.line, self.message = path, line, message
+        super().__init__(f"{path}:{line}: {message}" if line else f"{path}: {message}")
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    host: Optional[str] = None  # None: this machine, reached without SSH
+    user: Optional[str] = None
+    port: Optional[int] = None
+    identity: Optional[str] = None
+    python: Optional[str] = None  # the node's interpreter; default: python3 (local: this one)
+    home: Optional[str] = None  # state directory on the node; default ~/.gpudeck
+    nvml: bool = True
+    interval: float = 1.0
+    known_hosts: Optional[str] = None
+    host_keys: str = "strict"  # strict | accept-new
+    connect_timeout: float = 10.0
+
+    @property
+    def local(self) -> bool:
+        return self.host is None
+
+
+@dataclass(frozen=True)
+class Fleet:
+    path: Optional[str]
+    nodes: list[Node]
+    jobs: list[JobSpec] = field(default_factory=list)
+
+    def node(self, name: str) -> Node:
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        raise KeyError(name)
+
+    def job(self, name: str) -> JobSpec:
+        for j in self.jobs:
+            if j.name == name:
+                return j
+        known = ", ".join(j.name for j in self.jobs) or "none"
+        raise KeyError(f"unknown job {name!r} (jobs in {self.path or 'the local fleet'}: {known})")
+
+    def jobs_on(self, node: str) -> list[JobSpec]:
+        return [j for j in self.jobs if (j.node or LOCAL) == node]
+
+
+def local_fleet() -> Fleet:
+    """With no fleet file: this machine alone, no jobs."""
+    return Fleet(path=None, nodes=[Node(name=LOCAL)])
+
+
+_NODE_FIELDS = {f.name: f for f in dataclasses.fields(Node)}
+_JOB_FIELDS = {f.name: f for f in dataclasses.fields(JobSpec)}
+_DEFAULT_KEYS = {"python", "home", "nvml", "interval", "known_hosts", "host_keys", "user", "identity",
+                 "connect_timeout"}
+# keys of built-in kinds that are not JobSpec fields: kept in JobSpec.options
+OPTION_KEYS = {
+    "generate": {"servers", "prompts", "out", "s3", "concurrency", "max_tokens", "model_name", "temperature",
+                 "top_p", "thinking", "force", "s3_endpoint"},
+    "extract": {"data", "out", "layers", "max_tokens_per_batch", "device", "dtype", "s3", "force",
+                "s3_endpoint", "chat_template"},
+    "router": {"workers", "router_args"},
+}
+
+
+def load_fleet(path: str | Path) -> Fleet:
+    path = str(path)
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise FleetError(path, None, f"cannot read the fleet file: {exc.strerror or exc}") from None
+    return parse_fleet(text, path)
+
+
+def parse_fleet(text: str, path: str = "<fleet>") -> Fleet:
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        m = re.search(r"\(at line (\d+), column (\d+)\)", str(exc))
+        line = int(m.group(1)) if m else None
+        msg = re.sub(r"\s*\(at line \d+, column \d+\)", "", str(exc))
+        raise FleetError(path, line, f"not valid TOML: {msg}") from None
+    loc = _Locator(text)
+    unknown = set(doc) - {"defaults", "nodes", "jobs"}
+    if unknown:
+        key = sorted(unknown)[0]
+        raise FleetError(path, loc.top(key), f"unknown section {key!r}; expected [defaults], [[nodes]] or [[jobs]]")
+    defaults = doc.get("defaults", {})
+    if not isinstance(defaults, dict):
+        raise FleetError(path, loc.top("defaults"), "'defaults' must be a table: [defaults]")
+    for k in defaults:
+        if k not in _DEFAULT_KEYS:
+            raise FleetError(path, loc.key("defaults", None, k),
+                             f"[defaults] has no key {k!r}; expected one of {', '.join(sorted(_DEFAULT_KEYS))}")
+
+    nodes: list[Node] = []
+    raw_nodes = doc.get("nodes", [])
+    if not isinstance(raw_nodes, list):
+        raise FleetError(path, loc.top("nodes"), "'nodes' must be an array of tables: [[nodes]]")
+    for i, raw in enumerate(raw_nodes):
+        where = f"[[nodes]] #{i + 1}"
+        values = {k: v for k, v in defaults.items() if k in _NODE_FIELDS}
+        for k, v in raw.items():
+            if k not in _NODE_FIELDS:
+                raise FleetError(path, loc.key("nodes", i, k),
+                                 f"{where} has no key {k!r}; expected one of {', '.join(_NODE_FIELDS)}")
+            values[k] = v
+        if "name" not in values:
+            raise FleetError(path, loc.table("nodes", i), f"{where} needs a 'name'")
+        values.setdefault("host", None if values["name"] == LOCAL else values["name"])
+        for k, v in values.items():
+            _check_type(path, loc.key("nodes", i, k) or loc.table("nodes", i), f"{where} {k!r}", _NODE_FIELDS[k], v)
+        if values.get("host_keys", "strict") not in ("strict", "accept-new"):
+            raise FleetError(path, loc.key("nodes", i, "host_keys"),
+                             f"{where} 'host_keys': expected \"strict\" or \"accept-new\"")
+        if any(n.name == values["name"] for n in nodes):
+            raise FleetError(path, loc.key("nodes", i, "name"), f"{where}: node {values['name']!r} is declared twice")
+        nodes.append(Node(**values))
+    if not any(n.name == LOCAL for n in nodes):
+        nodes.insert(0, Node(name=LOCAL, **{k: v for k, v in defaults.items()
+                                            if k in ("home", "nvml", "interval")}))
+    names = {n.name for n in nodes}
+
+    jobs: list[JobSpec] = []
+    raw_jobs = doc.get("jobs", [])
+    if not isinstance(raw_jobs, list):
+        raise FleetError(path, loc.top("jobs"), "'jobs' must be an array of tables: [[jobs]]")
+    for i, raw in enumerate(raw_jobs):
+        where = f"[[jobs]] #{i + 1}" + (f" ({raw['name']!r})" if isinstance(raw.get("name"), str) else "")
+        kind = raw.get("kind", "command")
+        if kind not in KINDS:
+            raise FleetError(path, loc.key("jobs", i, "kind"),
+                             f"{where} 'kind': expected one of {', '.join(KINDS)}, got {kind!r}")
+        values: dict[str, Any] = {}
+        options: dict[str, Any] = {}
+        for k, v in raw.items():
+            if k in _JOB_FIELDS and k != "options":
+                _check_type(path, loc.key("jobs", i, k), f"{where} {k!r}", _JOB_FIELDS[k], v)
+                values[k] = v
+            elif k in OPTION_KEYS.get(kind, ()):
+                options[k] = v
+            else:
+                allowed = sorted(set(_JOB_FIELDS) - {"options"} | OPTION_KEYS.get(kind, set()))
+                raise FleetError(path, loc.key("jobs", i, k),
+                                 f"{where} has no key {k!r} for kind {kind!r}; expected one of {', '.join(allowed)}")
+        if isinstance(values.get("command"), str):
+            import shlex
+            values["command"] = shlex.split(values["command"])
+        if "python" not in values and "python" in defaults:
+            values["python"] = defaults["python"]
+        values["options"] = options
+        node = values.get("node")
+        if node is not None and node not in names:
+            raise FleetError(path, loc.key("jobs", i, "node"),
+                             f"{where} 'node': no node named {node!r}; declared: {', '.join(sorted(names))}")
+        if any(j.name == values.get("name") for j in jobs):
+            raise FleetError(path, loc.key("jobs", i, "name"), f"{where}: job {values['name']!r} is declared twice")
+        if "name" not in values:
+            raise FleetError(path, loc.table("jobs", i), f"{where} needs a 'name'")
+        try:
+            jobs.append(JobSpec(**values))
+        except SpecError as exc:
+            raise FleetError(path, loc.table("jobs", i), f"{where}: {exc}") from None
+    return Fleet(path=path, nodes=nodes, jobs=jobs)
+
+
+def _check_type(path: str, line: Optional[int], where: str, f: dataclasses.Field, v: Any) -> None:
+    tp = str(f.type)
+    ok = True
+    if tp.startswith("list["):
+        inner = tp[5:-1]
+        if f.name == "command" and isinstance(v, str):
+            return
+        ok = isinstance(v, list) and all(_is(inner, x) for x in v)
+        expected = {"int": "a list of integers (GPU indices)", "str": "a list of strings"}.get(inner, "a list")
+    elif tp.startswith("dict["):
+        ok = isinstance(v, dict) and all(isinstance(x, str) for x in v.values())
+        expected = "a table of strings"
+    else:
+        base = tp.replace("Optional[", "").rstrip("]")
+        ok = _is(base, v)
+        expected = {"int": "an integer", "float": "a number", "str": "a string", "bool": "true or false"}.get(base, base)
+    if not ok:
+        raise FleetError(path, line, f"{where}: expected {expected}, got {_show(v)}")
+
+
+def _is(tp: str, v: Any) -> bool:
+    if tp == "int":
+        return isinstance(v, int) and not isinstance(v, bool)
+    if tp == "float":
+        return isinstance(v, (int, float)) and not isinstance(v, bool)
+    if tp == "str":
+        return isinstance(v, str)
+    if tp == "bool":
+        return isinstance(v, bool)
+    return True
+
+
+def _show(v: Any) -> str:
+    import json
+    try:
+        return json.dumps(v)
+    except (TypeError, ValueError):
+        return repr(v)
+
+
+class _Locator:
+    """Finds the line of a table or key in the TOML text (tomllib keeps no positions)."""
+
+    _HEADER = re.compile(r"^\s*(\[\[?)\s*([A-Za-z0-9_.-]+)\s*\]\]?")
+    _KEY = re.compile(r"^\s*([A-Za-z0-9_-]+|\"[^\"]*\")\s*=")
+
+    def __init__(self, text: str) -> None:
+        self.tables: list[tuple[str, int, int]] = []  # (name, index within array, line)
+        self.keys: dict[tuple[str, Optional[int], str], int] = {}
+        self.top_keys: dict[str, int] = {}
+        counts: dict[str, int] = {}
+        current: tuple[str, Optional[int]] = ("", None)
+        for n, line in enumerate(text.splitlines(), start=1):
+            h = self._HEADER.match(line)
+            if h:
+                name = h.group(2)
+                if h.group(1) == "[[":
+                    idx = counts.get(name, 0)
+                    counts[name] = idx + 1
+                    current = (name, idx)
+                else:
+                    current = (name, None)
+                self.tables.append((name, current[1] if current[1] is not None else -1, n))
+                self.top_keys.setdefault(name, n)
+                continue
+            k = self._KEY.match(line)
+            if k:
+                key = k.group(1).strip('"')
+                self.keys.setdefault((current[0], current[1], key), n)
+                if current[0] == "":
+                    self.top_keys.setdefault(key, n)
+
+    def table(self, name: str, index: Optional[int]) -> Optional[int]:
+        for t, i, line in self.tables:
+            if t == name and (index is None or i == index):
+                return line
+        return None
+
+    def key(self, table: str, index: Optional[int], key: str) -> Optional[int]:
+        return self.keys.get((table, index, key)) or self.table(table, index)
+
+    def top(self, key: str) -> Optional[int]:
+        return self.top_keys.get(key)

@@ -1,0 +1,46 @@
+"""The local transport: the agent as a subprocess of the console, over pipes."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+
+from remote.client import LINE_LIMIT, AgentLink
+from remote.fleet import Node
+
+
+def agent_argv(node: Node, python: str) -> list[str]:
+    argv = [python, "-m", "agents", "--node", node.name, "--interval", str(node.interval)]
+    if node.home:
+        argv += ["--home", node.home]
+    if not node.nvml:
+        argv.append("--no-nvml")
+    return argv
+
+
+class LocalTransport:
+    async def open(self, node: Node) -> AgentLink:
+        python = node.python or sys.executable
+        env = dict(os.environ)
+        # the agent runs from the same code as the console
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        proc = await asyncio.create_subprocess_exec(
+            *agent_argv(node, python), stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            stderr=None if os.environ.get("GPUDECK_AGENT_STDERR") else asyncio.subprocess.DEVNULL,
+            env=env, limit=LINE_LIMIT)
+
+        async def close() -> None:
+            if proc.stdin and not proc.stdin.is_closing():
+                proc.stdin.close()
+            try:
+                await asyncio.wait_for(proc.wait(), 5.0)
+            except asyncio.TimeoutError:
+                proc.kill()
+                await proc.wait()
+
+        assert proc.stdout is not None and proc.stdin is not None
+        link = AgentLink(node, proc.stdout, proc.stdin, close)
+        link.process = proc  # type: ignore[attr-defined]
+        return link
