@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import inspect
 import json
 import os
 import sys
@@ -182,6 +183,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-n", "--lines", type=int, default=50)
     p.add_argument("--follow", action="store_true")
     p.set_defaults(run=_logs)
+
+    # more commands live one per module in console/commands/, each with register(sub)
+    import importlib
+    import pkgutil
+
+    import console.commands
+    for mod in sorted(m.name for m in pkgutil.iter_modules(console.commands.__path__)):
+        importlib.import_module(f"console.commands.{mod}").register(sub)
     return ap
 
 
@@ -196,7 +205,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     from remote.fleet import FleetError
 
     try:
-        return asyncio.run(args.run(args))
+        rv = args.run(args)  # a command is a plain function or a coroutine function
+        return asyncio.run(rv) if inspect.iscoroutine(rv) else rv
     except FleetError as exc:
         _err(str(exc))
         return EXIT_USAGE

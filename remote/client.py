@@ -179,6 +179,26 @@ class Transport(Protocol):
     async def open(self, node: Node) -> AgentLink: ...
 
 
+@dataclasses.dataclass(frozen=True)
+class NodeDown:
+    """Delivered by :meth:`FleetClient.watch` when a node cannot be read."""
+
+    node: str
+    reason: str
+    since: float
+    retry_in_s: float
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeUp:
+    """Delivered by :meth:`FleetClient.watch` when a node's agent has said hello."""
+
+    node: str
+    hello: Hello
+
+
+
+
 @dataclasses.dataclass
 class NodeStatus:
     node: Node
@@ -256,6 +276,52 @@ class FleetClient:
                 return NodeStatus(node, error=str(exc), since=time.time())
 
         return list(await asyncio.gather(*(one(n) for n in nodes)))
+
+    async def watch(self, on_event: Callable[[str, Any], None], backoff_s: float = 1.0,
+                    backoff_max_s: float = 30.0) -> None:
+        """Keep every node connected until cancelled: one task per node, each with its own
+        reconnect loop (exponential backoff with jitter), so one dead node never stalls
+        another. ``on_event(node, event)`` gets NodeUp, every Snapshot and History, and
+        NodeDown with the reason. Runs on the caller's event loop."""
+        tasks = [asyncio.create_task(self._watch_node(n, on_event, backoff_s, backoff_max_s),
+                                     name=f"watch-{n.name}") for n in self.nodes_in_use()]
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _watch_node(self, node: Node, on_event: Callable[[str, Any], None],
+                          backoff_s: float, backoff_max_s: float) -> None:
+        import random
+
+        delay = backoff_s
+        down_since: Optional[float] = None
+        while True:
+            try:
+                link = await self.connect(node)
+            except (AgentError, RequestFailed, OSError, asyncio.TimeoutError) as exc:
+                reason = str(exc) or f"node {node.name}: connect timed out"
+            else:
+                delay, down_since = backoff_s, None
+                on_event(node.name, NodeUp(node.name, link.hello))
+                if link.history is not None:
+                    on_event(node.name, link.history)
+                if link.latest is not None:
+                    on_event(node.name, link.latest)
+                link.subscribe(on_event)
+                assert link._pump is not None
+                await asyncio.shield(link._pump)  # returns when the link ends
+                reason = f"node {node.name}: {link.closed}"
+                self.links.pop(node.name, None)
+                await link.close()
+            down_since = down_since or time.time()
+            self.errors[node.name] = (reason, down_since)
+            wait = min(delay, backoff_max_s) * random.uniform(0.7, 1.3)
+            on_event(node.name, NodeDown(node.name, reason, down_since, wait))
+            await asyncio.sleep(wait)
+            delay = min(delay * 2, backoff_max_s)
 
     def link_for_job(self, job: str) -> AgentLink:
         spec = self.fleet.job(job)  # KeyError names the fleet's jobs
