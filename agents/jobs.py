@@ -108,10 +108,13 @@ class JobSpec:
             if "--enable-metrics" not in argv:
                 argv.append("--enable-metrics")
             return argv
-        if self.command:  # later kinds may be given an explicit command
+        if self.command:  # a built-in kind may be given an explicit command
             return list(self.command)
-        # built-in workers: `python -m console <kind> ...` style entry points live in agents.workers
-        return [py, "-m", f"agents.workers.{self.kind}", *self.args]
+        # built-in workers build their own command line from the spec's options:
+        # agents.workers.<kind>.build_argv(spec, python) -> list[str]
+        import importlib
+        module = importlib.import_module(f"agents.workers.{self.kind.replace('-', '_')}")
+        return module.build_argv(self, py)
 
     def describe(self) -> str:
         return shlex.join(self.argv("python3"))

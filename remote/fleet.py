@@ -192,7 +192,37 @@ def parse_fleet(text: str, path: str = "<fleet>") -> Fleet:
             jobs.append(JobSpec(**values))
         except SpecError as exc:
             raise FleetError(path, loc.table("jobs", i), f"{where}: {exc}") from None
+    jobs = _resolve_servers(jobs, {n.name: n for n in nodes}, path, loc)
     return Fleet(path=path, nodes=nodes, jobs=jobs)
+
+
+def _resolve_servers(jobs: list[JobSpec], nodes: dict[str, Node], path: str, loc: "_Locator") -> list[JobSpec]:
+    """``servers`` / ``workers`` may name engine jobs of the fleet: turn names into base URLs
+    as seen from the job's own node (127.0.0.1 on the same node, the node's host otherwise)."""
+    by_name = {j.name: j for j in jobs}
+    out = []
+    for i, job in enumerate(jobs):
+        opts = dict(job.options)
+        for key in ("servers", "workers"):
+            if key not in opts:
+                continue
+            urls = []
+            for ref in opts[key] if isinstance(opts[key], list) else [opts[key]]:
+                if isinstance(ref, str) and ref.startswith(("http://", "https://")):
+                    urls.append(ref.rstrip("/"))
+                    continue
+                target = by_name.get(ref) if isinstance(ref, str) else None
+                if target is None or not target.port:
+                    raise FleetError(path, loc.key("jobs", i, key),
+                                     f"job {job.name!r} {key!r}: {ref!r} is neither a URL nor an engine job "
+                                     f"with a port in this fleet")
+                same = (target.node or LOCAL) == (job.node or LOCAL)
+                host = target.host if same or target.host not in ("127.0.0.1", "localhost", "0.0.0.0") \
+                    else (nodes[target.node or LOCAL].host or "127.0.0.1")
+                urls.append(f"http://{host}:{target.port}")
+            opts[key] = urls
+        out.append(dataclasses.replace(job, options=opts) if opts != job.options else job)
+    return out
 
 
 def _check_type(path: str, line: Optional[int], where: str, f: dataclasses.Field, v: Any) -> None:
