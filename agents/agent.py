@@ -36,6 +36,104 @@ def default_home() -> Path:
     return Path(os.environ.get("GPUDECK_HOME") or Path.home() / ".gpudeck")
 
 
+class AgentLockError(RuntimeError):
+    """Another agent holds this node's lock and would not let go."""
+
+
+class AgentLock:
+    """``<home>/agent.lock``: one agent per node. A new agent takes over from the one that
+    holds it (a console that reconnected after a network drop leaves the old agent behind):
+    it asks the holder to exit with SIGTERM, waits ``grace_s``, then sends SIGKILL. The lock
+    is an flock, so a dead holder never blocks anyone; the file holds the holder's pid."""
+
+    def __init__(self, fd: int, path: Path, replaced: Optional[int]) -> None:
+        self.fd, self.path, self.replaced = fd, path, replaced
+
+    @classmethod
+    def take_over(cls, home: Path, grace_s: float = 10.0, kill_wait_s: float = 5.0) -> "AgentLock":
+        import fcntl
+        import signal
+
+        home.mkdir(parents=True, exist_ok=True)
+        path = home / "agent.lock"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+
+        def try_lock() -> bool:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return True
+            except BlockingIOError:
+                return False
+
+        def wait_lock(seconds: float) -> bool:
+            deadline = time.monotonic() + seconds
+            while not try_lock():
+                if time.monotonic() >= deadline:
+                    return False
+                time.sleep(0.02)
+            return True
+
+        old: Optional[int] = None
+        if not try_lock():
+            old = _lock_holder(fd)
+            if old is not None:
+                log.info("taking over from the agent with pid %d (%s)", old, path)
+                _signal(old, signal.SIGTERM)
+            if not wait_lock(grace_s):
+                if old is not None:
+                    log.warning("agent pid %d did not exit within %.0f s of SIGTERM; sending SIGKILL", old, grace_s)
+                    _signal(old, signal.SIGKILL)
+                if not wait_lock(kill_wait_s):
+                    os.close(fd)
+                    who = f"pid {old}" if old is not None else "a process that is not a gpudeck agent"
+                    raise AgentLockError(f"{path} is held by {who} and was not released; "
+                                         f"is another agent running with this home?")
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        return cls(fd, path, old)
+
+    def release(self) -> None:
+        os.close(self.fd)
+
+
+def _lock_holder(fd: int) -> Optional[int]:
+    """The pid written in the lock file, when it is a live gpudeck agent (never signal a
+    process that merely reuses an old pid)."""
+    import psutil
+
+    try:
+        pid = int(os.pread(fd, 32, 0).decode().strip() or 0)
+    except ValueError:
+        return None
+    if pid <= 0 or pid == os.getpid():
+        return None
+    try:
+        argv = psutil.Process(pid).cmdline()
+    except psutil.Error:
+        return None
+    return pid if "agents" in argv or any(a.endswith(("agents/__main__.py", "gpudeck-agent")) for a in argv) else None
+
+
+def _write_stderr_nowait(data: bytes) -> None:
+    """A last word on stderr that never blocks (its SSH channel may be dead)."""
+    try:
+        blocking = os.get_blocking(2)
+        os.set_blocking(2, False)
+        try:
+            os.write(2, data)
+        finally:
+            os.set_blocking(2, blocking)
+    except OSError:
+        pass
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
 class Agent:
     def __init__(self, home: Path, node: str, interval_s: float = 1.0, nvml: bool = True,
                  out=None) -> None:
@@ -48,7 +146,7 @@ class Agent:
         self.gpu = GpuSampler(enabled=nvml)
         self.host = HostSampler()
         self.sup = JobSupervisor(self.home, self.gpu, node=node)
-        self.history = HistoryRing(3600.0, interval_s)
+        self.history = HistoryRing(3600.0, interval_s, path=self.home / "history.jsonl")
         self.seq = 0
         self._trackers: dict[str, tuple[tuple, ProgressTracker]] = {}
         self._scrapers: dict[str, EngineScraper] = {}
@@ -56,6 +154,9 @@ class Agent:
         self._scraping: set[str] = set()
         self._http = None
         self._write_lock = threading.Lock()
+        self._pending: set[asyncio.Task] = set()
+        self._stop_reading: Optional[Any] = None
+        self._draining = False
 
     # ------------------------------------------------------------ output
 
@@ -169,6 +270,8 @@ class Agent:
         if req.op == "history":
             import dataclasses
             return {"samples": [dataclasses.asdict(s) for s in self.history.since(float(a.get("since", 0)))]}
+        if req.op not in protocol.OPS:
+            raise ValueError(f"unknown op {req.op!r}; expected one of {', '.join(protocol.OPS)}")
         job = a.get("job")
         if not isinstance(job, str):
             raise ValueError(f"request {req.op!r} needs a 'job' name")
@@ -200,6 +303,8 @@ class Agent:
             self.send(protocol.History(node=self.node, samples=list(self.history.samples)))
         ticker = loop.create_task(self._tick_loop())
         pending: set[asyncio.Task] = set()
+        self._stop_reading = lambda: loop.call_soon_threadsafe(lines.put_nowait, None)
+        self._pending = pending
         try:
             while True:
                 line = await lines.get()
@@ -220,11 +325,23 @@ class Agent:
                 pending.add(task)
                 task.add_done_callback(pending.discard)
         finally:
+            if self._draining and pending:  # taken over: answer what is under way, then go
+                await asyncio.wait(set(pending))
             ticker.cancel()
             for t in pending:
                 t.cancel()
             if self._http is not None:
                 await self._http.aclose()
+
+    def on_takeover(self, signum: int = 0, frame: Any = None) -> None:
+        """SIGTERM, sent by a newer agent for this node (see AgentLock). With nothing under way,
+        exit at once: this process may be blocked writing to a dead SSH channel and would never
+        get back to its loop. Otherwise stop reading requests, answer those under way, exit."""
+        _write_stderr_nowait(b"agent INFO asked to exit (SIGTERM): a newer agent is taking over this node\n")
+        if not self._pending or self._stop_reading is None:
+            os._exit(0)
+        self._draining = True
+        self._stop_reading()
 
     async def _answer(self, req: Request) -> None:
         if req.op in ("status", "configure", "history"):
@@ -269,11 +386,24 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--interval", type=float, default=1.0, help="seconds between snapshots")
     ap.add_argument("--no-nvml", action="store_true", help="do not poll GPUs")
     ap.add_argument("--once", action="store_true", help="print one snapshot and exit")
+    ap.add_argument("--takeover-grace", type=float, default=10.0,
+                    help="seconds an older agent on this node gets to exit before SIGKILL")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="agent %(levelname)s %(message)s")
-    agent = Agent(args.home or default_home(), args.node or socket.gethostname(), args.interval,
-                  nvml=not args.no_nvml)
+    home = Path(args.home or default_home()).expanduser()
+    lock = None
+    if not args.once:  # one agent per node: a new one takes over before it touches any job
+        try:
+            lock = AgentLock.take_over(home, grace_s=args.takeover_grace)
+        except AgentLockError as exc:
+            log.error("%s", exc)
+            return 3
+    agent = Agent(home, args.node or socket.gethostname(), args.interval, nvml=not args.no_nvml)
+    if lock is not None:
+        import signal
+        signal.signal(signal.SIGTERM, agent.on_takeover)
     if args.once:
+        agent.history.path = None  # one look is not history
         agent.send(agent.snapshot())
         return 0
     try:

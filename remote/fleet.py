@@ -46,10 +46,16 @@ class Node:
     known_hosts: Optional[str] = None
     host_keys: str = "strict"  # strict | accept-new
     connect_timeout: float = 10.0
+    venv: Optional[str] = None  # where `gpudeck deploy` installs gpudeck; default <home>/venv
 
     @property
     def local(self) -> bool:
         return self.host is None
+
+    @property
+    def agent_venv(self) -> str:
+        """The venv `gpudeck deploy` fills on the node; once there, its python runs the agent."""
+        return self.venv or f"{(self.home or '~/.gpudeck').rstrip('/')}/venv"
 
 
 @dataclass(frozen=True)
@@ -83,7 +89,7 @@ def local_fleet() -> Fleet:
 _NODE_FIELDS = {f.name: f for f in dataclasses.fields(Node)}
 _JOB_FIELDS = {f.name: f for f in dataclasses.fields(JobSpec)}
 _DEFAULT_KEYS = {"python", "home", "nvml", "interval", "known_hosts", "host_keys", "user", "identity",
-                 "connect_timeout"}
+                 "connect_timeout", "venv"}
 # keys of built-in kinds that are not JobSpec fields: kept in JobSpec.options
 OPTION_KEYS = {
     "generate": {"servers", "prompts", "out", "s3", "concurrency", "max_tokens", "model_name", "temperature",
@@ -109,7 +115,9 @@ def parse_fleet(text: str, path: str = "<fleet>") -> Fleet:
     except tomllib.TOMLDecodeError as exc:
         m = re.search(r"\(at line (\d+), column (\d+)\)", str(exc))
         line = int(m.group(1)) if m else None
-        msg = re.sub(r"\s*\(at line \d+, column \d+\)", "", str(exc))
+        if line is None and "end of document" in str(exc):  # the last line with something on it
+            line = max((i for i, t in enumerate(text.splitlines(), 1) if t.strip()), default=None)
+        msg = re.sub(r"\s*\(at (line \d+, column \d+|end of document)\)", "", str(exc))
         raise FleetError(path, line, f"not valid TOML: {msg}") from None
     loc = _Locator(text)
     unknown = set(doc) - {"defaults", "nodes", "jobs"}

@@ -8,6 +8,7 @@
 set -euo pipefail
 CACHE=${CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpudeck-test}
 PY=${PY:-python3}
+case $PY in /*) ;; */*) PY="$PWD/$PY" ;; esac  # the build cds elsewhere
 LLAMA_CPP_PYTHON=0.3.36
 mkdir -p "$CACHE"
 model() {

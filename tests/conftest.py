@@ -1,0 +1,173 @@
+"""Shared test helpers: a real agent process over pipes, waiting on conditions."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+PY = sys.executable
+
+
+def wait_for(cond: Callable[[], Any], timeout: float = 15.0, interval: float = 0.05, what: str = "condition"):
+    """Poll ``cond`` until it returns something truthy; fail the test after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = cond()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(interval)
+
+
+def env_with_repo(extra: Optional[dict] = None) -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.update(extra or {})
+    return env
+
+
+class AgentProc:
+    """A real `python -m agents` over pipes, driven line by line as the console does."""
+
+    def __init__(self, home: Path, interval: float = 0.2, extra_args: tuple = ()) -> None:
+        self.home = home
+        self.proc = subprocess.Popen(
+            [PY, "-m", "agents", "--home", str(home), "--node", "testnode", "--interval", str(interval),
+             "--no-nvml", *extra_args],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env_with_repo(), cwd=ROOT)
+        self.messages: "queue.Queue[dict]" = queue.Queue()
+        self.replies: dict[int, dict] = {}
+        self.snapshots: list[dict] = []
+        self.other: list[dict] = []
+        self.stderr: list[str] = []
+        self._ids = 1000
+        self._cv = threading.Condition()
+        threading.Thread(target=self._read, daemon=True).start()
+        threading.Thread(target=self._read_err, daemon=True).start()
+        self.hello = self.wait_message(lambda m: m["type"] == "hello", what="hello")
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            msg = json.loads(line)
+            with self._cv:
+                if msg["type"] == "reply":
+                    self.replies[msg["id"]] = msg
+                elif msg["type"] == "snapshot":
+                    self.snapshots.append(msg)
+                else:
+                    self.other.append(msg)
+                self._cv.notify_all()
+
+    def _read_err(self) -> None:
+        for line in self.proc.stderr:
+            self.stderr.append(line.decode(errors="replace"))
+
+    def wait_message(self, pred, timeout: float = 15.0, what: str = "message") -> dict:
+        def find():
+            with self._cv:
+                for m in self.other + self.snapshots:
+                    if pred(m):
+                        return m
+            return None
+        return wait_for(find, timeout, what=what)
+
+    def send_raw(self, data: bytes) -> None:
+        self.proc.stdin.write(data)
+        self.proc.stdin.flush()
+
+    def request(self, op: str, timeout: float = 30.0, **args) -> dict:
+        self._ids += 1
+        rid = self._ids
+        self.send_raw((json.dumps({"type": "request", "id": rid, "op": op, "args": args}) + "\n").encode())
+        return wait_for(lambda: self.replies.get(rid), timeout, what=f"reply to {op}")
+
+    def ok(self, op: str, **args) -> dict:
+        r = self.request(op, **args)
+        assert r["ok"], r["error"]
+        return r["result"]
+
+    def latest(self) -> Optional[dict]:
+        with self._cv:
+            return self.snapshots[-1] if self.snapshots else None
+
+    def wait_snapshot(self, pred, timeout: float = 15.0, what: str = "snapshot") -> dict:
+        def find():
+            snap = self.latest()
+            return snap if snap is not None and pred(snap) else None
+        return wait_for(find, timeout, what=what)
+
+    def job(self, snap: dict, name: str) -> dict:
+        return next(j for j in snap["jobs"] if j["name"] == name)
+
+    def close(self) -> int:
+        if self.proc.poll() is None:
+            try:
+                self.proc.stdin.close()
+            except BrokenPipeError:
+                pass
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+
+@pytest.fixture
+def home(tmp_path) -> Path:
+    h = tmp_path / "gpudeck-home"
+    h.mkdir()
+    return h
+
+
+@pytest.fixture
+def start_agent(home):
+    agents: list[AgentProc] = []
+
+    def start(**kw) -> AgentProc:
+        a = AgentProc(kw.pop("home", home), **kw)
+        agents.append(a)
+        return a
+
+    yield start
+    for a in agents:
+        a.close()
+
+
+@pytest.fixture
+def reap_jobs(home):
+    """Kill every process group a test's jobs left behind, whatever the test did."""
+    yield
+    import signal
+    for state in home.glob("jobs/*/state.json"):
+        try:
+            pgid = json.loads(state.read_text()).get("pgid")
+            if pgid:
+                os.killpg(pgid, signal.SIGKILL)
+        except (ValueError, ProcessLookupError, PermissionError):
+            pass
+
+
+def command_job(name: str, script: str, **kw) -> dict:
+    """A `command` job spec running a shell script."""
+    return {"name": name, "kind": "command", "command": ["sh", "-c", script], **kw}
+
+
+def pid_alive(pid: int) -> bool:
+    import psutil
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False

@@ -1,0 +1,110 @@
+"""The headless commands, run as a user would: the `gpudeck` program on a fleet file."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from conftest import ROOT, env_with_repo, pid_alive, wait_for
+
+
+def gpudeck_cmd() -> list[str]:
+    exe = shutil.which("gpudeck")
+    return [exe] if exe else [sys.executable, "-m", "console"]
+
+
+def gpudeck(*args, check=True, timeout=90, env=None):
+    cmd = [*gpudeck_cmd(), *args]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=env_with_repo(env))
+    if check and r.returncode != 0:
+        raise AssertionError(f"gpudeck {' '.join(args)} -> {r.returncode}\n{r.stdout}\n{r.stderr}")
+    return r
+
+
+@pytest.fixture
+def fleet(tmp_path, home):
+    path = tmp_path / "fleet.toml"
+    path.write_text(textwrap.dedent(f'''
+        [defaults]
+        home = "{home}"
+        nvml = false
+        interval = 0.2
+
+        [[jobs]]
+        name = "counter"
+        command = ["sh", "-c", "i=0; while true; do i=$((i+1)); echo step $i; printf '{{\\"done\\": %d, \\"total\\": 1000000, \\"tokens\\": %d}}' $i $((i*100)) > $GPUDECK_PROGRESS_FILE.tmp; mv $GPUDECK_PROGRESS_FILE.tmp $GPUDECK_PROGRESS_FILE; sleep 0.1; done"]
+        gpus = [0]
+    '''))
+    return path
+
+
+def test_status_json_with_no_fleet_file(home):
+    r = gpudeck("status", "--json", env={"GPUDECK_HOME": str(home)})
+    doc = json.loads(r.stdout)
+    assert set(doc) == {"nodes", "jobs", "alerts"}
+    (node,) = doc["nodes"]
+    assert node["name"] == "local" and node["reachable"] is True
+    assert {"name", "reachable", "gpus", "host"} <= set(node)
+    assert node["host"]["cpu_count"] >= 1 and doc["jobs"] == []
+
+
+@pytest.mark.usefixtures("reap_jobs")
+def test_launch_status_logs_kill_relaunch(fleet, home):
+    f = ["-f", str(fleet)]
+    r = gpudeck("launch", *f, "counter")
+    assert "launched counter" in r.stdout and "attempt 1" in r.stdout
+    leader = int(r.stdout.split("pid ")[1].split(",")[0])
+    again = gpudeck("launch", *f, "counter", check=False)
+    assert again.returncode == 1 and "already running" in again.stderr
+
+    def job():
+        doc = json.loads(gpudeck("status", *f, "--json").stdout)
+        (j,) = doc["jobs"]
+        return j
+    j = wait_for(lambda: (j := job())["done"] and j, timeout=30, what="progress")
+    assert {"name", "node", "kind", "state", "pids", "gpus", "attempt", "done", "total", "tokens_per_s",
+            "eta_s"} <= set(j)
+    assert j["state"] == "running" and j["node"] == "local" and j["gpus"] == [0] and j["total"] == 1000000
+    assert leader in j["pids"] and pid_alive(leader)
+    table = gpudeck("status", *f).stdout
+    assert "counter" in table and "running" in table
+
+    tail = wait_for(lambda: (out := gpudeck("logs", *f, "counter", "-n", "5").stdout).count("step ") == 5 and out,
+                    what="five log lines")
+    assert len(tail.splitlines()) == 5
+    follow = subprocess.Popen([*gpudeck_cmd(), "logs", *f, "counter", "-n", "1", "--follow"],
+                              stdout=subprocess.PIPE, text=True, env=env_with_repo(), cwd=ROOT)
+    try:
+        lines = [follow.stdout.readline() for _ in range(5)]
+        steps = [int(l.split()[1]) for l in lines if l.startswith("step ")]
+        assert len(steps) >= 4 and steps == sorted(steps)
+    finally:
+        follow.terminate()
+        follow.wait(10)
+
+    r = gpudeck("kill", *f, "counter", "--grace", "2")
+    assert r.stdout.startswith("killed counter: stopped in")
+    assert not pid_alive(leader)
+    assert job()["state"] == "killed"
+    r = gpudeck("relaunch", *f, "counter")
+    assert "attempt 2" in r.stdout
+    assert job()["attempt"] == 2
+    r = gpudeck("kill", *f, "counter", "--json")
+    assert json.loads(r.stdout)["ok"] is True
+
+
+def test_bad_input_from_the_command_line(tmp_path, fleet):
+    broken = tmp_path / "broken.toml"
+    broken.write_text('[[jobs]]\nname = "a"\ncommand = ["x"]\ngpus = "0"\n')
+    r = gpudeck("status", "-f", str(broken), check=False)
+    assert r.returncode == 2 and f"{broken}:4:" in r.stderr and "expected a list of integers" in r.stderr
+    r = gpudeck("kill", "-f", str(fleet), "nosuchjob", check=False)
+    assert r.returncode == 2 and "unknown job 'nosuchjob'" in r.stderr and "counter" in r.stderr
+    r = gpudeck("status", "-f", str(tmp_path / "missing.toml"), check=False)
+    assert r.returncode == 2 and "cannot read the fleet file" in r.stderr
+    assert "Traceback" not in r.stderr

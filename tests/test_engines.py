@@ -1,0 +1,190 @@
+"""Engine scrapers: the fixture pages, a real HTTP server playing every state, a real llama-server."""
+
+from __future__ import annotations
+
+import http.server
+import os
+import shutil
+import socket
+import subprocess
+import threading
+from pathlib import Path
+
+import httpx
+import pytest
+
+from agents.engines import EngineScraper, MetricsParseError, parse_metrics
+from conftest import FIXTURES, ROOT, wait_for
+
+LLAMA = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gpudeck-test" / "llama-server"
+
+
+def test_sglang_fixture_sums_data_parallel_ranks():
+    m = parse_metrics((FIXTURES / "sglang_metrics_sample.txt").read_text())
+    assert m.flavor == "sglang"
+    assert m.generation_tokens == 134155001.0
+    assert m.running == 207 + 212 and m.queued == 51 + 44
+    assert m.kv_usage == pytest.approx((0.7649 + 0.7812) / 2)
+    assert m.accept_length is None  # spec_accept_length 0: speculative decoding off
+
+
+def test_vllm_fixture_sums_engines():
+    m = parse_metrics((FIXTURES / "vllm_metrics_sample.txt").read_text())
+    assert m.flavor == "vllm"
+    assert m.generation_tokens == 6.6903122e07 + 6.6611804e07
+    assert m.running == 205 + 211 and m.queued == 38 + 29
+    assert m.kv_usage == pytest.approx((0.8121 + 0.7968) / 2)
+
+
+def test_tensor_parallel_ranks_are_not_summed():
+    page = "\n".join([
+        "# TYPE sglang:num_running_reqs gauge",
+        'sglang:num_running_reqs{dp_rank="0",tp_rank="0"} 10.0',
+        'sglang:num_running_reqs{dp_rank="0",tp_rank="1"} 10.0',
+        'sglang:num_running_reqs{dp_rank="1",tp_rank="0"} 5.0',
+        'sglang:num_running_reqs{dp_rank="1",tp_rank="1"} 5.0',
+        "# TYPE sglang:spec_accept_length gauge",
+        'sglang:spec_accept_length{dp_rank="0",tp_rank="0"} 3.2',
+        ""])
+    m = parse_metrics(page)
+    assert m.running == 15.0 and m.accept_length == 3.2
+
+
+def test_vllm_speculative_accept_length():
+    page = "\n".join([
+        "# TYPE vllm:spec_decode_num_drafts counter",
+        'vllm:spec_decode_num_drafts_total{engine="0"} 100.0',
+        "# TYPE vllm:spec_decode_num_accepted_tokens counter",
+        'vllm:spec_decode_num_accepted_tokens_total{engine="0"} 250.0', ""])
+    assert parse_metrics(page).accept_length == 3.5
+
+
+@pytest.mark.parametrize("page", ["<html><body>Welcome to nginx</body></html>", "garbage here\n",
+                                  'sglang:num_running_reqs{dp_rank="0" 1\n', "\x00\x01\x02"])
+def test_garbage_pages_raise_a_clear_error(page):
+    with pytest.raises(MetricsParseError, match="not a Prometheus text page"):
+        parse_metrics(page)
+
+
+class FakeEngine:
+    """A real HTTP server on loopback whose answers the test changes as it goes."""
+
+    def __init__(self) -> None:
+        self.metrics_status = 200
+        self.health_status = 200
+        self.body = ""
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                status, body = ((outer.metrics_status, outer.body) if self.path == "/metrics"
+                                else (outer.health_status, "ok"))
+                data = body.encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def tokens(self, n: float) -> None:
+        self.body = ("# TYPE sglang:generation_tokens_total counter\n"
+                     f'sglang:generation_tokens_total{{model_name="m"}} {n}\n'
+                     "# TYPE sglang:num_running_reqs gauge\n"
+                     'sglang:num_running_reqs{dp_rank="0",tp_rank="0"} 4.0\n')
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def fake_engine():
+    e = FakeEngine()
+    yield e
+    e.close()
+
+
+async def test_scraper_states_rates_and_counter_reset(fake_engine):
+    url = f"http://127.0.0.1:{fake_engine.port}/metrics"
+    s = EngineScraper(url, window_s=1000)
+    async with httpx.AsyncClient(timeout=2) as client:
+        fake_engine.metrics_status = 503
+        assert (await s.poll(client, now=0)).state == "starting"
+        fake_engine.metrics_status, fake_engine.health_status = 200, 503
+        fake_engine.tokens(0)
+        assert (await s.poll(client, now=1)).state == "starting"  # metrics up, model not yet
+        fake_engine.health_status = 200
+        fake_engine.tokens(1000)
+        e = await s.poll(client, now=10)
+        assert e.state == "ready" and e.flavor == "sglang" and e.running == 4.0
+        fake_engine.tokens(3000)
+        assert (await s.poll(client, now=20)).tokens_per_s == 200.0
+        fake_engine.tokens(500)  # the engine restarted: the counter went back to 0
+        e = await s.poll(client, now=30)
+        assert e.tokens_per_s == pytest.approx((2000 + 500) / 20)
+        fake_engine.body = "<html>oops</html>"
+        e = await s.poll(client, now=31)
+        assert e.state == "failed" and "not a Prometheus text page" in e.error and url in e.error
+        fake_engine.metrics_status = 404
+        e = await s.poll(client, now=32)
+        assert e.state == "ready" and "--enable-metrics" in e.error
+
+
+async def test_scraper_connection_refused_means_loading():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    async with httpx.AsyncClient(timeout=2) as client:
+        e = await EngineScraper(f"http://127.0.0.1:{port}/metrics").poll(client)
+    assert e.state == "loading" and "refused" in e.error
+
+
+@pytest.fixture(scope="module")
+def llama_server():
+    if not LLAMA.exists():
+        pytest.skip(f"llama-server is not built at {LLAMA}: run `make llama-server` (make test builds it)")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    proc = subprocess.Popen(["bash", str(ROOT / "tests/tools/llama_server.sh"), "run", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env={**os.environ, "PY": shutil.which("python") or "python3"})
+    base = f"http://127.0.0.1:{port}"
+
+    def healthy():
+        try:
+            return httpx.get(base + "/health", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    try:
+        wait_for(healthy, timeout=120, interval=0.2, what="llama-server /health")
+        yield base
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+async def test_real_llama_server_metrics(llama_server):
+    s = EngineScraper(llama_server + "/metrics", window_s=600)
+    async with httpx.AsyncClient(timeout=30) as client:
+        e = await s.poll(client)
+        assert e.state == "ready" and e.flavor == "llamacpp", e
+        before = e.generation_tokens
+        r = await client.post(llama_server + "/v1/chat/completions", json={
+            "model": "smollm2", "max_tokens": 24, "temperature": 0,
+            "messages": [{"role": "user", "content": "Count from one to twenty."}]})
+        produced = r.json()["usage"]["completion_tokens"]
+        assert produced > 0
+        e = await s.poll(client)
+        assert e.generation_tokens - before == produced
+        assert e.tokens_per_s and e.tokens_per_s > 0
+        assert e.running is not None and e.queued is not None

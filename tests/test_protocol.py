@@ -1,0 +1,56 @@
+"""The wire: typed messages round-trip; bad lines say what is wrong."""
+
+from __future__ import annotations
+
+import pytest
+
+from agents import __version__, protocol
+from agents.protocol import (Engine, Gpu, GpuProcess, Host, JobStatus, Progress, ProtocolError, Reply,
+                             Request, Snapshot)
+
+
+def _snapshot() -> Snapshot:
+    return Snapshot(
+        node="n1", seq=3, t=1.5,
+        host=Host("h", 1.0, 8, 1, 2, 0.1, 0.2, 0.3),
+        gpus=[Gpu(0, "GPU-1", "H200", 1024.0, 143771.0, 99.0, 60.0, 500.0, [GpuProcess(42, 1000.0, "gen")])],
+        jobs=[JobStatus("gen", "generate", "running", [0], ["GPU-1"], 42, 42, [42, 43], 2,
+                        progress=Progress(5, 10, 100, 1.0, 20.0, 5.0, 1.0, {"errors": 1}),
+                        engine=Engine("http://x/metrics", "ready", "sglang", 10.0))],
+        gpu_error=None)
+
+
+def test_round_trip_of_every_message():
+    for msg in [protocol.hello("n1", 1, 2.0, "/h", "no NVML"), _snapshot(),
+                Request(7, "kill", {"job": "gen", "grace_s": 3}), Reply(7, False, {}, "nope"),
+                protocol.History("n1", [protocol.Sample(1.0, [1.0], [None], {"a": 2.0}, {"a": 3})])]:
+        line = protocol.encode(msg)
+        assert line.endswith(b"\n") and line.count(b"\n") == 1
+        assert protocol.decode(line) == msg
+
+
+def test_hello_carries_versions():
+    h = protocol.hello("n", 1, 0.0, "/h", None)
+    assert h.version == __version__ and h.protocol == protocol.PROTOCOL
+
+
+@pytest.mark.parametrize("line, expected", [
+    (b"{not json", "not JSON"),
+    (b"[1, 2]", "expected a JSON object"),
+    (b'{"type": "launch"}', "unknown message type 'launch'"),
+    (b'{"type": "request", "op": "kill"}', "missing field 'id'"),
+    (b'{"type": "request", "id": "7", "op": "kill"}', "Request.id: expected an integer"),
+    (b'{"type": "request", "id": 7, "op": "kill", "args": []}', "Request.args: expected an object"),
+    (b'\xff\xfe', "not JSON"),
+])
+def test_malformed_lines(line, expected):
+    with pytest.raises(ProtocolError, match=expected):
+        protocol.decode(line)
+
+
+def test_nested_type_errors_name_the_path():
+    import json
+    obj = json.loads(protocol.encode(_snapshot()))
+    obj["gpus"][0]["processes"][0]["pid"] = "forty-two"
+    with pytest.raises(ProtocolError, match=r"Snapshot.gpus\[0\].processes\[0\].pid: expected an integer"):
+        protocol.decode(json.dumps(obj))
