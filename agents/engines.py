@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Optional
-
-import httpx
-from prometheus_client.parser import text_string_to_metric_families
+from typing import TYPE_CHECKING, Optional
 
 from agents.protocol import Engine
 from agents.rates import CounterRate
+
+if TYPE_CHECKING:
+    import httpx
+
+# httpx and prometheus_client are imported on first use: an agent with no engine to scrape
+# stays ~15 MB smaller.
 
 
 class MetricsParseError(ValueError):
@@ -50,6 +53,8 @@ class EngineMetrics:
 
 def parse_metrics(text: str) -> EngineMetrics:
     """Reduce one /metrics page to the numbers we show. Raises MetricsParseError on garbage."""
+    from prometheus_client.parser import text_string_to_metric_families
+
     series: dict[str, list[float]] = {}
     families = 0
     try:
@@ -107,7 +112,9 @@ class EngineScraper:
         self.rate = CounterRate(window_s)
         self.ready_seen = False
 
-    async def poll(self, client: httpx.AsyncClient, now: Optional[float] = None) -> Engine:
+    async def poll(self, client: "httpx.AsyncClient", now: Optional[float] = None) -> Engine:
+        import httpx
+
         now = time.time() if now is None else now
         try:
             r = await client.get(self.url)
@@ -140,13 +147,15 @@ class EngineScraper:
                       kv_usage=m.kv_usage, accept_length=m.accept_length,
                       error=None if m.flavor else "no SGLang, vLLM or llama.cpp metrics on this page")
 
-    async def _health_status(self, client: httpx.AsyncClient) -> Optional[int]:
+    async def _health_status(self, client: "httpx.AsyncClient") -> Optional[int]:
+        import httpx
+
         try:
             return (await client.get(self.base + "/health")).status_code
         except httpx.HTTPError:
             return None
 
-    async def _health_only(self, client: httpx.AsyncClient) -> Engine:
+    async def _health_only(self, client: "httpx.AsyncClient") -> Engine:
         status = await self._health_status(client)
         state = {200: "ready", 503: "starting"}.get(status, "failed")
         return Engine(url=self.url, state=state,

@@ -1,0 +1,121 @@
+"""What the agent costs a node: CPU per tick and RSS, against one poll done the way
+gpustat-web does it (a fresh Python process per poll, here `python -m agents --once`, which
+does the same sampling work). Prints the ratio last.
+
+    python bench/agent_tick.py [--ticks 200] [--interval 0.05] [--jobs 4] [--polls 20] [--nvml]
+
+The agent runs with --interval short so that many ticks fit in a short run; the CPU per
+tick is what a 1 Hz agent spends each second.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def env() -> dict:
+    e = dict(os.environ)
+    e["PYTHONPATH"] = str(ROOT) + (os.pathsep + e["PYTHONPATH"] if e.get("PYTHONPATH") else "")
+    return e
+
+
+def jobs(n: int) -> list[dict]:
+    # busy-ish jobs that report progress, as a generation worker would
+    script = ('i=0; while true; do i=$((i+1)); printf \'{"done": %d, "total": 100000000, "tokens": %d}\' $i $((i*300)) '
+              '> "$GPUDECK_PROGRESS_FILE.tmp"; mv "$GPUDECK_PROGRESS_FILE.tmp" "$GPUDECK_PROGRESS_FILE"; sleep 0.5; done')
+    return [{"name": f"job{i}", "command": ["sh", "-c", script], "gpus": [i % 8]} for i in range(n)]
+
+
+def measure_agent(home: Path, ticks: int, interval: float, njobs: int, nvml: bool) -> tuple[float, float, int]:
+    args = [sys.executable, "-m", "agents", "--home", str(home), "--node", "bench", "--interval", str(interval)]
+    if not nvml:
+        args.append("--no-nvml")
+    proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            env=env(), cwd=ROOT)
+    p = psutil.Process(proc.pid)
+
+    def send(rid: int, op: str, **a) -> None:
+        proc.stdin.write((json.dumps({"type": "request", "id": rid, "op": op, "args": a}) + "\n").encode())
+        proc.stdin.flush()
+
+    def read_until(pred):
+        while True:
+            line = proc.stdout.readline()
+            if not line:
+                raise RuntimeError("agent exited")
+            msg = json.loads(line)
+            if pred(msg):
+                return msg
+
+    read_until(lambda m: m["type"] == "hello")
+    send(1, "configure", jobs=jobs(njobs))
+    for i in range(njobs):
+        send(10 + i, "launch", job=f"job{i}")
+    warm = 0
+    while warm < 20:  # warm up: imports, first scrapes, job start
+        if read_until(lambda m: m["type"] in ("snapshot", "reply"))["type"] == "snapshot":
+            warm += 1
+    c0 = sum(p.cpu_times()[:2])
+    seen = 0
+    t0 = time.monotonic()
+    while seen < ticks:
+        if read_until(lambda m: m["type"] in ("snapshot", "reply"))["type"] == "snapshot":
+            seen += 1
+    wall = time.monotonic() - t0
+    cpu = sum(p.cpu_times()[:2]) - c0
+    rss = p.memory_info().rss
+    for i in range(njobs):
+        send(100 + i, "kill", job=f"job{i}", grace_s=1)
+    proc.stdin.close()
+    proc.wait(60)
+    return cpu / ticks, wall / ticks, rss
+
+
+def measure_fresh_process(home: Path, polls: int, nvml: bool) -> float:
+    args = [sys.executable, "-m", "agents", "--once", "--home", str(home)]
+    if not nvml:
+        args.append("--no-nvml")
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    for _ in range(polls):
+        subprocess.run(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env(), cwd=ROOT, check=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)) / polls
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ticks", type=int, default=200)
+    ap.add_argument("--interval", type=float, default=0.05)
+    ap.add_argument("--jobs", type=int, default=4)
+    ap.add_argument("--polls", type=int, default=20)
+    ap.add_argument("--nvml", action="store_true", help="sample GPUs through NVML (on a GPU machine)")
+    args = ap.parse_args()
+    home = Path(tempfile.mkdtemp(prefix="gpudeck-bench-"))
+    try:
+        per_poll = measure_fresh_process(home, args.polls, args.nvml)
+        per_tick, wall_tick, rss = measure_agent(home, args.ticks, args.interval, args.jobs, args.nvml)
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+    print(f"machine: {os.cpu_count()} cores, nvml={'on' if args.nvml else 'off'}, {args.jobs} jobs reporting progress")
+    print(f"baseline, a fresh python process per poll: {per_poll * 1e3:.1f} ms CPU per poll")
+    print(f"agent: {per_tick * 1e3:.3f} ms CPU per tick ({wall_tick * 1e3:.1f} ms wall between ticks)")
+    print(f"agent at 1 Hz: {per_tick * 100:.3f}% of one core")
+    print(f"agent RSS: {rss / 2**20:.1f} MB")
+    print(f"ratio (baseline CPU per poll / agent CPU per tick): {per_poll / per_tick:.0f}x")
+
+
+if __name__ == "__main__":
+    main()
