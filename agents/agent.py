@@ -260,16 +260,14 @@ class Agent:
     def _dispatch(self, req: Request) -> dict[str, Any]:
         a = req.args
         if req.op == "status":
-            import dataclasses
-            return dataclasses.asdict(self.snapshot())
+            return protocol.to_plain(self.snapshot())
         if req.op == "configure":
             specs = [JobSpec.from_dict(d) for d in a.get("jobs", [])]
             self.sup.configure(specs)
             self.sup.audit("configure", None, jobs=[s.name for s in specs])
             return {"jobs": [s.name for s in specs]}
         if req.op == "history":
-            import dataclasses
-            return {"samples": [dataclasses.asdict(s) for s in self.history.since(float(a.get("since", 0)))]}
+            return {"samples": protocol.to_plain(self.history.since(float(a.get("since", 0))))}
         if req.op not in protocol.OPS:
             raise ValueError(f"unknown op {req.op!r}; expected one of {', '.join(protocol.OPS)}")
         job = a.get("job")

@@ -8,7 +8,6 @@ The file is rewritten with just the last hour once it holds two.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import os
@@ -16,7 +15,7 @@ from collections import deque
 from pathlib import Path
 from typing import Optional
 
-from agents.protocol import ProtocolError, Sample, Snapshot, from_dict
+from agents.protocol import ProtocolError, Sample, Snapshot, from_dict, to_plain
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +65,7 @@ class HistoryRing:
                 self._rewrite()
             if self._file is None:
                 self._file = open(self.path, "a", buffering=1)
-            self._file.write(json.dumps(dataclasses.asdict(sample), separators=(",", ":")) + "\n")
+            self._file.write(json.dumps(to_plain(sample), separators=(",", ":")) + "\n")
             self._lines_in_file += 1
         except OSError as exc:  # a full disk must not stop the agent
             log.warning("history: cannot write %s: %s", self.path, exc)
@@ -78,7 +77,7 @@ class HistoryRing:
         tmp = self.path.with_name(self.path.name + ".tmp")
         with open(tmp, "w") as f:
             for s in self.samples:
-                f.write(json.dumps(dataclasses.asdict(s), separators=(",", ":")) + "\n")
+                f.write(json.dumps(to_plain(s), separators=(",", ":")) + "\n")
         os.replace(tmp, self.path)
         self._lines_in_file = len(self.samples)
 

@@ -214,7 +214,29 @@ OPS = {
 
 def encode(msg: Message) -> bytes:
     """One message as one JSON line."""
-    return (json.dumps(dataclasses.asdict(msg), separators=(",", ":")) + "\n").encode()
+    return (json.dumps(to_plain(msg), separators=(",", ":")) + "\n").encode()
+
+
+_FIELDS: dict[type, tuple[str, ...]] = {}
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+def to_plain(obj: Any) -> Any:
+    """A message as plain JSON data; like dataclasses.asdict, without its deep copies (a third
+    of an agent tick went there)."""
+    cls = type(obj)
+    if cls in _SCALARS:
+        return obj
+    names = _FIELDS.get(cls)
+    if names is None and dataclasses.is_dataclass(obj):
+        names = _FIELDS[cls] = tuple(f.name for f in dataclasses.fields(obj))
+    if names is not None:
+        return {n: to_plain(getattr(obj, n)) for n in names}
+    if isinstance(obj, list):
+        return [to_plain(v) for v in obj]
+    if isinstance(obj, dict):
+        return {k: to_plain(v) for k, v in obj.items()}
+    return obj
 
 
 def decode(line: Union[bytes, str]) -> Message:

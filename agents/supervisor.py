@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -80,6 +81,14 @@ class _Live:
     popen: Optional[subprocess.Popen] = None
     members: list[int] = field(default_factory=list)
     members_at: float = 0.0
+    # a pidfd names the leader itself, not its number: a reused pid can never answer for it,
+    # and asking whether it ended costs one poll(2), no /proc parsing
+    pidfd: Optional[int] = None
+
+    def close_pidfd(self) -> None:
+        if self.pidfd is not None:
+            os.close(self.pidfd)
+            self.pidfd = None
 
 
 def write_json_atomic(path: Path, obj: Any) -> None:
@@ -169,16 +178,35 @@ class JobSupervisor:
     def _leader_alive(self, rec: JobRecord) -> bool:
         if rec.pid is None:
             return False
-        live = self._live.get(rec.name)
-        if live and live.popen is not None and live.popen.poll() is not None:
+        live = self._live.setdefault(rec.name, _Live())
+        if live.popen is not None and live.popen.poll() is not None:
+            live.close_pidfd()
             return False  # our child, and reaped just now
+        if live.pidfd is not None:
+            if select.select([live.pidfd], [], [], 0)[0]:  # readable: the process has ended
+                live.close_pidfd()
+                return False
+            return True
         try:
             p = psutil.Process(rec.pid)
             if abs(p.create_time() - (rec.create_time or 0)) > START_TIME_TOLERANCE_S:
                 return False  # the pid now belongs to another process
-            return p.status() != psutil.STATUS_ZOMBIE
+            if p.status() == psutil.STATUS_ZOMBIE:
+                return False
         except psutil.Error:
             return False
+        if hasattr(os, "pidfd_open"):
+            try:
+                fd = os.pidfd_open(rec.pid)
+                # the pid was checked above; check again through the fd, which cannot be reused
+                if abs(psutil.Process(rec.pid).create_time() - (rec.create_time or 0)) <= START_TIME_TOLERANCE_S:
+                    live.pidfd = fd
+                else:
+                    os.close(fd)
+                    return False
+            except (OSError, psutil.Error):
+                pass  # no pidfds here (old kernel, a sandbox): ask /proc every time
+        return True
 
     def _group_members(self, rec: JobRecord) -> list[int]:
         """Live processes of the job: its process group, plus descendants of the leader that
@@ -246,6 +274,7 @@ class JobSupervisor:
         rec.ended_at = rec.ended_at or time.time()
         if live:
             live.members, live.popen = [], None
+            live.close_pidfd()
         self._save(rec)
 
     def refresh(self) -> None:
@@ -339,6 +368,8 @@ class JobSupervisor:
                             pgid=popen.pid, create_time=create_time, started_at=time.time(),
                             last_kill=rec.last_kill)
             self.records[name] = rec
+            if name in self._live:
+                self._live[name].close_pidfd()
             self._live[name] = _Live(popen=popen)
             self._save(rec)
             self.audit("relaunch" if relaunch else "launch", name, pid=popen.pid, attempt=rec.attempt,
