@@ -207,7 +207,10 @@ class Agent:
         self.sup.refresh()
         gpus = self.gpu.sample(self.sup.owner_of)
         jobs = self.job_statuses(now)
-        paths = [str(self.home)] + [s.cwd for s in self.sup.declared.values() if s.cwd]
+        paths = [str(self.home)]
+        for s in self.sup.declared.values():  # where jobs write: free disk is shown for each
+            out = s.options.get("out") if isinstance(s.options.get("out"), str) else None
+            paths += [os.path.expanduser(p) for p in (s.cwd, out, s.done_set, s.progress) if p]
         host = self.host.sample(paths)
         changes = {name: t.last_change for name, (_, t) in self._trackers.items()}
         specs = {n: s for n in self.sup.names() if (s := self.sup.spec_of(n))}

@@ -188,3 +188,33 @@ async def test_real_llama_server_metrics(llama_server):
         assert e.generation_tokens - before == produced
         assert e.tokens_per_s and e.tokens_per_s > 0
         assert e.running is not None and e.queued is not None
+
+
+def test_agent_reports_a_garbage_metrics_page_on_the_job_and_keeps_going(start_agent, fake_engine, reap_jobs):
+    fake_engine.body = "<html>this is not prometheus</html>"
+    a = start_agent()
+    a.ok("configure", jobs=[{"name": "eng", "command": ["sleep", "60"],
+                             "metrics_url": f"http://127.0.0.1:{fake_engine.port}/metrics"}])
+    a.ok("launch", job="eng")
+    snap = a.wait_snapshot(lambda s: (a.job(s, "eng").get("engine") or {}).get("state") == "failed",
+                           what="engine failed")
+    assert "not a Prometheus text page" in a.job(snap, "eng")["engine"]["error"]
+    assert any(al["kind"] == "engine_failed" for al in snap["alerts"])
+    fake_engine.tokens(100)  # the page heals: the agent picks it up
+    a.wait_snapshot(lambda s: (a.job(s, "eng").get("engine") or {}).get("state") == "ready", what="engine ready")
+    assert a.proc.poll() is None
+
+
+def test_agent_scrapes_a_real_llama_server_for_a_job(start_agent, llama_server, reap_jobs):
+    a = start_agent()
+    a.ok("configure", jobs=[{"name": "llama", "command": ["sleep", "120"], "metrics_url": llama_server + "/metrics"}])
+    a.ok("launch", job="llama")
+    snap = a.wait_snapshot(lambda s: (a.job(s, "llama").get("engine") or {}).get("state") == "ready",
+                           timeout=30, what="llama-server ready")
+    engine = a.job(snap, "llama")["engine"]
+    assert engine["flavor"] == "llamacpp" and engine["running"] is not None
+    httpx.post(llama_server + "/v1/chat/completions", timeout=60, json={
+        "model": "smollm2", "max_tokens": 32, "messages": [{"role": "user", "content": "Say hello."}]})
+    snap = a.wait_snapshot(lambda s: ((a.job(s, "llama").get("engine") or {}).get("tokens_per_s") or 0) > 0,
+                           timeout=30, what="tokens/s from the counter")
+    assert a.job(snap, "llama")["state"] == "running"
