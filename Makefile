@@ -43,6 +43,7 @@ demo: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/agent_tick.py
+	$(BIN)/python bench/fanout.py  # the netns part needs root
 
 clean:
 	rm -rf $(VENV) build *.egg-info

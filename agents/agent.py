@@ -75,7 +75,11 @@ class AgentLock:
 
         old: Optional[int] = None
         if not try_lock():
-            old = _lock_holder(fd)
+            old, where = _lock_holder(fd)
+            if where is not None:  # the home is on a file system shared with another machine
+                os.close(fd)
+                raise AgentLockError(f"{path} is held by an agent on host {where}: this home is shared "
+                                     f"between nodes; give each node its own `home` in the fleet file")
             if old is not None:
                 log.info("taking over from the agent with pid %d (%s)", old, path)
                 _signal(old, signal.SIGTERM)
@@ -89,29 +93,33 @@ class AgentLock:
                     raise AgentLockError(f"{path} is held by {who} and was not released; "
                                          f"is another agent running with this home?")
         os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        os.pwrite(fd, f"{os.getpid()} {socket.gethostname()}\n".encode(), 0)
         return cls(fd, path, old)
 
     def release(self) -> None:
         os.close(self.fd)
 
 
-def _lock_holder(fd: int) -> Optional[int]:
-    """The pid written in the lock file, when it is a live gpudeck agent (never signal a
-    process that merely reuses an old pid)."""
+def _lock_holder(fd: int) -> tuple[Optional[int], Optional[str]]:
+    """(pid, None) for the pid in the lock file when it is a live gpudeck agent here (never
+    signal a process that merely reuses an old pid); (None, host) when another host wrote it."""
     import psutil
 
+    fields = os.pread(fd, 300, 0).decode(errors="replace").split()
     try:
-        pid = int(os.pread(fd, 32, 0).decode().strip() or 0)
+        pid = int(fields[0]) if fields else 0
     except ValueError:
-        return None
+        return None, None
+    if len(fields) > 1 and fields[1] != socket.gethostname():
+        return None, fields[1]
     if pid <= 0 or pid == os.getpid():
-        return None
+        return None, None
     try:
         argv = psutil.Process(pid).cmdline()
     except psutil.Error:
-        return None
-    return pid if "agents" in argv or any(a.endswith(("agents/__main__.py", "gpudeck-agent")) for a in argv) else None
+        return None, None
+    is_agent = "agents" in argv or any(a.endswith(("agents/__main__.py", "gpudeck-agent")) for a in argv)
+    return (pid if is_agent else None), None
 
 
 def _write_stderr_nowait(data: bytes) -> None:

@@ -9,6 +9,7 @@ import inspect
 import json
 import os
 import sys
+import time
 from typing import Any, Optional
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
@@ -55,7 +56,9 @@ def render_status(state) -> str:
     for name, view in state.nodes.items():
         snap = view.snapshot
         if snap is None:
-            lines.append(f"{name}: UNREACHABLE ({view.error})")
+            since = (f" since {time.strftime('%H:%M:%S', time.localtime(view.unreachable_since))}"
+                     if view.unreachable_since else "")
+            lines.append(f"{name}: UNREACHABLE{since} ({view.error})")
             continue
         h = snap.host
         lines.append(f"{name} ({h.hostname}): cpu {h.cpu_pct:.0f}% of {h.cpu_count}, "

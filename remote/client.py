@@ -31,6 +31,16 @@ class AgentError(Exception):
         super().__init__(f"node {node}: {message}")
 
 
+class VersionMismatch(AgentError):
+    """The node runs another gpudeck version than the console: `gpudeck deploy` fixes it."""
+
+    def __init__(self, node: str, agent_version: str, agent_protocol: int) -> None:
+        self.agent_version, self.agent_protocol = agent_version, agent_protocol
+        super().__init__(node, f"agent version {agent_version} (protocol {agent_protocol}) does not "
+                               f"match the console's {__version__} (protocol {protocol.PROTOCOL}); "
+                               f"run `gpudeck deploy {node}`")
+
+
 class RequestFailed(Exception):
     """The agent answered, and refused: the message is the agent's reason."""
 
@@ -47,8 +57,13 @@ class AgentLink:
     """One agent conversation: the hello check, requests by id, the latest snapshot."""
 
     def __init__(self, node: Node, reader: asyncio.StreamReader, writer: ByteWriter,
-                 close: Callable[[], Awaitable[None]]) -> None:
+                 close: Callable[[], Awaitable[None]], silence_timeout_s: Optional[float] = None) -> None:
         self.node = node
+        # the agent speaks every tick: this long without a line means the link is dead even
+        # when TCP has not noticed yet (a cable pulled, a laptop asleep); None: never
+        self.silence_timeout_s = silence_timeout_s
+        self.lost = False  # the link ended by a failure or a silence, not by the agent's EOF
+        self.configured_seq = 0  # snapshots after this one show the jobs the console declared
         self._reader = reader
         self._writer = writer
         self._close = close
@@ -83,9 +98,7 @@ class AgentLink:
         if not isinstance(msg, Hello):
             raise AgentError(self.node.name, f"expected a hello, got a {msg.type}")
         if msg.protocol != protocol.PROTOCOL or msg.version != __version__:
-            raise AgentError(self.node.name, f"agent version {msg.version} (protocol {msg.protocol}) does not "
-                                             f"match the console's {__version__} (protocol {protocol.PROTOCOL}); "
-                                             f"run `gpudeck deploy {self.node.name}`")
+            raise VersionMismatch(self.node.name, msg.version, msg.protocol)
         self.hello = msg
         self._pump = asyncio.get_running_loop().create_task(self._read_loop())
         return msg
@@ -94,7 +107,12 @@ class AgentLink:
         reason = "the agent closed the link"
         try:
             while True:
-                line = await self._reader.readline()
+                try:
+                    line = await asyncio.wait_for(self._reader.readline(), self.silence_timeout_s)
+                except asyncio.TimeoutError:
+                    self.lost = True
+                    reason = f"link lost: no word from the agent for {self.silence_timeout_s:g} s"
+                    break
                 if not line:
                     break
                 try:
@@ -115,6 +133,7 @@ class AgentLink:
                 for cb in self._on_message:
                     cb(self.node.name, msg)
         except (ConnectionError, asyncio.IncompleteReadError, ValueError) as exc:
+            self.lost = True
             reason = f"link lost: {exc}"
         finally:
             self.closed = reason
@@ -233,6 +252,7 @@ class FleetClient:
         try:
             await link.start()
             await link.request("configure", jobs=[j.to_dict() for j in self.fleet.jobs_on(node.name)])
+            link.configured_seq = link.latest.seq if link.latest is not None else 0
         except BaseException:
             await link.close()
             raise
@@ -242,16 +262,18 @@ class FleetClient:
 
     async def connect_all(self, nodes: Optional[list[Node]] = None, timeout: Optional[float] = None) -> None:
         nodes = nodes if nodes is not None else self.nodes_in_use()
+        await asyncio.gather(*(self._try_connect(n, timeout) for n in nodes))
 
-        async def one(node: Node) -> None:
-            try:
-                await self.connect(node, timeout)
-            except (AgentError, RequestFailed, OSError) as exc:
-                self.errors[node.name] = (str(exc), time.time())
-            except asyncio.TimeoutError:
-                self.errors[node.name] = (f"node {node.name}: no answer within the connect timeout", time.time())
-
-        await asyncio.gather(*(one(n) for n in nodes))
+    async def _try_connect(self, node: Node, timeout: Optional[float] = None) -> Optional[AgentLink]:
+        """connect(), with a failure recorded in ``errors`` (reason, since) instead of raised."""
+        try:
+            return await self.connect(node, timeout)
+        except (AgentError, RequestFailed, OSError) as exc:
+            self.errors[node.name] = (str(exc), time.time())
+        except asyncio.TimeoutError:
+            limit = timeout or node.connect_timeout + 15
+            self.errors[node.name] = (f"node {node.name}: no answer within {limit:g} s", time.time())
+        return None
 
     def nodes_in_use(self) -> list[Node]:
         """Nodes declared in the fleet file; the local node only when it has jobs or is alone."""
@@ -260,22 +282,24 @@ class FleetClient:
         return nodes
 
     async def status(self, timeout: float = 10.0) -> list[NodeStatus]:
-        nodes = self.nodes_in_use()
-        missing = [n for n in nodes if n.name not in self.links and n.name not in self.errors]
-        if missing:
-            await self.connect_all(missing)
+        """Every node at once, each within ``timeout`` (connect and first snapshot together):
+        a node that cannot be read comes back with its reason and since when, never raises."""
 
         async def one(node: Node) -> NodeStatus:
+            deadline = time.monotonic() + timeout
+            if node.name not in self.links and node.name not in self.errors:
+                await self._try_connect(node, timeout)
             link = self.links.get(node.name)
             if link is None:
-                err, since = self.errors.get(node.name, ("not connected", time.time()))
+                err, since = self.errors.get(node.name, (f"node {node.name}: not connected", time.time()))
                 return NodeStatus(node, error=err, since=since)
             try:
-                return NodeStatus(node, snapshot=await link.next_snapshot(0, timeout))
+                left = max(deadline - time.monotonic(), min(timeout, 1.0))
+                return NodeStatus(node, snapshot=await link.next_snapshot(link.configured_seq, left))
             except AgentError as exc:
                 return NodeStatus(node, error=str(exc), since=time.time())
 
-        return list(await asyncio.gather(*(one(n) for n in nodes)))
+        return list(await asyncio.gather(*(one(n) for n in self.nodes_in_use())))
 
     async def watch(self, on_event: Callable[[str, Any], None], backoff_s: float = 1.0,
                     backoff_max_s: float = 30.0) -> None:
@@ -299,10 +323,14 @@ class FleetClient:
         delay = backoff_s
         down_since: Optional[float] = None
         while True:
+            ended: Optional[AgentLink] = None
             try:
                 link = await self.connect(node)
             except (AgentError, RequestFailed, OSError, asyncio.TimeoutError) as exc:
                 reason = str(exc) or f"node {node.name}: connect timed out"
+            except Exception as exc:  # untyped: show it on the node and keep the loop alive
+                log.exception("node %s: connect failed", node.name)
+                reason = f"node {node.name}: {type(exc).__name__}: {exc}"
             else:
                 delay, down_since = backoff_s, None
                 on_event(node.name, NodeUp(node.name, link.hello))
@@ -312,14 +340,19 @@ class FleetClient:
                     on_event(node.name, link.latest)
                 link.subscribe(on_event)
                 assert link._pump is not None
-                await asyncio.shield(link._pump)  # returns when the link ends
+                try:
+                    await asyncio.shield(link._pump)  # returns when the link ends
+                except Exception as exc:  # a transport error the link did not type: still a lost link
+                    link.lost, link.closed = True, link.closed or f"link lost: {type(exc).__name__}: {exc}"
                 reason = f"node {node.name}: {link.closed}"
                 self.links.pop(node.name, None)
-                await link.close()
+                ended = link
             down_since = down_since or time.time()
             self.errors[node.name] = (reason, down_since)
             wait = min(delay, backoff_max_s) * random.uniform(0.7, 1.3)
             on_event(node.name, NodeDown(node.name, reason, down_since, wait))
+            if ended is not None:
+                await ended.close()  # after NodeDown: closing a dead link takes its own time
             await asyncio.sleep(wait)
             delay = min(delay * 2, backoff_max_s)
 
@@ -339,5 +372,9 @@ class FleetClient:
         return await self.link_for_job(job).request(op, timeout=timeout, job=job, **args)
 
     async def close(self) -> None:
+        """Close every agent's stdin (they exit, their jobs keep running), then the transports
+        (the SSH connections)."""
         await asyncio.gather(*(link.close() for link in self.links.values()), return_exceptions=True)
         self.links.clear()
+        closers = [t.close() for t in self._transports.values() if hasattr(t, "close")]
+        await asyncio.gather(*closers, return_exceptions=True)

@@ -1,0 +1,63 @@
+"""`gpudeck deploy [-f FLEET] [NODE...]`: install this gpudeck version on the fleet's nodes."""
+
+from __future__ import annotations
+
+import sys
+
+
+def register(sub) -> None:
+    p = sub.add_parser("deploy", help="install this gpudeck version on nodes (a wheel over SFTP, pip into a venv)",
+                       description="Build a wheel of this gpudeck, copy it to each node over SFTP and pip install "
+                                   "it into a venv there (default <home>/venv, i.e. ~/.gpudeck/venv). With the "
+                                   "agent's dependencies already on the node, nothing is downloaded. The agent "
+                                   "then runs with that venv's python.")
+    p.add_argument("-f", "--fleet", help="fleet file (TOML); default $GPUDECK_FLEET")
+    p.add_argument("nodes", nargs="*", metavar="NODE", help="nodes to deploy to (default: every SSH node)")
+    p.add_argument("--wheel", help="install this gpudeck wheel instead of building one from this source tree")
+    p.add_argument("--accept-new-host-keys", action="store_true",
+                   help="record the host key of a node seen for the first time (like ssh's "
+                        "StrictHostKeyChecking=accept-new); a changed key is still refused")
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds each step may take on a node")
+    p.set_defaults(run=_deploy)
+
+
+async def _deploy(args) -> int:
+    from pathlib import Path
+
+    from console.cli import EXIT_FAIL, EXIT_OK, EXIT_USAGE, _err, _fleet
+    from remote.client import AgentError
+    from remote.deploy import Deployed, deploy
+    from remote.ssh import SshTransport
+
+    fleet = _fleet(args.fleet)
+    remote_nodes = [n for n in fleet.nodes if not n.local]
+    if args.nodes:
+        known = {n.name: n for n in fleet.nodes}
+        unknown = [name for name in args.nodes if name not in known]
+        if unknown:
+            _err(f"no node named {', '.join(map(repr, unknown))} in {fleet.path or 'the local fleet'}; "
+                 f"declared: {', '.join(known) or 'none'}")
+            return EXIT_USAGE
+        local = [name for name in args.nodes if known[name].local]
+        if local:
+            print(f"{', '.join(local)}: this machine runs the console's own gpudeck: nothing to deploy")
+        nodes = [known[name] for name in args.nodes if not known[name].local]
+    else:
+        nodes = remote_nodes
+    if not nodes:
+        print("no SSH nodes to deploy to" + (f" in {fleet.path}" if fleet.path else " (no fleet file)"))
+        return EXIT_OK
+
+    def show(result) -> None:
+        if isinstance(result, Deployed):
+            print(result.describe(), flush=True)
+        else:
+            print(f"FAILED {result}", file=sys.stderr, flush=True)
+
+    transport = SshTransport(accept_new=args.accept_new_host_keys)
+    try:
+        results = await deploy(nodes, transport, Path(args.wheel) if args.wheel else None, args.timeout, show)
+    finally:
+        await transport.close()
+    failed = [r for r in results if isinstance(r, AgentError)]
+    return EXIT_FAIL if failed else EXIT_OK

@@ -1,0 +1,526 @@
+"""The SSH fleet with real OpenSSH: a loopback sshd, and three nodes as network namespaces.
+
+The netns tests skip only where network namespaces cannot be created (no root, no
+iproute2, a sandbox that forbids them); the reason says which.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import getpass
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from agents import __version__
+from agents.protocol import Snapshot
+from remote.client import FleetClient, NodeDown, NodeUp, VersionMismatch
+from remote.fleet import load_fleet
+from remote.ssh import AgentStartFailed, AuthFailed, HostKeyChanged, HostKeyUnknown, SshError, SshTransport
+from ssh_support import (PY, ROOT, Events, NetnsFleet, Sshd, agents_of, host_key_line, keygen,
+                         netns_unavailable, node_python, old_version_python, run, wait_until)
+
+KEEPALIVE_S = 3.0  # short, so a dropped link shows in seconds; the agent ticks every 0.5 s
+TAKEOVER = ["--takeover-grace", "3"]
+
+
+def transport(**kw) -> SshTransport:
+    # config=None: the tests never read the operator's ~/.ssh/config
+    return SshTransport(**{"config": None, "keepalive_s": KEEPALIVE_S, "agent_args": TAKEOVER, **kw})
+
+
+def write_fleet(tmp_path: Path, text: str, name: str = "fleet.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def cli(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
+    return subprocess.run([PY, "-m", "console", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+
+
+def alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def job_in(snap: Snapshot, name: str):
+    return next((j for j in snap.jobs if j.name == name), None)
+
+
+# ---------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="module")
+def netns(tmp_path_factory):
+    why = netns_unavailable()
+    if why:
+        pytest.skip(why)
+    fleet = NetnsFleet(tmp_path_factory.mktemp("netns"))
+    try:
+        yield fleet
+    finally:
+        fleet.close()
+
+
+@pytest.fixture(scope="module")
+def sshd(tmp_path_factory):
+    d = tmp_path_factory.mktemp("loopback")
+    d.chmod(0o700)
+    key = keygen(d / "client_ed25519")
+    (d / "authorized_keys").write_text((d / "client_ed25519.pub").read_text())
+    server = Sshd(d / "server", d / "authorized_keys")
+    server.client_key = key  # type: ignore[attr-defined]
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def loopback_node(sshd: Sshd, tmp_path: Path, name: str = "lb", **extra: str) -> str:
+    home = tmp_path / f"{name}-home"
+    python = node_python(tmp_path / f"{name}-python")
+    fields = {"name": name, "host": "127.0.0.1", "port": sshd.port, "user": getpass.getuser(),
+              "identity": str(sshd.client_key), "known_hosts": str(sshd.known_hosts),
+              "python": str(python), "home": str(home), "interval": 0.5, "nvml": False, **extra}
+    return "\n[[nodes]]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in fields.items())
+
+
+# ---------------------------------------------------------------- three netns nodes
+
+
+def test_status_across_three_nodes(netns, tmp_path):
+    path = write_fleet(tmp_path, netns.fleet_toml())
+    r = cli("status", "-f", str(path))
+    assert r.returncode == 0, r.stderr
+    for node in netns.nodes:  # each answered from its own namespace: its own hostname
+        assert f"{node.name} ({node.hostname}):" in r.stdout, r.stdout
+    r = cli("status", "-f", str(path), "--json")
+    nodes = {n["name"]: n for n in json.loads(r.stdout)["nodes"]}
+    assert {n: (v["reachable"], v["host"]["hostname"]) for n, v in nodes.items()} == {
+        "node1": (True, "gdn1"), "node2": (True, "gdn2"), "node3": (True, "gdn3")}
+
+
+def test_unreachable_node_is_marked_and_does_not_fail_status(netns, tmp_path):
+    ghost = f"""
+[[nodes]]
+name = "ghost"
+host = "{netns.subnet}.99"
+python = "{netns.nodes[0].python}"
+home = "{tmp_path / 'ghost'}"
+connect_timeout = 2
+"""
+    path = write_fleet(tmp_path, netns.fleet_toml(extra_nodes=ghost))
+    r = cli("status", "-f", str(path), "--json")
+    assert r.returncode == 0, r.stderr
+    nodes = {n["name"]: n for n in json.loads(r.stdout)["nodes"]}
+    assert [n for n, v in nodes.items() if v["reachable"]] == ["node1", "node2", "node3"]
+    assert nodes["ghost"]["error"].startswith(f"node ghost: cannot connect to root@{netns.subnet}.99:22")
+    assert nodes["ghost"]["unreachable_since"] is not None
+    r = cli("status", "-f", str(path))
+    assert r.returncode == 0
+    assert "ghost: UNREACHABLE (node ghost: cannot connect" in r.stdout
+
+
+def test_job_on_node2_launched_and_killed_from_the_console(netns, tmp_path):
+    jobs = """
+[[jobs]]
+name = "spin"
+node = "node2"
+command = ["sh", "-c", "echo spinning on $(hostname); exec sleep 600"]
+"""
+    path = write_fleet(tmp_path, netns.fleet_toml(jobs=jobs))
+    node2 = netns.node("node2")
+    r = cli("launch", "-f", str(path), "spin")
+    assert r.returncode == 0, r.stderr
+    pid = int(r.stdout.split("pid ")[1].split(",")[0])
+    try:
+        assert pid in netns.pids_in(node2)  # it runs on node 2, in its namespace
+        assert pid not in netns.pids_in(netns.node("node1"))
+        r = cli("status", "-f", str(path), "--json")
+        (job,) = [j for j in json.loads(r.stdout)["jobs"] if j["name"] == "spin"]
+        assert (job["node"], job["state"], job["attempt"]) == ("node2", "running", 1)
+        r = cli("logs", "-f", str(path), "spin")
+        assert "spinning on gdn2" in r.stdout
+        r = cli("kill", "-f", str(path), "spin", "--grace", "5")
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.startswith("killed spin:"), r.stdout
+        assert not alive(pid)
+        r = cli("status", "-f", str(path), "--json")
+        (job,) = [j for j in json.loads(r.stdout)["jobs"] if j["name"] == "spin"]
+        assert job["state"] == "killed"
+        r = cli("relaunch", "-f", str(path), "spin")
+        assert r.returncode == 0, r.stderr
+        assert "attempt 2" in r.stdout, r.stdout
+        pid = int(r.stdout.split("pid ")[1].split(",")[0])
+        assert pid in netns.pids_in(node2)
+        r = cli("kill", "-f", str(path), "spin", "--grace", "5")
+        assert r.returncode == 0 and not alive(pid), r.stdout + r.stderr
+    finally:
+        if alive(pid):
+            psutil.Process(pid).kill()
+
+
+async def test_link_down_others_keep_reporting_then_reconnect_readopts(netns, tmp_path):
+    jobs = """
+[[jobs]]
+name = "survivor"
+node = "node2"
+command = ["sleep", "600"]
+"""
+    fleet = load_fleet(write_fleet(tmp_path, netns.fleet_toml(jobs=jobs)))
+    node2 = netns.node("node2")
+    client = FleetClient(fleet, {"ssh": transport()})
+    events = Events()
+    watch = asyncio.create_task(client.watch(events, backoff_s=0.2, backoff_max_s=1.0))
+    try:
+        await events.wait(lambda: all(events.of(n, NodeUp) for n in ("node1", "node2", "node3")), 90,
+                          "the three nodes up")
+        pid = (await client.job_request("survivor", "launch"))["pid"]
+        await events.wait(lambda: any((j := job_in(s, "survivor")) and j.state == "running"
+                                      for s in events.of("node2", Snapshot)), 30, "survivor running")
+        old_agent = events.of("node2", NodeUp)[-1].hello.pid
+
+        node2.link(False)
+        t_down = time.monotonic()
+        down = await events.wait(lambda: events.of("node2", NodeDown, after=t_down), 60, "node2 down")
+        detected_after = next(t for t, n, e in events.items if e is down[0]) - t_down
+        print(f"node2 marked down {detected_after:.1f} s after its link went down "
+              f"(keepalive {KEEPALIVE_S:g} s): {down[0].reason}")
+        assert down[0].reason.startswith("node node2: link lost")
+        # the other two keep reporting while node2 is cut off
+        t = time.monotonic()
+        await events.wait(lambda: all(len(events.of(n, Snapshot, after=t)) >= 3 for n in ("node1", "node3")),
+                          30, "node1 and node3 snapshots while node2 is down")
+        assert not events.of("node2", NodeUp, after=t_down)
+        assert alive(pid)  # the job does not depend on the link
+
+        node2.link(True)
+        t_up = time.monotonic()
+        up = await events.wait(lambda: events.of("node2", NodeUp, after=t_up), 90, "node2 back up")
+        new_agent = up[0].hello.pid
+        assert new_agent != old_agent
+        snap = await events.wait(
+            lambda: [s for s in events.of("node2", Snapshot, after=t_up)
+                     if (j := job_in(s, "survivor")) and j.state == "running"], 30, "survivor re-adopted")
+        job = job_in(snap[-1], "survivor")
+        assert (job.pid, job.attempt) == (pid, 1)  # the same process, adopted, not relaunched
+        # never two agents: the new one took over from the one the dropped link left behind
+        await wait_until(lambda: agents_of(node2.home) == [new_agent], 20, "a single agent on node2")
+        assert not alive(old_agent)
+        verdict = await client.job_request("survivor", "kill", grace_s=5.0)
+        assert verdict["ok"], verdict
+        assert not alive(pid)
+    finally:
+        node2.link(True)
+        watch.cancel()
+        await asyncio.gather(watch, return_exceptions=True)
+        await client.close()
+
+
+async def test_changed_host_key_is_refused_with_file_and_line(netns, tmp_path):
+    node1 = netns.node("node1")
+    impostor = keygen(tmp_path / "other_host_key")
+    known = tmp_path / "known_hosts"
+    known.write_text("# recorded long ago\n" + host_key_line(node1.ip, impostor.with_suffix(".pub")))
+    before = known.read_text()
+    text = netns.fleet_toml().replace(f'known_hosts = "{netns.known_hosts}"', f'known_hosts = "{known}"')
+    fleet = load_fleet(write_fleet(tmp_path, text))
+    for host_keys in ("strict", "accept-new"):  # a changed key is refused even with accept-new
+        node = dataclasses.replace(fleet.node("node1"), host_keys=host_keys)
+        client = FleetClient(fleet, {"ssh": transport()})
+        try:
+            with pytest.raises(HostKeyChanged) as err:
+                await client.connect(node)
+        finally:
+            await client.close()
+        msg = str(err.value)
+        assert msg.startswith("node node1: HOST KEY CHANGED"), msg
+        assert f"{known} line 2" in msg and (err.value.path, err.value.line) == (str(known), 2)
+    assert known.read_text() == before  # nothing recorded
+
+
+async def test_unknown_host_refused_unless_accept_new_which_records_it(netns, tmp_path):
+    node1 = netns.node("node1")
+    known = tmp_path / "known_hosts"
+    known.write_text("")
+    text = netns.fleet_toml().replace(f'known_hosts = "{netns.known_hosts}"', f'known_hosts = "{known}"')
+    fleet = load_fleet(write_fleet(tmp_path, text))
+    client = FleetClient(fleet, {"ssh": transport()})
+    try:
+        with pytest.raises(HostKeyUnknown) as err:
+            await client.connect(fleet.node("node1"))
+        assert str(err.value).startswith(f"node node1: host key of {node1.ip} is not known")
+        assert 'host_keys = "accept-new"' in str(err.value)
+        assert known.read_text() == ""
+    finally:
+        await client.close()
+    fleet = load_fleet(write_fleet(tmp_path, text.replace("[defaults]\n", '[defaults]\nhost_keys = "accept-new"\n')))
+    client = FleetClient(fleet, {"ssh": transport()})
+    try:
+        await client.connect(fleet.node("node1"))
+    finally:
+        await client.close()
+    assert known.read_text() == host_key_line(node1.ip, node1.dir / "host_ed25519.pub")  # as OpenSSH writes it
+    fleet = load_fleet(write_fleet(tmp_path, text))  # and now strict accepts it
+    client = FleetClient(fleet, {"ssh": transport()})
+    try:
+        link = await client.connect(fleet.node("node1"))
+        assert link.hello.node == "node1"
+    finally:
+        await client.close()
+
+
+async def test_version_mismatch_refused_and_says_deploy(netns, tmp_path):
+    old = old_version_python(tmp_path, "0.0.1")
+    node3 = netns.node("node3")
+    extra = f"""
+[[nodes]]
+name = "oldnode"
+host = "{node3.ip}"
+python = "{old}"
+home = "{tmp_path / 'old-home'}"
+"""
+    path = write_fleet(tmp_path, netns.fleet_toml(extra_nodes=extra))
+    fleet = load_fleet(path)
+    client = FleetClient(fleet, {"ssh": transport()})
+    try:
+        with pytest.raises(VersionMismatch) as err:
+            await client.connect(fleet.node("oldnode"))
+    finally:
+        await client.close()
+    assert str(err.value) == (f"node oldnode: agent version 0.0.1 (protocol 1) does not match the console's "
+                              f"{__version__} (protocol 1); run `gpudeck deploy oldnode`")
+    r = cli("status", "-f", str(path))
+    assert "oldnode: UNREACHABLE (node oldnode: agent version 0.0.1" in r.stdout
+    assert "node3 (gdn3):" in r.stdout  # the other nodes are not held up by it
+    # the refused agent was told to go (stdin closed): none is left behind
+    await wait_until(lambda: not agents_of(tmp_path / "old-home"), 15, "the old agent gone")
+
+
+@pytest.mark.parametrize("wrong", ["user", "key"])
+async def test_wrong_user_or_key_is_an_auth_error_naming_the_node(netns, tmp_path, wrong):
+    text = netns.fleet_toml()
+    if wrong == "user":
+        text = text.replace('user = "root"', 'user = "gdnouser"')
+        expect = f"for user gdnouser with key {netns.client_key}"
+    else:
+        stranger = keygen(tmp_path / "stranger_ed25519")
+        text = text.replace(f'identity = "{netns.client_key}"', f'identity = "{stranger}"')
+        expect = f"for user root with key {stranger}"
+    fleet = load_fleet(write_fleet(tmp_path, text))
+    client = FleetClient(fleet, {"ssh": transport()})
+    try:
+        with pytest.raises(AuthFailed) as err:
+            await client.connect(fleet.node("node2"))
+        statuses = await client.status(timeout=20)
+    finally:
+        await client.close()
+    node2 = netns.node("node2")
+    assert str(err.value) == (f"node node2: authentication failed {expect} "
+                              f"({'gdnouser' if wrong == 'user' else 'root'}@{node2.ip}:22)")
+    assert all(s.snapshot is None and s.error.startswith(f"node {s.node.name}: authentication failed")
+               for s in statuses)
+    assert "PRIVATE KEY" not in str(err.value)
+
+
+def test_deploy_wheel_over_sftp_then_the_agent_runs_from_the_venv(netns, tmp_path):
+    node1 = netns.node("node1")
+    home = tmp_path / "deployed-home"
+    extra = f"""
+[[nodes]]
+name = "fresh"
+host = "{node1.ip}"
+python = "{node1.python}"
+home = "{home}"
+"""
+    path = write_fleet(tmp_path, netns.fleet_toml(extra_nodes=extra))
+    r = cli("deploy", "-f", str(path), "fresh", timeout=300)
+    assert r.returncode == 0, r.stderr
+    venv = home / "venv"
+    assert r.stdout.startswith(f"fresh: gpudeck {__version__} in {venv} (dependencies already there: "
+                               f"pip --no-deps --no-index)"), r.stdout
+    assert (home / "dist" / f"gpudeck-{__version__}-py3-none-any.whl").is_file()  # what SFTP carried
+    where = run(str(venv / "bin" / "python"), "-c", "import agents; print(agents.__file__)", cwd="/").stdout
+    assert where.startswith(str(venv / "lib")), where  # installed in the venv, not this working tree
+
+    async def agent_cmdline() -> list[str]:
+        fleet = load_fleet(path)
+        client = FleetClient(fleet, {"ssh": transport()})
+        try:
+            link = await client.connect(fleet.node("fresh"))
+            return psutil.Process(link.hello.pid).cmdline()
+        finally:
+            await client.close()
+
+    cmd = asyncio.run(agent_cmdline())
+    assert cmd[:3] == [str(venv / "bin" / "python"), "-m", "agents"]
+    # deploying again updates in place; --wheel installs a given wheel instead of building one
+    r = cli("deploy", "-f", str(path), "fresh", "--wheel", str(home / "dist" / f"gpudeck-{__version__}-py3-none-any.whl"),
+            timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith(f"fresh: gpudeck {__version__} in {venv}"), r.stdout
+
+
+def test_deploy_reports_unknown_node(netns, tmp_path):
+    path = write_fleet(tmp_path, netns.fleet_toml())
+    r = cli("deploy", "-f", str(path), "nosuch")
+    assert r.returncode == 2
+    assert "no node named 'nosuch'" in r.stderr and "node1, node2, node3" in r.stderr
+
+
+# ---------------------------------------------------------------- loopback sshd
+
+
+async def test_ssh_config_is_honoured(sshd, tmp_path):
+    cfg = tmp_path / "ssh_config"
+    cfg.write_text(f"""\
+Host gdtest-alias
+    HostName 127.0.0.1
+    Port {sshd.port}
+    User root
+    IdentityFile {sshd.client_key}
+    UserKnownHostsFile {sshd.known_hosts}
+""")
+    text = f"""
+[[nodes]]
+name = "aliased"
+host = "gdtest-alias"
+python = "{node_python(tmp_path / 'python')}"
+home = "{tmp_path / 'home'}"
+nvml = false
+"""
+    fleet = load_fleet(write_fleet(tmp_path, text))
+    client = FleetClient(fleet, {"ssh": SshTransport(config=[str(cfg)], keepalive_s=KEEPALIVE_S)})
+    try:
+        (status,) = await client.status(timeout=30)
+    finally:
+        await client.close()
+    assert status.error is None and status.snapshot.node == "aliased"
+
+
+async def test_hashed_known_hosts_line_is_matched(sshd, tmp_path):
+    known = tmp_path / "known_hosts_hashed"
+    known.write_text(sshd.known_hosts.read_text())
+    run("ssh-keygen", "-H", "-f", str(known))
+    assert known.read_text().startswith("|1|")
+    fleet = load_fleet(write_fleet(tmp_path, loopback_node(sshd, tmp_path, known_hosts=str(known))))
+    client = FleetClient(fleet, {"ssh": transport()})
+    try:
+        link = await client.connect(fleet.node("lb"))
+        assert link.hello.node == "lb"
+    finally:
+        await client.close()
+
+
+async def test_a_new_agent_takes_over_and_there_is_never_two(sshd, tmp_path):
+    fleet = load_fleet(write_fleet(tmp_path, loopback_node(sshd, tmp_path)))
+    node = fleet.node("lb")
+    first, second = FleetClient(fleet, {"ssh": transport()}), FleetClient(fleet, {"ssh": transport()})
+    try:
+        a = await first.connect(node)
+        b = await second.connect(node)
+        await wait_until(lambda: a.closed, 15, "the first agent to leave")
+        assert "a newer agent is taking over" in a.closed
+        assert agents_of(Path(node.home)) == [b.hello.pid]
+        assert (await b.next_snapshot(b.configured_seq, 10)).node == "lb"
+    finally:
+        await first.close()
+        await second.close()
+    await wait_until(lambda: not agents_of(Path(node.home)), 15, "no agent once the console closed")
+
+
+async def test_missing_python_says_exit_127_and_what_to_do(sshd, tmp_path):
+    fleet = load_fleet(write_fleet(tmp_path, loopback_node(sshd, tmp_path, python="/nonexistent/python3")))
+    client = FleetClient(fleet, {"ssh": transport()})
+    try:
+        with pytest.raises(AgentStartFailed) as err:
+            await client.connect(fleet.node("lb"))
+    finally:
+        await client.close()
+    msg = str(err.value)
+    assert msg.startswith("node lb: the agent exited before saying hello")
+    assert "exit 127" in msg and "gpudeck deploy lb" in msg and "/nonexistent/python3" in msg
+
+
+async def test_closing_the_console_stops_the_agent_and_jobs_keep_running(sshd, tmp_path):
+    jobs = """
+[[jobs]]
+name = "keeps"
+node = "lb"
+command = ["sleep", "600"]
+"""
+    fleet = load_fleet(write_fleet(tmp_path, loopback_node(sshd, tmp_path) + jobs))
+    client = FleetClient(fleet, {"ssh": transport()})
+    try:
+        pid = (await client.job_request("keeps", "launch"))["pid"]
+        agent = client.links["lb"].hello.pid
+    finally:
+        await client.close()
+    try:
+        await wait_until(lambda: not alive(agent), 15, "the agent to exit when its stdin closed")
+        assert alive(pid)
+    finally:
+        psutil.Process(pid).kill()
+
+
+async def test_an_error_of_one_node_is_typed_for_the_watch_loop(sshd, tmp_path):
+    """A refused node shows as NodeDown with its reason; the loop keeps trying."""
+    fleet = load_fleet(write_fleet(tmp_path, loopback_node(sshd, tmp_path, user="gdnouser")))
+    client = FleetClient(fleet, {"ssh": transport()})
+    events = Events()
+    watch = asyncio.create_task(client.watch(events, backoff_s=0.1, backoff_max_s=0.2))
+    try:
+        downs = await events.wait(lambda: len(events.of("lb", NodeDown)) >= 2 and events.of("lb", NodeDown),
+                                  30, "two NodeDown for lb")
+    finally:
+        watch.cancel()
+        await asyncio.gather(watch, return_exceptions=True)
+        await client.close()
+    assert all(d.reason.startswith("node lb: authentication failed for user gdnouser") for d in downs)
+    assert downs[0].since == downs[-1].since  # down since the first failure
+
+
+async def test_an_encrypted_key_is_refused_without_asking_or_showing_it(sshd, tmp_path):
+    key = tmp_path / "locked_ed25519"
+    run("ssh-keygen", "-q", "-t", "ed25519", "-N", "s3cret-pass", "-f", str(key))
+    fleet = load_fleet(write_fleet(tmp_path, loopback_node(sshd, tmp_path, identity=str(key))))
+    client = FleetClient(fleet, {"ssh": transport()})
+    try:
+        with pytest.raises(SshError) as err:
+            await client.connect(fleet.node("lb"))
+    finally:
+        await client.close()
+    msg = str(err.value)
+    assert msg.startswith("node lb: cannot use its SSH settings:") and "ssh-agent" in msg, msg
+    assert "s3cret" not in msg and key.read_text().splitlines()[1] not in msg
+
+
+async def test_a_home_shared_with_another_host_is_refused_with_a_reason(sshd, tmp_path):
+    import fcntl
+    import os
+
+    fleet = load_fleet(write_fleet(tmp_path, loopback_node(sshd, tmp_path)))
+    home = Path(fleet.node("lb").home)
+    home.mkdir(parents=True)
+    fd = os.open(home / "agent.lock", os.O_RDWR | os.O_CREAT)
+    try:  # what an agent on another machine holds when ~/.gpudeck is on a shared file system
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        os.write(fd, b"4242 some-other-host\n")
+        client = FleetClient(fleet, {"ssh": transport()})
+        try:
+            with pytest.raises(AgentStartFailed) as err:
+                await client.connect(fleet.node("lb"))
+        finally:
+            await client.close()
+    finally:
+        os.close(fd)
+    assert "held by an agent on host some-other-host" in str(err.value)
+    assert "give each node its own `home`" in str(err.value)
