@@ -1,0 +1,359 @@
+"""The gpudeck console: a Textual app over a FleetClient.
+
+The transport runs in one async worker on the app's own event loop (asyncssh needs that:
+a thread worker would give it a fresh loop and lose the connections). Its events become
+messages; snapshots fold into one FleetState; the screens render that state at most every
+``refresh_s`` and once a second. Operator actions (kill, relaunch, launch) and the log
+follower are workers too, and every answer or error comes back as a message and is shown.
+
+``make_app`` builds the app for the CLI and for the tests alike.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+from textual import work
+from textual.app import App
+from textual.binding import Binding
+from textual.worker import Worker, WorkerState
+
+from agents.protocol import History, Snapshot
+from console.messages import (HistoryReceived, JobActionFailed, JobActionFinished, LogFetched, LogFetchFailed,
+                              NodeWentDown, NodeWentUp, SnapshotReceived)
+from console.screens.confirm import ConfirmScreen
+from console.screens.error import ErrorScreen
+from console.screens.help import HelpScreen
+from console.screens.job import JobScreen
+from console.screens.main import MainScreen
+from console.state import ALIVE, FleetState
+from console.widgets.log_panel import LogPanel
+from remote.client import AgentError, FleetClient, NodeDown, NodeUp, RequestFailed
+from remote.fleet import Fleet
+
+OPERATOR_ERRORS = (AgentError, RequestFailed, KeyError, asyncio.TimeoutError, OSError)
+
+
+@dataclass(frozen=True)
+class ConsoleConfig:
+    """What a console session is told at start."""
+
+    fleet: Fleet
+    """The nodes and jobs to show."""
+
+    fleet_name: Optional[str] = None
+    """The name in the header; default the fleet file's name, or "this machine"."""
+
+    read_only: bool = False
+    """Kill, relaunch and launch are off: for watching a fleet someone else drives."""
+
+    connect: bool = True
+    """Connect to the nodes. Off: the app only renders what it is handed (snapshot tests,
+    the benchmark); nothing is asked of any node, not even a log."""
+
+    clock: Callable[[], float] = time.time
+    """Where "now" comes from: pinned by snapshot tests."""
+
+    autostart: tuple[str, ...] = ()
+    """Jobs to launch once their node answers, if they are not running (the demo)."""
+
+    grace_s: float = 10.0
+    """Seconds between SIGTERM and SIGKILL on kill and relaunch."""
+
+    refresh_s: float = 0.05
+    """Snapshots arriving within this window are drawn together."""
+
+    tick_s: float = 1.0
+    """Redraw at least this often (clocks, "unreachable for ..."); 0: only on snapshots."""
+
+    log_lines: int = 200
+    """Lines of a log's tail shown first."""
+
+    log_poll_s: float = 1.0
+    """Seconds between two reads of a followed log (each armed after the last returned)."""
+
+    spark_bucket_s: float = 15.0
+    """Seconds of tokens/s in one sparkline cell."""
+
+    initial_view: str = "jobs"
+    """fleet, jobs, logs or alerts."""
+
+    nodes: tuple[str, ...] = field(default=())
+    """Nodes to show as connecting before they answer; default those the client will use."""
+
+    screenshot: Optional[str] = None
+    """Save an SVG screenshot here once tokens/s and an ETA are on screen, then exit."""
+
+    screenshot_wait_s: tuple[float, float] = (12.0, 90.0)
+    """At least this long (the sparklines fill), at most this long (whatever is there)."""
+
+
+class GpuDeckApp(App[None]):
+    CSS_PATH = "app.tcss"
+    TITLE = "gpudeck"
+    ENABLE_COMMAND_PALETTE = False
+
+    BINDINGS = [
+        Binding("q", "quit", "Quit", id="app.quit"),
+        Binding("question_mark", "help", "Help", key_display="?", id="app.help"),
+    ]
+
+    def __init__(self, config: ConsoleConfig, client: FleetClient) -> None:
+        super().__init__()
+        self.config = config
+        self.client = client
+        self.state = FleetState(config.fleet, clock=config.clock, spark_bucket_s=config.spark_bucket_s)
+        self.state.expect(config.nodes or [n.name for n in client.nodes_in_use()])
+        self.fleet_name = config.fleet_name or _fleet_name(config.fleet)
+        self.verdicts: list[tuple[str, str, str]] = []  # (job, op, what the operator was told)
+        self._refresh_armed = False
+        self._autostart = set(config.autostart)
+        self._following: Optional[str] = None
+        self._down: set[str] = set()
+
+    def get_default_screen(self) -> MainScreen:
+        return MainScreen(self.fleet_name, self.config.read_only, self.config.initial_view)
+
+    def on_mount(self) -> None:
+        if self.config.tick_s:
+            self.set_interval(self.config.tick_s, self.refresh_views)
+        if self.config.connect:
+            self.watch_fleet()
+        if self.config.screenshot:
+            self._started = time.monotonic()
+            self.set_interval(0.5, self._maybe_screenshot)
+        self.call_after_refresh(self.refresh_views)
+
+    def _maybe_screenshot(self) -> None:
+        waited = time.monotonic() - self._started
+        least, most = self.config.screenshot_wait_s
+        totals = self.state.totals()
+        ready = totals.tokens_per_s is not None and totals.slowest_eta_s is not None
+        if (ready and waited >= least) or waited >= most:
+            path = os.path.abspath(self.config.screenshot or "gpudeck.svg")
+            self.save_screenshot(os.path.basename(path), os.path.dirname(path))
+            self.exit()
+
+    async def on_unmount(self) -> None:
+        await self.client.close()  # the agents exit; their jobs keep running
+
+    # ------------------------------------------------------------ transport -> messages
+
+    @work(group="watch", exclusive=True, exit_on_error=False, name="fleet watch")
+    async def watch_fleet(self) -> None:
+        await self.client.watch(self._on_fleet_event)
+
+    def _on_fleet_event(self, node: str, event: Any) -> None:
+        if isinstance(event, Snapshot):
+            self.post_message(SnapshotReceived(event))
+        elif isinstance(event, History):
+            self.post_message(HistoryReceived(event))
+        elif isinstance(event, NodeUp):
+            self.post_message(NodeWentUp(event.node, event.hello))
+        elif isinstance(event, NodeDown):
+            self.post_message(NodeWentDown(event.node, event.reason, event.since, event.retry_in_s))
+
+    def on_snapshot_received(self, message: SnapshotReceived) -> None:
+        self.state.apply(message.snapshot)
+        if self._autostart:
+            self._start_demo_jobs(message.snapshot)
+        self.schedule_refresh()
+
+    def on_history_received(self, message: HistoryReceived) -> None:
+        self.state.apply_history(message.history)
+        self.schedule_refresh()
+
+    def on_node_went_up(self, message: NodeWentUp) -> None:
+        if message.node in self._down:
+            self._down.discard(message.node)
+            self.notify(f"node {message.node} is back", timeout=5)
+
+    def on_node_went_down(self, message: NodeWentDown) -> None:
+        self.state.mark_unreachable(message.node, message.reason, message.since, message.retry_in_s)
+        if message.node not in self._down:
+            self._down.add(message.node)
+            self.notify(message.reason, title=f"node {message.node} unreachable", severity="error", timeout=10)
+        self.schedule_refresh()
+
+    # ------------------------------------------------------------ state -> screens
+
+    def schedule_refresh(self) -> None:
+        """Draw soon; snapshots of many nodes arriving together are drawn once."""
+        if not self._refresh_armed:
+            self._refresh_armed = True
+            self.set_timer(self.config.refresh_s, self.refresh_views)
+
+    def refresh_views(self) -> None:
+        self._refresh_armed = False
+        for screen in self.screen_stack:
+            if isinstance(screen, (MainScreen, JobScreen)) and screen.is_mounted:
+                screen.show_state(self.state)
+
+    # ------------------------------------------------------------ operator actions
+
+    def action_help(self) -> None:
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen(self.config.read_only))
+
+    def open_job(self, job: str) -> None:
+        row = next((r for r in self.state.job_rows() if r.name == job), None)
+        if row is None:
+            self.notify(f"job {job} is not in any snapshot yet", severity="warning", timeout=4)
+            return
+        self.push_screen(JobScreen(job, row.key, self.fleet_name, self.config.read_only))
+
+    def ask_job_action(self, op: str, job: str) -> None:
+        """Kill, relaunch or launch ``job``; destructive ones ask first."""
+        if self.config.read_only:
+            self.notify(f"read-only: {op} is off (started with --read-only)", severity="warning", timeout=4)
+            return
+        row = next((r for r in self.state.job_rows() if r.name == job), None)
+        where = f" on {row.node}" if row else ""
+        grace = f"{self.config.grace_s:g}"
+        if op == "kill":
+            question = (f"Kill job [b]{job}[/b]{where}?\n\nSIGTERM to its process group, SIGKILL after {grace} s, "
+                        f"then a check that its processes are gone and its GPU memory came back.")
+            self._confirm(op, job, "Kill", question)
+        elif op == "relaunch" and row is not None and row.alive:
+            question = (f"Relaunch job [b]{job}[/b]{where}?\n\nIt is running: it is killed first (SIGTERM, SIGKILL "
+                        f"after {grace} s), then started again as attempt {row.attempt + 1} with the same spec.")
+            self._confirm(op, job, "Relaunch", question)
+        else:
+            self.run_job_action(op, job)
+
+    def _confirm(self, op: str, job: str, yes: str, question: str) -> None:
+        def answered(confirmed: Optional[bool]) -> None:
+            if confirmed:
+                self.run_job_action(op, job)
+            else:
+                self.notify(f"{op} of {job} cancelled", timeout=3)
+
+        self.push_screen(ConfirmScreen(f"{op} {job}", question, yes), answered)
+
+    @work(group="actions", exit_on_error=False, name="job action")
+    async def run_job_action(self, op: str, job: str, quiet: bool = False) -> None:
+        if not self.config.connect:
+            self.post_message(JobActionFailed(job, op, "this console is not connected to the fleet"))
+            return
+        if not quiet:
+            self.notify(f"{op} {job}…", timeout=3)
+        kw: dict[str, Any] = {"timeout": 60.0}
+        if op in ("kill", "relaunch"):
+            kw = {"grace_s": self.config.grace_s, "timeout": self.config.grace_s + 60.0}
+        try:
+            result = await self.client.job_request(job, op, **kw)
+        except OPERATOR_ERRORS as exc:
+            self.post_message(JobActionFailed(job, op, describe_error(exc)))
+            return
+        self.post_message(JobActionFinished(job, op, result))
+
+    def on_job_action_finished(self, message: JobActionFinished) -> None:
+        r, job = message.result, message.job
+        severity = "information"
+        if message.op == "kill":
+            ok = bool(r.get("ok", True))
+            title = f"killed {job}" if ok else f"kill of {job} incomplete"
+            text = str(r.get("message", "done"))
+            severity = "information" if ok else "error"
+        elif message.op == "relaunch":
+            title = f"relaunched {job}"
+            text = f"attempt {r.get('attempt')}, pid {r.get('pid')}"
+            if "kill" in r:
+                text = f"killed first: {r['kill'].get('message')}\n{text}"
+        else:
+            title = f"launched {job}"
+            text = f"attempt {r.get('attempt')}, pid {r.get('pid')}"
+        self.verdicts.append((job, message.op, text))
+        self.notify(text, title=title, severity=severity, timeout=15)  # type: ignore[arg-type]
+        self.schedule_refresh()
+
+    def on_job_action_failed(self, message: JobActionFailed) -> None:
+        self.verdicts.append((message.job, message.op, message.error))
+        self.notify(message.error, title=f"{message.op} {message.job} failed", severity="error", timeout=20)
+
+    def _start_demo_jobs(self, snap: Snapshot) -> None:
+        for j in snap.jobs:
+            if j.name in self._autostart:
+                self._autostart.discard(j.name)
+                if j.state not in ALIVE:
+                    self.run_job_action("launch", j.name, quiet=True)
+
+    # ------------------------------------------------------------ logs
+
+    def follow_logs(self, job: str, restart: bool = False) -> None:
+        """Show ``job``'s tail, then what is appended; one followed log at a time.
+        ``restart``: send the tail again (a new panel shows this job)."""
+        if (self._following == job and not restart) or not self.config.connect:
+            return
+        self._following = job
+        self._follow(job)
+
+    def stop_following_logs(self) -> None:
+        self._following = None
+        self.workers.cancel_group(self, "logs")
+
+    @work(group="logs", exclusive=True, exit_on_error=False, name="log follower")
+    async def _follow(self, job: str) -> None:
+        offset: Optional[int] = None
+        delay = self.config.log_poll_s
+        while True:
+            try:
+                if offset is None:
+                    r = await self.client.job_request(job, "logs", lines=self.config.log_lines, timeout=15.0)
+                    self.post_message(LogFetched(job, r["text"], reset=True, path=r.get("path")))
+                else:
+                    r = await self.client.job_request(job, "logs", offset=offset, timeout=15.0)
+                    if r["text"]:
+                        self.post_message(LogFetched(job, r["text"], reset=False))
+                offset, delay = int(r["offset"]), self.config.log_poll_s
+            except OPERATOR_ERRORS as exc:
+                self.post_message(LogFetchFailed(job, describe_error(exc)))
+                delay = min(delay * 2, 15.0)
+            await asyncio.sleep(delay)
+
+    def _log_panels(self, job: str) -> list[LogPanel]:
+        return [p for screen in self.screen_stack for p in screen.query(LogPanel) if p.job == job]
+
+    def on_log_fetched(self, message: LogFetched) -> None:
+        for panel in self._log_panels(message.job):
+            panel.feed(message.text, message.reset, message.path)
+
+    def on_log_fetch_failed(self, message: LogFetchFailed) -> None:
+        for panel in self._log_panels(message.job):
+            panel.fetch_failed(message.error)
+
+    # ------------------------------------------------------------ errors nobody expected
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        if event.state != WorkerState.ERROR:
+            return
+        err = event.worker.error
+        self.push_screen(ErrorScreen(f"{event.worker.name} stopped",
+                                     f"{type(err).__name__}: {err}\n\nThis is a bug in gpudeck: please report it "
+                                     f"with what you were doing."))
+
+
+def describe_error(exc: BaseException) -> str:
+    """What the operator reads: the node, and what went wrong there."""
+    if isinstance(exc, RequestFailed):
+        return f"node {exc.node}: {exc}"
+    if isinstance(exc, KeyError):
+        return str(exc.args[0]) if exc.args else "unknown job"
+    if isinstance(exc, asyncio.TimeoutError):
+        return "no answer in time"
+    return str(exc) or type(exc).__name__
+
+
+def _fleet_name(fleet: Fleet) -> str:
+    if fleet.path is None:
+        return "this machine"
+    return os.path.basename(fleet.path)
+
+
+def make_app(fleet: Fleet, *, client: Optional[FleetClient] = None, **options: Any) -> GpuDeckApp:
+    """The console on ``fleet``: the CLI's `up` and `demo` and the tests all start here."""
+    return GpuDeckApp(ConsoleConfig(fleet=fleet, **options), client or FleetClient(fleet))

@@ -1,0 +1,20 @@
+"""`gpudeck up`: the console on a fleet."""
+
+from __future__ import annotations
+
+
+def register(sub) -> None:
+    p = sub.add_parser("up", help="open the console (TUI) on a fleet")
+    p.add_argument("-f", "--fleet", help="fleet file (TOML); default $GPUDECK_FLEET, else this machine alone")
+    p.add_argument("--read-only", action="store_true", help="watch only: kill, relaunch and launch are off")
+    p.add_argument("--view", choices=("fleet", "jobs", "logs", "alerts"), default="jobs", help="the view shown first")
+    p.set_defaults(run=_up)
+
+
+def _up(args) -> int:
+    from console.app import make_app
+    from console.cli import _fleet
+
+    fleet = _fleet(args.fleet)
+    make_app(fleet, read_only=args.read_only, initial_view=args.view).run()
+    return 0

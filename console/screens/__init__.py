@@ -1,0 +1,1 @@
+"""The console's screens and dialogs, one per module."""

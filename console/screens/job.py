@@ -1,0 +1,63 @@
+"""JobScreen: one job in full, above its log (tail, then follow)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Optional
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.screen import Screen
+from textual.widgets import Footer
+
+from console.state import FleetState
+from console.widgets.fleet_header import FleetHeader
+from console.widgets.job_details import JobDetails
+from console.widgets.log_panel import LogPanel
+
+if TYPE_CHECKING:
+    from console.app import GpuDeckApp
+
+
+class JobScreen(Screen[None]):
+    BINDINGS = [
+        Binding("escape,backspace", "back", "Back", id="job.back"),
+        Binding("k", "job('kill')", "Kill", id="job.kill"),
+        Binding("r", "job('relaunch')", "Relaunch", id="job.relaunch"),
+        Binding("l", "job('launch')", "Launch", id="job.launch"),
+    ]
+
+    app: "GpuDeckApp"
+
+    def __init__(self, job: str, key: str, fleet_name: str, read_only: bool) -> None:
+        super().__init__(id="job-screen")
+        self.job, self.key = job, key
+        self.fleet_name, self.read_only = fleet_name, read_only
+
+    def compose(self) -> ComposeResult:
+        yield FleetHeader(self.fleet_name, self.read_only)
+        yield JobDetails(self.job, id="details")
+        yield LogPanel(id="job-log")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one(LogPanel).show_job(self.job)
+        self.query_one(LogPanel).log.focus()
+        self.show_state(self.app.state)
+        self.app.follow_logs(self.job, restart=True)
+
+    def show_state(self, state: FleetState) -> None:
+        header = self.query_one(FleetHeader)
+        header.totals = state.totals()
+        header.now = state.clock()
+        self.query_one(JobDetails).detail = state.job_detail(self.key)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> Optional[bool]:
+        if action == "job" and self.read_only:
+            return None
+        return True
+
+    def action_job(self, op: str) -> None:
+        self.app.ask_job_action(op, self.job)
+
+    def action_back(self) -> None:
+        self.dismiss()

@@ -1,0 +1,218 @@
+"""MainScreen: the header, four views (fleet, jobs, logs, alerts) and the footer.
+
+It holds no state of its own beyond what the operator chose (the active view, filters,
+sort keys, the job whose log is shown): the app hands it the FleetState to render.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Optional
+
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.content import Content
+from textual.screen import Screen
+from textual.widgets import Footer, Input, TabbedContent, TabPane
+
+from console.state import (ALERT_SORTS, FLEET_SORTS, JOB_SORTS, FleetState, GpuRow, select_alerts, select_fleet,
+                           select_jobs)
+from console.widgets.alerts_table import AlertsTable
+from console.widgets.filter_bar import FilterBar
+from console.widgets.fleet_header import FleetHeader
+from console.widgets.fleet_table import FleetTable
+from console.widgets.jobs_table import JobsTable
+from console.widgets.live_table import LiveTable
+from console.widgets.log_panel import LogPanel
+
+if TYPE_CHECKING:
+    from console.app import GpuDeckApp
+
+VIEWS = ("fleet", "jobs", "logs", "alerts")
+SORTS = {"fleet": FLEET_SORTS, "jobs": JOB_SORTS, "alerts": ALERT_SORTS, "logs": ()}
+LABELS = {"fleet": "Fleet", "jobs": "Jobs", "logs": "Logs", "alerts": "Alerts"}
+JOB_OPS = ("kill", "relaunch", "launch")
+
+
+class MainScreen(Screen[None]):
+    BINDINGS = [
+        Binding("k", "job('kill')", "Kill", id="job.kill"),
+        Binding("r", "job('relaunch')", "Relaunch", id="job.relaunch"),
+        Binding("l", "job('launch')", "Launch", id="job.launch"),
+        Binding("slash", "filter", "Filter", id="view.filter"),
+        Binding("s", "sort", "Sort", id="view.sort"),
+        Binding("1", "view('fleet')", "Fleet", show=False, id="view.fleet"),
+        Binding("2", "view('jobs')", "Jobs", show=False, id="view.jobs"),
+        Binding("3", "view('logs')", "Logs", show=False, id="view.logs"),
+        Binding("4", "view('alerts')", "Alerts", show=False, id="view.alerts"),
+    ]
+
+    app: "GpuDeckApp"
+
+    def __init__(self, fleet_name: str, read_only: bool, initial: str = "jobs") -> None:
+        super().__init__(id="main")
+        self.fleet_name, self.read_only, self.initial = fleet_name, read_only, initial
+        self.filters: dict[str, str] = {v: "" for v in VIEWS}
+        self.sorts: dict[str, str] = {v: (SORTS[v][0] if SORTS[v] else "") for v in VIEWS}
+        self.log_job: Optional[str] = None  # the job the logs view follows
+
+    def compose(self) -> ComposeResult:
+        yield FleetHeader(self.fleet_name, self.read_only, id="header")
+        with TabbedContent(initial=self.initial, id="views"):
+            with TabPane(LABELS["fleet"], id="fleet"):
+                yield FleetTable(id="fleet-table", empty_text="no nodes yet")
+            with TabPane(LABELS["jobs"], id="jobs"):
+                yield JobsTable(id="jobs-table", empty_text="no jobs: declare [[jobs]] in the fleet file")
+            with TabPane(LABELS["logs"], id="logs"):
+                yield LogPanel(id="log-panel")
+            with TabPane(LABELS["alerts"], id="alerts"):
+                yield AlertsTable(id="alerts-table", empty_text="no alerts")
+        yield FilterBar()
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self._focus_view(self.active)
+
+    # ------------------------------------------------------------ rendering
+
+    @property
+    def active(self) -> str:
+        return self.query_one("#views", TabbedContent).active or self.initial
+
+    def table(self, view: str) -> LiveTable:
+        return self.query_one(f"#{view}-table", LiveTable)
+
+    def show_state(self, state: FleetState) -> None:
+        """Render what the active view shows; the hidden views catch up when shown."""
+        header = self.query_one(FleetHeader)
+        header.totals = state.totals()
+        header.now = state.clock()
+        view = self.active
+        if view == "fleet":
+            self.table("fleet").show(select_fleet(state.fleet_rows(), self.filters["fleet"], self.sorts["fleet"]))
+        elif view == "jobs":
+            self.table("jobs").show(select_jobs(state.job_rows(), self.filters["jobs"], self.sorts["jobs"]))
+        elif view == "alerts":
+            self.table("alerts").show(select_alerts(state.alert_rows(), self.filters["alerts"],
+                                                    self.sorts["alerts"]))
+        if self.log_job is None:
+            jobs = state.jobs()
+            if jobs:
+                self.log_job = jobs[0][1].name
+        alerts = header.totals.alerts
+        for v in ("fleet", "jobs", "alerts"):
+            self._label(v, f"Alerts ({alerts})" if v == "alerts" and alerts else LABELS[v])
+
+    def _label(self, view: str, text: str) -> None:
+        extra = []
+        if self.filters[view]:
+            extra.append(f"/{self.filters[view]}")
+        if SORTS[view] and self.sorts[view] != SORTS[view][0]:
+            extra.append(f"by {self.sorts[view]}")
+        label = text + (f" [{' '.join(extra)}]" if extra else "")
+        tab = self.query_one("#views", TabbedContent).get_tab(view)
+        if tab.label_text != label:
+            tab.label = Content(label)  # plain text: a filter may hold brackets
+
+    # ------------------------------------------------------------ selection
+
+    def selected_job(self) -> Optional[str]:
+        """The job the keys act on: the row under the cursor in the active view."""
+        view = self.active
+        if view == "logs":
+            return self.log_job
+        row = self.table(view).cursor_row
+        if row is None:
+            return None
+        if view == "jobs":
+            return row.name
+        if view == "fleet":
+            return row.jobs[0] if isinstance(row, GpuRow) and len(row.jobs) == 1 else None
+        return row.job
+
+    @on(LiveTable.Highlighted, "#jobs-table")
+    def _job_highlighted(self, event: LiveTable.Highlighted) -> None:
+        row = event.table.row(event.key) if event.key else None
+        if row is not None:
+            self.log_job = row.name
+
+    @on(LiveTable.Selected)
+    def _row_selected(self, event: LiveTable.Selected) -> None:
+        job = self.selected_job()
+        if job is None:
+            self.notify("no job on this row", severity="warning", timeout=3)
+            return
+        self.app.open_job(job)
+
+    # ------------------------------------------------------------ views
+
+    @on(TabbedContent.TabActivated, "#views")
+    def _view_changed(self, event: TabbedContent.TabActivated) -> None:
+        view = event.pane.id or ""
+        self.show_state(self.app.state)
+        self._focus_view(view)
+        self.sync_log_follow()
+
+    def sync_log_follow(self) -> None:
+        """Follow the log the logs view shows, and only while it is shown."""
+        if self.active == "logs" and self.log_job is not None:
+            panel = self.query_one(LogPanel)
+            panel.show_job(self.log_job)
+            self.app.follow_logs(self.log_job)
+        else:
+            self.app.stop_following_logs()
+
+    def on_screen_resume(self) -> None:
+        if self.is_mounted and self.query(TabbedContent):
+            self.sync_log_follow()
+
+    def _focus_view(self, view: str) -> None:
+        if view == "logs":
+            self.query_one(LogPanel).log.focus()
+        elif view in VIEWS:
+            self.table(view).focus()
+
+    def action_view(self, view: str) -> None:
+        self.query_one("#views", TabbedContent).active = view
+
+    def action_filter(self) -> None:
+        view = self.active
+        if view == "logs":
+            self.notify("the logs view has no filter", timeout=3)
+            return
+        self.query_one(FilterBar).open(self.filters[view])
+
+    @on(Input.Changed, "#filter")
+    def _filter_changed(self, event: Input.Changed) -> None:
+        self.filters[self.active] = event.value
+        self.show_state(self.app.state)
+
+    @on(FilterBar.Closed)
+    def _filter_closed(self, event: FilterBar.Closed) -> None:
+        self._focus_view(self.active)
+        self.show_state(self.app.state)
+
+    def action_sort(self) -> None:
+        view = self.active
+        keys = SORTS[view]
+        if not keys:
+            self.notify("the logs view has no sort", timeout=3)
+            return
+        self.sorts[view] = keys[(keys.index(self.sorts[view]) + 1) % len(keys)]
+        self.show_state(self.app.state)
+        self.notify(f"{view} sorted by {self.sorts[view]}", timeout=3)
+
+    # ------------------------------------------------------------ job keys
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> Optional[bool]:
+        if action == "job" and self.read_only:
+            return None  # shown greyed in the footer: read-only mode
+        return True
+
+    def action_job(self, op: str) -> None:
+        job = self.selected_job()
+        if job is None:
+            self.notify(f"select a job to {op} first (in the jobs view, or a GPU a job holds)",
+                        severity="warning", timeout=4)
+            return
+        self.app.ask_job_action(op, job)

@@ -1,0 +1,29 @@
+"""AlertsTable: what needs the operator now, newest first."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from console.state import AlertRow
+from console.widgets import cells
+from console.widgets.live_table import Cell, Column, LiveTable
+
+SEVERE = {"shared_gpu", "job_died", "unreachable", "disk_full"}
+
+
+class AlertsTable(LiveTable[AlertRow]):
+    """Two jobs on one GPU, memory no job owns, dead and stalled jobs, unreachable nodes,
+    full and filling disks."""
+
+    COLUMNS = (
+        Column("SINCE", 8),
+        Column("NODE", 12),
+        Column("ALERT", 19),
+        Column("JOB / GPU", 12),
+        Column("WHAT", 0),
+    )
+
+    def render_cells(self, a: AlertRow) -> Sequence[Cell]:
+        kind = ((a.kind.replace("_", " "), self.style("bad" if a.kind in SEVERE else "warn")),)
+        what = a.job or (f"GPU {a.gpu}" if a.gpu is not None else "-")
+        return (cells.clock_time(a.since), a.node, kind, what, a.message)

@@ -1,0 +1,36 @@
+"""FilterBar: the text the active view is filtered by; hidden until `/`."""
+
+from __future__ import annotations
+
+from textual.binding import Binding
+from textual.message import Message
+from textual.widgets import Input
+
+
+class FilterBar(Input):
+    BINDINGS = [Binding("escape", "close", "Close filter")]
+
+    class Closed(Message):
+        """The operator is done typing; ``cleared`` when escape emptied the filter."""
+
+        def __init__(self, cleared: bool) -> None:
+            super().__init__()
+            self.cleared = cleared
+
+    def __init__(self) -> None:
+        super().__init__(placeholder="filter: a job, node, kind or state (enter: keep, escape: clear)",
+                         id="filter")
+
+    def open(self, value: str) -> None:
+        self.value = value
+        self.add_class("-shown")
+        self.focus()
+
+    def action_close(self) -> None:
+        self.value = ""
+        self.remove_class("-shown")
+        self.post_message(self.Closed(cleared=True))
+
+    async def action_submit(self) -> None:
+        self.remove_class("-shown")
+        self.post_message(self.Closed(cleared=False))

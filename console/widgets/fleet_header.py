@@ -1,0 +1,58 @@
+"""FleetHeader: the fleet in one line: nodes, GPUs, tokens/s, the slowest ETA, alerts."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from rich.text import Text
+from textual.reactive import reactive
+from textual.widget import Widget
+
+from console.state import Totals, human_duration
+from console.widgets import cells
+
+
+class FleetHeader(Widget):
+    COMPONENT_CLASSES = {"fleet-header--title", "fleet-header--muted", "fleet-header--bad", "fleet-header--ok",
+                         "fleet-header--badge"}
+
+    totals: reactive[Optional[Totals]] = reactive(None)
+    """The numbers to show; None before the first snapshot."""
+
+    now: reactive[float] = reactive(0.0)
+    """The time shown at the right, from the app's clock."""
+
+    def __init__(self, fleet_name: str, read_only: bool = False, *, id: Optional[str] = None) -> None:
+        super().__init__(id=id)
+        self.fleet_name = fleet_name
+        self.read_only = read_only
+
+    def render(self) -> Text:
+        st = self.get_component_rich_style
+        t = Text(no_wrap=True, overflow="ellipsis")
+        t.append(" gpudeck ", st("fleet-header--title"))
+        t.append(f" {self.fleet_name} ", st("fleet-header--muted"))
+        if self.read_only:
+            t.append(" READ-ONLY ", st("fleet-header--badge"))
+        tot = self.totals
+        if tot is None:
+            t.append("  waiting for the first snapshot…", st("fleet-header--muted"))
+        else:
+            nodes_style = st("fleet-header--ok") if tot.nodes_up == tot.nodes_total else st("fleet-header--bad")
+            t.append("  nodes ")
+            t.append(f"{tot.nodes_up}/{tot.nodes_total}", nodes_style)
+            t.append(f"  GPUs {tot.gpus_busy}/{tot.gpus_total} busy")
+            t.append(f"  jobs {tot.jobs_running}/{tot.jobs_total}")
+            t.append(f"  {cells.rate(tot.tokens_per_s)} tok/s")
+            if tot.slowest_eta_s is not None:
+                t.append(f"  ETA {human_duration(tot.slowest_eta_s)}")
+                t.append(f" ({tot.slowest_job})", st("fleet-header--muted"))
+            if tot.alerts:
+                t.append(f"  ▲ {tot.alerts} alert{'s' if tot.alerts != 1 else ''}", st("fleet-header--bad"))
+        t.append("  ")
+        clock = cells.clock_time(self.now) + " " if self.now else ""
+        pad = self.size.width - t.cell_len - len(clock)
+        if pad > 0:
+            t.append(" " * pad)
+            t.append(clock, st("fleet-header--muted"))
+        return t

@@ -1,0 +1,94 @@
+"""FleetTable: every node, then its GPUs, one line each."""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence, Union
+
+from rich.segment import Segment
+from rich.style import Style
+from rich.text import Text
+
+from console.state import FleetRow, GpuRow, NodeRow, human_duration
+from console.widgets import cells
+from console.widgets.live_table import Cell, Column, Frag, LiveTable
+
+MEM_BAR = 14
+
+
+class FleetTable(LiveTable[FleetRow]):
+    """Nodes and GPUs: memory bar, utilization, temperature, power, and who holds the GPU."""
+
+    COLUMNS = (
+        Column("NODE / GPU", 22),
+        Column("MEMORY", MEM_BAR + 15),
+        Column("UTIL", 4, "right"),
+        Column("TEMP", 5, "right"),
+        Column("POWER", 5, "right"),
+        Column("HELD BY", 0),
+    )
+
+    def render_row(self, row: FleetRow, width: int) -> Union[Text, list[Segment]]:
+        if isinstance(row, NodeRow):
+            return self._node_line(row)
+        return self.join_cells(self.render_cells(row), width)
+
+    def render_cells(self, g: GpuRow) -> Sequence[Cell]:  # type: ignore[override]
+        st = self.style
+        frac = g.mem_used_gib / g.mem_total_gib if g.mem_total_gib else None
+        mem = cells.bar(frac, MEM_BAR, st("bar"), st("bar-empty"))
+        mem.append((f" {g.mem_used_gib:5.1f}/{g.mem_total_gib:.1f}G", None))
+        util = "-" if g.util_pct is None else f"{g.util_pct}%"
+        temp = "-" if g.temp_c is None else f"{g.temp_c}°C"
+        power = "-" if g.power_w is None else f"{g.power_w}W"
+        held: list[Frag] = []
+        for n, h in enumerate(g.holders):
+            if n:
+                held.append((", ", None))
+            if h.startswith("pid "):
+                held.append((f"{h} (no job)", st("warn")))
+            else:
+                held.append((h, st("bad") if g.shared else st("accent")))
+        if g.shared:
+            held.append(("  two jobs on one GPU", st("bad")))
+        if not held:
+            held.append(("-", st("muted")))
+        return (f"  GPU{g.index} {g.name}", mem,
+                ((util, st("ok")),) if g.util_pct is not None and g.util_pct >= 90 else util,
+                ((temp, st("bad")),) if g.temp_c is not None and g.temp_c >= 85 else temp,
+                power, held)
+
+    def _node_line(self, n: NodeRow) -> Text:
+        t = Text(no_wrap=True, end="")
+        if n.state == "up":
+            t.append("● ", self.style("ok"))
+            t.append(n.node, self.style("node"))
+            parts = [f"host {n.hostname}", f"cpu {n.cpu_pct}% of {n.cpu_count}",
+                     f"mem {n.mem_used_gib:.1f}/{n.mem_total_gib:.1f} GiB", f"load {n.load1:.1f}"]
+            parts.append(f"{n.gpu_count} GPU{'s' if n.gpu_count != 1 else ''}" if n.gpu_count
+                         else f"no GPUs: {n.gpu_error or 'none found'}")
+            t.append("  " + " · ".join(parts), self.style("muted"))
+        elif n.state == "connecting":
+            t.append("◌ ", self.style("muted"))
+            t.append(n.node, self.style("node"))
+            t.append("  connecting…", self.style("muted"))
+        else:
+            t.append("✗ ", self.style("bad"))
+            t.append(n.node, self.style("node"))
+            t.append(f"  unreachable since {cells.clock_time(n.since)}", self.style("bad"))
+            if n.down_for_s is not None:
+                t.append(f" ({human_duration(n.down_for_s)})", self.style("bad"))
+            if n.retry_in_s is not None:
+                t.append(f" · retry in {n.retry_in_s} s", self.style("muted"))
+            t.append(f" · {_reason(n)}", self.style("muted"))
+        return t
+
+    def row_style(self, row: FleetRow) -> Optional[Style]:
+        if isinstance(row, GpuRow) and row.stale:
+            return self.style("dim")
+        return None
+
+
+def _reason(n: NodeRow) -> str:
+    err = n.error or ""
+    prefix = f"node {n.node}: "
+    return err[len(prefix):] if err.startswith(prefix) else err

@@ -1,0 +1,92 @@
+"""JobDetails: everything known about one job, labelled, for the details screen."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from rich.table import Table
+from rich.text import Text
+from textual.reactive import reactive
+from textual.widget import Widget
+
+from console.state import JobDetail, human_duration
+from console.widgets import cells
+from console.widgets.jobs_table import STATE_STYLE
+
+BAR = 30
+
+
+class JobDetails(Widget):
+    COMPONENT_CLASSES = {"job-details--label", "job-details--ok", "job-details--warn", "job-details--bad",
+                         "job-details--muted", "job-details--bar", "job-details--bar-empty", "job-details--spark"}
+
+    detail: reactive[Optional[JobDetail]] = reactive(None, layout=True)
+    """The job to show; None when it is not in the fleet's snapshots (yet)."""
+
+    def __init__(self, job: str, *, id: Optional[str] = None) -> None:
+        super().__init__(id=id)
+        self.job = job
+
+    def render(self) -> Table | Text:
+        d = self.detail
+        st = self.get_component_rich_style
+        if d is None:
+            return Text(f"{self.job}: no snapshot of its node yet", st("job-details--muted"))
+        j = d.row
+        grid = Table.grid(padding=(0, 2))
+        grid.add_column(style=st("job-details--label"), no_wrap=True)
+        grid.add_column()
+        state_style = {"ok": "job-details--ok", "warn": "job-details--warn", "bad": "job-details--bad"}.get(
+            STATE_STYLE.get(j.state, "muted"), "job-details--muted")
+        head = Text()
+        head.append(j.state, st(state_style))
+        head.append(f"  {j.kind} on {j.node}  ·  attempt {j.attempt}")
+        if j.pid is not None:
+            head.append(f"  ·  pid {j.pid}" + (f" ({len(d.pids)} processes)" if len(d.pids) > 1 else ""))
+        if j.exit_code is not None:
+            head.append(f"  ·  exit code {j.exit_code}")
+        if j.stale:
+            head.append("  ·  node unreachable: last known state", st("job-details--bad"))
+        grid.add_row("job", head)
+        grid.add_row("GPUs", ", ".join(map(str, j.gpus)) or "none")
+        tps = Text(f"{cells.rate(j.tokens_per_s)}  ")
+        tps.append(cells.sparkline(d.spark), st("job-details--spark"))
+        tps.append(f"  last {human_duration(len(d.spark) * d.bucket_s)}", st("job-details--muted"))
+        grid.add_row("tokens/s", tps)
+        if j.done is not None:
+            prog = Text(f"{j.done:,}" + (f" / {j.total:,}  " if j.total is not None else "  "))
+            if j.fraction is not None:
+                prog.append_text(cells.as_text(cells.bar(j.fraction, BAR, st("job-details--bar"),
+                                                         st("job-details--bar-empty"))))
+                prog.append(f" {100 * j.fraction:.1f}%")
+            grid.add_row("done", prog)
+            grid.add_row("rate", f"{cells.rate(j.rate_per_s)} items/s   ETA {human_duration(j.eta_s)}")
+        if d.quality or d.progress_error:
+            q = Text(" · ".join(f"{k} {v}" for k, v in d.quality) or "clean")
+            if d.progress_error:
+                q.append(f"  progress file: {d.progress_error}", st("job-details--bad"))
+            grid.add_row("quality", q)
+        if j.engine_state is not None:
+            eng = Text()
+            eng.append(j.engine_state, st("job-details--ok" if j.engine_state == "ready" else "job-details--warn"))
+            eng.append(f"  running {_n(j.running)}  queued {_n(j.queued)}")
+            eng.append(f"  KV {100 * j.kv_usage:.0f}%" if j.kv_usage is not None else "  KV -")
+            eng.append(f"  accept length {j.accept_length:.2f}" if j.accept_length is not None
+                       else "  accept length - (no speculative decoding)")
+            eng.append(f"  {d.engine_url}", st("job-details--muted"))
+            if d.engine_error:
+                eng.append(f"  {d.engine_error}", st("job-details--bad"))
+            grid.add_row("engine", eng)
+        when = Text(f"started {cells.clock_time(d.started_at)}")
+        if d.ended_at:
+            when.append(f"  ended {cells.clock_time(d.ended_at)}")
+        grid.add_row("when", when)
+        if j.flags:
+            grid.add_row("flags", Text(" ".join(j.flags), st("job-details--warn")))
+        if d.command:
+            grid.add_row("command", Text(d.command, overflow="ellipsis", no_wrap=True))
+        return grid
+
+
+def _n(v: Optional[int]) -> str:
+    return "-" if v is None else str(v)

@@ -1,0 +1,66 @@
+"""JobsTable: one line per job, with its throughput trend, progress and ETA."""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+from rich.style import Style
+
+from console.state import JobRow, human_duration
+from console.widgets import cells
+from console.widgets.live_table import Cell, Column, LiveTable
+
+PROGRESS_BAR = 8
+SPARK = 12
+KIND_SHORT = {"command": "cmd", "sglang-server": "sglang", "generate": "gen", "extract": "extract",
+              "router": "router"}
+STATE_STYLE = {"running": "ok", "ready": "ok", "starting": "warn", "stopping": "warn", "failed": "bad",
+               "lost": "bad", "killed": "muted", "exited": "muted", "pending": "muted", "unknown": "muted"}
+
+
+class JobsTable(LiveTable[JobRow]):
+    """Jobs: state, tokens/s and its trend, done/total, rate, ETA and quality flags. An
+    engine shows running/queued requests, KV-cache use and accept length instead."""
+
+    COLUMNS = (
+        Column("JOB", 14),
+        Column("NODE", 8),
+        Column("KIND", 6),
+        Column("STATE", 10),
+        Column("GPUS", 4),
+        Column("#", 2, "right"),
+        Column("TOK/S", 7, "right"),
+        Column("TREND", SPARK),
+        Column("DONE", 13, "right"),
+        Column("PROGRESS", PROGRESS_BAR),
+        Column("RATE", 6, "right"),
+        Column("ETA", 7, "right"),
+        Column("FLAGS", 0),
+    )
+
+    def render_cells(self, j: JobRow) -> Sequence[Cell]:
+        st = self.style
+        state_text = f"failed {j.exit_code}" if j.state == "failed" and j.exit_code is not None else j.state
+        state = ((state_text, st(STATE_STYLE.get(j.state, "muted"))),)
+        gpus = ",".join(map(str, j.gpus)) or "-"
+        spark = ((cells.sparkline(j.spark[-SPARK:]), st("spark")),)
+        if j.engine_state is not None and j.done is None:
+            done = f"r{_n(j.running)} q{_n(j.queued)}"
+            progress: Cell = cells.bar(j.kv_usage, PROGRESS_BAR, st("warn") if (j.kv_usage or 0) > 0.9 else st("bar"),
+                                       st("bar-empty"))
+            rate = f"acc{j.accept_length:.1f}" if j.accept_length is not None else "-"
+        else:
+            done = "-" if j.done is None else (
+                f"{cells.count(j.done)}/{cells.count(j.total)}" if j.total is not None else cells.count(j.done))
+            progress = cells.bar(j.fraction, PROGRESS_BAR, st("bar"), st("bar-empty"))
+            rate = cells.rate(j.rate_per_s)
+        flags = ((" ".join(j.flags), st("warn")),) if j.flags else (("-", st("muted")),)
+        return (j.name, j.node, KIND_SHORT.get(j.kind, j.kind), state, gpus, str(j.attempt),
+                cells.rate(j.tokens_per_s), spark, done, progress, rate, human_duration(j.eta_s), flags)
+
+    def row_style(self, row: JobRow) -> Optional[Style]:
+        return self.style("dim") if row.stale else None
+
+
+def _n(v: Optional[int]) -> str:
+    return "-" if v is None else str(v)

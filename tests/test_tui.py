@@ -1,0 +1,264 @@
+"""The console driven with Pilot against a real local agent and real command jobs.
+
+Each test writes a fleet file of shell jobs with its own agent home, opens the console on
+it and waits for what the operator would see. No mocks: the agent is `python -m agents`
+over pipes, the jobs are processes, kill really kills.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from console.app import make_app
+from console.screens.confirm import ConfirmScreen
+from console.screens.help import HelpScreen
+from console.screens.job import JobScreen
+from tui_support import (closed_port, job_row, notifications_text, progress_script, reap, screen_text, shell_job, wait_for_text,
+                         wait_until, write_fleet)
+from conftest import pid_alive
+
+SIZE = (120, 40)
+
+
+@pytest.fixture
+def fleet_home(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    yield home
+    reap(home)
+
+
+def app_on(tmp_path, home, jobs, extra: str = "", **options):
+    fleet = write_fleet(tmp_path, home, jobs, extra)
+    app = make_app(fleet, grace_s=2.0, log_poll_s=0.2, **options)
+    app.animation_level = "none"
+    return app
+
+
+async def launched(pilot, *names: str) -> None:
+    """Launch jobs through the console itself (the `l` key's path) and wait until they run."""
+    app = pilot.app
+    await wait_until(pilot, lambda: all(job_row(app, n) and job_row(app, n).state != "unknown" for n in names),
+                     what="the agent's first snapshot")
+    for n in names:
+        app.run_job_action("launch", n, quiet=True)
+    await wait_until(pilot, lambda: all(job_row(app, n).state == "running" for n in names), what=f"{names} running")
+
+
+async def test_jobs_view_shows_tokens_done_and_eta(tmp_path, fleet_home):
+    app = app_on(tmp_path, fleet_home, [shell_job("gen", progress_script())])
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await launched(pilot, "gen")
+        row = await wait_until(pilot, lambda: (r := job_row(app, "gen")) and r.eta_s is not None and
+                               r.tokens_per_s and r.done and r, what="tokens/s, done and an ETA")
+        first_done = row.done
+        await wait_until(pilot, lambda: job_row(app, "gen").done > first_done, what="done climbing")
+        text = screen_text(app)
+        line = next(ln for ln in text.splitlines() if ln.startswith("gen "))
+        assert "running" in line and "/100.0k" in line and "cut 2" in line
+        assert "tok/s" in text.splitlines()[0] and "ETA" in text.splitlines()[0]
+
+
+async def test_fleet_view_shows_the_node_and_why_no_gpus(tmp_path, fleet_home):
+    app = app_on(tmp_path, fleet_home, [shell_job("idle", "sleep 600")])
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await pilot.press("1")
+        text = await wait_for_text(pilot, "● local")
+        assert "NODE / GPU" in text
+        assert "no GPUs: NVML polling is switched off for this node" in text
+
+
+async def test_unreachable_node_is_greyed_with_reason_and_since(tmp_path, fleet_home):
+    port = closed_port()
+    extra = f'[[nodes]]\nname = "far"\nhost = "127.0.0.1"\nport = {port}\nconnect_timeout = 3\n'
+    app = app_on(tmp_path, fleet_home, [shell_job("idle", "sleep 600"),
+                                        shell_job("remote-job", "sleep 600", node="far")], extra,
+                 initial_view="fleet")
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        text = await wait_for_text(pilot, "✗ far  unreachable since")
+        line = next(ln for ln in text.splitlines() if "✗ far" in ln)
+        assert "retry in" in line and "refused" in line
+        await wait_for_text(pilot, "nodes 1/2")
+        await pilot.press("4")
+        text = await wait_for_text(pilot, "node far unreachable")
+        # its job is listed with the state the console cannot know
+        await pilot.press("2")
+        text = await wait_for_text(pilot, "remote-job")
+        assert job_row(app, "remote-job").stale
+
+
+async def test_logs_view_tails_then_follows(tmp_path, fleet_home):
+    app = app_on(tmp_path, fleet_home, [shell_job("gen", progress_script(step_s=0.05))])
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await launched(pilot, "gen")
+        await pilot.press("3")
+        panel = app.screen.query_one("#log-panel")
+        await wait_until(pilot, lambda: "item 1" in panel.text, what="the log's tail")
+        seen = len(panel.log.lines)
+        await wait_until(pilot, lambda: len(panel.log.lines) > seen + 5, what="the log growing (follow)")
+        assert "log of gen" in screen_text(app) and "following" in screen_text(app)
+
+
+async def test_alerts_view_shows_a_job_that_died(tmp_path, fleet_home):
+    app = app_on(tmp_path, fleet_home, [shell_job("crash", "echo boom; exit 3")])
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await wait_until(pilot, lambda: job_row(app, "crash") and job_row(app, "crash").state == "pending",
+                         what="the job declared")
+        app.run_job_action("launch", "crash", quiet=True)
+        await wait_until(pilot, lambda: job_row(app, "crash").state == "failed", what="the job failing")
+        await pilot.press("4")
+        text = await wait_for_text(pilot, "job crash died (exit code 3)")
+        assert "Alerts (1)" in text
+
+
+async def test_kill_asks_first_then_shows_the_verdict(tmp_path, fleet_home):
+    app = app_on(tmp_path, fleet_home, [shell_job("gen", progress_script())])
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await launched(pilot, "gen")
+        pid = job_row(app, "gen").pid
+        await pilot.press("k")
+        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the confirm dialog")
+        assert "Kill job gen on local?" in screen_text(app)
+        await pilot.press("n")  # no: nothing happens
+        await wait_until(pilot, lambda: not isinstance(app.screen, ConfirmScreen), what="the dialog closed")
+        assert job_row(app, "gen").state == "running" and pid_alive(pid)
+        await pilot.press("k")
+        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the confirm dialog")
+        await pilot.press("y")
+        verdict = await wait_until(pilot, lambda: next((v for j, op, v in app.verdicts if op == "kill"), None),
+                                   what="the agent's verdict")
+        assert verdict.startswith("stopped in") and "held no GPU memory" in verdict
+        await wait_until(pilot, lambda: verdict in notifications_text(app), what="the verdict shown")
+        await wait_until(pilot, lambda: job_row(app, "gen").state == "killed", what="the job shown killed")
+        assert not pid_alive(pid)
+
+
+async def test_relaunch_resumes_where_the_job_stopped(tmp_path, fleet_home):
+    app = app_on(tmp_path, fleet_home, [shell_job("gen", progress_script())])
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await launched(pilot, "gen")
+        await wait_until(pilot, lambda: (job_row(app, "gen").done or 0) >= 5, what="some progress")
+        await pilot.press("k")
+        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the confirm dialog")
+        await pilot.press("y")
+        await wait_until(pilot, lambda: job_row(app, "gen").state == "killed", what="the job killed")
+        stopped_at = job_row(app, "gen").done
+        await pilot.press("r")  # not running: no question asked
+        await wait_until(pilot, lambda: any(op == "relaunch" for _, op, _ in app.verdicts), what="the relaunch")
+        await wait_until(pilot, lambda: job_row(app, "gen").attempt == 2 and job_row(app, "gen").state == "running",
+                         what="attempt 2 running")
+        await wait_until(pilot, lambda: job_row(app, "gen").done > stopped_at, what="progress after the relaunch")
+        assert "relaunched gen" in notifications_text(app)
+        # a running job is killed first: that asks
+        await pilot.press("r")
+        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the relaunch question")
+        text = screen_text(app)
+        assert "Relaunch job gen on local?" in text and "It is running:" in text
+        await pilot.press("escape")
+
+
+async def test_launch_key_starts_a_job_and_errors_are_shown(tmp_path, fleet_home):
+    app = app_on(tmp_path, fleet_home, [shell_job("idle", "sleep 600")])
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await wait_until(pilot, lambda: job_row(app, "idle") and job_row(app, "idle").state == "pending",
+                         what="the job declared")
+        await pilot.press("l")
+        await wait_until(pilot, lambda: job_row(app, "idle").state == "running", what="the job launched")
+        await pilot.press("l")  # already running: the agent refuses, and the operator reads why
+        await wait_until(pilot, lambda: "launch idle failed" in notifications_text(app), what="the error shown")
+        assert "already running" in notifications_text(app)
+
+
+async def test_enter_opens_details_and_the_log(tmp_path, fleet_home):
+    app = app_on(tmp_path, fleet_home, [shell_job("gen", progress_script())])
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await launched(pilot, "gen")
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: isinstance(app.screen, JobScreen), what="the details screen")
+        text = await wait_for_text(pilot, "item 1")
+        assert "running  command on local  ·  attempt 1" in text
+        assert "log of gen" in text
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: not isinstance(app.screen, JobScreen), what="back to the views")
+
+
+async def test_filter_and_sort(tmp_path, fleet_home):
+    app = app_on(tmp_path, fleet_home, [shell_job("alpha", "sleep 600"), shell_job("beta", "sleep 600"),
+                                        shell_job("gamma", "exit 1")])
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        table = app.screen.table("jobs")
+        await wait_until(pilot, lambda: table.row_count == 3, what="three jobs")
+        await pilot.press("slash")
+        await pilot.press("b", "e")
+        await wait_until(pilot, lambda: [r.name for r in table.rows()] == ["beta"], what="the filter applied")
+        await pilot.press("enter")  # keep the filter, back to the table
+        assert "Jobs [/be]" in screen_text(app)
+        await pilot.press("slash", "escape")  # escape clears it
+        await wait_until(pilot, lambda: table.row_count == 3, what="the filter cleared")
+        app.run_job_action("launch", "gamma", quiet=True)
+        await wait_until(pilot, lambda: job_row(app, "gamma").state == "failed", what="gamma failed")
+        await pilot.press("s", "s")  # name -> node -> state: failed jobs first
+        await wait_until(pilot, lambda: table.rows()[0].name == "gamma", what="sorted by state")
+        assert "by state" in screen_text(app)
+
+
+async def test_help_and_quit(tmp_path, fleet_home):
+    app = app_on(tmp_path, fleet_home, [shell_job("idle", "sleep 600")])
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await pilot.press("question_mark")
+        await wait_until(pilot, lambda: isinstance(app.screen, HelpScreen), what="the help")
+        assert "kill the selected job" in screen_text(app)
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: not isinstance(app.screen, HelpScreen), what="the help closed")
+        await wait_until(pilot, lambda: "local" in app.client.links, what="the agent connected")
+        agent = app.client.links["local"].process
+        await pilot.press("q")
+    assert agent.returncode is not None  # quitting closed the agent; jobs keep running
+
+
+async def test_read_only_turns_off_the_destructive_keys(tmp_path, fleet_home):
+    app = app_on(tmp_path, fleet_home, [shell_job("gen", progress_script())], read_only=True)
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        # jobs launched by someone else (a console that is not read-only)
+        await wait_until(pilot, lambda: job_row(app, "gen") and job_row(app, "gen").state == "pending",
+                         what="the job declared")
+        await app.client.job_request("gen", "launch")
+        await wait_until(pilot, lambda: job_row(app, "gen").state == "running", what="the job running")
+        pid = job_row(app, "gen").pid
+        for key in ("k", "r", "l"):
+            await pilot.press(key)
+            await pilot.pause()
+            assert not isinstance(app.screen, ConfirmScreen)
+        assert app.verdicts == []
+        assert "READ-ONLY" in screen_text(app).splitlines()[0]
+        assert job_row(app, "gen").state == "running" and pid_alive(pid)
+        # the keys are shown, and shown off
+        footer_keys = {b.binding.key: b.enabled for b in app.screen.active_bindings.values()}
+        assert footer_keys["k"] is False and footer_keys["r"] is False and footer_keys["l"] is False
+
+
+async def test_sparkline_is_backfilled_from_the_agents_history_after_a_reconnect(tmp_path, fleet_home):
+    import time
+
+    jobs = [shell_job("gen", progress_script())]
+    first = app_on(tmp_path, fleet_home, jobs, spark_bucket_s=0.5)
+    async with first.run_test(size=SIZE, notifications=True) as pilot:
+        await launched(pilot, "gen")
+        await wait_until(pilot, lambda: sum(v is not None for v in job_row(first, "gen").spark) >= 8,
+                         what="a few seconds of tokens/s")
+    # the console went away (a laptop asleep); the job and the agent's history did not
+    assert job_row(first, "gen").state == "running"
+    gone = time.time()
+    second = app_on(tmp_path, fleet_home, jobs, spark_bucket_s=0.5)
+    async with second.run_test(size=SIZE, notifications=True) as pilot:
+        def from_before() -> int:
+            d = second.state.job_detail("local/gen", spark_width=60)
+            if d is None:
+                return 0
+            end = int(second.state.clock() // 0.5)
+            return sum(1 for i, v in enumerate(d.spark) if v is not None and (end - 59 + i + 1) * 0.5 < gone - 0.5)
+
+        await wait_until(pilot, lambda: from_before() >= 3, what="sparkline points from before the reconnect")
+        row = await wait_until(pilot, lambda: (r := job_row(second, "gen")) and r.state == "running" and r,
+                               what="the job adopted")
+        assert row.attempt == 1  # the same run, seen again

@@ -1,0 +1,102 @@
+"""End to end: `gpudeck demo` in a real terminal (tmux), driven by keys, read back with
+`tmux capture-pane`. The demo runs its real agent, simulated SGLang server and generation
+job on this machine, in a directory of the test's own."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from conftest import wait_for
+from tui_support import ROOT, reap
+
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")]
+
+DONE = re.compile(r"([\d,.]+k?)/100\.0k")
+
+
+def parse_count(text: str) -> int:
+    return int(float(text[:-1]) * 1000) if text.endswith("k") else int(text.replace(",", ""))
+
+
+class Tmux:
+    def __init__(self, socket: str) -> None:
+        self.socket = socket
+
+    def __call__(self, *args: str) -> str:
+        return subprocess.run(["tmux", "-L", self.socket, *args], capture_output=True, text=True,
+                              check=True).stdout
+
+    def screen(self) -> str:
+        return self("capture-pane", "-p", "-t", "demo")
+
+    def wait(self, cond, what: str, timeout: float = 60.0):
+        """Poll the screen until ``cond(screen)`` is truthy; fail with the screen shown."""
+        try:
+            return wait_for(lambda: cond(self.screen()), timeout=timeout, interval=0.3, what=what)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n--- screen:\n{self.screen()}") from None
+
+    def keys(self, *keys: str) -> None:
+        self("send-keys", "-t", "demo", *keys)
+
+
+def gen_line(screen: str) -> str:
+    return next((ln for ln in screen.splitlines() if ln.startswith("gen ")), "")
+
+
+def gen_done(screen: str) -> int:
+    m = DONE.search(gen_line(screen))
+    return parse_count(m.group(1)) if m else -1
+
+
+@pytest.fixture
+def tmux(tmp_path):
+    t = Tmux(f"gpudeck-test-{os.getpid()}")
+    yield t
+    subprocess.run(["tmux", "-L", t.socket, "kill-server"], capture_output=True)
+    reap(tmp_path / "demo" / "home")
+
+
+def test_demo_in_tmux_kill_then_relaunch_resumes(tmp_path, tmux):
+    demo = tmp_path / "demo"
+    env = f"PYTHONPATH={ROOT} TERM=xterm-256color"
+    cmd = (f"cd {ROOT} && env -u COLUMNS -u LINES {env} {sys.executable} -m console demo --dir {demo}; "
+           f"echo DEMO-EXITED $?; sleep 600")
+    tmux("new-session", "-d", "-s", "demo", "-x", "120", "-y", "40", cmd)
+
+    # tokens/s, an ETA and done counts climbing
+    tmux.wait(lambda s: re.search(r"[\d,.]+ tok/s  ETA \d", s.splitlines()[0] if s else ""),
+              "tokens/s and an ETA in the header", timeout=90)
+    first = tmux.wait(lambda s: gen_done(s) > 0 and gen_done(s), "the generation job's done count")
+    tmux.wait(lambda s: gen_done(s) > first, "done climbing")
+    assert "running" in gen_line(tmux.screen())
+
+    # k on the generation job (the first row) asks, then kills
+    tmux.keys("k")
+    tmux.wait(lambda s: "Kill job gen on local?" in s, "the kill dialog")
+    tmux.keys("y")
+    tmux.wait(lambda s: " killed " in gen_line(s), "gen killed")
+    screen = tmux.screen()
+    stopped = gen_done(screen)
+    assert "stopped in" in screen or "freed" in screen  # the agent's verdict
+
+    # r relaunches; the job resumes from its done-set
+    tmux.keys("r")
+    tmux.wait(lambda s: " running " in gen_line(s) and re.search(r" 2 +", gen_line(s)), "gen running as attempt 2")
+    tmux.wait(lambda s: gen_done(s) > stopped, "progress after the relaunch")
+    tmux.keys("3")
+    tmux.wait(lambda s: re.search(r"resum(e|ing):", s), "the log saying it resumed")
+
+    # q quits; the demo stops its jobs
+    tmux.keys("q")
+    tmux.wait(lambda s: "DEMO-EXITED 0" in s, "the demo exiting")
+    assert "jobs stopped" in tmux.screen()
+    assert (demo / "out" / "done.txt").exists()
+    done_lines = (demo / "out" / "done.txt").read_text().split()
+    assert len(done_lines) == len(set(done_lines))  # resumed, not redone

@@ -1,0 +1,91 @@
+"""Snapshot tests: each view of a pinned fleet, compared as text and SVG with the stored
+screens in tests/snapshots/. The clock, the time zone, host names, pids and every number
+are pinned; nothing is connected. GPUDECK_UPDATE_SNAPSHOTS=1 stores new screens."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from console.app import make_app
+from tui_support import PINNED_NOW, compare_snapshot, feed_pinned, pinned_fleet, screen_text, wait_until
+
+SIZE = (120, 40)
+
+
+@pytest.fixture(autouse=True)
+def utc(monkeypatch):
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+def pinned_app(**kw):
+    app = make_app(pinned_fleet(), connect=False, clock=lambda: PINNED_NOW, tick_s=0, **kw)
+    app.animation_level = "none"
+    return app
+
+
+async def settle(pilot, cond=lambda app: True, what="the pinned state on screen"):
+    await wait_until(pilot, lambda: pilot.app.state.totals().nodes_total == 2 and
+                     pilot.app.state.nodes["gpu-b"].error is not None and cond(pilot.app), what=what)
+    pilot.app.refresh_views()
+    await pilot.pause()
+    await pilot.pause()
+
+
+async def snap(pilot, name: str) -> None:
+    compare_snapshot(name, screen_text(pilot.app), pilot.app.export_screenshot(title="gpudeck"))
+
+
+@pytest.mark.parametrize("view", ["jobs", "fleet", "alerts"])
+async def test_view_snapshot(view):
+    app = pinned_app(initial_view=view)
+    async with app.run_test(size=SIZE) as pilot:
+        feed_pinned(app)
+        await settle(pilot)
+        await snap(pilot, f"view_{view}")
+
+
+async def test_details_snapshot():
+    app = pinned_app()
+    async with app.run_test(size=SIZE) as pilot:
+        feed_pinned(app)
+        await settle(pilot)
+        app.screen.table("jobs").move_cursor_to_key("gpu-a/gen")
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: app.screen.id == "job-screen", what="the details screen")
+        await pilot.pause()
+        await snap(pilot, "details_gen")
+
+
+async def test_kill_dialog_snapshot():
+    app = pinned_app()
+    async with app.run_test(size=SIZE) as pilot:
+        feed_pinned(app)
+        await settle(pilot)
+        app.screen.table("jobs").move_cursor_to_key("gpu-a/gen")
+        await pilot.press("k")
+        await wait_until(pilot, lambda: "Kill job" in screen_text(app), what="the kill dialog")
+        await snap(pilot, "dialog_kill")
+
+
+async def test_read_only_snapshot():
+    app = pinned_app(read_only=True)
+    async with app.run_test(size=SIZE) as pilot:
+        feed_pinned(app)
+        await settle(pilot)
+        await snap(pilot, "view_jobs_read_only")
+
+
+async def test_help_snapshot():
+    app = pinned_app()
+    async with app.run_test(size=SIZE) as pilot:
+        feed_pinned(app)
+        await settle(pilot)
+        await pilot.press("question_mark")
+        await wait_until(pilot, lambda: "gpudeck help" in screen_text(app), what="the help screen")
+        await snap(pilot, "help")

@@ -1,0 +1,116 @@
+"""FleetState, the data the console renders: totals, rows, sparklines backfilled from
+history, console-side alerts, and the `status --json` shape it must keep."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from agents.protocol import Disk, History, Host, JobStatus, Progress, Sample, Snapshot
+from console.messages import SnapshotReceived
+from console.state import (FleetState, GpuRow, NodeRow, Series, human_duration, select_alerts, select_fleet,
+                           select_jobs)
+from tui_support import PINNED_NOW, pinned_events, pinned_fleet
+
+
+def pinned_state() -> FleetState:
+    state = FleetState(pinned_fleet(), clock=lambda: PINNED_NOW)
+    for ev in pinned_events():
+        if isinstance(ev, History):
+            state.apply_history(ev)
+        elif isinstance(ev, Snapshot):
+            state.apply(ev)
+        else:
+            _, node, reason, since, retry = ev
+            state.mark_unreachable(node, reason, since, retry)
+    return state
+
+
+def test_totals_count_engine_tokens_once():
+    t = pinned_state().totals()
+    assert (t.nodes_up, t.nodes_total) == (1, 2)
+    assert (t.gpus_busy, t.gpus_total) == (4, 4)  # gpu-b is down: its GPUs are not counted
+    # gen is a client of sglang-0: the engine's 2,412 tok/s, not 2,412 + 2,390
+    assert t.tokens_per_s == 2412.0
+    assert t.slowest_job == "gen" and human_duration(t.slowest_eta_s) == "10h 16m"
+    assert t.alerts == 4
+
+
+def test_fleet_rows_mark_shared_unowned_and_stale_gpus():
+    rows = pinned_state().fleet_rows()
+    gpus = {r.key: r for r in rows if isinstance(r, GpuRow)}
+    assert gpus["gpu:gpu-a:3"].shared and gpus["gpu:gpu-a:3"].jobs == ("gen", "sglang-0")
+    assert gpus["gpu:gpu-a:2"].unowned and gpus["gpu:gpu-a:2"].holders == ("pid 4242",)
+    assert gpus["gpu:gpu-b:0"].stale
+    down = next(r for r in rows if isinstance(r, NodeRow) and r.node == "gpu-b")
+    assert down.state == "unreachable" and down.down_for_s == 240 and down.retry_in_s == 8
+
+
+def test_rows_are_equal_when_nothing_visible_changed():
+    a, b = pinned_state(), pinned_state()
+    assert a.job_rows() == b.job_rows()
+    assert a.fleet_rows() == b.fleet_rows()
+
+
+def test_history_backfills_the_sparkline_without_counting_twice():
+    fleet = pinned_fleet()
+    now = [PINNED_NOW]
+    state = FleetState(fleet, clock=lambda: now[0])
+    gen = JobStatus("gen", "generate", "running", progress=Progress(1, 10, 1, 1.0, 100.0))
+    host = Host("gpu-a", 1.0, 1, 1, 2, 0.0, 0.0, 0.0)
+    state.apply(Snapshot("gpu-a", 1, PINNED_NOW - 100, host, [], [gen]))
+    # the console slept; on reconnect the agent sends what it saw meanwhile, including the
+    # sample the console already had
+    samples = [Sample(PINNED_NOW - 100 + 15 * k, job_tokens_per_s={"gen": 200.0}) for k in range(7)]
+    state.apply_history(History("gpu-a", samples))
+    spark = state.job_detail("gpu-a/gen", spark_width=8).spark
+    assert spark.count(None) <= 2 and 100.0 in spark and 200.0 in spark
+    state.apply_history(History("gpu-a", samples))  # delivered again: nothing changes
+    assert state.job_detail("gpu-a/gen", spark_width=8).spark == spark
+
+
+def test_series_keeps_an_hour_of_buckets():
+    s = Series(bucket_s=15.0, keep=4)
+    for k in range(10):
+        s.add(15.0 * k, float(k))
+    assert len(s) == 4
+    assert s.last(4, 15.0 * 9) == (6.0, 7.0, 8.0, 9.0)
+
+
+def test_a_disk_filling_up_is_an_alert_before_it_is_full():
+    state = FleetState(pinned_fleet(), clock=lambda: PINNED_NOW)
+    total = 1000 * 2**30
+    for k in range(20):  # 1 GiB a minute: 100 GiB free lasts under two hours
+        free = 100 * 2**30 - k * 2**30 // 60 * 10
+        host = Host("gpu-a", 1.0, 1, 1, 2, 0.0, 0.0, 0.0, [Disk("/data", free, total)])
+        state.apply(Snapshot("gpu-a", k + 1, PINNED_NOW - 200 + 10 * k, host, [], []))
+    msgs = [a.message for _, a in state.alerts() if a.kind == "disk_filling"]
+    assert msgs and msgs[0].startswith("/data: ") and "full in 1h" in msgs[0]
+
+
+def test_filters_and_sorts_are_pure():
+    state = pinned_state()
+    jobs = state.job_rows()
+    assert [r.name for r in select_jobs(jobs, "gen")] == ["gen"]
+    assert [r.name for r in select_jobs(jobs, sort="state")][0] == "extract"  # failed first
+    assert [r.name for r in select_jobs(jobs, sort="eta")][0] == "gen"
+    fleet = select_fleet(state.fleet_rows(), "4242")
+    assert [r.key for r in fleet] == ["node:gpu-a", "gpu:gpu-a:2"]
+    assert select_fleet(state.fleet_rows(), sort="problems")[0].key == "node:gpu-a"
+    assert {r.kind for r in select_alerts(state.alert_rows(), "gpu")} >= {"shared_gpu", "unowned_gpu_process"}
+
+
+def test_status_json_keeps_its_shape():
+    doc = pinned_state().to_json()
+    assert set(doc) == {"nodes", "jobs", "alerts"}
+    assert set(doc["nodes"][0]) == {"name", "reachable", "error", "unreachable_since", "gpus", "gpu_error", "host"}
+    assert set(doc["jobs"][0]) == {"name", "node", "kind", "state", "pids", "gpus", "attempt", "exit_code", "done",
+                                   "total", "tokens_per_s", "eta_s", "quality", "engine"}
+    assert {"node", "kind", "message", "job", "gpu", "pid"} <= set(doc["alerts"][0])
+
+
+def test_a_newer_snapshot_replaces_a_queued_one_of_the_same_node():
+    snap = next(e for e in pinned_events() if isinstance(e, Snapshot))
+    newer = SnapshotReceived(dataclasses.replace(snap, seq=snap.seq + 1))
+    assert newer.can_replace(SnapshotReceived(snap))
+    other = dataclasses.replace(snap, node="gpu-b")
+    assert not newer.can_replace(SnapshotReceived(other))

@@ -1,0 +1,247 @@
+"""Helpers for the console's tests: what the screen shows, waiting on it, fleets of real
+command jobs, and a pinned fleet state for snapshot tests."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import socket
+import time
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from rich.console import Console
+
+from agents.protocol import (Alert, Disk, Engine, Gpu, GpuProcess, History, Host, JobStatus, Progress, Sample,
+                             Snapshot)
+from remote.fleet import Fleet, parse_fleet
+
+ROOT = Path(__file__).resolve().parent.parent
+SNAPSHOTS = Path(__file__).resolve().parent / "snapshots"
+UPDATE_SNAPSHOTS = bool(os.environ.get("GPUDECK_UPDATE_SNAPSHOTS"))
+
+
+# ---------------------------------------------------------------- what the user sees
+
+
+def screen_text(app) -> str:
+    """The whole screen as plain text, dialogs and notifications included."""
+    width, height = app.size
+    console = Console(width=width, height=height, file=io.StringIO(), force_terminal=True,
+                      color_system="truecolor", record=True, legacy_windows=False, safe_box=False)
+    console.print(app.screen._compositor.render_update(full=True, screen_stack=app._background_screens))
+    return console.export_text()
+
+
+def notifications_text(app) -> str:
+    """What the notifications in the lower right say, their wrapped lines joined."""
+    width = app.size.width
+    lines = screen_text(app).splitlines()
+    right = [ln[width // 2:].strip().strip("▌").strip() for ln in lines]
+    return " ".join(" ".join(r for r in right if r).split())
+
+
+async def wait_until(pilot, cond: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:
+    """Let the app run until ``cond()`` is truthy; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = cond()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}\n--- screen:\n"
+                                 f"{screen_text(pilot.app)}")
+        await pilot.pause(0.05)
+
+
+async def wait_for_text(pilot, text: str, timeout: float = 30.0) -> str:
+    return await wait_until(pilot, lambda: text in screen_text(pilot.app) and screen_text(pilot.app), timeout,
+                            what=repr(text))
+
+
+def job_row(app, name: str):
+    """The JobRow the app holds for ``name`` (None before its node answered)."""
+    return next((r for r in app.state.job_rows() if r.name == name), None)
+
+
+# ---------------------------------------------------------------- fleets of real jobs
+
+
+def progress_script(total: int = 100_000, step_s: float = 0.1) -> str:
+    """A job that counts, reports progress.json, logs a line per item and resumes where it
+    stopped (its count is kept in the job's state directory)."""
+    return (f'n=$(cat "$GPUDECK_JOB_DIR/count" 2>/dev/null || echo 0); echo "resuming at $n"; '
+            f'while true; do n=$((n+1)); echo $n > "$GPUDECK_JOB_DIR/count"; '
+            f'printf \'{{"done": %d, "total": {total}, "tokens": %d, "quality": {{"cut_at_max_tokens": 2}}}}\' '
+            f'$n $((n*250)) > "$GPUDECK_PROGRESS_FILE.tmp"; mv "$GPUDECK_PROGRESS_FILE.tmp" '
+            f'"$GPUDECK_PROGRESS_FILE"; echo "item $n"; sleep {step_s}; done')
+
+
+def write_fleet(tmp: Path, home: Path, jobs: list[dict], extra: str = "", interval: float = 0.2) -> Fleet:
+    """A fleet file of command jobs on this machine, with its own agent home."""
+    lines = [f"[defaults]\nhome = {json.dumps(str(home))}\nnvml = false\ninterval = {interval}\n", extra]
+    for j in jobs:
+        lines.append("[[jobs]]")
+        for k, v in j.items():
+            lines.append(f"{k} = {json.dumps(v)}")
+        lines.append("")
+    path = tmp / "fleet.toml"
+    path.write_text("\n".join(lines))
+    return parse_fleet(path.read_text(), str(path))
+
+
+def shell_job(name: str, script: str, **kw: Any) -> dict:
+    return {"name": name, "kind": "command", "command": ["sh", "-c", script], **kw}
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def reap(home: Path) -> None:
+    """Kill whatever process groups the jobs under ``home`` left behind."""
+    for state in home.glob("jobs/*/state.json"):
+        try:
+            pgid = json.loads(state.read_text()).get("pgid")
+            if pgid:
+                os.killpg(pgid, signal.SIGKILL)
+        except (ValueError, ProcessLookupError, PermissionError):
+            pass
+
+
+# ---------------------------------------------------------------- a pinned fleet for snapshot tests
+
+PINNED_NOW = 1_764_504_000.0  # 2025-11-30 12:00:00 UTC
+
+
+def pinned_fleet() -> Fleet:
+    text = """
+[[nodes]]
+name = "gpu-a"
+host = "gpu-a.example"
+
+[[nodes]]
+name = "gpu-b"
+host = "gpu-b.example"
+
+[[jobs]]
+name = "sglang-0"
+node = "gpu-a"
+kind = "sglang-server"
+model = "/models/Qwen3-8B"
+port = 30000
+gpus = [0, 1]
+
+[[jobs]]
+name = "gen"
+node = "gpu-a"
+kind = "generate"
+servers = ["sglang-0"]
+prompts = "/data/prompts.jsonl"
+out = "/data/gen"
+command = ["python", "-m", "my_generate", "--out", "/data/gen"]
+
+[[jobs]]
+name = "extract"
+node = "gpu-a"
+kind = "command"
+command = ["python", "extract.py"]
+gpus = [2, 3]
+
+[[jobs]]
+name = "audit"
+node = "gpu-b"
+kind = "command"
+command = ["python", "audit.py"]
+"""
+    return parse_fleet(text, "pinned.toml")
+
+
+def pinned_events() -> list[Any]:
+    """What two nodes said: gpu-a busy (an engine, a generation job against it, an extraction
+    that died, a process no job owns), gpu-b reachable before and now down."""
+    t = PINNED_NOW
+    a_gpus = [
+        Gpu(0, "GPU-a0", "NVIDIA H200", 120_000.0, 143_771.0, 97.0, 64.0, 612.0,
+            [GpuProcess(4101, 119_500.0, "sglang-0")]),
+        Gpu(1, "GPU-a1", "NVIDIA H200", 119_800.0, 143_771.0, 95.0, 62.0, 598.0,
+            [GpuProcess(4102, 119_300.0, "sglang-0")]),
+        Gpu(2, "GPU-a2", "NVIDIA H200", 55_400.0, 143_771.0, 0.0, 38.0, 121.0,
+            [GpuProcess(4242, 55_400.0, None)]),
+        Gpu(3, "GPU-a3", "NVIDIA H200", 30_200.0, 143_771.0, 41.0, 51.0, 233.0,
+            [GpuProcess(4301, 22_000.0, "gen"), GpuProcess(4103, 8_000.0, "sglang-0")]),
+    ]
+    a_jobs = [
+        JobStatus("sglang-0", "sglang-server", "running", [0, 1], ["GPU-a0", "GPU-a1"], pid=4100, pgid=4100,
+                  pids=[4100, 4101, 4102], attempt=1, started_at=t - 7200,
+                  engine=Engine("http://127.0.0.1:30000/metrics", "ready", "sglang", 2412.5, 1.9e7, 48.0, 3.0,
+                                0.62, None), log_path="/home/op/.gpudeck/jobs/sglang-0/job.log"),
+        JobStatus("gen", "generate", "running", [], [], pid=4200, pgid=4200, pids=[4200], attempt=2,
+                  started_at=t - 3600,
+                  progress=Progress(123_456, 914_000, 35_000_000, 21.4, 2390.0, (914_000 - 123_456) / 21.4, t,
+                                    {"cut_at_max_tokens": 12, "empty_answer": 3, "errors": 0}),
+                  log_path="/home/op/.gpudeck/jobs/gen/job.log"),
+        JobStatus("extract", "command", "failed", [2, 3], ["GPU-a2", "GPU-a3"], attempt=3, exit_code=137,
+                  started_at=t - 900, ended_at=t - 60,
+                  progress=Progress(4_000, 914_000, None, None, None, None, t - 60, {})),
+    ]
+    a_alerts = [
+        Alert("shared_gpu", "GPU 3: jobs gen, sglang-0 share it", gpu=3),
+        Alert("unowned_gpu_process", "GPU 2: pid 4242 holds 54.1 GiB and belongs to no job", gpu=2, pid=4242),
+        Alert("job_died", "job extract died (exit code 137) on attempt 3", job="extract"),
+    ]
+    host_a = Host("gpu-a", 37.0, 64, 210 * 2**30, 1024 * 2**30, 12.3, 11.0, 10.0,
+                  [Disk("/data", 4 * 2**40, 30 * 2**40)])
+    host_b = Host("gpu-b", 3.0, 32, 20 * 2**30, 512 * 2**30, 0.4, 0.3, 0.2, [Disk("/data", 2**40, 8 * 2**40)])
+    b_jobs = [JobStatus("audit", "command", "exited", [], [], attempt=1, exit_code=0, started_at=t - 5000,
+                        ended_at=t - 4000)]
+    history = History("gpu-a", [Sample(t - 15 * k, [], [], {"sglang-0": 2000.0 + 40 * (k % 7), "gen": 2300.0 - 30 * (k % 5)},
+                                       {"gen": 123_000}) for k in range(12, 0, -1)])
+    return [
+        history,
+        Snapshot("gpu-a", 10, t, host_a, a_gpus, a_jobs, a_alerts),
+        Snapshot("gpu-b", 4, t - 300, host_b, [Gpu(0, "GPU-b0", "NVIDIA L40S", 0.0, 46_068.0, 0.0, 30.0, 35.0, [])],
+                 b_jobs, []),
+        ("down", "gpu-b", "node gpu-b: link lost: no word from the agent for 45 s", t - 240, 8.0),
+    ]
+
+
+def feed_pinned(app) -> None:
+    """Post the pinned events to the app as the transport would."""
+    from console.messages import HistoryReceived, NodeWentDown, SnapshotReceived
+
+    for ev in pinned_events():
+        if isinstance(ev, History):
+            app.post_message(HistoryReceived(ev))
+        elif isinstance(ev, Snapshot):
+            app.post_message(SnapshotReceived(ev))
+        else:
+            _, node, reason, since, retry = ev
+            app.post_message(NodeWentDown(node, reason, since, retry))
+
+
+def compare_snapshot(name: str, text: str, svg: Optional[str] = None) -> None:
+    """Compare the screen with the stored one; GPUDECK_UPDATE_SNAPSHOTS=1 stores it."""
+    SNAPSHOTS.mkdir(exist_ok=True)
+    txt_path = SNAPSHOTS / f"{name}.txt"
+    if UPDATE_SNAPSHOTS or not txt_path.exists():
+        txt_path.write_text(text)
+        if svg is not None:
+            (SNAPSHOTS / f"{name}.svg").write_text(svg)
+        if not UPDATE_SNAPSHOTS:
+            raise AssertionError(f"no stored snapshot {txt_path.name}: stored it now; look at it and run again")
+        return
+    expected = txt_path.read_text()
+    if text != expected:
+        (SNAPSHOTS / f"{name}.actual.txt").write_text(text)
+        raise AssertionError(f"screen differs from {txt_path} (see {name}.actual.txt; "
+                             f"GPUDECK_UPDATE_SNAPSHOTS=1 to accept)\n--- expected:\n{expected}\n--- actual:\n{text}")
+    if svg is not None:
+        svg_path = SNAPSHOTS / f"{name}.svg"
+        if svg_path.exists() and svg_path.read_text() != svg:
+            (SNAPSHOTS / f"{name}.actual.svg").write_text(svg)
+            raise AssertionError(f"colours differ from {svg_path} (text is the same); see {name}.actual.svg")
