@@ -63,8 +63,10 @@ class JobSpec:
             raise SpecError(f"job {self.name!r}: kind {self.kind!r} is not one of {', '.join(KINDS)}")
         if self.kind == "command" and not self.command:
             raise SpecError(f"job {self.name!r}: kind 'command' needs a 'command'")
-        if self.kind == "sglang-server" and (not self.model or not self.port):
-            raise SpecError(f"job {self.name!r}: kind 'sglang-server' needs 'model' and 'port'")
+        if self.kind == "sglang-server" and not self.port:
+            raise SpecError(f"job {self.name!r}: kind 'sglang-server' needs a 'port'")
+        if self.kind == "sglang-server" and not self.model and not self.command:
+            raise SpecError(f"job {self.name!r}: kind 'sglang-server' needs a 'model' (or its own 'command')")
         if any((not isinstance(g, int)) or g < 0 for g in self.gpus):
             raise SpecError(f"job {self.name!r}: 'gpus' must be GPU indices (integers >= 0)")
 
@@ -95,7 +97,7 @@ class JobSpec:
     def argv(self, python: str) -> list[str]:
         """The command line the supervisor runs for this spec."""
         py = self.python or python
-        if self.kind == "command":
+        if self.command:  # any kind may be given its exact command (a wrapper, a simulator)
             return list(self.command)
         if self.kind == "sglang-server":
             argv = [py, "-m", "sglang.launch_server", "--model-path", str(self.model),
@@ -108,8 +110,6 @@ class JobSpec:
             if "--enable-metrics" not in argv:
                 argv.append("--enable-metrics")
             return argv
-        if self.command:  # a built-in kind may be given an explicit command
-            return list(self.command)
         # built-in workers build their own command line from the spec's options:
         # agents.workers.<kind>.build_argv(spec, python) -> list[str]
         import importlib

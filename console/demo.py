@@ -5,10 +5,9 @@ under ``root`` (default ``~/.cache/gpudeck-demo``), the agent's state directory 
 so the demo never sees or touches the operator's own jobs. The server is
 ``agents.workers.sim_engine`` (real HTTP, SGLang's routes and metric names).
 
-Until the built-in generation worker exists, the generation job (kind ``generate``, so the
-header does not count its tokens twice) runs the small client at the bottom of this module (``python -m console.demo generate``): it keeps a few requests in
-flight against the server, appends each finished index to a done-set file, reports
-``progress.json``, and on a relaunch skips every index it finished before.
+The generation job is the built-in ``generate`` worker: it keeps requests in flight against
+the server, writes shards and a done-set, reports ``progress.json``, and on a relaunch skips
+every prompt it finished before.
 """
 
 from __future__ import annotations
@@ -63,7 +62,7 @@ interval = {interval_s}
 
 [[jobs]]
 name = "{SERVER}"
-kind = "command"
+kind = "sglang-server"
 command = {_toml(server)}
 port = {port}
 metrics_url = "{url}/metrics"
