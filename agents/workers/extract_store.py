@@ -1,0 +1,439 @@
+"""The extraction's output: safetensors shards, their index, the done-set, and the reader.
+
+A shard is a valid safetensors file written as a stream: the writer reserves room for the
+header, streams each sample's hidden states straight from the pinned host buffer, appends
+the small input_ids and loss_mask tensors at the end, then writes the header (padded with
+spaces, which the format allows), fsyncs and renames the temp file to its final name. See
+the README ("Hidden-state extraction") for the layout.
+
+Order of a shard's close, which makes a kill -9 at any moment harmless:
+
+1. temp file written, fsynced, renamed to ``shard-NNNNNN.safetensors``, directory fsynced;
+2. one line appended to ``index.jsonl`` (fsynced);
+3. its ids appended to the done-set ``done.txt`` (fsynced).
+
+On start, :func:`reconcile` repairs whatever a crash left between those steps: temp files
+are deleted (their samples are not in the done-set, so they run again), a shard missing from
+the index is indexed from its own header, and index ids missing from the done-set are added.
+No sample is ever in two shards, and none is in the done-set without its shard.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import logging
+import os
+import re
+import struct
+import time
+from dataclasses import dataclass
+from typing import Iterator, Optional
+
+import numpy as np
+
+from agents.workers.atomic import fsync_dir, rename_durably
+from agents.workers.doneset import DoneSet
+
+log = logging.getLogger("gpudeck.extract")
+
+FORMAT = "gpudeck-hidden-states/1"
+SHARD_RE = re.compile(r"^shard-(\d{6,})\.safetensors$")
+INDEX = "index.jsonl"
+DONESET = "done.txt"
+META = "extract.json"
+_ALIGN = 4096
+_DTYPES = {"BF16": 2, "F16": 2, "F32": 4}
+
+
+def _early_writeback() -> Optional[int]:
+    """posix_fadvise(DONTNEED) after each sample starts its writeback at once (Linux); off
+    with GPUDECK_EARLY_WRITEBACK=0. Measured on the H200 node's disk: 1 file written then
+    fsynced 1.1-1.2 GB/s, with early writeback 1.8-2.4 GB/s (bench/extract_gpu.py)."""
+    if os.environ.get("GPUDECK_EARLY_WRITEBACK", "1") != "1":
+        return None
+    return getattr(os, "POSIX_FADV_DONTNEED", None)
+
+
+class StoreError(RuntimeError):
+    """The output directory is in a state the worker will not touch; the message says why."""
+
+
+def shard_name(no: int) -> str:
+    return f"shard-{no:06d}.safetensors"
+
+
+def _tmp_name(no: int) -> str:
+    return f".shard-{no:06d}.safetensors.tmp"
+
+
+# ---------------------------------------------------------------- writing
+
+@dataclass
+class ClosedShard:
+    """A shard whose bytes are all written (not yet fsynced): the finalizer's work item."""
+    fd: int
+    tmp: str
+    final: str
+    entry: dict  # its index line
+
+
+class ShardWriter:
+    """One shard being written. Only the writer thread touches it."""
+
+    def __init__(self, out_dir: str, no: int, width: int, dtype: str, layers: list[int],
+                 header_reserve: int, meta: dict) -> None:
+        self.out_dir, self.no, self.width, self.dtype = out_dir, no, width, dtype
+        self.layers, self.meta = layers, meta
+        self.reserve = header_reserve
+        self.tmp = os.path.join(out_dir, _tmp_name(no))
+        self.final = os.path.join(out_dir, shard_name(no))
+        self.fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        self.pos = header_reserve  # absolute file offset of the next hidden-state byte
+        self.ids: list[str] = []
+        self.n_tokens: list[int] = []
+        self.n_target: list[int] = []
+        self._small: list[tuple[np.ndarray, np.ndarray]] = []
+        self._header_estimate = 512 + len(json.dumps(json.dumps(meta)))
+        self._fadv = _early_writeback()
+
+    @staticmethod
+    def sample_header_cost(item_id: str) -> int:
+        # three tensor entries with 20-digit offsets, plus the id and counts in the metadata
+        return 3 * 110 + 2 * len(json.dumps(item_id)) + 24
+
+    def fits(self, item_id: str) -> bool:
+        return self._header_estimate + self.sample_header_cost(item_id) <= self.reserve - 8
+
+    @property
+    def n(self) -> int:
+        return len(self.ids)
+
+    @property
+    def data_bytes(self) -> int:
+        return self.pos - self.reserve + sum(a.nbytes + m.nbytes for a, m in self._small)
+
+    def add(self, item_id: str, hidden: memoryview, input_ids: np.ndarray, loss_mask: np.ndarray) -> None:
+        n = int(input_ids.shape[0])
+        expect = n * self.width * _DTYPES[self.dtype]
+        if hidden.nbytes != expect:
+            raise StoreError(f"sample {item_id}: {hidden.nbytes} bytes of hidden states, expected {expect}")
+        _pwrite_all(self.fd, hidden, self.pos)
+        if self._fadv is not None:
+            # start writing these pages back now rather than at the fsync: the disk stays busy
+            # all along and the page cache does not fill with gigabytes of dirty pages
+            os.posix_fadvise(self.fd, self.pos, expect, self._fadv)
+        self.pos += expect
+        self.ids.append(item_id)
+        self.n_tokens.append(n)
+        self.n_target.append(int(loss_mask.sum()))
+        self._small.append((np.ascontiguousarray(input_ids, dtype=np.int32),
+                            np.ascontiguousarray(loss_mask, dtype=np.uint8)))
+        self._header_estimate += self.sample_header_cost(item_id)
+
+    def close(self) -> ClosedShard:
+        """Append the small tensors and write the header; the caller fsyncs and renames."""
+        tensors: dict = {}
+        off = 0
+        for k, n in enumerate(self.n_tokens):
+            size = n * self.width * _DTYPES[self.dtype]
+            tensors[f"{k}.hidden_states"] = {"dtype": self.dtype, "shape": [n, self.width],
+                                             "data_offsets": [off, off + size]}
+            off += size
+        tail = []
+        for k, (ids, _) in enumerate(self._small):
+            tensors[f"{k}.input_ids"] = {"dtype": "I32", "shape": [ids.shape[0]],
+                                         "data_offsets": [off, off + ids.nbytes]}
+            off += ids.nbytes
+            tail.append(ids)
+        for k, (_, mask) in enumerate(self._small):
+            tensors[f"{k}.loss_mask"] = {"dtype": "U8", "shape": [mask.shape[0]],
+                                         "data_offsets": [off, off + mask.nbytes]}
+            off += mask.nbytes
+            tail.append(mask)
+        if tail:
+            _pwrite_all(self.fd, memoryview(np.concatenate([t.view(np.uint8) for t in tail])), self.pos)
+        metadata = dict(self.meta)
+        metadata.update(format=FORMAT, ids=json.dumps(self.ids), n_tokens=json.dumps(self.n_tokens),
+                        layers=",".join(map(str, self.layers)), width=str(self.width))
+        header = json.dumps({"__metadata__": metadata, **tensors}, separators=(",", ":")).encode()
+        room = self.reserve - 8
+        if len(header) > room:
+            raise StoreError(f"{self.tmp}: header of {len(header)} bytes does not fit the {room} reserved")
+        header += b" " * (room - len(header))
+        _pwrite_all(self.fd, memoryview(struct.pack("<Q", room) + header), 0)
+        entry = {"shard": os.path.basename(self.final), "ids": self.ids, "n_tokens": self.n_tokens,
+                 "n_target": self.n_target, "bytes": self.reserve + off, "closed_at": round(time.time(), 3)}
+        return ClosedShard(self.fd, self.tmp, self.final, entry)
+
+    def abandon(self) -> None:
+        try:
+            os.close(self.fd)
+        finally:
+            try:
+                os.unlink(self.tmp)
+            except OSError:
+                pass
+
+
+def header_reserve_for(max_samples: int) -> int:
+    """Room for a shard's header: enough for ``max_samples`` samples with ids of ~200
+    characters, rounded to 4 KiB so that the data starts aligned."""
+    need = 8 + 4096 + max_samples * (3 * 110 + 2 * 210 + 24)
+    return -(-need // _ALIGN) * _ALIGN
+
+
+def _pwrite_all(fd: int, data: memoryview, offset: int) -> None:
+    data = data.cast("B") if data.format != "B" or data.ndim != 1 else data
+    while data:
+        try:
+            n = os.pwrite(fd, data, offset)
+        except OSError as exc:
+            path = os.readlink(f"/proc/self/fd/{fd}") if os.path.exists(f"/proc/self/fd/{fd}") else f"fd {fd}"
+            raise StoreError(f"cannot write {path}: {exc.strerror or exc}") from None
+        data = data[n:]
+        offset += n
+
+
+def seal(shard: ClosedShard) -> None:
+    """fsync and close a written shard (the writer thread does it, so that several shards
+    can be flushed at once)."""
+    try:
+        os.fsync(shard.fd)
+    finally:
+        os.close(shard.fd)
+
+
+def publish(shard: ClosedShard, index: "IndexLog", done: DoneSet) -> None:
+    """Make a sealed shard visible, in the order the module docstring gives."""
+    rename_durably(shard.tmp, shard.final)
+    index.append(shard.entry)
+    done.add(shard.entry["ids"], sync=True)
+
+
+def finalize(shard: ClosedShard, index: "IndexLog", done: DoneSet) -> None:
+    seal(shard)
+    publish(shard, index, done)
+
+
+# ---------------------------------------------------------------- the index
+
+class IndexLog:
+    """``index.jsonl``: one line per closed shard, appended with one write and an fsync."""
+
+    def __init__(self, out_dir: str) -> None:
+        self.path = os.path.join(out_dir, INDEX)
+        self.entries = read_index(self.path, repair=True)
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    def append(self, entry: dict) -> None:
+        data = (json.dumps(entry, separators=(",", ":")) + "\n").encode()
+        size = os.fstat(self._fd).st_size
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(self._fd, view):]
+            os.fsync(self._fd)
+        except OSError:
+            os.ftruncate(self._fd, size)
+            raise
+        self.entries.append(entry)
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+
+def read_index(path: str, repair: bool = False) -> list[dict]:
+    """The index's entries; a last line cut by a crash is dropped (and cut off the file when
+    ``repair``). Any other bad line is an error naming the line."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        return []
+    end = data.rfind(b"\n") + 1
+    if end != len(data) and repair:
+        with open(path, "r+b") as f:
+            f.truncate(end)
+            os.fsync(f.fileno())
+    out = []
+    for lineno, line in enumerate(data[:end].splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            entry = json.loads(line)
+            if not isinstance(entry, dict) or "shard" not in entry or "ids" not in entry:
+                raise ValueError("expected an object with 'shard' and 'ids'")
+        except ValueError as exc:
+            raise StoreError(f"{path}:{lineno}: bad index line: {exc}") from None
+        out.append(entry)
+    return out
+
+
+# ---------------------------------------------------------------- resume
+
+@dataclass
+class Resumed:
+    done: DoneSet
+    index: IndexLog
+    next_shard: int
+    removed_tmp: int
+    reindexed: list[str]
+    readded: int
+
+
+def reconcile(out_dir: str, done_path: Optional[str] = None, min_next_shard: int = 0) -> Resumed:
+    """Bring the output directory back to a consistent state after any crash (see the module
+    docstring). The caller holds the directory lock. ``min_next_shard`` keeps new shard
+    numbers above those already in S3 (a fresh node must not overwrite them)."""
+    removed = 0
+    for tmp in glob.glob(os.path.join(out_dir, ".shard-*.safetensors.tmp")):
+        os.unlink(tmp)
+        removed += 1
+    if removed:
+        fsync_dir(out_dir)
+    index = IndexLog(out_dir)
+    indexed = {e["shard"] for e in index.entries}
+    numbers = []
+    reindexed = []
+    for name in sorted(os.listdir(out_dir)):
+        m = SHARD_RE.match(name)
+        if not m:
+            continue
+        numbers.append(int(m.group(1)))
+        if name not in indexed:  # renamed, then killed before its index line
+            entry = entry_from_header(os.path.join(out_dir, name))
+            index.append(entry)
+            reindexed.append(name)
+    numbers += [int(SHARD_RE.match(e["shard"]).group(1)) for e in index.entries if SHARD_RE.match(e["shard"])]
+    done = DoneSet.open(done_path or os.path.join(out_dir, DONESET))
+    readded = done.add([i for e in index.entries for i in e["ids"]], sync=True)
+    next_no = max([min_next_shard] + [n + 1 for n in numbers])
+    return Resumed(done, index, next_no, removed, reindexed, readded)
+
+
+def entry_from_header(path: str) -> dict:
+    """An index line rebuilt from a shard's own header."""
+    meta, tensors = read_header(path)
+    ids = json.loads(meta["ids"])
+    n_tokens = json.loads(meta["n_tokens"])
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+    n_target = []
+    from safetensors import safe_open
+    with safe_open(path, framework="numpy") as st:
+        for k in range(len(ids)):
+            n_target.append(int(st.get_tensor(f"{k}.loss_mask").sum()))
+    return {"shard": os.path.basename(path), "ids": ids, "n_tokens": n_tokens, "n_target": n_target,
+            "bytes": size, "closed_at": round(os.stat(path).st_mtime, 3), "recovered": True}
+
+
+def read_header(path: str) -> tuple[dict, dict]:
+    """(metadata, tensor table) of a safetensors file, reading only its header."""
+    with open(path, "rb") as f:
+        raw = f.read(8)
+        if len(raw) != 8:
+            raise StoreError(f"{path}: too short for a safetensors file")
+        (n,) = struct.unpack("<Q", raw)
+        if n > 1 << 30:
+            raise StoreError(f"{path}: header length {n} is not plausible")
+        header = json.loads(f.read(n))
+    meta = header.pop("__metadata__", {}) or {}
+    return meta, header
+
+
+# ---------------------------------------------------------------- reading
+
+@dataclass
+class Sample:
+    id: str
+    input_ids: "object"  # torch.Tensor int64 [n]
+    loss_mask: "object"  # torch.Tensor bool [n]
+    hidden_states: "object"  # torch.Tensor [n, len(layers) * hidden]
+    layers: list[int]
+
+    def layer(self, layer: int):
+        """The hidden states of one of the kept layers, [n, hidden]."""
+        j = self.layers.index(layer)
+        h = self.hidden_states.shape[-1] // len(self.layers)
+        return self.hidden_states[:, j * h:(j + 1) * h]
+
+
+class ExtractOutput:
+    """An extraction's output directory (or a directory of per-part directories) as seen
+    through its index files: ``len()``, ``ids()``, ``get(id)``, ``iter_samples()``."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+        dirs = [root] + sorted(d for d in glob.glob(os.path.join(root, "part-*")) if os.path.isdir(d))
+        self.dirs = [d for d in dirs if os.path.exists(os.path.join(d, INDEX))]
+        if not self.dirs:
+            raise StoreError(f"{root}: no {INDEX} here or in part-*/ (not an extraction output?)")
+        self.meta = {}
+        meta_path = os.path.join(self.dirs[0], META)
+        if os.path.exists(meta_path):
+            with open(meta_path) as f:
+                self.meta = json.load(f)
+        self._where: dict[str, tuple[str, int, int]] = {}
+        self.shards: list[str] = []
+        for d in self.dirs:
+            for e in read_index(os.path.join(d, INDEX)):
+                path = os.path.join(d, e["shard"])
+                self.shards.append(path)
+                for k, (i, n) in enumerate(zip(e["ids"], e["n_tokens"])):
+                    if i in self._where:
+                        raise StoreError(f"sample {i!r} is in two shards: {self._where[i][0]} and {path}")
+                    self._where[i] = (path, k, n)
+
+    @property
+    def layers(self) -> list[int]:
+        return list(self.meta.get("layers", []))
+
+    def __len__(self) -> int:
+        return len(self._where)
+
+    def __contains__(self, item_id: str) -> bool:
+        return item_id in self._where
+
+    def ids(self) -> list[str]:
+        return list(self._where)
+
+    def n_tokens(self) -> int:
+        return sum(n for _, _, n in self._where.values())
+
+    def get(self, item_id: str) -> Sample:
+        path, k, _ = self._where[item_id]
+        from safetensors import safe_open
+        with safe_open(path, framework="pt") as st:
+            return _sample(st, k, item_id, _layers_of(st.metadata()))
+
+    def iter_samples(self) -> Iterator[Sample]:
+        for path in self.shards:
+            yield from read_shard(path)
+
+
+def _layers_of(meta: dict) -> list[int]:
+    return [int(x) for x in meta["layers"].split(",")]
+
+
+def _sample(st, k: int, item_id: str, layers: list[int]) -> Sample:
+    return Sample(id=item_id, input_ids=st.get_tensor(f"{k}.input_ids").long(),
+                  loss_mask=st.get_tensor(f"{k}.loss_mask").bool(),
+                  hidden_states=st.get_tensor(f"{k}.hidden_states"), layers=layers)
+
+
+def read_shard(path: str) -> Iterator[Sample]:
+    """Every sample of one shard, from the shard alone (no index needed)."""
+    from safetensors import safe_open
+    with safe_open(path, framework="pt") as st:
+        meta = st.metadata()
+        if meta.get("format") != FORMAT:
+            raise StoreError(f"{path}: not a {FORMAT} shard (format {meta.get('format')!r})")
+        layers = _layers_of(meta)
+        for k, item_id in enumerate(json.loads(meta["ids"])):
+            yield _sample(st, k, item_id, layers)
+
+
+def open_extract(root: str) -> ExtractOutput:
+    """The reader: ``open_extract(out_dir).get(sample_id).hidden_states``."""
+    return ExtractOutput(root)

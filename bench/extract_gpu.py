@@ -1,0 +1,363 @@
+"""Hidden-state extraction on one GPU: the gpudeck worker against a naive loop, same process.
+
+Workload (issue 4): a Qwen3-shaped model with random weights, ~1.7B parameters (hidden 2048,
+28 layers, 16 heads, 8 KV heads, head dim 128, intermediate 6144, vocab 151936); samples of
+2,048 tokens; layers 1,7,14,21,27 kept (5 x 2048 bf16 = 20 KiB per token); output written
+to local disk.
+
+- naive: batch 1, the full model with its LM head and output_hidden_states, a synchronous
+  .cpu(), one torch.save per sample (no fsync).
+- worker: agents.workers.extract_run.run_extraction, the real pipeline (tokenized JSONL
+  in, packed batches, fast path compiled, pinned buffers + CUDA events, writer and
+  finalizer threads, safetensors shards fsynced and renamed, index, done-set). Its shards
+  are deleted once durable (as an upload-and-delete would), so that the 64 GiB disk holds
+  the run; the bytes still go to the disk through fsync.
+- compute only: the same forward with nothing copied out, to separate the GPU from the disk.
+
+MFU is printed two ways: against the FLOPs the extraction needs (agents/workers/extract_perf:
+27 decoder layers' matmuls + causal attention, no embedding, no LM head), and in the
+convention the issue's anchors use (2 x all 2.03B parameters + attention per token:
+28k tok/s -> 12%, 105k tok/s -> 46%). The tokens/s ratio does not depend on either.
+
+    PYTHONPATH=. python3 bench/extract_gpu.py [--samples 600] [--budget 32768] [--out /tmp/xbench]
+
+Measured on the lent H200 (torch 2.11, transformers 5.17), 2026-11-30, with
+``python3 bench/extract_gpu.py --skip attn,disk --samples 500`` (MFU: needed FLOPs / anchor
+convention):
+
+    naive (batch 1, LM head, .cpu(), torch.save)      27,826 tok/s   8.3% / 12.1%
+    compute only, fast path eager (cuDNN attention)  112,296 tok/s  33.4% / 48.8%
+    compute only, fast path compiled, batch 16       190,229 tok/s  56.6% / 82.6%
+    worker, shards to /dev/shm, end to end           177,977 tok/s  53.0% / 77.3%   6.40x naive
+    worker, shards to local disk (fsync), e2e         78,889 tok/s  23.5% / 34.3%   2.84x naive
+
+The local disk is the limit there: 20 KiB of hidden states per token; the disk took 1.1-1.2
+GB/s written-then-fsynced, 2.2-2.5 GB/s with early writeback (posix_fadvise DONTNEED after
+each write, as the worker does), and the worker sustained 1.4-1.8 GB/s of shards.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+
+import numpy as np
+
+LAYERS = [1, 7, 14, 21, 27]
+SEQ = 2048
+
+
+def log(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def build_model(torch, dtype):
+    from transformers import AutoModelForCausalLM, Qwen3Config
+
+    cfg = Qwen3Config(vocab_size=151936, hidden_size=2048, intermediate_size=6144, num_hidden_layers=28,
+                      num_attention_heads=16, num_key_value_heads=8, head_dim=128, max_position_embeddings=40960,
+                      tie_word_embeddings=True, rope_theta=1000000.0)
+    torch.manual_seed(0)
+    with torch.device("cuda"):
+        try:
+            model = AutoModelForCausalLM.from_config(cfg, dtype=dtype, attn_implementation="sdpa")
+        except TypeError:
+            model = AutoModelForCausalLM.from_config(cfg, torch_dtype=dtype, attn_implementation="sdpa")
+    model.eval().requires_grad_(False)
+    return model, cfg
+
+
+def disk_write_speed(directory: str, threads: int = 1, gib_each: int = 1, early_writeback: bool = False) -> float:
+    """Bytes/s of sequential writes + fsync to ``directory``'s disk, ``threads`` files at once."""
+    import threading
+
+    buf = np.random.default_rng(0).integers(0, 255, size=64 << 20, dtype=np.uint8)
+
+    def one(i: int) -> None:
+        path = os.path.join(directory, f"ddtest{i}")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        off = 0
+        for _ in range(gib_each * 16):
+            n = os.write(fd, memoryview(buf))
+            if early_writeback:
+                os.posix_fadvise(fd, off, n, os.POSIX_FADV_DONTNEED)
+            off += n
+        os.fsync(fd)
+        os.close(fd)
+
+    t = time.perf_counter()
+    ths = [threading.Thread(target=one, args=(i,)) for i in range(threads)]
+    for th in ths:
+        th.start()
+    for th in ths:
+        th.join()
+    dt = time.perf_counter() - t
+    for i in range(threads):
+        os.unlink(os.path.join(directory, f"ddtest{i}"))
+    return threads * gib_each * (1 << 30) / dt
+
+
+def write_data(path: str, n: int, vocab: int) -> None:
+    rng = np.random.default_rng(1)
+    mask = [0] * 548 + [1] * (SEQ - 548)
+    mask_s = json.dumps(mask)
+    with open(path, "w") as f:
+        for i in range(n):
+            ids = rng.integers(0, vocab, size=SEQ).tolist()
+            f.write(f'{{"id": "b{i}", "input_ids": {json.dumps(ids)}, "loss_mask": {mask_s}}}\n')
+
+
+def naive(torch, model, n: int, out_dir: str, vocab: int) -> float:
+    os.makedirs(out_dir, exist_ok=True)
+    rng = np.random.default_rng(2)
+    mask = torch.tensor([0] * 548 + [1] * (SEQ - 548))
+    times = []
+    for i in range(n + 3):
+        ids = torch.from_numpy(rng.integers(0, vocab, size=(1, SEQ))).cuda()
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        with torch.no_grad():
+            out = model(input_ids=ids, output_hidden_states=True)
+        hs = torch.cat([out.hidden_states[layer] for layer in LAYERS], dim=-1)[0].cpu()
+        torch.save({"input_ids": ids[0].cpu(), "loss_mask": mask, "hidden_states": hs},
+                   os.path.join(out_dir, f"{i}.pt"))
+        if i >= 3:  # the first ones warm up
+            times.append(time.perf_counter() - t)
+    shutil.rmtree(out_dir)
+    return n * SEQ / sum(times)
+
+
+def compute_only(torch, runner, batch: int, iters: int = 15) -> float:
+    ids = torch.randint(0, runner.cfg.vocab_size, (batch, SEQ), device="cuda")
+    for _ in range(3):
+        runner(ids)
+    torch.cuda.synchronize()
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
+    for _ in range(iters):
+        runner(ids)
+    b.record()
+    torch.cuda.synchronize()
+    return iters * batch * SEQ / (a.elapsed_time(b) / 1000)
+
+
+def attention_backends(torch) -> dict:
+    """Causal SDPA at the workload's shape, per backend (ms)."""
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    q = torch.randn(16, 16, SEQ, 128, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(16, 8, SEQ, 128, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn_like(k)
+    res = {}
+    for name, be in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION),
+                     ("efficient", SDPBackend.EFFICIENT_ATTENTION)):
+        try:
+            with sdpa_kernel([be]):
+                for _ in range(3):
+                    F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+                torch.cuda.synchronize()
+                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                a.record()
+                for _ in range(20):
+                    F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+                b.record()
+                torch.cuda.synchronize()
+                ms = a.elapsed_time(b) / 20
+                flops = 2 * 2 * 16 * 16 * SEQ * SEQ * 128 / 2
+                res[name] = f"{ms:.2f} ms ({flops / ms / 1e9:.0f} TFLOP/s)"
+        except RuntimeError as exc:
+            res[name] = f"unavailable: {str(exc).splitlines()[0][:80]}"
+    return res
+
+
+def run_worker(torch, model, data: str, out: str, n_budget: int, compile_: bool, progress: str, writers: int,
+               shard_gib: int = 1):
+    from agents.workers.extract_run import ExtractOptions, run_extraction
+
+    shutil.rmtree(out, ignore_errors=True)
+    marks: list[tuple[float, int]] = []
+
+    def on_closed(path, entry):
+        marks.append((time.perf_counter(), sum(entry["n_tokens"])))
+        os.unlink(path)  # as an upload-and-delete would; the bytes were fsynced first
+
+    opts = ExtractOptions(model="random-qwen3-1.7b", data=data, out=out, layers=LAYERS,
+                          max_tokens_per_batch=n_budget, device="cuda", dtype="bfloat16", compile=compile_,
+                          shard_bytes=shard_gib << 30, disk_check="warn", audit=False, progress_file=progress,
+                          host_buffers=max(4, writers + 2), writers=writers)
+    t = time.perf_counter()
+    rc = run_extraction(opts, model=model, tokenizer=None, on_shard_closed=on_closed)
+    t_end = time.perf_counter()
+    total = sum(n for _, n in marks)
+    # steady state: from the first durable shard to the last, the first shard's tokens excluded
+    steady = (total - marks[0][1]) / (marks[-1][0] - marks[0][0]) if len(marks) > 2 else None
+    return rc, total / (t_end - t), steady, len(marks)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--samples", type=int, default=600, help="samples of 2,048 tokens for the measured worker run")
+    ap.add_argument("--naive-samples", type=int, default=80)
+    ap.add_argument("--budget", type=int, default=32768)
+    ap.add_argument("--out", default="/tmp/xbench")
+    ap.add_argument("--writers", type=int, default=4)
+    ap.add_argument("--disk-only", default="", help="THREADSxGIB[,...]: sustained disk probes (early writeback), "
+                                                   "then only local-disk worker runs for each --writers-list entry")
+    ap.add_argument("--writers-list", default="")
+    ap.add_argument("--variants", default="", help="WRITERS:SHARD_GIB:EARLY_WRITEBACK[,...]: more local-disk "
+                                                  "worker runs, e.g. 4:4:1,2:1:0")
+    ap.add_argument("--skip", default="", help="comma list of: disk,naive,attn,compute,shm")
+    args = ap.parse_args()
+    skip = set(filter(None, args.skip.split(",")))
+
+    import torch
+    import transformers
+
+    from agents.workers.extract_model import HiddenStateRunner
+    from agents.workers.extract_perf import FlopModel, peak_flops
+
+    os.makedirs(args.out, exist_ok=True)
+    name = torch.cuda.get_device_name()
+    peak, source = peak_flops(name)
+    try:
+        import safetensors
+        st_version = safetensors.__version__
+    except ImportError:
+        st_version = "MISSING"
+    log(f"device {name}; torch {torch.__version__}; transformers {transformers.__version__}; "
+        f"safetensors {st_version}; cpus {os.cpu_count()}; free disk {shutil.disk_usage(args.out).free / 2**30:.0f} GiB")
+    log(f"peak {peak / 1e12:.1f} TFLOP/s ({source})")
+    disk_bps = 0.0
+    if "disk" not in skip:
+        for threads, early in ((1, False), (1, True), (4, False), (4, True)):
+            bps = disk_write_speed(args.out, threads, 1, early)
+            disk_bps = max(disk_bps, bps)
+            log(f"disk: {threads} file(s) at once, early writeback {early}: write + fsync {bps / 1e9:.2f} GB/s "
+                f"(= {bps / (len(LAYERS) * 2048 * 2) / 1e3:.0f}k tok/s of 5-layer hidden states)")
+
+    if args.disk_only:
+        for spec in args.disk_only.split(","):
+            th, gib = (int(x) for x in spec.split("x"))
+            bps = disk_write_speed(args.out, th, gib, True)
+            log(f"disk, sustained: {th} file(s) x {gib} GiB, early writeback: {bps / 1e9:.2f} GB/s "
+                f"(= {bps / (len(LAYERS) * 2048 * 2) / 1e3:.0f}k tok/s)")
+    model, cfg = build_model(torch, torch.bfloat16)
+    if args.writers_list:
+        data = os.path.join(args.out, "data.jsonl")
+        write_data(data, args.samples, cfg.vocab_size)
+        progress = os.path.join(args.out, "progress.json")
+        for w in (int(x) for x in args.writers_list.split(",")):
+            rc, e2e, steady, shards = run_worker(torch, model, data, os.path.join(args.out, f"w{w}"), args.budget,
+                                                 True, progress, w)
+            log(f"worker, local disk, {w} writer(s): rc {rc}, {shards} shards, end to end {e2e:,.0f} tok/s "
+                f"({e2e * len(LAYERS) * 2048 * 2 / 1e9:.2f} GB/s), steady {steady or 0:,.0f} tok/s")
+        shutil.rmtree(args.out, ignore_errors=True)
+        return 0
+    n_params = sum(p.numel() for p in model.parameters())
+    untied = n_params + (cfg.vocab_size * cfg.hidden_size if cfg.tie_word_embeddings else 0)
+    need = FlopModel.from_config(cfg, max(LAYERS)).sample_flops(SEQ) / SEQ
+    anchor = 2 * untied + 2 * SEQ * cfg.num_attention_heads * cfg.head_dim * cfg.num_hidden_layers
+    log(f"model: {n_params / 1e9:.2f}B parameters ({untied / 1e9:.2f}B counting the LM head apart); "
+        f"needed {need / 1e9:.3f} GFLOP/token; anchor convention {anchor / 1e9:.3f} GFLOP/token")
+
+    def mfu(tps: float) -> str:
+        return f"MFU {tps * need / peak:.1%} (anchor convention {tps * anchor / peak:.1%})"
+
+    results: dict = {}
+    if "attn" not in skip:
+        log(f"attention [16x2048, 16 heads / 8 kv, causal]: {attention_backends(torch)}")
+    if "naive" not in skip:
+        tps = naive(torch, model, args.naive_samples, os.path.join(args.out, "naive"), cfg.vocab_size)
+        results["naive"] = tps
+        log(f"naive: {tps:,.0f} tok/s, {mfu(tps)}")
+
+    batch = args.budget // SEQ
+    if "compute" not in skip:
+        r_eager = HiddenStateRunner(model, LAYERS, compile=False)
+        for backend in ("flash", "cudnn"):
+            os.environ["GPUDECK_SDPA"] = backend
+            tps = compute_only(torch, r_eager, batch)
+            log(f"compute only, fast path eager, {backend} attention, batch {batch}: {tps:,.0f} tok/s, {mfu(tps)}")
+        os.environ.pop("GPUDECK_SDPA")
+        t = time.perf_counter()
+        r_comp = HiddenStateRunner(model, LAYERS, compile=True)
+        r_comp(torch.randint(0, cfg.vocab_size, (batch, SEQ), device="cuda"))
+        torch.cuda.synchronize()
+        log(f"compile: {time.perf_counter() - t:.0f} s; path {r_comp.path}")
+        for b in sorted({batch, batch * 2}):
+            tps = compute_only(torch, r_comp, b)
+            results[f"compute_b{b}"] = tps
+            log(f"compute only, fast path compiled, batch {b}: {tps:,.0f} tok/s, {mfu(tps)}")
+
+    data = os.path.join(args.out, "data.jsonl")
+    write_data(data, args.samples, cfg.vocab_size)
+    warm = os.path.join(args.out, "warm.jsonl")
+    write_data(warm, 3 * batch, cfg.vocab_size)
+    progress = os.path.join(args.out, "progress.json")
+    run_worker(torch, model, warm, os.path.join(args.out, "w0"), args.budget, True, progress, args.writers)
+    rc, e2e, steady, shards = run_worker(torch, model, data, os.path.join(args.out, "w1"), args.budget, True,
+                                         progress, args.writers)
+    with open(progress) as f:
+        prog = json.load(f)
+    log(f"worker progress.json: tokens/s {prog.get('tokens_per_s') or 0:,.0f}, tflops {prog.get('tflops') or 0:.0f}, "
+        f"mfu {prog.get('mfu') or 0:.1%}, bytes {prog.get('bytes_written', 0) / 1e9:.1f} GB, forward {prog.get('forward')}")
+    results["worker"] = e2e
+    results["worker_steady"] = steady
+    log(f"worker, local disk (compiled, {args.writers} writers, fsynced): rc {rc}, {shards} shards, "
+        f"end to end {e2e:,.0f} tok/s; steady {steady or 0:,.0f} tok/s")
+    for v in filter(None, args.variants.split(",")):
+        w, gib, early = (int(x) for x in v.split(":"))
+        os.environ["GPUDECK_EARLY_WRITEBACK"] = str(early)
+        _, e2e_v, steady_v, _ = run_worker(torch, model, data, os.path.join(args.out, "wv"), args.budget, True,
+                                           progress, w, gib)
+        os.environ["GPUDECK_EARLY_WRITEBACK"] = "1"
+        results[f"variant {w} writers, {gib} GiB shards, early writeback {early}"] = (e2e_v, steady_v)
+        log(f"worker, local disk, {w} writers, {gib} GiB shards, early writeback {early}: end to end "
+            f"{e2e_v:,.0f} tok/s, steady {steady_v or 0:,.0f} tok/s")
+    shm = None
+    if "shm" not in skip and os.path.isdir("/dev/shm") and shutil.disk_usage("/dev/shm").free > 12 << 30:
+        shm = os.path.join("/dev/shm", "xbench")
+        try:
+            rc3, e2e3, steady3, _ = run_worker(torch, model, data, shm, args.budget, True, progress, args.writers)
+            results["worker_shm"] = e2e3
+            results["worker_shm_steady"] = steady3
+            log(f"worker, /dev/shm (RAM; the same pipeline without the disk's limit): end to end {e2e3:,.0f} "
+                f"tok/s; steady {steady3 or 0:,.0f} tok/s")
+        except Exception as exc:  # a small /dev/shm: report it, keep the other numbers
+            log(f"worker, /dev/shm: failed: {type(exc).__name__}: {exc}")
+        shutil.rmtree(shm, ignore_errors=True)
+    else:
+        log("worker, /dev/shm: skipped (absent or under 12 GiB free)")
+    shutil.rmtree(args.out, ignore_errors=True)
+
+    log("")
+    log("=== extraction on " + name)
+    if "naive" in results:
+        log(f"naive   (batch 1, LM head, .cpu(), torch.save): {results['naive']:>9,.0f} tok/s  {mfu(results['naive'])}")
+    for k in sorted(x for x in results if x.startswith("compute_b")):
+        log(f"{k:<47} {results[k]:>9,.0f} tok/s  {mfu(results[k])}")
+    if disk_bps:
+        log(f"disk ceiling (best write + fsync {disk_bps / 1e9:.2f} GB/s):       "
+            f"{disk_bps / (len(LAYERS) * 2048 * 2):>9,.0f} tok/s  {mfu(disk_bps / (len(LAYERS) * 2048 * 2))}")
+    if "worker_shm" in results:
+        log(f"worker  (to /dev/shm, end to end):              {results['worker_shm']:>9,.0f} tok/s  "
+            f"{mfu(results['worker_shm'])}")
+    log(f"worker  (local disk, end to end, fsynced):      {e2e:>9,.0f} tok/s  {mfu(e2e)}")
+    if steady:
+        log(f"worker  (local disk, steady state, fsynced):    {steady:>9,.0f} tok/s  {mfu(steady)}")
+    for k, (e, st_) in ((k, v) for k, v in results.items() if k.startswith("variant")):
+        log(f"  {k}: {e:,.0f} tok/s end to end ({mfu(e)}), steady {st_ or 0:,.0f}")
+    if "naive" in results:
+        log(f"ratio worker / naive: {e2e / results['naive']:.2f}x local disk end to end"
+            + (f", {steady / results['naive']:.2f}x steady" if steady else "")
+            + (f", {results['worker_shm'] / results['naive']:.2f}x to /dev/shm" if "worker_shm" in results else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

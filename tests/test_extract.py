@@ -1,0 +1,327 @@
+"""The extraction worker on the CPU, with tiny random-weight models built by the tests.
+
+Tolerances (relative Frobenius error ||got - ref|| / ||ref|| per sample and layer, against a
+plain transformers forward with output_hidden_states, batch 1, no padding):
+- float32: 1e-5 (measured: 3e-7 at worst; the fast path is the same arithmetic, batched
+  and right-padded);
+- bfloat16: 2e-2 (measured: 6.5e-3 at worst; the batched matmuls round differently from
+  batch 1, and bf16 keeps 8 bits of mantissa).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+
+import pytest
+
+from extract_support import (CHAT_TEMPLATE, PLAIN_TEMPLATE, ROOT, build_model, build_tokenizer, chat_record,
+                             reference_hidden_states, rel_err, write_chat_shards, write_tokenized)
+
+torch = pytest.importorskip("torch", reason="torch is needed by the extraction worker (pip install '.[extract]')")
+pytest.importorskip("transformers", reason="transformers is needed by the extraction worker")
+pytest.importorskip("safetensors", reason="safetensors is needed by the extraction worker")
+
+TOL = {"float32": 1e-5, "bfloat16": 2e-2}
+
+
+@pytest.fixture(autouse=True)
+def _offline(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
+    monkeypatch.delenv("GPUDECK_PROGRESS_FILE", raising=False)
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    root = tmp_path_factory.mktemp("models")
+    return {arch: build_model(str(root / arch), arch) for arch in ("qwen3", "llama")}
+
+
+def extract(model: str, data: str, out: str, layers: str = "1,3,4", *extra: str) -> int:
+    from agents.workers.extract import main
+    return main(["--model", model, "--data", data, "--out", out, "--layers", layers, "--device", "cpu", *extra])
+
+
+# ---------------------------------------------------------------- hidden states
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("arch", ["qwen3", "llama"])
+def test_hidden_states_equal_a_plain_transformers_forward(tmp_path, models, arch, dtype):
+    from agents.workers.extract_store import open_extract
+
+    recs = write_tokenized(str(tmp_path / "data.jsonl"), 40, seed=1, min_len=10, max_len=70)
+    out = str(tmp_path / "out")
+    # layers 0 (embeddings) and 4 (last layer, after the final norm) are the edge cases
+    rc = extract(models[arch], str(tmp_path / "data.jsonl"), out, "0,1,3,4", "--dtype", dtype,
+                 "--max-tokens-per-batch", "200", "--shard-samples", "7")
+    assert rc == 0
+    result = open_extract(out)
+    assert sorted(result.ids()) == sorted(r["id"] for r in recs)
+    assert result.layers == [0, 1, 3, 4]
+    worst = 0.0
+    for r in recs:
+        s = result.get(r["id"])
+        assert s.input_ids.tolist() == r["input_ids"]
+        assert s.loss_mask.int().tolist() == r["loss_mask"]
+        assert s.hidden_states.shape == (len(r["input_ids"]), 4 * 64)
+        assert s.hidden_states.dtype == getattr(torch, dtype)
+        ref = reference_hidden_states(models[arch], r["input_ids"], [0, 1, 3, 4], dtype)
+        for layer in (0, 1, 3, 4):
+            worst = max(worst, rel_err(s.layer(layer), ref[layer]))
+    assert worst <= TOL[dtype], f"worst relative error {worst:.2e} over {TOL[dtype]:.0e}"
+
+
+def test_the_generic_path_gives_the_same_states_as_the_fast_path(tmp_path, models):
+    from agents.workers.extract_store import open_extract
+
+    write_tokenized(str(tmp_path / "data.jsonl"), 12, seed=2)
+    assert extract(models["qwen3"], str(tmp_path / "data.jsonl"), str(tmp_path / "fast"), "2,4",
+                   "--dtype", "float32") == 0
+    assert extract(models["qwen3"], str(tmp_path / "data.jsonl"), str(tmp_path / "generic"), "2,4",
+                   "--dtype", "float32", "--generic-forward") == 0
+    fast, generic = open_extract(str(tmp_path / "fast")), open_extract(str(tmp_path / "generic"))
+    for i in fast.ids():
+        assert rel_err(fast.get(i).hidden_states, generic.get(i).hidden_states) <= 1e-5
+    progress = json.loads((tmp_path / "generic" / "progress.json").read_text())
+    assert progress["forward"] == "generic"
+
+
+def test_the_fast_path_runs_only_the_layers_it_needs(models):
+    from transformers import AutoModelForCausalLM
+
+    from agents.workers.extract_model import HiddenStateRunner
+
+    model = AutoModelForCausalLM.from_pretrained(models["qwen3"], dtype=torch.float32).eval()
+    calls = []
+    for i, layer in enumerate(model.model.layers):
+        layer.register_forward_pre_hook(lambda m, a, i=i: calls.append(i))
+    runner = HiddenStateRunner(model, [1, 2], check=False)
+    assert runner.path == "fast" and runner.layers_run == 2
+    out = runner(torch.randint(0, 100, (2, 9)))
+    assert out.shape == (2, 9, 128)
+    assert calls == [], "the fast path must not go through the model's own layers"
+    lm_head_calls = []
+    model.lm_head.register_forward_hook(lambda *a: lm_head_calls.append(1))
+    HiddenStateRunner(model, [4], fast=False)(torch.randint(0, 100, (1, 5)))
+    assert lm_head_calls == [], "the generic path must not run the LM head"
+
+
+# ---------------------------------------------------------------- chat input and the loss mask
+
+@pytest.mark.parametrize("template", [CHAT_TEMPLATE, PLAIN_TEMPLATE], ids=["reasoning_content", "plain"])
+def test_the_loss_mask_covers_exactly_the_assistant_reply(template):
+    from agents.workers.extract_data import Encoder
+
+    tok = build_tokenizer(template)
+    enc = Encoder(tok)
+    rng = random.Random(3)
+    for i in range(30):
+        rec = chat_record(i, rng, multi_turn=(i % 2 == 0))
+        s = enc.encode("shard-000000.jsonl", i + 1, rec)
+        ids, mask = s.input_ids.tolist(), s.loss_mask.tolist()
+        first = mask.index(1)
+        assert all(mask[first:]) and not any(mask[:first]), "the mask must be one run at the end"
+        prompt = tok.apply_chat_template(rec["messages"], add_generation_prompt=True, tokenize=False)
+        reply = f"<think>\n{rec['reasoning']}\n</think>\n\n{rec['answer']}<|im_end|>\n"
+        assert tok.decode(ids[:first]) == prompt
+        assert tok.decode(ids[first:]) == reply
+        assert s.id == rec["id"]
+
+
+def test_a_chat_record_ending_with_the_assistant_turn_is_read_too():
+    from agents.workers.extract_data import Encoder
+
+    tok = build_tokenizer()
+    rec = {"messages": [{"role": "user", "content": "why the sky"},
+                        {"role": "assistant", "content": "the stars and rivers", "reasoning_content": "think"}]}
+    s = Encoder(tok).encode("data.jsonl", 7, rec)
+    ids, mask = s.input_ids.tolist(), s.loss_mask.tolist()
+    assert s.id == "data.jsonl:7"
+    assert tok.decode([t for t, m in zip(ids, mask) if m]) == "<think>\nthink\n</think>\n\nthe stars and rivers<|im_end|>\n"
+
+
+def test_chat_shards_of_the_generation_worker_go_through_the_worker(tmp_path, models):
+    from agents.workers.extract_data import Encoder
+    from agents.workers.extract_store import open_extract
+
+    recs = write_chat_shards(str(tmp_path / "gen"), 25, per_shard=10)
+    (tmp_path / "gen" / ".shard-000003.jsonl.tmp").write_text("{not json\n")  # a temp file: never read
+    out = str(tmp_path / "out")
+    assert extract(models["qwen3"], str(tmp_path / "gen"), out, "2", "--dtype", "float32") == 0
+    result = open_extract(out)
+    assert sorted(result.ids()) == sorted(r["id"] for r in recs)
+    enc = Encoder(build_tokenizer())
+    for r in recs[:5]:
+        want = enc.encode("x", 1, r)
+        got = result.get(r["id"])
+        assert got.input_ids.tolist() == want.input_ids.tolist()
+        assert got.loss_mask.int().tolist() == want.loss_mask.tolist()
+
+
+@pytest.mark.parametrize("line, why", [
+    ("{not json", "not valid JSON"),
+    ('{"input_ids": [1, 2, 3]}', "needs 'loss_mask'"),
+    ('{"input_ids": [1, 2, 3], "loss_mask": [1, 0]}', "as long as 'input_ids'"),
+    ('{"text": "hello"}', "expected a tokenized record"),
+])
+def test_bad_input_is_refused_with_its_file_and_line(tmp_path, models, capsys, line, why):
+    data = tmp_path / "data.jsonl"
+    write_tokenized(str(data), 3)
+    with open(data, "a") as f:
+        f.write(line + "\n")
+    rc = extract(models["qwen3"], str(data), str(tmp_path / "out"), "1", "--no-audit")
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert f"{data}:4:" in err and why in err
+
+
+def test_layers_out_of_range_are_refused_with_the_models_depth(tmp_path, models, capsys):
+    write_tokenized(str(tmp_path / "d.jsonl"), 3)
+    assert extract(models["qwen3"], str(tmp_path / "d.jsonl"), str(tmp_path / "out"), "1,9", "--no-audit") == 2
+    assert "4 decoder layers" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- the audit before a start
+
+def test_the_six_token_dataset_is_refused_unless_forced(tmp_path, models):
+    rng = random.Random(5)
+    data = tmp_path / "data.jsonl"
+    with open(data, "w") as f:
+        for i in range(200):  # the story's dataset: 87% of samples with 6 target tokens
+            n = rng.randint(40, 90)
+            target = 6 if i % 100 < 87 else rng.randint(20, 35)
+            f.write(json.dumps({"id": f"d{i}", "input_ids": [rng.randrange(500) for _ in range(n)],
+                                "loss_mask": [0] * (n - target) + [1] * target}) + "\n")
+    out = tmp_path / "out"
+    assert extract(models["qwen3"], str(data), str(out), "1") == 4
+    progress = json.loads((out / "progress.json").read_text())
+    assert progress["state"] == "refused" and "6" in progress["error"]
+    assert not any(n.endswith(".safetensors") for n in os.listdir(out))
+    assert extract(models["qwen3"], str(data), str(out), "1", "--force") == 0
+    progress = json.loads((out / "progress.json").read_text())
+    assert progress["done"] == 200 and progress["quality"]["short_target"] == 174
+
+
+# ---------------------------------------------------------------- output, progress, reader
+
+def test_progress_json_and_the_format(tmp_path, models):
+    from safetensors import safe_open
+
+    from agents.workers.extract_store import FORMAT, read_shard
+
+    write_tokenized(str(tmp_path / "d.jsonl"), 30, seed=7)
+    progress_file = tmp_path / "state" / "progress.json"
+    progress_file.parent.mkdir()
+    out = tmp_path / "out"
+    assert extract(models["qwen3"], str(tmp_path / "d.jsonl"), str(out), "1,4", "--dtype", "bfloat16",
+                   "--progress-file", str(progress_file), "--shard-samples", "8") == 0
+    p = json.loads(progress_file.read_text())
+    assert p["done"] == 30 and p["total"] == 30 and p["state"] == "done"
+    assert p["tokens"] == sum(len(json.loads(line)["input_ids"]) for line in open(tmp_path / "d.jsonl"))
+    assert p["bytes_written"] == sum(f.stat().st_size for f in out.glob("shard-*.safetensors"))
+    assert p["projected_total_bytes"] == p["bytes_written"] and p["disk_alert"] is None
+    for key in ("tokens_per_s", "tflops", "mfu", "peak_tflops", "free_bytes", "quality"):
+        assert key in p
+    assert p["mfu"] is None and "no device" in p["peak_source"]  # a CPU has no peak in the table
+    shards = sorted(out.glob("shard-*.safetensors"))
+    assert len(shards) == 4 and not list(out.glob(".shard-*"))
+    with safe_open(str(shards[0]), "pt") as st:  # the safetensors library reads our streamed shards
+        meta = st.metadata()
+        assert meta["format"] == FORMAT and meta["layers"] == "1,4"
+        ids = json.loads(meta["ids"])
+        h = st.get_tensor("0.hidden_states")
+        assert h.dtype == torch.bfloat16 and h.shape[1] == 128
+        assert st.get_tensor("0.input_ids").dtype == torch.int32
+        assert st.get_tensor("0.loss_mask").dtype == torch.uint8
+    assert [s.id for s in read_shard(str(shards[0]))] == ids
+    index = [json.loads(line) for line in open(out / "index.jsonl")]
+    assert [e["shard"] for e in index] == [s.name for s in shards]
+    assert sorted(open(out / "done.txt").read().split()) == sorted(i for e in index for i in e["ids"])
+
+
+def test_parts_split_one_dataset_between_jobs(tmp_path, models):
+    from agents.workers.extract_store import open_extract
+
+    recs = write_tokenized(str(tmp_path / "d.jsonl"), 40, seed=8)
+    for i in range(3):
+        assert extract(models["qwen3"], str(tmp_path / "d.jsonl"), str(tmp_path / "out"), "2",
+                       "--part", f"{i}/3", "--no-audit") == 0
+    result = open_extract(str(tmp_path / "out"))
+    assert len(result.dirs) == 3 and sorted(result.ids()) == sorted(r["id"] for r in recs)
+    sizes = [len(open(tmp_path / "out" / f"part-{i}-of-3" / "done.txt").read().split()) for i in range(3)]
+    assert sum(sizes) == 40 and all(sizes)
+
+
+def test_a_second_run_with_other_layers_is_refused(tmp_path, models, capsys):
+    write_tokenized(str(tmp_path / "d.jsonl"), 5)
+    assert extract(models["qwen3"], str(tmp_path / "d.jsonl"), str(tmp_path / "out"), "1") == 0
+    assert extract(models["qwen3"], str(tmp_path / "d.jsonl"), str(tmp_path / "out"), "2") == 1
+    assert "layers=[1]" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- the job kind and the CLI
+
+def test_build_argv_from_the_fleet_file(tmp_path):
+    from agents.jobs import SpecError
+    from remote.fleet import parse_fleet
+
+    fleet = parse_fleet("""
+[[jobs]]
+name = "ex0"
+kind = "extract"
+model = "/models/q"
+gpus = [0]
+data = "/data/gen"
+out = "/data/hs"
+layers = [1, 7, 14, 21, 27]
+max_tokens_per_batch = 65536
+s3 = "s3://b/hs"
+force = true
+args = ["--part", "0/4"]
+""")
+    job = fleet.jobs[0]
+    assert job.argv("/venv/bin/python") == [
+        "/venv/bin/python", "-m", "agents.workers.extract", "--model", "/models/q", "--data", "/data/gen",
+        "--out", "/data/hs", "--layers", "1,7,14,21,27", "--max-tokens-per-batch", "65536", "--s3", "s3://b/hs",
+        "--force", "--part", "0/4"]
+    bad = job.to_dict()
+    bad["options"] = {"data": "/d", "out": "/o"}
+    from agents.jobs import JobSpec
+    with pytest.raises(SpecError, match="needs 'layers'"):
+        JobSpec.from_dict(bad).argv("python3")
+
+
+def test_importing_the_worker_module_does_not_import_torch():
+    code = ("import sys, agents.workers.extract, agents.workers.extract_perf; "
+            "print('torch' in sys.modules, 'transformers' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=str(ROOT), capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False"]
+
+
+def test_gpudeck_extract_runs_the_worker(tmp_path, models):
+    write_tokenized(str(tmp_path / "d.jsonl"), 6)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    r = subprocess.run([sys.executable, "-m", "console", "extract", "--model", models["llama"], "--data",
+                        str(tmp_path / "d.jsonl"), "--out", str(tmp_path / "out"), "--layers", "2", "--device", "cpu"],
+                       cwd=str(ROOT), env=env, capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stderr
+    assert json.loads((tmp_path / "out" / "progress.json").read_text())["done"] == 6
+
+
+def test_flops_and_peak_table():
+    from agents.workers.extract_perf import FlopModel, disk_projection, peak_flops
+
+    assert peak_flops("NVIDIA H200")[0] == 989.4e12
+    assert peak_flops("NVIDIA H100 80GB HBM3")[0] == 989.4e12
+    assert peak_flops("NVIDIA H100 PCIe")[0] == 756e12
+    assert peak_flops("Some GPU")[0] is None and peak_flops("Some GPU", 100.0)[0] == 100e12
+    qwen = FlopModel(hidden=2048, intermediate=6144, n_heads=16, n_kv_heads=8, head_dim=128, layers_run=27)
+    # 27 layers x (2 x 50.3M matmul params + 2 x 2048 x 2048 attention) per token at 2,048 tokens
+    assert qwen.sample_flops(2048) / 2048 == pytest.approx(2.944e9, rel=1e-3)
+    p = disk_projection(bytes_written=10 << 20, samples_written=10, samples_total=1000, free_bytes=500 << 20)
+    assert p["projected_total_bytes"] == 1000 << 20 and "will not fit" in p["disk_alert"]
+    assert disk_projection(10 << 20, 10, 1000, 2 << 30)["disk_alert"] is None
