@@ -248,7 +248,10 @@ class JobSupervisor:
         if rec is None or live is None or not JobState(rec.state).alive:
             return []
         if now - live.members_at > MEMBERS_REFRESH_S:
-            live.members, live.members_at = self._group_members(rec), now
+            tree = _descendants(rec.pid) if rec.pid and self._leader_alive(rec) else None
+            # the cheap walk down /proc's children lists; the full scan only where there is none
+            live.members = sorted({rec.pid, *tree}) if tree is not None else self._group_members(rec)
+            live.members_at = now
         return live.members
 
     def _read_exit_code(self, name: str) -> Optional[int]:
@@ -510,6 +513,32 @@ class JobSupervisor:
                 data = f.read(step) + data
         tail = b"\n".join(data.split(b"\n")[-(lines + 1):]) if lines > 0 else b""
         return {"job": name, "text": tail.decode(errors="replace"), "offset": size, "path": str(path)}
+
+
+def _descendants(pid: int) -> Optional[list[int]]:
+    """Every descendant of ``pid`` from /proc/<pid>/task/<tid>/children: a few small reads,
+    where a scan of every process costs milliseconds. None where the kernel lacks the file."""
+    out: list[int] = []
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            tids = os.listdir(f"/proc/{p}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                with open(f"/proc/{p}/task/{tid}/children", "rb") as f:
+                    kids = [int(c) for c in f.read().split()]
+            except FileNotFoundError:
+                if p == pid and not out:
+                    return None  # no children lists in this kernel (or the leader just ended)
+                continue
+            except (OSError, ValueError):
+                continue
+            out.extend(kids)
+            todo.extend(kids)
+    return out
 
 
 def _running(pid: int) -> bool:
