@@ -44,6 +44,9 @@ demo: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/agent_tick.py
 	$(BIN)/python bench/fanout.py  # the netns part needs root
+	$(BIN)/python bench/generate_client.py
+	$(BIN)/python bench/console_scale.py
+	# on a GPU machine: python bench/extract_gpu.py and python bench/gpu_kill_verify.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info

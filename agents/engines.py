@@ -1,4 +1,5 @@
-"""Inference engine scrapers: SGLang, vLLM and llama.cpp's llama-server, through /metrics.
+"""Inference engine scrapers: SGLang, vLLM, llama.cpp's llama-server and the SGLang router
+(sglang-router, ``smg_*`` names on its --prometheus-port), through /metrics.
 
 Pages are parsed with prometheus_client's text parser. Per-rank series are summed over
 data-parallel ranks (SGLang ``dp_rank``, vLLM ``engine``) and never over tensor- or
@@ -35,7 +36,7 @@ NAMES = {
     "llamacpp": dict(tokens="tokens_predicted_total", running="requests_processing",
                      queued="requests_deferred", kv="kv_cache_usage_ratio"),
 }
-PREFIXES = {"sglang:": "sglang", "sglang_": "sglang", "vllm:": "vllm", "llamacpp:": "llamacpp"}
+PREFIXES = {"sglang:": "sglang", "sglang_": "sglang", "vllm:": "vllm", "llamacpp:": "llamacpp", "smg_": "router"}
 _REPLICA_LABELS = ("tp_rank", "pp_rank", "moe_ep_rank")  # same numbers on every rank: keep rank 0
 
 
@@ -56,6 +57,7 @@ def parse_metrics(text: str) -> EngineMetrics:
     from prometheus_client.parser import text_string_to_metric_families
 
     series: dict[str, list[float]] = {}
+    router: dict[str, list[tuple[dict, float]]] = {}  # smg_* samples with their labels
     families = 0
     try:
         for fam in text_string_to_metric_families(text):
@@ -64,6 +66,8 @@ def parse_metrics(text: str) -> EngineMetrics:
                 if any(s.labels.get(lbl, "0") != "0" for lbl in _REPLICA_LABELS):
                     continue
                 series.setdefault(s.name, []).append(s.value)
+                if s.name.startswith("smg_"):
+                    router.setdefault(s.name, []).append((s.labels, s.value))
     except Exception as exc:  # the parser raises ValueError, IndexError, ... on malformed lines
         raise MetricsParseError(f"not a Prometheus text page: {exc}") from None
     if families == 0 and text.strip():
@@ -79,6 +83,8 @@ def parse_metrics(text: str) -> EngineMetrics:
     m = EngineMetrics(flavor=flavor, families=families)
     if flavor is None:
         return m
+    if flavor == "router":
+        return _router_metrics(m, router)
     prefixes = [p for p, fl in PREFIXES.items() if fl == flavor]
 
     def get(names, how="sum") -> Optional[float]:
@@ -101,6 +107,46 @@ def parse_metrics(text: str) -> EngineMetrics:
         accepted, drafts = get(names["accepted"]), get(names["drafts"])
         m.accept_length = 1 + accepted / drafts if accepted is not None and drafts else None
     return m
+
+
+def _router_metrics(m: EngineMetrics, smg: dict[str, list[tuple[dict, float]]]) -> EngineMetrics:
+    """sglang-router (``smg_*``): requests in flight on its workers, tokens when it counts them
+    (gRPC mode), and in ``extra`` the health of the workers behind it: ``workers``,
+    ``healthy``, ``unhealthy`` (their URLs), ``circuit_open`` (URLs whose breaker is open or
+    half-open), ``requests``, ``errors``, ``retries``."""
+    def total(name: str, **match: str) -> Optional[float]:
+        vals = [v for labels, v in smg.get(name, ()) if all(labels.get(k) == x for k, x in match.items())]
+        return sum(vals) if vals else None
+
+    m.running = total("smg_worker_requests_active")
+    m.generation_tokens = total("smg_router_tokens_total", token_type="output")
+    health = {labels.get("worker", "?"): v for labels, v in smg.get("smg_worker_health", ())}
+    breakers = {labels.get("worker", "?"): v for labels, v in smg.get("smg_worker_cb_state", ())}
+    m.extra = {
+        "workers": len(health) or None,
+        "healthy": sum(1 for v in health.values() if v >= 1) if health else None,
+        "unhealthy": sorted(w for w, v in health.items() if v < 1),
+        "circuit_open": sorted(w for w, v in breakers.items() if v != 0),
+        "requests": total("smg_router_requests_total"),
+        "errors": total("smg_router_request_errors_total"),
+        "retries": total("smg_worker_retries_total"),
+    }
+    return m
+
+
+def router_problem(m: EngineMetrics) -> Optional[str]:
+    """One line on what is wrong behind a router, or None when every worker is healthy."""
+    x = m.extra
+    if m.flavor != "router" or not x:
+        return None
+    if x.get("workers") == 0 or x.get("workers") is None:
+        return "router: no workers registered"
+    parts = []
+    if x["unhealthy"]:
+        parts.append(f"{len(x['unhealthy'])} of {x['workers']} workers unhealthy ({', '.join(x['unhealthy'])})")
+    if x["circuit_open"]:
+        parts.append(f"circuit breaker open for {', '.join(x['circuit_open'])}")
+    return "router: " + "; ".join(parts) if parts else None
 
 
 class EngineScraper:
@@ -145,7 +191,8 @@ class EngineScraper:
         return Engine(url=self.url, state="ready", flavor=m.flavor, tokens_per_s=self.rate.rate(),
                       generation_tokens=m.generation_tokens, running=m.running, queued=m.queued,
                       kv_usage=m.kv_usage, accept_length=m.accept_length,
-                      error=None if m.flavor else "no SGLang, vLLM or llama.cpp metrics on this page")
+                      error=router_problem(m) if m.flavor else
+                      "no SGLang, vLLM, llama.cpp or sglang-router metrics on this page")
 
     async def _health_status(self, client: "httpx.AsyncClient") -> Optional[int]:
         import httpx

@@ -92,6 +92,8 @@ class JobSpec:
             return self.metrics_url
         if self.kind == "sglang-server" and self.port:
             return f"http://{self.host}:{self.port}/metrics"
+        if self.kind == "router":  # sglang-router serves smg_* on its --prometheus-port, 29000 by default
+            return f"http://{self.host}:29000/metrics"
         return None
 
     def argv(self, python: str) -> list[str]:

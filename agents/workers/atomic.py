@@ -1,0 +1,114 @@
+"""Files that are either the old version or the new one, never half of each.
+
+``atomic_write_bytes`` writes a temp file in the same directory, fsyncs it, renames it over
+the target and fsyncs the directory, so a kill -9 or a power cut at any moment leaves the
+previous content or the new content. The workers use it for progress.json, resume hints and
+restored done-sets; shards use the same temp + fsync + rename sequence through
+``rename_durably``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+TMP_SUFFIX = ".tmp"
+
+
+def fsync_dir(path: str) -> None:
+    """Make a rename or a new file in ``path`` durable (a no-op where directories cannot be opened)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def atomic_write_bytes(path: str, data: bytes, fsync: bool = True) -> None:
+    """Replace ``path`` with ``data`` atomically. The temp name carries the pid, so two
+    writers never share one; a failed write removes its temp file and raises OSError."""
+    directory = os.path.dirname(os.path.abspath(path))
+    tmp = f"{path}.{os.getpid()}{TMP_SUFFIX}"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                n = os.write(fd, view)
+                view = view[n:]
+            if fsync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    if fsync:
+        fsync_dir(directory)
+
+
+def atomic_write_text(path: str, text: str, fsync: bool = True) -> None:
+    atomic_write_bytes(path, text.encode(), fsync=fsync)
+
+
+def atomic_write_json(path: str, obj: Any, fsync: bool = True) -> None:
+    atomic_write_bytes(path, (json.dumps(obj, indent=1, sort_keys=True) + "\n").encode(), fsync=fsync)
+
+
+def rename_durably(src: str, dst: str) -> None:
+    """Rename ``src`` (already fsynced by its writer) to ``dst`` and fsync the directory."""
+    os.replace(src, dst)
+    fsync_dir(os.path.dirname(os.path.abspath(dst)))
+
+
+class DirectoryBusy(RuntimeError):
+    """Another live process holds the output directory."""
+
+
+class DirLock:
+    """An exclusive ``flock`` on ``DIR/.lock`` for as long as the worker runs: two workers
+    writing one output directory (a relaunch while the old process still runs, the
+    "8 processes on 4 GPUs" failure) would interleave shards. The kernel drops the lock when
+    the process dies, kill -9 included, so a stale lock file never blocks a restart."""
+
+    def __init__(self, directory: str) -> None:
+        self.path = os.path.join(directory, ".lock")
+        self._fd: int | None = None
+
+    def acquire(self) -> "DirLock":
+        import fcntl
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            try:
+                holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
+            finally:
+                os.close(fd)
+            raise DirectoryBusy(f"{os.path.dirname(self.path)} is in use by another worker (pid {holder}); "
+                                f"stop it first or choose another output directory") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._fd = fd
+        return self
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> "DirLock":
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()

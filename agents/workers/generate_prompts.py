@@ -1,0 +1,168 @@
+"""Prompts from JSONL, streamed: one object per line, OpenAI chat or ShareGPT.
+
+    {"id": "p1", "messages": [{"role": "user", "content": "..."}, ...]}     OpenAI chat
+    {"id": "p1", "conversations": [{"from": "human", "value": "..."}, ...]} ShareGPT
+    {"id": "p1", "prompt": "..."}                                           a bare prompt
+
+A line without an ``id`` is known by its 0-based line index (``"41"``), which stays valid as
+long as no line is inserted above it. Multi-turn conversations keep the context up to the
+last user turn; the answer after it is what gets generated again.
+
+:class:`PromptReader` reads one line at a time and never holds the file. Done prompts are
+skipped before any JSON parse when the line starts with ``{"id": ...`` or has no ``"id"``
+at all, which makes skipping a million done lines cheap.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any, BinaryIO, Callable, Optional, Union
+
+ROLES = {
+    "user": "user", "human": "user", "prompter": "user",
+    "assistant": "assistant", "gpt": "assistant", "chatgpt": "assistant", "bard": "assistant", "bing": "assistant",
+    "model": "assistant", "system": "system", "tool": "tool", "function": "tool", "observation": "tool",
+    "function_response": "tool", "ipython": "tool",
+}
+_ID_AT_START = re.compile(rb'\s*\{\s*"id"\s*:\s*(?:"([^"\\\n]*)"|(-?\d+))\s*[,}]')
+
+
+class PromptError(ValueError):
+    """A prompt line that cannot be used; ``str()`` names the file and line."""
+
+
+def to_messages(obj: Any) -> list[dict]:
+    """The conversation of one JSONL object as OpenAI chat messages. Raises ValueError."""
+    if not isinstance(obj, dict):
+        raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
+    if "messages" in obj:
+        msgs = obj["messages"]
+        if not isinstance(msgs, list):
+            raise ValueError("'messages' must be a list")
+        out = []
+        for i, m in enumerate(msgs):
+            if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+                raise ValueError(f"messages[{i}] needs a string 'role'")
+            role = ROLES.get(m["role"].lower())
+            if role is None:
+                raise ValueError(f"messages[{i}]: unknown role {m['role']!r}")
+            if role != m["role"]:
+                m = {**m, "role": role}
+            out.append(m)
+        return out
+    if "conversations" in obj:
+        conv = obj["conversations"]
+        if not isinstance(conv, list):
+            raise ValueError("'conversations' must be a list")
+        out = []
+        for i, turn in enumerate(conv):
+            if not isinstance(turn, dict):
+                raise ValueError(f"conversations[{i}] must be an object")
+            who = turn.get("from", turn.get("role"))
+            role = ROLES.get(str(who).lower()) if who is not None else None
+            if role is None:
+                raise ValueError(f"conversations[{i}]: unknown speaker {who!r}")
+            value = turn.get("value", turn.get("content"))
+            if not isinstance(value, str):
+                raise ValueError(f"conversations[{i}] needs a string 'value'")
+            out.append({"role": role, "content": value})
+        return out
+    if isinstance(obj.get("prompt"), str):
+        return [{"role": "user", "content": obj["prompt"]}]
+    raise ValueError("no 'messages', 'conversations' or 'prompt'")
+
+
+def context_for_last_answer(messages: list[dict]) -> list[dict]:
+    """The messages up to and including the last user turn. Raises ValueError without one."""
+    for i in range(len(messages) - 1, -1, -1):
+        if messages[i].get("role") == "user":
+            return messages[:i + 1]
+    raise ValueError("no user turn")
+
+
+def normalize_id(value: Any, index: int) -> str:
+    if value is None:
+        return str(index)
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return json.dumps(value, sort_keys=True)
+    return str(value)
+
+
+@dataclass(slots=True)
+class Prompt:
+    id: str
+    line: int  # 1-based
+    offset: int  # byte offset of the line
+    messages: list[dict]
+
+
+class PromptReader:
+    """Yields prompts (or PromptErrors) in file order, skipping ids for which ``is_done``
+    is true. ``offset``/``line`` tell where reading starts (a resume hint)."""
+
+    def __init__(self, path: str, is_done: Callable[[str], bool], offset: int = 0, line: int = 1) -> None:
+        self.path = path
+        self.is_done = is_done
+        self._f: Optional[BinaryIO] = open(path, "rb")
+        if offset:
+            self._f.seek(offset)
+        self.offset = offset  # of the next line to read
+        self.line = line  # number of the next line to read
+        self.skipped = 0  # done lines skipped
+
+    def close(self) -> None:
+        if self._f is not None:
+            self._f.close()
+            self._f = None
+
+    @property
+    def exhausted(self) -> bool:
+        return self._f is None
+
+    def next(self, budget: int = 10000) -> Union[Prompt, PromptError, None, bool]:
+        """The next prompt to generate, a PromptError for a bad line, None at the end, or
+        True when ``budget`` done lines were skipped without finding one (call again; lets
+        an event loop breathe)."""
+        f = self._f
+        if f is None:
+            return None
+        is_done = self.is_done
+        for _ in range(budget):
+            raw = f.readline()
+            if not raw:
+                self.close()
+                return None
+            offset, line = self.offset, self.line
+            self.offset += len(raw)
+            self.line += 1
+            if not raw.strip():
+                continue
+            m = _ID_AT_START.match(raw)
+            if m:
+                pid = m.group(1).decode("utf-8", "surrogateescape") if m.group(1) is not None else \
+                    str(int(m.group(2)))
+                if is_done(pid):
+                    self.skipped += 1
+                    continue
+            elif b'"id"' not in raw:
+                if is_done(str(line - 1)):
+                    self.skipped += 1
+                    continue
+            try:
+                obj = json.loads(raw)
+            except ValueError as exc:
+                return PromptError(f"{self.path}:{line}: not JSON ({exc})")
+            try:
+                pid = normalize_id(obj.get("id") if isinstance(obj, dict) else None, line - 1)
+                if is_done(pid):
+                    self.skipped += 1
+                    continue
+                messages = context_for_last_answer(to_messages(obj))
+            except ValueError as exc:
+                return PromptError(f"{self.path}:{line}: {exc}")
+            return Prompt(pid, line, offset, messages)
+        return True

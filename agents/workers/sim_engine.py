@@ -1,0 +1,100 @@
+"""A simulated SGLang server: real HTTP (aiohttp), the routes and metric names of the real
+thing, answers made up from the prompt. For tests, benchmarks and the demo.
+
+Routes::
+
+    POST /v1/chat/completions   OpenAI chat; ``reasoning_content`` unless thinking is off
+    GET  /metrics               the sglang:* names of tests/fixtures (prometheus_client)
+    GET  /health                503 for --startup-s seconds, then 200
+    GET  /get_server_info       also /server_info: internal_states[].last_gen_throughput
+    GET  /get_model_info        also /model_info
+    GET  /v1/models
+
+Each completion takes ``latency ± jitter`` plus ``tokens / tok_s`` seconds (``--tok-s 0``:
+no decode time). Its length is drawn from the prompt's hash, so the same prompt always gets
+the same answer. ``--fail-rate F`` answers a fraction F of requests with one of the failure
+kinds in ``--fail-kinds``: an HTTP 500, a 200 whose body is not JSON, or a connection closed
+without an answer.
+
+Run it as ``gpudeck sim-engine --port N`` or ``python -m agents.workers.sim_engine``. It
+prints ``listening on http://HOST:PORT`` once it accepts connections (``--port 0`` picks a
+free port).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+from typing import Optional
+
+FAIL_KINDS = ("500", "garbage", "disconnect")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="gpudeck sim-engine", description="A simulated SGLang server (real HTTP).")
+    add_arguments(p)
+    return p
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--port", type=int, required=True, help="TCP port (0: a free one, printed at start)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--tok-s", type=float, default=0.0, help="decode speed per request in tokens/s (0: instant)")
+    p.add_argument("--latency-ms", type=float, default=0.0, help="fixed time per request")
+    p.add_argument("--jitter-ms", type=float, default=0.0, help="uniform +- spread around --latency-ms")
+    p.add_argument("--fail-rate", type=float, default=0.0, help="fraction of requests that fail")
+    p.add_argument("--fail-kinds", default=",".join(FAIL_KINDS),
+                   help=f"comma-separated failure kinds to draw from: {', '.join(FAIL_KINDS)}")
+    p.add_argument("--model", default="sim-model", help="the served model name")
+    p.add_argument("--startup-s", type=float, default=0.0, help="seconds of /health 503 before ready")
+    p.add_argument("--out-tokens", default="16-96", help="completion length range MIN-MAX (tokens)")
+    p.add_argument("--seed", type=int, default=None)
+
+
+async def serve(args: argparse.Namespace) -> None:
+    kinds = tuple(k.strip() for k in args.fail_kinds.split(",") if k.strip())
+    bad = [k for k in kinds if k not in FAIL_KINDS]
+    if bad or not kinds:
+        raise SystemExit(f"sim-engine: --fail-kinds: unknown kind(s) {', '.join(bad) or '(none)'}; "
+                         f"expected some of {', '.join(FAIL_KINDS)}")
+    try:
+        lo, hi = (int(x) for x in args.out_tokens.split("-"))
+    except ValueError:
+        raise SystemExit(f"sim-engine: --out-tokens {args.out_tokens!r}: expected MIN-MAX, e.g. 16-96") from None
+    from aiohttp import web
+    from prometheus_client import disable_created_metrics
+
+    from agents.workers.sim_engine_app import SimEngine
+
+    disable_created_metrics()  # SGLang serves its metrics in multiprocess mode: no *_created series
+    engine = SimEngine(tok_s=args.tok_s, latency_ms=args.latency_ms, jitter_ms=args.jitter_ms,
+                       fail_rate=args.fail_rate, fail_kinds=kinds, model=args.model, startup_s=args.startup_s,
+                       out_tokens=(lo, hi), seed=args.seed)
+    runner = web.AppRunner(engine.app(), access_log=None, handle_signals=False)
+    await runner.setup()
+    site = web.TCPSite(runner, args.host, args.port, backlog=1024, reuse_address=True)
+    try:
+        await site.start()
+    except OSError as exc:
+        await runner.cleanup()
+        raise SystemExit(f"sim-engine: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
+    port = runner.addresses[0][1]
+    print(f"listening on http://{args.host}:{port}", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await runner.cleanup()
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    asyncio.run(serve(args))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,21 @@
+"""``gpudeck sim-engine``: a simulated SGLang server for tests, benchmarks and the demo."""
+
+from __future__ import annotations
+
+
+def register(sub) -> None:
+    from agents.workers.sim_engine import add_arguments  # argparse only; aiohttp loads when serving
+
+    p = sub.add_parser("sim-engine", help="a simulated SGLang server (real HTTP, SGLang metric names)",
+                       description="Serve /v1/chat/completions (with reasoning_content), /metrics, /health, "
+                                   "/get_server_info and /v1/models like SGLang, with made-up answers.")
+    add_arguments(p)
+    p.set_defaults(run=_run)
+
+
+def _run(args) -> int:
+    import asyncio
+
+    from agents.workers.sim_engine import serve
+    asyncio.run(serve(args))
+    return 0

@@ -1,0 +1,130 @@
+"""The router job kind: sglang-router in front of two sim-engines, generate through it, and
+its smg_* metrics through the agent's scraper."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import subprocess
+
+import httpx
+import pytest
+
+from agents.engines import EngineScraper, parse_metrics
+from agents.jobs import JobSpec
+from generate_support import (PY, ROOT, assert_exactly_once, child_env, free_port, generate_argv, read_shards,
+                              run_generate, sim_engines, wait_until, write_prompts)
+
+__all__ = ["sim_engines"]
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("sglang_router") is None,
+                                reason="sglang-router is not installed (pip install sglang-router)")
+
+
+def test_build_argv_from_a_router_spec():
+    spec = JobSpec(name="router", kind="router", port=30100, metrics_url="http://127.0.0.1:29100/metrics",
+                   options={"workers": ["http://10.0.0.1:30000", "http://10.0.0.2:30000"],
+                            "router_args": ["--policy", "power_of_two"]})
+    assert spec.argv("/venv/bin/python") == [
+        "/venv/bin/python", "-m", "sglang_router.launch_router", "--host", "127.0.0.1", "--port", "30100",
+        "--worker-urls", "http://10.0.0.1:30000", "http://10.0.0.2:30000",
+        "--prometheus-host", "127.0.0.1", "--prometheus-port", "29100", "--policy", "power_of_two"]
+
+
+def test_fleet_names_resolve_to_worker_urls():
+    from remote.fleet import parse_fleet
+    fleet = parse_fleet('''
+[[jobs]]
+name = "sglang-0"
+kind = "sglang-server"
+model = "/models/x"
+port = 30000
+[[jobs]]
+name = "sglang-1"
+kind = "sglang-server"
+model = "/models/x"
+port = 30001
+[[jobs]]
+name = "router"
+kind = "router"
+port = 30100
+workers = ["sglang-0", "sglang-1"]
+[[jobs]]
+name = "gen"
+kind = "generate"
+servers = ["router"]
+prompts = "/data/p.jsonl"
+out = "/data/out"
+concurrency = 256
+thinking = true
+''')
+    argv = fleet.job("router").argv("python3")
+    assert argv[argv.index("--worker-urls") + 1:][:2] == ["http://127.0.0.1:30000", "http://127.0.0.1:30001"]
+    gen = fleet.job("gen").argv("python3")
+    assert gen[:3] == ["python3", "-m", "agents.workers.generate"]
+    assert gen[gen.index("--server") + 1] == "http://127.0.0.1:30100"
+    assert "--thinking" in gen and gen[gen.index("--concurrency") + 1] == "256"
+
+
+def test_generate_through_a_router_to_two_engines(tmp_path, sim_engines):
+    # a model path that is a local directory keeps the router from asking the Hub for a tokenizer
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    a = sim_engines("--latency-ms", "10", "--model", str(model_dir))
+    b = sim_engines("--latency-ms", "10", "--model", str(model_dir))
+    port, metrics_port = free_port(), free_port()
+    spec = JobSpec(name="router", kind="router", port=port, metrics_url=f"http://127.0.0.1:{metrics_port}/metrics",
+                   options={"workers": [a.url, b.url],
+                            "router_args": ["--policy", "round_robin", "--log-level", "warn",
+                                            "--health-check-interval-secs", "1", "--health-failure-threshold", "2"]})
+    log = open(tmp_path / "router.log", "wb")
+    router = subprocess.Popen(spec.argv(PY), stdout=log, stderr=log, env=child_env({"HF_HUB_OFFLINE": "1"}),
+                              cwd=ROOT, start_new_session=True)
+    try:
+        url = f"http://127.0.0.1:{port}"
+
+        def ready():
+            try:
+                return httpx.get(url + "/health", timeout=2).status_code == 200 and \
+                    "smg_worker_health" in httpx.get(spec.metrics_url, timeout=2).text
+            except httpx.HTTPError:
+                return False
+        wait_until(ready, timeout=60, what="the router to be ready")
+        prompts = tmp_path / "prompts.jsonl"
+        ids = write_prompts(prompts, 600)
+        out = tmp_path / "out"
+        assert run_generate(generate_argv(prompts, out, [url], "--concurrency", "32"), tmp_path / "gen.log") == 0, \
+            (tmp_path / "gen.log").read_text()[-3000:]
+        assert_exactly_once(read_shards(out), ids)
+        recs = [r for rs in read_shards(out).values() for r in rs]
+        assert {r["server"] for r in recs} == {url}
+        served_a, served_b = a.metric("sglang:num_requests_total"), b.metric("sglang:num_requests_total")
+        assert served_a + served_b == 600 and served_a > 100 and served_b > 100
+
+        m = parse_metrics(httpx.get(spec.metrics_url, timeout=5).text)
+        assert m.flavor == "router"
+        assert m.extra["workers"] == 2 and m.extra["healthy"] == 2 and m.extra["unhealthy"] == []
+        assert m.extra["requests"] >= 600
+
+        # one engine dies: the router's health checks notice, the scraper says which one
+        b.kill()
+
+        def unhealthy():
+            engine = asyncio.run(_scrape(spec.metrics_url))
+            return engine if engine.error and b.url in engine.error else None
+        engine = wait_until(unhealthy, timeout=60, interval=1.0, what="the router to report the dead worker")
+        assert engine.flavor == "router" and engine.state == "ready"
+        assert "1 of 2 workers unhealthy" in engine.error or "circuit breaker open" in engine.error
+    finally:
+        router.terminate()
+        try:
+            router.wait(15)
+        except subprocess.TimeoutExpired:
+            router.kill()
+            router.wait()
+        log.close()
+
+
+async def _scrape(url: str):
+    async with httpx.AsyncClient(timeout=5) as client:
+        return await EngineScraper(url).poll(client)
