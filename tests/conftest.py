@@ -19,7 +19,7 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 PY = sys.executable
 
 
-def wait_for(cond: Callable[[], Any], timeout: float = 15.0, interval: float = 0.05, what: str = "condition"):
+def wait_for(cond: Callable[[], Any], timeout: float = 15.0, what: str = "condition", interval: float = 0.05):
     """Poll ``cond`` until it returns something truthy; fail the test after ``timeout``."""
     deadline = time.monotonic() + timeout
     while True:
@@ -29,6 +29,24 @@ def wait_for(cond: Callable[[], Any], timeout: float = 15.0, interval: float = 0
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
         time.sleep(interval)
+
+
+async def wait_for_async(cond: Callable[[], Any], timeout: float = 15.0, what: str = "condition",
+                         interval: float = 0.05, pause: Optional[Callable] = None,
+                         detail: Optional[Callable[[], str]] = None):
+    """``wait_for`` for async tests: ``pause`` (default asyncio.sleep; a Pilot's pause in TUI
+    tests) lets the loop run between polls; ``detail()`` is added to the failure message."""
+    import asyncio
+
+    deadline = time.monotonic() + timeout
+    while True:
+        value = cond()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            extra = f"\n{detail()}" if detail else ""
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}{extra}")
+        await (pause or asyncio.sleep)(interval)
 
 
 def env_with_repo(extra: Optional[dict] = None) -> dict:
@@ -146,10 +164,8 @@ def start_agent(home):
         a.close()
 
 
-@pytest.fixture
-def reap_jobs(home):
-    """Kill every process group a test's jobs left behind, whatever the test did."""
-    yield
+def reap(home: Path) -> None:
+    """Kill every process group that the jobs under ``home`` left behind."""
     import signal
     for state in home.glob("jobs/*/state.json"):
         try:
@@ -158,6 +174,13 @@ def reap_jobs(home):
                 os.killpg(pgid, signal.SIGKILL)
         except (ValueError, ProcessLookupError, PermissionError):
             pass
+
+
+@pytest.fixture
+def reap_jobs(home):
+    """Whatever the test did, its jobs are gone after it."""
+    yield
+    reap(home)
 
 
 def command_job(name: str, script: str, **kw) -> dict:

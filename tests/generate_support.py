@@ -17,6 +17,8 @@ from typing import Any, Callable, Optional
 
 import pytest
 
+from conftest import wait_for
+
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
 S3_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
@@ -26,15 +28,7 @@ _DROP_ENV = ("AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_CONF
 
 
 def wait_until(cond: Callable[[], Any], timeout: float = 30.0, interval: float = 0.05, what: str = "condition"):
-    """Poll ``cond`` until it returns something truthy; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(interval)
+    return wait_for(cond, timeout, what, interval)
 
 
 def child_env(extra: Optional[dict] = None) -> dict:

@@ -25,6 +25,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from conftest import wait_for_async
+
 ROOT = Path(__file__).resolve().parent.parent
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
 PY = sys.executable
@@ -357,14 +359,7 @@ class Events:
 
 
 async def wait_until(cond: Callable[[], Any], timeout: float, what: str, interval: float = 0.05) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        await asyncio.sleep(interval)
+    return await wait_for_async(cond, timeout, what, interval)
 
 
 def agents_of(home: Path) -> list[int]:

@@ -166,7 +166,7 @@ def llama_server():
             return False
 
     try:
-        wait_for(healthy, timeout=120, interval=0.2, what="llama-server /health")
+        wait_for(healthy, timeout=120, what="llama-server /health", interval=0.2)
         yield base
     finally:
         proc.terminate()

@@ -13,6 +13,8 @@ import time
 
 import pytest
 
+from conftest import wait_for
+
 from extract_support import (ROOT, build_model, extract_argv, reference_hidden_states, rel_err, run_extract,
                              shard_ids, write_tokenized)
 
@@ -21,15 +23,6 @@ pytest.importorskip("transformers", reason="transformers is needed by the extrac
 pytest.importorskip("safetensors", reason="safetensors is needed by the extraction worker")
 
 
-def wait_for(cond, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(0.02)
 
 
 def done_count(out: str) -> int:

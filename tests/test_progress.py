@@ -9,7 +9,6 @@ import sys
 
 from agents.progress import DoneSetCounter, ProgressTracker
 from agents.rates import CounterRate, eta_seconds
-from conftest import wait_for
 
 
 def test_done_set_counted_incrementally_while_a_process_appends(tmp_path):

@@ -6,14 +6,13 @@ from __future__ import annotations
 import io
 import json
 import os
-import signal
 import socket
-import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 from rich.console import Console
 
+from conftest import reap, wait_for_async  # noqa: F401  (reap is used by the TUI tests)
 from agents.protocol import (Alert, Disk, Engine, Gpu, GpuProcess, History, Host, JobStatus, Progress, Sample,
                              Snapshot)
 from remote.fleet import Fleet, parse_fleet
@@ -45,15 +44,8 @@ def notifications_text(app) -> str:
 
 async def wait_until(pilot, cond: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:
     """Let the app run until ``cond()`` is truthy; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}\n--- screen:\n"
-                                 f"{screen_text(pilot.app)}")
-        await pilot.pause(0.05)
+    return await wait_for_async(cond, timeout, what, pause=pilot.pause,
+                                detail=lambda: f"--- screen:\n{screen_text(pilot.app)}")
 
 
 async def wait_for_text(pilot, text: str, timeout: float = 30.0) -> str:
@@ -102,15 +94,6 @@ def closed_port() -> int:
         return s.getsockname()[1]
 
 
-def reap(home: Path) -> None:
-    """Kill whatever process groups the jobs under ``home`` left behind."""
-    for state in home.glob("jobs/*/state.json"):
-        try:
-            pgid = json.loads(state.read_text()).get("pgid")
-            if pgid:
-                os.killpg(pgid, signal.SIGKILL)
-        except (ValueError, ProcessLookupError, PermissionError):
-            pass
 
 
 # ---------------------------------------------------------------- a pinned fleet for snapshot tests
