@@ -77,13 +77,18 @@ def iter_lines(files: Iterable[str]) -> Iterator[tuple[str, int, dict]]:
             for lineno, raw in enumerate(f, 1):
                 if not raw.strip():
                     continue
-                try:
-                    obj = json.loads(raw)
-                except ValueError as exc:
-                    raise DataError(f"{path}:{lineno}: not valid JSON: {exc}") from None
-                if not isinstance(obj, dict):
-                    raise DataError(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
-                yield path, lineno, obj
+                yield path, lineno, parse_object_line(raw, path, lineno)
+
+
+def parse_object_line(raw: bytes, path: str, lineno: int) -> dict:
+    """One JSONL line that must be an object; DataError names the file and line."""
+    try:
+        obj = json.loads(raw)
+    except ValueError as exc:
+        raise DataError(f"{path}:{lineno}: not valid JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise DataError(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
+    return obj
 
 
 def record_id(path: str, lineno: int, obj: dict) -> str:

@@ -33,8 +33,8 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from agents.workers.atomic import DirLock, atomic_write_json
-from agents.workers.extract_data import (Batch, Batcher, DataError, Encoder, Prepared, count_records, in_part,
-                                         input_files, record_id)
+from agents.workers.extract_data import (Batch, Batcher, Encoder, Prepared, count_records, in_part, input_files,
+                                         parse_object_line, record_id)
 from agents.workers.extract_perf import FlopModel, RollingRate, disk_projection, human_bytes, peak_flops
 from agents.workers.extract_store import (META, ShardWriter, StoreError, header_reserve_for, publish, reconcile,
                                           seal)
@@ -269,12 +269,7 @@ def _pipeline(opts, out_dir, progress_path, files, runner, cfg, layers, model, t
                             if isinstance(rid, str) and in_part(rid, opts.part) and rid in done:
                                 cnt.skipped_done += 1
                                 continue
-                        try:
-                            obj = json.loads(raw)
-                        except ValueError as exc:
-                            raise DataError(f"{path}:{lineno}: not valid JSON: {exc}") from None
-                        if not isinstance(obj, dict):
-                            raise DataError(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
+                        obj = parse_object_line(raw, path, lineno)
                         rid = record_id(path, lineno, obj)
                         if not in_part(rid, opts.part):
                             continue
