@@ -185,6 +185,10 @@ class Agent:
         cur = self._trackers.get(name)
         if cur is None or cur[0] != key:
             tracker = ProgressTracker(key[0] or (None if key[1] else default), key[1], key[2])
+            # the rate window goes on where the last agent (or the last console's) left it
+            horizon = time.time() - tracker.window_s
+            tracker.seed([(smp.t, smp.job_done[name], smp.job_tokens.get(name)) for smp in self.history.samples
+                          if smp.t >= horizon and name in smp.job_done])
             self._trackers[name] = cur = (key, tracker)
         return cur[1]
 

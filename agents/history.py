@@ -53,6 +53,8 @@ class HistoryRing:
             gpu_util=[g.util_pct for g in snap.gpus],
             job_tokens_per_s={j.name: _tps(j) for j in snap.jobs if j.state in ("running", "starting")},
             job_done={j.name: j.progress.done for j in snap.jobs if j.progress is not None},
+            job_tokens={j.name: j.progress.tokens for j in snap.jobs
+                        if j.progress is not None and j.progress.tokens is not None},
         )
         self.samples.append(sample)
         if self.path is not None:

@@ -48,19 +48,29 @@ class DoneSetCounter:
         return self.count
 
 
+MIN_SPAN_S = 5.0  # rates need this much history; until then the job's own figures are shown
+
+
 class ProgressTracker:
-    """Reads one job's progress source and turns it into rates and an ETA."""
+    """Reads one job's progress source and turns it into rates and an ETA.
+
+    Until it has seen ``MIN_SPAN_S`` of history it shows what the job itself reports
+    (``tokens_per_s``, ``rate_per_s``, ``eta_s`` in progress.json), and it can be seeded with
+    the points a previous agent recorded (:meth:`seed`), so a one-shot ``gpudeck status``
+    shows rates too.
+    """
 
     def __init__(self, progress_path: Optional[str], done_set_path: Optional[str],
                  total: Optional[int], window_s: float = 120.0) -> None:
         self.progress_path = progress_path
         self.done_set = DoneSetCounter(done_set_path) if done_set_path else None
         self.total = total
+        self.window_s = window_s
         self._mtime: Optional[tuple[float, int]] = None
         self._doc: dict = {}
         self._error: Optional[str] = None
-        self._done_rate = CounterRate(window_s)
-        self._tok_rate = CounterRate(window_s)
+        self._done_rate = CounterRate(window_s, min_span_s=MIN_SPAN_S)
+        self._tok_rate = CounterRate(window_s, min_span_s=MIN_SPAN_S)
         self._last_change: Optional[float] = None
         self._last_done: Optional[int] = None
 
@@ -86,13 +96,27 @@ class ProgressTracker:
             self._last_done, self._last_change = done, now
         rate = self._done_rate.rate()
         tps = self._tok_rate.rate() if tokens is not None else None
-        if tps is None and isinstance(doc.get("tokens_per_s"), (int, float)):
-            tps = float(doc["tokens_per_s"])
+        if tps is None:
+            tps = _number(doc.get("tokens_per_s"))
+        if rate is None:
+            rate = _number(doc.get("rate_per_s"))
+        eta = eta_seconds(done, total, rate)
+        if eta is None and rate is None:
+            eta = _number(doc.get("eta_s"))
         updated = doc.get("updated_at") if isinstance(doc.get("updated_at"), (int, float)) else self._last_change
         quality = {k: int(v) for k, v in (doc.get("quality") or {}).items() if isinstance(v, (int, float))}
         return Progress(done=done, total=total, tokens=tokens, rate_per_s=rate, tokens_per_s=tps,
-                        eta_s=eta_seconds(done, total, rate), updated_at=updated, quality=quality,
+                        eta_s=eta, updated_at=updated, quality=quality,
                         error=self._error)
+
+    def seed(self, points: list[tuple[float, int, Optional[int]]]) -> None:
+        """(t, done, tokens) points recorded before this tracker existed, oldest first."""
+        for t, done, tokens in points:
+            self._done_rate.add(t, done)
+            if tokens is not None:
+                self._tok_rate.add(t, tokens)
+            if done != self._last_done:
+                self._last_done, self._last_change = done, t
 
     @property
     def last_change(self) -> Optional[float]:
@@ -122,3 +146,7 @@ class ProgressTracker:
             self._error = f"{self.progress_path}: {exc}"
             return
         self._doc, self._error = doc, None
+
+
+def _number(v) -> Optional[float]:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None

@@ -163,6 +163,7 @@ class Sample:
     gpu_util: list[Optional[float]] = field(default_factory=list)
     job_tokens_per_s: dict[str, Optional[float]] = field(default_factory=dict)
     job_done: dict[str, int] = field(default_factory=dict)
+    job_tokens: dict[str, int] = field(default_factory=dict)  # the counters behind the rates
 
 
 @dataclass(frozen=True)

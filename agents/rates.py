@@ -13,8 +13,9 @@ class CounterRate:
     increase since the reset is counted from zero, as Prometheus' rate() does.
     """
 
-    def __init__(self, window_s: float = 60.0) -> None:
+    def __init__(self, window_s: float = 60.0, min_span_s: float = 0.0) -> None:
         self.window_s = window_s
+        self.min_span_s = min_span_s  # a rate over less than this is noise: say nothing yet
         self._points: deque[tuple[float, float]] = deque()  # (t, accumulated increase)
         self._last: Optional[float] = None
         self._acc = 0.0
@@ -31,7 +32,7 @@ class CounterRate:
         if len(self._points) < 2:
             return None
         (t0, v0), (t1, v1) = self._points[0], self._points[-1]
-        if t1 - t0 <= 0:
+        if t1 - t0 <= 0 or t1 - t0 < self.min_span_s:
             return None
         return (v1 - v0) / (t1 - t0)
 

@@ -91,3 +91,22 @@ def test_once_prints_one_snapshot(home):
     assert len(lines) == 1
     snap = protocol.decode(lines[0])
     assert isinstance(snap, protocol.Snapshot) and snap.seq == 1 and snap.gpus == []
+
+
+def test_a_new_agent_shows_rates_at_once_from_the_last_agents_history(start_agent, home, reap_jobs):
+    script = ('i=0; while true; do i=$((i+1)); printf \'{"done": %d, "total": 100000, "tokens": %d}\' $i $((i*100)) '
+              '> "$GPUDECK_PROGRESS_FILE.tmp"; mv "$GPUDECK_PROGRESS_FILE.tmp" "$GPUDECK_PROGRESS_FILE"; sleep 0.1; done')
+    a = start_agent(interval=0.2)
+    a.ok("configure", jobs=[command_job("steady", script)])
+    a.ok("launch", job="steady")
+    # wait until the first agent has a rate of its own: then its history spans the rate window
+    a.wait_snapshot(lambda s: (a.job(s, "steady").get("progress") or {}).get("rate_per_s"), timeout=30,
+                    what="a rate")
+    a.close()
+    out = subprocess.run([PY, "-m", "agents", "--once", "--no-nvml", "--home", str(home)], capture_output=True,
+                         env=env_with_repo(), cwd=ROOT, timeout=60, check=True)
+    snap = protocol.decode(out.stdout.decode().splitlines()[0])
+    (job,) = [j for j in snap.jobs if j.name == "steady"]
+    assert job.progress.rate_per_s and job.progress.rate_per_s > 0
+    assert job.progress.tokens_per_s and job.progress.tokens_per_s > 0
+    assert job.progress.eta_s is not None

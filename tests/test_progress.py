@@ -90,3 +90,21 @@ def test_eta():
     assert eta_seconds(100, 100, None) == 0.0
     assert eta_seconds(50, None, 5.0) is None
     assert eta_seconds(50, 100, 0.0) is None
+
+
+def test_a_short_window_shows_what_the_job_reports(tmp_path):
+    path = tmp_path / "progress.json"
+    path.write_text(json.dumps({"done": 10, "total": 100, "tokens": 500, "tokens_per_s": 42.0, "eta_s": 77.0}))
+    t = ProgressTracker(str(path), None, None)
+    t.poll(now=0.0)
+    p = t.poll(now=1.0)  # one second of history is not a rate yet
+    assert p.tokens_per_s == 42.0 and p.rate_per_s is None and p.eta_s == 77.0
+
+
+def test_seeded_points_give_a_rate_at_the_first_look(tmp_path):
+    path = tmp_path / "progress.json"
+    path.write_text(json.dumps({"done": 300, "total": 1300, "tokens": 30_000}))
+    t = ProgressTracker(str(path), None, None, window_s=120)
+    t.seed([(0.0, 100, 10_000), (10.0, 200, 20_000)])
+    p = t.poll(now=20.0)
+    assert p.rate_per_s == 10.0 and p.tokens_per_s == 1000.0 and p.eta_s == 100.0
