@@ -54,7 +54,7 @@ class AgentLock:
         import fcntl
         import signal
 
-        home.mkdir(parents=True, exist_ok=True)
+        home.mkdir(parents=True, exist_ok=True, mode=0o700)
         path = home / "agent.lock"
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
 
@@ -146,7 +146,7 @@ class Agent:
     def __init__(self, home: Path, node: str, interval_s: float = 1.0, nvml: bool = True,
                  out=None) -> None:
         self.home = Path(home).expanduser()
-        self.home.mkdir(parents=True, exist_ok=True)
+        self.home.mkdir(parents=True, exist_ok=True, mode=0o700)  # specs may hold secrets (env)
         self.node = node
         self.interval_s = interval_s
         self.out = out if out is not None else sys.stdout.buffer

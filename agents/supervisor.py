@@ -105,7 +105,7 @@ class JobSupervisor:
                  python: str = sys.executable) -> None:
         self.home = Path(home)
         self.jobs_dir = self.home / "jobs"
-        self.jobs_dir.mkdir(parents=True, exist_ok=True)
+        self.jobs_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.audit_path = self.home / "audit.log"
         self.gpu = gpu or GpuSampler(enabled=False)
         self.node = node
@@ -340,7 +340,7 @@ class JobSupervisor:
                 raise JobError(f"job {name!r} is already running on {self.node} (pid {rec.pid}, "
                                f"attempt {rec.attempt}); kill it first or use relaunch")
             d = self.job_dir(name)
-            d.mkdir(parents=True, exist_ok=True)
+            d.mkdir(parents=True, exist_ok=True, mode=0o700)
             (d / "exit_code").unlink(missing_ok=True)
             write_json_atomic(d / "spec.json", spec.to_dict())
             argv = spec.argv(self.python)
