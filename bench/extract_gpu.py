@@ -34,6 +34,22 @@ convention):
 The local disk is the limit there: 20 KiB of hidden states per token; the disk took 1.1-1.2
 GB/s written-then-fsynced, 2.2-2.5 GB/s with early writeback (posix_fadvise DONTNEED after
 each write, as the worker does), and the worker sustained 1.4-1.8 GB/s of shards.
+
+Closing that gap (same day; ``HF_HUB_OFFLINE=1 python3 bench/extract_gpu.py --skip
+attn,disk,compute,shm --samples 500 --variants 4:2:1,8:1:1``): the per-stage timers this
+script prints showed the writers blocked 5.7 s (summed) handing sealed shards to the
+finalizer, whose 4-deep queue was full while it unlinked 1 GiB shards and ran three fsyncs
+per shard. The queue of sealed shards is now 16+ deep, the finalizer publishes all waiting
+shards with one fsync of each kind (same order), and this script deletes shards off the
+finalizer thread (as the S3 uploader does):
+
+    naive                                              23,956 tok/s   7.1% / 10.4%
+    worker, local disk, 4 writers, 1 GiB shards, e2e   90,164 tok/s  26.8% / 39.2%   3.76x naive
+    worker, local disk, 4 writers, 2 GiB shards, e2e   99,096 tok/s  29.5% / 43.1%
+    worker, local disk, 8 writers, 1 GiB shards, e2e  105,827 tok/s  31.5% / 46.0%   (2.17 GB/s)
+
+The disk's ceiling that day: 2.01-2.15 GB/s = 98-105k tok/s (4 files, early writeback or
+O_DIRECT); O_DIRECT was not faster than early writeback (sustained 4 x 4 GiB: 1.90 vs 2.14 GB/s).
 """
 
 from __future__ import annotations
@@ -71,19 +87,24 @@ def build_model(torch, dtype):
     return model, cfg
 
 
-def disk_write_speed(directory: str, threads: int = 1, gib_each: int = 1, early_writeback: bool = False) -> float:
-    """Bytes/s of sequential writes + fsync to ``directory``'s disk, ``threads`` files at once."""
+def disk_write_speed(directory: str, threads: int = 1, gib_each: int = 1, early_writeback: bool = False,
+                     direct: bool = False) -> float:
+    """Bytes/s of sequential writes + fsync to ``directory``'s disk, ``threads`` files at once;
+    ``direct``: O_DIRECT from a page-aligned buffer (as the worker writes hidden states)."""
+    import mmap
     import threading
 
-    buf = np.random.default_rng(0).integers(0, 255, size=64 << 20, dtype=np.uint8)
+    raw = mmap.mmap(-1, 64 << 20)  # page-aligned
+    buf = np.frombuffer(raw, dtype=np.uint8)
+    buf[:] = np.random.default_rng(0).integers(0, 255, size=64 << 20, dtype=np.uint8)
 
     def one(i: int) -> None:
         path = os.path.join(directory, f"ddtest{i}")
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | (os.O_DIRECT if direct else 0), 0o644)
         off = 0
         for _ in range(gib_each * 16):
-            n = os.write(fd, memoryview(buf))
-            if early_writeback:
+            n = os.pwrite(fd, memoryview(buf), off)
+            if early_writeback and not direct:
                 os.posix_fadvise(fd, off, n, os.POSIX_FADV_DONTNEED)
             off += n
         os.fsync(fd)
@@ -179,12 +200,24 @@ def run_worker(torch, model, data: str, out: str, n_budget: int, compile_: bool,
                shard_gib: int = 1):
     from agents.workers.extract_run import ExtractOptions, run_extraction
 
+    import queue
+    import threading
+
     shutil.rmtree(out, ignore_errors=True)
     marks: list[tuple[float, int]] = []
+    doomed: "queue.Queue" = queue.Queue()
+
+    def deleter():
+        while (p := doomed.get()) is not None:
+            os.unlink(p)
+
+    # deleted off the finalizer thread, as the S3 uploader deletes after its upload
+    del_thread = threading.Thread(target=deleter, daemon=True)
+    del_thread.start()
 
     def on_closed(path, entry):
         marks.append((time.perf_counter(), sum(entry["n_tokens"])))
-        os.unlink(path)  # as an upload-and-delete would; the bytes were fsynced first
+        doomed.put(path)  # as an upload-and-delete would; the bytes were fsynced first
 
     opts = ExtractOptions(model="random-qwen3-1.7b", data=data, out=out, layers=LAYERS,
                           max_tokens_per_batch=n_budget, device="cuda", dtype="bfloat16", compile=compile_,
@@ -193,10 +226,28 @@ def run_worker(torch, model, data: str, out: str, n_budget: int, compile_: bool,
     t = time.perf_counter()
     rc = run_extraction(opts, model=model, tokenizer=None, on_shard_closed=on_closed)
     t_end = time.perf_counter()
+    doomed.put(None)
+    del_thread.join()
+    from agents.workers.extract_run import STAGE_SECONDS
+    log(f"  stages (s, writers summed): {json.dumps({k: round(v, 1) for k, v in sorted(STAGE_SECONDS.items())})}"
+        f"; wall {t_end - t:.1f} s")
     total = sum(n for _, n in marks)
     # steady state: from the first durable shard to the last, the first shard's tokens excluded
     steady = (total - marks[0][1]) / (marks[-1][0] - marks[0][0]) if len(marks) > 2 else None
     return rc, total / (t_end - t), steady, len(marks)
+
+
+def run_variants(torch, model, data, args, progress, results) -> None:
+    for v in filter(None, args.variants.split(",")):
+        w, gib, early = (int(x) for x in v.split(":"))
+        os.environ["GPUDECK_EARLY_WRITEBACK"] = str(early)
+        _, e2e_v, steady_v, _ = run_worker(torch, model, data, os.path.join(args.out, "wv"), args.budget, True,
+                                           progress, w, gib)
+        os.environ["GPUDECK_EARLY_WRITEBACK"] = "1"
+        key = f"variant {w} writers, {gib} GiB shards, early writeback {early}"
+        results[key] = (e2e_v, steady_v)
+        log(f"worker, local disk, {w} writers, {gib} GiB shards, early writeback {early}: "
+            f"end to end {e2e_v:,.0f} tok/s, steady {steady_v or 0:,.0f} tok/s")
 
 
 def main() -> int:
@@ -234,17 +285,25 @@ def main() -> int:
     log(f"peak {peak / 1e12:.1f} TFLOP/s ({source})")
     disk_bps = 0.0
     if "disk" not in skip:
-        for threads, early in ((1, False), (1, True), (4, False), (4, True)):
-            bps = disk_write_speed(args.out, threads, 1, early)
+        for threads, early, direct in ((1, False, False), (1, True, False), (4, False, False), (4, True, False),
+                                       (1, False, True), (4, False, True)):
+            try:
+                bps = disk_write_speed(args.out, threads, 1, early, direct)
+            except OSError as exc:
+                log(f"disk: {threads} file(s), O_DIRECT {direct}: {exc}")
+                continue
             disk_bps = max(disk_bps, bps)
-            log(f"disk: {threads} file(s) at once, early writeback {early}: write + fsync {bps / 1e9:.2f} GB/s "
+            log(f"disk: {threads} file(s) at once, early writeback {early}, O_DIRECT {direct}: write + fsync "
+                f"{bps / 1e9:.2f} GB/s "
                 f"(= {bps / (len(LAYERS) * 2048 * 2) / 1e3:.0f}k tok/s of 5-layer hidden states)")
 
     if args.disk_only:
         for spec in args.disk_only.split(","):
-            th, gib = (int(x) for x in spec.split("x"))
-            bps = disk_write_speed(args.out, th, gib, True)
-            log(f"disk, sustained: {th} file(s) x {gib} GiB, early writeback: {bps / 1e9:.2f} GB/s "
+            th, gib = (int(x) for x in spec.rstrip("d").split("x"))
+            direct = spec.endswith("d")
+            bps = disk_write_speed(args.out, th, gib, not direct, direct)
+            log(f"disk, sustained: {th} file(s) x {gib} GiB, {'O_DIRECT' if direct else 'early writeback'}: "
+                f"{bps / 1e9:.2f} GB/s "
                 f"(= {bps / (len(LAYERS) * 2048 * 2) / 1e3:.0f}k tok/s)")
     model, cfg = build_model(torch, torch.bfloat16)
     if args.writers_list:
@@ -256,6 +315,7 @@ def main() -> int:
                                                  True, progress, w)
             log(f"worker, local disk, {w} writer(s): rc {rc}, {shards} shards, end to end {e2e:,.0f} tok/s "
                 f"({e2e * len(LAYERS) * 2048 * 2 / 1e9:.2f} GB/s), steady {steady or 0:,.0f} tok/s")
+        run_variants(torch, model, data, args, progress, {})
         shutil.rmtree(args.out, ignore_errors=True)
         return 0
     n_params = sum(p.numel() for p in model.parameters())
@@ -310,15 +370,7 @@ def main() -> int:
     results["worker_steady"] = steady
     log(f"worker, local disk (compiled, {args.writers} writers, fsynced): rc {rc}, {shards} shards, "
         f"end to end {e2e:,.0f} tok/s; steady {steady or 0:,.0f} tok/s")
-    for v in filter(None, args.variants.split(",")):
-        w, gib, early = (int(x) for x in v.split(":"))
-        os.environ["GPUDECK_EARLY_WRITEBACK"] = str(early)
-        _, e2e_v, steady_v, _ = run_worker(torch, model, data, os.path.join(args.out, "wv"), args.budget, True,
-                                           progress, w, gib)
-        os.environ["GPUDECK_EARLY_WRITEBACK"] = "1"
-        results[f"variant {w} writers, {gib} GiB shards, early writeback {early}"] = (e2e_v, steady_v)
-        log(f"worker, local disk, {w} writers, {gib} GiB shards, early writeback {early}: end to end "
-            f"{e2e_v:,.0f} tok/s, steady {steady_v or 0:,.0f} tok/s")
+    run_variants(torch, model, data, args, progress, results)
     shm = None
     if "shm" not in skip and os.path.isdir("/dev/shm") and shutil.disk_usage("/dev/shm").free > 12 << 30:
         shm = os.path.join("/dev/shm", "xbench")

@@ -139,7 +139,8 @@ def test_every_state_a_crash_can_leave_is_repaired(tmp_path):
 
 def test_sigterm_closes_the_open_shard_and_stops(tmp_path):
     model = build_model(str(tmp_path / "model"), "qwen3")
-    write_tokenized(str(tmp_path / "data.jsonl"), 200, seed=4)
+    # far more samples than get done before the signal, however slow this machine is today
+    write_tokenized(str(tmp_path / "data.jsonl"), 2000, seed=4)
     out = str(tmp_path / "out")
     env = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1")
     env.pop("GPUDECK_PROGRESS_FILE", None)
@@ -167,5 +168,38 @@ def test_sigterm_closes_the_open_shard_and_stops(tmp_path):
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     ids = assert_consistent(out)
-    assert 50 < len(ids) < 200, "the open shard was closed early, not dropped, and the run stopped"
+    assert 50 < len(ids) < 2000, "the open shard was closed early, not dropped, and the run stopped"
     assert json.loads(open(os.path.join(out, "progress.json")).read())["state"] == "stopped"
+
+
+def test_publish_many_keeps_the_order_and_one_line_per_shard(tmp_path):
+    """The finalizer publishes the sealed shards waiting for it together: each renamed, one
+    index line each, every id in the done-set, and the output reads back."""
+    import numpy as np
+
+    from agents.workers.doneset import DoneSet
+    from agents.workers.extract_store import (DONESET, INDEX, IndexLog, ShardWriter, header_reserve_for,
+                                              open_extract, publish_many, read_index, seal)
+
+    out = str(tmp_path)
+    index = IndexLog(out)
+    done = DoneSet.open(os.path.join(out, DONESET))
+    closed = []
+    for no in range(3):
+        w = ShardWriter(out, no, 4, "BF16", [1], header_reserve_for(10), {"model": "m"})
+        for k in range(2):
+            n = 3 + k
+            hidden = np.full((n, 4), no * 10 + k, dtype=np.uint16)
+            w.add(f"s{no}-{k}", memoryview(hidden.view(np.uint8).reshape(-1)), np.arange(n), np.ones(n, np.uint8))
+        c = w.close()
+        seal(c)
+        closed.append(c)
+    publish_many(closed, index, done)
+    index.close()
+    done.close()
+    assert not glob.glob(os.path.join(out, ".shard-*"))
+    entries = read_index(os.path.join(out, INDEX))
+    assert [e["shard"] for e in entries] == [f"shard-{no:06d}.safetensors" for no in range(3)]
+    again = DoneSet.open(os.path.join(out, DONESET))
+    assert all(f"s{no}-{k}" in again for no in range(3) for k in range(2))
+    assert len(open_extract(out)) == 6

@@ -36,8 +36,8 @@ from agents.workers.atomic import DirLock, atomic_write_json
 from agents.workers.extract_data import (Batch, Batcher, Encoder, Prepared, count_records, in_part, input_files,
                                          parse_object_line, record_id)
 from agents.workers.extract_perf import FlopModel, RollingRate, disk_projection, human_bytes, peak_flops
-from agents.workers.extract_store import (META, ShardWriter, StoreError, header_reserve_for, publish, reconcile,
-                                          seal)
+from agents.workers.extract_store import (META, ShardWriter, StoreError, header_reserve_for, publish_many,
+                                          reconcile, seal)
 
 log = logging.getLogger("gpudeck.extract")
 
@@ -305,6 +305,7 @@ def _pipeline(opts, out_dir, progress_path, files, runner, cfg, layers, model, t
             _put(batches, None, fail)
 
     # ---- writer and finalizer
+    STAGE_SECONDS.clear()
     cuda = device.startswith("cuda")
     pool: "queue.Queue" = queue.Queue()
     if cuda:
@@ -312,7 +313,9 @@ def _pipeline(opts, out_dir, progress_path, files, runner, cfg, layers, model, t
             t = torch.empty(budget, width, dtype=runner.dtype, pin_memory=True)
             pool.put((t, t.view(torch.uint8).numpy()))
     jobs: "queue.Queue[Optional[WriteJob]]" = queue.Queue(maxsize=max(2, opts.host_buffers, opts.writers + 2))
-    closed: "queue.Queue" = queue.Queue(maxsize=max(2, opts.writers))
+    # sealed shards waiting for the finalizer: deep, so that a writer never waits for the
+    # publish fsyncs of other writers' shards (nothing enters the done-set before its publish)
+    closed: "queue.Queue" = queue.Queue(maxsize=max(16, 4 * opts.writers))
     reserve = header_reserve_for(opts.shard_samples)
     shard_meta = {"model": str(opts.model), "dtype": st_dtype}
     next_no = [res.next_shard]
@@ -328,25 +331,36 @@ def _pipeline(opts, out_dir, progress_path, files, runner, cfg, layers, model, t
 
     def writer():
         shard: Optional[ShardWriter] = None
+        tm = {"wait_job": 0.0, "wait_copy": 0.0, "write": 0.0, "seal": 0.0, "wait_closed": 0.0}
         try:
             while True:
+                t0 = time.perf_counter()
                 job = _get(jobs, fail)
+                t1 = time.perf_counter()
+                tm["wait_job"] += t1 - t0
                 if job is None:
                     break
                 if job.event is not None:
                     job.event.synchronize()
+                tm["wait_copy"] += time.perf_counter() - t1
                 for s, off in zip(job.samples, job.offsets):
                     size = s.n * width * itemsize
                     if shard is not None and shard.n and (shard.data_bytes + size > opts.shard_bytes
                                                           or shard.n >= opts.shard_samples or not shard.fits(s.id)):
+                        t2 = time.perf_counter()
                         c = shard.close()
                         shard = None
                         seal(c)
+                        t3 = time.perf_counter()
+                        tm["seal"] += t3 - t2
                         if not _put(closed, c, fail):
                             return
+                        tm["wait_closed"] += time.perf_counter() - t3
                     if shard is None:
                         shard = new_shard()
+                    t2 = time.perf_counter()
                     shard.add(s.id, memoryview(job.host_u8[off:off + s.n].reshape(-1)), s.input_ids, s.loss_mask)
+                    tm["write"] += time.perf_counter() - t2
                 if job.pooled:
                     pool.put((job.host, job.host_u8))
             if shard is not None and shard.n:
@@ -359,27 +373,45 @@ def _pipeline(opts, out_dir, progress_path, files, runner, cfg, layers, model, t
         finally:
             if shard is not None:
                 shard.abandon()
+            with cnt.lock:
+                for k, v in tm.items():
+                    STAGE_SECONDS[f"writer_{k}"] = STAGE_SECONDS.get(f"writer_{k}", 0.0) + v
             _put(closed, None, fail)
 
     def finalizer():
         ended = 0
         try:
             while ended < n_writers:
-                item = _get(closed, fail)
-                if item is None:
-                    ended += 1
+                items = [_get(closed, fail)]
+                while True:  # every sealed shard already waiting: published with one set of fsyncs
+                    try:
+                        items.append(closed.get_nowait())
+                    except queue.Empty:
+                        break
+                ended += sum(1 for it in items if it is None)
+                items = [it for it in items if it is not None]
+                if not items:
                     continue
-                publish(item, res.index, done)
-                e = item.entry
+                t0 = time.perf_counter()
+                publish_many(items, res.index, done)
                 with cnt.lock:
-                    cnt.durable_samples = len(done)
-                    cnt.durable_tokens += sum(e["n_tokens"])
-                    cnt.durable_bytes += e["bytes"]
-                    cnt.shards_closed += 1
-                if uploader is not None:
-                    uploader.submit(e["shard"], e["ids"])
-                if on_shard_closed is not None:
-                    on_shard_closed(item.final, e)
+                    STAGE_SECONDS["finalizer_publish"] = STAGE_SECONDS.get("finalizer_publish", 0.0) + \
+                        time.perf_counter() - t0
+                for item in items:
+                    e = item.entry
+                    with cnt.lock:
+                        cnt.durable_samples = len(done)
+                        cnt.durable_tokens += sum(e["n_tokens"])
+                        cnt.durable_bytes += e["bytes"]
+                        cnt.shards_closed += 1
+                    if uploader is not None:
+                        uploader.submit(e["shard"], e["ids"])
+                    if on_shard_closed is not None:
+                        t1 = time.perf_counter()
+                        on_shard_closed(item.final, e)
+                        with cnt.lock:
+                            STAGE_SECONDS["finalizer_on_closed"] = STAGE_SECONDS.get("finalizer_on_closed", 0.0) + \
+                                time.perf_counter() - t1
         except BaseException as exc:  # noqa: BLE001
             fail.set(exc)
 
@@ -491,7 +523,10 @@ def _pipeline(opts, out_dir, progress_path, files, runner, cfg, layers, model, t
                 flat = flat.index_select(0, idx_t)
             if cuda:
                 if t_real <= budget:
+                    t0 = time.perf_counter()
                     host, host_u8 = _get(pool, fail)
+                    STAGE_SECONDS["main_wait_pool"] = STAGE_SECONDS.get("main_wait_pool", 0.0) + \
+                        time.perf_counter() - t0
                     pooled = True
                 else:  # one sample longer than the budget: a buffer of its own
                     host = torch.empty(t_real, width, dtype=runner.dtype, pin_memory=True)
@@ -557,6 +592,9 @@ def _pipeline(opts, out_dir, progress_path, files, runner, cfg, layers, model, t
 
 
 _SIGNALLED = threading.Event()
+# seconds spent per stage in the last run (summed over the writer threads): what a benchmark
+# prints to see where the pipeline waits
+STAGE_SECONDS: dict = {}
 
 
 def _install_signals(stopping: threading.Event) -> dict:
