@@ -115,6 +115,7 @@ class JobSupervisor:
         self._live: dict[str, _Live] = {}
         self._lock = threading.RLock()
         self._busy: set[str] = set()  # jobs with a launch/kill under way
+        self._stored: dict[str, tuple[int, Optional[JobSpec]]] = {}  # spec.json by its mtime
         self.adopt()
 
     # ------------------------------------------------------------ state on disk
@@ -132,12 +133,20 @@ class JobSupervisor:
     def stored_spec(self, name: str) -> Optional[JobSpec]:
         """The spec the job was last launched with."""
         path = self.job_dir(name) / "spec.json"
-        if path.exists():
-            try:
-                return JobSpec.from_dict(json.loads(path.read_text()))
-            except (ValueError, SpecError) as exc:
-                log.warning("job %s: unreadable spec.json: %s", name, exc)
-        return None
+        try:
+            stamp = path.stat().st_mtime_ns
+        except OSError:
+            return None
+        cached = self._stored.get(name)
+        if cached is not None and cached[0] == stamp:
+            return cached[1]  # asked several times a tick: parse the file only when it changed
+        spec = None
+        try:
+            spec = JobSpec.from_dict(json.loads(path.read_text()))
+        except (OSError, ValueError, SpecError) as exc:
+            log.warning("job %s: unreadable spec.json: %s", name, exc)
+        self._stored[name] = (stamp, spec)
+        return spec
 
     def names(self) -> list[str]:
         return sorted(set(self.declared) | set(self.records))
