@@ -97,6 +97,15 @@ def loopback_node(sshd: Sshd, tmp_path: Path, name: str = "lb", **extra: str) ->
 # ---------------------------------------------------------------- three netns nodes
 
 
+async def hello_from(fleet, node: str):
+    """Connect to one node as the console does, and close again: the hello of its agent."""
+    client = FleetClient(fleet, {"ssh": transport()})
+    try:
+        return (await client.connect(fleet.node(node))).hello
+    finally:
+        await client.close()
+
+
 def test_status_across_three_nodes(netns, tmp_path):
     path = write_fleet(tmp_path, netns.fleet_toml())
     r = cli("status", "-f", str(path))
@@ -264,19 +273,10 @@ async def test_unknown_host_refused_unless_accept_new_which_records_it(netns, tm
     finally:
         await client.close()
     fleet = load_fleet(write_fleet(tmp_path, text.replace("[defaults]\n", '[defaults]\nhost_keys = "accept-new"\n')))
-    client = FleetClient(fleet, {"ssh": transport()})
-    try:
-        await client.connect(fleet.node("node1"))
-    finally:
-        await client.close()
+    await hello_from(fleet, "node1")
     assert known.read_text() == host_key_line(node1.ip, node1.dir / "host_ed25519.pub")  # as OpenSSH writes it
     fleet = load_fleet(write_fleet(tmp_path, text))  # and now strict accepts it
-    client = FleetClient(fleet, {"ssh": transport()})
-    try:
-        link = await client.connect(fleet.node("node1"))
-        assert link.hello.node == "node1"
-    finally:
-        await client.close()
+    assert (await hello_from(fleet, "node1")).node == "node1"
 
 
 async def test_version_mismatch_refused_and_says_deploy(netns, tmp_path):
@@ -291,12 +291,8 @@ home = "{tmp_path / 'old-home'}"
 """
     path = write_fleet(tmp_path, netns.fleet_toml(extra_nodes=extra))
     fleet = load_fleet(path)
-    client = FleetClient(fleet, {"ssh": transport()})
-    try:
-        with pytest.raises(VersionMismatch) as err:
-            await client.connect(fleet.node("oldnode"))
-    finally:
-        await client.close()
+    with pytest.raises(VersionMismatch) as err:
+        await hello_from(fleet, "oldnode")
     assert str(err.value) == (f"node oldnode: agent version 0.0.1 (protocol 1) does not match the console's "
                               f"{__version__} (protocol 1); run `gpudeck deploy oldnode`")
     r = cli("status", "-f", str(path))
@@ -355,7 +351,7 @@ home = "{home}"
     async def agent_cmdline() -> list[str]:
         fleet = load_fleet(path)
         client = FleetClient(fleet, {"ssh": transport()})
-        try:
+        try:  # read while the link is open: closing it ends the agent
             link = await client.connect(fleet.node("fresh"))
             return psutil.Process(link.hello.pid).cmdline()
         finally:
@@ -413,12 +409,7 @@ async def test_hashed_known_hosts_line_is_matched(sshd, tmp_path):
     run("ssh-keygen", "-H", "-f", str(known))
     assert known.read_text().startswith("|1|")
     fleet = load_fleet(write_fleet(tmp_path, loopback_node(sshd, tmp_path, known_hosts=str(known))))
-    client = FleetClient(fleet, {"ssh": transport()})
-    try:
-        link = await client.connect(fleet.node("lb"))
-        assert link.hello.node == "lb"
-    finally:
-        await client.close()
+    assert (await hello_from(fleet, "lb")).node == "lb"
 
 
 async def test_a_new_agent_takes_over_and_there_is_never_two(sshd, tmp_path):
@@ -440,12 +431,8 @@ async def test_a_new_agent_takes_over_and_there_is_never_two(sshd, tmp_path):
 
 async def test_missing_python_says_exit_127_and_what_to_do(sshd, tmp_path):
     fleet = load_fleet(write_fleet(tmp_path, loopback_node(sshd, tmp_path, python="/nonexistent/python3")))
-    client = FleetClient(fleet, {"ssh": transport()})
-    try:
-        with pytest.raises(AgentStartFailed) as err:
-            await client.connect(fleet.node("lb"))
-    finally:
-        await client.close()
+    with pytest.raises(AgentStartFailed) as err:
+        await hello_from(fleet, "lb")
     msg = str(err.value)
     assert msg.startswith("node lb: the agent exited before saying hello")
     assert "exit 127" in msg and "gpudeck deploy lb" in msg and "/nonexistent/python3" in msg
@@ -493,12 +480,8 @@ async def test_an_encrypted_key_is_refused_without_asking_or_showing_it(sshd, tm
     key = tmp_path / "locked_ed25519"
     run("ssh-keygen", "-q", "-t", "ed25519", "-N", "s3cret-pass", "-f", str(key))
     fleet = load_fleet(write_fleet(tmp_path, loopback_node(sshd, tmp_path, identity=str(key))))
-    client = FleetClient(fleet, {"ssh": transport()})
-    try:
-        with pytest.raises(SshError) as err:
-            await client.connect(fleet.node("lb"))
-    finally:
-        await client.close()
+    with pytest.raises(SshError) as err:
+        await hello_from(fleet, "lb")
     msg = str(err.value)
     assert msg.startswith("node lb: cannot use its SSH settings:") and "ssh-agent" in msg, msg
     assert "s3cret" not in msg and key.read_text().splitlines()[1] not in msg
@@ -515,12 +498,8 @@ async def test_a_home_shared_with_another_host_is_refused_with_a_reason(sshd, tm
     try:  # what an agent on another machine holds when ~/.gpudeck is on a shared file system
         fcntl.flock(fd, fcntl.LOCK_EX)
         os.write(fd, b"4242 some-other-host\n")
-        client = FleetClient(fleet, {"ssh": transport()})
-        try:
-            with pytest.raises(AgentStartFailed) as err:
-                await client.connect(fleet.node("lb"))
-        finally:
-            await client.close()
+        with pytest.raises(AgentStartFailed) as err:
+            await hello_from(fleet, "lb")
     finally:
         os.close(fd)
     assert "held by an agent on host some-other-host" in str(err.value)
