@@ -196,8 +196,67 @@ def attention_backends(torch) -> dict:
     return res
 
 
+class DiskSampler:
+    """Bytes written to the block devices, from /proc/diskstats every 0.25 s: what the disk
+    did over a run (the start, the steady middle and the tail)."""
+
+    def __init__(self) -> None:
+        import threading
+        self.samples: list[tuple[float, int]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    @staticmethod
+    def written() -> int:
+        total = 0
+        try:
+            with open("/proc/diskstats") as f:
+                for line in f:
+                    p = line.split()
+                    if len(p) > 9 and os.path.exists(f"/sys/block/{p[2]}") \
+                            and not p[2].startswith(("loop", "zram", "ram", "dm-", "md")):  # whole disks
+                        total += int(p[9]) * 512
+        except OSError:
+            pass
+        return total
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.samples.append((time.perf_counter(), self.written()))
+            self._stop.wait(0.25)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.samples.append((time.perf_counter(), self.written()))
+
+    def rates(self, t0: float) -> list[tuple[float, float]]:
+        s = self.samples
+        return [((t1 - t0), (b1 - b0) / (t1 - ta)) for (ta, b0), (t1, b1) in zip(s, s[1:]) if t1 > ta]
+
+    def median_rate(self) -> float:
+        busy = sorted(r for _, r in self.rates(0.0) if r > 50e6)
+        return busy[len(busy) // 2] if busy else 0.0
+
+    def summary(self, t0: float) -> str:
+        s = self.samples
+        rates = self.rates(t0)
+        busy = [r for _, r in rates if r > 50e6]
+        if not busy:
+            return "disk: no writes seen in /proc/diskstats"
+        first = next(t for t, r in rates if r > 50e6)
+        busy.sort()
+        return (f"disk over the run: first write at {first:.1f} s, median {busy[len(busy) // 2] / 1e9:.2f} GB/s, "
+                f"p90 {busy[int(len(busy) * 0.9)] / 1e9:.2f} GB/s while writing, "
+                f"{(s[-1][1] - s[0][1]) / 1e9:.1f} GB in all")
+
+
 def run_worker(torch, model, data: str, out: str, n_budget: int, compile_: bool, progress: str, writers: int,
-               shard_gib: int = 1):
+               shard_gib: int = 2, compress: bool = False):
     from agents.workers.extract_run import ExtractOptions, run_extraction
 
     import queue
@@ -205,6 +264,7 @@ def run_worker(torch, model, data: str, out: str, n_budget: int, compile_: bool,
 
     shutil.rmtree(out, ignore_errors=True)
     marks: list[tuple[float, int]] = []
+    written: list[int] = []
     doomed: "queue.Queue" = queue.Queue()
 
     def deleter():
@@ -217,37 +277,42 @@ def run_worker(torch, model, data: str, out: str, n_budget: int, compile_: bool,
 
     def on_closed(path, entry):
         marks.append((time.perf_counter(), sum(entry["n_tokens"])))
+        written.append(entry["bytes"])
         doomed.put(path)  # as an upload-and-delete would; the bytes were fsynced first
 
     opts = ExtractOptions(model="random-qwen3-1.7b", data=data, out=out, layers=LAYERS,
                           max_tokens_per_batch=n_budget, device="cuda", dtype="bfloat16", compile=compile_,
                           shard_bytes=shard_gib << 30, disk_check="warn", audit=False, progress_file=progress,
-                          host_buffers=max(4, writers + 2), writers=writers)
+                          host_buffers=max(4, writers + 2), writers=writers, compress=compress)
     t = time.perf_counter()
-    rc = run_extraction(opts, model=model, tokenizer=None, on_shard_closed=on_closed)
-    t_end = time.perf_counter()
+    with DiskSampler() as disk:
+        rc = run_extraction(opts, model=model, tokenizer=None, on_shard_closed=on_closed)
+        t_end = time.perf_counter()
+    log("  " + disk.summary(t))
     doomed.put(None)
     del_thread.join()
     from agents.workers.extract_run import STAGE_SECONDS
     log(f"  stages (s, writers summed): {json.dumps({k: round(v, 1) for k, v in sorted(STAGE_SECONDS.items())})}"
-        f"; wall {t_end - t:.1f} s")
+        f"; wall {t_end - t:.1f} s; {sum(written) / 1e9:.1f} GB written, {sum(written) / (t_end - t) / 1e9:.2f} GB/s"
+        + (f"; compression {sum(n for _, n in marks) * len(LAYERS) * 2048 * 2 / max(1, sum(written)):.3f}x"
+           if compress else ""))
     total = sum(n for _, n in marks)
-    # steady state: from the first durable shard to the last, the first shard's tokens excluded
-    steady = (total - marks[0][1]) / (marks[-1][0] - marks[0][0]) if len(marks) > 2 else None
-    return rc, total / (t_end - t), steady, len(marks)
+    return rc, total / (t_end - t), disk.median_rate(), len(marks)
 
 
 def run_variants(torch, model, data, args, progress, results) -> None:
     for v in filter(None, args.variants.split(",")):
-        w, gib, early = (int(x) for x in v.split(":"))
+        parts = v.split(":")
+        w, gib, early = (int(x) for x in parts[:3])
+        compress = parts[3:] == ["z"]
         os.environ["GPUDECK_EARLY_WRITEBACK"] = str(early)
-        _, e2e_v, steady_v, _ = run_worker(torch, model, data, os.path.join(args.out, "wv"), args.budget, True,
-                                           progress, w, gib)
+        _, e2e_v, disk_v, _ = run_worker(torch, model, data, os.path.join(args.out, "wv"), args.budget, True,
+                                           progress, w, gib, compress)
         os.environ["GPUDECK_EARLY_WRITEBACK"] = "1"
-        key = f"variant {w} writers, {gib} GiB shards, early writeback {early}"
-        results[key] = (e2e_v, steady_v)
-        log(f"worker, local disk, {w} writers, {gib} GiB shards, early writeback {early}: "
-            f"end to end {e2e_v:,.0f} tok/s, steady {steady_v or 0:,.0f} tok/s")
+        key = (f"variant {w} writers, {gib} GiB shards, early writeback {early}"
+               + (", --compress" if compress else ""))
+        results[key] = (e2e_v, disk_v)
+        log(f"worker, local disk, {key[8:]}: end to end {e2e_v:,.0f} tok/s, disk {disk_v / 1e9:.2f} GB/s (median)")
 
 
 def main() -> int:
@@ -260,8 +325,9 @@ def main() -> int:
     ap.add_argument("--disk-only", default="", help="THREADSxGIB[,...]: sustained disk probes (early writeback), "
                                                    "then only local-disk worker runs for each --writers-list entry")
     ap.add_argument("--writers-list", default="")
-    ap.add_argument("--variants", default="", help="WRITERS:SHARD_GIB:EARLY_WRITEBACK[,...]: more local-disk "
-                                                  "worker runs, e.g. 4:4:1,2:1:0")
+    ap.add_argument("--variants", default="", help="WRITERS:SHARD_GIB:EARLY_WRITEBACK[:z][,...]: more local-disk "
+                                                  "worker runs, e.g. 4:4:1,2:1:0,8:1:1:z (z: --compress)")
+    ap.add_argument("--compress", action="store_true", help="the main worker runs (disk and /dev/shm) with --compress")
     ap.add_argument("--skip", default="", help="comma list of: disk,naive,attn,compute,shm")
     args = ap.parse_args()
     skip = set(filter(None, args.skip.split(",")))
@@ -311,10 +377,10 @@ def main() -> int:
         write_data(data, args.samples, cfg.vocab_size)
         progress = os.path.join(args.out, "progress.json")
         for w in (int(x) for x in args.writers_list.split(",")):
-            rc, e2e, steady, shards = run_worker(torch, model, data, os.path.join(args.out, f"w{w}"), args.budget,
+            rc, e2e, disk_w, shards = run_worker(torch, model, data, os.path.join(args.out, f"w{w}"), args.budget,
                                                  True, progress, w)
             log(f"worker, local disk, {w} writer(s): rc {rc}, {shards} shards, end to end {e2e:,.0f} tok/s "
-                f"({e2e * len(LAYERS) * 2048 * 2 / 1e9:.2f} GB/s), steady {steady or 0:,.0f} tok/s")
+                f"({e2e * len(LAYERS) * 2048 * 2 / 1e9:.2f} GB/s raw), disk {disk_w / 1e9:.2f} GB/s (median)")
         run_variants(torch, model, data, args, progress, {})
         shutil.rmtree(args.out, ignore_errors=True)
         return 0
@@ -359,27 +425,28 @@ def main() -> int:
     warm = os.path.join(args.out, "warm.jsonl")
     write_data(warm, 3 * batch, cfg.vocab_size)
     progress = os.path.join(args.out, "progress.json")
-    run_worker(torch, model, warm, os.path.join(args.out, "w0"), args.budget, True, progress, args.writers)
-    rc, e2e, steady, shards = run_worker(torch, model, data, os.path.join(args.out, "w1"), args.budget, True,
-                                         progress, args.writers)
+    run_worker(torch, model, warm, os.path.join(args.out, "w0"), args.budget, True, progress, args.writers,
+               compress=args.compress)
+    rc, e2e, disk_main, shards = run_worker(torch, model, data, os.path.join(args.out, "w1"), args.budget, True,
+                                         progress, args.writers, compress=args.compress)
     with open(progress) as f:
         prog = json.load(f)
     log(f"worker progress.json: tokens/s {prog.get('tokens_per_s') or 0:,.0f}, tflops {prog.get('tflops') or 0:.0f}, "
         f"mfu {prog.get('mfu') or 0:.1%}, bytes {prog.get('bytes_written', 0) / 1e9:.1f} GB, forward {prog.get('forward')}")
     results["worker"] = e2e
-    results["worker_steady"] = steady
-    log(f"worker, local disk (compiled, {args.writers} writers, fsynced): rc {rc}, {shards} shards, "
-        f"end to end {e2e:,.0f} tok/s; steady {steady or 0:,.0f} tok/s")
+    how = f"{args.writers} writers" + (", --compress" if args.compress else "")
+    log(f"worker, local disk (compiled, {how}, fsynced): rc {rc}, {shards} shards, "
+        f"end to end {e2e:,.0f} tok/s; disk {disk_main / 1e9:.2f} GB/s (median)")
     run_variants(torch, model, data, args, progress, results)
     shm = None
     if "shm" not in skip and os.path.isdir("/dev/shm") and shutil.disk_usage("/dev/shm").free > 12 << 30:
         shm = os.path.join("/dev/shm", "xbench")
         try:
-            rc3, e2e3, steady3, _ = run_worker(torch, model, data, shm, args.budget, True, progress, args.writers)
+            rc3, e2e3, _, _ = run_worker(torch, model, data, shm, args.budget, True, progress, args.writers,
+                                               compress=args.compress)
             results["worker_shm"] = e2e3
-            results["worker_shm_steady"] = steady3
             log(f"worker, /dev/shm (RAM; the same pipeline without the disk's limit): end to end {e2e3:,.0f} "
-                f"tok/s; steady {steady3 or 0:,.0f} tok/s")
+                f"tok/s")
         except Exception as exc:  # a small /dev/shm: report it, keep the other numbers
             log(f"worker, /dev/shm: failed: {type(exc).__name__}: {exc}")
         shutil.rmtree(shm, ignore_errors=True)
@@ -399,14 +466,13 @@ def main() -> int:
     if "worker_shm" in results:
         log(f"worker  (to /dev/shm, end to end):              {results['worker_shm']:>9,.0f} tok/s  "
             f"{mfu(results['worker_shm'])}")
-    log(f"worker  (local disk, end to end, fsynced):      {e2e:>9,.0f} tok/s  {mfu(e2e)}")
-    if steady:
-        log(f"worker  (local disk, steady state, fsynced):    {steady:>9,.0f} tok/s  {mfu(steady)}")
+    log(f"worker  (local disk, end to end, fsynced{', --compress' if args.compress else ''}): {e2e:>9,.0f} tok/s  "
+        f"{mfu(e2e)}")
     for k, (e, st_) in ((k, v) for k, v in results.items() if k.startswith("variant")):
-        log(f"  {k}: {e:,.0f} tok/s end to end ({mfu(e)}), steady {st_ or 0:,.0f}")
+        log(f"  {k}: {e:,.0f} tok/s end to end ({mfu(e)}), disk {st_ / 1e9:.2f} GB/s (median)")
     if "naive" in results:
+        log(f"worker ({how}), local disk, end to end: {e2e:,.0f} tok/s, {mfu(e2e)}")
         log(f"ratio worker / naive: {e2e / results['naive']:.2f}x local disk end to end"
-            + (f", {steady / results['naive']:.2f}x steady" if steady else "")
             + (f", {results['worker_shm'] / results['naive']:.2f}x to /dev/shm" if "worker_shm" in results else ""))
     return 0
 

@@ -95,7 +95,7 @@ OPTION_KEYS = {
     "generate": {"servers", "prompts", "out", "s3", "concurrency", "max_tokens", "model_name", "temperature",
                  "top_p", "thinking", "force", "s3_endpoint"},
     "extract": {"data", "out", "layers", "max_tokens_per_batch", "device", "dtype", "s3", "force",
-                "s3_endpoint", "chat_template", "part"},
+                "s3_endpoint", "chat_template", "part", "writers", "compress"},
     "router": {"workers", "router_args"},
 }
 

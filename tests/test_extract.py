@@ -263,6 +263,42 @@ def test_a_second_run_with_other_layers_is_refused(tmp_path, models, capsys):
     assert "layers=[1]" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_compressed_shards_read_back_bit_for_bit(tmp_path, models, dtype):
+    """--compress stores the same values as a plain run, in fewer bytes, and the reader gives
+    them back exactly; the shards stay valid safetensors files."""
+    from safetensors import safe_open
+
+    from agents.workers.extract_store import CODEC_PLANES_ZSTD, entry_from_header, open_extract
+
+    recs = write_tokenized(str(tmp_path / "d.jsonl"), 30, seed=5, min_len=10, max_len=70)
+    args = ("0,2,4", "--dtype", dtype, "--max-tokens-per-batch", "200", "--shard-samples", "7", "--no-audit")
+    assert extract(models["qwen3"], str(tmp_path / "d.jsonl"), str(tmp_path / "plain"), *args) == 0
+    assert extract(models["qwen3"], str(tmp_path / "d.jsonl"), str(tmp_path / "packed"), *args, "--compress") == 0
+    plain, packed = open_extract(str(tmp_path / "plain")), open_extract(str(tmp_path / "packed"))
+    assert sorted(packed.ids()) == sorted(r["id"] for r in recs)
+    for r in recs:
+        a, b = plain.get(r["id"]), packed.get(r["id"])
+        assert b.hidden_states.dtype == getattr(torch, dtype) and b.hidden_states.shape == a.hidden_states.shape
+        assert torch.equal(a.hidden_states.view(torch.uint8), b.hidden_states.view(torch.uint8)), r["id"]
+        assert torch.equal(a.input_ids, b.input_ids) and torch.equal(a.loss_mask, b.loss_mask)
+        assert torch.equal(b.layer(2), a.layer(2))
+    assert sum(1 for _ in packed.iter_samples()) == len(recs)
+    shards = sorted((tmp_path / "packed").glob("shard-*.safetensors"))
+    with safe_open(str(shards[0]), "pt") as st:
+        assert st.metadata()["codec"] == CODEC_PLANES_ZSTD
+        low = st.get_tensor("0.hidden_states.low")
+        n = int(st.get_tensor("0.input_ids").shape[0])
+        assert low.dtype == torch.uint8 and list(low.shape) == [torch.finfo(getattr(torch, dtype)).bits // 8 - 1,
+                                                                 3, n, 64]
+    index = {e["shard"]: e for e in map(json.loads, open(tmp_path / "packed" / "index.jsonl"))}
+    assert entry_from_header(str(shards[0]))["ids"] == index[shards[0].name]["ids"]
+    progress = json.loads((tmp_path / "packed" / "progress.json").read_text())
+    assert progress["compress"] is True and progress["compression"] > 1.0
+    size = {d: sum(f.stat().st_size for f in (tmp_path / d).glob("shard-*")) for d in ("plain", "packed")}
+    assert size["packed"] < size["plain"]
+
+
 # ---------------------------------------------------------------- the job kind and the CLI
 
 def test_build_argv_from_the_fleet_file(tmp_path):
@@ -281,13 +317,15 @@ layers = [1, 7, 14, 21, 27]
 max_tokens_per_batch = 65536
 s3 = "s3://b/hs"
 force = true
+compress = true
+writers = 8
 args = ["--part", "0/4"]
 """)
     job = fleet.jobs[0]
     assert job.argv("/venv/bin/python") == [
         "/venv/bin/python", "-m", "agents.workers.extract", "--model", "/models/q", "--data", "/data/gen",
         "--out", "/data/hs", "--layers", "1,7,14,21,27", "--max-tokens-per-batch", "65536", "--s3", "s3://b/hs",
-        "--force", "--part", "0/4"]
+        "--writers", "8", "--force", "--compress", "--part", "0/4"]
     bad = job.to_dict()
     bad["options"] = {"data": "/d", "out": "/o"}
     from agents.jobs import JobSpec

@@ -49,14 +49,16 @@ def assert_consistent(out: str) -> set[str]:
     return set(seen)
 
 
-def test_kill_9_at_random_points_leaves_no_duplicate_and_loses_nothing(tmp_path):
+@pytest.mark.parametrize("compress", [False, True], ids=["plain", "compressed"])
+def test_kill_9_at_random_points_leaves_no_duplicate_and_loses_nothing(tmp_path, compress):
     model = build_model(str(tmp_path / "model"), "qwen3")
     recs = write_tokenized(str(tmp_path / "data.jsonl"), 240, seed=11, min_len=12, max_len=60)
     out = str(tmp_path / "out")
     env = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     env.pop("GPUDECK_PROGRESS_FILE", None)
+    codec = ["--compress"] if compress else []
     argv = extract_argv(model, str(tmp_path / "data.jsonl"), out, "1,3,4", "--max-tokens-per-batch", "160",
-                        "--shard-samples", "6", "--throttle-ms", "30", "--writers", "2")
+                        "--shard-samples", "6", "--throttle-ms", "30", "--writers", "2", *codec)
     rng = random.Random(1234)
     kills = 0
     for attempt in range(6):
@@ -84,7 +86,7 @@ def test_kill_9_at_random_points_leaves_no_duplicate_and_loses_nothing(tmp_path)
     assert kills >= 3, "the run ended before it could be killed often enough; slow it down"
 
     r = run_extract(model, str(tmp_path / "data.jsonl"), out, "1,3,4", "--max-tokens-per-batch", "160",
-                    "--shard-samples", "6")
+                    "--shard-samples", "6", *codec)
     assert r.returncode == 0, r.stderr[-3000:]
     ids = assert_consistent(out)
     assert ids == {rec["id"] for rec in recs}
@@ -94,6 +96,9 @@ def test_kill_9_at_random_points_leaves_no_duplicate_and_loses_nothing(tmp_path)
     result = open_extract(out)
     assert len(result) == len(recs)
     assert json.loads(open(os.path.join(out, "progress.json")).read())["done"] == len(recs)
+    if compress:
+        from agents.workers.extract_store import CODEC_PLANES_ZSTD, read_header
+        assert {read_header(p)[0].get("codec") for p in result.shards} == {CODEC_PLANES_ZSTD}
     for rec in rng.sample(recs, 8):  # and the states are right, not just present
         s = result.get(rec["id"])
         ref = reference_hidden_states(model, rec["input_ids"], [1, 3, 4])

@@ -65,7 +65,8 @@ class ExtractOptions:
     compile: Optional[bool] = None  # None: on for CUDA, off for CPU
     fast: bool = True
     host_buffers: int = 4
-    writers: int = 4  # shards written (and fsynced) at once
+    writers: int = 8  # shards written (and fsynced) at once
+    compress: bool = False  # byte planes + zstd (extract_store.PlaneCodec): lossless, ~0.67 of the bytes
     disk_check: str = "exit"  # exit | warn | off
     peak_tflops: Optional[float] = None
     progress_file: Optional[str] = None
@@ -86,6 +87,8 @@ class Counters:
     durable_samples: int = 0  # in closed shards, this run and before
     durable_tokens: int = 0
     durable_bytes: int = 0
+    durable_raw_bytes: int = 0  # hidden states before compression (--compress), in shards closed this run
+    durable_packed_bytes: int = 0  # the bytes of those shards
     shards_closed: int = 0
     quality: dict = field(default_factory=lambda: {"no_target": 0, "short_target": 0, "truncated": 0,
                                                     "duplicate_id": 0, "errors": 0})
@@ -135,6 +138,27 @@ class WriteJob:
     host_u8: np.ndarray  # the same memory as uint8 [>=T, W * itemsize]
     event: Any  # torch.cuda.Event or None
     pooled: bool
+    tokens: int = 0  # T: the batch's real tokens
+    planes: bool = False  # host_u8 holds byte planes (see to_planes), not rows
+
+
+def to_planes(torch, flat, samples, offsets, n_layers: int, out=None):
+    """The byte planes of a batch's hidden states ``flat`` [T, L*H], for ``--compress``:
+    uint8 ``[itemsize, T*L*H]`` where plane p holds byte p of every value (little-endian: the
+    last plane is the most significant byte), each sample's stretch ``[off*W, (off+n)*W)``
+    laid out ``[L, n, H]``. One permuting copy per sample, on the device that holds ``flat``."""
+    t, w = flat.shape
+    itemsize = flat.element_size()
+    hidden = w // n_layers
+    u8 = flat.view(torch.uint8).view(t, n_layers, hidden, itemsize)
+    if out is None:
+        out = torch.empty(itemsize * t * w, dtype=torch.uint8, device=flat.device)
+    planes = out[:itemsize * t * w].view(itemsize, t * w)
+    for smp, off in zip(samples, offsets):
+        n = smp.n
+        planes[:, off * w:(off + n) * w].view(itemsize, n_layers, n, hidden).copy_(
+            u8[off:off + n].permute(3, 1, 0, 2))
+    return planes
 
 
 def _prepare_progress_path(opts: ExtractOptions, out_dir: str) -> str:
@@ -148,6 +172,9 @@ def run_extraction(opts: ExtractOptions, model=None, tokenizer=None,
     out_dir = opts.out
     if opts.part is not None:
         out_dir = os.path.join(opts.out, f"part-{opts.part[0]}-of-{opts.part[1]}")
+    if opts.compress:
+        from agents.workers.extract_store import PlaneCodec
+        PlaneCodec()  # a missing zstandard fails now, not after the model has loaded
     os.makedirs(out_dir, exist_ok=True)
     lock = DirLock(out_dir).acquire()
     try:
@@ -308,10 +335,19 @@ def _pipeline(opts, out_dir, progress_path, files, runner, cfg, layers, model, t
     STAGE_SECONDS.clear()
     cuda = device.startswith("cuda")
     pool: "queue.Queue" = queue.Queue()
+    pool_max = max(2, opts.host_buffers, opts.writers + 2)
+    pinned = [0]
+
+    def new_pinned():
+        """A pinned host buffer for one batch. All but two are made when first needed: pinning
+        gigabytes takes seconds, which the GPU would otherwise spend idle at the start."""
+        t = torch.empty(budget, width, dtype=runner.dtype, pin_memory=True)
+        pinned[0] += 1
+        return t, t.view(torch.uint8).numpy()
+
     if cuda:
-        for _ in range(max(2, opts.host_buffers, opts.writers + 2)):
-            t = torch.empty(budget, width, dtype=runner.dtype, pin_memory=True)
-            pool.put((t, t.view(torch.uint8).numpy()))
+        for _ in range(2):
+            pool.put(new_pinned())
     jobs: "queue.Queue[Optional[WriteJob]]" = queue.Queue(maxsize=max(2, opts.host_buffers, opts.writers + 2))
     # sealed shards waiting for the finalizer: deep, so that a writer never waits for the
     # publish fsyncs of other writers' shards (nothing enters the done-set before its publish)
@@ -323,11 +359,24 @@ def _pipeline(opts, out_dir, progress_path, files, runner, cfg, layers, model, t
     next_lock = threading.Lock()
     n_writers = max(1, opts.writers)
 
+    codec = None
+    if opts.compress:
+        from agents.workers.extract_store import PlaneCodec
+        codec = PlaneCodec()
+
     def new_shard() -> ShardWriter:
         with next_lock:
             no = next_no[0]
             next_no[0] += 1
-        return ShardWriter(out_dir, no, width, st_dtype, layers, reserve, shard_meta)
+        return ShardWriter(out_dir, no, width, st_dtype, layers, reserve, shard_meta, codec)
+
+    def add_sample(shard: ShardWriter, job: WriteJob, s: Prepared, off: int) -> None:
+        if not job.planes:
+            shard.add(s.id, memoryview(job.host_u8[off:off + s.n].reshape(-1)), s.input_ids, s.loss_mask)
+            return
+        planes = job.host_u8.reshape(-1)[:itemsize * job.tokens * width].reshape(itemsize, job.tokens * width)
+        views = [memoryview(planes[p, off * width:(off + s.n) * width]) for p in range(itemsize)]
+        shard.add_planes(s.id, views[:-1], views[-1], s.input_ids, s.loss_mask)
 
     def writer():
         shard: Optional[ShardWriter] = None
@@ -359,7 +408,7 @@ def _pipeline(opts, out_dir, progress_path, files, runner, cfg, layers, model, t
                     if shard is None:
                         shard = new_shard()
                     t2 = time.perf_counter()
-                    shard.add(s.id, memoryview(job.host_u8[off:off + s.n].reshape(-1)), s.input_ids, s.loss_mask)
+                    add_sample(shard, job, s, off)
                     tm["write"] += time.perf_counter() - t2
                 if job.pooled:
                     pool.put((job.host, job.host_u8))
@@ -403,6 +452,9 @@ def _pipeline(opts, out_dir, progress_path, files, runner, cfg, layers, model, t
                         cnt.durable_samples = len(done)
                         cnt.durable_tokens += sum(e["n_tokens"])
                         cnt.durable_bytes += e["bytes"]
+                        if "raw_bytes" in e:
+                            cnt.durable_raw_bytes += e["raw_bytes"]
+                            cnt.durable_packed_bytes += e["bytes"]
                         cnt.shards_closed += 1
                     if uploader is not None:
                         uploader.submit(e["shard"], e["ids"])
@@ -440,7 +492,9 @@ def _pipeline(opts, out_dir, progress_path, files, runner, cfg, layers, model, t
             rate.add((cnt.computed_tokens, cnt.computed_flops, cnt.durable_bytes), now)
             snap = dict(done=cnt.durable_samples, tokens=cnt.durable_tokens, bytes_written=cnt.durable_bytes,
                         computed_samples=cnt.computed_samples, computed_tokens=cnt.computed_tokens,
-                        shards=len(res.index.entries), quality=dict(cnt.quality), skipped_done=cnt.skipped_done)
+                        shards=len(res.index.entries), quality=dict(cnt.quality), skipped_done=cnt.skipped_done,
+                        compression=(cnt.durable_raw_bytes / cnt.durable_packed_bytes
+                                     if cnt.durable_packed_bytes else None))
         r = rate.rates()
         tps, fps, bps = r if r else (None, None, None)
         total = total_box.get("total")
@@ -455,7 +509,9 @@ def _pipeline(opts, out_dir, progress_path, files, runner, cfg, layers, model, t
                "tokens_per_s": tps, "tflops": fps / 1e12 if fps else None,
                "mfu": (fps / peak) if (fps and peak) else None, "peak_tflops": peak / 1e12 if peak else None,
                "peak_source": peak_source, "device": device_name, "forward": runner.path,
-               "write_bytes_per_s": bps, "shards": snap["shards"], "computed_tokens": snap["computed_tokens"],
+               "write_bytes_per_s": bps, "compress": opts.compress,
+               "compression": round(snap["compression"], 3) if snap["compression"] else None,
+               "shards": snap["shards"], "computed_tokens": snap["computed_tokens"],
                "skipped_done": snap["skipped_done"], "quality": snap["quality"], "layers": layers,
                "elapsed_s": round(now - started, 1), "updated_at": time.time(), **proj}
         if opts.part is not None:
@@ -495,7 +551,10 @@ def _pipeline(opts, out_dir, progress_path, files, runner, cfg, layers, model, t
         warned_disk = True
     try:
         while True:
+            t_wait = time.perf_counter()
             batch = _get(batches, fail)
+            t_got = time.perf_counter()
+            STAGE_SECONDS["main_wait_batch"] = STAGE_SECONDS.get("main_wait_batch", 0.0) + t_got - t_wait
             if batch is None:
                 break
             if stopping.is_set():
@@ -514,6 +573,7 @@ def _pipeline(opts, out_dir, progress_path, files, runner, cfg, layers, model, t
             if cuda:
                 ids_t = ids_t.pin_memory().to(dev, non_blocking=True)
             out = runner(ids_t)
+            STAGE_SECONDS["main_launch"] = STAGE_SECONDS.get("main_launch", 0.0) + time.perf_counter() - t_got
             flat = out.view(b * s, width)
             if padded:
                 idx = np.concatenate([np.arange(n) + i * s for i, n in enumerate(smp.n for smp in batch.samples)])
@@ -521,10 +581,16 @@ def _pipeline(opts, out_dir, progress_path, files, runner, cfg, layers, model, t
                 if cuda:
                     idx_t = idx_t.pin_memory().to(dev, non_blocking=True)
                 flat = flat.index_select(0, idx_t)
+            if opts.compress:
+                # byte planes on the GPU (a permuting copy); copied out as one block
+                flat = to_planes(torch, flat, batch.samples, offsets, len(layers)).view(t_real, width * itemsize)
             if cuda:
                 if t_real <= budget:
                     t0 = time.perf_counter()
-                    host, host_u8 = _get(pool, fail)
+                    try:
+                        host, host_u8 = pool.get_nowait()
+                    except queue.Empty:
+                        host, host_u8 = new_pinned() if pinned[0] < pool_max else _get(pool, fail)
                     STAGE_SECONDS["main_wait_pool"] = STAGE_SECONDS.get("main_wait_pool", 0.0) + \
                         time.perf_counter() - t0
                     pooled = True
@@ -535,14 +601,15 @@ def _pipeline(opts, out_dir, progress_path, files, runner, cfg, layers, model, t
                 ready.record()
                 with torch.cuda.stream(copy_stream):
                     copy_stream.wait_event(ready)
-                    host[:t_real].copy_(flat, non_blocking=True)
+                    (host.view(torch.uint8) if opts.compress else host)[:t_real].copy_(flat, non_blocking=True)
                     flat.record_stream(copy_stream)
                     copied = torch.cuda.Event()
                     copied.record(copy_stream)
-                job = WriteJob(batch.samples, offsets, host, host_u8, copied, pooled)
+                job = WriteJob(batch.samples, offsets, host, host_u8, copied, pooled, t_real, opts.compress)
             else:
                 host = flat.contiguous()
-                job = WriteJob(batch.samples, offsets, host, host.view(torch.uint8).numpy(), None, False)
+                job = WriteJob(batch.samples, offsets, host, host.view(torch.uint8).numpy(), None, False, t_real,
+                               opts.compress)
             if not _put(jobs, job, fail):
                 fail.check()
             with cnt.lock:
