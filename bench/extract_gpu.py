@@ -21,35 +21,21 @@ convention the issue's anchors use (2 x all 2.03B parameters + attention per tok
 
     PYTHONPATH=. python3 bench/extract_gpu.py [--samples 600] [--budget 32768] [--out /tmp/xbench]
 
-Measured on the lent H200 (torch 2.11, transformers 5.17), 2026-11-30, with
-``python3 bench/extract_gpu.py --skip attn,disk --samples 500`` (MFU: needed FLOPs / anchor
-convention):
+Measured on lent H200s (torch 2.11, transformers 5.17), 2026-11-30; the logs and a table are in
+bench/results/extract_gpu/. With ``--skip attn,compute --samples 1200 --writers 8 --compress
+--variants 8:2:1`` (MFU in the anchor convention):
 
-    naive (batch 1, LM head, .cpu(), torch.save)      27,826 tok/s   8.3% / 12.1%
-    compute only, fast path eager (cuDNN attention)  112,296 tok/s  33.4% / 48.8%
-    compute only, fast path compiled, batch 16       190,229 tok/s  56.6% / 82.6%
-    worker, shards to /dev/shm, end to end           177,977 tok/s  53.0% / 77.3%   6.40x naive
-    worker, shards to local disk (fsync), e2e         78,889 tok/s  23.5% / 34.3%   2.84x naive
+    naive (batch 1, LM head, .cpu(), torch.save)         25,606 tok/s  11.1%
+    compute only, fast path compiled, batch 16          190,176 tok/s  82.6%   (another machine)
+    worker, --compress, to /dev/shm, end to end         174,046 tok/s  75.6%
+    worker, --compress, local disk (fsync), end to end  147,780 tok/s  64.2%   5.77x naive
+    worker, plain, local disk (fsync), end to end       117,172 tok/s  50.9%   (disk at 2.4 GB/s)
 
-The local disk is the limit there: 20 KiB of hidden states per token; the disk took 1.1-1.2
-GB/s written-then-fsynced, 2.2-2.5 GB/s with early writeback (posix_fadvise DONTNEED after
-each write, as the worker does), and the worker sustained 1.4-1.8 GB/s of shards.
-
-Closing that gap (same day; ``HF_HUB_OFFLINE=1 python3 bench/extract_gpu.py --skip
-attn,disk,compute,shm --samples 500 --variants 4:2:1,8:1:1``): the per-stage timers this
-script prints showed the writers blocked 5.7 s (summed) handing sealed shards to the
-finalizer, whose 4-deep queue was full while it unlinked 1 GiB shards and ran three fsyncs
-per shard. The queue of sealed shards is now 16+ deep, the finalizer publishes all waiting
-shards with one fsync of each kind (same order), and this script deletes shards off the
-finalizer thread (as the S3 uploader does):
-
-    naive                                              23,956 tok/s   7.1% / 10.4%
-    worker, local disk, 4 writers, 1 GiB shards, e2e   90,164 tok/s  26.8% / 39.2%   3.76x naive
-    worker, local disk, 4 writers, 2 GiB shards, e2e   99,096 tok/s  29.5% / 43.1%
-    worker, local disk, 8 writers, 1 GiB shards, e2e  105,827 tok/s  31.5% / 46.0%   (2.17 GB/s)
-
-The disk's ceiling that day: 2.01-2.15 GB/s = 98-105k tok/s (4 files, early writeback or
-O_DIRECT); O_DIRECT was not faster than early writeback (sustained 4 x 4 GiB: 1.90 vs 2.14 GB/s).
+The local disk is the limit whenever the states go to disk, and the lent machines' disks
+differ: on two others (write + fsync probes 1.95 and 2.07 GB/s at best) the same worker gave
+102-125k tok/s (44-54%) with --compress and 77-96k (34-42%) plain. --compress writes 0.67
+of the bytes (byte planes, top plane through zstd; lossless), so it is 1.3-1.6x faster
+than plain on every machine measured.
 """
 
 from __future__ import annotations
