@@ -299,6 +299,26 @@ def test_compressed_shards_read_back_bit_for_bit(tmp_path, models, dtype):
     assert size["packed"] < size["plain"]
 
 
+def test_a_model_object_handed_over_is_not_looked_up_on_the_hub(tmp_path, models, monkeypatch):
+    """The benchmark hands run_extraction its model object under a made-up name; no tokenizer
+    lookup may follow that name (offline, the Hub client retried for ~46 s)."""
+    from transformers import AutoModelForCausalLM
+
+    from agents.workers import extract_run
+
+    def no_lookup(path):
+        raise AssertionError(f"looked for a tokenizer at {path!r}")
+
+    monkeypatch.setattr(extract_run, "_load_tokenizer", no_lookup)
+    write_tokenized(str(tmp_path / "d.jsonl"), 4)
+    model = AutoModelForCausalLM.from_pretrained(models["qwen3"], dtype=torch.float32)
+    opts = extract_run.ExtractOptions(model="made-up/model-name", data=str(tmp_path / "d.jsonl"),
+                                      out=str(tmp_path / "out"), layers="1", device="cpu", dtype="float32",
+                                      audit=False)
+    assert extract_run.run_extraction(opts, model=model) == 0
+    assert json.loads((tmp_path / "out" / "progress.json").read_text())["done"] == 4
+
+
 # ---------------------------------------------------------------- the job kind and the CLI
 
 def test_build_argv_from_the_fleet_file(tmp_path):

@@ -207,10 +207,13 @@ def _run_locked(opts: ExtractOptions, out_dir: str, model, tokenizer,
     device = opts.device
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise RuntimeError("--device cuda, but torch sees no CUDA device (use --device cpu to run on the CPU)")
+    given_model = model is not None
     if model is None:
         log.info("loading %s on %s in %s", opts.model, device, opts.dtype)
         model = load_model(opts.model, device, dtype)
-    if tokenizer is None and opts.model:
+    # a caller that hands over its model object names it freely: look for a tokenizer only in
+    # a directory of that name, never on the Hub (an offline node lost ~46 s a run to retries)
+    if tokenizer is None and opts.model and (not given_model or os.path.isdir(opts.model)):
         tokenizer = _load_tokenizer(opts.model)
     cfg = text_config(model)
     layers = parse_layers(opts.layers, cfg.num_hidden_layers)
