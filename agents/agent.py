@@ -1,8 +1,10 @@
 """The node agent: sample once a tick, answer requests, push snapshots as JSON lines.
 
 Started as ``python -m agents`` (over SSH, or as a local subprocess). It reads requests on
-stdin and writes messages on stdout, logs to stderr, opens no port, and exits when stdin
-closes. Jobs it launched keep running after it exits.
+stdin and writes messages on stdout, logs to stderr and opens no port. A second console's
+``python -m agents`` relays to it through a Unix socket in its home (agents/links.py), so
+one agent serves every console of the node; it exits when the last of them closes. Jobs it
+launched keep running after it exits.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from agents.gpu import GpuSampler
 from agents.history import HistoryRing
 from agents.host import HostSampler
 from agents.jobs import JobSpec, JobState, SpecError
+from agents.links import Link, Listener
 from agents.progress import ProgressTracker
 from agents.protocol import Engine, JobStatus, Reply, Request, Snapshot
 from agents.supervisor import JobError, JobSupervisor
@@ -163,16 +166,30 @@ class Agent:
         self._http = None
         self._write_lock = threading.Lock()
         self._pending: set[asyncio.Task] = set()
+        self._running = False
         self._stop_reading: Optional[Any] = None
         self._draining = False
+        self.links: set[Link] = set()
+        self._links_lock = threading.Lock()
+        self.listen = False  # serve relays on <home>/agent.sock (the lock holder does)
 
     # ------------------------------------------------------------ output
 
-    def send(self, msg: protocol.Message) -> None:
+    def send(self, msg: protocol.Message, to: Optional[Link] = None) -> None:
+        """To one link, to every link (the snapshots), or straight to ``out`` when no loop
+        runs (``--once``)."""
         data = protocol.encode(msg)
-        with self._write_lock:
-            self.out.write(data)
-            self.out.flush()
+        if to is not None:
+            to.send(data)
+            return
+        with self._links_lock:
+            links = list(self.links)
+        if not links and not self._running:
+            with self._write_lock:
+                self.out.write(data)
+                self.out.flush()
+        for link in links:
+            link.send(data)
 
     def hello(self) -> protocol.Hello:
         return protocol.hello(self.node, os.getpid(), self.started_at, str(self.home), self.gpu.error)
@@ -302,27 +319,65 @@ class Agent:
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
-        lines: asyncio.Queue[Optional[bytes]] = asyncio.Queue()
-        stdin = sys.stdin.buffer
+        lines: asyncio.Queue[tuple[Optional[Link], Optional[bytes]]] = asyncio.Queue()
 
-        def reader() -> None:  # a thread: works the same on a pipe, a socket or an SSH channel
-            for line in iter(stdin.readline, b""):
-                loop.call_soon_threadsafe(lines.put_nowait, line)
-            loop.call_soon_threadsafe(lines.put_nowait, None)
+        def read(link: Link, stream) -> None:  # a thread: a pipe, a socket or an SSH channel
+            try:
+                for line in iter(stream.readline, b""):
+                    loop.call_soon_threadsafe(lines.put_nowait, (link, line))
+            except (OSError, ValueError):
+                pass
+            loop.call_soon_threadsafe(lines.put_nowait, (link, None))
 
-        threading.Thread(target=reader, name="stdin", daemon=True).start()
-        self.send(self.hello())
-        if len(self.history.samples):
-            self.send(protocol.History(node=self.node, samples=list(self.history.samples)))
+        def open_link(name: str, stream, write, close) -> None:
+            link = Link(name, write, close, on_drop=lambda gone: loop.call_soon_threadsafe(
+                lines.put_nowait, (gone, None)))
+            with self._links_lock:
+                self.links.add(link)
+            self.send(self.hello(), to=link)
+            if len(self.history.samples):
+                self.send(protocol.History(node=self.node, samples=list(self.history.samples)), to=link)
+            threading.Thread(target=read, args=(link, stream), name=f"in-{name}", daemon=True).start()
+
+        def write_out(data: bytes) -> None:
+            self.out.write(data)
+            self.out.flush()
+
+        self._running = True
+        open_link("stdin", sys.stdin.buffer, write_out, lambda: None)
+        relays = [0]
+
+        def on_relay(conn: socket.socket) -> None:
+            relays[0] += 1
+            open_link(f"relay-{relays[0]}", conn.makefile("rb"), conn.sendall,
+                      lambda: conn.shutdown(socket.SHUT_RDWR))
+
+        listener = None
+        if self.listen:
+            try:
+                listener = Listener(self.home, lambda conn: loop.call_soon_threadsafe(on_relay, conn))
+            except OSError as exc:
+                log.warning("cannot serve other consoles on %s: %s", self.home / "agent.sock", exc)
         ticker = loop.create_task(self._tick_loop())
         pending: set[asyncio.Task] = set()
-        self._stop_reading = lambda: loop.call_soon_threadsafe(lines.put_nowait, None)
+        self._stop_reading = lambda: loop.call_soon_threadsafe(lines.put_nowait, (None, None))
         self._pending = pending
         try:
             while True:
-                line = await lines.get()
-                if line is None:
+                link, line = await lines.get()
+                if link is None:  # taken over
                     break
+                if line is None:  # that console went away (or stopped reading)
+                    link.drop()
+                    with self._links_lock:
+                        if link not in self.links:
+                            continue
+                        self.links.discard(link)
+                        left = len(self.links)
+                    if not left:
+                        break
+                    log.info("%s closed; %d console(s) still connected", link.name, left)
+                    continue
                 if not line.strip():
                     continue
                 try:
@@ -331,18 +386,24 @@ class Agent:
                         raise protocol.ProtocolError(f"expected a request, got a {msg.type}")
                 except protocol.ProtocolError as exc:
                     log.warning("bad request line: %s", exc)
-                    self.send(Reply(id=_line_id(line), ok=False, error=f"malformed request: {exc}"))
+                    self.send(Reply(id=_line_id(line), ok=False, error=f"malformed request: {exc}"), to=link)
                     continue
                 # kill waits out a grace period: answer in a thread so ticks go on meanwhile
-                task = loop.create_task(self._answer(msg))
+                task = loop.create_task(self._answer(msg, link))
                 pending.add(task)
                 task.add_done_callback(pending.discard)
         finally:
+            if listener is not None:
+                listener.close()
             if self._draining and pending:  # taken over: answer what is under way, then go
                 await asyncio.wait(set(pending))
             ticker.cancel()
             for t in pending:
                 t.cancel()
+            with self._links_lock:
+                links = list(self.links)
+            for link in links:
+                await asyncio.to_thread(link.flush, 2.0)
             if self._http is not None:
                 await self._http.aclose()
 
@@ -356,12 +417,12 @@ class Agent:
         self._draining = True
         self._stop_reading()
 
-    async def _answer(self, req: Request) -> None:
+    async def _answer(self, req: Request, link: Optional[Link] = None) -> None:
         if req.op in ("status", "configure", "history"):
             reply = self.handle(req)  # fast, and touches loop-owned state
         else:
             reply = await asyncio.to_thread(self.handle, req)
-        self.send(reply)
+        self.send(reply, to=link)
         if req.op == "configure":
             self.send(self.snapshot())  # the client sees its jobs at once, not a tick later
 
@@ -405,13 +466,20 @@ def main(argv: Optional[list[str]] = None) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="agent %(levelname)s %(message)s")
     home = Path(args.home or default_home()).expanduser()
     lock = None
-    if not args.once:  # one agent per node: a new one takes over before it touches any job
+    if not args.once:
+        # one agent per node: relay to the one serving this home, or take the node over from
+        # an agent that does not answer (or is another version) before touching any job
+        from agents.links import try_relay
+        relayed = try_relay(home, protocol.__version__, protocol.PROTOCOL)
+        if relayed is not None:
+            return relayed
         try:
             lock = AgentLock.take_over(home, grace_s=args.takeover_grace)
         except AgentLockError as exc:
             log.error("%s", exc)
             return 3
     agent = Agent(home, args.node or socket.gethostname(), args.interval, nvml=not args.no_nvml)
+    agent.listen = lock is not None
     if lock is not None:
         import signal
         signal.signal(signal.SIGTERM, agent.on_takeover)

@@ -362,6 +362,16 @@ async def wait_until(cond: Callable[[], Any], timeout: float, what: str, interva
     return await wait_for_async(cond, timeout, what, interval)
 
 
+def lock_holder(home: Path) -> Optional[int]:
+    """The pid of the agent holding ``<home>/agent.lock`` (the node's one agent), if alive."""
+    import psutil
+    try:
+        pid = int((Path(home) / "agent.lock").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return pid if psutil.pid_exists(pid) else None
+
+
 def agents_of(home: Path) -> list[int]:
     """Live agent processes running with this GPUDECK home (found by their command line)."""
     import psutil

@@ -110,3 +110,71 @@ def test_a_new_agent_shows_rates_at_once_from_the_last_agents_history(start_agen
     assert job.progress.rate_per_s and job.progress.rate_per_s > 0
     assert job.progress.tokens_per_s and job.progress.tokens_per_s > 0
     assert job.progress.eta_s is not None
+
+
+def test_a_second_console_shares_the_agent_and_the_last_to_leave_stops_it(start_agent, home, reap_jobs):
+    """Two `python -m agents` on one home (the TUI and a CLI command): the second relays to
+    the first through <home>/agent.sock; both see the node, each gets its own replies, and
+    the agent lives until the last console closes."""
+    import os
+    import stat
+
+    from conftest import pid_alive
+
+    a = start_agent(interval=0.1)
+    b = start_agent(interval=0.1)
+    assert b.hello["pid"] == a.hello["pid"] == a.proc.pid  # b is a relay; the node has one agent
+    assert b.proc.pid != a.proc.pid
+    sock = home / "agent.sock"
+    assert stat.S_ISSOCK(os.stat(sock).st_mode) and stat.S_IMODE(os.stat(sock).st_mode) == 0o600
+    wait_for(lambda: any("relaying to the agent already serving" in line for line in b.stderr),
+             what="the relay's log line")
+
+    b.ok("configure", jobs=[command_job("shared", "exec sleep 120")])
+    pid = b.ok("launch", job="shared")["pid"]
+    # the first console sees the job the second launched, in the same agent's snapshots
+    a.wait_snapshot(lambda s: (j := a.job(s, "shared")) and j["state"] == "running" and j["pid"] == pid,
+                    what="the shared job in the first console's snapshots")
+    # replies go to the console that asked, and only there
+    a.ok("status")
+    b._ids = a._ids = 5000  # the same request id from both consoles
+    ra, rb = a.request("frobnicate"), b.request("launch", job="nope")
+    assert "unknown op 'frobnicate'" in ra["error"] and "unknown job 'nope'" in rb["error"]
+
+    # the first console leaves: the agent stays for the second
+    a.proc.stdin.close()  # (its process is the agent, which must not exit yet)
+    wait_for(lambda: any("stdin closed; 1 console(s) still connected" in line for line in a.stderr),
+             what="the agent to notice the first console left")
+    n = len(b.snapshots)
+    wait_for(lambda: len(b.snapshots) >= n + 3, what="snapshots after the first console left")
+    assert pid_alive(a.hello["pid"])
+    # the last console leaves: the agent exits, the job keeps running
+    b.close()
+    wait_for(lambda: not pid_alive(a.hello["pid"]), 15, what="the agent to exit with its last console")
+    assert pid_alive(pid)
+    assert not sock.exists()
+
+
+def test_an_agent_of_another_version_is_taken_over_not_relayed_to(start_agent, home, tmp_path):
+    """After `gpudeck deploy`, the new version must not relay to the old agent still serving
+    another console: it takes the node over (SIGTERM, the old one exits) and serves it."""
+    from conftest import pid_alive
+    from ssh_support import old_version_python
+
+    old_python = old_version_python(tmp_path, "0.0.1")
+    old = subprocess.Popen([str(old_python), "-m", "agents", "--home", str(home), "--node", "testnode",
+                            "--interval", "0.2", "--no-nvml"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                           stderr=subprocess.DEVNULL, cwd=str(tmp_path))
+    try:
+        hello = json.loads(old.stdout.readline())
+        assert hello["type"] == "hello" and hello["version"] == "0.0.1" and hello["pid"] == old.pid
+        wait_for(lambda: (home / "agent.sock").exists(), what="the old agent's socket")
+        new = start_agent(extra_args=("--takeover-grace", "3"))
+        assert new.hello["pid"] == new.proc.pid and new.hello["version"] == __version__
+        assert old.wait(15) == 0  # asked to go
+        assert any("is version 0.0.1 (protocol 1), this one" in line for line in new.stderr)
+        assert new.ok("status")["node"] == "testnode" and pid_alive(new.proc.pid)
+    finally:
+        if old.poll() is None:
+            old.kill()
+            old.wait()

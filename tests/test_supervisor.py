@@ -161,6 +161,7 @@ def test_a_reused_pid_does_not_fool_adoption(start_agent, home):
         state = json.loads((d / "state.json").read_text())
         state.update(state="running", create_time=start)
         (d / "state.json").write_text(json.dumps(state))
+        a.close()  # a new agent reads it (a second console would share a's view instead)
         b = start_agent()
         snap = b.wait_snapshot(lambda s: any(j["name"] == "ghost" for j in s["jobs"]))
         assert b.job(snap, "ghost")["state"] == "running"

@@ -1,0 +1,227 @@
+"""Several consoles, one agent per node.
+
+The agent that holds the node's lock (see ``agents.agent.AgentLock``) serves its own
+stdin/stdout and a Unix socket, ``<home>/agent.sock``, in the agent's 0700 home. A later
+``python -m agents`` for the same home (a second console: the TUI and a CLI command, or two
+operators) finds that agent on the socket and relays: it copies its stdin to the socket and
+the socket to its stdout, and the console cannot tell the difference. A relay never touches
+a job; the node keeps one agent, one history and one set of jobs.
+
+The socket takes connections only from the agent's own user (SO_PEERCRED) and opens no
+network port. Each link writes from its own thread through a bounded queue, so one console
+that stops reading (a laptop gone to sleep) never holds up the others: its queue fills and
+the link is dropped. The agent exits when its last link closes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import socket
+import struct
+import sys
+import threading
+from pathlib import Path
+from typing import Callable, Optional
+
+log = logging.getLogger("agents")
+
+SOCKET_NAME = "agent.sock"
+QUEUE_MAX = 600  # messages: ten minutes of snapshots at 1 Hz
+
+
+class Link:
+    """One console's connection: where the agent's messages for it go, written by a thread
+    of its own so that a console that stops reading holds up nobody."""
+
+    def __init__(self, name: str, write: Callable[[bytes], None], close: Callable[[], None],
+                 on_drop: Optional[Callable[["Link"], None]] = None) -> None:
+        self.name = name
+        self._write, self._close, self._on_drop = write, close, on_drop
+        self._q: "queue.Queue[Optional[bytes]]" = queue.Queue(maxsize=QUEUE_MAX)
+        self.alive = True
+        self._lock = threading.Lock()
+        threading.Thread(target=self._writer, name=f"out-{name}", daemon=True).start()
+
+    def send(self, data: bytes) -> None:
+        if not self.alive:
+            return
+        try:
+            self._q.put_nowait(data)
+        except queue.Full:
+            log.warning("%s has not read its last %d messages: dropping it", self.name, QUEUE_MAX)
+            self.drop()
+
+    def flush(self, timeout: float = 5.0) -> None:
+        """Wait (a while) until what was sent is written; for the last words before exiting."""
+        done = threading.Event()
+        if self.alive:
+            try:
+                self._q.put(done, timeout=timeout)  # type: ignore[arg-type]
+            except queue.Full:
+                return
+            done.wait(timeout)
+
+    def _writer(self) -> None:
+        while True:
+            data = self._q.get()
+            if data is None:
+                return
+            if isinstance(data, threading.Event):
+                data.set()
+                continue
+            try:
+                self._write(data)
+            except (OSError, ValueError):
+                self.drop()
+                return
+
+    def drop(self) -> None:
+        with self._lock:
+            if not self.alive:
+                return
+            self.alive = False
+        try:
+            self._close()
+        except OSError:
+            pass
+        try:
+            self._q.put_nowait(None)
+        except queue.Full:
+            pass
+        if self._on_drop is not None:
+            self._on_drop(self)
+
+
+def socket_address(home: Path) -> tuple[str, Optional[int]]:
+    """The address to bind or connect ``<home>/agent.sock``, and a directory fd to close after.
+    A Unix socket path is limited to 107 bytes; a longer one goes through /proc/self/fd."""
+    path = str(home / SOCKET_NAME)
+    if len(path.encode()) < 100:
+        return path, None
+    dfd = os.open(str(home), os.O_PATH | os.O_DIRECTORY)
+    return f"/proc/self/fd/{dfd}/{SOCKET_NAME}", dfd
+
+
+def peer_uid(conn: socket.socket) -> int:
+    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return struct.unpack("3i", creds)[2]
+
+
+class Listener:
+    """The lock holder's socket: accepts relays of its own user and hands each to
+    ``on_connect(conn)`` on the accepting thread."""
+
+    def __init__(self, home: Path, on_connect: Callable[[socket.socket], None]) -> None:
+        self.home = home
+        self.path = home / SOCKET_NAME
+        self.on_connect = on_connect
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        addr, dfd = socket_address(home)
+        try:
+            try:
+                os.unlink(self.path)  # left by an agent that was killed; we hold the lock now
+            except FileNotFoundError:
+                pass
+            old = os.umask(0o177)
+            try:
+                self.sock.bind(addr)
+            finally:
+                os.umask(old)
+        finally:
+            if dfd is not None:
+                os.close(dfd)
+        self.sock.listen(16)
+        self._ino = os.stat(self.path).st_ino
+        self._closed = False
+        threading.Thread(target=self._accept, name="listener", daemon=True).start()
+
+    def _accept(self) -> None:
+        me = os.getuid()
+        while not self._closed:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            try:
+                uid = peer_uid(conn)
+            except OSError:
+                conn.close()
+                continue
+            if uid != me:
+                log.warning("refused a connection on %s from uid %d", self.path, uid)
+                conn.close()
+                continue
+            self.on_connect(conn)
+
+    def close(self) -> None:
+        self._closed = True
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+        try:  # remove our socket file, not one a newer agent made since
+            if os.stat(self.path).st_ino == self._ino:
+                os.unlink(self.path)
+        except OSError:
+            pass
+
+
+def try_relay(home: Path, version: str, protocol_version: int, timeout_s: float = 3.0) -> Optional[int]:
+    """Relay through the agent already serving ``home``, if there is one of this version.
+    Returns the exit status once the console or the agent closes the link, or None when
+    there is no such agent (nothing listening, no hello in time, another version): the
+    caller then takes the node over as before."""
+    from agents import protocol
+
+    path = home / SOCKET_NAME
+    if not path.exists():
+        return None
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(timeout_s)
+    addr, dfd = socket_address(home)
+    try:
+        sock.connect(addr)
+        reader = sock.makefile("rb")
+        first = reader.readline()
+        hello = protocol.decode(first)
+    except (OSError, protocol.ProtocolError) as exc:
+        log.info("no agent answering on %s (%s): taking over", path, exc)
+        sock.close()
+        return None
+    finally:
+        if dfd is not None:
+            os.close(dfd)
+    if not isinstance(hello, protocol.Hello) or (hello.version, hello.protocol) != (version, protocol_version):
+        got = f"{hello.version} (protocol {hello.protocol})" if isinstance(hello, protocol.Hello) else hello.type
+        log.info("the agent on %s is version %s, this one %s: taking over", path, got, version)
+        sock.close()
+        return None
+    sock.settimeout(None)
+    log.info("relaying to the agent already serving %s (pid %d)", home, hello.pid)
+    out = sys.stdout.buffer
+    out.write(first)
+    out.flush()
+
+    def downstream() -> None:  # the agent's messages to the console
+        try:
+            for line in reader:
+                out.write(line)
+                out.flush()
+        except (OSError, ValueError):
+            pass
+        os._exit(0)  # the agent went away (or the console did): the console reconnects
+
+    threading.Thread(target=downstream, name="relay-down", daemon=True).start()
+    try:
+        for line in iter(sys.stdin.buffer.readline, b""):
+            sock.sendall(line)
+    except OSError:
+        pass
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    sock.close()
+    return 0
