@@ -28,6 +28,7 @@ import re
 import struct
 import threading
 import time
+import warnings
 from dataclasses import dataclass
 from typing import Iterator, Optional
 
@@ -112,11 +113,15 @@ def decode_planes(low: np.ndarray, high: np.ndarray, n: int, n_layers: int, dtyp
     if top.size != per_plane or hidden * n * n_layers != per_plane:
         raise StoreError(f"compressed sample of {n} tokens: {top.size} bytes in the top plane, "
                          f"{per_plane} in each lower one")
-    planes = np.concatenate([low.reshape(itemsize - 1, n_layers, n, hidden),
-                             top.reshape(1, n_layers, n, hidden)])
-    values = np.ascontiguousarray(planes.transpose(2, 1, 3, 0))  # [n, L, H, itemsize]
+    planes = list(low.reshape(itemsize - 1, n_layers, n, hidden)) + [top.reshape(n_layers, n, hidden)]
+    as_int = {2: torch.int16, 4: torch.int32}[itemsize]
+    with warnings.catch_warnings():  # the decompressed bytes are read-only; they are only read
+        warnings.simplefilter("ignore", UserWarning)
+        value = torch.from_numpy(planes[0]).to(as_int)
+        for p in range(1, itemsize):
+            value |= torch.from_numpy(planes[p]).to(as_int) << (8 * p)
     torch_dtype = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32}[dtype]
-    return torch.from_numpy(values).view(torch_dtype).reshape(n, n_layers * hidden)
+    return value.permute(1, 0, 2).reshape(n, n_layers * hidden).view(torch_dtype)
 
 
 _CODEC: list = []
