@@ -142,7 +142,7 @@ class WriteJob:
     planes: bool = False  # host_u8 holds byte planes (see to_planes), not rows
 
 
-def to_planes(torch, flat, samples, offsets, n_layers: int, out=None):
+def to_planes(torch, flat, samples, offsets, n_layers: int):
     """The byte planes of a batch's hidden states ``flat`` [T, L*H], for ``--compress``:
     uint8 ``[itemsize, T*L*H]`` where plane p holds byte p of every value (little-endian: the
     last plane is the most significant byte), each sample's stretch ``[off*W, (off+n)*W)``
@@ -151,9 +151,7 @@ def to_planes(torch, flat, samples, offsets, n_layers: int, out=None):
     itemsize = flat.element_size()
     hidden = w // n_layers
     u8 = flat.view(torch.uint8).view(t, n_layers, hidden, itemsize)
-    if out is None:
-        out = torch.empty(itemsize * t * w, dtype=torch.uint8, device=flat.device)
-    planes = out[:itemsize * t * w].view(itemsize, t * w)
+    planes = torch.empty(itemsize, t * w, dtype=torch.uint8, device=flat.device)
     for smp, off in zip(samples, offsets):
         n = smp.n
         planes[:, off * w:(off + n) * w].view(itemsize, n_layers, n, hidden).copy_(
@@ -173,8 +171,8 @@ def run_extraction(opts: ExtractOptions, model=None, tokenizer=None,
     if opts.part is not None:
         out_dir = os.path.join(opts.out, f"part-{opts.part[0]}-of-{opts.part[1]}")
     if opts.compress:
-        from agents.workers.extract_store import PlaneCodec
-        PlaneCodec()  # a missing zstandard fails now, not after the model has loaded
+        from agents.workers.extract_store import plane_codec
+        plane_codec()  # a missing zstandard fails now, not after the model has loaded
     os.makedirs(out_dir, exist_ok=True)
     lock = DirLock(out_dir).acquire()
     try:
@@ -364,8 +362,8 @@ def _pipeline(opts, out_dir, progress_path, files, runner, cfg, layers, model, t
 
     codec = None
     if opts.compress:
-        from agents.workers.extract_store import PlaneCodec
-        codec = PlaneCodec()
+        from agents.workers.extract_store import plane_codec
+        codec = plane_codec()
 
     def new_shard() -> ShardWriter:
         with next_lock:

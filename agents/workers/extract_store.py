@@ -96,7 +96,7 @@ class PlaneCodec:
             c = self._local.c = self._zstd.ZstdCompressor(compression_params=self._params)
         return c.compress(data)
 
-    def decompress(self, data: bytes, size: int) -> bytes:
+    def decompress(self, data, size: int) -> bytes:
         return self._zstd.ZstdDecompressor().decompress(data, max_output_size=size)
 
 
@@ -109,7 +109,7 @@ def decode_planes(low: np.ndarray, high: np.ndarray, n: int, n_layers: int, dtyp
     itemsize = _DTYPES[dtype]
     per_plane = low.size // (itemsize - 1)
     hidden = per_plane // (n * n_layers)
-    top = np.frombuffer(_codec().decompress(high.tobytes(), per_plane), dtype=np.uint8)
+    top = np.frombuffer(plane_codec().decompress(memoryview(np.ascontiguousarray(high)), per_plane), dtype=np.uint8)
     if top.size != per_plane or hidden * n * n_layers != per_plane:
         raise StoreError(f"compressed sample of {n} tokens: {top.size} bytes in the top plane, "
                          f"{per_plane} in each lower one")
@@ -127,7 +127,8 @@ def decode_planes(low: np.ndarray, high: np.ndarray, n: int, n_layers: int, dtyp
 _CODEC: list = []
 
 
-def _codec() -> PlaneCodec:
+def plane_codec() -> PlaneCodec:
+    """The process's codec (its compressors are per thread); StoreError without zstandard."""
     if not _CODEC:
         _CODEC.append(PlaneCodec())
     return _CODEC[0]
