@@ -46,6 +46,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/fanout.py  # the netns part needs root
 	$(BIN)/python bench/generate_client.py
 	$(BIN)/python bench/console_scale.py
+	$(BIN)/python bench/extract_codec.py
 	# on a GPU machine: python bench/extract_gpu.py and python bench/gpu_kill_verify.py
 
 clean:
