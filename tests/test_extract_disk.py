@@ -51,7 +51,8 @@ def test_warn_goes_on_and_the_alert_stays_in_progress(tmp_path, small_disk):
     write_tokenized(str(tmp_path / "data.jsonl"), 40, seed=6, min_len=30, max_len=60)  # ~1.5 MB: does not fit
     out = small_disk / "out"
     r = run_extract(model, str(tmp_path / "data.jsonl"), str(out), "1,3,4", "--max-tokens-per-batch", "200",
-                    "--shard-samples", "4", "--disk-check", "warn", "--no-audit")
+                    "--shard-samples", "4", "--disk-check", "warn", "--no-audit",
+                    "--writers", "4")  # 8 open shards of ~140 KB could fill the 1 MiB before any closed
     # the disk fills up: the worker stops with an error, and what it wrote is whole
     assert r.returncode == 1, r.stderr[-2000:]
     assert "will not fit" in r.stderr and "No space left on device" in r.stderr
