@@ -34,8 +34,9 @@ bench/results/extract_gpu/. With ``--skip attn,compute --samples 1200 --writers 
 The local disk is the limit whenever the states go to disk, and the lent machines' disks
 differ: on two others (write + fsync probes 1.95 and 2.07 GB/s at best) the same worker gave
 102-125k tok/s (44-54%) with --compress and 77-96k (34-42%) plain. --compress writes 0.67
-of the bytes (byte planes, top plane through zstd; lossless), so it is 1.3-1.6x faster
-than plain on every machine measured.
+of the bytes (byte planes, top plane through zstd; lossless), so it was 1.26-1.62x faster
+than plain in the same run (1.06x once, when the disk itself slowed during the compressed
+part). A fourth machine's disk fell under 1 GB/s under load: 60k tok/s with --compress.
 """
 
 from __future__ import annotations
