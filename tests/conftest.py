@@ -160,7 +160,7 @@ def start_agent(home):
         return a
 
     yield start
-    for a in agents:
+    for a in reversed(agents):  # relays first: an agent stays while a relay is connected
         a.close()
 
 

@@ -178,3 +178,22 @@ def test_an_agent_of_another_version_is_taken_over_not_relayed_to(start_agent, h
         if old.poll() is None:
             old.kill()
             old.wait()
+
+
+def test_a_relay_ends_with_its_agent_and_a_stale_socket_is_replaced(start_agent, home):
+    """kill -9 of the agent: the relay's console sees its link close (it reconnects), and the
+    next agent finds only a dead socket file, takes the node and serves it."""
+    import signal
+
+    a = start_agent(interval=0.1)
+    b = start_agent(interval=0.1)
+    assert b.hello["pid"] == a.proc.pid
+    a.proc.send_signal(signal.SIGKILL)
+    assert b.proc.wait(15) == 0  # the relay ends with the agent behind it
+    assert (home / "agent.sock").exists()  # left behind by the kill
+    c = start_agent(interval=0.1)
+    assert c.hello["pid"] == c.proc.pid  # a new agent, not a relay to the dead one
+    wait_for(lambda: any("no agent answering" in line for line in c.stderr), what="the stale socket noticed")
+    d = start_agent(interval=0.1)
+    assert d.hello["pid"] == c.proc.pid  # and it serves the next console
+    assert d.ok("status")["node"] == "testnode"
