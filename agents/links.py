@@ -28,7 +28,8 @@ from typing import Callable, Optional
 log = logging.getLogger("agents")
 
 SOCKET_NAME = "agent.sock"
-QUEUE_MAX = 600  # messages: ten minutes of snapshots at 1 Hz
+# messages a console may leave unread before it is dropped: ten minutes of snapshots at 1 Hz
+QUEUE_MAX = int(os.environ.get("GPUDECK_LINK_QUEUE", "600"))
 
 
 class Link:

@@ -197,3 +197,23 @@ def test_a_relay_ends_with_its_agent_and_a_stale_socket_is_replaced(start_agent,
     d = start_agent(interval=0.1)
     assert d.hello["pid"] == c.proc.pid  # and it serves the next console
     assert d.ok("status")["node"] == "testnode"
+
+
+def test_a_console_that_stops_reading_is_dropped_and_holds_up_no_one(start_agent, home, monkeypatch):
+    """A console that reads nothing (a laptop asleep): its messages pile up in the socket, its
+    relay and then the agent's queue for it; the agent drops it and the other console goes
+    on getting snapshots."""
+    monkeypatch.setenv("GPUDECK_LINK_QUEUE", "20")
+    a = start_agent(interval=0.02)
+    asleep = subprocess.Popen([PY, "-m", "agents", "--home", str(home), "--no-nvml"], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env_with_repo(), cwd=ROOT)
+    try:
+        assert json.loads(asleep.stdout.readline())["pid"] == a.proc.pid  # then never read again
+        wait_for(lambda: any("has not read its last 20 messages: dropping it" in line for line in a.stderr), 60,
+                 what="the agent to drop the console that stopped reading")
+        n = len(a.snapshots)
+        wait_for(lambda: len(a.snapshots) >= n + 20, what="snapshots to the other console meanwhile")
+        assert a.ok("status")["node"] == "testnode"
+    finally:
+        asleep.kill()
+        asleep.wait()
