@@ -83,6 +83,15 @@ def main() -> int:
     back = decode_planes(np.asarray(low), np.frombuffer(packed, np.uint8), n, len(LAYERS), "BF16")
     assert torch.equal(back.view(torch.uint8), flat.view(torch.uint8)), "the codec is not lossless"
 
+    def entropy(a) -> float:  # bits per byte, order 0: what any byte-wise coder can reach at best
+        counts = np.bincount(np.frombuffer(a, np.uint8), minlength=256)
+        p = counts[counts > 0] / counts.sum()
+        return float(-(p * np.log2(p)).sum())
+
+    per_layer = np.asarray(top).reshape(len(LAYERS), -1)
+    print(f"entropy: top plane {np.mean([entropy(x.tobytes()) for x in per_layer]):.2f} bits/byte per layer "
+          f"({entropy(top):.2f} over all layers), lower plane {entropy(low):.2f}; the codec stores the top "
+          f"plane in {8 * len(packed) / top.nbytes:.2f} bits/byte")
     rows = []
     t_base = best_of(lambda: z1.compress(plain))
     rows.append(("zstd -1 over the plain bf16 bytes", len(z1.compress(plain)) / len(plain),
