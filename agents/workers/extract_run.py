@@ -349,7 +349,7 @@ def _pipeline(opts, out_dir, progress_path, files, runner, cfg, layers, model, t
     if cuda:
         for _ in range(2):
             pool.put(new_pinned())
-    jobs: "queue.Queue[Optional[WriteJob]]" = queue.Queue(maxsize=max(2, opts.host_buffers, opts.writers + 2))
+    jobs: "queue.Queue[Optional[WriteJob]]" = queue.Queue(maxsize=pool_max)
     # sealed shards waiting for the finalizer: deep, so that a writer never waits for the
     # publish fsyncs of other writers' shards (nothing enters the done-set before its publish)
     closed: "queue.Queue" = queue.Queue(maxsize=max(16, 4 * opts.writers))
