@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import json
 import os
+import time
+
+import pytest
 
 from agents.workers import s3sync
 from agents.workers.generate_shards import ids_in_jsonl
+from fault_proxy import FaultProxy
 from generate_support import (GenerateProc, MotoS3, assert_exactly_once, generate_argv, id_counts, moto_s3,
                               read_shards, run_generate, sim_engines, wait_until, write_prompts)
 
@@ -139,3 +143,136 @@ def test_generate_uploads_never_block_and_a_fresh_node_continues(tmp_path, moto_
     assert sorted(read_shards(node_b)) == ["shard-000004.jsonl", "shard-000005.jsonl"]  # after node A's numbers
     assert moto_s3.done_ids(BUCKET, "run-1") == set(ids)
     assert not os.path.exists(node_b / "shard-000000.jsonl")
+
+
+# ---------------------------------------------------------------- a flaky link to S3
+
+@pytest.fixture
+def s3_proxy(moto_s3):
+    """A proxy in front of moto that can reset, hang or refuse (tests/fault_proxy.py)."""
+    host, port = moto_s3.endpoint.rsplit("//", 1)[1].split(":")
+    proxy = FaultProxy(host, int(port))
+    yield proxy
+    proxy.close()
+
+
+def test_describe_error_takes_connection_errors_that_carry_no_response():
+    from botocore.exceptions import ConnectionClosedError, ReadTimeoutError
+    for exc in (ConnectionClosedError(endpoint_url="http://s3.example:9000/runs/k"),
+                ReadTimeoutError(endpoint_url="http://user:pw@s3.example:9000/runs/k")):
+        assert exc.response is None  # what made the uploader thread die
+        text = s3sync.describe_error(exc)
+        assert "s3.example" in text and "pw" not in text
+    assert not s3sync._is_missing(ConnectionClosedError(endpoint_url="http://x"))
+
+
+def quick_client(endpoint: str):
+    """A client that gives up on a silent server in a second, as the test cannot wait 60 s."""
+    import boto3
+    from botocore.config import Config
+    return boto3.session.Session().client(
+        "s3", endpoint_url=endpoint, region_name="us-east-1",
+        config=Config(retries={"max_attempts": 1, "mode": "standard"}, connect_timeout=1, read_timeout=1,
+                      s3={"addressing_style": "path"}))
+
+
+def test_uploads_go_on_after_resets_hangs_and_refusals(tmp_path, moto_s3, s3_proxy):
+    moto_s3.client().create_bucket(Bucket=BUCKET)
+    up = s3sync.ShardUploader(str(tmp_path), s3sync.S3Location(BUCKET, "run-1"),
+                              ids_of=lambda n: ids_in_jsonl(str(tmp_path / n)),
+                              client_factory=lambda: quick_client(s3_proxy.url),
+                              backoff_s=0.05, max_backoff_s=0.3, done_interval_s=0.2).start()
+    ids: list[str] = []
+
+    def shard(n: int) -> str:
+        name = f"shard-{n:06d}.jsonl"
+        batch = [f"r{n}-{i}" for i in range(3)]
+        write_shard(tmp_path, name, batch)
+        ids.extend(batch)
+        up.submit(name, batch)
+        return name
+
+    shard(0)
+    assert up.drain(30)
+    for n, mode in enumerate(("reset", "hang", "refuse"), start=1):
+        s3_proxy.mode = mode
+        failures = up.status().failures
+        shard(n)
+        wait_until(lambda: up.status().failures >= failures + 2, timeout=60, what=f"failed attempts while {mode}")
+        assert up.status().pending == 1 and up.status().last_error
+        assert up._thread.is_alive(), f"the upload thread died while S3 was {mode}"
+        s3_proxy.mode = "pass"
+        assert up.drain(60), f"uploads did not resume after {mode}: {up.status()}"
+    up.stop()
+    assert id_counts(moto_s3.shards(BUCKET, "run-1")) == {i: 1 for i in ids}
+    assert moto_s3.done_ids(BUCKET, "run-1") == set(ids)
+
+
+def test_the_upload_thread_outlives_an_unexpected_error(tmp_path, moto_s3, monkeypatch):
+    moto_s3.client().create_bucket(Bucket=BUCKET)
+    write_shard(tmp_path, "shard-000000.jsonl", ["a", "b"])
+    up = uploader(tmp_path, moto_s3)
+    real = up._upload_one
+    calls = []
+
+    def flaky(*args):
+        calls.append(args[1])
+        if len(calls) == 1:
+            raise AttributeError("'NoneType' object has no attribute 'get'")  # a bug, not an S3 error
+        return real(*args)
+
+    monkeypatch.setattr(up, "_upload_one", flaky)
+    up.start()
+    up.submit("shard-000000.jsonl", ["a", "b"])
+    assert up.drain(30), up.status()
+    st = up.status()
+    assert st.failures >= 1 and "unexpectedly" in st.last_error and calls == ["shard-000000.jsonl"] * 2
+    up.stop()
+    assert moto_s3.done_ids(BUCKET, "run-1") == {"a", "b"}
+
+
+def test_generate_through_a_link_that_drops_uploads_every_shard(tmp_path, moto_s3, s3_proxy, sim_engines):
+    """The adversarial run's case: uploads through a proxy that resets every connection for 2 s
+    after two shards went up. Every shard reaches S3, and the worker finishes with exit 0."""
+    moto_s3.client().create_bucket(Bucket=BUCKET)
+    sim = sim_engines("--latency-ms", "20")
+    prompts = tmp_path / "prompts.jsonl"
+    ids = write_prompts(prompts, 1200)
+    out = tmp_path / "out"
+    gen = GenerateProc(generate_argv(prompts, out, [sim.url], "--concurrency", "8", "--shard-size", "100",
+                                     "--s3", f"s3://{BUCKET}/run-1", "--s3-endpoint", s3_proxy.url),
+                       tmp_path / "gen.log")
+    wait_until(lambda: len(moto_s3.shards(BUCKET, "run-1")) >= 2, timeout=120, what="two shards in S3")
+    s3_proxy.mode = "reset"
+    wait_until(lambda: gen.proc.poll() is None and
+               (out / "progress.json").exists() and
+               json.loads((out / "progress.json").read_text())["uploads"]["failures"] > 0,
+               timeout=120, what="an upload to fail on a reset")
+    time.sleep(2)  # the outage itself: S3 stays unreachable for two seconds
+    s3_proxy.mode = "pass"
+    assert gen.wait(240) == 0, gen.text()[-3000:]
+    assert_exactly_once(moto_s3.shards(BUCKET, "run-1"), ids)
+    assert moto_s3.done_ids(BUCKET, "run-1") == set(ids)
+    doc = json.loads((out / "progress.json").read_text())
+    assert doc["finished"] is True and doc["uploads"]["pending"] == 0
+
+
+def test_a_worker_that_gives_up_on_s3_is_not_finished(tmp_path, moto_s3, s3_proxy, sim_engines):
+    """S3 refuses once the worker runs: the worker retries, then, past its drain time, exits 1
+    with the last error, and progress.json says not finished, uploads pending."""
+    moto_s3.client().create_bucket(Bucket=BUCKET)
+    sim = sim_engines("--latency-ms", "30")
+    prompts = tmp_path / "prompts.jsonl"
+    write_prompts(prompts, 250)
+    out = tmp_path / "out"
+    gen = GenerateProc(generate_argv(prompts, out, [sim.url], "--shard-size", "100", "--concurrency", "4",
+                                     "--s3", f"s3://{BUCKET}/run-1", "--s3-endpoint", s3_proxy.url),
+                       tmp_path / "gen.log", {"GPUDECK_S3_DRAIN_S": "3"})
+    wait_until(lambda: (out / "progress.json").exists(), timeout=120, what="the worker to start")
+    s3_proxy.mode = "refuse"
+    assert gen.wait(240) == 1, gen.text()[-3000:]
+    doc = json.loads((out / "progress.json").read_text())
+    assert doc["done"] == 250 and doc["finished"] is False
+    assert doc["uploads"]["pending"] >= 1 and doc["uploads"]["failures"] > 0 and doc["uploads"]["last_error"]
+    assert len(moto_s3.shards(BUCKET, "run-1")) < 3
+    assert "last error: None" not in gen.text() and "not in S3 yet" in gen.text()

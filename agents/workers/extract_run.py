@@ -640,15 +640,21 @@ def _pipeline(opts, out_dir, progress_path, files, runner, cfg, layers, model, t
             t.join()
         threads[0].join(timeout=5)
         if uploader is not None:
-            if fail.exc is None:
-                uploader.drain(timeout=float(os.environ.get("GPUDECK_S3_DRAIN_S", "600")))
+            from agents.workers.s3sync import drain_timeout_s
+            if fail.exc is None and not uploader.drain(timeout=drain_timeout_s()):
+                st = uploader.status()
+                log.error("%d shard(s) or the done-set are not in S3 yet (last error: %s); a relaunch uploads them",
+                          st.pending, st.last_error)
+                if exit_code[0] == EXIT_OK:
+                    exit_code[0] = EXIT_FAIL
             uploader.stop()
         res.index.close()
         done.close()
 
     state = "failed" if fail.exc is not None else (
         "disk_full_projected" if exit_code[0] == EXIT_DISK else
-        "stopped" if _SIGNALLED.is_set() else "done")
+        "stopped" if _SIGNALLED.is_set() else
+        "uploads_pending" if exit_code[0] == EXIT_FAIL else "done")
     progress(state, force=True)
     if fail.exc is not None:
         raise fail.exc

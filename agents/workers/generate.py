@@ -91,7 +91,7 @@ class Options:
     max_rest_s: float = 60.0
     flush_interval_s: float = 0.2
     progress_interval_s: float = 1.0
-    s3_drain_timeout_s: float = 600.0
+    s3_drain_timeout_s: Optional[float] = None  # None: $GPUDECK_S3_DRAIN_S, default 600
     audit_sample: int = AUDIT_SAMPLE
 
 
@@ -519,8 +519,10 @@ class Generator:
             if self._terminated:
                 self.uploader.stop()
             else:
-                log.info("waiting for uploads to S3 (up to %.0f s)", self.o.s3_drain_timeout_s)
-                deadline = time.monotonic() + self.o.s3_drain_timeout_s
+                from agents.workers.s3sync import drain_timeout_s
+                drain_s = self.o.s3_drain_timeout_s if self.o.s3_drain_timeout_s is not None else drain_timeout_s()
+                log.info("waiting for uploads to S3 (up to %.0f s)", drain_s)
+                deadline = time.monotonic() + drain_s
                 loop = asyncio.get_running_loop()
                 while True:  # keep progress.json current while uploads are retried
                     self._write_progress()
@@ -786,15 +788,17 @@ class Generator:
             self._tok_window.popleft()
         (t0, k0), (t1, k1) = self._tok_window[0], self._tok_window[-1]
         tps = (k1 - k0) / (t1 - t0) if t1 > t0 else None
+        uploads = self.uploader.status() if self.uploader is not None else None
+        in_s3 = uploads is None or not (uploads.pending or uploads.done_set_pending)
         doc = {
             "done": len(self.done), "total": self._total(), "tokens": self.tokens,
             "tokens_per_s": round(tps, 1) if tps is not None else None, "updated_at": time.time(),
             "quality": dict(self.quality), "in_flight": len(self.inflight), "completed_this_run": self.completed_now,
             "retries": self.retries, "prompts": os.path.abspath(self.o.prompts), "out": self.out,
-            "blocked": self.blocked, "finished": final and self.total_exact is not None and not self.failed,
+            "blocked": self.blocked, "finished": final and self.total_exact is not None and not self.failed and in_s3,
             "servers": [{"url": s.url, "state": s.state(now), "outstanding": s.outstanding, "ok": s.ok,
                          "failed": s.failed, "last_error": s.last_error} for s in self.servers],
-            "uploads": self.uploader.status().to_json() if self.uploader is not None else None,
+            "uploads": uploads.to_json() if uploads is not None else None,
         }
         try:
             atomic_write_json(self.progress_path, doc, fsync=False)

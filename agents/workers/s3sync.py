@@ -107,7 +107,7 @@ def make_client(endpoint_url: Optional[str] = None, region: Optional[str] = None
     import boto3
     from botocore.config import Config
 
-    cfg = Config(retries={"max_attempts": 2, "mode": "standard"}, connect_timeout=10, read_timeout=120,
+    cfg = Config(retries={"max_attempts": 2, "mode": "standard"}, connect_timeout=10, read_timeout=60,
                  s3={"addressing_style": "path"} if endpoint_url else None)
     kwargs: dict[str, Any] = {"config": cfg}
     if endpoint_url:
@@ -117,20 +117,35 @@ def make_client(endpoint_url: Optional[str] = None, region: Optional[str] = None
     return boto3.session.Session().client("s3", **kwargs)
 
 
+def drain_timeout_s() -> float:
+    """How long a finishing worker waits for its uploads: $GPUDECK_S3_DRAIN_S, default 600."""
+    try:
+        value = float(os.environ.get("GPUDECK_S3_DRAIN_S", "600"))
+    except ValueError:
+        return 600.0
+    return value if value >= 0 and value == value else 600.0
+
+
 def describe_error(exc: BaseException) -> str:
     """One line for an S3 failure, without anything secret (boto3 never puts keys in its
     messages; the endpoint is redacted where it appears)."""
-    code = getattr(exc, "response", {}).get("Error", {}).get("Code") if hasattr(exc, "response") else None
-    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    resp = getattr(exc, "response", None)  # botocore's connection errors carry response=None
+    err = resp.get("Error") if isinstance(resp, dict) else None
+    code = err.get("Code") if isinstance(err, dict) else None
+    try:
+        text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    except Exception:  # noqa: BLE001 -- an exception whose __str__ fails still gets a line
+        text = type(exc).__name__
     text = _USERINFO.sub("://", text)  # an endpoint given as http://key:secret@host stays secret
     return f"{code}: {text}" if code and code not in text else text
 
 
 def _is_missing(exc: BaseException, bucket_too: bool = True) -> bool:
     """The object (or, with ``bucket_too``, its whole bucket) does not exist: nothing to read."""
-    resp = getattr(exc, "response", None) or {}
+    resp = getattr(exc, "response", None)
+    err = resp.get("Error") if isinstance(resp, dict) else None
     codes = ("404", "NoSuchKey", "NotFound") + (("NoSuchBucket",) if bucket_too else ())
-    return resp.get("Error", {}).get("Code") in codes
+    return isinstance(err, dict) and err.get("Code") in codes
 
 
 def list_shards(client: Any, loc: S3Location) -> dict[int, str]:
@@ -269,13 +284,32 @@ class ShardUploader:
         self._uploaded_done = DoneLog(os.path.join(out_dir, UPLOADED_DONE))
         # a crash may have come between a shard's upload and the done-set's: send it again
         self._done_dirty = self._uploaded_done.size > 0
-        self._thread = threading.Thread(target=self._run, name="s3-uploader", daemon=True)
+        self._in_hand: list[tuple[str, Optional[list[str]], int]] = []  # taken off the queues, not settled yet
+        self._started = False
+        self._restarts = 0  # times the thread's loop was entered again after an unexpected error
+        self._thread = self._new_thread()
+
+    def _new_thread(self) -> threading.Thread:
+        return threading.Thread(target=self._supervise, name="s3-uploader", daemon=True)
 
     # ---------------------------------------------------------------- producer side
 
     def start(self) -> "ShardUploader":
+        self._started = True
         self._thread.start()
         return self
+
+    def _ensure_running(self) -> None:
+        """The watchdog: a thread that died anyway (it should not: :meth:`_supervise` catches
+        everything) is replaced, so queued files never wait on a dead thread."""
+        if not self._started or self._stop.is_set() or self._thread.is_alive():
+            return
+        with self._lock:
+            if self._thread.is_alive():
+                return
+            log.error("the S3 upload thread had died; starting it again")
+            self._thread = self._new_thread()
+            self._thread.start()
 
     def resume(self, closed_names: Iterable[str]) -> list[str]:
         """Queue the closed files that the manifest does not list; returns their names."""
@@ -291,8 +325,10 @@ class ShardUploader:
         with self._lock:
             self._outstanding += 1
         self._inbox.put((name, list(ids) if ids is not None else None))
+        self._ensure_running()
 
     def status(self) -> UploadStatus:
+        self._ensure_running()
         with self._lock:
             return UploadStatus(self._outstanding, self._uploaded, self._failures, self._last_error,
                                 self._done_dirty)
@@ -300,13 +336,15 @@ class ShardUploader:
     def drain(self, timeout: Optional[float] = None) -> bool:
         """Wait until every queued file and the done-set are in S3; False on timeout."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        with self._lock:  # (the thread uploads the done-set as soon as its queue is empty)
-            while self._outstanding or self._done_dirty:
+        while True:  # (the thread uploads the done-set as soon as its queue is empty)
+            self._ensure_running()
+            with self._lock:
+                if not (self._outstanding or self._done_dirty):
+                    return True
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     return False
                 self._idle.wait(timeout=min(left, 0.5) if left is not None else 0.5)
-        return True
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop the thread; whatever is not uploaded stays queued on disk for the next start."""
@@ -318,6 +356,27 @@ class ShardUploader:
             self._uploaded_done.close()
 
     # ---------------------------------------------------------------- the thread
+
+    def _supervise(self) -> None:
+        """The thread's body: :meth:`_run`, entered again after any unexpected exception (logged,
+        counted as a failure, with backoff). Files in hand at that moment go back to the retry
+        queue: one bad moment never stops the uploads for the rest of the run."""
+        while not self._stop.is_set():
+            try:
+                self._run()
+                return
+            except BaseException as exc:  # noqa: BLE001 -- the thread must outlive anything
+                why = f"the S3 uploader failed unexpectedly ({type(exc).__name__}: {describe_error(exc)})"
+                log.error("%s; it goes on", why, exc_info=True)
+                with self._lock:
+                    self._failures += 1
+                    self._last_error = why
+                    in_hand, self._in_hand = self._in_hand, []
+                delay = self._backoff(min(self._restarts, 6))
+                self._restarts += 1
+                for name, ids, attempt in in_hand:
+                    heapq.heappush(self._retry, (time.monotonic() + delay, next(self._seq), name, ids, attempt + 1))
+                self._stop.wait(delay)
 
     def _run(self) -> None:
         client = None
@@ -342,16 +401,20 @@ class ShardUploader:
                 dirty = self._done_dirty
             if not ready and not dirty:
                 continue
+            self._in_hand = ready
             try:
                 if client is None:
                     client = self._client_factory()
             except Exception as exc:
+                self._in_hand = []
                 self._fail_all(ready, f"cannot create an S3 client: {describe_error(exc)}")
                 continue
-            for name, ids, attempt in ready:
+            while ready:
                 if self._stop.is_set():
                     return
+                name, ids, attempt = ready[0]
                 self._upload_one(client, name, ids, attempt)
+                ready.pop(0)  # settled: uploaded, or in the retry queue
             self._maybe_upload_done(client)
 
     def _upload_one(self, client: Any, name: str, ids: Optional[list[str]], attempt: int) -> None:
