@@ -1,5 +1,5 @@
 import sys
 
-from agents.agent import main
+from gpudeck.agents.agent import main
 
 sys.exit(main())

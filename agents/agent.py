@@ -1,8 +1,8 @@
 """The node agent: sample once a tick, answer requests, push snapshots as JSON lines.
 
-Started as ``python -m agents`` (over SSH, or as a local subprocess). It reads requests on
+Started as ``python -m gpudeck.agents`` (over SSH, or as a local subprocess). It reads requests on
 stdin and writes messages on stdout, logs to stderr and opens no port. A second console's
-``python -m agents`` relays to it through a Unix socket in its home (agents/links.py), so
+``python -m gpudeck.agents`` relays to it through a Unix socket in its home (agents/links.py), so
 one agent serves every console of the node; it exits when the last of them closes. Jobs it
 launched keep running after it exits.
 """
@@ -20,17 +20,17 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from agents import protocol
-from agents.alerts import node_alerts
-from agents.engines import EngineScraper
-from agents.gpu import GpuSampler
-from agents.history import HistoryRing
-from agents.host import HostSampler
-from agents.jobs import JobSpec, JobState, SpecError
-from agents.links import Link, Listener
-from agents.progress import ProgressTracker
-from agents.protocol import Engine, JobStatus, Reply, Request, Snapshot
-from agents.supervisor import JobError, JobSupervisor
+from gpudeck.agents import protocol
+from gpudeck.agents.alerts import node_alerts
+from gpudeck.agents.engines import EngineScraper
+from gpudeck.agents.gpu import GpuSampler
+from gpudeck.agents.history import HistoryRing
+from gpudeck.agents.host import HostSampler
+from gpudeck.agents.jobs import EngineState, JobKind, JobSpec, JobState, SpecError
+from gpudeck.agents.links import Link, Listener
+from gpudeck.agents.progress import ProgressTracker
+from gpudeck.agents.protocol import Engine, JobStatus, Reply, Request, Snapshot, to_plain
+from gpudeck.agents.supervisor import JobError, JobSupervisor
 
 log = logging.getLogger("agents")
 
@@ -121,7 +121,9 @@ def _lock_holder(fd: int) -> tuple[Optional[int], Optional[str]]:
         argv = psutil.Process(pid).cmdline()
     except psutil.Error:
         return None, None
-    is_agent = "agents" in argv or any(a.endswith(("agents/__main__.py", "gpudeck-agent")) for a in argv)
+    # "agents": an agent of a version before the gpudeck.* namespace, still to be taken over
+    is_agent = bool({"gpudeck.agents", "agents"} & set(argv)) or \
+        any(a.endswith(("agents/__main__.py", "gpudeck-agent")) for a in argv)
     return (pid if is_agent else None), None
 
 
@@ -214,21 +216,22 @@ class Agent:
         for name in self.sup.names():
             spec = self.sup.spec_of(name)
             rec = self.sup.records.get(name)
-            state = rec.state if rec else JobState.PENDING.value
+            state = rec.state if rec else JobState.PENDING
             progress = self._tracker(name, spec).poll(now) if spec else None
             engine = self._engines.get(name) if spec and spec.scrape_url else None
-            if engine is not None and state == "running" and engine.state in ("loading", "starting"):
-                state = JobState.STARTING.value
+            if engine is not None and state is JobState.RUNNING and not engine.state.answers:
+                state = JobState.STARTING
             gpus = list(spec.gpus) if spec else []
             uuids = self.gpu.uuids
             out.append(JobStatus(
-                name=name, kind=spec.kind if spec else "command", state=state, gpus=gpus,
+                name=name, kind=spec.kind if spec else JobKind.COMMAND, state=state, gpus=gpus,
                 gpu_uuids=[uuids[i] for i in gpus if i < len(uuids)],
                 pid=rec.pid if rec else None, pgid=rec.pgid if rec else None,
                 pids=self.sup.members(name) if rec else [], attempt=rec.attempt if rec else 0,
                 exit_code=rec.exit_code if rec else None, started_at=rec.started_at if rec else None,
                 ended_at=rec.ended_at if rec else None, progress=progress, engine=engine,
-                log_path=str(self.sup.job_dir(name) / "job.log") if rec else None))
+                log_path=str(self.sup.job_dir(name) / "job.log") if rec else None,
+                argv=rec.argv if rec else [], last_kill=rec.last_kill if rec else None))
         return out
 
     def snapshot(self) -> Snapshot:
@@ -256,8 +259,8 @@ class Agent:
             spec = self.sup.spec_of(name)
             rec = self.sup.records.get(name)
             url = spec.scrape_url if spec else None
-            if not url or rec is None or not JobState(rec.state).alive:
-                if name in self._engines and (rec is None or not JobState(rec.state).alive):
+            if not url or rec is None or not rec.state.alive:
+                if name in self._engines and (rec is None or not rec.state.alive):
                     self._engines.pop(name, None)
                 continue
             if name in self._scraping:
@@ -276,7 +279,7 @@ class Agent:
             self._engines[name] = await scraper.poll(self._http)
         except Exception as exc:  # never let one engine stop the agent; report it on the job
             log.warning("job %s: scrape of %s failed: %s", name, scraper.url, exc)
-            self._engines[name] = Engine(url=scraper.url, state="failed", error=f"{type(exc).__name__}: {exc}")
+            self._engines[name] = Engine(url=scraper.url, state=EngineState.FAILED, error=f"{type(exc).__name__}: {exc}")
         finally:
             self._scraping.discard(name)
 
@@ -285,7 +288,7 @@ class Agent:
     def handle(self, req: Request) -> Reply:
         try:
             result = self._dispatch(req)
-            return Reply(id=req.id, ok=True, result=result)
+            return Reply(id=req.id, ok=True, result=result if isinstance(result, dict) else to_plain(result))
         except (JobError, SpecError, ValueError, TypeError, OSError) as exc:
             return Reply(id=req.id, ok=False, error=str(exc))
 
@@ -454,7 +457,7 @@ def _line_id(line: bytes) -> int:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m agents", description="gpudeck node agent")
+    ap = argparse.ArgumentParser(prog="python -m gpudeck.agents", description="gpudeck node agent")
     ap.add_argument("--home", type=Path, default=None, help="state directory (default ~/.gpudeck or $GPUDECK_HOME)")
     ap.add_argument("--node", default=None, help="node name shown in the console (default: hostname)")
     ap.add_argument("--interval", type=float, default=1.0, help="seconds between snapshots")
@@ -469,7 +472,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     if not args.once:
         # one agent per node: relay to the one serving this home, or take the node over from
         # an agent that does not answer (or is another version) before touching any job
-        from agents.links import try_relay
+        from gpudeck.agents.links import try_relay
         relayed = try_relay(home, protocol.__version__, protocol.PROTOCOL)
         if relayed is not None:
             return relayed

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Optional
 
-from agents.jobs import JobSpec
-from agents.protocol import Alert, Gpu, Host, JobStatus
+from gpudeck.agents.jobs import AlertKind, EngineState, JobSpec, JobState
+from gpudeck.agents.protocol import Alert, Gpu, Host, JobStatus
 
 DISK_LOW_FRACTION = 0.05
 
@@ -17,40 +17,40 @@ def node_alerts(gpus: list[Gpu], jobs: list[JobStatus], specs: dict[str, JobSpec
     for g in gpus:
         owners = sorted({p.job for p in g.processes if p.job})
         if len(owners) > 1:
-            alerts.append(Alert("shared_gpu", f"GPU {g.index}: jobs {', '.join(owners)} share it", gpu=g.index))
+            alerts.append(Alert(AlertKind.SHARED_GPU, f"GPU {g.index}: jobs {', '.join(owners)} share it", gpu=g.index))
         for p in g.processes:
             if p.job is None:
-                alerts.append(Alert("unowned_gpu_process",
+                alerts.append(Alert(AlertKind.UNOWNED_GPU_PROCESS,
                                     f"GPU {g.index}: pid {p.pid} holds {p.used_mib / 1024:.1f} GiB and belongs to no job",
                                     gpu=g.index, pid=p.pid))
-    seen = {a.gpu for a in alerts if a.kind == "shared_gpu"}
-    live = [j for j in jobs if j.state in ("running", "starting", "stopping")]
+    seen = {a.gpu for a in alerts if a.kind is AlertKind.SHARED_GPU}
+    live = [j for j in jobs if j.state.alive]
     by_gpu: dict[int, list[str]] = {}
     for j in live:
         for i in j.gpus:
             by_gpu.setdefault(i, []).append(j.name)
     for i, names in sorted(by_gpu.items()):
         if len(names) > 1 and i not in seen:
-            alerts.append(Alert("shared_gpu", f"GPU {i}: jobs {', '.join(sorted(names))} are both given it", gpu=i))
+            alerts.append(Alert(AlertKind.SHARED_GPU, f"GPU {i}: jobs {', '.join(sorted(names))} are both given it", gpu=i))
     for j in jobs:
-        if j.state in ("failed", "lost"):
+        if j.state in (JobState.FAILED, JobState.LOST):
             how = f"exit code {j.exit_code}" if j.exit_code is not None else "no exit code: lost"
-            alerts.append(Alert("job_died", f"job {j.name} died ({how}) on attempt {j.attempt}", job=j.name))
-        if j.state == "running" and j.progress is not None:
+            alerts.append(Alert(AlertKind.JOB_DIED, f"job {j.name} died ({how}) on attempt {j.attempt}", job=j.name))
+        if j.state is JobState.RUNNING and j.progress is not None:
             spec = specs.get(j.name)
             stall = spec.stall_after_s if spec else 600.0
             changed = last_change.get(j.name)
             if j.progress.total is not None and j.progress.done >= j.progress.total:
                 continue
             if changed is not None and now - changed > stall:
-                alerts.append(Alert("stalled", f"job {j.name}: no progress for {int(now - changed)} s "
+                alerts.append(Alert(AlertKind.STALLED, f"job {j.name}: no progress for {int(now - changed)} s "
                                                f"while its process is alive", job=j.name))
-        if j.engine is not None and j.engine.state == "failed" and j.state == "running":
-            alerts.append(Alert("engine_failed", f"job {j.name}: engine at {j.engine.url}: {j.engine.error}",
+        if j.engine is not None and j.engine.state is EngineState.FAILED and j.state is JobState.RUNNING:
+            alerts.append(Alert(AlertKind.ENGINE_FAILED, f"job {j.name}: engine at {j.engine.url}: {j.engine.error}",
                                 job=j.name))
     if host is not None:
         for d in host.disks:
             if d.total_bytes and d.free_bytes / d.total_bytes < DISK_LOW_FRACTION:
-                alerts.append(Alert("disk_full", f"{d.path}: only {d.free_bytes / 2**30:.1f} GiB free "
+                alerts.append(Alert(AlertKind.DISK_FULL, f"{d.path}: only {d.free_bytes / 2**30:.1f} GiB free "
                                                  f"({100 * d.free_bytes / d.total_bytes:.1f}%)"))
     return alerts

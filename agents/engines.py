@@ -12,8 +12,9 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Optional
 
-from agents.protocol import Engine
-from agents.rates import CounterRate
+from gpudeck.agents.jobs import EngineState
+from gpudeck.agents.protocol import Engine
+from gpudeck.agents.rates import CounterRate
 
 if TYPE_CHECKING:
     import httpx
@@ -166,29 +167,29 @@ class EngineScraper:
             r = await client.get(self.url)
         except httpx.ConnectError:
             self.ready_seen = False
-            return Engine(url=self.url, state="loading", error="connection refused: not listening yet")
+            return Engine(url=self.url, state=EngineState.LOADING, error="connection refused: not listening yet")
         except httpx.HTTPError as exc:
-            return Engine(url=self.url, state="starting" if not self.ready_seen else "failed",
+            return Engine(url=self.url, state=EngineState.STARTING if not self.ready_seen else EngineState.FAILED,
                           error=f"{type(exc).__name__}: {exc}")
         if r.status_code == 503:
-            return Engine(url=self.url, state="starting", error="503: still starting")
+            return Engine(url=self.url, state=EngineState.STARTING, error="503: still starting")
         if r.status_code == 404:
             return await self._health_only(client)
         if r.status_code != 200:
-            return Engine(url=self.url, state="failed", error=f"/metrics answered HTTP {r.status_code}")
+            return Engine(url=self.url, state=EngineState.FAILED, error=f"/metrics answered HTTP {r.status_code}")
         try:
             m = parse_metrics(r.text)
         except MetricsParseError as exc:
-            return Engine(url=self.url, state="failed", error=f"{self.url}: {exc}")
+            return Engine(url=self.url, state=EngineState.FAILED, error=f"{self.url}: {exc}")
         if not self.ready_seen:
             # SGLang serves /metrics before the model answers; /health says when it does
             health = await self._health_status(client)
             if health == 503:
-                return Engine(url=self.url, state="starting", flavor=m.flavor, error="health: 503")
+                return Engine(url=self.url, state=EngineState.STARTING, flavor=m.flavor, error="health: 503")
             self.ready_seen = True
         if m.generation_tokens is not None:
             self.rate.add(now, m.generation_tokens)
-        return Engine(url=self.url, state="ready", flavor=m.flavor, tokens_per_s=self.rate.rate(),
+        return Engine(url=self.url, state=EngineState.READY, flavor=m.flavor, tokens_per_s=self.rate.rate(),
                       generation_tokens=m.generation_tokens, running=m.running, queued=m.queued,
                       kv_usage=m.kv_usage, accept_length=m.accept_length,
                       error=router_problem(m) if m.flavor else
@@ -204,6 +205,6 @@ class EngineScraper:
 
     async def _health_only(self, client: "httpx.AsyncClient") -> Engine:
         status = await self._health_status(client)
-        state = {200: "ready", 503: "starting"}.get(status, "failed")
+        state = {200: EngineState.READY, 503: EngineState.STARTING}.get(status, EngineState.FAILED)
         return Engine(url=self.url, state=state,
                       error="/metrics answered 404: start the engine with --enable-metrics (or --metrics)")

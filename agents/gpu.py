@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Optional
 
-from agents.protocol import Gpu, GpuProcess
+from gpudeck.agents.protocol import Gpu, GpuProcess
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,8 @@ from collections import deque
 from pathlib import Path
 from typing import Optional
 
-from agents.protocol import ProtocolError, Sample, Snapshot, from_dict, to_plain
+from gpudeck.agents.jobs import JobState
+from gpudeck.agents.protocol import ProtocolError, Sample, Snapshot, from_dict, to_plain
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +52,7 @@ class HistoryRing:
             t=round(snap.t, 3),
             gpu_mem_mib=[round(g.mem_used_mib, 1) for g in snap.gpus],
             gpu_util=[g.util_pct for g in snap.gpus],
-            job_tokens_per_s={j.name: _tps(j) for j in snap.jobs if j.state in ("running", "starting")},
+            job_tokens_per_s={j.name: _tps(j) for j in snap.jobs if j.state in (JobState.RUNNING, JobState.STARTING)},
             job_done={j.name: j.progress.done for j in snap.jobs if j.progress is not None},
             job_tokens={j.name: j.progress.tokens for j in snap.jobs
                         if j.progress is not None and j.progress.tokens is not None},

@@ -7,7 +7,7 @@ import socket
 
 import psutil
 
-from agents.protocol import Disk, Host
+from gpudeck.agents.protocol import Disk, Host
 
 
 class HostSampler:

@@ -1,4 +1,10 @@
-"""What a job is, independent of the fleet file it was declared in."""
+"""The job vocabulary: what a job is, the states it goes through and the kinds it comes in.
+
+This module is the one home of :class:`JobState`, :class:`JobKind` and :class:`ShownState`.
+They are string enums, so the JSON on the wire and on disk holds their plain values. Each
+kind's fleet-file options, short name and engine flag are declared once, in :data:`KIND_INFO`
+beside the kind. Nothing else spells a state or a kind as a string.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +13,6 @@ import enum
 import shlex
 from dataclasses import dataclass, field
 from typing import Any, Optional
-
-KINDS = ("command", "sglang-server", "generate", "extract", "router")
 
 
 class JobState(str, enum.Enum):
@@ -21,9 +25,137 @@ class JobState(str, enum.Enum):
     KILLED = "killed"  # ended by a kill we sent
     LOST = "lost"  # gone with no exit code and no kill: a reboot, an OOM of the wrapper...
 
+    def __str__(self) -> str:
+        return self.value
+
     @property
     def alive(self) -> bool:
-        return self in (JobState.STARTING, JobState.RUNNING, JobState.STOPPING)
+        return self in _ALIVE
+
+
+_ALIVE = frozenset({JobState.STARTING, JobState.RUNNING, JobState.STOPPING})
+
+
+class ShownState(str, enum.Enum):
+    """What the console shows in a job's state column: its :class:`JobState`, or ``ready`` for
+    an engine job whose server answers, or ``unknown`` for a job on a node that cannot be read."""
+
+    PENDING = "pending"
+    STARTING = "starting"
+    RUNNING = "running"
+    STOPPING = "stopping"
+    EXITED = "exited"
+    FAILED = "failed"
+    KILLED = "killed"
+    LOST = "lost"
+    READY = "ready"
+    UNKNOWN = "unknown"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @classmethod
+    def of(cls, state: JobState) -> "ShownState":
+        return cls(state.value)
+
+    @property
+    def alive(self) -> bool:
+        return self in (ShownState.STARTING, ShownState.RUNNING, ShownState.STOPPING, ShownState.READY)
+
+
+class EngineState(str, enum.Enum):
+    """An inference server as its /metrics answers: not listening, listening but not serving,
+    serving, or answering in a way that says it is broken."""
+
+    LOADING = "loading"  # connection refused: the process loads the model
+    STARTING = "starting"  # 503, or health not yet 200
+    READY = "ready"
+    FAILED = "failed"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def answers(self) -> bool:
+        """Past start-up: a job whose engine is LOADING or STARTING shows as starting."""
+        return self in (EngineState.READY, EngineState.FAILED)
+
+
+class AlertKind(str, enum.Enum):
+    """What an alert is about. The node raises most; the console adds the ones only it can see."""
+
+    SHARED_GPU = "shared_gpu"  # two jobs on one GPU
+    UNOWNED_GPU_PROCESS = "unowned_gpu_process"  # GPU memory no job owns
+    JOB_DIED = "job_died"
+    STALLED = "stalled"  # alive, no progress
+    DISK_FULL = "disk_full"
+    ENGINE_FAILED = "engine_failed"
+    DISK_FILLING = "disk_filling"  # the console's trend: full within a day
+    UNREACHABLE = "unreachable"  # the console cannot read the node
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def severe(self) -> bool:
+        return self in (AlertKind.SHARED_GPU, AlertKind.JOB_DIED, AlertKind.UNREACHABLE, AlertKind.DISK_FULL)
+
+
+class JobKind(str, enum.Enum):
+    COMMAND = "command"  # any program
+    SGLANG_SERVER = "sglang-server"  # python -m sglang.launch_server, built from the spec
+    GENERATE = "generate"  # the built-in generation worker
+    EXTRACT = "extract"  # the built-in hidden-state extraction worker
+    ROUTER = "router"  # sglang-router in front of several servers
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def info(self) -> "KindInfo":
+        return KIND_INFO[self]
+
+    @property
+    def short(self) -> str:
+        return KIND_INFO[self].short
+
+    @property
+    def options(self) -> frozenset[str]:
+        return KIND_INFO[self].options
+
+    @property
+    def engine_client(self) -> bool:
+        return KIND_INFO[self].engine_client
+
+    @property
+    def worker_module(self) -> Optional[str]:
+        """The module whose ``build_argv(spec, python)`` makes this kind's command line."""
+        return KIND_INFO[self].worker_module
+
+
+@dataclass(frozen=True)
+class KindInfo:
+    short: str  # the console's KIND column
+    options: frozenset[str] = frozenset()  # fleet-file keys of this kind kept in JobSpec.options
+    engine_client: bool = False  # it talks to engines: the console shows their figures on it
+    worker_module: Optional[str] = None  # see JobKind.worker_module
+
+
+KIND_INFO: dict[JobKind, KindInfo] = {
+    JobKind.COMMAND: KindInfo(short="cmd"),
+    JobKind.SGLANG_SERVER: KindInfo(short="sglang"),
+    JobKind.GENERATE: KindInfo(
+        short="gen", engine_client=True, worker_module="gpudeck.agents.workers.generate",
+        options=frozenset({"servers", "prompts", "out", "s3", "concurrency", "max_tokens", "model_name",
+                           "temperature", "top_p", "thinking", "force", "s3_endpoint"})),
+    JobKind.EXTRACT: KindInfo(
+        short="extract", worker_module="gpudeck.agents.workers.extract",
+        options=frozenset({"data", "out", "layers", "max_tokens_per_batch", "device", "dtype", "s3", "force",
+                           "s3_endpoint", "chat_template", "part", "writers", "compress"})),
+    JobKind.ROUTER: KindInfo(short="router", engine_client=True, worker_module="gpudeck.agents.workers.router",
+                             options=frozenset({"workers", "router_args"})),
+}
+KINDS = tuple(k.value for k in JobKind)
 
 
 class SpecError(ValueError):
@@ -33,7 +165,7 @@ class SpecError(ValueError):
 @dataclass(frozen=True)
 class JobSpec:
     name: str
-    kind: str = "command"
+    kind: JobKind = JobKind.COMMAND
     node: Optional[str] = None
     command: list[str] = field(default_factory=list)  # for kind=command (argv)
     gpus: list[int] = field(default_factory=list)
@@ -61,18 +193,21 @@ class JobSpec:
             raise SpecError(f"job {self.name!r}: a name must be non-empty, without '/' or a leading '.'")
         if self.kind not in KINDS:
             raise SpecError(f"job {self.name!r}: kind {self.kind!r} is not one of {', '.join(KINDS)}")
-        if self.kind == "command" and not self.command:
+        object.__setattr__(self, "kind", JobKind(self.kind))
+        if self.kind is JobKind.COMMAND and not self.command:
             raise SpecError(f"job {self.name!r}: kind 'command' needs a 'command'")
-        if self.kind == "sglang-server" and not self.port:
+        if self.kind is JobKind.SGLANG_SERVER and not self.port:
             raise SpecError(f"job {self.name!r}: kind 'sglang-server' needs a 'port'")
-        if self.kind == "sglang-server" and not self.model and not self.command:
+        if self.kind is JobKind.SGLANG_SERVER and not self.model and not self.command:
             raise SpecError(f"job {self.name!r}: kind 'sglang-server' needs a 'model' (or its own 'command')")
         if any((not isinstance(g, int)) or g < 0 for g in self.gpus):
             raise SpecError(f"job {self.name!r}: 'gpus' must be GPU indices (integers >= 0)")
 
     # -- wire form
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        d = dataclasses.asdict(self)
+        d["kind"] = self.kind.value
+        return d
 
     @classmethod
     def from_dict(cls, obj: dict[str, Any]) -> "JobSpec":
@@ -90,9 +225,9 @@ class JobSpec:
     def scrape_url(self) -> Optional[str]:
         if self.metrics_url:
             return self.metrics_url
-        if self.kind == "sglang-server" and self.port:
+        if self.kind is JobKind.SGLANG_SERVER and self.port:
             return f"http://{self.host}:{self.port}/metrics"
-        if self.kind == "router":  # sglang-router serves smg_* on its --prometheus-port, 29000 by default
+        if self.kind is JobKind.ROUTER:  # sglang-router serves smg_* on its --prometheus-port, 29000 by default
             return f"http://{self.host}:29000/metrics"
         return None
 
@@ -101,7 +236,7 @@ class JobSpec:
         py = self.python or python
         if self.command:  # any kind may be given its exact command (a wrapper, a simulator)
             return list(self.command)
-        if self.kind == "sglang-server":
+        if self.kind is JobKind.SGLANG_SERVER:
             argv = [py, "-m", "sglang.launch_server", "--model-path", str(self.model),
                     "--host", self.host, "--port", str(self.port)]
             if self.tp:
@@ -112,10 +247,9 @@ class JobSpec:
             if "--enable-metrics" not in argv:
                 argv.append("--enable-metrics")
             return argv
-        # built-in workers build their own command line from the spec's options:
-        # agents.workers.<kind>.build_argv(spec, python) -> list[str]
+        # built-in workers build their own command line from the spec's options
         import importlib
-        module = importlib.import_module(f"agents.workers.{self.kind.replace('-', '_')}")
+        module = importlib.import_module(self.kind.worker_module)
         return module.build_argv(self, py)
 
     def describe(self) -> str:

@@ -2,7 +2,7 @@
 
 The agent that holds the node's lock (see ``agents.agent.AgentLock``) serves its own
 stdin/stdout and a Unix socket, ``<home>/agent.sock``, in the agent's 0700 home. A later
-``python -m agents`` for the same home (a second console: the TUI and a CLI command, or two
+``python -m gpudeck.agents`` for the same home (a second console: the TUI and a CLI command, or two
 operators) finds that agent on the socket and relays: it copies its stdin to the socket and
 the socket to its stdout, and the console cannot tell the difference. A relay never touches
 a job; the node keeps one agent, one history and one set of jobs.
@@ -174,7 +174,7 @@ def try_relay(home: Path, version: str, protocol_version: int, timeout_s: float 
     Returns the exit status once the console or the agent closes the link, or None when
     there is no such agent (nothing listening, no hello in time, another version): the
     caller then takes the node over as before."""
-    from agents import protocol
+    from gpudeck.agents import protocol
 
     path = home / SOCKET_NAME
     if not path.exists():

@@ -17,8 +17,8 @@ import os
 import time
 from typing import Optional
 
-from agents.protocol import Progress
-from agents.rates import CounterRate, eta_seconds
+from gpudeck.agents.protocol import Progress
+from gpudeck.agents.rates import CounterRate, eta_seconds
 
 
 class DoneSetCounter:

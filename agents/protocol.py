@@ -5,19 +5,23 @@ JSON object with a ``type`` field. The agent speaks first with a :class:`Hello`;
 console checks ``protocol`` and ``version`` before it sends anything.
 
 Console -> agent: :class:`Request`.  Agent -> console: :class:`Hello`, :class:`History`,
-:class:`Snapshot`, :class:`Reply`.
+:class:`Snapshot`, :class:`Reply`. A reply's ``result`` is one of the typed results below
+(:class:`KillVerdict`, :class:`LaunchResult`, :class:`LogChunk`) in plain form: :func:`result_of`
+reads it back into its type.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import enum
 import json
 import types
 import typing
 from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
-from agents import __version__
+from gpudeck.agents import __version__
+from gpudeck.agents.jobs import AlertKind, EngineState, JobKind, JobState
 
 PROTOCOL = 1
 
@@ -74,7 +78,7 @@ class Engine:
     """What an inference server's /metrics says, reduced to what an operator acts on."""
 
     url: str
-    state: str  # loading | starting | ready | failed
+    state: EngineState
     flavor: Optional[str] = None  # sglang | vllm | llamacpp | router
     tokens_per_s: Optional[float] = None
     generation_tokens: Optional[float] = None
@@ -98,11 +102,60 @@ class Progress:
     error: Optional[str] = None  # a progress file that could not be read
 
 
+# ---------------------------------------------------------------- typed results of requests
+
+
+@dataclass(frozen=True)
+class GpuHolder:
+    """A process that still holds GPU memory after a kill."""
+
+    pid: int
+    gpu: int
+    mib: float
+
+
+@dataclass(frozen=True)
+class KillVerdict:
+    """What a kill did, verified: ``ok`` only when no process of the job is left and the GPUs
+    no longer show its memory. Kept in the job's state on the node and shown with the job."""
+
+    job: str
+    ok: bool
+    message: str  # one line for the operator: "freed 54.0 GiB in 2.1 s", "still held by pid 515 ..."
+    signal: Optional[str] = None  # the last signal sent: SIGTERM or SIGKILL; None when nothing was sent
+    seconds: Optional[float] = None
+    freed_gib: Optional[float] = None
+    pids: list[int] = field(default_factory=list)  # the job's processes when the kill began
+    survivors: list[int] = field(default_factory=list)  # those still alive at the end
+    gpu_holders: list[GpuHolder] = field(default_factory=list)
+    already: Optional[str] = None  # the job had already ended: the state it ended in
+    exit_code: Optional[int] = None
+    at: Optional[float] = None  # when the verdict was reached (unix time)
+
+
+@dataclass(frozen=True)
+class LaunchResult:
+    job: str
+    pid: int
+    attempt: int
+    log: str  # the job's log file on the node
+    argv: list[str] = field(default_factory=list)  # the command line the node really ran
+    kill: Optional[KillVerdict] = None  # a relaunch of a live job: the kill that came first
+
+
+@dataclass(frozen=True)
+class LogChunk:
+    job: str
+    text: str
+    offset: int  # the byte offset after this text: where a follow reads on
+    path: str
+
+
 @dataclass(frozen=True)
 class JobStatus:
     name: str
-    kind: str
-    state: str  # see agents.jobs.JobState
+    kind: JobKind
+    state: JobState
     gpus: list[int] = field(default_factory=list)
     gpu_uuids: list[str] = field(default_factory=list)
     pid: Optional[int] = None
@@ -115,11 +168,13 @@ class JobStatus:
     progress: Optional[Progress] = None
     engine: Optional[Engine] = None
     log_path: Optional[str] = None
+    argv: list[str] = field(default_factory=list)  # the command line the node ran for this attempt
+    last_kill: Optional[KillVerdict] = None  # the last kill's verdict, kept across agents
 
 
 @dataclass(frozen=True)
 class Alert:
-    kind: str  # shared_gpu | unowned_gpu_process | job_died | stalled | disk_full | engine_failed
+    kind: AlertKind
     message: str
     job: Optional[str] = None
     gpu: Optional[int] = None
@@ -211,6 +266,17 @@ OPS = {
 }
 
 
+RESULT_TYPES: dict[str, type] = {"kill": KillVerdict, "launch": LaunchResult, "relaunch": LaunchResult,
+                                 "logs": LogChunk}
+
+
+def result_of(op: str, result: dict[str, Any]) -> Any:
+    """A reply's ``result`` for ``op`` read back into its typed form (the dict itself for ops
+    without one); ProtocolError when it does not fit."""
+    cls = RESULT_TYPES.get(op)
+    return from_dict(cls, result) if cls is not None else result
+
+
 # ---------------------------------------------------------------- encoding
 
 def encode(msg: Message) -> bytes:
@@ -285,6 +351,12 @@ def _convert(tp: Any, value: Any, where: str) -> Any:
         return _convert(inner, value, where)
     if tp is Any:
         return value
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        try:
+            return tp(value)
+        except ValueError:
+            raise ProtocolError(f"{where}: expected one of {', '.join(str(m.value) for m in tp)}, "
+                                f"got {value!r}") from None
     if dataclasses.is_dataclass(tp):
         return from_dict(tp, value, where)
     if origin is list:

@@ -17,6 +17,7 @@ time matches the recorded one, so a reused pid never passes for the job.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -32,8 +33,9 @@ from typing import Any, Optional
 
 import psutil
 
-from agents.gpu import GpuSampler
-from agents.jobs import JobSpec, JobState, SpecError
+from gpudeck.agents.gpu import GpuSampler
+from gpudeck.agents.jobs import JobSpec, JobState, SpecError
+from gpudeck.agents.protocol import GpuHolder, KillVerdict, LaunchResult, LogChunk, ProtocolError, from_dict, to_plain
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +56,7 @@ class JobRecord:
     """state.json: what the supervisor knows of a job between agents."""
 
     name: str
-    state: str = JobState.PENDING.value
+    state: JobState = JobState.PENDING
     attempt: int = 0
     pid: Optional[int] = None
     pgid: Optional[int] = None
@@ -63,15 +65,23 @@ class JobRecord:
     ended_at: Optional[float] = None
     exit_code: Optional[int] = None
     kill_requested: bool = False
-    last_kill: Optional[dict] = None
+    last_kill: Optional[KillVerdict] = None
+    argv: list[str] = field(default_factory=list)  # the command line of this attempt
 
     def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        return to_plain(self)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "JobRecord":
         known = set(cls.__dataclass_fields__)
-        return cls(**{k: v for k, v in d.items() if k in known})
+        values = {k: v for k, v in d.items() if k in known}
+        values["state"] = JobState(values.get("state", JobState.PENDING))
+        kill = values.get("last_kill")
+        try:
+            values["last_kill"] = from_dict(KillVerdict, kill) if isinstance(kill, dict) else None
+        except ProtocolError:  # a verdict of a form this version does not read: not shown, not fatal
+            values["last_kill"] = None
+        return cls(**values)
 
 
 @dataclass
@@ -171,7 +181,7 @@ class JobSupervisor:
                 continue
             self.records[rec.name] = rec
             self._live[rec.name] = _Live()
-            if JobState(rec.state).alive:
+            if rec.state.alive:
                 if self._leader_alive(rec) or self._group_members(rec):
                     self.audit("adopt", rec.name, pid=rec.pid, pgid=rec.pgid)
                 else:
@@ -254,7 +264,7 @@ class JobSupervisor:
         """Cached group members, refreshed every few seconds."""
         now = time.monotonic() if now is None else now
         rec, live = self.records.get(name), self._live.get(name)
-        if rec is None or live is None or not JobState(rec.state).alive:
+        if rec is None or live is None or not rec.state.alive:
             return []
         if now - live.members_at > MEMBERS_REFRESH_S:
             tree = _descendants(rec.pid) if rec.pid and self._leader_alive(rec) else None
@@ -278,11 +288,11 @@ class JobSupervisor:
             code = 128 - code if code < 0 else code
         rec.exit_code = code
         if rec.kill_requested:
-            rec.state = JobState.KILLED.value
+            rec.state = JobState.KILLED
         elif code is None:
-            rec.state = JobState.LOST.value
+            rec.state = JobState.LOST
         else:
-            rec.state = (JobState.EXITED if code == 0 else JobState.FAILED).value
+            rec.state = JobState.EXITED if code == 0 else JobState.FAILED
         rec.ended_at = rec.ended_at or time.time()
         if live:
             live.members, live.popen = [], None
@@ -293,7 +303,7 @@ class JobSupervisor:
         """One tick: notice jobs that ended since the last one."""
         with self._lock:
             for name, rec in self.records.items():
-                if name in self._busy or not JobState(rec.state).alive:
+                if name in self._busy or not rec.state.alive:
                     continue
                 if self._leader_alive(rec):
                     continue
@@ -310,10 +320,10 @@ class JobSupervisor:
             pgid = os.getpgid(pid)
         except (ProcessLookupError, PermissionError):
             pgid = None
-        by_pgid = {r.pgid: n for n, r in self.records.items() if r.pgid and JobState(r.state).alive}
+        by_pgid = {r.pgid: n for n, r in self.records.items() if r.pgid and r.state.alive}
         if pgid in by_pgid:
             return by_pgid[pgid]
-        by_pid = {r.pid: n for n, r in self.records.items() if r.pid and JobState(r.state).alive}
+        by_pid = {r.pid: n for n, r in self.records.items() if r.pid and r.state.alive}
         try:
             for parent in psutil.Process(pid).parents():
                 if parent.pid in by_pid:
@@ -330,7 +340,7 @@ class JobSupervisor:
                 raise JobError(f"job {name!r}: another launch or kill is under way; try again in a moment")
             self._busy.add(name)
 
-    def launch(self, name: str, *, relaunch: bool = False) -> dict[str, Any]:
+    def launch(self, name: str, *, relaunch: bool = False) -> LaunchResult:
         spec = (self.stored_spec(name) or self.declared.get(name)) if relaunch else self.spec_of(name)
         if spec is None:
             known = ", ".join(self.names()) or "none"
@@ -341,11 +351,11 @@ class JobSupervisor:
         finally:
             self._busy.discard(name)
 
-    def _launch(self, spec: JobSpec, relaunch: bool) -> dict[str, Any]:
+    def _launch(self, spec: JobSpec, relaunch: bool) -> LaunchResult:
         name = spec.name
         with self._lock:
             rec = self.records.get(name) or JobRecord(name=name)
-            if JobState(rec.state).alive and (self._leader_alive(rec) or self._group_members(rec)):
+            if rec.state.alive and (self._leader_alive(rec) or self._group_members(rec)):
                 raise JobError(f"job {name!r} is already running on {self.node} (pid {rec.pid}, "
                                f"attempt {rec.attempt}); kill it first or use relaunch")
             d = self.job_dir(name)
@@ -376,9 +386,9 @@ class JobSupervisor:
                 create_time = psutil.Process(popen.pid).create_time()
             except psutil.Error:
                 create_time = time.time()
-            rec = JobRecord(name=name, state=JobState.RUNNING.value, attempt=rec.attempt + 1, pid=popen.pid,
+            rec = JobRecord(name=name, state=JobState.RUNNING, attempt=rec.attempt + 1, pid=popen.pid,
                             pgid=popen.pid, create_time=create_time, started_at=time.time(),
-                            last_kill=rec.last_kill)
+                            last_kill=rec.last_kill, argv=list(argv))
             self.records[name] = rec
             if name in self._live:
                 self._live[name].close_pidfd()
@@ -386,37 +396,38 @@ class JobSupervisor:
             self._save(rec)
             self.audit("relaunch" if relaunch else "launch", name, pid=popen.pid, attempt=rec.attempt,
                        gpus=spec.gpus, argv=argv)
-            return {"job": name, "pid": popen.pid, "attempt": rec.attempt, "log": str(log_path)}
+            return LaunchResult(job=name, pid=popen.pid, attempt=rec.attempt, log=str(log_path), argv=list(argv))
 
-    def kill(self, name: str, grace_s: float = 10.0, verify_timeout_s: float = 15.0) -> dict[str, Any]:
+    def kill(self, name: str, grace_s: float = 10.0, verify_timeout_s: float = 15.0) -> KillVerdict:
         """SIGTERM to the group, SIGKILL after ``grace_s``, then verify against /proc and NVML."""
         rec = self.records.get(name)
         if rec is None:
             if self.spec_of(name) is None:
                 raise JobError(f"unknown job {name!r} on node {self.node} (known: {', '.join(self.names()) or 'none'})")
-            return {"job": name, "ok": True, "already": "never launched", "message": f"{name} was never launched"}
+            return KillVerdict(job=name, ok=True, already=JobState.PENDING.value, message=f"{name} was never launched",
+                               at=time.time())
         self._claim(name)
         try:
             return self._kill(rec, grace_s, verify_timeout_s)
         finally:
             self._busy.discard(name)
 
-    def _kill(self, rec: JobRecord, grace_s: float, verify_timeout_s: float) -> dict[str, Any]:
+    def _kill(self, rec: JobRecord, grace_s: float, verify_timeout_s: float) -> KillVerdict:
         name = rec.name
         t0 = time.monotonic()
-        members = self._group_members(rec) if JobState(rec.state).alive else []
+        members = self._group_members(rec) if rec.state.alive else []
         if not members:
-            if JobState(rec.state).alive:
+            if rec.state.alive:
                 self._settle(rec)
-            verdict = {"job": name, "ok": True, "already": rec.state, "exit_code": rec.exit_code,
-                       "message": f"{name} had already ended ({rec.state}"
-                                  + (f", exit code {rec.exit_code})" if rec.exit_code is not None else ")")}
-            self.audit("kill", name, verdict)
+            verdict = KillVerdict(job=name, ok=True, already=rec.state.value, exit_code=rec.exit_code, at=time.time(),
+                                  message=f"{name} had already ended ({rec.state}"
+                                          + (f", exit code {rec.exit_code})" if rec.exit_code is not None else ")"))
+            self.audit("kill", name, to_plain(verdict))
             return verdict
         # GPU memory the job's processes hold now, on every GPU (a job may ignore CUDA_VISIBLE_DEVICES)
         held_before = self._gpu_holdings(set(members))
         rec.kill_requested = True
-        rec.state = JobState.STOPPING.value
+        rec.state = JobState.STOPPING
         self._save(rec)
         self.audit("kill-start", name, pids=members, grace_s=grace_s)
         signal_used = "SIGTERM"
@@ -442,17 +453,17 @@ class JobSupervisor:
             parts = [f"pid {p} still alive" for p in alive]
             parts += [f"still held by pid {pid} on GPU {gpu} ({mib / 1024:.1f} GiB)" for pid, gpu, mib in gpu_held]
             message = "; ".join(parts)
-        verdict = {"job": name, "ok": ok, "signal": signal_used, "seconds": round(seconds, 3),
-                   "freed_gib": round(freed_mib / 1024, 3), "pids": members, "survivors": alive,
-                   "gpu_holders": [{"pid": p, "gpu": g, "mib": m} for p, g, m in gpu_held],
-                   "message": message}
+        verdict = KillVerdict(job=name, ok=ok, signal=signal_used, seconds=round(seconds, 3),
+                              freed_gib=round(freed_mib / 1024, 3), pids=members, survivors=alive,
+                              gpu_holders=[GpuHolder(pid=p, gpu=g, mib=m) for p, g, m in gpu_held],
+                              message=message, at=time.time())
         with self._lock:
             rec.last_kill = verdict
             if not alive:
                 self._settle(rec)
             else:
                 self._save(rec)
-        self.audit("kill", name, verdict)
+        self.audit("kill", name, to_plain(verdict))
         return verdict
 
     def _signal(self, rec: JobRecord, pids: list[int], sig: int) -> None:
@@ -485,34 +496,32 @@ class JobSupervisor:
                     held.append((pid, index, mib))
         return held
 
-    def relaunch(self, name: str, grace_s: float = 10.0) -> dict[str, Any]:
+    def relaunch(self, name: str, grace_s: float = 10.0) -> LaunchResult:
         """Same spec, next attempt. A job still running is killed first."""
         rec = self.records.get(name)
         verdict = None
-        if rec is not None and JobState(rec.state).alive:
+        if rec is not None and rec.state.alive:
             verdict = self.kill(name, grace_s)
-            if not verdict["ok"]:
-                raise JobError(f"job {name!r}: not relaunched, the kill did not finish: {verdict['message']}")
+            if not verdict.ok:
+                raise JobError(f"job {name!r}: not relaunched, the kill did not finish: {verdict.message}")
         result = self.launch(name, relaunch=True)
-        if verdict is not None:
-            result["kill"] = verdict
-        return result
+        return dataclasses.replace(result, kill=verdict) if verdict is not None else result
 
-    def logs(self, name: str, lines: int = 100, offset: Optional[int] = None) -> dict[str, Any]:
+    def logs(self, name: str, lines: int = 100, offset: Optional[int] = None) -> LogChunk:
         """The last ``lines`` lines, or everything after byte ``offset`` (for --follow)."""
         if self.spec_of(name) is None and name not in self.records:
             raise JobError(f"unknown job {name!r} on node {self.node} (known: {', '.join(self.names()) or 'none'})")
         path = self.job_dir(name) / "job.log"
         if not path.exists():
-            return {"job": name, "text": "", "offset": 0, "path": str(path)}
+            return LogChunk(job=name, text="", offset=0, path=str(path))
         size = path.stat().st_size
         with open(path, "rb") as f:
             if offset is not None:
                 offset = min(max(0, offset), size)
                 f.seek(offset)
                 data = f.read(1 << 20)
-                return {"job": name, "text": data.decode(errors="replace"), "offset": offset + len(data),
-                        "path": str(path)}
+                return LogChunk(job=name, text=data.decode(errors="replace"), offset=offset + len(data),
+                                path=str(path))
             block, data = 1 << 16, b""
             pos = size
             while pos > 0 and data.count(b"\n") <= lines:
@@ -521,7 +530,7 @@ class JobSupervisor:
                 f.seek(pos)
                 data = f.read(step) + data
         tail = b"\n".join(data.split(b"\n")[-(lines + 1):]) if lines > 0 else b""
-        return {"job": name, "text": tail.decode(errors="replace"), "offset": size, "path": str(path)}
+        return LogChunk(job=name, text=tail.decode(errors="replace"), offset=size, path=str(path))
 
 
 def _descendants(pid: int) -> Optional[list[int]]:

@@ -1,5 +1,5 @@
 """What the agent costs a node: CPU per tick and RSS, against one poll done the way
-gpustat-web does it (a fresh Python process per poll, here `python -m agents --once`, which
+gpustat-web does it (a fresh Python process per poll, here `python -m gpudeck.agents --once`, which
 does the same sampling work). Prints the ratio last.
 
     python bench/agent_tick.py [--ticks 200] [--interval 0.05] [--jobs 4] [--polls 20] [--nvml]
@@ -40,7 +40,7 @@ def jobs(n: int) -> list[dict]:
 
 
 def measure_agent(home: Path, ticks: int, interval: float, njobs: int, nvml: bool) -> tuple[float, float, int]:
-    args = [sys.executable, "-m", "agents", "--home", str(home), "--node", "bench", "--interval", str(interval)]
+    args = [sys.executable, "-m", "gpudeck.agents", "--home", str(home), "--node", "bench", "--interval", str(interval)]
     if not nvml:
         args.append("--no-nvml")
     proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
@@ -85,7 +85,7 @@ def measure_agent(home: Path, ticks: int, interval: float, njobs: int, nvml: boo
 
 
 def measure_fresh_process(home: Path, polls: int, nvml: bool) -> float:
-    args = [sys.executable, "-m", "agents", "--once", "--home", str(home)]
+    args = [sys.executable, "-m", "gpudeck.agents", "--once", "--home", str(home)]
     if not nvml:
         args.append("--no-nvml")
     before = resource.getrusage(resource.RUSAGE_CHILDREN)

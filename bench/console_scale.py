@@ -31,10 +31,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from agents.jobs import JobSpec  # noqa: E402
-from agents.protocol import (Disk, Engine, Gpu, GpuProcess, Host, JobStatus, Progress,  # noqa: E402
+from gpudeck.agents.jobs import JobSpec  # noqa: E402
+from gpudeck.agents.protocol import (Disk, Engine, Gpu, GpuProcess, Host, JobStatus, Progress,  # noqa: E402
                              Snapshot)
-from remote.fleet import Fleet, Node  # noqa: E402
+from gpudeck.remote.fleet import Fleet, Node  # noqa: E402
 
 SIZE = (160, 50)
 
@@ -95,7 +95,7 @@ def make_round(fleet: Fleet, r: int, gpus: int, rng: random.Random) -> list[Snap
 
 
 async def console_update_times(fleet: Fleet, rounds: list[list[Snapshot]], view: str) -> tuple[list[float], int]:
-    from console.app import make_app
+    from gpudeck.console.app import make_app
 
     app = make_app(fleet, connect=False, tick_s=0, initial_view=view)
     times = []
@@ -117,8 +117,8 @@ async def console_update_times(fleet: Fleet, rounds: list[list[Snapshot]], view:
 
 async def console_cpu_share(fleet: Fleet, rounds: list[list[Snapshot]], seconds: float, view: str) -> float:
     """Snapshots posted as messages, as the transport does, once a second."""
-    from console.app import make_app
-    from console.messages import SnapshotReceived
+    from gpudeck.console.app import make_app
+    from gpudeck.console.messages import SnapshotReceived
 
     app = make_app(fleet, connect=False, initial_view=view)
     async with app.run_test(size=SIZE) as pilot:

@@ -52,8 +52,8 @@ def main() -> int:
     import zstandard
     from transformers import AutoModelForCausalLM, Qwen3Config
 
-    from agents.workers.extract_run import to_planes
-    from agents.workers.extract_store import PlaneCodec, decode_planes
+    from gpudeck.agents.workers.extract_run import to_planes
+    from gpudeck.agents.workers.extract_store import PlaneCodec, decode_planes
 
     cfg = Qwen3Config(vocab_size=151936, hidden_size=2048, intermediate_size=6144, num_hidden_layers=28,
                       num_attention_heads=16, num_key_value_heads=8, head_dim=128, tie_word_embeddings=True)

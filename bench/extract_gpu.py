@@ -244,7 +244,7 @@ class DiskSampler:
 
 def run_worker(torch, model, data: str, out: str, n_budget: int, compile_: bool, progress: str, writers: int,
                shard_gib: int = 2, compress: bool = False):
-    from agents.workers.extract_run import ExtractOptions, run_extraction
+    from gpudeck.agents.workers.extract_run import ExtractOptions, run_extraction
 
     import queue
     import threading
@@ -278,7 +278,7 @@ def run_worker(torch, model, data: str, out: str, n_budget: int, compile_: bool,
     log("  " + disk.summary(t))
     doomed.put(None)
     del_thread.join()
-    from agents.workers.extract_run import STAGE_SECONDS
+    from gpudeck.agents.workers.extract_run import STAGE_SECONDS
     log(f"  stages (s, writers summed): {json.dumps({k: round(v, 1) for k, v in sorted(STAGE_SECONDS.items())})}"
         f"; wall {t_end - t:.1f} s; {sum(written) / 1e9:.1f} GB written, {sum(written) / (t_end - t) / 1e9:.2f} GB/s"
         + (f"; compression {sum(n for _, n in marks) * len(LAYERS) * 2048 * 2 / max(1, sum(written)):.3f}x"
@@ -322,8 +322,8 @@ def main() -> int:
     import torch
     import transformers
 
-    from agents.workers.extract_model import HiddenStateRunner
-    from agents.workers.extract_perf import FlopModel, peak_flops
+    from gpudeck.agents.workers.extract_model import HiddenStateRunner
+    from gpudeck.agents.workers.extract_perf import FlopModel, peak_flops
 
     os.makedirs(args.out, exist_ok=True)
     name = torch.cuda.get_device_name()

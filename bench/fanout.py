@@ -5,7 +5,7 @@ root, skipped with the reason otherwise) and 64 agents over one loopback sshd (i
 MaxStartups and MaxSessions raised), plus the same 64 over pipes for reference.
 
 Baseline, measured in the same run: what a shell loop or a gpustat-web-style poller does,
-one OpenSSH ``ssh NODE python -m agents --once`` per node per poll, all nodes at once.
+one OpenSSH ``ssh NODE python -m gpudeck.agents --once`` per node per poll, all nodes at once.
 
 Figures per fleet: time to connect every node (SSH, agent start, hello, configure), time
 to a full fleet snapshot after connect (a ``status`` request to every agent at once, each
@@ -35,11 +35,11 @@ from typing import Optional
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from agents import protocol  # noqa: E402
-from agents.protocol import Snapshot  # noqa: E402
-from remote.client import FleetClient  # noqa: E402
-from remote.fleet import Fleet, Node  # noqa: E402
-from remote.ssh import SshTransport  # noqa: E402
+from gpudeck.agents import protocol  # noqa: E402
+from gpudeck.agents.protocol import Snapshot  # noqa: E402
+from gpudeck.remote.client import FleetClient  # noqa: E402
+from gpudeck.remote.fleet import Fleet, Node  # noqa: E402
+from gpudeck.remote.ssh import SshTransport  # noqa: E402
 from ssh_support import NetnsFleet, Sshd, keygen, netns_unavailable, node_python  # noqa: E402
 
 
@@ -108,7 +108,7 @@ async def measure(label: str, fleet: Fleet, transports: dict, sweeps: int, strea
 
 def baseline(label: str, targets: list[tuple[str, int, str]], key: Path, known_hosts: Path,
              python: Path, sweeps: int) -> tuple[list[float], list[float]]:
-    """One OpenSSH client per node per poll, all at once: `ssh HOST python -m agents --once`."""
+    """One OpenSSH client per node per poll, all at once: `ssh HOST python -m gpudeck.agents --once`."""
     walls, cpus = [], []
     for _ in range(sweeps):
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -116,7 +116,7 @@ def baseline(label: str, targets: list[tuple[str, int, str]], key: Path, known_h
         procs = [subprocess.Popen(
             ["ssh", "-q", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
              "-o", f"UserKnownHostsFile={known_hosts}", "-i", str(key), "-p", str(port), f"root@{host}",
-             f"{python} -m agents --once --no-nvml --node bench --home {home}"],
+             f"{python} -m gpudeck.agents --once --no-nvml --node bench --home {home}"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
             for host, port, home in targets]
         outs = [p.communicate() for p in procs]
@@ -198,7 +198,7 @@ def main() -> None:
     print(f"machine: {os.cpu_count()} cores, load {load_before:.1f} before the run; agents tick at 1 Hz, NVML off")
     for name, (walls, cpus) in base.items():
         n = int(name.split()[0])
-        print(f"baseline, one `ssh HOST python -m agents --once` per node per poll, {name}: full sweep "
+        print(f"baseline, one `ssh HOST python -m gpudeck.agents --once` per node per poll, {name}: full sweep "
               f"{statistics.median(walls):.2f} s (median of {len(walls)}); console CPU "
               f"{statistics.median(cpus) / n * 1e3:.1f} ms per node (ssh clients included)")
     for line in lines:

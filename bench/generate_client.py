@@ -46,7 +46,7 @@ ENV.pop("GPUDECK_PROGRESS_FILE", None)
 
 class Sim:
     def __init__(self, *args: str) -> None:
-        self.proc = subprocess.Popen([PY, "-m", "agents.workers.sim_engine", "--port", "0", *args],
+        self.proc = subprocess.Popen([PY, "-m", "gpudeck.agents.workers.sim_engine", "--port", "0", *args],
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=ENV, cwd=ROOT)
         line = self.proc.stdout.readline().decode()
         m = re.search(r"listening on (http://\S+)", line)
@@ -104,7 +104,7 @@ def measured(argv: list[str], log: Path, until=None) -> dict:
 
 
 def gpudeck_argv(prompts: Path, out: Path, urls: list[str], concurrency: int, *extra: str) -> list[str]:
-    argv = [PY, "-m", "agents.workers.generate", "--prompts", str(prompts), "--out", str(out),
+    argv = [PY, "-m", "gpudeck.agents.workers.generate", "--prompts", str(prompts), "--out", str(out),
             "--concurrency", str(concurrency), "--max-tokens", "64"]
     for u in urls:
         argv += ["--server", u]

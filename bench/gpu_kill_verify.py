@@ -29,7 +29,7 @@ time.sleep(3600)
 class Agent:
     def __init__(self, home: Path) -> None:
         env = dict(os.environ, PYTHONPATH=str(ROOT))
-        self.proc = subprocess.Popen([sys.executable, "-m", "agents", "--home", str(home), "--node", "gpu",
+        self.proc = subprocess.Popen([sys.executable, "-m", "gpudeck.agents", "--home", str(home), "--node", "gpu",
                                       "--interval", "0.5"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      env=env, cwd=ROOT)
         self.ids = 0

@@ -1,5 +1,5 @@
 import sys
 
-from console.cli import main
+from gpudeck.console.cli import main
 
 sys.exit(main())

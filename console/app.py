@@ -22,18 +22,18 @@ from textual.app import App
 from textual.binding import Binding
 from textual.worker import Worker, WorkerState
 
-from agents.protocol import History, Snapshot
-from console.messages import (HistoryReceived, JobActionFailed, JobActionFinished, LogFetched, LogFetchFailed,
+from gpudeck.agents.protocol import History, KillVerdict, Snapshot
+from gpudeck.console.messages import (HistoryReceived, JobActionFailed, JobActionFinished, LogFetched, LogFetchFailed,
                               NodeWentDown, NodeWentUp, SnapshotReceived)
-from console.screens.confirm import ConfirmScreen
-from console.screens.error import ErrorScreen
-from console.screens.help import HelpScreen
-from console.screens.job import JobScreen
-from console.screens.main import MainScreen
-from console.state import ALIVE, FleetState
-from console.widgets.log_panel import LogPanel
-from remote.client import AgentError, FleetClient, NodeDown, NodeUp, RequestFailed
-from remote.fleet import Fleet
+from gpudeck.console.screens.confirm import ConfirmScreen
+from gpudeck.console.screens.error import ErrorScreen
+from gpudeck.console.screens.help import HelpScreen
+from gpudeck.console.screens.job import JobScreen
+from gpudeck.console.screens.main import MainScreen
+from gpudeck.console.state import ALIVE, FleetState
+from gpudeck.console.widgets.log_panel import LogPanel
+from gpudeck.remote.client import AgentError, FleetClient, NodeDown, NodeUp, RequestFailed
+from gpudeck.remote.fleet import Fleet
 
 OPERATOR_ERRORS = (AgentError, RequestFailed, KeyError, asyncio.TimeoutError, OSError)
 
@@ -254,19 +254,15 @@ class GpuDeckApp(App[None]):
     def on_job_action_finished(self, message: JobActionFinished) -> None:
         r, job = message.result, message.job
         severity = "information"
-        if message.op == "kill":
-            ok = bool(r.get("ok", True))
-            title = f"killed {job}" if ok else f"kill of {job} incomplete"
-            text = str(r.get("message", "done"))
-            severity = "information" if ok else "error"
-        elif message.op == "relaunch":
-            title = f"relaunched {job}"
-            text = f"attempt {r.get('attempt')}, pid {r.get('pid')}"
-            if "kill" in r:
-                text = f"killed first: {r['kill'].get('message')}\n{text}"
+        if isinstance(r, KillVerdict):
+            title = f"killed {job}" if r.ok else f"kill of {job} incomplete"
+            text = r.message
+            severity = "information" if r.ok else "error"
         else:
-            title = f"launched {job}"
-            text = f"attempt {r.get('attempt')}, pid {r.get('pid')}"
+            title = f"{message.op}ed {job}"
+            text = f"attempt {r.attempt}, pid {r.pid}"
+            if r.kill is not None:
+                text = f"killed first: {r.kill.message}\n{text}"
         self.verdicts.append((job, message.op, text))
         self.notify(text, title=title, severity=severity, timeout=15)  # type: ignore[arg-type]
         self.schedule_refresh()
@@ -303,13 +299,13 @@ class GpuDeckApp(App[None]):
         while True:
             try:
                 if offset is None:
-                    r = await self.client.job_request(job, "logs", lines=self.config.log_lines, timeout=15.0)
-                    self.post_message(LogFetched(job, r["text"], reset=True, path=r.get("path")))
+                    r = await self.client.logs(job, lines=self.config.log_lines, timeout=15.0)
+                    self.post_message(LogFetched(job, r.text, reset=True, path=r.path))
                 else:
-                    r = await self.client.job_request(job, "logs", offset=offset, timeout=15.0)
-                    if r["text"]:
-                        self.post_message(LogFetched(job, r["text"], reset=False))
-                offset, delay = int(r["offset"]), self.config.log_poll_s
+                    r = await self.client.logs(job, offset=offset, timeout=15.0)
+                    if r.text:
+                        self.post_message(LogFetched(job, r.text, reset=False))
+                offset, delay = r.offset, self.config.log_poll_s
             except OPERATOR_ERRORS as exc:
                 self.post_message(LogFetchFailed(job, describe_error(exc)))
                 delay = min(delay * 2, 15.0)

@@ -16,7 +16,7 @@ EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
 
 def _fleet(path: Optional[str]):
-    from remote.fleet import load_fleet, local_fleet
+    from gpudeck.remote.fleet import load_fleet, local_fleet
     path = path or os.environ.get("GPUDECK_FLEET")
     return load_fleet(path) if path else local_fleet()
 
@@ -28,8 +28,8 @@ def _err(msg: str) -> None:
 # ---------------------------------------------------------------- status
 
 async def _status(args) -> int:
-    from console.state import FleetState
-    from remote.client import FleetClient
+    from gpudeck.console.state import FleetState
+    from gpudeck.remote.client import FleetClient
 
     fleet = _fleet(args.fleet)
     client = FleetClient(fleet)
@@ -50,7 +50,7 @@ async def _status(args) -> int:
 
 
 def render_status(state) -> str:
-    from console.state import human_duration, job_tokens_per_s
+    from gpudeck.console.state import human_duration, job_tokens_per_s
 
     lines = []
     for name, view in state.nodes.items():
@@ -94,8 +94,8 @@ def _n(v) -> str:
 
 # ---------------------------------------------------------------- job operations
 
-async def _job_op(args, op: str, **extra: Any) -> dict:
-    from remote.client import FleetClient
+async def _job_op(args, op: str, **extra: Any) -> Any:
+    from gpudeck.remote.client import FleetClient
 
     fleet = _fleet(args.fleet)
     fleet.job(args.job)  # unknown job: KeyError with the fleet's jobs, before any connection
@@ -108,45 +108,47 @@ async def _job_op(args, op: str, **extra: Any) -> dict:
 
 async def _launch(args) -> int:
     r = await _job_op(args, "launch")
-    print(f"launched {r['job']}: pid {r['pid']}, attempt {r['attempt']}, log {r['log']}")
+    print(f"launched {r.job}: pid {r.pid}, attempt {r.attempt}, log {r.log}")
     return EXIT_OK
 
 
 async def _relaunch(args) -> int:
     r = await _job_op(args, "relaunch", grace_s=args.grace, timeout=args.grace + 60)
-    if "kill" in r:
-        print(f"killed {r['job']}: {r['kill']['message']}")
-    print(f"relaunched {r['job']}: pid {r['pid']}, attempt {r['attempt']}")
+    if r.kill is not None:
+        print(f"killed {r.job}: {r.kill.message}")
+    print(f"relaunched {r.job}: pid {r.pid}, attempt {r.attempt}")
     return EXIT_OK
 
 
 async def _kill(args) -> int:
+    from gpudeck.agents.protocol import to_plain
+
     r = await _job_op(args, "kill", grace_s=args.grace, timeout=args.grace + 60)
     if args.json:
-        print(json.dumps(r, indent=1))
+        print(json.dumps(to_plain(r), indent=1))
     else:
-        print(f"{'killed' if r['ok'] else 'KILL INCOMPLETE'} {r['job']}: {r['message']}")
-    return EXIT_OK if r["ok"] else EXIT_FAIL
+        print(f"{'killed' if r.ok else 'KILL INCOMPLETE'} {r.job}: {r.message}")
+    return EXIT_OK if r.ok else EXIT_FAIL
 
 
 async def _logs(args) -> int:
-    from remote.client import FleetClient
+    from gpudeck.remote.client import FleetClient
 
     fleet = _fleet(args.fleet)
     fleet.job(args.job)
     client = FleetClient(fleet)
     try:
-        r = await client.job_request(args.job, "logs", lines=args.lines)
-        sys.stdout.write(r["text"])
+        r = await client.logs(args.job, lines=args.lines)
+        sys.stdout.write(r.text)
         sys.stdout.flush()
-        offset = r["offset"]
+        offset = r.offset
         while args.follow:
             await asyncio.sleep(0.5)
-            r = await client.job_request(args.job, "logs", offset=offset)
-            if r["text"]:
-                sys.stdout.write(r["text"])
+            r = await client.logs(args.job, offset=offset)
+            if r.text:
+                sys.stdout.write(r.text)
                 sys.stdout.flush()
-            offset = r["offset"]
+            offset = r.offset
     finally:
         await client.close()
     return EXIT_OK
@@ -191,21 +193,21 @@ def build_parser() -> argparse.ArgumentParser:
     import importlib
     import pkgutil
 
-    import console.commands
-    for mod in sorted(m.name for m in pkgutil.iter_modules(console.commands.__path__)):
-        importlib.import_module(f"console.commands.{mod}").register(sub)
+    import gpudeck.console.commands
+    for mod in sorted(m.name for m in pkgutil.iter_modules(gpudeck.console.commands.__path__)):
+        importlib.import_module(f"gpudeck.console.commands.{mod}").register(sub)
     return ap
 
 
 def _version() -> str:
-    from agents import __version__
+    from gpudeck.agents import __version__
     return f"gpudeck {__version__}"
 
 
 def main(argv: Optional[list[str]] = None) -> int:
     args = build_parser().parse_args(argv)
-    from remote.client import AgentError, RequestFailed
-    from remote.fleet import FleetError
+    from gpudeck.remote.client import AgentError, RequestFailed
+    from gpudeck.remote.fleet import FleetError
 
     try:
         rv = args.run(args)  # a command is a plain function or a coroutine function

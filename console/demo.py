@@ -51,7 +51,7 @@ def build_demo(root: Path, *, python: str = sys.executable, reset: bool = False,
     port = int(port_file.read_text()) if port_file.exists() else _free_port()
     port_file.write_text(f"{port}\n")
     url = f"http://127.0.0.1:{port}"
-    server = [python, "-m", "agents.workers.sim_engine", "--port", str(port), "--tok-s", f"{TOK_S:g}",
+    server = [python, "-m", "gpudeck.agents.workers.sim_engine", "--port", str(port), "--tok-s", f"{TOK_S:g}",
               "--out-tokens", OUT_TOKENS, "--model", "Qwen3-8B (simulated)",
               "--latency-ms", "150", "--jitter-ms", "100"]
     fleet = f"""\
@@ -85,15 +85,15 @@ stall_after_s = 60
 
 async def stop_demo_jobs(fleet) -> list[str]:
     """Kill the demo's jobs (the demo should not leave work running on a laptop)."""
-    from remote.client import AgentError, FleetClient, RequestFailed
+    from gpudeck.remote.client import AgentError, FleetClient, RequestFailed
 
     client = FleetClient(fleet)
     said = []
     try:
         for job in reversed(JOBS):
             try:
-                r = await client.job_request(job, "kill", grace_s=5.0, timeout=60.0)
-                said.append(f"{job}: {r.get('message')}")
+                r = await client.kill(job, grace_s=5.0)
+                said.append(f"{job}: {r.message}")
             except (AgentError, RequestFailed, asyncio.TimeoutError, OSError) as exc:
                 said.append(f"{job}: not stopped: {exc}")
     finally:

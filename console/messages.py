@@ -7,11 +7,11 @@ are the answers to the operator's actions and the log follower's chunks.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 from textual.message import Message
 
-from agents.protocol import Hello, History, Snapshot
+from gpudeck.agents.protocol import Hello, History, KillVerdict, LaunchResult, Snapshot
 
 
 class SnapshotReceived(Message):
@@ -50,9 +50,9 @@ class NodeWentDown(Message):
 
 
 class JobActionFinished(Message):
-    """The agent answered a kill, relaunch or launch; ``result`` is its reply."""
+    """The agent answered a kill, relaunch or launch: a KillVerdict or a LaunchResult."""
 
-    def __init__(self, job: str, op: str, result: dict[str, Any]) -> None:
+    def __init__(self, job: str, op: str, result: Union[KillVerdict, LaunchResult]) -> None:
         super().__init__()
         self.job, self.op, self.result = job, op, result
 

@@ -15,9 +15,9 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional, Sequence, Union
 
-from agents.jobs import JobSpec
-from agents.protocol import Alert, Gpu, History, JobStatus, Snapshot
-from remote.fleet import LOCAL, Fleet
+from gpudeck.agents.jobs import JobSpec
+from gpudeck.agents.protocol import Alert, Gpu, History, JobStatus, Snapshot
+from gpudeck.remote.fleet import LOCAL, Fleet
 
 SPARK_BUCKET_S = 15.0  # one sparkline cell: 15 s of tokens/s
 SPARK_KEEP = 240  # buckets kept per job: one hour

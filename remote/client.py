@@ -14,9 +14,9 @@ import logging
 import time
 from typing import Any, Awaitable, Callable, Optional, Protocol
 
-from agents import __version__, protocol
-from agents.protocol import Hello, History, Reply, Request, Snapshot
-from remote.fleet import LOCAL, Fleet, Node
+from gpudeck.agents import __version__, protocol
+from gpudeck.agents.protocol import Hello, History, KillVerdict, LaunchResult, LogChunk, Reply, Request, Snapshot
+from gpudeck.remote.fleet import LOCAL, Fleet, Node
 
 log = logging.getLogger(__name__)
 
@@ -239,10 +239,10 @@ class FleetClient:
         kind = "local" if node.local else "ssh"
         if kind not in self._transports:
             if kind == "local":
-                from remote.local import LocalTransport
+                from gpudeck.remote.local import LocalTransport
                 self._transports[kind] = LocalTransport()
             else:
-                from remote.ssh import SshTransport  # asyncssh only when a fleet has remote nodes
+                from gpudeck.remote.ssh import SshTransport  # asyncssh only when a fleet has remote nodes
                 self._transports[kind] = SshTransport()
         return self._transports[kind]
 
@@ -365,11 +365,31 @@ class FleetClient:
             raise AgentError(node, err.removeprefix(f"node {node}: "))
         return link
 
-    async def job_request(self, job: str, op: str, timeout: float = 60.0, **args: Any) -> dict[str, Any]:
+    async def job_request(self, job: str, op: str, timeout: float = 60.0, **args: Any) -> Any:
+        """``op`` on the job's node; the typed result (:func:`protocol.result_of`): a
+        KillVerdict for kill, a LaunchResult for launch and relaunch, a LogChunk for logs."""
         node = self.fleet.job(job).node or LOCAL
         if node not in self.links:
             await self.connect_all([self.fleet.node(node)])
-        return await self.link_for_job(job).request(op, timeout=timeout, job=job, **args)
+        result = await self.link_for_job(job).request(op, timeout=timeout, job=job, **args)
+        try:
+            return protocol.result_of(op, result)
+        except protocol.ProtocolError as exc:
+            raise RequestFailed(node, op, f"the agent's reply does not fit: {exc}") from None
+
+    async def kill(self, job: str, grace_s: float = 10.0) -> KillVerdict:
+        return await self.job_request(job, "kill", timeout=grace_s + 60.0, grace_s=grace_s)
+
+    async def launch(self, job: str) -> LaunchResult:
+        return await self.job_request(job, "launch", timeout=120.0)
+
+    async def relaunch(self, job: str, grace_s: float = 10.0) -> LaunchResult:
+        return await self.job_request(job, "relaunch", timeout=grace_s + 60.0, grace_s=grace_s)
+
+    async def logs(self, job: str, lines: Optional[int] = None, offset: Optional[int] = None,
+                   timeout: float = 60.0) -> LogChunk:
+        args = {k: v for k, v in (("lines", lines), ("offset", offset)) if v is not None}
+        return await self.job_request(job, "logs", timeout=timeout, **args)
 
     async def close(self) -> None:
         """Close every agent's stdin (they exit, their jobs keep running), then the transports

@@ -33,10 +33,10 @@ from typing import Callable, Optional, Sequence, Union
 
 import asyncssh
 
-from agents import __version__
-from remote.client import AgentError
-from remote.fleet import Node
-from remote.ssh import SshTransport, _shell_path
+from gpudeck.agents import __version__
+from gpudeck.remote.client import AgentError
+from gpudeck.remote.fleet import Node
+from gpudeck.remote.ssh import SshTransport, _shell_path
 
 # the distributions the agent imports on a node (the rest of the wheel's requirements serve
 # the console); their version bounds are read from the wheel's own metadata
@@ -154,7 +154,7 @@ else
   "$VPY" -m pip install --quiet --disable-pip-version-check --no-deps --force-reinstall "$WHEEL"
   echo "deps=installed"
 fi
-"$VPY" -c 'import agents, sys; print("version=" + agents.__version__); print("python=" + sys.executable)'
+"$VPY" -c 'import gpudeck.agents as a, sys; print("version=" + a.__version__); print("python=" + sys.executable)'
 """
 
 

@@ -19,7 +19,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-from agents.jobs import KINDS, JobSpec, SpecError
+from gpudeck.agents.jobs import KINDS, JobKind, JobSpec, SpecError
 
 LOCAL = "local"
 
@@ -90,16 +90,6 @@ _NODE_FIELDS = {f.name: f for f in dataclasses.fields(Node)}
 _JOB_FIELDS = {f.name: f for f in dataclasses.fields(JobSpec)}
 _DEFAULT_KEYS = {"python", "home", "nvml", "interval", "known_hosts", "host_keys", "user", "identity",
                  "connect_timeout", "venv"}
-# keys of built-in kinds that are not JobSpec fields: kept in JobSpec.options
-OPTION_KEYS = {
-    "generate": {"servers", "prompts", "out", "s3", "concurrency", "max_tokens", "model_name", "temperature",
-                 "top_p", "thinking", "force", "s3_endpoint"},
-    "extract": {"data", "out", "layers", "max_tokens_per_batch", "device", "dtype", "s3", "force",
-                "s3_endpoint", "chat_template", "part", "writers", "compress"},
-    "router": {"workers", "router_args"},
-}
-
-
 def load_fleet(path: str | Path) -> Fleet:
     path = str(path)
     try:
@@ -166,20 +156,21 @@ def parse_fleet(text: str, path: str = "<fleet>") -> Fleet:
         raise FleetError(path, loc.top("jobs"), "'jobs' must be an array of tables: [[jobs]]")
     for i, raw in enumerate(raw_jobs):
         where = f"[[jobs]] #{i + 1}" + (f" ({raw['name']!r})" if isinstance(raw.get("name"), str) else "")
-        kind = raw.get("kind", "command")
-        if kind not in KINDS:
+        kind = raw.get("kind", JobKind.COMMAND.value)
+        if not isinstance(kind, str) or kind not in KINDS:
             raise FleetError(path, loc.key("jobs", i, "kind"),
                              f"{where} 'kind': expected one of {', '.join(KINDS)}, got {kind!r}")
+        option_keys = JobKind(kind).options  # keys of built-in kinds that are not JobSpec fields
         values: dict[str, Any] = {}
         options: dict[str, Any] = {}
         for k, v in raw.items():
             if k in _JOB_FIELDS and k != "options":
                 _check_type(path, loc.key("jobs", i, k), f"{where} {k!r}", _JOB_FIELDS[k], v)
                 values[k] = v
-            elif k in OPTION_KEYS.get(kind, ()):
+            elif k in option_keys:
                 options[k] = v
             else:
-                allowed = sorted(set(_JOB_FIELDS) - {"options"} | OPTION_KEYS.get(kind, set()))
+                allowed = sorted(set(_JOB_FIELDS) - {"options"} | option_keys)
                 raise FleetError(path, loc.key("jobs", i, k),
                                  f"{where} has no key {k!r} for kind {kind!r}; expected one of {', '.join(allowed)}")
         if isinstance(values.get("command"), str):

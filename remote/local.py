@@ -6,12 +6,12 @@ import asyncio
 import os
 import sys
 
-from remote.client import LINE_LIMIT, AgentLink
-from remote.fleet import Node
+from gpudeck.remote.client import LINE_LIMIT, AgentLink
+from gpudeck.remote.fleet import Node
 
 
 def agent_argv(node: Node, python: str) -> list[str]:
-    argv = [python, "-m", "agents", "--node", node.name, "--interval", str(node.interval)]
+    argv = [python, "-m", "gpudeck.agents", "--node", node.name, "--interval", str(node.interval)]
     if node.home:
         argv += ["--home", node.home]
     if not node.nvml:
@@ -22,10 +22,7 @@ def agent_argv(node: Node, python: str) -> list[str]:
 class LocalTransport:
     async def open(self, node: Node) -> AgentLink:
         python = node.python or sys.executable
-        env = dict(os.environ)
-        # the agent runs from the same code as the console
-        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        env = dict(os.environ)  # the console's interpreter: the agent runs from the same install
         proc = await asyncio.create_subprocess_exec(
             *agent_argv(node, python), stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
             stderr=None if os.environ.get("GPUDECK_AGENT_STDERR") else asyncio.subprocess.DEVNULL,

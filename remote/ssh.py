@@ -16,7 +16,7 @@ the key is appended to the known_hosts file, as OpenSSH does); a changed key is 
 refused, naming the file and line. No password or passphrase is ever asked for, printed
 or logged.
 
-The agent runs as ``<python> -m agents --node NAME ...``, where ``<python>`` is the
+The agent runs as ``<python> -m gpudeck.agents --node NAME ...``, where ``<python>`` is the
 venv that ``gpudeck deploy`` made (``Node.agent_venv``) when it exists, else the node's
 ``python`` (default ``python3``). Closing the link closes the agent's stdin: it exits,
 its jobs keep running. A new agent takes over from an old one left behind by a dropped
@@ -41,9 +41,9 @@ from typing import Any, Iterable, Optional, Sequence
 
 import asyncssh
 
-from remote.client import LINE_LIMIT, AgentError, AgentLink, VersionMismatch
-from remote.fleet import Node
-from remote.local import agent_argv
+from gpudeck.remote.client import LINE_LIMIT, AgentError, AgentLink, VersionMismatch
+from gpudeck.remote.fleet import Node
+from gpudeck.remote.local import agent_argv
 
 log = logging.getLogger(__name__)
 

@@ -57,12 +57,12 @@ def env_with_repo(extra: Optional[dict] = None) -> dict:
 
 
 class AgentProc:
-    """A real `python -m agents` over pipes, driven line by line as the console does."""
+    """A real `python -m gpudeck.agents` over pipes, driven line by line as the console does."""
 
     def __init__(self, home: Path, interval: float = 0.2, extra_args: tuple = ()) -> None:
         self.home = home
         self.proc = subprocess.Popen(
-            [PY, "-m", "agents", "--home", str(home), "--node", "testnode", "--interval", str(interval),
+            [PY, "-m", "gpudeck.agents", "--home", str(home), "--node", "testnode", "--interval", str(interval),
              "--no-nvml", *extra_args],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env_with_repo(), cwd=ROOT)
         self.messages: "queue.Queue[dict]" = queue.Queue()

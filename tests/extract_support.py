@@ -138,7 +138,7 @@ def rel_err(a, b) -> float:
 
 
 def extract_argv(model: str, data: str, out: str, layers: str = "1,3,4", *extra: str) -> list[str]:
-    return [sys.executable, "-m", "agents.workers.extract", "--model", model, "--data", data, "--out", out,
+    return [sys.executable, "-m", "gpudeck.agents.workers.extract", "--model", model, "--data", data, "--out", out,
             "--layers", layers, "--device", "cpu", "--dtype", "float32", *extra]
 
 
@@ -151,7 +151,7 @@ def run_extract(model: str, data: str, out: str, layers: str = "1,3,4", *extra: 
 
 def shard_ids(out_dir: str) -> dict[str, list[str]]:
     """Sample ids in every complete shard file, from the shards' own headers."""
-    from agents.workers.extract_store import SHARD_RE, read_header
+    from gpudeck.agents.workers.extract_store import SHARD_RE, read_header
 
     out = {}
     for name in sorted(os.listdir(out_dir)):

@@ -56,7 +56,7 @@ class SimEngineProc:
         self.start(port)
 
     def start(self, port: int = 0) -> None:
-        self.proc = subprocess.Popen([PY, "-m", "console", "sim-engine", "--port", str(port), *self.args],
+        self.proc = subprocess.Popen([PY, "-m", "gpudeck.console", "sim-engine", "--port", str(port), *self.args],
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=child_env(), cwd=ROOT,
                                      start_new_session=True)
         line = self.proc.stdout.readline().decode()
@@ -115,7 +115,7 @@ def sim_engines(tmp_path):
 # ---------------------------------------------------------------- gpudeck generate
 
 def generate_argv(prompts: Path, out: Path, servers: list[str], *extra: str) -> list[str]:
-    argv = [PY, "-m", "console", "generate", "--prompts", str(prompts), "--out", str(out)]
+    argv = [PY, "-m", "gpudeck.console", "generate", "--prompts", str(prompts), "--out", str(out)]
     for s in servers:
         argv += ["--server", s]
     return argv + list(extra)

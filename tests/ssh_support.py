@@ -100,8 +100,9 @@ def node_python(path: Path, pythonpath: Path = ROOT) -> Path:
 
 def old_version_python(d: Path, version: str = "0.0.1") -> Path:
     """A node whose installed gpudeck is another version: a copy of agents/ that says so."""
-    pkg = d / "old" / "agents"
+    pkg = d / "old" / "gpudeck" / "agents"  # a regular gpudeck package first on the path wins
     shutil.copytree(ROOT / "agents", pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    (pkg.parent / "__init__.py").write_text("")
     init = pkg / "__init__.py"
     init.write_text(re.sub(r'__version__ = "[^"]*"', f'__version__ = "{version}"', init.read_text()))
     return node_python(d / "python-old", d / "old")
@@ -378,7 +379,7 @@ def agents_of(home: Path) -> list[int]:
     out = []
     for p in psutil.process_iter(["cmdline", "status"]):
         cmd = p.info["cmdline"] or []
-        if p.info["status"] == psutil.STATUS_ZOMBIE or "agents" not in cmd or "--home" not in cmd:
+        if p.info["status"] == psutil.STATUS_ZOMBIE or "gpudeck.agents" not in cmd or "--home" not in cmd:
             continue
         if cmd[cmd.index("--home") + 1:cmd.index("--home") + 2] == [str(home)]:
             out.append(p.pid)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 
-from agents import __version__, protocol
+from gpudeck.agents import __version__, protocol
 from conftest import PY, ROOT, command_job, env_with_repo, wait_for
 
 
@@ -85,7 +85,7 @@ def test_history_survives_a_new_agent(start_agent, home):
 
 
 def test_once_prints_one_snapshot(home):
-    out = subprocess.run([PY, "-m", "agents", "--once", "--no-nvml", "--home", str(home)], capture_output=True,
+    out = subprocess.run([PY, "-m", "gpudeck.agents", "--once", "--no-nvml", "--home", str(home)], capture_output=True,
                          env=env_with_repo(), cwd=ROOT, timeout=60, check=True)
     lines = out.stdout.decode().splitlines()
     assert len(lines) == 1
@@ -103,7 +103,7 @@ def test_a_new_agent_shows_rates_at_once_from_the_last_agents_history(start_agen
     a.wait_snapshot(lambda s: (a.job(s, "steady").get("progress") or {}).get("rate_per_s"), timeout=30,
                     what="a rate")
     a.close()
-    out = subprocess.run([PY, "-m", "agents", "--once", "--no-nvml", "--home", str(home)], capture_output=True,
+    out = subprocess.run([PY, "-m", "gpudeck.agents", "--once", "--no-nvml", "--home", str(home)], capture_output=True,
                          env=env_with_repo(), cwd=ROOT, timeout=60, check=True)
     snap = protocol.decode(out.stdout.decode().splitlines()[0])
     (job,) = [j for j in snap.jobs if j.name == "steady"]
@@ -113,7 +113,7 @@ def test_a_new_agent_shows_rates_at_once_from_the_last_agents_history(start_agen
 
 
 def test_a_second_console_shares_the_agent_and_the_last_to_leave_stops_it(start_agent, home, reap_jobs):
-    """Two `python -m agents` on one home (the TUI and a CLI command): the second relays to
+    """Two `python -m gpudeck.agents` on one home (the TUI and a CLI command): the second relays to
     the first through <home>/agent.sock; both see the node, each gets its own replies, and
     the agent lives until the last console closes."""
     import os
@@ -162,7 +162,7 @@ def test_an_agent_of_another_version_is_taken_over_not_relayed_to(start_agent, h
     from ssh_support import old_version_python
 
     old_python = old_version_python(tmp_path, "0.0.1")
-    old = subprocess.Popen([str(old_python), "-m", "agents", "--home", str(home), "--node", "testnode",
+    old = subprocess.Popen([str(old_python), "-m", "gpudeck.agents", "--home", str(home), "--node", "testnode",
                             "--interval", "0.2", "--no-nvml"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                            stderr=subprocess.DEVNULL, cwd=str(tmp_path))
     try:
@@ -205,7 +205,7 @@ def test_a_console_that_stops_reading_is_dropped_and_holds_up_no_one(start_agent
     on getting snapshots."""
     monkeypatch.setenv("GPUDECK_LINK_QUEUE", "20")
     a = start_agent(interval=0.02)
-    asleep = subprocess.Popen([PY, "-m", "agents", "--home", str(home), "--no-nvml"], stdin=subprocess.PIPE,
+    asleep = subprocess.Popen([PY, "-m", "gpudeck.agents", "--home", str(home), "--no-nvml"], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env_with_repo(), cwd=ROOT)
     try:
         assert json.loads(asleep.stdout.readline())["pid"] == a.proc.pid  # then never read again

@@ -7,14 +7,14 @@ import random
 import re
 import subprocess
 
-from agents.workers.audit import audit_file, audit_records
+from gpudeck.agents.workers.audit import audit_file, audit_records
 from generate_support import PY, ROOT, child_env
 
 THINK_OK = [151667, 198, 198, 151668, 4048, 151645]  # "<think>\n\n</think>OK.<|im_end|>": 6 target tokens
 
 
 def audit_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([PY, "-m", "console", "audit", *args], capture_output=True, text=True, env=child_env(),
+    return subprocess.run([PY, "-m", "gpudeck.console", "audit", *args], capture_output=True, text=True, env=child_env(),
                           cwd=ROOT, timeout=120)
 
 

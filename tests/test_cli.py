@@ -15,7 +15,7 @@ from conftest import ROOT, env_with_repo, pid_alive, wait_for
 
 def gpudeck_cmd() -> list[str]:
     exe = shutil.which("gpudeck")
-    return [exe] if exe else [sys.executable, "-m", "console"]
+    return [exe] if exe else [sys.executable, "-m", "gpudeck.console"]
 
 
 def gpudeck(*args, check=True, timeout=90, env=None):

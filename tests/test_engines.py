@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from agents.engines import EngineScraper, MetricsParseError, parse_metrics
+from gpudeck.agents.engines import EngineScraper, MetricsParseError, parse_metrics
 from conftest import FIXTURES, ROOT, wait_for
 
 LLAMA = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gpudeck-test" / "llama-server"

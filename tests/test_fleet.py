@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from remote.fleet import LOCAL, FleetError, load_fleet, local_fleet, parse_fleet
+from gpudeck.remote.fleet import LOCAL, FleetError, load_fleet, local_fleet, parse_fleet
 
 GOOD = '''
 [defaults]

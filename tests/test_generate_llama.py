@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from agents.engines import parse_metrics
+from gpudeck.agents.engines import parse_metrics
 from generate_support import (ROOT, assert_exactly_once, child_env, free_port, generate_argv, read_shards,
                               run_generate, wait_until)
 

@@ -7,8 +7,8 @@ import os
 import subprocess
 import sys
 
-from agents.progress import DoneSetCounter, ProgressTracker
-from agents.rates import CounterRate, eta_seconds
+from gpudeck.agents.progress import DoneSetCounter, ProgressTracker
+from gpudeck.agents.rates import CounterRate, eta_seconds
 
 
 def test_done_set_counted_incrementally_while_a_process_appends(tmp_path):

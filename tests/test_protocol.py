@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from agents import __version__, protocol
-from agents.protocol import (Engine, Gpu, GpuProcess, Host, JobStatus, Progress, ProtocolError, Reply,
+from gpudeck.agents import __version__, protocol
+from gpudeck.agents.protocol import (Engine, Gpu, GpuProcess, Host, JobStatus, Progress, ProtocolError, Reply,
                              Request, Snapshot)
 
 

@@ -10,8 +10,8 @@ import subprocess
 import httpx
 import pytest
 
-from agents.engines import EngineScraper, parse_metrics
-from agents.jobs import JobSpec
+from gpudeck.agents.engines import EngineScraper, parse_metrics
+from gpudeck.agents.jobs import JobSpec
 from generate_support import (PY, ROOT, assert_exactly_once, child_env, free_port, generate_argv, read_shards,
                               run_generate, sim_engines, wait_until, write_prompts)
 
@@ -32,7 +32,7 @@ def test_build_argv_from_a_router_spec():
 
 
 def test_fleet_names_resolve_to_worker_urls():
-    from remote.fleet import parse_fleet
+    from gpudeck.remote.fleet import parse_fleet
     fleet = parse_fleet('''
 [[jobs]]
 name = "sglang-0"
@@ -61,7 +61,7 @@ thinking = true
     argv = fleet.job("router").argv("python3")
     assert argv[argv.index("--worker-urls") + 1:][:2] == ["http://127.0.0.1:30000", "http://127.0.0.1:30001"]
     gen = fleet.job("gen").argv("python3")
-    assert gen[:3] == ["python3", "-m", "agents.workers.generate"]
+    assert gen[:3] == ["python3", "-m", "gpudeck.agents.workers.generate"]
     assert gen[gen.index("--server") + 1] == "http://127.0.0.1:30100"
     assert "--thinking" in gen and gen[gen.index("--concurrency") + 1] == "256"
 

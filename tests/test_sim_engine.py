@@ -8,7 +8,7 @@ import json
 
 import httpx
 
-from agents.engines import EngineScraper, parse_metrics
+from gpudeck.agents.engines import EngineScraper, parse_metrics
 from generate_support import sim_engines, wait_until
 
 __all__ = ["sim_engines"]
@@ -116,6 +116,6 @@ def test_a_bad_flag_is_a_clear_error(tmp_path):
     import subprocess
 
     from generate_support import PY, ROOT, child_env
-    r = subprocess.run([PY, "-m", "console", "sim-engine", "--port", "0", "--fail-kinds", "boom"],
+    r = subprocess.run([PY, "-m", "gpudeck.console", "sim-engine", "--port", "0", "--fail-kinds", "boom"],
                        capture_output=True, text=True, env=child_env(), cwd=ROOT, timeout=60)
     assert r.returncode != 0 and "unknown kind(s) boom" in r.stderr

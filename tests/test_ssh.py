@@ -18,11 +18,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from agents import __version__
-from agents.protocol import Snapshot
-from remote.client import FleetClient, NodeDown, NodeUp, VersionMismatch
-from remote.fleet import load_fleet
-from remote.ssh import AgentStartFailed, AuthFailed, HostKeyChanged, HostKeyUnknown, SshError, SshTransport
+from gpudeck.agents import __version__
+from gpudeck.agents.protocol import Snapshot
+from gpudeck.remote.client import FleetClient, NodeDown, NodeUp, VersionMismatch
+from gpudeck.remote.fleet import load_fleet
+from gpudeck.remote.ssh import AgentStartFailed, AuthFailed, HostKeyChanged, HostKeyUnknown, SshError, SshTransport
 from ssh_support import (PY, ROOT, Events, NetnsFleet, Sshd, agents_of, host_key_line, keygen, lock_holder,
                          netns_unavailable, node_python, old_version_python, run, wait_until)
 
@@ -42,7 +42,7 @@ def write_fleet(tmp_path: Path, text: str, name: str = "fleet.toml") -> Path:
 
 
 def cli(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
-    return subprocess.run([PY, "-m", "console", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run([PY, "-m", "gpudeck.console", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
 
 
 def alive(pid: int) -> bool:
@@ -359,7 +359,7 @@ home = "{home}"
             await client.close()
 
     cmd = asyncio.run(agent_cmdline())
-    assert cmd[:3] == [str(venv / "bin" / "python"), "-m", "agents"]
+    assert cmd[:3] == [str(venv / "bin" / "python"), "-m", "gpudeck.agents"]
     # deploying again updates in place; --wheel installs a given wheel instead of building one
     r = cli("deploy", "-f", str(path), "fresh", "--wheel", str(home / "dist" / f"gpudeck-{__version__}-py3-none-any.whl"),
             timeout=300)

@@ -1,7 +1,7 @@
 """The console driven with Pilot against a real local agent and real command jobs.
 
 Each test writes a fleet file of shell jobs with its own agent home, opens the console on
-it and waits for what the operator would see. No mocks: the agent is `python -m agents`
+it and waits for what the operator would see. No mocks: the agent is `python -m gpudeck.agents`
 over pipes, the jobs are processes, kill really kills.
 """
 
@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import pytest
 
-from console.app import make_app
-from console.screens.confirm import ConfirmScreen
-from console.screens.help import HelpScreen
-from console.screens.job import JobScreen
+from gpudeck.console.app import make_app
+from gpudeck.console.screens.confirm import ConfirmScreen
+from gpudeck.console.screens.help import HelpScreen
+from gpudeck.console.screens.job import JobScreen
 from tui_support import (closed_port, job_row, notifications_text, progress_script, reap, screen_text, shell_job, wait_for_text,
                          wait_until, write_fleet)
 from conftest import pid_alive

@@ -66,7 +66,7 @@ def tmux(tmp_path):
 def test_demo_in_tmux_kill_then_relaunch_resumes(tmp_path, tmux):
     demo = tmp_path / "demo"
     env = f"PYTHONPATH={ROOT} TERM=xterm-256color"
-    cmd = (f"cd {ROOT} && env -u COLUMNS -u LINES {env} {sys.executable} -m console demo --dir {demo}; "
+    cmd = (f"cd {ROOT} && env -u COLUMNS -u LINES {env} {sys.executable} -m gpudeck.console demo --dir {demo}; "
            f"echo DEMO-EXITED $?; sleep 600")
     tmux("new-session", "-d", "-s", "demo", "-x", "120", "-y", "40", cmd)
 

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from console.app import make_app
+from gpudeck.console.app import make_app
 from tui_support import PINNED_NOW, compare_snapshot, feed_pinned, pinned_fleet, screen_text, wait_until
 
 SIZE = (120, 40)

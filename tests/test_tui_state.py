@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from agents.protocol import Disk, History, Host, JobStatus, Progress, Sample, Snapshot
-from console.messages import SnapshotReceived
-from console.state import (FleetState, GpuRow, NodeRow, Series, human_duration, select_alerts, select_fleet,
+from gpudeck.agents.protocol import Disk, History, Host, JobStatus, Progress, Sample, Snapshot
+from gpudeck.console.messages import SnapshotReceived
+from gpudeck.console.state import (FleetState, GpuRow, NodeRow, Series, human_duration, select_alerts, select_fleet,
                            select_jobs)
 from tui_support import PINNED_NOW, pinned_events, pinned_fleet
 

@@ -13,9 +13,9 @@ from typing import Any, Callable, Optional
 from rich.console import Console
 
 from conftest import reap, wait_for_async  # noqa: F401  (reap is used by the TUI tests)
-from agents.protocol import (Alert, Disk, Engine, Gpu, GpuProcess, History, Host, JobStatus, Progress, Sample,
+from gpudeck.agents.protocol import (Alert, Disk, Engine, Gpu, GpuProcess, History, Host, JobStatus, Progress, Sample,
                              Snapshot)
-from remote.fleet import Fleet, parse_fleet
+from gpudeck.remote.fleet import Fleet, parse_fleet
 
 ROOT = Path(__file__).resolve().parent.parent
 SNAPSHOTS = Path(__file__).resolve().parent / "snapshots"
@@ -195,7 +195,7 @@ def pinned_events() -> list[Any]:
 
 def feed_pinned(app) -> None:
     """Post the pinned events to the app as the transport would."""
-    from console.messages import HistoryReceived, NodeWentDown, SnapshotReceived
+    from gpudeck.console.messages import HistoryReceived, NodeWentDown, SnapshotReceived
 
     for ev in pinned_events():
         if isinstance(ev, History):

@@ -3,7 +3,7 @@
     gpudeck extract --model PATH --data FILE_OR_DIR --out DIR --layers 1,7,14,21,27
         [--max-tokens-per-batch N] [--device cuda|cpu] [--dtype bfloat16] [--s3 URI]
 
-Also ``python -m agents.workers.extract ...``, and the ``extract`` job kind of the fleet file
+Also ``python -m gpudeck.agents.workers.extract ...``, and the ``extract`` job kind of the fleet file
 (:func:`build_argv`; one job per GPU, each with ``gpus = [i]`` and, to split one dataset,
 ``args = ["--part", "i/N"]``).
 
@@ -20,7 +20,7 @@ import logging
 import sys
 from typing import Optional
 
-from agents.jobs import JobSpec, SpecError
+from gpudeck.agents.jobs import JobSpec, SpecError
 
 
 def _size(text: str) -> int:
@@ -85,7 +85,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def options_from_args(args: argparse.Namespace):
-    from agents.workers.extract_run import ExtractOptions
+    from gpudeck.agents.workers.extract_run import ExtractOptions
     return ExtractOptions(model=args.model, data=args.data, out=args.out, layers=args.layers,
                           max_tokens_per_batch=args.max_tokens_per_batch, device=args.device, dtype=args.dtype,
                           s3=args.s3, s3_endpoint=args.s3_endpoint, force=args.force,
@@ -102,13 +102,13 @@ def run_from_args(args: argparse.Namespace) -> int:
     """Run the worker; errors the operator can act on become one line on stderr."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s extract %(levelname)s %(message)s",
                         stream=sys.stderr)
-    from agents.workers.atomic import DirectoryBusy
-    from agents.workers.extract_data import DataError
-    from agents.workers.extract_run import EXIT_FAIL, EXIT_USAGE, run_extraction
-    from agents.workers.extract_store import StoreError
+    from gpudeck.agents.workers.atomic import DirectoryBusy
+    from gpudeck.agents.workers.extract_data import DataError
+    from gpudeck.agents.workers.extract_run import EXIT_FAIL, EXIT_USAGE, run_extraction
+    from gpudeck.agents.workers.extract_store import StoreError
 
     try:
-        from agents.workers.extract_model import ModelError
+        from gpudeck.agents.workers.extract_model import ModelError
         return run_extraction(options_from_args(args))
     except (DataError, ModelError, StoreError, DirectoryBusy) as exc:
         print(f"extract: {exc}", file=sys.stderr)
@@ -119,7 +119,7 @@ def run_from_args(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m agents.workers.extract",
+    p = argparse.ArgumentParser(prog="python -m gpudeck.agents.workers.extract",
                                 description="Extract hidden states of chosen layers into safetensors shards.")
     add_arguments(p)
     return p
@@ -142,7 +142,7 @@ def build_argv(spec: JobSpec, python: str) -> list[str]:
         if not all(isinstance(x, int) for x in layers):
             raise SpecError(f"job {spec.name!r}: 'layers' must be integers, like [1, 7, 14]")
         layers = ",".join(map(str, layers))
-    argv = [python, "-m", "agents.workers.extract", "--model", str(spec.model), "--data", str(o["data"]),
+    argv = [python, "-m", "gpudeck.agents.workers.extract", "--model", str(spec.model), "--data", str(o["data"]),
             "--out", str(o["out"]), "--layers", str(layers)]
     for key in ("max_tokens_per_batch", "device", "dtype", "s3", "s3_endpoint", "chat_template", "part", "writers"):
         if o.get(key) is not None:

@@ -32,11 +32,11 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from agents.workers.atomic import DirLock, atomic_write_json
-from agents.workers.extract_data import (Batch, Batcher, Encoder, Prepared, count_records, in_part, input_files,
+from gpudeck.agents.workers.atomic import DirLock, atomic_write_json
+from gpudeck.agents.workers.extract_data import (Batch, Batcher, Encoder, Prepared, count_records, in_part, input_files,
                                          parse_object_line, record_id)
-from agents.workers.extract_perf import FlopModel, RollingRate, disk_projection, human_bytes, peak_flops
-from agents.workers.extract_store import (META, ShardWriter, StoreError, header_reserve_for, publish_many,
+from gpudeck.agents.workers.extract_perf import FlopModel, RollingRate, disk_projection, human_bytes, peak_flops
+from gpudeck.agents.workers.extract_store import (META, ShardWriter, StoreError, header_reserve_for, publish_many,
                                           reconcile, seal)
 
 log = logging.getLogger("gpudeck.extract")
@@ -171,7 +171,7 @@ def run_extraction(opts: ExtractOptions, model=None, tokenizer=None,
     if opts.part is not None:
         out_dir = os.path.join(opts.out, f"part-{opts.part[0]}-of-{opts.part[1]}")
     if opts.compress:
-        from agents.workers.extract_store import plane_codec
+        from gpudeck.agents.workers.extract_store import plane_codec
         plane_codec()  # a missing zstandard fails now, not after the model has loaded
     os.makedirs(out_dir, exist_ok=True)
     lock = DirLock(out_dir).acquire()
@@ -185,7 +185,7 @@ def _run_locked(opts: ExtractOptions, out_dir: str, model, tokenizer,
                 on_shard_closed: Optional[Callable[[str, dict], None]]) -> int:
     import torch
 
-    from agents.workers.extract_model import HiddenStateRunner, load_model, parse_dtype, parse_layers, text_config
+    from gpudeck.agents.workers.extract_model import HiddenStateRunner, load_model, parse_dtype, parse_layers, text_config
 
     progress_path = _prepare_progress_path(opts, out_dir)
     files = input_files(opts.data)
@@ -362,7 +362,7 @@ def _pipeline(opts, out_dir, progress_path, files, runner, cfg, layers, model, t
 
     codec = None
     if opts.compress:
-        from agents.workers.extract_store import plane_codec
+        from gpudeck.agents.workers.extract_store import plane_codec
         codec = plane_codec()
 
     def new_shard() -> ShardWriter:
@@ -640,7 +640,7 @@ def _pipeline(opts, out_dir, progress_path, files, runner, cfg, layers, model, t
             t.join()
         threads[0].join(timeout=5)
         if uploader is not None:
-            from agents.workers.s3sync import drain_timeout_s
+            from gpudeck.agents.workers.s3sync import drain_timeout_s
             if fail.exc is None and not uploader.drain(timeout=drain_timeout_s()):
                 st = uploader.status()
                 log.error("%d shard(s) or the done-set are not in S3 yet (last error: %s); a relaunch uploads them",
@@ -718,8 +718,8 @@ def _check_or_write_meta(out_dir: str, meta: dict) -> None:
 
 def _s3_setup(opts: ExtractOptions, out_dir: str):
     """Restore the done-set from S3 on a fresh node; return (uploader, first free shard number)."""
-    from agents.workers import s3sync
-    from agents.workers.extract_store import DONESET, read_header
+    from gpudeck.agents.workers import s3sync
+    from gpudeck.agents.workers.extract_store import DONESET, read_header
 
     loc = s3sync.S3Location.parse(opts.s3)
     if opts.part is not None:
@@ -751,7 +751,7 @@ def run_audit(opts: ExtractOptions, files: list[str], out_dir: str) -> Optional[
     sizes and mtimes, so a relaunch does not read them again."""
     import hashlib
 
-    from agents.workers.audit import audit_file, audit_records
+    from gpudeck.agents.workers.audit import audit_file, audit_records
 
     h = hashlib.blake2b(digest_size=16)
     for path in files:

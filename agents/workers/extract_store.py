@@ -34,8 +34,8 @@ from typing import Iterator, Optional
 
 import numpy as np
 
-from agents.workers.atomic import fsync_dir, rename_durably
-from agents.workers.doneset import DoneSet
+from gpudeck.agents.workers.atomic import fsync_dir, rename_durably
+from gpudeck.agents.workers.doneset import DoneSet
 
 log = logging.getLogger("gpudeck.extract")
 

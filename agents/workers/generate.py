@@ -47,10 +47,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from agents.workers.atomic import DirectoryBusy, DirLock, atomic_write_json
-from agents.workers.doneset import DoneSet, DoneSetError
-from agents.workers.generate_prompts import Prompt, PromptError, PromptReader
-from agents.workers.generate_shards import OPEN_RE, SHARD_RE, ShardWriteError, ShardWriter, ids_in_jsonl
+from gpudeck.agents.workers.atomic import DirectoryBusy, DirLock, atomic_write_json
+from gpudeck.agents.workers.doneset import DoneSet, DoneSetError
+from gpudeck.agents.workers.generate_prompts import Prompt, PromptError, PromptReader
+from gpudeck.agents.workers.generate_shards import OPEN_RE, SHARD_RE, ShardWriteError, ShardWriter, ids_in_jsonl
 
 log = logging.getLogger("gpudeck.generate")
 
@@ -296,7 +296,7 @@ class Generator:
                  o.prompts, line, time.monotonic() - t0)
 
     def _audit(self) -> None:
-        from agents.workers.audit import audit_file
+        from gpudeck.agents.workers.audit import audit_file
         st = os.stat(self.o.prompts)
         key = {"path": os.path.abspath(self.o.prompts), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
         cache = os.path.join(self.out, AUDIT_FILE)
@@ -325,7 +325,7 @@ class Generator:
             log.warning("the prompts look degenerate, going on because of --force: %s", why)
 
     def _s3_start(self) -> set[int]:
-        from agents.workers import s3sync
+        from gpudeck.agents.workers import s3sync
         loc = s3sync.S3Location.parse(self.o.s3)
         client = s3sync.make_client(self.o.s3_endpoint)
         local_done = os.path.join(self.out, DONE_FILE)
@@ -519,7 +519,7 @@ class Generator:
             if self._terminated:
                 self.uploader.stop()
             else:
-                from agents.workers.s3sync import drain_timeout_s
+                from gpudeck.agents.workers.s3sync import drain_timeout_s
                 drain_s = self.o.s3_drain_timeout_s if self.o.s3_drain_timeout_s is not None else drain_timeout_s()
                 log.info("waiting for uploads to S3 (up to %.0f s)", drain_s)
                 deadline = time.monotonic() + drain_s
@@ -829,7 +829,7 @@ def _count_lines(path: str, start: int = 0) -> int:
 
 
 def _with_retries(fn, what: str, attempts: int = 5):
-    from agents.workers.s3sync import S3Error
+    from gpudeck.agents.workers.s3sync import S3Error
     for i in range(attempts):
         try:
             return fn()
@@ -884,7 +884,7 @@ def options_from_args(args: argparse.Namespace) -> Options:
     if args.concurrency < 1 or args.shard_size < 1 or args.max_attempts < 1:
         raise UsageError("--concurrency, --shard-size and --max-attempts must be at least 1")
     if args.s3:
-        from agents.workers.s3sync import S3Location
+        from gpudeck.agents.workers.s3sync import S3Location
         try:
             S3Location.parse(args.s3)
         except ValueError as exc:
@@ -913,7 +913,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"gpudeck generate: {exc}", file=sys.stderr)
         return EXIT_FAIL
     except Exception as exc:  # S3Error and friends: say what, never a traceback
-        from agents.workers.s3sync import S3Error
+        from gpudeck.agents.workers.s3sync import S3Error
         if isinstance(exc, S3Error):
             print(f"gpudeck generate: {exc}", file=sys.stderr)
             return EXIT_FAIL
@@ -934,15 +934,15 @@ def main(argv: Optional[list[str]] = None) -> int:
 # ---------------------------------------------------------------- the fleet's job kind
 
 def build_argv(spec, python: str) -> list[str]:
-    """The command line of a ``kind = "generate"`` job, from its options (remote/fleet.py
-    OPTION_KEYS["generate"]; ``servers`` already resolved to URLs)."""
-    from agents.jobs import SpecError
+    """The command line of a ``kind = "generate"`` job, from its options (JobKind.GENERATE.options;
+    ``servers`` already resolved to URLs)."""
+    from gpudeck.agents.jobs import SpecError
     o = spec.options
     missing = [k for k in ("prompts", "out", "servers") if not o.get(k)]
     if missing:
         raise SpecError(f"job {spec.name!r}: kind 'generate' needs {', '.join(repr(k) for k in missing)}")
     servers = o["servers"] if isinstance(o["servers"], list) else [o["servers"]]
-    argv = [python, "-m", "agents.workers.generate", "--prompts", str(o["prompts"]), "--out", str(o["out"])]
+    argv = [python, "-m", "gpudeck.agents.workers.generate", "--prompts", str(o["prompts"]), "--out", str(o["out"])]
     for url in servers:
         argv += ["--server", str(url)]
     for key, flag in (("concurrency", "--concurrency"), ("max_tokens", "--max-tokens"), ("model_name", "--model"),

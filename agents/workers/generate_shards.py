@@ -37,8 +37,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Optional
 
-from agents.workers.atomic import atomic_write_bytes, fsync_dir, rename_durably
-from agents.workers.doneset import DoneSet
+from gpudeck.agents.workers.atomic import atomic_write_bytes, fsync_dir, rename_durably
+from gpudeck.agents.workers.doneset import DoneSet
 
 log = logging.getLogger("gpudeck.shards")
 

@@ -54,8 +54,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Optional
 from urllib.parse import urlsplit, urlunsplit
 
-from agents.workers.atomic import atomic_write_bytes, fsync_dir
-from agents.workers.doneset import DoneLog, encode_id, read_ids
+from gpudeck.agents.workers.atomic import atomic_write_bytes, fsync_dir
+from gpudeck.agents.workers.doneset import DoneLog, encode_id, read_ids
 
 log = logging.getLogger("gpudeck.s3")
 

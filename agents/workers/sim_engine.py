@@ -16,7 +16,7 @@ the same answer. ``--fail-rate F`` answers a fraction F of requests with one of 
 kinds in ``--fail-kinds``: an HTTP 500, a 200 whose body is not JSON, or a connection closed
 without an answer.
 
-Run it as ``gpudeck sim-engine --port N`` or ``python -m agents.workers.sim_engine``. It
+Run it as ``gpudeck sim-engine --port N`` or ``python -m gpudeck.agents.workers.sim_engine``. It
 prints ``listening on http://HOST:PORT`` once it accepts connections (``--port 0`` picks a
 free port).
 """
@@ -66,7 +66,7 @@ async def serve(args: argparse.Namespace) -> None:
     from aiohttp import web
     from prometheus_client import disable_created_metrics
 
-    from agents.workers.sim_engine_app import SimEngine
+    from gpudeck.agents.workers.sim_engine_app import SimEngine
 
     disable_created_metrics()  # SGLang serves its metrics in multiprocess mode: no *_created series
     engine = SimEngine(tok_s=args.tok_s, latency_ms=args.latency_ms, jitter_ms=args.jitter_ms,

@@ -21,7 +21,7 @@ def _run(args) -> int:
     import json
     import sys
 
-    from agents.workers.audit import audit_file
+    from gpudeck.agents.workers.audit import audit_file
 
     try:
         report = audit_file(args.file, mode="prompts" if args.prompts else "training", sample=args.sample)

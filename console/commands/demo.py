@@ -19,9 +19,9 @@ def _demo(args) -> int:
     import asyncio
     from pathlib import Path
 
-    from console.app import make_app
-    from console.demo import JOBS, build_demo, demo_dir, stop_demo_jobs
-    from remote.fleet import load_fleet
+    from gpudeck.console.app import make_app
+    from gpudeck.console.demo import JOBS, build_demo, demo_dir, stop_demo_jobs
+    from gpudeck.remote.fleet import load_fleet
 
     root = Path(args.dir) if args.dir else demo_dir()
     fleet = load_fleet(build_demo(root, reset=args.reset))

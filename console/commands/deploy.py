@@ -24,10 +24,10 @@ def register(sub) -> None:
 async def _deploy(args) -> int:
     from pathlib import Path
 
-    from console.cli import EXIT_FAIL, EXIT_OK, EXIT_USAGE, _err, _fleet
-    from remote.client import AgentError
-    from remote.deploy import Deployed, deploy
-    from remote.ssh import SshTransport
+    from gpudeck.console.cli import EXIT_FAIL, EXIT_OK, EXIT_USAGE, _err, _fleet
+    from gpudeck.remote.client import AgentError
+    from gpudeck.remote.deploy import Deployed, deploy
+    from gpudeck.remote.ssh import SshTransport
 
     fleet = _fleet(args.fleet)
     remote_nodes = [n for n in fleet.nodes if not n.local]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 
 def register(sub) -> None:
-    from agents.workers.generate import add_arguments  # stdlib-only at import; aiohttp loads in run
+    from gpudeck.agents.workers.generate import add_arguments  # stdlib-only at import; aiohttp loads in run
 
     p = sub.add_parser("generate", help="generate completions for a JSONL of prompts (resumable, S3)",
                        description="Send every prompt of a JSONL file to OpenAI-compatible servers and write the "
@@ -14,5 +14,5 @@ def register(sub) -> None:
 
 
 def _run(args) -> int:
-    from agents.workers.generate import run
+    from gpudeck.agents.workers.generate import run
     return run(args)

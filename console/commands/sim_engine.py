@@ -4,7 +4,7 @@ from __future__ import annotations
 
 
 def register(sub) -> None:
-    from agents.workers.sim_engine import add_arguments  # argparse only; aiohttp loads when serving
+    from gpudeck.agents.workers.sim_engine import add_arguments  # argparse only; aiohttp loads when serving
 
     p = sub.add_parser("sim-engine", help="a simulated SGLang server (real HTTP, SGLang metric names)",
                        description="Serve /v1/chat/completions (with reasoning_content), /metrics, /health, "
@@ -16,6 +16,6 @@ def register(sub) -> None:
 def _run(args) -> int:
     import asyncio
 
-    from agents.workers.sim_engine import serve
+    from gpudeck.agents.workers.sim_engine import serve
     asyncio.run(serve(args))
     return 0

@@ -12,8 +12,8 @@ def register(sub) -> None:
 
 
 def _up(args) -> int:
-    from console.app import make_app
-    from console.cli import _fleet
+    from gpudeck.console.app import make_app
+    from gpudeck.console.cli import _fleet
 
     fleet = _fleet(args.fleet)
     make_app(fleet, read_only=args.read_only, initial_view=args.view).run()

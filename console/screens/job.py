@@ -9,13 +9,13 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import Footer
 
-from console.state import FleetState
-from console.widgets.fleet_header import FleetHeader
-from console.widgets.job_details import JobDetails
-from console.widgets.log_panel import LogPanel
+from gpudeck.console.state import FleetState
+from gpudeck.console.widgets.fleet_header import FleetHeader
+from gpudeck.console.widgets.job_details import JobDetails
+from gpudeck.console.widgets.log_panel import LogPanel
 
 if TYPE_CHECKING:
-    from console.app import GpuDeckApp
+    from gpudeck.console.app import GpuDeckApp
 
 
 class JobScreen(Screen[None]):

@@ -15,18 +15,18 @@ from textual.content import Content
 from textual.screen import Screen
 from textual.widgets import Footer, Input, TabbedContent, TabPane
 
-from console.state import (ALERT_SORTS, FLEET_SORTS, JOB_SORTS, FleetState, GpuRow, select_alerts, select_fleet,
+from gpudeck.console.state import (ALERT_SORTS, FLEET_SORTS, JOB_SORTS, FleetState, GpuRow, select_alerts, select_fleet,
                            select_jobs)
-from console.widgets.alerts_table import AlertsTable
-from console.widgets.filter_bar import FilterBar
-from console.widgets.fleet_header import FleetHeader
-from console.widgets.fleet_table import FleetTable
-from console.widgets.jobs_table import JobsTable
-from console.widgets.live_table import LiveTable
-from console.widgets.log_panel import LogPanel
+from gpudeck.console.widgets.alerts_table import AlertsTable
+from gpudeck.console.widgets.filter_bar import FilterBar
+from gpudeck.console.widgets.fleet_header import FleetHeader
+from gpudeck.console.widgets.fleet_table import FleetTable
+from gpudeck.console.widgets.jobs_table import JobsTable
+from gpudeck.console.widgets.live_table import LiveTable
+from gpudeck.console.widgets.log_panel import LogPanel
 
 if TYPE_CHECKING:
-    from console.app import GpuDeckApp
+    from gpudeck.console.app import GpuDeckApp
 
 VIEWS = ("fleet", "jobs", "logs", "alerts")
 SORTS = {"fleet": FLEET_SORTS, "jobs": JOB_SORTS, "alerts": ALERT_SORTS, "logs": ()}

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from console.state import AlertRow
-from console.widgets import cells
-from console.widgets.live_table import Cell, Column, LiveTable
+from gpudeck.console.state import AlertRow
+from gpudeck.console.widgets import cells
+from gpudeck.console.widgets.live_table import Cell, Column, LiveTable
 
 SEVERE = {"shared_gpu", "job_died", "unreachable", "disk_full"}
 

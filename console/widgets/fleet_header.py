@@ -8,8 +8,8 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
 
-from console.state import Totals, human_duration
-from console.widgets import cells
+from gpudeck.console.state import Totals, human_duration
+from gpudeck.console.widgets import cells
 
 
 class FleetHeader(Widget):

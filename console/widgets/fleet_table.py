@@ -8,9 +8,9 @@ from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
 
-from console.state import FleetRow, GpuRow, NodeRow, human_duration
-from console.widgets import cells
-from console.widgets.live_table import Cell, Column, Frag, LiveTable
+from gpudeck.console.state import FleetRow, GpuRow, NodeRow, human_duration
+from gpudeck.console.widgets import cells
+from gpudeck.console.widgets.live_table import Cell, Column, Frag, LiveTable
 
 MEM_BAR = 14
 

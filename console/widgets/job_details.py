@@ -9,9 +9,9 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
 
-from console.state import JobDetail, human_duration
-from console.widgets import cells
-from console.widgets.jobs_table import STATE_STYLE
+from gpudeck.console.state import JobDetail, human_duration
+from gpudeck.console.widgets import cells
+from gpudeck.console.widgets.jobs_table import STATE_STYLE
 
 BAR = 30
 

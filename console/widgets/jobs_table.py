@@ -6,9 +6,9 @@ from typing import Optional, Sequence
 
 from rich.style import Style
 
-from console.state import JobRow, human_duration
-from console.widgets import cells
-from console.widgets.live_table import Cell, Column, LiveTable
+from gpudeck.console.state import JobRow, human_duration
+from gpudeck.console.widgets import cells
+from gpudeck.console.widgets.live_table import Cell, Column, LiveTable
 
 PROGRESS_BAR = 8
 SPARK = 12
