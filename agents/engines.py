@@ -8,6 +8,7 @@ pipeline-parallel ranks, which repeat the same numbers.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Optional
@@ -25,6 +26,18 @@ if TYPE_CHECKING:
 
 class MetricsParseError(ValueError):
     pass
+
+
+class PageTooLarge(ValueError):
+    pass
+
+
+# A real SGLang page is tens of KB (a few hundred with many DP ranks). A page past this, or one
+# that takes longer than the deadline to arrive whole, is not read: the engine shows as failed
+# with the reason, and the agent's memory and its one-second tick stay its own.
+MAX_PAGE_BYTES = 4 << 20
+PAGE_DEADLINE_S = 5.0
+PARSE_IN_THREAD_BYTES = 256 << 10  # a larger page is parsed off the agent's event loop
 
 
 # per flavor: generation tokens counter, running, queued, KV usage (fraction), accept length
@@ -164,21 +177,28 @@ class EngineScraper:
 
         now = time.time() if now is None else now
         try:
-            r = await client.get(self.url)
+            status, body = await asyncio.wait_for(self._fetch(client), PAGE_DEADLINE_S)
+        except asyncio.TimeoutError:
+            return Engine(url=self.url, state=EngineState.FAILED,
+                          error=f"/metrics did not arrive whole within {PAGE_DEADLINE_S:g} s")
+        except PageTooLarge as exc:
+            return Engine(url=self.url, state=EngineState.FAILED, error=str(exc))
         except httpx.ConnectError:
             self.ready_seen = False
             return Engine(url=self.url, state=EngineState.LOADING, error="connection refused: not listening yet")
         except httpx.HTTPError as exc:
             return Engine(url=self.url, state=EngineState.STARTING if not self.ready_seen else EngineState.FAILED,
                           error=f"{type(exc).__name__}: {exc}")
-        if r.status_code == 503:
+        if status == 503:
             return Engine(url=self.url, state=EngineState.STARTING, error="503: still starting")
-        if r.status_code == 404:
+        if status == 404:
             return await self._health_only(client)
-        if r.status_code != 200:
-            return Engine(url=self.url, state=EngineState.FAILED, error=f"/metrics answered HTTP {r.status_code}")
+        if status != 200:
+            return Engine(url=self.url, state=EngineState.FAILED, error=f"/metrics answered HTTP {status}")
+        text = body.decode("utf-8", errors="replace")
         try:
-            m = parse_metrics(r.text)
+            m = parse_metrics(text) if len(body) < PARSE_IN_THREAD_BYTES else \
+                await asyncio.to_thread(parse_metrics, text)
         except MetricsParseError as exc:
             return Engine(url=self.url, state=EngineState.FAILED, error=f"{self.url}: {exc}")
         if not self.ready_seen:
@@ -194,6 +214,22 @@ class EngineScraper:
                       kv_usage=m.kv_usage, accept_length=m.accept_length,
                       error=router_problem(m) if m.flavor else
                       "no SGLang, vLLM, llama.cpp or sglang-router metrics on this page")
+
+    async def _fetch(self, client: "httpx.AsyncClient") -> tuple[int, bytes]:
+        """The status and, for a 200, the body: streamed, refused past MAX_PAGE_BYTES."""
+        async with client.stream("GET", self.url) as r:
+            if r.status_code != 200:
+                return r.status_code, b""
+            declared = r.headers.get("content-length", "")
+            if declared.isdigit() and int(declared) > MAX_PAGE_BYTES:
+                raise PageTooLarge(f"/metrics page of {int(declared) / 2**20:.0f} MiB is over the "
+                                   f"{MAX_PAGE_BYTES >> 20} MiB limit: not read")
+            body = bytearray()
+            async for chunk in r.aiter_bytes():  # decoded: the cap holds for a compressed page too
+                body += chunk
+                if len(body) > MAX_PAGE_BYTES:
+                    raise PageTooLarge(f"/metrics page over the {MAX_PAGE_BYTES >> 20} MiB limit: not read")
+            return r.status_code, bytes(body)
 
     async def _health_status(self, client: "httpx.AsyncClient") -> Optional[int]:
         import httpx

@@ -13,6 +13,7 @@ appended since.
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from typing import Optional
@@ -103,8 +104,9 @@ class ProgressTracker:
         eta = eta_seconds(done, total, rate)
         if eta is None and rate is None:
             eta = _number(doc.get("eta_s"))
-        updated = doc.get("updated_at") if isinstance(doc.get("updated_at"), (int, float)) else self._last_change
-        quality = {k: int(v) for k, v in (doc.get("quality") or {}).items() if isinstance(v, (int, float))}
+        updated = _number(doc.get("updated_at"))
+        updated = self._last_change if updated is None else updated
+        quality = {k: int(v) for k, v in (doc.get("quality") or {}).items() if _number(v) is not None}
         return Progress(done=done, total=total, tokens=tokens, rate_per_s=rate, tokens_per_s=tps,
                         eta_s=eta, updated_at=updated, quality=quality,
                         error=self._error)
@@ -149,4 +151,7 @@ class ProgressTracker:
 
 
 def _number(v) -> Optional[float]:
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+    """A finite number, or None (a NaN or an infinity in a progress file means: unknown)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    return float(v) if math.isfinite(v) else None

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -290,8 +291,11 @@ _SCALARS = frozenset({str, int, float, bool, type(None)})
 
 def to_plain(obj: Any) -> Any:
     """A message as plain JSON data; like dataclasses.asdict, without its deep copies (a third
-    of an agent tick went there)."""
+    of an agent tick went there). A NaN or an infinity becomes None: JSON has neither, and a
+    job's progress file or an engine's /metrics page may hold them."""
     cls = type(obj)
+    if cls is float:
+        return obj if math.isfinite(obj) else None
     if cls in _SCALARS:
         return obj
     names = _FIELDS.get(cls)
@@ -372,7 +376,8 @@ def _convert(tp: Any, value: Any, where: str) -> Any:
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ProtocolError(f"{where}: expected a number, got {value!r}")
-        return float(value)
+        value = float(value)
+        return value if math.isfinite(value) else None  # an older agent's NaN: unknown
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise ProtocolError(f"{where}: expected an integer, got {value!r}")

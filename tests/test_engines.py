@@ -218,3 +218,89 @@ def test_agent_scrapes_a_real_llama_server_for_a_job(start_agent, llama_server, 
     snap = a.wait_snapshot(lambda s: ((a.job(s, "llama").get("engine") or {}).get("tokens_per_s") or 0) > 0,
                            timeout=30, what="tokens/s from the counter")
     assert a.job(snap, "llama")["state"] == "running"
+
+
+class FloodEngine:
+    """A /metrics that never ends well: ``huge`` streams 200 MB in chunks (no length given),
+    ``drip`` sends a valid start and then one byte a second."""
+
+    def __init__(self, mode: str) -> None:
+        outer = self
+        self.mode = mode
+        self.stop = threading.Event()
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.0"
+
+            def do_GET(self):
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.end_headers()
+                try:
+                    if outer.mode == "huge":
+                        line = b'sglang:num_running_reqs{dp_rank="0"} 1.0\n' * 1600  # ~64 KB
+                        for _ in range(200 * 2**20 // len(line)):
+                            if outer.stop.is_set():
+                                return
+                            self.wfile.write(line)
+                    else:
+                        self.wfile.write(b"# TYPE sglang:num_running_reqs gauge\n")
+                        while not outer.stop.wait(1.0):
+                            self.wfile.write(b"#")
+                            self.wfile.flush()
+                except (BrokenPipeError, ConnectionResetError):
+                    return
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/metrics"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.stop.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.parametrize("mode, reason", [("huge", "MiB limit"), ("drip", "did not arrive whole")])
+def test_a_huge_or_endless_metrics_page_fails_the_engine_not_the_agent(start_agent, reap_jobs, mode, reason):
+    import psutil
+
+    flood = FloodEngine(mode)
+    try:
+        a = start_agent()
+        a.ok("configure", jobs=[{"name": "eng", "command": ["sleep", "60"], "metrics_url": flood.url}])
+        a.ok("launch", job="eng")
+        snap = a.wait_snapshot(lambda s: (a.job(s, "eng").get("engine") or {}).get("state") == "failed",
+                               timeout=60, what=f"the engine failed on a {mode} page")
+        assert reason in a.job(snap, "eng")["engine"]["error"]
+        seq = snap["seq"]
+        a.wait_snapshot(lambda s: s["seq"] >= seq + 5, timeout=30, what="snapshots going on")
+        assert psutil.Process(a.proc.pid).memory_info().rss < 300 * 2**20
+        a.proc.stdin.close()
+        a.proc.wait(30)  # it leaves with its console (the old agent took up to 90 s)
+    finally:
+        flood.close()
+
+
+def test_non_finite_numbers_become_null_on_the_wire(start_agent, fake_engine, reap_jobs, tmp_path):
+    fake_engine.body = ("# TYPE sglang:num_running_reqs gauge\n"
+                        'sglang:num_running_reqs{dp_rank="0"} NaN\n'
+                        "# TYPE sglang:num_queue_reqs gauge\n"
+                        'sglang:num_queue_reqs{dp_rank="0"} +Inf\n'
+                        "# TYPE sglang:generation_tokens_total counter\n"
+                        "sglang:generation_tokens_total 10\n")
+    progress = tmp_path / "progress.json"
+    progress.write_text('{"done": 5, "total": 10, "tokens_per_s": NaN, "eta_s": Infinity, "rate_per_s": NaN}')
+    a = start_agent()
+    a.ok("configure", jobs=[{"name": "eng", "command": ["sleep", "60"], "progress": str(progress),
+                             "metrics_url": f"http://127.0.0.1:{fake_engine.port}/metrics"}])
+    a.ok("launch", job="eng")
+    snap = a.wait_snapshot(lambda s: (a.job(s, "eng").get("engine") or {}).get("state") == "ready"
+                           and a.job(s, "eng").get("progress"), what="engine and progress read")
+    job = a.job(snap, "eng")
+    assert job["engine"]["running"] is None and job["engine"]["queued"] is None
+    assert job["progress"]["done"] == 5 and job["progress"]["tokens_per_s"] is None

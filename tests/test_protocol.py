@@ -54,3 +54,16 @@ def test_nested_type_errors_name_the_path():
     obj["gpus"][0]["processes"][0]["pid"] = "forty-two"
     with pytest.raises(ProtocolError, match=r"Snapshot.gpus\[0\].processes\[0\].pid: expected an integer"):
         protocol.decode(json.dumps(obj))
+
+
+def test_non_finite_floats_are_sent_as_null_and_read_as_none():
+    import math
+    from gpudeck.agents.protocol import Progress, decode, encode, to_plain
+    assert to_plain(Progress(done=1, tokens_per_s=math.nan, eta_s=math.inf)) == {
+        "done": 1, "total": None, "tokens": None, "rate_per_s": None, "tokens_per_s": None, "eta_s": None,
+        "updated_at": None, "quality": {}, "error": None}
+    line = encode(protocol.Hello(node="n", version="v", protocol=1, pid=1, started_at=math.nan, home="h"))
+    assert b"NaN" not in line
+    # an older agent's NaN on the wire is read as unknown
+    snap = decode('{"type": "history", "node": "n", "samples": [{"t": 1.0, "gpu_util": [NaN]}]}')
+    assert snap.samples[0].gpu_util == [None]
