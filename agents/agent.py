@@ -127,6 +127,17 @@ def _lock_holder(fd: int) -> tuple[Optional[int], Optional[str]]:
     return (pid if is_agent else None), None
 
 
+def _interval(text: str) -> float:
+    """--interval: a number of seconds from 0.01 to 3600 (0 made the agent busy-loop)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not 0.01 <= value <= 3600:  # NaN fails this too
+        raise argparse.ArgumentTypeError(f"expected 0.01 to 3600 seconds, got {text!r}")
+    return value
+
+
 def _write_stderr_nowait(data: bytes) -> None:
     """A last word on stderr that never blocks (its SSH channel may be dead)."""
     try:
@@ -164,6 +175,7 @@ class Agent:
         self._trackers: dict[str, tuple[tuple, ProgressTracker]] = {}
         self._scrapers: dict[str, EngineScraper] = {}
         self._engines: dict[str, Engine] = {}
+        self._job_errors: dict[str, str] = {}  # the last error logged per job: logged once, not every tick
         self._scraping: set[str] = set()
         self._http = None
         self._write_lock = threading.Lock()
@@ -212,27 +224,44 @@ class Agent:
         return cur[1]
 
     def job_statuses(self, now: float) -> list[JobStatus]:
+        """Every job's status. One job that cannot be read (a file system error, a bad state
+        file) shows its error on its own row; the others are read as usual."""
         out = []
         for name in self.sup.names():
-            spec = self.sup.spec_of(name)
-            rec = self.sup.records.get(name)
-            state = rec.state if rec else JobState.PENDING
-            progress = self._tracker(name, spec).poll(now) if spec else None
-            engine = self._engines.get(name) if spec and spec.scrape_url else None
-            if engine is not None and state is JobState.RUNNING and not engine.state.answers:
-                state = JobState.STARTING
-            gpus = list(spec.gpus) if spec else []
-            uuids = self.gpu.uuids
-            out.append(JobStatus(
-                name=name, kind=spec.kind if spec else JobKind.COMMAND, state=state, gpus=gpus,
-                gpu_uuids=[uuids[i] for i in gpus if i < len(uuids)],
-                pid=rec.pid if rec else None, pgid=rec.pgid if rec else None,
-                pids=self.sup.members(name) if rec else [], attempt=rec.attempt if rec else 0,
-                exit_code=rec.exit_code if rec else None, started_at=rec.started_at if rec else None,
-                ended_at=rec.ended_at if rec else None, progress=progress, engine=engine,
-                log_path=str(self.sup.job_dir(name) / "job.log") if rec else None,
-                argv=rec.argv if rec else [], last_kill=rec.last_kill if rec else None))
+            try:
+                out.append(self._job_status(name, now))
+            except Exception as exc:  # noqa: BLE001 -- one job must never blind the node
+                why = f"{type(exc).__name__}: {exc}"
+                if self._job_errors.get(name) != why:
+                    log.warning("job %s cannot be read: %s", name, why)
+                self._job_errors[name] = why
+                rec = self.sup.records.get(name)
+                spec = self.sup.declared.get(name)
+                out.append(JobStatus(name=name, kind=spec.kind if spec else JobKind.COMMAND,
+                                     state=rec.state if rec else JobState.PENDING, error=why))
+            else:
+                self._job_errors.pop(name, None)
         return out
+
+    def _job_status(self, name: str, now: float) -> JobStatus:
+        spec = self.sup.spec_of(name)
+        rec = self.sup.records.get(name)
+        state = rec.state if rec else JobState.PENDING
+        progress = self._tracker(name, spec).poll(now) if spec else None
+        engine = self._engines.get(name) if spec and spec.scrape_url else None
+        if engine is not None and state is JobState.RUNNING and not engine.state.answers:
+            state = JobState.STARTING
+        gpus = list(spec.gpus) if spec else []
+        uuids = self.gpu.uuids
+        return JobStatus(
+            name=name, kind=spec.kind if spec else JobKind.COMMAND, state=state, gpus=gpus,
+            gpu_uuids=[uuids[i] for i in gpus if i < len(uuids)],
+            pid=rec.pid if rec else None, pgid=rec.pgid if rec else None,
+            pids=self.sup.members(name) if rec else [], attempt=rec.attempt if rec else 0,
+            exit_code=rec.exit_code if rec else None, started_at=rec.started_at if rec else None,
+            ended_at=rec.ended_at if rec else None, progress=progress, engine=engine,
+            log_path=str(self.sup.job_dir(name) / "job.log") if rec else None,
+            argv=rec.argv if rec else [], last_kill=rec.last_kill if rec else None)
 
     def snapshot(self) -> Snapshot:
         now = time.time()
@@ -460,7 +489,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m gpudeck.agents", description="gpudeck node agent")
     ap.add_argument("--home", type=Path, default=None, help="state directory (default ~/.gpudeck or $GPUDECK_HOME)")
     ap.add_argument("--node", default=None, help="node name shown in the console (default: hostname)")
-    ap.add_argument("--interval", type=float, default=1.0, help="seconds between snapshots")
+    ap.add_argument("--interval", type=_interval, default=1.0, help="seconds between snapshots (0.01 to 3600)")
     ap.add_argument("--no-nvml", action="store_true", help="do not poll GPUs")
     ap.add_argument("--once", action="store_true", help="print one snapshot and exit")
     ap.add_argument("--takeover-grace", type=float, default=10.0,

@@ -33,6 +33,11 @@ def node_alerts(gpus: list[Gpu], jobs: list[JobStatus], specs: dict[str, JobSpec
         if len(names) > 1 and i not in seen:
             alerts.append(Alert(AlertKind.SHARED_GPU, f"GPU {i}: jobs {', '.join(sorted(names))} are both given it", gpu=i))
     for j in jobs:
+        missing = [i for i in j.gpus if gpus and i >= len(gpus)]
+        if missing:
+            alerts.append(Alert(AlertKind.NO_SUCH_GPU,
+                                f"job {j.name} declares GPU {', '.join(map(str, missing))}; this node has "
+                                f"{len(gpus)} (0-{len(gpus) - 1})", job=j.name, gpu=missing[0]))
         if j.state in (JobState.FAILED, JobState.LOST):
             how = f"exit code {j.exit_code}" if j.exit_code is not None else "no exit code: lost"
             alerts.append(Alert(AlertKind.JOB_DIED, f"job {j.name} died ({how}) on attempt {j.attempt}", job=j.name))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import re
 import shlex
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -90,6 +91,7 @@ class AlertKind(str, enum.Enum):
     STALLED = "stalled"  # alive, no progress
     DISK_FULL = "disk_full"
     ENGINE_FAILED = "engine_failed"
+    NO_SUCH_GPU = "no_such_gpu"  # a job declares a GPU index the node does not have
     DISK_FILLING = "disk_filling"  # the console's trend: full within a day
     UNREACHABLE = "unreachable"  # the console cannot read the node
 
@@ -158,6 +160,24 @@ KIND_INFO: dict[JobKind, KindInfo] = {
 KINDS = tuple(k.value for k in JobKind)
 
 
+# A job name is a directory name on the node and a word in every view: 1 to 64 characters,
+# letters, digits and . _ - + @ :, starting with a letter or a digit.
+JOB_NAME_MAX = 64
+JOB_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+@:-]*")
+
+
+def job_name_problem(name: object) -> Optional[str]:
+    """What is wrong with a job name, or None when it is a good one."""
+    if not isinstance(name, str) or not name:
+        return "a job name must be a non-empty string"
+    if len(name) > JOB_NAME_MAX:
+        return f"a job name is at most {JOB_NAME_MAX} characters; this one has {len(name)}"
+    if not JOB_NAME_RE.fullmatch(name):
+        return ("a job name holds only letters, digits and . _ - + @ : and starts with a letter or a digit; "
+                f"{name[:JOB_NAME_MAX]!r} does not")
+    return None
+
+
 class SpecError(ValueError):
     """A job spec that cannot run; the message names the job and the field."""
 
@@ -189,8 +209,10 @@ class JobSpec:
     options: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if not self.name or "/" in self.name or self.name.startswith("."):
-            raise SpecError(f"job {self.name!r}: a name must be non-empty, without '/' or a leading '.'")
+        problem = job_name_problem(self.name)
+        if problem:
+            raise SpecError(f"job {str(self.name)[:JOB_NAME_MAX]!r}...: {problem}" if isinstance(self.name, str)
+                            and len(self.name) > JOB_NAME_MAX else f"job {self.name!r}: {problem}")
         if self.kind not in KINDS:
             raise SpecError(f"job {self.name!r}: kind {self.kind!r} is not one of {', '.join(KINDS)}")
         object.__setattr__(self, "kind", JobKind(self.kind))

@@ -171,6 +171,7 @@ class JobStatus:
     log_path: Optional[str] = None
     argv: list[str] = field(default_factory=list)  # the command line the node ran for this attempt
     last_kill: Optional[KillVerdict] = None  # the last kill's verdict, kept across agents
+    error: Optional[str] = None  # this job could not be read this tick (the others still were)
 
 
 @dataclass(frozen=True)

@@ -305,14 +305,20 @@ class JobSupervisor:
             for name, rec in self.records.items():
                 if name in self._busy or not rec.state.alive:
                     continue
-                if self._leader_alive(rec):
-                    continue
-                # the leader is gone; members of its group may still run (and hold a GPU)
-                live = self._live.setdefault(name, _Live())
-                live.members, live.members_at = self._group_members(rec), time.monotonic()
-                if not live.members:
-                    self._settle(rec)
-                    self.audit("ended", name, state=rec.state, exit_code=rec.exit_code)
+                try:
+                    self._refresh_one(name, rec)
+                except OSError as exc:  # one job's state directory failing stops no other job
+                    log.warning("job %s: cannot record how it ended: %s", name, exc)
+
+    def _refresh_one(self, name: str, rec: JobRecord) -> None:
+        if self._leader_alive(rec):
+            return
+        # the leader is gone; members of its group may still run (and hold a GPU)
+        live = self._live.setdefault(name, _Live())
+        live.members, live.members_at = self._group_members(rec), time.monotonic()
+        if not live.members:
+            self._settle(rec)
+            self.audit("ended", name, state=rec.state, exit_code=rec.exit_code)
 
     def owner_of(self, pid: int) -> Optional[str]:
         """The job a pid belongs to: by process group, else by ancestry."""

@@ -117,10 +117,12 @@ def parse_fleet(text: str, path: str = "<fleet>") -> Fleet:
     defaults = doc.get("defaults", {})
     if not isinstance(defaults, dict):
         raise FleetError(path, loc.top("defaults"), "'defaults' must be a table: [defaults]")
-    for k in defaults:
+    for k, v in defaults.items():
         if k not in _DEFAULT_KEYS:
             raise FleetError(path, loc.key("defaults", None, k),
                              f"[defaults] has no key {k!r}; expected one of {', '.join(sorted(_DEFAULT_KEYS))}")
+        _check_type(path, loc.key("defaults", None, k), f"[defaults] {k!r}", _NODE_FIELDS[k], v)
+        _check_range(path, loc.key("defaults", None, k), f"[defaults] {k!r}", k, v)
 
     nodes: list[Node] = []
     raw_nodes = doc.get("nodes", [])
@@ -138,7 +140,9 @@ def parse_fleet(text: str, path: str = "<fleet>") -> Fleet:
             raise FleetError(path, loc.table("nodes", i), f"{where} needs a 'name'")
         values.setdefault("host", None if values["name"] == LOCAL else values["name"])
         for k, v in values.items():
-            _check_type(path, loc.key("nodes", i, k) or loc.table("nodes", i), f"{where} {k!r}", _NODE_FIELDS[k], v)
+            line = loc.key("nodes", i, k) or loc.table("nodes", i)
+            _check_type(path, line, f"{where} {k!r}", _NODE_FIELDS[k], v)
+            _check_range(path, line, f"{where} {k!r}", k, v)
         if values.get("host_keys", "strict") not in ("strict", "accept-new"):
             raise FleetError(path, loc.key("nodes", i, "host_keys"),
                              f"{where} 'host_keys': expected \"strict\" or \"accept-new\"")
@@ -166,6 +170,7 @@ def parse_fleet(text: str, path: str = "<fleet>") -> Fleet:
         for k, v in raw.items():
             if k in _JOB_FIELDS and k != "options":
                 _check_type(path, loc.key("jobs", i, k), f"{where} {k!r}", _JOB_FIELDS[k], v)
+                _check_range(path, loc.key("jobs", i, k), f"{where} {k!r}", k, v)
                 values[k] = v
             elif k in option_keys:
                 options[k] = v
@@ -175,7 +180,12 @@ def parse_fleet(text: str, path: str = "<fleet>") -> Fleet:
                                  f"{where} has no key {k!r} for kind {kind!r}; expected one of {', '.join(allowed)}")
         if isinstance(values.get("command"), str):
             import shlex
-            values["command"] = shlex.split(values["command"])
+            try:
+                values["command"] = shlex.split(values["command"])
+            except ValueError as exc:  # an unclosed quote
+                raise FleetError(path, loc.key("jobs", i, "command"),
+                                 f"{where} 'command': not a valid shell command line ({exc}); "
+                                 f"write it as a list of strings to avoid quoting") from None
         if "python" not in values and "python" in defaults:
             values["python"] = defaults["python"]
         values["options"] = options
@@ -224,6 +234,25 @@ def _resolve_servers(jobs: list[JobSpec], nodes: dict[str, Node], path: str, loc
     return out
 
 
+# Ranges of numeric keys: (lowest, highest), either end None for open. An interval of 0 made
+# the agent busy-loop; NaN is refused by every range.
+_RANGES: dict[str, tuple[Optional[float], Optional[float]]] = {
+    "interval": (0.01, 3600.0), "connect_timeout": (0.1, 3600.0), "port": (1, 65535),
+    "stall_after_s": (1.0, None), "total": (0, None), "tp": (1, None), "dp": (1, None),
+}
+
+
+def _check_range(path: str, line: Optional[int], where: str, key: str, v: Any) -> None:
+    bounds = _RANGES.get(key)
+    if bounds is None or not isinstance(v, (int, float)) or isinstance(v, bool):
+        return
+    low, high = bounds
+    if v != v or (low is not None and v < low) or (high is not None and v > high):
+        span = (f"from {low:g} to {high:g}" if low is not None and high is not None
+                else f"at least {low:g}" if low is not None else f"at most {high:g}")
+        raise FleetError(path, line, f"{where}: expected a number {span}, got {v!r}")
+
+
 def _check_type(path: str, line: Optional[int], where: str, f: dataclasses.Field, v: Any) -> None:
     tp = str(f.type)
     ok = True
@@ -234,14 +263,39 @@ def _check_type(path: str, line: Optional[int], where: str, f: dataclasses.Field
         ok = isinstance(v, list) and all(_is(inner, x) for x in v)
         expected = {"int": "a list of integers (GPU indices)", "str": "a list of strings"}.get(inner, "a list")
     elif tp.startswith("dict["):
-        ok = isinstance(v, dict) and all(isinstance(x, str) for x in v.values())
-        expected = "a table of strings"
+        if isinstance(v, dict):  # name the key that is wrong, never a value: env holds secrets
+            bad = [k for k, x in v.items() if not isinstance(x, str)]
+            if bad:
+                raise FleetError(path, line, f"{where}: expected a table of strings; {bad[0]!r} is "
+                                             f"{_kind_of(v[bad[0]])}" + (f" (and {len(bad) - 1} more)" if len(bad) > 1
+                                                                          else ""))
+            return
+        ok, expected = False, "a table of strings"
     else:
         base = tp.replace("Optional[", "").rstrip("]")
         ok = _is(base, v)
         expected = {"int": "an integer", "float": "a number", "str": "a string", "bool": "true or false"}.get(base, base)
     if not ok:
-        raise FleetError(path, line, f"{where}: expected {expected}, got {_show(v)}")
+        raise FleetError(path, line, f"{where}: expected {expected}, got {_show(v, f.name)}")
+
+
+_SECRET_WORDS = re.compile(r"env|url|secret|token|passw|key|auth|cred|identity", re.IGNORECASE)
+
+
+def _kind_of(v: Any) -> str:
+    return {bool: "true or false", int: "an integer", float: "a number", str: "a string", list: "a list",
+            dict: "a table"}.get(type(v), type(v).__name__)
+
+
+def _show(v: Any, key: str = "") -> str:
+    """A wrong value for an error message; for a key that may hold a secret, only its type."""
+    if _SECRET_WORDS.search(key) or isinstance(v, dict):
+        return _kind_of(v)
+    import json
+    try:
+        return json.dumps(v)
+    except (TypeError, ValueError):
+        return repr(v)
 
 
 def _is(tp: str, v: Any) -> bool:
@@ -254,14 +308,6 @@ def _is(tp: str, v: Any) -> bool:
     if tp == "bool":
         return isinstance(v, bool)
     return True
-
-
-def _show(v: Any) -> str:
-    import json
-    try:
-        return json.dumps(v)
-    except (TypeError, ValueError):
-        return repr(v)
 
 
 class _Locator:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import subprocess
 
+import pytest
+
 from gpudeck.agents import __version__, protocol
 from conftest import PY, ROOT, command_job, env_with_repo, wait_for
 
@@ -217,3 +219,41 @@ def test_a_console_that_stops_reading_is_dropped_and_holds_up_no_one(start_agent
     finally:
         asleep.kill()
         asleep.wait()
+
+
+def test_one_unreadable_job_shows_its_error_and_blinds_no_other(start_agent, reap_jobs):
+    a = start_agent()
+    too_long = "j" * 300  # 255 bytes is the file-name limit: the agent used to fail every tick
+    r = a.request("configure", jobs=[{"name": too_long, "command": ["sleep", "60"]}])
+    assert not r["ok"] and "at most 64 characters" in r["error"]
+    a.ok("configure", jobs=[{"name": "good", "command": ["sleep", "60"]},
+                            {"name": "bad", "command": ["sleep", "60"], "progress": "/tmp/no\u0000such"}])
+    a.ok("launch", job="good")
+    a.ok("launch", job="bad")
+    snap = a.wait_snapshot(lambda s: a.job(s, "bad").get("error") and a.job(s, "good")["state"] == "running",
+                           what="the bad job's error beside the good job's state")
+    assert "null byte" in a.job(snap, "bad")["error"] and a.job(snap, "bad")["state"] == "running"
+    assert a.job(snap, "good")["error"] is None and a.job(snap, "good")["pids"]
+    seq = snap["seq"]
+    a.wait_snapshot(lambda s: s["seq"] > seq + 3, what="more snapshots")
+    assert sum("cannot be read" in line for line in a.stderr) == 1  # said once, not every tick
+
+
+def test_a_gpu_the_node_does_not_have_is_an_alert():
+    from gpudeck.agents.alerts import node_alerts
+    from gpudeck.agents.jobs import AlertKind, JobKind, JobState
+    from gpudeck.agents.protocol import Gpu, JobStatus
+    gpus = [Gpu(index=i, uuid=f"GPU-{i}", name="H200", mem_used_mib=0, mem_total_mib=1) for i in range(2)]
+    jobs = [JobStatus(name="far", kind=JobKind.COMMAND, state=JobState.PENDING, gpus=[1, 99])]
+    alerts = node_alerts(gpus, jobs, {}, None, {}, 0.0)
+    assert [(a.kind, a.job, a.gpu) for a in alerts] == [(AlertKind.NO_SUCH_GPU, "far", 99)]
+    assert "declares GPU 99; this node has 2 (0-1)" in alerts[0].message
+    assert node_alerts([], jobs, {}, None, {}, 0.0) == []  # no NVML: nothing to check against
+
+
+@pytest.mark.parametrize("interval", ["0", "-1", "nan", "fast"])
+def test_the_agent_refuses_an_interval_that_would_busy_loop(home, interval):
+    r = subprocess.run([PY, "-m", "gpudeck.agents", "--once", "--no-nvml", "--home", str(home),
+                        "--interval", interval], capture_output=True, text=True, env=env_with_repo(), cwd=ROOT,
+                       timeout=60)
+    assert r.returncode == 2 and "--interval" in r.stderr

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from gpudeck.remote.fleet import LOCAL, FleetError, load_fleet, local_fleet, parse_fleet
 
@@ -90,3 +92,80 @@ def test_mistakes_name_file_line_and_expectation(text, line, expected):
 def test_missing_file(tmp_path):
     with pytest.raises(FleetError, match="cannot read the fleet file"):
         load_fleet(tmp_path / "nope.toml")
+
+
+# ---------------------------------------------------------------- what an adversarial run found
+
+@pytest.mark.parametrize("text, where, says", [
+    ('[defaults]\ninterval = 0\n', ":2:", "from 0.01 to 3600"),
+    ('[[nodes]]\nname = "a"\ninterval = -1\n', ":3:", "from 0.01 to 3600"),
+    ('[defaults]\ninterval = nan\n', ":2:", "from 0.01 to 3600"),
+    ('[defaults]\nhome = 5\n', ":2:", "expected a string, got 5"),
+    ('[defaults]\nnvml = "no"\n', ":2:", "expected true or false"),
+    ('[[jobs]]\nname = "j"\ncommand = "echo \\"x"\n', ":3:", "not a valid shell command line"),
+    ('[[jobs]]\nname = "j"\ncommand = ["sleep"]\nport = 70000\n', ":4:", "from 1 to 65535"),
+    ('[[jobs]]\nname = "' + "x" * 300 + '"\ncommand = ["sleep"]\n', ":1:", "at most 64 characters"),
+    ('[[jobs]]\nname = "a b;rm"\ncommand = ["sleep"]\n', ":1:", "only letters, digits"),
+])
+def test_mistakes_found_by_an_adversarial_run_are_reported_with_their_line(text, where, says):
+    with pytest.raises(FleetError) as e:
+        parse_fleet(text, "f.toml")
+    assert f"f.toml{where}" in str(e.value) and says in str(e.value), str(e.value)
+
+
+def test_a_type_error_in_env_names_the_key_never_a_value():
+    secret = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYzEXAMPLEKEY"
+    text = (f'[[jobs]]\nname = "j"\ncommand = ["sleep"]\n'
+            f'env = {{ AWS_SECRET_ACCESS_KEY = "{secret}", NCCL_DEBUG_LEVEL = 2 }}\n')
+    with pytest.raises(FleetError) as e:
+        parse_fleet(text, "f.toml")
+    assert "NCCL_DEBUG_LEVEL" in str(e.value) and "an integer" in str(e.value)
+    assert secret not in str(e.value)
+    for text in ('[[jobs]]\nname = "j"\ncommand = ["sleep"]\nmetrics_url = 5\n',
+                 f'[[jobs]]\nname = "j"\ncommand = ["sleep"]\nenv = "{secret}"\n'):
+        with pytest.raises(FleetError) as e:
+            parse_fleet(text, "f.toml")
+        assert secret not in str(e.value) and "5" not in str(e.value).split(":", 2)[2]
+
+
+# a valid fleet, mutated at random: every outcome is a Fleet or a FleetError, never a traceback
+_MUTATIONS = ["0", "-1", "nan", "inf", '"x"', '"no"', "true", "[99]", "[]", '["a"]', "{ a = 1 }",
+              '"' + "y" * 300 + '"', '"echo \\"x"', '"a b"', "1.5", '"/"', '"."', "[[1]]", '"s3://b/p"']
+
+
+FUZZ_BASE = GOOD.replace('[defaults]\n', '[defaults]\ninterval = 1.0\nnvml = true\nhome = "~/.gpudeck"\n') + \
+    '\n[[jobs]]\nname = "eng"\ncommand = ["sleep", "9"]\nport = 30001\nenv = { A = "b" }\nmetrics_url = "http://x/m"\n'
+
+
+def _mutate(text: str, data) -> str:
+    lines = text.split("\n")
+    for _ in range(data.draw(st.integers(1, 2))):
+        keyed = [i for i, line in enumerate(lines) if "=" in line]
+        op = data.draw(st.sampled_from(["value"] * 8 + ["key", "drop", "raw"]))
+        i = data.draw(st.sampled_from(keyed)) if keyed and op in ("value", "key") else \
+            data.draw(st.integers(0, len(lines) - 1))
+        line = lines[i]
+        if op == "value":
+            lines[i] = line.split("=", 1)[0] + "= " + data.draw(st.sampled_from(_MUTATIONS))
+        elif op == "key":
+            key = data.draw(st.sampled_from(["interval", "gpus", "kind", "port", "name", "node", "env", "command",
+                                             "servers", "total", "nvml", "home", "python", "bogus", "tp"]))
+            lines[i] = key + " =" + line.split("=", 1)[1]
+        elif op == "drop":
+            del lines[i]
+            lines = lines or [""]
+        elif op == "dup":
+            lines.insert(i, line)
+        else:
+            lines[i] = data.draw(st.text(max_size=30))
+    return "\n".join(lines)
+
+
+@settings(max_examples=1000, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+@given(st.data())
+def test_a_mutated_fleet_file_never_ends_in_a_traceback(data):
+    text = _mutate(FUZZ_BASE, data)
+    try:
+        parse_fleet(text, "f.toml")
+    except FleetError:
+        pass
