@@ -193,7 +193,7 @@ command = ["sleep", "600"]
     try:
         await events.wait(lambda: all(events.of(n, NodeUp) for n in ("node1", "node2", "node3")), 90,
                           "the three nodes up")
-        pid = (await client.job_request("survivor", "launch"))["pid"]
+        pid = (await client.launch("survivor")).pid
         await events.wait(lambda: any((j := job_in(s, "survivor")) and j.state == "running"
                                       for s in events.of("node2", Snapshot)), 30, "survivor running")
         old_agent = events.of("node2", NodeUp)[-1].hello.pid
@@ -226,8 +226,8 @@ command = ["sleep", "600"]
         # reconnected first, the old one would serve it through a relay.
         assert lock_holder(node2.home) == new_agent
         await wait_until(lambda: new_agent == old_agent or not alive(old_agent), 20, "the old agent gone")
-        verdict = await client.job_request("survivor", "kill", grace_s=5.0)
-        assert verdict["ok"], verdict
+        verdict = await client.kill("survivor", grace_s=5.0)
+        assert verdict.ok, verdict
         assert not alive(pid)
     finally:
         node2.link(True)
@@ -346,7 +346,7 @@ home = "{home}"
     assert r.stdout.startswith(f"fresh: gpudeck {__version__} in {venv} (dependencies already there: "
                                f"pip --no-deps --no-index)"), r.stdout
     assert (home / "dist" / f"gpudeck-{__version__}-py3-none-any.whl").is_file()  # what SFTP carried
-    where = run(str(venv / "bin" / "python"), "-c", "import agents; print(agents.__file__)", cwd="/").stdout
+    where = run(str(venv / "bin" / "python"), "-c", "import gpudeck.agents as a; print(a.__file__)", cwd="/").stdout
     assert where.startswith(str(venv / "lib")), where  # installed in the venv, not this working tree
 
     async def agent_cmdline() -> list[str]:
@@ -454,7 +454,7 @@ command = ["sleep", "600"]
     fleet = load_fleet(write_fleet(tmp_path, loopback_node(sshd, tmp_path) + jobs))
     client = FleetClient(fleet, {"ssh": transport()})
     try:
-        pid = (await client.job_request("keeps", "launch"))["pid"]
+        pid = (await client.launch("keeps")).pid
         agent = client.links["lb"].hello.pid
     finally:
         await client.close()
