@@ -257,3 +257,33 @@ def test_the_agent_refuses_an_interval_that_would_busy_loop(home, interval):
                         "--interval", interval], capture_output=True, text=True, env=env_with_repo(), cwd=ROOT,
                        timeout=60)
     assert r.returncode == 2 and "--interval" in r.stderr
+
+
+def test_an_agent_from_before_the_gpudeck_namespace_is_taken_over(start_agent, home, tmp_path):
+    """A node deployed before 0.2 runs `python -m agents` (top-level packages). After the
+    deploy of this version the new agent takes that node over and adopts its jobs."""
+    from conftest import pid_alive
+
+    old_tree = tmp_path / "old"
+    old_tree.mkdir()
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", "e78b01a", "agents"], capture_output=True,
+                             timeout=60)
+    if archive.returncode != 0:
+        pytest.skip(f"the 0.1.0 code is not in this clone's history (git archive: {archive.stderr[-200:]!r})")
+    subprocess.run(["tar", "-x", "-C", str(old_tree)], input=archive.stdout, check=True, timeout=60)
+    env = dict(env_with_repo(), PYTHONPATH=str(old_tree))
+    old = subprocess.Popen([PY, "-m", "agents", "--home", str(home), "--node", "testnode", "--interval", "0.2",
+                            "--no-nvml"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                           cwd=str(tmp_path), env=env)
+    try:
+        hello = json.loads(old.stdout.readline())
+        assert hello["version"] == "0.1.0" and hello["pid"] == old.pid
+        wait_for(lambda: (home / "agent.sock").exists(), what="the old agent's socket")
+        new = start_agent(extra_args=("--takeover-grace", "3"))
+        assert new.hello["pid"] == new.proc.pid and new.hello["version"] == __version__
+        assert old.wait(15) == 0
+        assert new.ok("status")["node"] == "testnode" and pid_alive(new.proc.pid)
+    finally:
+        if old.poll() is None:
+            old.kill()
+            old.wait()
