@@ -12,7 +12,6 @@ import sys
 import pytest
 
 
-
 @pytest.fixture
 def foreign_env(tmp_path):
     shadow = tmp_path / "shadow"
