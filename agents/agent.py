@@ -320,13 +320,19 @@ class Agent:
             return Reply(id=req.id, ok=True, result=result if isinstance(result, dict) else to_plain(result))
         except (JobError, SpecError, ValueError, TypeError, OSError) as exc:
             return Reply(id=req.id, ok=False, error=str(exc))
+        except Exception as exc:  # noqa: BLE001 -- a bug: still an answer, and the traceback in the log
+            log.exception("request %s failed", req.op)
+            return Reply(id=req.id, ok=False, error=f"the agent failed on {req.op!r}: {type(exc).__name__}: {exc}")
 
     def _dispatch(self, req: Request) -> dict[str, Any]:
         a = req.args
         if req.op == "status":
             return protocol.to_plain(self.snapshot())
         if req.op == "configure":
-            specs = [JobSpec.from_dict(d) for d in a.get("jobs", [])]
+            jobs = a.get("jobs", [])
+            if not isinstance(jobs, list):
+                raise ValueError(f"'configure' needs 'jobs' as a list of job specs, got {type(jobs).__name__}")
+            specs = [JobSpec.from_dict(d) for d in jobs]
             self.sup.configure(specs)
             self.sup.audit("configure", None, jobs=[s.name for s in specs])
             return {"jobs": [s.name for s in specs]}

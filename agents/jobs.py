@@ -216,13 +216,26 @@ class JobSpec:
         if self.kind not in KINDS:
             raise SpecError(f"job {self.name!r}: kind {self.kind!r} is not one of {', '.join(KINDS)}")
         object.__setattr__(self, "kind", JobKind(self.kind))
+        if isinstance(self.command, str):  # as the fleet file does: split like a shell, never per character
+            try:
+                object.__setattr__(self, "command", shlex.split(self.command))
+            except ValueError as exc:
+                raise SpecError(f"job {self.name!r}: 'command' is not a valid shell command line ({exc})") from None
+        for key in ("command", "args"):
+            value = getattr(self, key)
+            if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
+                raise SpecError(f"job {self.name!r}: {key!r} must be a list of strings")
+        if not isinstance(self.env, dict) or not all(isinstance(v, str) for v in self.env.values()):
+            raise SpecError(f"job {self.name!r}: 'env' must be a table of strings")
+        if not isinstance(self.gpus, list):
+            raise SpecError(f"job {self.name!r}: 'gpus' must be a list of GPU indices")
         if self.kind is JobKind.COMMAND and not self.command:
             raise SpecError(f"job {self.name!r}: kind 'command' needs a 'command'")
         if self.kind is JobKind.SGLANG_SERVER and not self.port:
             raise SpecError(f"job {self.name!r}: kind 'sglang-server' needs a 'port'")
         if self.kind is JobKind.SGLANG_SERVER and not self.model and not self.command:
             raise SpecError(f"job {self.name!r}: kind 'sglang-server' needs a 'model' (or its own 'command')")
-        if any((not isinstance(g, int)) or g < 0 for g in self.gpus):
+        if any(not isinstance(g, int) or isinstance(g, bool) or g < 0 for g in self.gpus):
             raise SpecError(f"job {self.name!r}: 'gpus' must be GPU indices (integers >= 0)")
 
     # -- wire form
@@ -233,6 +246,8 @@ class JobSpec:
 
     @classmethod
     def from_dict(cls, obj: dict[str, Any]) -> "JobSpec":
+        if not isinstance(obj, dict):
+            raise SpecError(f"a job spec must be an object, got {type(obj).__name__}")
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = set(obj) - known
         if unknown:

@@ -65,6 +65,8 @@ class JobRecord:
     ended_at: Optional[float] = None
     exit_code: Optional[int] = None
     kill_requested: bool = False
+    kill_started_at: Optional[float] = None  # a kill under way: when it began (unix time) ...
+    kill_grace_s: Optional[float] = None  # ... and its grace; an agent that dies mid-kill leaves both
     last_kill: Optional[KillVerdict] = None
     argv: list[str] = field(default_factory=list)  # the command line of this attempt
 
@@ -184,9 +186,28 @@ class JobSupervisor:
             if rec.state.alive:
                 if self._leader_alive(rec) or self._group_members(rec):
                     self.audit("adopt", rec.name, pid=rec.pid, pgid=rec.pgid)
+                    if rec.state is JobState.STOPPING:
+                        self._finish_interrupted_kill(rec)
                 else:
                     self._settle(rec)
                     self.audit("adopt-ended", rec.name, state=rec.state, exit_code=rec.exit_code)
+
+    def _finish_interrupted_kill(self, rec: JobRecord) -> None:
+        """The agent that began this kill died during it (its console closed, kill -9): finish
+        it in the background with what is left of its grace, so the job never stays in
+        ``stopping`` with its processes alive, and record the verdict."""
+        grace = rec.kill_grace_s if rec.kill_grace_s is not None else 10.0
+        left = max(0.0, (rec.kill_started_at or 0.0) + grace - time.time())
+        log.warning("job %s: a kill was interrupted; finishing it (%.1f s of grace left)", rec.name, left)
+        self.audit("kill-resume", rec.name, grace_left_s=round(left, 1))
+
+        def finish() -> None:
+            try:
+                self.kill(rec.name, grace_s=left)
+            except JobError as exc:  # a console's own kill got there first
+                log.info("job %s: %s", rec.name, exc)
+
+        threading.Thread(target=finish, name=f"kill-{rec.name}", daemon=True).start()
 
     def configure(self, specs: list[JobSpec]) -> None:
         with self._lock:
@@ -434,6 +455,7 @@ class JobSupervisor:
         held_before = self._gpu_holdings(set(members))
         rec.kill_requested = True
         rec.state = JobState.STOPPING
+        rec.kill_started_at, rec.kill_grace_s = time.time(), grace_s
         self._save(rec)
         self.audit("kill-start", name, pids=members, grace_s=grace_s)
         signal_used = "SIGTERM"

@@ -287,3 +287,18 @@ def test_an_agent_from_before_the_gpudeck_namespace_is_taken_over(start_agent, h
         if old.poll() is None:
             old.kill()
             old.wait()
+
+
+def test_malformed_requests_get_a_reply_that_says_what_is_wrong(start_agent, reap_jobs):
+    a = start_agent()
+    r = a.request("configure", jobs="notalist")
+    assert not r["ok"] and "'jobs' as a list" in r["error"]
+    r = a.request("configure", jobs=["notanobject"])
+    assert not r["ok"] and "must be an object" in r["error"]
+    r = a.request("configure", jobs=[{"name": "j", "command": ["sleep", 5]}])
+    assert not r["ok"] and "'command' must be a list of strings" in r["error"]
+    # a string command is split like a shell does, never per character
+    a.ok("configure", jobs=[{"name": "j", "command": "sh -c 'echo two words'"}])
+    launched = a.ok("launch", job="j")
+    assert launched["argv"] == ["sh", "-c", "echo two words"]
+    assert a.ok("status")["node"] == "testnode"

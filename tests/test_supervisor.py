@@ -202,3 +202,27 @@ def test_logs_tail_and_follow_offset(start_agent, home):
     assert more["text"] == "" and more["offset"] == r["offset"]
     r = a.request("logs", job="nope")
     assert not r["ok"] and "unknown job 'nope'" in r["error"]
+
+
+def test_a_kill_interrupted_by_the_agent_dying_is_finished_by_the_next_agent(start_agent):
+    a = start_agent()
+    a.ok("configure", jobs=[command_job("stubborn", "trap '' TERM; while true; do sleep 0.1; done")])
+    a.ok("launch", job="stubborn")
+    snap = a.wait_snapshot(lambda s: len(a.job(s, "stubborn")["pids"]) >= 2, what="the job running")
+    pids = a.job(snap, "stubborn")["pids"]
+    a._ids += 1  # the kill's reply never comes: the agent dies during the grace period
+    a.send_raw((json.dumps({"type": "request", "id": a._ids, "op": "kill",
+                            "args": {"job": "stubborn", "grace_s": 4}}) + "\n").encode())
+    wait_for(lambda: json.loads((a.home / "jobs" / "stubborn" / "state.json").read_text())["state"] == "stopping",
+             what="the kill under way")
+    a.proc.kill()
+    a.proc.wait()
+    assert any(pid_alive(p) for p in pids)  # the script ignored SIGTERM and no SIGKILL came
+    b = start_agent()
+    snap = b.wait_snapshot(lambda s: b.job(s, "stubborn")["state"] == "killed", timeout=30,
+                           what="the new agent to finish the kill")
+    verdict = b.job(snap, "stubborn")["last_kill"]
+    assert verdict["ok"] and verdict["signal"] == "SIGKILL", verdict
+    assert not any(pid_alive(p) for p in pids)
+    audit = [json.loads(line) for line in (a.home / "audit.log").read_text().splitlines()]
+    assert "kill-resume" in [e["action"] for e in audit if e["job"] == "stubborn"]
