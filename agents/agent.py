@@ -266,6 +266,7 @@ class Agent:
     def snapshot(self) -> Snapshot:
         now = time.time()
         self.sup.refresh()
+        self.sup.cap_logs()
         gpus = self.gpu.sample(self.sup.owner_of)
         jobs = self.job_statuses(now)
         paths = [str(self.home)]

@@ -197,6 +197,7 @@ class JobSpec:
     done_set: Optional[str] = None
     total: Optional[int] = None
     stall_after_s: float = 600.0
+    log_max_mb: float = 256.0  # job.log is cut past this; job.log.1 keeps the newest half
     # engines
     metrics_url: Optional[str] = None
     model: Optional[str] = None

@@ -150,6 +150,7 @@ class LogChunk:
     text: str
     offset: int  # the byte offset after this text: where a follow reads on
     path: str
+    skipped: int = 0  # bytes left out before this text: a follower too far behind skips to the live end
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ from typing import Any, Optional
 
 import psutil
 
+from gpudeck.agents import joblog
 from gpudeck.agents.gpu import GpuSampler
 from gpudeck.agents.jobs import JobSpec, JobState, SpecError
 from gpudeck.agents.protocol import GpuHolder, KillVerdict, LaunchResult, LogChunk, ProtocolError, from_dict, to_plain
@@ -127,6 +128,7 @@ class JobSupervisor:
         self._live: dict[str, _Live] = {}
         self._lock = threading.RLock()
         self._busy: set[str] = set()  # jobs with a launch/kill under way
+        self._cutting: set[str] = set()  # jobs whose log is being cut
         self._stored: dict[str, tuple[int, Optional[JobSpec]]] = {}  # spec.json by its mtime
         self.adopt()
 
@@ -536,29 +538,36 @@ class JobSupervisor:
         return dataclasses.replace(result, kill=verdict) if verdict is not None else result
 
     def logs(self, name: str, lines: int = 100, offset: Optional[int] = None) -> LogChunk:
-        """The last ``lines`` lines, or everything after byte ``offset`` (for --follow)."""
+        """The last ``lines`` lines, or what came after byte ``offset`` (for --follow)."""
         if self.spec_of(name) is None and name not in self.records:
             raise JobError(f"unknown job {name!r} on node {self.node} (known: {', '.join(self.names()) or 'none'})")
         path = self.job_dir(name) / "job.log"
-        if not path.exists():
-            return LogChunk(job=name, text="", offset=0, path=str(path))
-        size = path.stat().st_size
-        with open(path, "rb") as f:
-            if offset is not None:
-                offset = min(max(0, offset), size)
-                f.seek(offset)
-                data = f.read(1 << 20)
-                return LogChunk(job=name, text=data.decode(errors="replace"), offset=offset + len(data),
-                                path=str(path))
-            block, data = 1 << 16, b""
-            pos = size
-            while pos > 0 and data.count(b"\n") <= lines:
-                step = min(block, pos)
-                pos -= step
-                f.seek(pos)
-                data = f.read(step) + data
-        tail = b"\n".join(data.split(b"\n")[-(lines + 1):]) if lines > 0 else b""
-        return LogChunk(job=name, text=tail.decode(errors="replace"), offset=size, path=str(path))
+        return joblog.tail(name, path, lines) if offset is None else joblog.read_on(name, path, int(offset))
+
+    def cap_logs(self) -> None:
+        """Cut the log of each live job that grew past its ``log_max_mb``; the copying runs in
+        a thread of its own, so a big log never holds up a tick."""
+        for name, rec in list(self.records.items()):
+            spec = self.spec_of(name) if rec.state.alive and name not in self._cutting else None
+            if spec is None:
+                continue
+            path, limit = self.job_dir(name) / "job.log", int(spec.log_max_mb * 2**20)
+            try:
+                if path.stat().st_size <= limit:
+                    continue
+            except OSError:
+                continue
+            self._cutting.add(name)
+            threading.Thread(target=self._cut_log, args=(name, path, limit), name=f"log-{name}", daemon=True).start()
+
+    def _cut_log(self, name: str, path: Path, limit: int) -> None:
+        try:
+            if joblog.cap(path, limit):
+                log.info("job %s: job.log passed %d MiB: the newest half is in job.log.1", name, limit >> 20)
+        except OSError as exc:
+            log.warning("job %s: cannot cut job.log: %s", name, exc)
+        finally:
+            self._cutting.discard(name)
 
 
 def _descendants(pid: int) -> Optional[list[int]]:

@@ -145,6 +145,8 @@ async def _logs(args) -> int:
         while args.follow:
             await asyncio.sleep(0.5)
             r = await client.logs(args.job, offset=offset)
+            if r.skipped:
+                sys.stderr.write(f"[gpudeck: skipped {r.skipped / 2**20:.1f} MiB of log to keep up with the job]\n")
             if r.text:
                 sys.stdout.write(r.text)
                 sys.stdout.flush()

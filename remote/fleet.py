@@ -238,7 +238,7 @@ def _resolve_servers(jobs: list[JobSpec], nodes: dict[str, Node], path: str, loc
 # the agent busy-loop; NaN is refused by every range.
 _RANGES: dict[str, tuple[Optional[float], Optional[float]]] = {
     "interval": (0.01, 3600.0), "connect_timeout": (0.1, 3600.0), "port": (1, 65535),
-    "stall_after_s": (1.0, None), "total": (0, None), "tp": (1, None), "dp": (1, None),
+    "stall_after_s": (1.0, None), "log_max_mb": (0.01, None), "total": (0, None), "tp": (1, None), "dp": (1, None),
 }
 
 

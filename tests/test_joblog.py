@@ -1,0 +1,62 @@
+"""A job's log: the tail in linear time, a follower that keeps up with a chatty job, and the
+size cap that keeps a job from filling the node's disk."""
+
+from __future__ import annotations
+
+import os
+
+from gpudeck.agents import joblog
+from conftest import command_job, wait_for
+
+
+def test_the_tail_of_a_million_lines(tmp_path, start_agent, home):
+    log = home / "jobs" / "j" / "job.log"
+    log.parent.mkdir(parents=True)
+    with open(log, "wb") as f:
+        f.write(b"".join(b"line %d\n" % i for i in range(1_000_000)))
+    a = start_agent()
+    a.ok("configure", jobs=[command_job("j", "true")])
+    # through the agent, within its request timeout (the old tail took minutes: quadratic)
+    chunk = a.ok("logs", job="j", lines=3)
+    assert chunk["text"] == "line 999997\nline 999998\nline 999999\n" and chunk["offset"] == log.stat().st_size
+    assert joblog.tail("j", log, 0).text == ""
+    assert joblog.tail("j", tmp_path / "none.log", 5).text == ""
+    whole = joblog.tail("j", log, 2_000_000).text
+    assert whole.count("\n") == 1_000_000 and whole.startswith("line 0\n")
+
+
+def test_a_follower_far_behind_skips_to_the_live_end_and_is_told(tmp_path):
+    log = tmp_path / "job.log"
+    with open(log, "wb") as f:
+        f.write(b"".join(b"old %07d\n" % i for i in range(2_000_000)))  # 24 MB
+    size = log.stat().st_size
+    chunk = joblog.read_on("j", log, 0)
+    assert chunk.skipped > size - joblog.FOLLOW_MAX_BEHIND  # the old follow read on from 0, 1 MiB at a time
+    assert chunk.text.startswith("old ") and chunk.text.endswith("old 1999999\n")  # whole lines, the newest
+    assert chunk.offset == size
+    with open(log, "ab") as f:
+        f.write(b"new\n")
+    nxt = joblog.read_on("j", log, chunk.offset)
+    assert (nxt.text, nxt.skipped) == ("new\n", 0)
+    os.truncate(log, 0)  # cut: the follower's offset is past the end, so everything there is new
+    with open(log, "ab") as f:
+        f.write(b"after the cut\n")
+    assert joblog.read_on("j", log, nxt.offset).text == "after the cut\n"
+
+
+def test_a_chatty_job_is_held_to_its_log_cap(start_agent, home, reap_jobs):
+    a = start_agent()
+    script = "while true; do head -c 65536 /dev/zero | tr '\\\\0' x; echo; done"
+    a.ok("configure", jobs=[command_job("chatty", script, log_max_mb=1)])
+    a.ok("launch", job="chatty")
+    log = home / "jobs" / "chatty" / "job.log"
+    wait_for(lambda: (log.with_name("job.log.1")).exists(), timeout=60, what="the first cut")
+    sizes = []
+    for _ in range(5):
+        seq = a.latest()["seq"]
+        a.wait_snapshot(lambda s: s["seq"] > seq, what="a tick")
+        sizes.append(log.stat().st_size)
+    # at most the cap plus what one tick wrote; job.log.1 holds the newest half at the cut
+    assert log.with_name("job.log.1").stat().st_size <= 2**19
+    assert min(sizes) < 2**20 + 2**19, sizes
+    assert a.ok("kill", job="chatty", grace_s=1)["ok"]
