@@ -1,6 +1,6 @@
 """The SSH transport: one asyncssh connection per node, the agent over an exec channel.
 
-:class:`SshTransport` opens the same :class:`~remote.client.AgentLink` as the local
+:class:`SshTransport` opens the same :class:`~remote.link.AgentLink` as the local
 transport, with the bytes carried by SSH. It keeps one connection per node and reuses it
 for the agent's channel and for deployment (SFTP, pip). Everything runs on the caller's
 event loop.
@@ -41,9 +41,8 @@ from typing import Any, Iterable, Optional, Sequence
 
 import asyncssh
 
-from gpudeck.remote.client import LINE_LIMIT, AgentError, AgentLink, VersionMismatch
 from gpudeck.remote.fleet import Node
-from gpudeck.remote.local import agent_argv
+from gpudeck.remote.link import LINE_LIMIT, AgentError, AgentLink, VersionMismatch, agent_argv
 
 log = logging.getLogger(__name__)
 
@@ -80,9 +79,9 @@ class HostKeyUnknown(HostKeyError):
 class HostKeyChanged(HostKeyError):
     """A known_hosts file records another key for this host. Always refused."""
 
-    def __init__(self, node: str, message: str, path: str, line: int) -> None:
+    def __init__(self, node: str, reason: str, path: str, line: int) -> None:
         self.path, self.line = path, line
-        super().__init__(node, message)
+        super().__init__(node, reason)
 
 
 class AgentStartFailed(SshError):
@@ -313,8 +312,7 @@ class SshAgentLink(AgentLink):
             detail = await self._explain()
             if not detail:
                 raise
-            message = str(exc).removeprefix(f"node {self.node.name}: ")
-            raise AgentStartFailed(self.node.name, f"{message}; {detail}") from None
+            raise AgentStartFailed(self.node.name, f"{exc.reason}; {detail}") from None
 
     async def _explain(self) -> str:
         try:
