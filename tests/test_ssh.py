@@ -193,7 +193,7 @@ command = ["sleep", "600"]
     try:
         await events.wait(lambda: all(events.of(n, NodeUp) for n in ("node1", "node2", "node3")), 90,
                           "the three nodes up")
-        pid = (await client.job_request("survivor", "launch"))["pid"]
+        pid = (await client.job_request("survivor", "launch")).pid
         await events.wait(lambda: any((j := job_in(s, "survivor")) and j.state == "running"
                                       for s in events.of("node2", Snapshot)), 30, "survivor running")
         old_agent = events.of("node2", NodeUp)[-1].hello.pid
@@ -227,7 +227,7 @@ command = ["sleep", "600"]
         assert lock_holder(node2.home) == new_agent
         await wait_until(lambda: new_agent == old_agent or not alive(old_agent), 20, "the old agent gone")
         verdict = await client.job_request("survivor", "kill", grace_s=5.0)
-        assert verdict["ok"], verdict
+        assert verdict.ok, verdict
         assert not alive(pid)
     finally:
         node2.link(True)
@@ -454,7 +454,7 @@ command = ["sleep", "600"]
     fleet = load_fleet(write_fleet(tmp_path, loopback_node(sshd, tmp_path) + jobs))
     client = FleetClient(fleet, {"ssh": transport()})
     try:
-        pid = (await client.job_request("keeps", "launch"))["pid"]
+        pid = (await client.job_request("keeps", "launch")).pid
         agent = client.links["lb"].hello.pid
     finally:
         await client.close()
