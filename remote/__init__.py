@@ -1,1 +1,3 @@
-"""SSH transport: fleet file, connections, agent deployment, request/reply client. Never imports textual."""
+"""Reaching the nodes; never imports textual. From the top: client (FleetClient) and deploy;
+transports (chooses one per node); ssh (with known_hosts, ssh_errors) and local; link
+(AgentLink, NodeError and the other errors); fleet (the fleet file)."""

@@ -1,9 +1,9 @@
-"""Talking to node agents: one interface, whatever carries the bytes.
+"""Talking to the fleet's agents: one link per node, each job operation routed to its node.
 
-An :class:`AgentLink` is one conversation with one agent over a pair of byte streams
-(a local subprocess's pipes, or an SSH channel). :class:`FleetClient` holds one link per
-node and routes each job operation to the node that runs the job. The transports
-(:mod:`remote.local`, :mod:`remote.ssh`) only know how to open the streams.
+:class:`FleetClient` holds one :class:`~remote.link.AgentLink` per node and routes each job
+operation to the node that runs the job. It knows no transport: :mod:`remote.transports`
+chooses one per node. The link and its errors live in :mod:`remote.link`; they are
+importable from here too, as the console has always imported them.
 """
 
 from __future__ import annotations
@@ -12,190 +12,31 @@ import asyncio
 import dataclasses
 import logging
 import time
-from typing import Any, Awaitable, Callable, Optional, Protocol
+from typing import Any, Callable, Optional
 
-from gpudeck.agents import __version__, protocol
-from gpudeck.agents.protocol import Hello, History, KillVerdict, LaunchResult, LogChunk, Reply, Request, Snapshot
+from gpudeck.agents import protocol
+from gpudeck.agents.protocol import Hello, KillVerdict, LaunchResult, LogChunk, Snapshot
 from gpudeck.remote.fleet import LOCAL, Fleet, Node
+from gpudeck.remote.transports import transport_for as choose_transport
+from gpudeck.remote.link import (LINE_LIMIT, AgentError, AgentLink, ByteWriter, NodeError, RequestFailed, Transport,
+                                 VersionMismatch)
+
+__all__ = ["LINE_LIMIT", "AgentError", "AgentLink", "ByteWriter", "FleetClient", "NodeDown", "NodeError",
+           "NodeStatus", "NodeUp", "RequestFailed", "Transport", "VersionMismatch"]
 
 log = logging.getLogger(__name__)
 
-LINE_LIMIT = 64 * 1024 * 1024  # a history message after a long sleep is large
 
-
-class AgentError(Exception):
-    """A node that cannot be reached or used; the message names the node and what to do."""
-
-    def __init__(self, node: str, message: str) -> None:
-        self.node = node
-        super().__init__(f"node {node}: {message}")
-
-
-class VersionMismatch(AgentError):
-    """The node runs another gpudeck version than the console: `gpudeck deploy` fixes it."""
-
-    def __init__(self, node: str, agent_version: str, agent_protocol: int) -> None:
-        self.agent_version, self.agent_protocol = agent_version, agent_protocol
-        super().__init__(node, f"agent version {agent_version} (protocol {agent_protocol}) does not "
-                               f"match the console's {__version__} (protocol {protocol.PROTOCOL}); "
-                               f"run `gpudeck deploy {node}`")
-
-
-class RequestFailed(Exception):
-    """The agent answered, and refused: the message is the agent's reason."""
-
-    def __init__(self, node: str, op: str, message: str) -> None:
-        self.node, self.op = node, op
-        super().__init__(message)
-
-
-class ByteWriter(Protocol):
-    def write(self, data: bytes) -> Any: ...
-
-
-class AgentLink:
-    """One agent conversation: the hello check, requests by id, the latest snapshot."""
-
-    def __init__(self, node: Node, reader: asyncio.StreamReader, writer: ByteWriter,
-                 close: Callable[[], Awaitable[None]], silence_timeout_s: Optional[float] = None) -> None:
-        self.node = node
-        # the agent speaks every tick: this long without a line means the link is dead even
-        # when TCP has not noticed yet (a cable pulled, a laptop asleep); None: never
-        self.silence_timeout_s = silence_timeout_s
-        self.lost = False  # the link ended by a failure or a silence, not by the agent's EOF
-        self.configured_seq = 0  # snapshots after this one show the jobs the console declared
-        self._reader = reader
-        self._writer = writer
-        self._close = close
-        self._ids = 0
-        self._waiting: dict[int, asyncio.Future] = {}
-        self.hello: Optional[Hello] = None
-        self.latest: Optional[Snapshot] = None
-        self.history: Optional[History] = None
-        self.closed: Optional[str] = None  # why the link ended
-        self._snapshot_event = asyncio.Event()
-        self._on_message: list[Callable[[str, protocol.Message], None]] = []
-        self._pump: Optional[asyncio.Task] = None
-
-    def subscribe(self, callback: Callable[[str, protocol.Message], None]) -> None:
-        """``callback(node_name, message)`` for every snapshot and history message."""
-        self._on_message.append(callback)
-
-    async def start(self, timeout: float = 15.0) -> Hello:
-        """Read the hello and check the versions; then pump messages in the background."""
-        try:
-            line = await asyncio.wait_for(self._reader.readline(), timeout)
-        except asyncio.TimeoutError:
-            raise AgentError(self.node.name, f"the agent sent no hello within {timeout:.0f} s") from None
-        if not line:
-            raise AgentError(self.node.name, "the agent exited before saying hello "
-                                             "(is gpudeck installed there? run `gpudeck deploy`)")
-        try:
-            msg = protocol.decode(line)
-        except protocol.ProtocolError as exc:
-            raise AgentError(self.node.name, f"the agent's first line is not a hello ({exc}): "
-                                             f"{line[:200]!r}") from None
-        if not isinstance(msg, Hello):
-            raise AgentError(self.node.name, f"expected a hello, got a {msg.type}")
-        if msg.protocol != protocol.PROTOCOL or msg.version != __version__:
-            raise VersionMismatch(self.node.name, msg.version, msg.protocol)
-        self.hello = msg
-        self._pump = asyncio.get_running_loop().create_task(self._read_loop())
-        return msg
-
-    async def _read_loop(self) -> None:
-        reason = "the agent closed the link"
-        try:
-            while True:
-                try:
-                    line = await asyncio.wait_for(self._reader.readline(), self.silence_timeout_s)
-                except asyncio.TimeoutError:
-                    self.lost = True
-                    reason = f"link lost: no word from the agent for {self.silence_timeout_s:g} s"
-                    break
-                if not line:
-                    break
-                try:
-                    msg = protocol.decode(line)
-                except protocol.ProtocolError as exc:
-                    log.warning("node %s: ignoring a bad line from the agent: %s", self.node.name, exc)
-                    continue
-                if isinstance(msg, Reply):
-                    fut = self._waiting.pop(msg.id, None)
-                    if fut is not None and not fut.done():
-                        fut.set_result(msg)
-                    continue
-                if isinstance(msg, Snapshot):
-                    self.latest = msg
-                    self._snapshot_event.set()
-                elif isinstance(msg, History):
-                    self.history = msg
-                for cb in self._on_message:
-                    cb(self.node.name, msg)
-        except (ConnectionError, asyncio.IncompleteReadError, ValueError) as exc:
-            self.lost = True
-            reason = f"link lost: {exc}"
-        finally:
-            self.closed = reason
-            for fut in self._waiting.values():
-                if not fut.done():
-                    fut.set_exception(AgentError(self.node.name, reason))
-            self._waiting.clear()
-            self._snapshot_event.set()
-
-    async def request(self, op: str, timeout: float = 30.0, **args: Any) -> dict[str, Any]:
-        if self.closed:
-            raise AgentError(self.node.name, self.closed)
-        self._ids += 1
-        req = Request(id=self._ids, op=op, args=args)
-        fut = asyncio.get_running_loop().create_future()
-        self._waiting[req.id] = fut
-        try:
-            self._writer.write(protocol.encode(req))
-            drain = getattr(self._writer, "drain", None)
-            if drain is not None:
-                await drain()
-        except (ConnectionError, OSError) as exc:
-            self._waiting.pop(req.id, None)
-            raise AgentError(self.node.name, f"cannot send to the agent: {exc}") from None
-        try:
-            reply: Reply = await asyncio.wait_for(fut, timeout)
-        except asyncio.TimeoutError:
-            self._waiting.pop(req.id, None)
-            raise AgentError(self.node.name, f"no answer to {op!r} within {timeout:.0f} s") from None
-        if not reply.ok:
-            raise RequestFailed(self.node.name, op, reply.error or "refused")
-        return reply.result
-
-    async def next_snapshot(self, after_seq: int = 0, timeout: float = 10.0) -> Snapshot:
-        deadline = time.monotonic() + timeout
-        while self.latest is None or self.latest.seq <= after_seq:
-            if self.closed:
-                raise AgentError(self.node.name, self.closed)
-            self._snapshot_event.clear()
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise AgentError(self.node.name, f"no snapshot within {timeout:.0f} s")
-            try:
-                await asyncio.wait_for(self._snapshot_event.wait(), left)
-            except asyncio.TimeoutError:
-                pass
-        return self.latest
-
-    async def close(self) -> None:
-        """Close the agent's stdin: it exits; its jobs keep running."""
-        try:
-            await self._close()
-        finally:
-            if self._pump is not None:
-                try:
-                    await asyncio.wait_for(self._pump, 5.0)
-                except (asyncio.TimeoutError, asyncio.CancelledError):
-                    self._pump.cancel()
-
-
-class Transport(Protocol):
-    async def open(self, node: Node) -> AgentLink: ...
+def _failure(node: str, exc: BaseException, fallback: Optional[str] = None) -> tuple[AgentError, str]:
+    """Why ``node`` is down, typed, and the text shown for it. An AgentError shows as itself;
+    another error (an OSError, a refused request) shows its own text, as it always has, and
+    becomes the reason of an AgentError; an error without text has ``fallback`` for reason."""
+    if isinstance(exc, AgentError):
+        return exc, str(exc)
+    if not str(exc) and fallback:
+        err = AgentError(node, fallback)
+        return err, str(err)
+    return AgentError(node, str(exc)), str(exc)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -232,19 +73,22 @@ class FleetClient:
     def __init__(self, fleet: Fleet, transports: Optional[dict[str, Transport]] = None) -> None:
         self.fleet = fleet
         self.links: dict[str, AgentLink] = {}
+        # why each unreachable node is down: the text shown (as it was raised) and since when;
+        # ``failures`` holds the same, typed (``.reason`` without the node's name)
         self.errors: dict[str, tuple[str, float]] = {}
-        self._transports = transports or {}
+        self.failures: dict[str, AgentError] = {}
+        self._transports = transports or {}  # by kind ("local", "ssh"); more are made on demand
 
     def transport_for(self, node: Node) -> Transport:
-        kind = "local" if node.local else "ssh"
-        if kind not in self._transports:
-            if kind == "local":
-                from gpudeck.remote.local import LocalTransport
-                self._transports[kind] = LocalTransport()
-            else:
-                from gpudeck.remote.ssh import SshTransport  # asyncssh only when a fleet has remote nodes
-                self._transports[kind] = SshTransport()
-        return self._transports[kind]
+        return choose_transport(node, self._transports)
+
+    def _down(self, node: str, error: AgentError, shown: str, since: float) -> None:
+        self.errors[node] = (shown, since)
+        self.failures[node] = error
+
+    def _up(self, node: str) -> None:
+        self.errors.pop(node, None)
+        self.failures.pop(node, None)
 
     async def connect(self, node: Node, timeout: Optional[float] = None) -> AgentLink:
         timeout = timeout or node.connect_timeout + 15
@@ -257,7 +101,7 @@ class FleetClient:
             await link.close()
             raise
         self.links[node.name] = link
-        self.errors.pop(node.name, None)
+        self._up(node.name)
         return link
 
     async def connect_all(self, nodes: Optional[list[Node]] = None, timeout: Optional[float] = None) -> None:
@@ -269,10 +113,11 @@ class FleetClient:
         try:
             return await self.connect(node, timeout)
         except (AgentError, RequestFailed, OSError) as exc:
-            self.errors[node.name] = (str(exc), time.time())
+            self._down(node.name, *_failure(node.name, exc), time.time())
         except asyncio.TimeoutError:
             limit = timeout or node.connect_timeout + 15
-            self.errors[node.name] = (f"node {node.name}: no answer within {limit:g} s", time.time())
+            err = AgentError(node.name, f"no answer within {limit:g} s")
+            self._down(node.name, err, str(err), time.time())
         return None
 
     def nodes_in_use(self) -> list[Node]:
@@ -291,7 +136,7 @@ class FleetClient:
                 await self._try_connect(node, timeout)
             link = self.links.get(node.name)
             if link is None:
-                err, since = self.errors.get(node.name, (f"node {node.name}: not connected", time.time()))
+                err, since = self.errors.get(node.name, (str(AgentError(node.name, "not connected")), time.time()))
                 return NodeStatus(node, error=err, since=since)
             try:
                 left = max(deadline - time.monotonic(), min(timeout, 1.0))
@@ -327,10 +172,11 @@ class FleetClient:
             try:
                 link = await self.connect(node)
             except (AgentError, RequestFailed, OSError, asyncio.TimeoutError) as exc:
-                reason = str(exc) or f"node {node.name}: connect timed out"
+                error, reason = _failure(node.name, exc, "connect timed out")
             except Exception as exc:  # untyped: show it on the node and keep the loop alive
                 log.exception("node %s: connect failed", node.name)
-                reason = f"node {node.name}: {type(exc).__name__}: {exc}"
+                error = AgentError(node.name, f"{type(exc).__name__}: {exc}")
+                reason = str(error)
             else:
                 delay, down_since = backoff_s, None
                 on_event(node.name, NodeUp(node.name, link.hello))
@@ -344,11 +190,12 @@ class FleetClient:
                     await asyncio.shield(link._pump)  # returns when the link ends
                 except Exception as exc:  # a transport error the link did not type: still a lost link
                     link.lost, link.closed = True, link.closed or f"link lost: {type(exc).__name__}: {exc}"
-                reason = f"node {node.name}: {link.closed}"
+                error = AgentError(node.name, link.closed or "the agent closed the link")
+                reason = str(error)
                 self.links.pop(node.name, None)
                 ended = link
             down_since = down_since or time.time()
-            self.errors[node.name] = (reason, down_since)
+            self._down(node.name, error, reason, down_since)
             wait = min(delay, backoff_max_s) * random.uniform(0.7, 1.3)
             on_event(node.name, NodeDown(node.name, reason, down_since, wait))
             if ended is not None:
@@ -361,8 +208,8 @@ class FleetClient:
         node = spec.node or LOCAL
         link = self.links.get(node)
         if link is None:
-            err = self.errors.get(node, (f"node {node}: not connected", 0))[0]
-            raise AgentError(node, err.removeprefix(f"node {node}: "))
+            failure = self.failures.get(node)
+            raise AgentError(node, failure.reason if failure is not None else "not connected")
         return link
 
     async def job_request(self, job: str, op: str, timeout: float = 60.0, **args: Any) -> Any:

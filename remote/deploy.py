@@ -34,8 +34,8 @@ from typing import Callable, Optional, Sequence, Union
 import asyncssh
 
 from gpudeck.agents import __version__
-from gpudeck.remote.client import AgentError
 from gpudeck.remote.fleet import Node
+from gpudeck.remote.link import AgentError
 from gpudeck.remote.ssh import SshTransport, _shell_path
 
 # the distributions the agent imports on a node (the rest of the wheel's requirements serve

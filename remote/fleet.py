@@ -90,6 +90,8 @@ _NODE_FIELDS = {f.name: f for f in dataclasses.fields(Node)}
 _JOB_FIELDS = {f.name: f for f in dataclasses.fields(JobSpec)}
 _DEFAULT_KEYS = {"python", "home", "nvml", "interval", "known_hosts", "host_keys", "user", "identity",
                  "connect_timeout", "venv"}
+
+
 def load_fleet(path: str | Path) -> Fleet:
     path = str(path)
     try:
@@ -100,15 +102,7 @@ def load_fleet(path: str | Path) -> Fleet:
 
 
 def parse_fleet(text: str, path: str = "<fleet>") -> Fleet:
-    try:
-        doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        m = re.search(r"\(at line (\d+), column (\d+)\)", str(exc))
-        line = int(m.group(1)) if m else None
-        if line is None and "end of document" in str(exc):  # the last line with something on it
-            line = max((i for i, t in enumerate(text.splitlines(), 1) if t.strip()), default=None)
-        msg = re.sub(r"\s*\(at (line \d+, column \d+|end of document)\)", "", str(exc))
-        raise FleetError(path, line, f"not valid TOML: {msg}") from None
+    doc = _decode(text, path)
     loc = _Locator(text)
     unknown = set(doc) - {"defaults", "nodes", "jobs"}
     if unknown:
@@ -123,9 +117,26 @@ def parse_fleet(text: str, path: str = "<fleet>") -> Fleet:
                              f"[defaults] has no key {k!r}; expected one of {', '.join(sorted(_DEFAULT_KEYS))}")
         _check_type(path, loc.key("defaults", None, k), f"[defaults] {k!r}", _NODE_FIELDS[k], v)
         _check_range(path, loc.key("defaults", None, k), f"[defaults] {k!r}", k, v)
+    nodes = _parse_nodes(doc.get("nodes", []), defaults, path, loc)
+    jobs = _parse_jobs(doc.get("jobs", []), defaults, {n.name for n in nodes}, path, loc)
+    jobs = _resolve_servers(jobs, {n.name: n for n in nodes}, path, loc)
+    return Fleet(path=path, nodes=nodes, jobs=jobs)
 
+
+def _decode(text: str, path: str) -> dict[str, Any]:
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        m = re.search(r"\(at line (\d+), column (\d+)\)", str(exc))
+        line = int(m.group(1)) if m else None
+        if line is None and "end of document" in str(exc):  # the last line with something on it
+            line = max((i for i, t in enumerate(text.splitlines(), 1) if t.strip()), default=None)
+        msg = re.sub(r"\s*\(at (line \d+, column \d+|end of document)\)", "", str(exc))
+        raise FleetError(path, line, f"not valid TOML: {msg}") from None
+
+
+def _parse_nodes(raw_nodes: Any, defaults: dict[str, Any], path: str, loc: "_Locator") -> list[Node]:
     nodes: list[Node] = []
-    raw_nodes = doc.get("nodes", [])
     if not isinstance(raw_nodes, list):
         raise FleetError(path, loc.top("nodes"), "'nodes' must be an array of tables: [[nodes]]")
     for i, raw in enumerate(raw_nodes):
@@ -152,10 +163,12 @@ def parse_fleet(text: str, path: str = "<fleet>") -> Fleet:
     if not any(n.name == LOCAL for n in nodes):
         nodes.insert(0, Node(name=LOCAL, **{k: v for k, v in defaults.items()
                                             if k in ("home", "nvml", "interval")}))
-    names = {n.name for n in nodes}
+    return nodes
 
+
+def _parse_jobs(raw_jobs: Any, defaults: dict[str, Any], names: set[str], path: str,
+                loc: "_Locator") -> list[JobSpec]:
     jobs: list[JobSpec] = []
-    raw_jobs = doc.get("jobs", [])
     if not isinstance(raw_jobs, list):
         raise FleetError(path, loc.top("jobs"), "'jobs' must be an array of tables: [[jobs]]")
     for i, raw in enumerate(raw_jobs):
@@ -201,8 +214,7 @@ def parse_fleet(text: str, path: str = "<fleet>") -> Fleet:
             jobs.append(JobSpec(**values))
         except SpecError as exc:
             raise FleetError(path, loc.table("jobs", i), f"{where}: {exc}") from None
-    jobs = _resolve_servers(jobs, {n.name: n for n in nodes}, path, loc)
-    return Fleet(path=path, nodes=nodes, jobs=jobs)
+    return jobs
 
 
 def _resolve_servers(jobs: list[JobSpec], nodes: dict[str, Node], path: str, loc: "_Locator") -> list[JobSpec]:

@@ -6,17 +6,10 @@ import asyncio
 import os
 import sys
 
-from gpudeck.remote.client import LINE_LIMIT, AgentLink
 from gpudeck.remote.fleet import Node
+from gpudeck.remote.link import LINE_LIMIT, AgentLink, agent_argv
 
-
-def agent_argv(node: Node, python: str) -> list[str]:
-    argv = [python, "-m", "gpudeck.agents", "--node", node.name, "--interval", str(node.interval)]
-    if node.home:
-        argv += ["--home", node.home]
-    if not node.nvml:
-        argv.append("--no-nvml")
-    return argv
+__all__ = ["LocalTransport", "agent_argv"]
 
 
 class LocalTransport:

@@ -1,6 +1,6 @@
 """The SSH transport: one asyncssh connection per node, the agent over an exec channel.
 
-:class:`SshTransport` opens the same :class:`~remote.client.AgentLink` as the local
+:class:`SshTransport` opens the same :class:`~remote.link.AgentLink` as the local
 transport, with the bytes carried by SSH. It keeps one connection per node and reuses it
 for the agent's channel and for deployment (SFTP, pip). Everything runs on the caller's
 event loop.
@@ -10,11 +10,9 @@ Settings come from the fleet file (``host``, ``user``, ``port``, ``identity``,
 OpenSSH reads it (``HostName``, ``User``, ``Port``, ``IdentityFile``,
 ``UserKnownHostsFile``, ``ServerAliveInterval``...).
 
-Host keys are checked here, not by asyncssh, so that the refusal says where the recorded
-key is: an unknown host is refused unless the node says ``host_keys = "accept-new"`` (then
-the key is appended to the known_hosts file, as OpenSSH does); a changed key is always
-refused, naming the file and line. No password or passphrase is ever asked for, printed
-or logged.
+Host keys are checked by :mod:`remote.known_hosts`, not by asyncssh, so that the refusal
+says where the recorded key is. The errors are in :mod:`remote.ssh_errors` (importable from
+here too). No password or passphrase is ever asked for, printed or logged.
 
 The agent runs as ``<python> -m gpudeck.agents --node NAME ...``, where ``<python>`` is the
 venv that ``gpudeck deploy`` made (``Node.agent_venv``) when it exists, else the node's
@@ -26,215 +24,29 @@ link (see ``agents.agent.AgentLock``).
 from __future__ import annotations
 
 import asyncio
-import base64
 import collections
-import hashlib
-import hmac
 import logging
 import os
-import re
 import shlex
 import socket
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import asyncssh
 
-from gpudeck.remote.client import LINE_LIMIT, AgentError, AgentLink, VersionMismatch
 from gpudeck.remote.fleet import Node
-from gpudeck.remote.local import agent_argv
+from gpudeck.remote.known_hosts import DEFAULT_KNOWN_HOSTS, HostKeyPolicy
+from gpudeck.remote.link import LINE_LIMIT, AgentError, AgentLink, VersionMismatch, agent_argv
+from gpudeck.remote.ssh_errors import (AgentStartFailed, AuthFailed, ConnectFailed, HostKeyChanged, HostKeyError,
+                                       HostKeyUnknown, SshError)
+
+__all__ = ["AgentStartFailed", "AuthFailed", "ConnectFailed", "HostKeyChanged", "HostKeyError", "HostKeyUnknown",
+           "KEEPALIVE_COUNT", "KEEPALIVE_S", "SshAgentLink", "SshError", "SshTransport", "agent_command"]
 
 log = logging.getLogger(__name__)
 
 KEEPALIVE_S = 15.0  # ServerAliveInterval, unless ~/.ssh/config or the transport says otherwise
 KEEPALIVE_COUNT = 3  # ServerAliveCountMax
-DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
-GLOBAL_KNOWN_HOSTS = "/etc/ssh/ssh_known_hosts"
 STDERR_LINES = 30  # the agent's last stderr lines, kept to explain why it ended
-
-
-# ---------------------------------------------------------------- errors
-
-
-class SshError(AgentError):
-    """A node that cannot be reached or used over SSH; ``str()`` names the node."""
-
-
-class ConnectFailed(SshError):
-    """No SSH connection: no route, refused, timed out, name unknown, dropped."""
-
-
-class AuthFailed(SshError):
-    """The server refused every key offered for the user."""
-
-
-class HostKeyError(SshError):
-    """The server's host key could not be trusted."""
-
-
-class HostKeyUnknown(HostKeyError):
-    """No known_hosts file records a key for this host (and the node is not accept-new)."""
-
-
-class HostKeyChanged(HostKeyError):
-    """A known_hosts file records another key for this host. Always refused."""
-
-    def __init__(self, node: str, message: str, path: str, line: int) -> None:
-        self.path, self.line = path, line
-        super().__init__(node, message)
-
-
-class AgentStartFailed(SshError):
-    """Connected, but the agent did not start or did not say hello."""
-
-
-# ---------------------------------------------------------------- known_hosts
-
-
-@dataclass(frozen=True)
-class KnownHost:
-    path: str
-    line: int
-    marker: Optional[str]  # None, "revoked" or "cert-authority"
-    patterns: str
-    keytype: str
-    key: bytes  # the public key blob, as the server sends it
-
-    def fingerprint(self) -> str:
-        return "SHA256:" + base64.b64encode(hashlib.sha256(self.key).digest()).decode().rstrip("=")
-
-
-def read_known_hosts(paths: Iterable[str]) -> list[KnownHost]:
-    entries = []
-    for path in paths:
-        try:
-            text = Path(path).expanduser().read_text(errors="replace")
-        except FileNotFoundError:
-            continue
-        except OSError as exc:
-            log.warning("cannot read known hosts file %s: %s", path, exc.strerror or exc)
-            continue
-        for n, raw in enumerate(text.splitlines(), start=1):
-            parts = raw.split()
-            if not parts or parts[0].startswith("#"):
-                continue
-            marker = None
-            if parts[0].startswith("@"):
-                marker, parts = parts[0][1:], parts[1:]
-            if len(parts) < 3:
-                continue
-            try:
-                blob = base64.b64decode(parts[2], validate=True)
-            except ValueError:
-                continue
-            entries.append(KnownHost(path, n, marker, parts[0], parts[1], blob))
-    return entries
-
-
-def known_hosts_name(host: str, port: Optional[int]) -> str:
-    """How OpenSSH writes a host in known_hosts: ``host``, or ``[host]:port`` off port 22."""
-    return host if not port or port == 22 else f"[{host}]:{port}"
-
-
-def host_matches(patterns: str, name: str) -> bool:
-    """OpenSSH's rules: comma-separated patterns with ``*`` and ``?``, ``!`` negates,
-    ``|1|salt|hash`` for hashed names."""
-    name = name.lower()
-    hit = False
-    for pat in patterns.split(","):
-        if pat.startswith("|1|"):
-            try:
-                salt, digest = (base64.b64decode(p) for p in pat[3:].split("|", 1))
-            except ValueError:
-                continue
-            if hmac.compare_digest(hmac.new(salt, name.encode(), hashlib.sha1).digest(), digest):
-                hit = True
-            continue
-        negated = pat.startswith("!")
-        pat = pat[1:] if negated else pat
-        regex = "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pat.lower())
-        if re.fullmatch(regex, name):
-            if negated:
-                return False
-            hit = True
-    return hit
-
-
-def _host_key_algs(keytype: str) -> list[str]:
-    return ["rsa-sha2-512", "rsa-sha2-256", "ssh-rsa"] if keytype == "ssh-rsa" else [keytype]
-
-
-class HostKeyPolicy:
-    """What we know of one host's keys, and the verdict on the key it presents."""
-
-    def __init__(self, node: str, host: str, port: Optional[int], user_files: Sequence[str],
-                 global_files: Sequence[str], accept_new: bool) -> None:
-        self.node, self.name = node, known_hosts_name(host, port)
-        self.ssh_hint = f"ssh -p {port} {host}" if port and port != 22 else f"ssh {host}"
-        self.user_files, self.files = list(user_files), list(user_files) + list(global_files)
-        self.accept_new = accept_new
-        self.matching = [e for e in read_known_hosts(self.files)
-                         if e.marker != "cert-authority" and host_matches(e.patterns, self.name)]
-        self.known = [e for e in self.matching if e.marker is None]
-        self.problem: Optional[HostKeyError] = None
-        self.recorded_in: Optional[str] = None
-
-    def server_host_key_algs(self) -> list[str]:
-        """Ask the server for a key of a type we know for it (as OpenSSH does), so that a host
-        known by its RSA key is not taken for changed when it also has an ed25519 one."""
-        algs: list[str] = []
-        for e in self.known:
-            algs += [a for a in _host_key_algs(e.keytype) if a not in algs]
-        return algs
-
-    def check(self, key: asyncssh.SSHKey) -> bool:
-        blob, alg, fp = key.public_data, key.get_algorithm(), key.get_fingerprint()
-        for e in self.matching:
-            if e.marker == "revoked" and e.key == blob:
-                self.problem = HostKeyError(self.node, f"the host key of {self.name} ({alg} {fp}) is marked "
-                                                       f"@revoked in {e.path} line {e.line}; refusing to connect")
-                return False
-        if any(e.key == blob for e in self.known):
-            return True
-        if self.known:
-            e = next((e for e in self.known if e.keytype == alg), self.known[0])
-            self.problem = HostKeyChanged(
-                self.node,
-                f"HOST KEY CHANGED for {self.name}: it now presents {alg} {fp}, but {e.path} line {e.line} "
-                f"records {e.keytype} {e.fingerprint()}. Someone may be intercepting the connection, or the "
-                f"node was reinstalled; if you know it was, remove that line "
-                f"(ssh-keygen -R '{self.name}' -f {e.path}) and connect again. Refused.",
-                e.path, e.line)
-            return False
-        if not self.accept_new:
-            where = ", ".join(self.files)
-            self.problem = HostKeyUnknown(
-                self.node,
-                f"host key of {self.name} is not known ({alg} {fp}; looked in {where}). Check the fingerprint "
-                f"and add it (`{self.ssh_hint}` once, or ssh-keyscan), or set host_keys = \"accept-new\" for "
-                f"this node in the fleet file (or deploy with --accept-new-host-keys)")
-            return False
-        path = Path(self.user_files[0]).expanduser()
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            with open(path, "a") as f:
-                f.write(f"{self.name} {alg} {base64.b64encode(blob).decode()}\n")
-        except OSError as exc:
-            self.problem = HostKeyError(self.node, f"host key of {self.name} is new and host_keys is accept-new, "
-                                                   f"but it cannot be recorded in {path}: {exc.strerror or exc}")
-            return False
-        self.recorded_in = str(path)
-        log.warning("node %s: recorded the new host key of %s (%s %s) in %s", self.node, self.name, alg, fp, path)
-        return True
-
-
-class _Client(asyncssh.SSHClient):
-    def __init__(self, policy: HostKeyPolicy) -> None:
-        self.policy = policy
-
-    def validate_host_public_key(self, host: str, addr: str, port: int, key: asyncssh.SSHKey) -> bool:
-        return self.policy.check(key)
 
 
 # ---------------------------------------------------------------- byte streams for AgentLink
@@ -313,8 +125,7 @@ class SshAgentLink(AgentLink):
             detail = await self._explain()
             if not detail:
                 raise
-            message = str(exc).removeprefix(f"node {self.node.name}: ")
-            raise AgentStartFailed(self.node.name, f"{message}; {detail}") from None
+            raise AgentStartFailed(self.node.name, f"{exc.reason}; {detail}") from None
 
     async def _explain(self) -> str:
         try:
@@ -427,18 +238,11 @@ class SshTransport:
                     if "passphrase" in str(what).lower() else "")
             raise SshError(node.name, f"cannot use its SSH settings: {what}{where}{hint}") from None
         cfg = opts.config
-        user_files = [node.known_hosts] if node.known_hosts else \
-            list(cfg.get("UserKnownHostsFile", ()) or [self.default_known_hosts])
-        global_files = list(cfg.get("GlobalKnownHostsFile", ()) or [GLOBAL_KNOWN_HOSTS])
-        policy = HostKeyPolicy(node.name, opts.host_key_alias or opts.host, opts.port, user_files, global_files,
-                               self.accept_new or node.host_keys == "accept-new")
+        policy = HostKeyPolicy.for_connection(node.name, opts, node.known_hosts, self.default_known_hosts,
+                                              self.accept_new or node.host_keys == "accept-new")
         keepalive = self.keepalive_s or float(cfg.get("ServerAliveInterval", 0) or KEEPALIVE_S)
         count = self.keepalive_count or int(cfg.get("ServerAliveCountMax", 0) or KEEPALIVE_COUNT)
-        extra: dict[str, Any] = dict(client_factory=lambda: _Client(policy), known_hosts=([], [], []),
-                                     keepalive_interval=keepalive, keepalive_count_max=count)
-        algs = policy.server_host_key_algs()
-        if algs:
-            extra["server_host_key_algs"] = algs
+        extra = dict(policy.connect_options(), keepalive_interval=keepalive, keepalive_count_max=count)
         try:
             conn = await asyncssh.connect(node.host, **kw, **extra)
         except asyncio.CancelledError:
@@ -451,18 +255,12 @@ class SshTransport:
     def _connect_error(self, node: Node, opts: asyncssh.SSHClientConnectionOptions, policy: HostKeyPolicy,
                        exc: BaseException) -> SshError:
         where = f"{opts.username}@{opts.host}:{opts.port}"
-        if policy.problem is not None:
-            return policy.problem
+        refusal = policy.refusal(exc, where)
+        if refusal is not None:
+            return refusal
         if isinstance(exc, asyncssh.PermissionDenied):
             return AuthFailed(node.name, f"authentication failed for user {opts.username} with "
                                          f"{self._keys_offered(node, opts)} ({where})")
-        if isinstance(exc, asyncssh.KeyExchangeFailed) and policy.known:
-            e = policy.known[0]
-            return HostKeyChanged(node.name, f"HOST KEY CHANGED for {policy.name}: the server offers none of the "
-                                             f"key types recorded in {e.path} line {e.line} ({e.keytype}); "
-                                             f"refused ({exc.reason})", e.path, e.line)
-        if isinstance(exc, asyncssh.HostKeyNotVerifiable):
-            return HostKeyError(node.name, f"host key of {where} not verified: {exc.reason}")
         if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
             return ConnectFailed(node.name, f"cannot connect to {where}: no answer within "
                                             f"{node.connect_timeout:g} s")

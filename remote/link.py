@@ -1,0 +1,224 @@
+"""One conversation with one node agent, whatever carries the bytes; and the errors it raises.
+
+An :class:`AgentLink` talks JSON lines to an agent over a pair of byte streams (a local
+subprocess's pipes, or an SSH channel): the hello check, requests by id, the latest
+snapshot. A :class:`Transport` only knows how to open those streams; this module imports
+none (:mod:`remote.transports` chooses one per node).
+
+Every failure that concerns a node is a :class:`NodeError`: ``.node``, ``.reason``, and
+``str()`` is ``node NODE: REASON``. Code that needs the reason alone reads ``.reason``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any, Awaitable, Callable, Optional, Protocol
+
+from gpudeck.agents import __version__, protocol
+from gpudeck.agents.protocol import Hello, History, Reply, Request, Snapshot
+from gpudeck.remote.fleet import Node
+
+log = logging.getLogger(__name__)
+
+LINE_LIMIT = 64 * 1024 * 1024  # a history message after a long sleep is large
+
+
+# ---------------------------------------------------------------- errors
+
+
+class NodeError(Exception):
+    """Something went wrong on, or on the way to, one node: ``str()`` is ``node NODE: REASON``."""
+
+    def __init__(self, node: str, reason: str) -> None:
+        self.node, self.reason = node, reason
+        super().__init__(f"node {node}: {reason}")
+
+
+class AgentError(NodeError):
+    """A node that cannot be reached or used; the reason says what to do. Every transport's
+    and deployment's errors are AgentErrors."""
+
+
+class VersionMismatch(AgentError):
+    """The node runs another gpudeck version than the console: `gpudeck deploy` fixes it."""
+
+    def __init__(self, node: str, agent_version: str, agent_protocol: int) -> None:
+        self.agent_version, self.agent_protocol = agent_version, agent_protocol
+        super().__init__(node, f"agent version {agent_version} (protocol {agent_protocol}) does not "
+                               f"match the console's {__version__} (protocol {protocol.PROTOCOL}); "
+                               f"run `gpudeck deploy {node}`")
+
+
+class RequestFailed(Exception):
+    """The agent answered, and refused: ``str()`` is the agent's reason alone (also in
+    ``.reason``); ``.node`` and ``.op`` say where and what."""
+
+    def __init__(self, node: str, op: str, reason: str) -> None:
+        self.node, self.op, self.reason = node, op, reason
+        super().__init__(reason)
+
+
+# ---------------------------------------------------------------- the conversation
+
+
+def agent_argv(node: Node, python: str) -> list[str]:
+    """How every transport starts the agent: ``python -m gpudeck.agents --node NAME ...``."""
+    argv = [python, "-m", "gpudeck.agents", "--node", node.name, "--interval", str(node.interval)]
+    if node.home:
+        argv += ["--home", node.home]
+    if not node.nvml:
+        argv.append("--no-nvml")
+    return argv
+
+
+class ByteWriter(Protocol):
+    def write(self, data: bytes) -> Any: ...
+
+
+class AgentLink:
+    """One agent conversation: the hello check, requests by id, the latest snapshot."""
+
+    def __init__(self, node: Node, reader: asyncio.StreamReader, writer: ByteWriter,
+                 close: Callable[[], Awaitable[None]], silence_timeout_s: Optional[float] = None) -> None:
+        self.node = node
+        # the agent speaks every tick: this long without a line means the link is dead even
+        # when TCP has not noticed yet (a cable pulled, a laptop asleep); None: never
+        self.silence_timeout_s = silence_timeout_s
+        self.lost = False  # the link ended by a failure or a silence, not by the agent's EOF
+        self.configured_seq = 0  # snapshots after this one show the jobs the console declared
+        self._reader = reader
+        self._writer = writer
+        self._close = close
+        self._ids = 0
+        self._waiting: dict[int, asyncio.Future] = {}
+        self.hello: Optional[Hello] = None
+        self.latest: Optional[Snapshot] = None
+        self.history: Optional[History] = None
+        self.closed: Optional[str] = None  # why the link ended
+        self._snapshot_event = asyncio.Event()
+        self._on_message: list[Callable[[str, protocol.Message], None]] = []
+        self._pump: Optional[asyncio.Task] = None
+
+    def subscribe(self, callback: Callable[[str, protocol.Message], None]) -> None:
+        """``callback(node_name, message)`` for every snapshot and history message."""
+        self._on_message.append(callback)
+
+    async def start(self, timeout: float = 15.0) -> Hello:
+        """Read the hello and check the versions; then pump messages in the background."""
+        try:
+            line = await asyncio.wait_for(self._reader.readline(), timeout)
+        except asyncio.TimeoutError:
+            raise AgentError(self.node.name, f"the agent sent no hello within {timeout:.0f} s") from None
+        if not line:
+            raise AgentError(self.node.name, "the agent exited before saying hello "
+                                             "(is gpudeck installed there? run `gpudeck deploy`)")
+        try:
+            msg = protocol.decode(line)
+        except protocol.ProtocolError as exc:
+            raise AgentError(self.node.name, f"the agent's first line is not a hello ({exc}): "
+                                             f"{line[:200]!r}") from None
+        if not isinstance(msg, Hello):
+            raise AgentError(self.node.name, f"expected a hello, got a {msg.type}")
+        if msg.protocol != protocol.PROTOCOL or msg.version != __version__:
+            raise VersionMismatch(self.node.name, msg.version, msg.protocol)
+        self.hello = msg
+        self._pump = asyncio.get_running_loop().create_task(self._read_loop())
+        return msg
+
+    async def _read_loop(self) -> None:
+        reason = "the agent closed the link"
+        try:
+            while True:
+                try:
+                    line = await asyncio.wait_for(self._reader.readline(), self.silence_timeout_s)
+                except asyncio.TimeoutError:
+                    self.lost = True
+                    reason = f"link lost: no word from the agent for {self.silence_timeout_s:g} s"
+                    break
+                if not line:
+                    break
+                try:
+                    msg = protocol.decode(line)
+                except protocol.ProtocolError as exc:
+                    log.warning("node %s: ignoring a bad line from the agent: %s", self.node.name, exc)
+                    continue
+                if isinstance(msg, Reply):
+                    fut = self._waiting.pop(msg.id, None)
+                    if fut is not None and not fut.done():
+                        fut.set_result(msg)
+                    continue
+                if isinstance(msg, Snapshot):
+                    self.latest = msg
+                    self._snapshot_event.set()
+                elif isinstance(msg, History):
+                    self.history = msg
+                for cb in self._on_message:
+                    cb(self.node.name, msg)
+        except (ConnectionError, asyncio.IncompleteReadError, ValueError) as exc:
+            self.lost = True
+            reason = f"link lost: {exc}"
+        finally:
+            self.closed = reason
+            for fut in self._waiting.values():
+                if not fut.done():
+                    fut.set_exception(AgentError(self.node.name, reason))
+            self._waiting.clear()
+            self._snapshot_event.set()
+
+    async def request(self, op: str, timeout: float = 30.0, **args: Any) -> dict[str, Any]:
+        if self.closed:
+            raise AgentError(self.node.name, self.closed)
+        self._ids += 1
+        req = Request(id=self._ids, op=op, args=args)
+        fut = asyncio.get_running_loop().create_future()
+        self._waiting[req.id] = fut
+        try:
+            self._writer.write(protocol.encode(req))
+            drain = getattr(self._writer, "drain", None)
+            if drain is not None:
+                await drain()
+        except (ConnectionError, OSError) as exc:
+            self._waiting.pop(req.id, None)
+            raise AgentError(self.node.name, f"cannot send to the agent: {exc}") from None
+        try:
+            reply: Reply = await asyncio.wait_for(fut, timeout)
+        except asyncio.TimeoutError:
+            self._waiting.pop(req.id, None)
+            raise AgentError(self.node.name, f"no answer to {op!r} within {timeout:.0f} s") from None
+        if not reply.ok:
+            raise RequestFailed(self.node.name, op, reply.error or "refused")
+        return reply.result
+
+    async def next_snapshot(self, after_seq: int = 0, timeout: float = 10.0) -> Snapshot:
+        deadline = time.monotonic() + timeout
+        while self.latest is None or self.latest.seq <= after_seq:
+            if self.closed:
+                raise AgentError(self.node.name, self.closed)
+            self._snapshot_event.clear()
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AgentError(self.node.name, f"no snapshot within {timeout:.0f} s")
+            try:
+                await asyncio.wait_for(self._snapshot_event.wait(), left)
+            except asyncio.TimeoutError:
+                pass
+        return self.latest
+
+    async def close(self) -> None:
+        """Close the agent's stdin: it exits; its jobs keep running."""
+        try:
+            await self._close()
+        finally:
+            if self._pump is not None:
+                try:
+                    await asyncio.wait_for(self._pump, 5.0)
+                except (asyncio.TimeoutError, asyncio.CancelledError):
+                    self._pump.cancel()
+
+
+class Transport(Protocol):
+    """Opens the byte streams to a node's agent: :mod:`remote.local`, :mod:`remote.ssh`."""
+
+    async def open(self, node: Node) -> AgentLink: ...
