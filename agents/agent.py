@@ -185,7 +185,7 @@ class Agent:
         self._draining = False
         self.links: set[Link] = set()
         self._links_lock = threading.Lock()
-        self.listen = False  # serve relays on <home>/agent.sock (the lock holder does)
+        self.listener: Optional[Listener] = None  # relays on <home>/agent.sock (the lock holder's, bound early)
 
     # ------------------------------------------------------------ output
 
@@ -391,12 +391,9 @@ class Agent:
             open_link(f"relay-{relays[0]}", conn.makefile("rb"), conn.sendall,
                       lambda: conn.shutdown(socket.SHUT_RDWR))
 
-        listener = None
-        if self.listen:
-            try:
-                listener = Listener(self.home, lambda conn: loop.call_soon_threadsafe(on_relay, conn))
-            except OSError as exc:
-                log.warning("cannot serve other consoles on %s: %s", self.home / "agent.sock", exc)
+        listener = self.listener
+        if listener is not None:
+            listener.start(lambda conn: loop.call_soon_threadsafe(on_relay, conn))
         ticker = loop.create_task(self._tick_loop())
         pending: set[asyncio.Task] = set()
         self._stop_reading = lambda: loop.call_soon_threadsafe(lines.put_nowait, (None, None))
@@ -504,21 +501,38 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="agent %(levelname)s %(message)s")
     home = Path(args.home or default_home()).expanduser()
-    lock = None
+    lock = listener = None
     if not args.once:
         # one agent per node: relay to the one serving this home, or take the node over from
-        # an agent that does not answer (or is another version) before touching any job
-        from gpudeck.agents.links import try_relay
-        relayed = try_relay(home, protocol.__version__, protocol.PROTOCOL)
-        if relayed is not None:
-            return relayed
+        # an agent that does not answer (or is another version) before touching any job; agents
+        # starting together take turns until the winner's socket is bound
+        from gpudeck.agents.links import Listener, StartLock, find_agent, relay
         try:
-            lock = AgentLock.take_over(home, grace_s=args.takeover_grace)
+            start = StartLock(home)
+        except OSError as exc:
+            log.error("cannot use the state directory %s: %s", home, exc.strerror or exc)
+            return 3
+        try:
+            found = find_agent(home, protocol.__version__, protocol.PROTOCOL)
+            if found is None:
+                lock = AgentLock.take_over(home, grace_s=args.takeover_grace)
+                try:
+                    listener = Listener(home)
+                except OSError as exc:
+                    log.warning("cannot serve other consoles on %s: %s", home / "agent.sock", exc)
         except AgentLockError as exc:
             log.error("%s", exc)
             return 3
-    agent = Agent(home, args.node or socket.gethostname(), args.interval, nvml=not args.no_nvml)
-    agent.listen = lock is not None
+        finally:
+            start.release()
+        if found is not None:
+            return relay(*found)
+    try:
+        agent = Agent(home, args.node or socket.gethostname(), args.interval, nvml=not args.no_nvml)
+    except OSError as exc:  # an unwritable home, a full disk: say so, not a traceback
+        log.error("cannot start the agent in %s: %s", home, exc)
+        return 3
+    agent.listener = listener
     if lock is not None:
         import signal
         signal.signal(signal.SIGTERM, agent.on_takeover)

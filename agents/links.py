@@ -114,7 +114,7 @@ class Listener:
     """The lock holder's socket: accepts relays of its own user and hands each to
     ``on_connect(conn)`` on the accepting thread."""
 
-    def __init__(self, home: Path, on_connect: Callable[[socket.socket], None]) -> None:
+    def __init__(self, home: Path, on_connect: Optional[Callable[[socket.socket], None]] = None) -> None:
         self.home = home
         self.path = home / SOCKET_NAME
         self.on_connect = on_connect
@@ -136,6 +136,13 @@ class Listener:
         self.sock.listen(16)
         self._ino = os.stat(self.path).st_ino
         self._closed = False
+        if on_connect is not None:
+            self.start(on_connect)
+
+    def start(self, on_connect: Callable[[socket.socket], None]) -> None:
+        """Accept from now on. A socket bound earlier already queues connections: an agent
+        starting beside this one finds it and waits for its hello instead of taking over."""
+        self.on_connect = on_connect
         threading.Thread(target=self._accept, name="listener", daemon=True).start()
 
     def _accept(self) -> None:
@@ -169,11 +176,47 @@ class Listener:
             pass
 
 
+class StartLock:
+    """``<home>/agent.start.lock``: agents starting for one home take turns between looking
+    for a serving agent and binding the socket. Two consoles that start at the same moment
+    then never both take the node over (one killing the other's agent): the second one finds
+    the first one's socket and relays to it."""
+
+    def __init__(self, home: Path, timeout_s: float = 60.0) -> None:
+        import fcntl
+        import time
+
+        home.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.fd = os.open(home / "agent.start.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                if time.monotonic() >= deadline:  # a start stuck that long: go ahead, as before this lock
+                    log.warning("another agent has been starting for %.0f s; going ahead", timeout_s)
+                    return
+                time.sleep(0.02)
+
+    def release(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
 def try_relay(home: Path, version: str, protocol_version: int, timeout_s: float = 3.0) -> Optional[int]:
     """Relay through the agent already serving ``home``, if there is one of this version.
     Returns the exit status once the console or the agent closes the link, or None when
     there is no such agent (nothing listening, no hello in time, another version): the
     caller then takes the node over as before."""
+    found = find_agent(home, version, protocol_version, timeout_s)
+    return relay(*found) if found is not None else None
+
+
+def find_agent(home: Path, version: str, protocol_version: int, timeout_s: float = 3.0):
+    """A connection to the agent serving ``home`` that said hello at this version, as
+    (socket, reader, hello line), or None."""
     from gpudeck.agents import protocol
 
     path = home / SOCKET_NAME
@@ -201,6 +244,11 @@ def try_relay(home: Path, version: str, protocol_version: int, timeout_s: float 
         return None
     sock.settimeout(None)
     log.info("relaying to the agent already serving %s (pid %d)", home, hello.pid)
+    return sock, reader, first
+
+
+def relay(sock: socket.socket, reader, first: bytes) -> int:
+    """Copy stdin to the agent and the agent to stdout until either side closes."""
     out = sys.stdout.buffer
     out.write(first)
     out.flush()

@@ -94,7 +94,7 @@ class FleetClient:
         timeout = timeout or node.connect_timeout + 15
         link = await asyncio.wait_for(self.transport_for(node).open(node), timeout)
         try:
-            await link.start()
+            await link.start_explained()
             await link.request("configure", jobs=[j.to_dict() for j in self.fleet.jobs_on(node.name)])
             link.configured_seq = link.latest.seq if link.latest is not None else 0
         except BaseException:

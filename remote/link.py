@@ -105,6 +105,25 @@ class AgentLink:
         """``callback(node_name, message)`` for every snapshot and history message."""
         self._on_message.append(callback)
 
+    start_error: type = AgentError  # what a failed start raises, with the transport's explanation
+
+    async def explain_end(self) -> str:
+        """Why the agent ended before its hello, from what the transport saw (its exit status,
+        its last stderr lines); empty when the transport has nothing to say."""
+        return ""
+
+    async def start_explained(self, timeout: float = 15.0) -> Hello:
+        """:meth:`start`, with the transport's explanation added to a failure."""
+        try:
+            return await self.start(timeout)
+        except VersionMismatch:
+            raise
+        except AgentError as exc:
+            detail = await self.explain_end()
+            if not detail:
+                raise
+            raise self.start_error(self.node.name, f"{exc.reason}; {detail}") from None
+
     async def start(self, timeout: float = 15.0) -> Hello:
         """Read the hello and check the versions; then pump messages in the background."""
         try:
@@ -216,6 +235,22 @@ class AgentLink:
                     await asyncio.wait_for(self._pump, 5.0)
                 except (asyncio.TimeoutError, asyncio.CancelledError):
                     self._pump.cancel()
+
+
+def describe_end(node: str, status: Optional[int], signal_name: Optional[str], stderr: list[str]) -> str:
+    """An agent's end in words: its exit status or signal, and its last stderr lines."""
+    parts = []
+    if status == 127:
+        parts.append(f"the agent's python was not found on the node (exit 127): set `python` for node "
+                     f"{node} in the fleet file, or run `gpudeck deploy {node}`")
+    elif status not in (None, 0):
+        parts.append(f"the agent exited with code {status}")
+    elif signal_name:
+        parts.append(f"the agent was killed by {signal_name}")
+    lines = [ln for ln in stderr if ln.strip()]
+    if lines:
+        parts.append("its stderr ends with: " + " | ".join(lines[-5:]))
+    return "; ".join(parts)
 
 
 class Transport(Protocol):

@@ -35,7 +35,7 @@ import asyncssh
 
 from gpudeck.remote.fleet import Node
 from gpudeck.remote.known_hosts import DEFAULT_KNOWN_HOSTS, HostKeyPolicy
-from gpudeck.remote.link import LINE_LIMIT, AgentError, AgentLink, VersionMismatch, agent_argv
+from gpudeck.remote.link import LINE_LIMIT, AgentError, AgentLink, VersionMismatch, agent_argv, describe_end
 from gpudeck.remote.ssh_errors import (AgentStartFailed, AuthFailed, ConnectFailed, HostKeyChanged, HostKeyError,
                                        HostKeyUnknown, SshError)
 
@@ -116,35 +116,15 @@ class SshAgentLink(AgentLink):
     stderr_task: asyncio.Task
     command: str
 
-    async def start(self, timeout: float = 15.0):
-        try:
-            return await super().start(timeout)
-        except VersionMismatch:
-            raise
-        except AgentError as exc:
-            detail = await self._explain()
-            if not detail:
-                raise
-            raise AgentStartFailed(self.node.name, f"{exc.reason}; {detail}") from None
+    start_error = AgentStartFailed
 
-    async def _explain(self) -> str:
+    async def explain_end(self) -> str:
         try:
             await asyncio.wait_for(self.process.wait_closed(), 2.0)
         except (asyncio.TimeoutError, asyncssh.Error, OSError):
             pass
-        parts = []
-        status = self.process.exit_status
-        if status == 127:
-            parts.append(f"the agent's python was not found on the node (exit 127): set `python` for node "
-                         f"{self.node.name} in the fleet file, or run `gpudeck deploy {self.node.name}`")
-        elif status not in (None, 0):
-            parts.append(f"the agent exited with code {status}")
-        elif self.process.exit_signal:
-            parts.append(f"the agent was killed by {self.process.exit_signal[0]}")
-        lines = [ln for ln in self.stderr_tail if ln.strip()]
-        if lines:
-            parts.append("its stderr ends with: " + " | ".join(lines[-5:]))
-        return "; ".join(parts)
+        signal_name = self.process.exit_signal[0] if self.process.exit_signal else None
+        return describe_end(self.node.name, self.process.exit_status, signal_name, list(self.stderr_tail))
 
     async def _read_loop(self) -> None:
         await super()._read_loop()

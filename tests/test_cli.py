@@ -108,3 +108,31 @@ def test_bad_input_from_the_command_line(tmp_path, fleet):
     r = gpudeck("status", "-f", str(tmp_path / "missing.toml"), check=False)
     assert r.returncode == 2 and "cannot read the fleet file" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_consoles_starting_at_the_same_moment_share_one_agent(tmp_path):
+    """Four `gpudeck status` at once on an idle node, eight times: every one reads the node
+    (the losers of the start relay to the winner; none takes the node over from another)."""
+    fleet = tmp_path / "fleet.toml"
+    fleet.write_text(f'[defaults]\nhome = "{tmp_path / "home"}"\nnvml = false\n')
+    for round_ in range(8):
+        procs = [subprocess.Popen([*gpudeck_cmd(), "status", "--json", "-f", str(fleet)], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env_with_repo())
+                 for _ in range(4)]
+        for p in procs:
+            out, err = p.communicate(timeout=120)
+            assert p.returncode == 0, err
+            node = json.loads(out)["nodes"][0]
+            assert node["reachable"] and node["error"] is None, (round_, node)
+
+
+def test_an_agent_that_cannot_start_says_why(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    fleet = tmp_path / "fleet.toml"
+    fleet.write_text(f'[defaults]\nhome = "{blocker / "home"}"\nnvml = false\n')
+    r = gpudeck("status", "--json", "-f", str(fleet), check=False)
+    node = json.loads(r.stdout)["nodes"][0]
+    assert not node["reachable"]
+    assert "Not a directory" in node["error"] and str(blocker / "home") in node["error"], node["error"]
+    assert "exited with code 3" in node["error"]
