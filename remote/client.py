@@ -67,6 +67,9 @@ class NodeStatus:
     since: Optional[float] = None  # unreachable since
 
 
+ENGINE_WAIT_S = 7.0  # a one-shot status waits this long at most for the first scrape of live engines
+
+
 class FleetClient:
     """One link per node; every job operation goes to the job's node."""
 
@@ -140,7 +143,22 @@ class FleetClient:
                 return NodeStatus(node, error=err, since=since)
             try:
                 left = max(deadline - time.monotonic(), min(timeout, 1.0))
-                return NodeStatus(node, snapshot=await link.next_snapshot(link.configured_seq, left))
+                snap = await link.next_snapshot(link.configured_seq, left)
+                # the first snapshot after configure comes before any scrape: wait (bounded) for
+                # the engines of live jobs, so a one-shot status shows them and their alerts
+                scraped = {j.name for j in self.fleet.jobs_on(node.name) if j.scrape_url}
+                engine_deadline = min(deadline, time.monotonic() + ENGINE_WAIT_S)
+                while any(j.name in scraped and j.state.alive and j.engine is None for j in snap.jobs):
+                    left = engine_deadline - time.monotonic()
+                    if left <= 0:
+                        break
+                    try:
+                        snap = await link.next_snapshot(snap.seq, left)
+                    except AgentError:
+                        if link.closed:
+                            raise
+                        break
+                return NodeStatus(node, snapshot=snap)
             except AgentError as exc:
                 return NodeStatus(node, error=str(exc), since=time.time())
 

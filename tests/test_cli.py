@@ -136,3 +136,39 @@ def test_an_agent_that_cannot_start_says_why(tmp_path):
     assert not node["reachable"]
     assert "Not a directory" in node["error"] and str(blocker / "home") in node["error"], node["error"]
     assert "exited with code 3" in node["error"]
+
+
+def test_a_one_shot_status_shows_the_engines(tmp_path, home):
+    import httpx
+
+    from generate_support import free_port
+    port = free_port()
+    fleet = tmp_path / "fleet.toml"
+    fleet.write_text(textwrap.dedent(f'''
+        [defaults]
+        home = "{home}"
+        nvml = false
+
+        [[jobs]]
+        name = "engine"
+        kind = "sglang-server"
+        port = {port}
+        command = ["{sys.executable}", "-m", "gpudeck.console", "sim-engine", "--port", "{port}"]
+    '''))
+    try:
+        gpudeck("launch", "engine", "-f", str(fleet))
+        wait_for(lambda: httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200
+                 if _answers(port) else False, 60, what="the simulated server up")
+        doc = json.loads(gpudeck("status", "--json", "-f", str(fleet)).stdout)
+        job = next(j for j in doc["jobs"] if j["name"] == "engine")
+        assert job["engine"] is not None and job["engine"]["state"] == "ready", job
+        assert job["state"] == "running"
+    finally:
+        gpudeck("kill", "engine", "-f", str(fleet), "--grace", "2", check=False)
+
+
+def _answers(port: int) -> bool:
+    import socket
+    with socket.socket() as s:
+        s.settimeout(1)
+        return s.connect_ex(("127.0.0.1", port)) == 0
