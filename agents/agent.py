@@ -127,6 +127,14 @@ def _lock_holder(fd: int) -> tuple[Optional[int], Optional[str]]:
     return (pid if is_agent else None), None
 
 
+def _grace(args: dict) -> float:
+    """A request's grace period: a number of seconds from 0 to 3600."""
+    value = args.get("grace_s", 10.0)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 3600:
+        raise ValueError(f"'grace_s' must be a number of seconds from 0 to 3600, got {value!r}")
+    return float(value)
+
+
 def _interval(text: str) -> float:
     """--interval: a number of seconds from 0.01 to 3600 (0 made the agent busy-loop)."""
     try:
@@ -160,14 +168,18 @@ def _signal(pid: int, sig: int) -> None:
 
 class Agent:
     def __init__(self, home: Path, node: str, interval_s: float = 1.0, nvml: bool = True,
-                 out=None) -> None:
+                 out=None, simulate_gpus: Optional[str] = None) -> None:
         self.home = Path(home).expanduser()
         self.home.mkdir(parents=True, exist_ok=True, mode=0o700)  # specs may hold secrets (env)
         self.node = node
         self.interval_s = interval_s
         self.out = out if out is not None else sys.stdout.buffer
         self.started_at = time.time()
-        self.gpu = GpuSampler(enabled=nvml)
+        if simulate_gpus:  # the demo's and the tests' stand-in: only ever by explicit request
+            from gpudeck.agents.simgpu import SimGpuSampler
+            self.gpu = SimGpuSampler(self.home, simulate_gpus)
+        else:
+            self.gpu = GpuSampler(enabled=nvml)
         self.host = HostSampler()
         self.sup = JobSupervisor(self.home, self.gpu, node=node)
         self.history = HistoryRing(3600.0, interval_s, path=self.home / "history.jsonl")
@@ -279,7 +291,8 @@ class Agent:
         alerts = node_alerts(gpus, jobs, specs, host, changes, now)
         self.seq += 1
         snap = Snapshot(node=self.node, seq=self.seq, t=now, host=host, gpus=gpus, jobs=jobs,
-                        alerts=alerts, gpu_error=self.gpu.error)
+                        alerts=alerts, gpu_error=self.gpu.error, containment=self.sup.contain.mode,
+                        gpus_simulated=getattr(self.gpu, "simulated", False))
         self.history.record(snap)
         return snap
 
@@ -341,15 +354,20 @@ class Agent:
             return {"samples": protocol.to_plain(self.history.since(float(a.get("since", 0))))}
         if req.op not in protocol.OPS:
             raise ValueError(f"unknown op {req.op!r}; expected one of {', '.join(protocol.OPS)}")
+        if req.op == "kill_pid":
+            pid = a.get("pid")
+            if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+                raise ValueError("request 'kill_pid' needs a 'pid' (a positive integer)")
+            return self.sup.kill_pid(pid, _grace(a))
         job = a.get("job")
         if not isinstance(job, str):
             raise ValueError(f"request {req.op!r} needs a 'job' name")
         if req.op == "launch":
             return self.sup.launch(job)
         if req.op == "kill":
-            return self.sup.kill(job, float(a.get("grace_s", 10.0)))
+            return self.sup.kill(job, _grace(a))
         if req.op == "relaunch":
-            return self.sup.relaunch(job, float(a.get("grace_s", 10.0)))
+            return self.sup.relaunch(job, _grace(a))
         if req.op == "logs":
             return self.sup.logs(job, int(a.get("lines", 100)), a.get("offset"))
         raise ValueError(f"unknown op {req.op!r}; expected one of {', '.join(protocol.OPS)}")
@@ -495,6 +513,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--node", default=None, help="node name shown in the console (default: hostname)")
     ap.add_argument("--interval", type=_interval, default=1.0, help="seconds between snapshots (0.01 to 3600)")
     ap.add_argument("--no-nvml", action="store_true", help="do not poll GPUs")
+    ap.add_argument("--simulate-gpus", metavar="SPEC", default=None,
+                    help="stand-in GPUs for the demo and tests (COUNTxNAME:GIB, e.g. 4xRTX PRO 6000:96); "
+                         "never on a real node")
     ap.add_argument("--once", action="store_true", help="print one snapshot and exit")
     ap.add_argument("--takeover-grace", type=float, default=10.0,
                     help="seconds an older agent on this node gets to exit before SIGKILL")
@@ -528,7 +549,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         if found is not None:
             return relay(*found)
     try:
-        agent = Agent(home, args.node or socket.gethostname(), args.interval, nvml=not args.no_nvml)
+        agent = Agent(home, args.node or socket.gethostname(), args.interval, nvml=not args.no_nvml,
+                      simulate_gpus=args.simulate_gpus)
     except OSError as exc:  # an unwritable home, a full disk: say so, not a traceback
         log.error("cannot start the agent in %s: %s", home, exc)
         return 3

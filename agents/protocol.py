@@ -209,6 +209,8 @@ class Snapshot:
     jobs: list[JobStatus]
     alerts: list[Alert] = field(default_factory=list)
     gpu_error: Optional[str] = None  # why the GPU list is empty (no driver, NVML off)
+    containment: Optional[str] = None  # how job attempts are contained: cgroup | token (agents/contain.py)
+    gpus_simulated: bool = False  # the GPUs are the demo's stand-in (agents/simgpu.py), not NVML
     type: str = "snapshot"
 
 
@@ -264,13 +266,14 @@ OPS = {
     "launch": ("job",),
     "kill": ("job", "grace_s"),
     "relaunch": ("job",),
+    "kill_pid": ("pid", "grace_s"),
     "logs": ("job", "lines", "offset"),
     "history": (),
 }
 
 
-RESULT_TYPES: dict[str, type] = {"kill": KillVerdict, "launch": LaunchResult, "relaunch": LaunchResult,
-                                 "logs": LogChunk}
+RESULT_TYPES: dict[str, type] = {"kill": KillVerdict, "kill_pid": KillVerdict, "launch": LaunchResult,
+                                 "relaunch": LaunchResult, "logs": LogChunk}
 
 
 def result_of(op: str, result: dict[str, Any]) -> Any:

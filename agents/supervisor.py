@@ -33,7 +33,8 @@ from typing import Any, Optional
 
 import psutil
 
-from gpudeck.agents import joblog
+from gpudeck.agents import joblog, killing
+from gpudeck.agents.contain import Containment, cgroup_path_of, token_of
 from gpudeck.agents.gpu import GpuSampler
 from gpudeck.agents.jobs import JobSpec, JobState, SpecError
 from gpudeck.agents.protocol import GpuHolder, KillVerdict, LaunchResult, LogChunk, ProtocolError, from_dict, to_plain
@@ -41,7 +42,9 @@ from gpudeck.agents.protocol import GpuHolder, KillVerdict, LaunchResult, LogChu
 log = logging.getLogger(__name__)
 
 # The wrapper: runs the command as its child and records how it ended.
-WRAPPER = ('"$@"; code=$?; '
+# It first moves itself into the attempt's cgroup (contain.py), so every descendant is born there.
+WRAPPER = ('{ [ -z "$GPUDECK_CGROUP" ] || echo $$ > "$GPUDECK_CGROUP/cgroup.procs"; } 2>/dev/null; '
+           '"$@"; code=$?; '
            'printf "%s\\n" "$code" > "$GPUDECK_JOB_DIR/exit_code.tmp" && '
            'mv -f "$GPUDECK_JOB_DIR/exit_code.tmp" "$GPUDECK_JOB_DIR/exit_code"; exit $code')
 START_TIME_TOLERANCE_S = 0.05
@@ -70,6 +73,8 @@ class JobRecord:
     kill_grace_s: Optional[float] = None  # ... and its grace; an agent that dies mid-kill leaves both
     last_kill: Optional[KillVerdict] = None
     argv: list[str] = field(default_factory=list)  # the command line of this attempt
+    token: Optional[str] = None  # in the environment of every process of the attempt (contain.py)
+    cgroup: Optional[str] = None  # the attempt's cgroup, in cgroup mode
 
     def to_dict(self) -> dict[str, Any]:
         return to_plain(self)
@@ -121,6 +126,7 @@ class JobSupervisor:
         self.jobs_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.audit_path = self.home / "audit.log"
         self.gpu = gpu or GpuSampler(enabled=False)
+        self.contain = Containment.detect()
         self.node = node
         self.python = python
         self.declared: dict[str, JobSpec] = {}
@@ -186,7 +192,7 @@ class JobSupervisor:
             self.records[rec.name] = rec
             self._live[rec.name] = _Live()
             if rec.state.alive:
-                if self._leader_alive(rec) or self._group_members(rec):
+                if self._leader_alive(rec) or self._group_members(rec) or self._cgroup_members(rec):
                     self.audit("adopt", rec.name, pid=rec.pid, pgid=rec.pgid)
                     if rec.state is JobState.STOPPING:
                         self._finish_interrupted_kill(rec)
@@ -292,9 +298,17 @@ class JobSupervisor:
         if now - live.members_at > MEMBERS_REFRESH_S:
             tree = _descendants(rec.pid) if rec.pid and self._leader_alive(rec) else None
             # the cheap walk down /proc's children lists; the full scan only where there is none
-            live.members = sorted({rec.pid, *tree}) if tree is not None else self._group_members(rec)
+            members = set(tree) | {rec.pid} if tree is not None else set(self._group_members(rec))
+            live.members = sorted(members | self._cgroup_members(rec))
             live.members_at = now
         return live.members
+
+    def _cgroup_members(self, rec: JobRecord) -> set[int]:
+        """The attempt's cgroup members (a cheap read; nothing in token mode, where finding
+        members means reading every environment)."""
+        if not rec.cgroup:
+            return set()
+        return {p for p in (self.contain.members(None, rec.cgroup) or ()) if killing.running(p)}
 
     def _read_exit_code(self, name: str) -> Optional[int]:
         try:
@@ -317,6 +331,7 @@ class JobSupervisor:
         else:
             rec.state = JobState.EXITED if code == 0 else JobState.FAILED
         rec.ended_at = rec.ended_at or time.time()
+        self.contain.remove(rec.cgroup)
         if live:
             live.members, live.popen = [], None
             live.close_pidfd()
@@ -338,13 +353,26 @@ class JobSupervisor:
             return
         # the leader is gone; members of its group may still run (and hold a GPU)
         live = self._live.setdefault(name, _Live())
-        live.members, live.members_at = self._group_members(rec), time.monotonic()
+        members = set(self._group_members(rec)) | self._cgroup_members(rec)
+        live.members, live.members_at = sorted(members), time.monotonic()
         if not live.members:
             self._settle(rec)
             self.audit("ended", name, state=rec.state, exit_code=rec.exit_code)
 
     def owner_of(self, pid: int) -> Optional[str]:
-        """The job a pid belongs to: by process group, else by ancestry."""
+        """The job a pid belongs to: by its attempt's token or cgroup (which a process cannot
+        shed by leaving the group or the tree), else by process group, else by ancestry."""
+        live_recs = [(n, r) for n, r in self.records.items() if r.state.alive]
+        token = token_of(pid)
+        if token:
+            for n, r in live_recs:
+                if r.token == token:
+                    return n
+        if self.contain.parent is not None:
+            where = cgroup_path_of(pid)
+            for n, r in live_recs:
+                if where and r.cgroup and r.cgroup.endswith(where):
+                    return n
         try:
             pgid = os.getpgid(pid)
         except (ProcessLookupError, PermissionError):
@@ -384,7 +412,7 @@ class JobSupervisor:
         name = spec.name
         with self._lock:
             rec = self.records.get(name) or JobRecord(name=name)
-            if rec.state.alive and (self._leader_alive(rec) or self._group_members(rec)):
+            if rec.state.alive and (self._leader_alive(rec) or self._group_members(rec) or self._cgroup_members(rec)):
                 raise JobError(f"job {name!r} is already running on {self.node} (pid {rec.pid}, "
                                f"attempt {rec.attempt}); kill it first or use relaunch")
             d = self.job_dir(name)
@@ -399,6 +427,7 @@ class JobSupervisor:
             if spec.gpus:
                 env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, spec.gpus))
                 env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # CUDA's indices = NVML's indices
+            token = self.contain.prepare(self.home, name, rec.attempt + 1, env)
             cwd = os.path.expanduser(spec.cwd) if spec.cwd else str(d)
             log_path = d / "job.log"
             with open(log_path, "ab") as logf:
@@ -417,7 +446,8 @@ class JobSupervisor:
                 create_time = time.time()
             rec = JobRecord(name=name, state=JobState.RUNNING, attempt=rec.attempt + 1, pid=popen.pid,
                             pgid=popen.pid, create_time=create_time, started_at=time.time(),
-                            last_kill=rec.last_kill, argv=list(argv))
+                            last_kill=rec.last_kill, argv=list(argv), token=token,
+                            cgroup=env.get("GPUDECK_CGROUP"))
             self.records[name] = rec
             if name in self._live:
                 self._live[name].close_pidfd()
@@ -441,10 +471,16 @@ class JobSupervisor:
         finally:
             self._busy.discard(name)
 
+    def all_members(self, rec: JobRecord) -> set[int]:
+        """Every live process of the attempt: its group and tree, and its containment (its
+        cgroup, or every process with its token). Scans /proc: for kills, not every tick."""
+        pids = set(self._group_members(rec))
+        pids |= self.contain.members(rec.token, rec.cgroup) or set()
+        return {p for p in pids if killing.running(p)}
+
     def _kill(self, rec: JobRecord, grace_s: float, verify_timeout_s: float) -> KillVerdict:
         name = rec.name
-        t0 = time.monotonic()
-        members = self._group_members(rec) if rec.state.alive else []
+        members = self.all_members(rec) if rec.state.alive else set()
         if not members:
             if rec.state.alive:
                 self._settle(rec)
@@ -453,78 +489,46 @@ class JobSupervisor:
                                           + (f", exit code {rec.exit_code})" if rec.exit_code is not None else ")"))
             self.audit("kill", name, to_plain(verdict))
             return verdict
-        # GPU memory the job's processes hold now, on every GPU (a job may ignore CUDA_VISIBLE_DEVICES)
-        held_before = self._gpu_holdings(set(members))
-        rec.kill_requested = True
-        rec.state = JobState.STOPPING
-        rec.kill_started_at, rec.kill_grace_s = time.time(), grace_s
-        self._save(rec)
-        self.audit("kill-start", name, pids=members, grace_s=grace_s)
-        signal_used = "SIGTERM"
-        self._signal(rec, members, signal.SIGTERM)
-        alive = self._wait_gone(rec, members, grace_s)
-        if alive:
-            signal_used = "SIGKILL"
-            self._signal(rec, alive, signal.SIGKILL)
-            alive = self._wait_gone(rec, alive, 5.0)
-        # NVML may report a dead process's memory for a moment: wait until it lets go
-        deadline = time.monotonic() + verify_timeout_s
-        gpu_held = self._gpu_holdings(set(members))
-        while gpu_held and time.monotonic() < deadline:
-            time.sleep(0.1)
-            gpu_held = self._gpu_holdings(set(members))
-        seconds = time.monotonic() - t0
-        freed_mib = sum(m for (_, _, m) in held_before) - sum(m for (_, _, m) in gpu_held)
-        ok = not alive and not gpu_held
-        if ok:
-            message = (f"freed {freed_mib / 1024:.1f} GiB in {seconds:.1f} s" if held_before
-                       else f"stopped in {seconds:.1f} s ({signal_used}); it held no GPU memory")
-        else:
-            parts = [f"pid {p} still alive" for p in alive]
-            parts += [f"still held by pid {pid} on GPU {gpu} ({mib / 1024:.1f} GiB)" for pid, gpu, mib in gpu_held]
-            message = "; ".join(parts)
-        verdict = KillVerdict(job=name, ok=ok, signal=signal_used, seconds=round(seconds, 3),
-                              freed_gib=round(freed_mib / 1024, 3), pids=members, survivors=alive,
-                              gpu_holders=[GpuHolder(pid=p, gpu=g, mib=m) for p, g, m in gpu_held],
-                              message=message, at=time.time())
+
+        def stopping(pids: set[int]) -> None:
+            rec.kill_requested = True
+            rec.state = JobState.STOPPING
+            rec.kill_started_at, rec.kill_grace_s = time.time(), grace_s
+            self._save(rec)
+            self.audit("kill-start", name, pids=sorted(pids), grace_s=grace_s, containment=self.contain.mode)
+
+        def reap() -> None:
+            live = self._live.get(name)
+            if live and live.popen is not None:
+                live.popen.poll()
+
+        spec = self.spec_of(name)
+        target = killing.Target(job=name, pgid=rec.pgid, started_at=rec.started_at,
+                                gpus=list(spec.gpus) if spec else [], members=lambda: self.all_members(rec),
+                                kill_all=lambda: self.contain.kill_all(rec.token, rec.cgroup), reap=reap)
+        verdict = killing.kill_and_verify(target, self.gpu, self.owner_of, grace_s, verify_timeout_s, stopping)
         with self._lock:
             rec.last_kill = verdict
-            if not alive:
+            if not verdict.survivors:
                 self._settle(rec)
             else:
                 self._save(rec)
         self.audit("kill", name, to_plain(verdict))
         return verdict
 
-    def _signal(self, rec: JobRecord, pids: list[int], sig: int) -> None:
-        try:
-            os.killpg(rec.pgid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
-        for pid in pids:  # descendants that left the group
-            try:
-                os.kill(pid, sig)
-            except (ProcessLookupError, PermissionError):
-                pass
-
-    def _wait_gone(self, rec: JobRecord, pids: list[int], timeout_s: float) -> list[int]:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            live = self._live.get(rec.name)
-            if live and live.popen is not None:
-                live.popen.poll()  # reap our own child so it does not linger as a zombie
-            alive = [p for p in pids if _running(p)]
-            if not alive or time.monotonic() >= deadline:
-                return alive
-            time.sleep(0.05)
-
-    def _gpu_holdings(self, pids: set[int]) -> list[tuple[int, int, float]]:
-        held = []
-        for index in range(len(self.gpu.uuids)):
-            for pid, mib in self.gpu.processes(index):
-                if pid in pids:
-                    held.append((pid, index, mib))
-        return held
+    def kill_pid(self, pid: int, grace_s: float = 10.0) -> KillVerdict:
+        """Kill a GPU process that belongs to no job, with the same verification."""
+        on_gpu = any(p == pid for i in range(len(self.gpu.uuids)) for p, _ in self.gpu.processes(i))
+        if not on_gpu:
+            raise JobError(f"pid {pid} holds no GPU on node {self.node}: only GPU processes that belong to no "
+                           f"job are killed by pid")
+        owner = self.owner_of(pid)
+        if owner is not None:
+            raise JobError(f"pid {pid} belongs to job {owner!r}: kill the job ({owner}), so it is verified whole")
+        self.audit("kill-pid-start", None, pid=pid, grace_s=grace_s)
+        verdict = killing.kill_process(pid, self.gpu, grace_s)
+        self.audit("kill-pid", None, to_plain(verdict))
+        return verdict
 
     def relaunch(self, name: str, grace_s: float = 10.0) -> LaunchResult:
         """Same spec, next attempt. A job still running is killed first."""
@@ -594,10 +598,3 @@ def _descendants(pid: int) -> Optional[list[int]]:
             out.extend(kids)
             todo.extend(kids)
     return out
-
-
-def _running(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False

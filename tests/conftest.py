@@ -59,12 +59,12 @@ def env_with_repo(extra: Optional[dict] = None) -> dict:
 class AgentProc:
     """A real `python -m gpudeck.agents` over pipes, driven line by line as the console does."""
 
-    def __init__(self, home: Path, interval: float = 0.2, extra_args: tuple = ()) -> None:
+    def __init__(self, home: Path, interval: float = 0.2, extra_args: tuple = (), env: Optional[dict] = None) -> None:
         self.home = home
         self.proc = subprocess.Popen(
             [PY, "-m", "gpudeck.agents", "--home", str(home), "--node", "testnode", "--interval", str(interval),
              "--no-nvml", *extra_args],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env_with_repo(), cwd=ROOT)
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env_with_repo(env), cwd=ROOT)
         self.messages: "queue.Queue[dict]" = queue.Queue()
         self.replies: dict[int, dict] = {}
         self.snapshots: list[dict] = []
@@ -169,11 +169,23 @@ def reap(home: Path) -> None:
     import signal
     for state in home.glob("jobs/*/state.json"):
         try:
-            pgid = json.loads(state.read_text()).get("pgid")
-            if pgid:
-                os.killpg(pgid, signal.SIGKILL)
-        except (ValueError, ProcessLookupError, PermissionError):
+            rec = json.loads(state.read_text())
+        except ValueError:
+            continue
+        try:
+            if rec.get("pgid"):
+                os.killpg(rec["pgid"], signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
             pass
+        if rec.get("cgroup"):  # what left the group is still in the attempt's cgroup
+            try:
+                Path(rec["cgroup"], "cgroup.kill").write_text("1")
+                wait_for(lambda: not Path(rec["cgroup"], "cgroup.procs").read_text().strip(), 10,
+                         what="the cgroup to empty")
+                os.rmdir(rec["cgroup"])
+                os.rmdir(os.path.dirname(rec["cgroup"]))  # the home's, once it holds no attempt
+            except OSError:
+                pass
 
 
 @pytest.fixture

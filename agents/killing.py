@@ -1,0 +1,177 @@
+"""Kill and verify: SIGTERM, a grace period, SIGKILL, then proof that nothing is left.
+
+A verdict is ``ok`` only when
+
+- no process of the attempt is alive: its process group, its process tree, and everything
+  its containment holds (its cgroup, or every process carrying its token; see contain.py),
+  read again at each step, so a process forked during the kill is caught too;
+- the GPUs no longer show memory of those processes (NVML may lag a dead process briefly,
+  so this is waited for, up to ``verify_timeout_s``);
+- no process that escaped all of that holds one of the job's GPUs: a process on a GPU the
+  job declared or held, started after the job's launch, that belongs to no other job and is
+  still there. Such a process makes the verdict not ok, named:
+  ``still held by pid 515 (python3 ..., outside the job's process tree): 6.6 GiB``.
+
+The same verification serves the kill of a GPU process that belongs to no job
+(:func:`kill_process`).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterable, Optional
+
+import psutil
+
+from gpudeck.agents.protocol import GpuHolder, KillVerdict
+
+START_SLACK_S = 1.0  # a process "started after the launch" allows this much clock slack
+
+
+@dataclass
+class Target:
+    """What a kill needs to know of one job attempt."""
+
+    job: str
+    pgid: Optional[int]
+    started_at: Optional[float]  # unix time of the launch
+    gpus: list[int]  # declared
+    members: Callable[[], set[int]]  # every live process of the attempt, read now
+    kill_all: Callable[[], None]  # SIGKILL everything contained (cgroup.kill where there is one)
+    reap: Callable[[], None] = lambda: None  # poll our own child, so it does not stay a zombie
+
+
+def running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def signal_all(pgid: Optional[int], pids: Iterable[int], sig: int) -> None:
+    if pgid:
+        try:
+            os.killpg(pgid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+    for pid in pids:  # those that left the group
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def wait_gone(t: Target, timeout_s: float, sig: Optional[int] = None) -> set[int]:
+    """Wait until the attempt has no live process; returns those still alive at the deadline.
+    With ``sig``, a process that appears meanwhile (forked during the kill) gets it too."""
+    deadline = time.monotonic() + timeout_s
+    signalled: set[int] = set()
+    while True:
+        t.reap()
+        alive = {p for p in t.members() if running(p)}
+        if sig is not None and alive - signalled:
+            signal_all(None, alive - signalled, sig)
+            signalled |= alive
+        if not alive or time.monotonic() >= deadline:
+            return alive
+        time.sleep(0.05)
+
+
+def gpu_holdings(gpu, pids: set[int]) -> list[tuple[int, int, float]]:
+    return [(pid, index, mib) for index in range(len(gpu.uuids)) for pid, mib in gpu.processes(index)
+            if pid in pids]
+
+
+def describe_process(pid: int) -> str:
+    try:
+        cmd = psutil.Process(pid).cmdline()
+    except psutil.Error:
+        return "gone"
+    text = " ".join(cmd) or "?"
+    return text if len(text) <= 40 else text[:39] + "…"
+
+
+def strangers(gpu, gpus: set[int], since: Optional[float], owner_of: Callable[[int], Optional[str]],
+              job: str) -> list[tuple[int, int, float]]:
+    """Processes on ``gpus`` started after ``since`` that belong to no job but ``job``; none
+    when the launch time is not known."""
+    out: list[tuple[int, int, float]] = []
+    if since is None:
+        return out
+    for index in sorted(gpus):
+        for pid, mib in gpu.processes(index):
+            if owner_of(pid) not in (None, job):
+                continue
+            try:
+                started = psutil.Process(pid).create_time()
+            except psutil.Error:
+                continue
+            if since is None or started >= since - START_SLACK_S:
+                out.append((pid, index, mib))
+    return out
+
+
+def kill_and_verify(t: Target, gpu, owner_of: Callable[[int], Optional[str]], grace_s: float,
+                    verify_timeout_s: float, on_stopping: Callable[[set[int]], None]) -> KillVerdict:
+    t0 = time.monotonic()
+    members = t.members()
+    held_before = gpu_holdings(gpu, members)
+    on_stopping(members)
+    gpus = set(t.gpus) | {g for _, g, _ in held_before}
+    signal_used = "SIGTERM"
+    signal_all(t.pgid, members, signal.SIGTERM)
+    alive = wait_gone(t, grace_s, signal.SIGTERM)
+    if alive:
+        signal_used = "SIGKILL"
+        t.kill_all()
+        signal_all(t.pgid, alive, signal.SIGKILL)
+        alive = wait_gone(t, 5.0, signal.SIGKILL)
+    everyone = members | alive
+    deadline = time.monotonic() + verify_timeout_s
+    while True:  # NVML may report a dead process's memory for a moment: wait until it lets go
+        held = gpu_holdings(gpu, everyone)
+        escaped = [s for s in strangers(gpu, gpus, t.started_at, owner_of, t.job) if s[0] not in everyone]
+        if (not held and not escaped) or time.monotonic() >= deadline:
+            break
+        time.sleep(0.1)
+    seconds = time.monotonic() - t0
+    freed_mib = sum(m for _, _, m in held_before) - sum(m for _, _, m in held)
+    ok = not alive and not held and not escaped
+    if ok:
+        message = (f"freed {freed_mib / 1024:.1f} GiB in {seconds:.1f} s" if held_before
+                   else f"stopped in {seconds:.1f} s ({signal_used}); it held no GPU memory")
+    else:
+        parts = [f"pid {p} still alive" for p in sorted(alive)]
+        parts += [f"still held by pid {pid} on GPU {g} ({mib / 1024:.1f} GiB)" for pid, g, mib in held]
+        parts += [f"still held by pid {pid} ({describe_process(pid)}, outside the job's process tree): "
+                  f"{mib / 1024:.1f} GiB on GPU {g}" for pid, g, mib in escaped]
+        message = "; ".join(parts)
+    return KillVerdict(job=t.job, ok=ok, signal=signal_used, seconds=round(seconds, 3),
+                       freed_gib=round(freed_mib / 1024, 3), pids=sorted(members), survivors=sorted(alive),
+                       gpu_holders=[GpuHolder(pid=p, gpu=g, mib=m) for p, g, m in held + escaped],
+                       message=message, at=time.time())
+
+
+def kill_process(pid: int, gpu, grace_s: float, verify_timeout_s: float = 15.0) -> KillVerdict:
+    """Kill one GPU process that belongs to no job (the caller checked that), and verify that
+    it is gone and its memory came back."""
+    name = f"pid {pid}"
+    try:
+        proc = psutil.Process(pid)
+        started = proc.create_time()
+    except psutil.Error:
+        return KillVerdict(job="", ok=True, message=f"{name} had already ended", at=time.time())
+
+    def same() -> set[int]:  # the very process, not a later one that took its pid
+        try:
+            return {pid} if abs(psutil.Process(pid).create_time() - started) < 0.05 else set()
+        except psutil.Error:
+            return set()
+
+    t = Target(job="", pgid=None, started_at=None, gpus=[], members=same,
+               kill_all=lambda: signal_all(None, same(), signal.SIGKILL))
+    verdict = kill_and_verify(t, gpu, lambda p: None, grace_s, verify_timeout_s, on_stopping=lambda m: None)
+    return KillVerdict(**{**verdict.__dict__, "message": f"{name}: {verdict.message}"})

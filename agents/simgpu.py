@@ -1,0 +1,152 @@
+"""Simulated GPUs: a stand-in for NVML, for the demo and the tests, never for a real node.
+
+It is used only when the agent is started with ``--simulate-gpus SPEC`` (the fleet file's
+``simulate_gpus`` for a node); nothing picks it up by itself, and every snapshot of such a
+node says ``simulated``. Its readings come from what the processes on the node really do:
+
+- a process "holds" memory on a simulated GPU by writing a claim file, ``claim(...)`` below,
+  in ``<home>/simgpu/``; the GPU shows that memory, and that pid in its process list, for as
+  long as the process lives (its start time is checked, so a reused pid never inherits it);
+- when the process dies, by itself or by a kill, its memory is free at the next reading.
+
+So a kill that verifies against the GPUs works the same on simulated GPUs as on NVML.
+
+SPEC is ``COUNTxNAME:GIB`` (``4xRTX PRO 6000:96``), several joined with ``+``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional
+
+from gpudeck.agents.protocol import Gpu, GpuProcess
+
+MIB = 1024 * 1024
+_SPEC = re.compile(r"\s*(\d+)\s*x\s*([^:+]+?)\s*:\s*(\d+(?:\.\d+)?)\s*$")
+
+
+@dataclass(frozen=True)
+class Claim:
+    pid: int
+    gpu: int
+    mib: float
+    util_pct: float
+    start_time: float
+
+
+def parse_spec(spec: str) -> list[tuple[str, float]]:
+    """``4xRTX PRO 6000:96+2xH200:141`` -> [(name, total MiB), ...] one per GPU."""
+    out: list[tuple[str, float]] = []
+    for part in spec.split("+"):
+        m = _SPEC.match(part)
+        if not m:
+            raise ValueError(f"simulated GPUs {part!r}: expected COUNTxNAME:GIB, e.g. 4xRTX PRO 6000:96")
+        out += [(m.group(2), float(m.group(3)) * 1024)] * int(m.group(1))
+    if not out or len(out) > 64:
+        raise ValueError(f"simulated GPUs {spec!r}: expected 1 to 64 GPUs")
+    return out
+
+
+def claims_dir(home: Path) -> Path:
+    return Path(home) / "simgpu"
+
+
+def claim(home: Path, gpu: int, mib: float, util_pct: float = 0.0, pid: Optional[int] = None) -> Path:
+    """Hold ``mib`` of simulated GPU ``gpu`` for as long as process ``pid`` (this one) lives."""
+    import psutil
+
+    pid = pid or os.getpid()
+    d = claims_dir(home)
+    d.mkdir(parents=True, exist_ok=True)
+    path = d / f"{pid}-{gpu}.json"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"pid": pid, "gpu": gpu, "mib": mib, "util_pct": util_pct,
+                               "start_time": psutil.Process(pid).create_time()}))
+    os.replace(tmp, path)
+    return path
+
+
+class SimGpuSampler:
+    """The GpuSampler interface over claim files."""
+
+    simulated = True
+
+    def __init__(self, home: Path, spec: str) -> None:
+        self.dir = claims_dir(home)
+        self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self._gpus = parse_spec(spec)
+        self.error: Optional[str] = None
+        self._claims: list[Claim] = []
+        self._read_at = 0.0
+
+    @property
+    def uuids(self) -> list[str]:
+        return [f"GPU-sim-{i:04d}" for i in range(len(self._gpus))]
+
+    def _live_claims(self, max_age_s: float = 0.05) -> list[Claim]:
+        """Claims of live processes; files of dead ones are removed. Read at most every 50 ms."""
+        import psutil
+
+        now = time.monotonic()
+        if now - self._read_at < max_age_s:
+            return self._claims
+        out = []
+        for path in self.dir.glob("*.json"):
+            try:
+                c = Claim(**json.loads(path.read_text()))
+                alive = abs(psutil.Process(c.pid).create_time() - c.start_time) < 0.05 and \
+                    psutil.Process(c.pid).status() != psutil.STATUS_ZOMBIE
+            except (OSError, ValueError, TypeError, psutil.Error):
+                alive = False
+            if alive:
+                out.append(c)
+            else:
+                path.unlink(missing_ok=True)
+        self._claims, self._read_at = out, now
+        return out
+
+    def sample(self, owner_of: Optional[Callable[[int], Optional[str]]] = None) -> list[Gpu]:
+        claims = self._live_claims()
+        out = []
+        for index, (name, total) in enumerate(self._gpus):
+            mine = [c for c in claims if c.gpu == index]
+            used = min(total, 420.0 + sum(c.mib for c in mine))  # the driver's own few hundred MiB
+            util = min(100.0, sum(c.util_pct for c in mine))
+            procs = [GpuProcess(pid=c.pid, used_mib=c.mib, job=owner_of(c.pid) if owner_of else None)
+                     for c in mine]
+            out.append(Gpu(index=index, uuid=self.uuids[index], name=f"{name} (simulated)", mem_used_mib=used,
+                           mem_total_mib=total, util_pct=util, temp_c=round(32 + util * 0.45, 1),
+                           power_w=round(60 + util * 5.4, 1), processes=procs))
+        return out
+
+    def processes(self, index: int) -> list[tuple[int, float]]:
+        return [(c.pid, c.mib) for c in self._live_claims(max_age_s=0.0) if c.gpu == index]
+
+    def memory_used_mib(self, index: int) -> float:
+        return 420.0 + sum(c.mib for c in self._live_claims(max_age_s=0.0) if c.gpu == index)
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    """``python -m gpudeck.agents.simgpu HOME GPU MIB [UTIL] -- CMD...``: claim, then exec CMD
+    (the claim follows the pid through exec), for jobs of the demo and the tests."""
+    import sys
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    if "--" not in args or len(args[:args.index("--")]) < 3:
+        print("usage: python -m gpudeck.agents.simgpu HOME GPU MIB [UTIL_PCT] -- CMD...", file=sys.stderr)
+        return 2
+    head, cmd = args[:args.index("--")], args[args.index("--") + 1:]
+    claim(Path(head[0]), int(head[1]), float(head[2]), float(head[3]) if len(head) > 3 else 0.0)
+    if not cmd:
+        return 0
+    os.execvp(cmd[0], cmd)
+    return 127
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

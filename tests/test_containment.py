@@ -1,0 +1,111 @@
+"""A kill that a process cannot escape (setsid, double fork, its own process group, nohup,
+a cleared environment), in both containment modes, verified: nothing of the job is left, and
+a process that escaped everything and holds one of the job's GPUs makes the verdict not ok,
+named. The GPUs are the stand-in of agents/simgpu.py, whose memory follows real processes."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import psutil
+import pytest
+
+from conftest import command_job, wait_for
+from gpudeck.agents.contain import Containment
+
+CGROUP = Containment.detect().mode == "cgroup"
+MODES = [pytest.param("cgroup", marks=pytest.mark.skipif(not CGROUP, reason="no writable cgroup v2 here: "
+                                                                             "the agent is not root or not delegated")),
+         "token"]
+PY = sys.executable
+
+
+def escapes(marker: int) -> dict[str, str]:
+    """Shell scripts whose last process outlives the job's group and tree; each runs a
+    `sleep <marker>` that the test can find."""
+    py_ignore = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep({})"
+    return {
+        "setsid_ignoring_sigterm": f"setsid {PY} -c '{py_ignore.format(marker)}' & exec sleep 600",
+        "double_fork": f"( setsid sleep {marker} & ) ; exec sleep 600",
+        "own_process_group": f"{PY} -c 'import os, time; os.setpgid(0, 0); time.sleep({marker})' & exec sleep 600",
+        "nohup": f"nohup sleep {marker} > /dev/null 2>&1 & exec sleep 600",
+    }
+
+
+def marked(marker: int) -> list[int]:
+    return [p.pid for p in psutil.process_iter(["cmdline", "status"])
+            if p.info["status"] != psutil.STATUS_ZOMBIE and str(marker) in " ".join(p.info["cmdline"] or ())
+            and "sh -c" not in " ".join(p.info["cmdline"] or ()) and "gpudeck-job" not in (p.info["cmdline"] or ())]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("case", list(escapes(0)))
+def test_an_escaping_process_is_killed_and_the_kill_verified(start_agent, home, reap_jobs, mode, case):
+    marker = 61000 + list(escapes(0)).index(case) * 10 + (mode == "token")
+    a = start_agent(env={"GPUDECK_CONTAINMENT": mode} if mode == "token" else None)
+    a.ok("configure", jobs=[command_job("escapee", escapes(marker)[case])])
+    a.ok("launch", job="escapee")
+    wait_for(lambda: marked(marker), what="the escaped process")
+    snap = a.wait_snapshot(lambda s: a.job(s, "escapee")["state"] == "running", what="the job running")
+    assert snap["containment"] == mode
+    verdict = a.ok("kill", job="escapee", grace_s=1)
+    assert verdict["ok"], verdict
+    assert not marked(marker), f"{case}: the escaped process survived a kill that said ok"
+    snap = a.wait_snapshot(lambda s: a.job(s, "escapee")["state"] == "killed", what="killed")
+    assert a.job(snap, "escapee")["last_kill"]["ok"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_process_that_clears_its_environment(start_agent, home, reap_jobs, mode):
+    """cgroup mode holds it all the same; in token mode it escapes, and the check against the
+    GPUs names it: it started after the launch, belongs to no job and holds the job's GPU."""
+    marker = 62000 + (mode == "token")
+    a = start_agent(env={"GPUDECK_CONTAINMENT": mode} if mode == "token" else None,
+                    extra_args=("--simulate-gpus", "2xH200:141"))
+    hold = f"{PY} -m gpudeck.agents.simgpu {home} 0 6758 -- sleep {marker}"
+    a.ok("configure", jobs=[command_job("escapee", f"( setsid env -i {hold} & ) ; exec {PY} -m gpudeck.agents.simgpu "
+                                                    f"{home} 0 4096 -- sleep 600", gpus=[0])])
+    a.ok("launch", job="escapee")
+    snap = a.wait_snapshot(lambda s: len(s["gpus"][0]["processes"]) == 2, what="two processes on GPU 0")
+    assert snap["gpus_simulated"] is True
+    escaped = marked(marker)
+    assert len(escaped) == 1
+    verdict = a.ok("kill", job="escapee", grace_s=1)
+    try:
+        if mode == "cgroup":
+            assert verdict["ok"], verdict
+            assert verdict["freed_gib"] == pytest.approx((6758 + 4096) / 1024, abs=0.01)
+            assert not marked(marker)
+        else:
+            assert not verdict["ok"], verdict
+            assert (f"still held by pid {escaped[0]} (env -i" not in verdict["message"]
+                    and f"still held by pid {escaped[0]} (" in verdict["message"]
+                    and "outside the job's process tree): 6.6 GiB on GPU 0" in verdict["message"]), verdict
+            assert [h["pid"] for h in verdict["gpu_holders"]] == escaped
+    finally:
+        for pid in marked(marker):
+            os.kill(pid, 9)
+
+
+def test_a_gpu_process_of_no_job_is_killed_by_pid_and_verified(start_agent, home, reap_jobs):
+    import subprocess
+
+    a = start_agent(extra_args=("--simulate-gpus", "1xRTX PRO 6000:96"))
+    stranger = subprocess.Popen([PY, "-m", "gpudeck.agents.simgpu", str(home), "0", "2048", "--", "sleep", "600"],
+                                start_new_session=True)
+    try:
+        snap = a.wait_snapshot(lambda s: s["gpus"][0]["processes"], what="the stranger on GPU 0")
+        assert snap["gpus"][0]["processes"][0]["job"] is None
+        assert any(al["kind"] == "unowned_gpu_process" for al in snap["alerts"])
+        r = a.request("kill_pid", pid=os.getpid())
+        assert not r["ok"] and "holds no GPU" in r["error"]
+        verdict = a.ok("kill_pid", pid=stranger.pid, grace_s=1)
+        assert verdict["ok"] and verdict["freed_gib"] == 2.0 and verdict["message"].startswith(f"pid {stranger.pid}: ")
+        assert stranger.wait(10) is not None
+        a.wait_snapshot(lambda s: not s["gpus"][0]["processes"], what="GPU 0 free")
+        audit = (home / "audit.log").read_text()
+        assert '"action": "kill-pid"' in audit
+    finally:
+        if stranger.poll() is None:
+            stranger.kill()
