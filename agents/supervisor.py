@@ -36,6 +36,7 @@ import psutil
 from gpudeck.agents.gpu import GpuSampler
 from gpudeck.agents.jobs import JobSpec, JobState, SpecError
 from gpudeck.agents.protocol import GpuHolder, KillVerdict, LaunchResult, LogChunk, ProtocolError, from_dict, to_plain
+from gpudeck.agents.workers.common.atomic import atomic_write_json as write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -99,15 +100,6 @@ class _Live:
         if self.pidfd is not None:
             os.close(self.pidfd)
             self.pidfd = None
-
-
-def write_json_atomic(path: Path, obj: Any) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
-        json.dump(obj, f, indent=1)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 class JobSupervisor:
