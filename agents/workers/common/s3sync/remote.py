@@ -87,7 +87,8 @@ def drain_timeout_s() -> float:
 
 def describe_error(exc: BaseException) -> str:
     """One line for an S3 failure, without anything secret (boto3 never puts keys in its
-    messages; the endpoint is redacted where it appears)."""
+    messages; the endpoint is redacted where it appears). The console's ``describe_error``
+    (console/app.py) shares only the name: it words a node's reply for the operator."""
     resp = getattr(exc, "response", None)  # botocore's connection errors carry response=None
     err = resp.get("Error") if isinstance(resp, dict) else None
     code = err.get("Code") if isinstance(err, dict) else None
