@@ -38,6 +38,7 @@ from gpudeck.agents.contain import Containment, cgroup_path_of, token_of
 from gpudeck.agents.gpu import GpuSampler
 from gpudeck.agents.jobs import JobSpec, JobState, SpecError
 from gpudeck.agents.protocol import GpuHolder, KillVerdict, LaunchResult, LogChunk, ProtocolError, from_dict, to_plain
+from gpudeck.agents.workers.common.atomic import atomic_write_json as write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -107,15 +108,6 @@ class _Live:
         if self.pidfd is not None:
             os.close(self.pidfd)
             self.pidfd = None
-
-
-def write_json_atomic(path: Path, obj: Any) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
-        json.dump(obj, f, indent=1)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 class JobSupervisor:

@@ -6,7 +6,7 @@ are compared in the same process:
 
 - zstd level 1 over the plain bf16 bytes (the obvious baseline);
 - zstd level 1 over the top byte plane only (byte planes, no tuning);
-- gpudeck's codec (agents/workers/extract_store.PlaneCodec): byte planes laid out by layer,
+- gpudeck's codec (agents/workers/extract/codec.PlaneCodec): byte planes laid out by layer,
   the top plane through zstd with tiny hash tables and no search.
 
 Printed last: the size of a sample against plain bytes, and the codec's speed against the
@@ -52,8 +52,8 @@ def main() -> int:
     import zstandard
     from transformers import AutoModelForCausalLM, Qwen3Config
 
-    from gpudeck.agents.workers.extract_run import to_planes
-    from gpudeck.agents.workers.extract_store import PlaneCodec, decode_planes
+    from gpudeck.agents.workers.extract.forward import to_planes
+    from gpudeck.agents.workers.extract.codec import PlaneCodec, decode_planes
 
     cfg = Qwen3Config(vocab_size=151936, hidden_size=2048, intermediate_size=6144, num_hidden_layers=28,
                       num_attention_heads=16, num_key_value_heads=8, head_dim=128, tie_word_embeddings=True)

@@ -7,14 +7,14 @@ to local disk.
 
 - naive: batch 1, the full model with its LM head and output_hidden_states, a synchronous
   .cpu(), one torch.save per sample (no fsync).
-- worker: agents.workers.extract_run.run_extraction, the real pipeline (tokenized JSONL
+- worker: agents.workers.extract.run.Extraction, the real pipeline (tokenized JSONL
   in, packed batches, fast path compiled, pinned buffers + CUDA events, writer and
   finalizer threads, safetensors shards fsynced and renamed, index, done-set). Its shards
   are deleted once durable (as an upload-and-delete would), so that the 64 GiB disk holds
   the run; the bytes still go to the disk through fsync.
 - compute only: the same forward with nothing copied out, to separate the GPU from the disk.
 
-MFU is printed two ways: against the FLOPs the extraction needs (agents/workers/extract_perf:
+MFU is printed two ways: against the FLOPs the extraction needs (agents/workers/extract/perf:
 27 decoder layers' matmuls + causal attention, no embedding, no LM head), and in the
 convention the issue's anchors use (2 x all 2.03B parameters + attention per token:
 28k tok/s -> 12%, 105k tok/s -> 46%). The tokens/s ratio does not depend on either.
@@ -244,7 +244,8 @@ class DiskSampler:
 
 def run_worker(torch, model, data: str, out: str, n_budget: int, compile_: bool, progress: str, writers: int,
                shard_gib: int = 2, compress: bool = False):
-    from gpudeck.agents.workers.extract_run import ExtractOptions, run_extraction
+    from gpudeck.agents.workers.extract.options import ExtractOptions
+    from gpudeck.agents.workers.extract.run import Extraction
 
     import queue
     import threading
@@ -273,13 +274,14 @@ def run_worker(torch, model, data: str, out: str, n_budget: int, compile_: bool,
                           host_buffers=max(4, writers + 2), writers=writers, compress=compress)
     t = time.perf_counter()
     with DiskSampler() as disk:
-        rc = run_extraction(opts, model=model, tokenizer=None, on_shard_closed=on_closed)
+        extraction = Extraction(opts, model=model, tokenizer=None, on_shard_closed=on_closed)
+        rc = extraction.run()
         t_end = time.perf_counter()
     log("  " + disk.summary(t))
     doomed.put(None)
     del_thread.join()
-    from gpudeck.agents.workers.extract_run import STAGE_SECONDS
-    log(f"  stages (s, writers summed): {json.dumps({k: round(v, 1) for k, v in sorted(STAGE_SECONDS.items())})}"
+    stages = extraction.stage_seconds
+    log(f"  stages (s, writers summed): {json.dumps({k: round(v, 1) for k, v in sorted(stages.items())})}"
         f"; wall {t_end - t:.1f} s; {sum(written) / 1e9:.1f} GB written, {sum(written) / (t_end - t) / 1e9:.2f} GB/s"
         + (f"; compression {sum(n for _, n in marks) * len(LAYERS) * 2048 * 2 / max(1, sum(written)):.3f}x"
            if compress else ""))
@@ -322,8 +324,8 @@ def main() -> int:
     import torch
     import transformers
 
-    from gpudeck.agents.workers.extract_model import HiddenStateRunner
-    from gpudeck.agents.workers.extract_perf import FlopModel, peak_flops
+    from gpudeck.agents.workers.extract.model import HiddenStateRunner
+    from gpudeck.agents.workers.extract.perf import FlopModel, peak_flops
 
     os.makedirs(args.out, exist_ok=True)
     name = torch.cuda.get_device_name()

@@ -151,7 +151,7 @@ def run_extract(model: str, data: str, out: str, layers: str = "1,3,4", *extra: 
 
 def shard_ids(out_dir: str) -> dict[str, list[str]]:
     """Sample ids in every complete shard file, from the shards' own headers."""
-    from gpudeck.agents.workers.extract_store import SHARD_RE, read_header
+    from gpudeck.agents.workers.extract.layout import SHARD_RE, read_header
 
     out = {}
     for name in sorted(os.listdir(out_dir)):

@@ -51,7 +51,7 @@ def extract(model: str, data: str, out: str, layers: str = "1,3,4", *extra: str)
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("arch", ["qwen3", "llama"])
 def test_hidden_states_equal_a_plain_transformers_forward(tmp_path, models, arch, dtype):
-    from gpudeck.agents.workers.extract_store import open_extract
+    from gpudeck.agents.workers.extract.reader import open_extract
 
     recs = write_tokenized(str(tmp_path / "data.jsonl"), 40, seed=1, min_len=10, max_len=70)
     out = str(tmp_path / "out")
@@ -76,7 +76,7 @@ def test_hidden_states_equal_a_plain_transformers_forward(tmp_path, models, arch
 
 
 def test_the_generic_path_gives_the_same_states_as_the_fast_path(tmp_path, models):
-    from gpudeck.agents.workers.extract_store import open_extract
+    from gpudeck.agents.workers.extract.reader import open_extract
 
     write_tokenized(str(tmp_path / "data.jsonl"), 12, seed=2)
     assert extract(models["qwen3"], str(tmp_path / "data.jsonl"), str(tmp_path / "fast"), "2,4",
@@ -93,7 +93,7 @@ def test_the_generic_path_gives_the_same_states_as_the_fast_path(tmp_path, model
 def test_the_fast_path_runs_only_the_layers_it_needs(models):
     from transformers import AutoModelForCausalLM
 
-    from gpudeck.agents.workers.extract_model import HiddenStateRunner
+    from gpudeck.agents.workers.extract.model import HiddenStateRunner
 
     model = AutoModelForCausalLM.from_pretrained(models["qwen3"], dtype=torch.float32).eval()
     calls = []
@@ -114,7 +114,7 @@ def test_the_fast_path_runs_only_the_layers_it_needs(models):
 
 @pytest.mark.parametrize("template", [CHAT_TEMPLATE, PLAIN_TEMPLATE], ids=["reasoning_content", "plain"])
 def test_the_loss_mask_covers_exactly_the_assistant_reply(template):
-    from gpudeck.agents.workers.extract_data import Encoder
+    from gpudeck.agents.workers.extract.data import Encoder
 
     tok = build_tokenizer(template)
     enc = Encoder(tok)
@@ -133,7 +133,7 @@ def test_the_loss_mask_covers_exactly_the_assistant_reply(template):
 
 
 def test_a_chat_record_ending_with_the_assistant_turn_is_read_too():
-    from gpudeck.agents.workers.extract_data import Encoder
+    from gpudeck.agents.workers.extract.data import Encoder
 
     tok = build_tokenizer()
     rec = {"messages": [{"role": "user", "content": "why the sky"},
@@ -145,8 +145,8 @@ def test_a_chat_record_ending_with_the_assistant_turn_is_read_too():
 
 
 def test_chat_shards_of_the_generation_worker_go_through_the_worker(tmp_path, models):
-    from gpudeck.agents.workers.extract_data import Encoder
-    from gpudeck.agents.workers.extract_store import open_extract
+    from gpudeck.agents.workers.extract.data import Encoder
+    from gpudeck.agents.workers.extract.reader import open_extract
 
     recs = write_chat_shards(str(tmp_path / "gen"), 25, per_shard=10)
     (tmp_path / "gen" / ".shard-000003.jsonl.tmp").write_text("{not json\n")  # a temp file: never read
@@ -211,7 +211,8 @@ def test_the_six_token_dataset_is_refused_unless_forced(tmp_path, models):
 def test_progress_json_and_the_format(tmp_path, models):
     from safetensors import safe_open
 
-    from gpudeck.agents.workers.extract_store import FORMAT, read_shard
+    from gpudeck.agents.workers.extract.layout import FORMAT
+    from gpudeck.agents.workers.extract.reader import read_shard
 
     write_tokenized(str(tmp_path / "d.jsonl"), 30, seed=7)
     progress_file = tmp_path / "state" / "progress.json"
@@ -244,7 +245,7 @@ def test_progress_json_and_the_format(tmp_path, models):
 
 
 def test_parts_split_one_dataset_between_jobs(tmp_path, models):
-    from gpudeck.agents.workers.extract_store import open_extract
+    from gpudeck.agents.workers.extract.reader import open_extract
 
     recs = write_tokenized(str(tmp_path / "d.jsonl"), 40, seed=8)
     for i in range(3):
@@ -269,7 +270,9 @@ def test_compressed_shards_read_back_bit_for_bit(tmp_path, models, dtype):
     them back exactly; the shards stay valid safetensors files."""
     from safetensors import safe_open
 
-    from gpudeck.agents.workers.extract_store import CODEC_PLANES_ZSTD, entry_from_header, open_extract
+    from gpudeck.agents.workers.extract.layout import CODEC_PLANES_ZSTD
+    from gpudeck.agents.workers.extract.reader import open_extract
+    from gpudeck.agents.workers.extract.store import entry_from_header
 
     recs = write_tokenized(str(tmp_path / "d.jsonl"), 30, seed=5, min_len=10, max_len=70)
     args = ("0,2,4", "--dtype", dtype, "--max-tokens-per-batch", "200", "--shard-samples", "7", "--no-audit")
@@ -304,7 +307,7 @@ def test_a_model_object_handed_over_is_not_looked_up_on_the_hub(tmp_path, models
     lookup may follow that name (offline, the Hub client retried for ~46 s)."""
     from transformers import AutoModelForCausalLM
 
-    from gpudeck.agents.workers import extract_run
+    from gpudeck.agents.workers.extract import run as extract_run
 
     def no_lookup(path):
         raise AssertionError(f"looked for a tokenizer at {path!r}")
@@ -354,7 +357,7 @@ args = ["--part", "0/4"]
 
 
 def test_importing_the_worker_module_does_not_import_torch():
-    code = ("import sys, agents.workers.extract, agents.workers.extract_perf; "
+    code = ("import sys, agents.workers.extract, agents.workers.extract.perf; "
             "print('torch' in sys.modules, 'transformers' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=str(ROOT), capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]
@@ -371,7 +374,7 @@ def test_gpudeck_extract_runs_the_worker(tmp_path, models):
 
 
 def test_flops_and_peak_table():
-    from gpudeck.agents.workers.extract_perf import FlopModel, disk_projection, peak_flops
+    from gpudeck.agents.workers.extract.perf import FlopModel, disk_projection, peak_flops
 
     assert peak_flops("NVIDIA H200")[0] == 989.4e12
     assert peak_flops("NVIDIA H100 80GB HBM3")[0] == 989.4e12

@@ -92,12 +92,12 @@ def test_kill_9_at_random_points_leaves_no_duplicate_and_loses_nothing(tmp_path,
     assert ids == {rec["id"] for rec in recs}
     assert not [n for n in os.listdir(out) if n.endswith(".tmp")]
     # every sample exactly once in the index too, and the reader agrees
-    from gpudeck.agents.workers.extract_store import open_extract
+    from gpudeck.agents.workers.extract.reader import open_extract
     result = open_extract(out)
     assert len(result) == len(recs)
     assert json.loads(open(os.path.join(out, "progress.json")).read())["done"] == len(recs)
     if compress:
-        from gpudeck.agents.workers.extract_store import CODEC_PLANES_ZSTD, read_header
+        from gpudeck.agents.workers.extract.layout import CODEC_PLANES_ZSTD, read_header
         assert {read_header(p)[0].get("codec") for p in result.shards} == {CODEC_PLANES_ZSTD}
     for rec in rng.sample(recs, 8):  # and the states are right, not just present
         s = result.get(rec["id"])
@@ -108,7 +108,8 @@ def test_kill_9_at_random_points_leaves_no_duplicate_and_loses_nothing(tmp_path,
 def test_every_state_a_crash_can_leave_is_repaired(tmp_path):
     """The steps of a shard's close, cut at each point by hand: temp file written, renamed
     but not indexed, indexed but not in the done-set, a half-written index line."""
-    from gpudeck.agents.workers.extract_store import DONESET, INDEX, open_extract
+    from gpudeck.agents.workers.extract.layout import DONESET, INDEX
+    from gpudeck.agents.workers.extract.reader import open_extract
 
     model = build_model(str(tmp_path / "model"), "llama")
     recs = write_tokenized(str(tmp_path / "data.jsonl"), 40, seed=3)
@@ -182,9 +183,11 @@ def test_publish_many_keeps_the_order_and_one_line_per_shard(tmp_path):
     index line each, every id in the done-set, and the output reads back."""
     import numpy as np
 
-    from gpudeck.agents.workers.doneset import DoneSet
-    from gpudeck.agents.workers.extract_store import (DONESET, INDEX, IndexLog, ShardWriter, header_reserve_for,
-                                              open_extract, publish_many, read_index, seal)
+    from gpudeck.agents.workers.common.doneset import DoneSet
+    from gpudeck.agents.workers.extract.layout import DONESET, INDEX
+    from gpudeck.agents.workers.extract.reader import open_extract
+    from gpudeck.agents.workers.extract.store import (IndexLog, ShardWriter, header_reserve_for, publish_many, read_index,
+                                                      seal)
 
     out = str(tmp_path)
     index = IndexLog(out)

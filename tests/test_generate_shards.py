@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from gpudeck.agents.workers.doneset import DoneLog, DoneSet, read_ids
-from gpudeck.agents.workers.generate_shards import ShardWriter, ids_in_jsonl
+from gpudeck.agents.workers.common.doneset import DoneLog, DoneSet, read_ids
+from gpudeck.agents.workers.generate.shards import ShardWriter, ids_in_jsonl
 
 
 def rec(i: int) -> bytes:

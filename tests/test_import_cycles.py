@@ -18,8 +18,6 @@ PRODUCT = ("gpudeck.agents", "gpudeck.remote", "gpudeck.console")
 KNOWN_CYCLES: list[frozenset[str]] = [
     # console: app imports screens.main and screens.job, which import app back (GpuDeckApp)
     frozenset({"gpudeck.console.app", "gpudeck.console.screens.main", "gpudeck.console.screens.job"}),
-    # agents/workers: sim_engine imports sim_engine_app (SimEngine), which imports FAIL_KINDS back
-    frozenset({"gpudeck.agents.workers.sim_engine", "gpudeck.agents.workers.sim_engine_app"}),
 ]
 
 

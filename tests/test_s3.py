@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from gpudeck.agents.workers import s3sync
-from gpudeck.agents.workers.generate_shards import ids_in_jsonl
+from gpudeck.agents.workers.common import s3sync
+from gpudeck.agents.workers.generate.shards import ids_in_jsonl
 from fault_proxy import FaultProxy
 from generate_support import (GenerateProc, MotoS3, assert_exactly_once, generate_argv, id_counts, moto_s3,
                               read_shards, run_generate, sim_engines, wait_until, write_prompts)

@@ -31,6 +31,8 @@ import os
 import time
 from typing import Iterable, Optional
 
+from gpudeck.agents.workers.common.atomic import append_or_undo
+
 _NEEDS_QUOTING = ("\n", "\r")
 
 
@@ -135,14 +137,8 @@ class DoneLog:
         if data:
             fd = self._file()
             try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view):]
+                append_or_undo(fd, data, self.size)
             except OSError as exc:
-                try:
-                    os.ftruncate(fd, self.size)
-                except OSError:
-                    pass
                 raise DoneSetError(f"cannot append to the done-set {self.path}: {exc.strerror or exc}") from None
             self.size += len(data)
             self._dirty = True

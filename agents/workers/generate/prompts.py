@@ -10,7 +10,8 @@ last user turn; the answer after it is what gets generated again.
 
 :class:`PromptReader` reads one line at a time and never holds the file. Done prompts are
 skipped before any JSON parse when the line starts with ``{"id": ...`` or has no ``"id"``
-at all, which makes skipping a million done lines cheap.
+at all, which makes skipping a million done lines cheap. The conversation shapes themselves
+are read by common/chat.py (the audit reads them too).
 """
 
 from __future__ import annotations
@@ -20,66 +21,13 @@ import re
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Callable, Optional, Union
 
-ROLES = {
-    "user": "user", "human": "user", "prompter": "user",
-    "assistant": "assistant", "gpt": "assistant", "chatgpt": "assistant", "bard": "assistant", "bing": "assistant",
-    "model": "assistant", "system": "system", "tool": "tool", "function": "tool", "observation": "tool",
-    "function_response": "tool", "ipython": "tool",
-}
+from gpudeck.agents.workers.common.chat import context_for_last_answer, to_messages
+
 _ID_AT_START = re.compile(rb'\s*\{\s*"id"\s*:\s*(?:"([^"\\\n]*)"|(-?\d+))\s*[,}]')
 
 
 class PromptError(ValueError):
     """A prompt line that cannot be used; ``str()`` names the file and line."""
-
-
-def to_messages(obj: Any) -> list[dict]:
-    """The conversation of one JSONL object as OpenAI chat messages. Raises ValueError."""
-    if not isinstance(obj, dict):
-        raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
-    if "messages" in obj:
-        msgs = obj["messages"]
-        if not isinstance(msgs, list):
-            raise ValueError("'messages' must be a list")
-        out = []
-        for i, m in enumerate(msgs):
-            if not isinstance(m, dict) or not isinstance(m.get("role"), str):
-                raise ValueError(f"messages[{i}] needs a string 'role'")
-            role = ROLES.get(m["role"].lower())
-            if role is None:
-                raise ValueError(f"messages[{i}]: unknown role {m['role']!r}")
-            if role != m["role"]:
-                m = {**m, "role": role}
-            out.append(m)
-        return out
-    if "conversations" in obj:
-        conv = obj["conversations"]
-        if not isinstance(conv, list):
-            raise ValueError("'conversations' must be a list")
-        out = []
-        for i, turn in enumerate(conv):
-            if not isinstance(turn, dict):
-                raise ValueError(f"conversations[{i}] must be an object")
-            who = turn.get("from", turn.get("role"))
-            role = ROLES.get(str(who).lower()) if who is not None else None
-            if role is None:
-                raise ValueError(f"conversations[{i}]: unknown speaker {who!r}")
-            value = turn.get("value", turn.get("content"))
-            if not isinstance(value, str):
-                raise ValueError(f"conversations[{i}] needs a string 'value'")
-            out.append({"role": role, "content": value})
-        return out
-    if isinstance(obj.get("prompt"), str):
-        return [{"role": "user", "content": obj["prompt"]}]
-    raise ValueError("no 'messages', 'conversations' or 'prompt'")
-
-
-def context_for_last_answer(messages: list[dict]) -> list[dict]:
-    """The messages up to and including the last user turn. Raises ValueError without one."""
-    for i in range(len(messages) - 1, -1, -1):
-        if messages[i].get("role") == "user":
-            return messages[:i + 1]
-    raise ValueError("no user turn")
 
 
 def normalize_id(value: Any, index: int) -> str:

@@ -5,7 +5,7 @@ Files in the output directory::
 
     shard-000041.jsonl        closed: at most ``shard_size`` records, never written again
     shard-000042.jsonl.tmp    the open shard: records are appended as they finish
-    done.txt                  the done-set (agents/workers/doneset.py)
+    done.txt                  the done-set (common/doneset.py)
 
 The order of operations, and why:
 
@@ -26,6 +26,12 @@ whose record was cut is simply generated again.
 
 A failed write (a full disk) is undone (the file is truncated back) and raised as
 :class:`ShardWriteError`; the caller holds the record and tries again later.
+
+The names, and the fsync-before-rename rule, are those of every program's shards
+(common/shards.py). What is particular to this writer: a JSONL shard can be appended to and
+read back record by record, so the open shard *is* the output of records finished before a
+crash (step 4), where extract's safetensors shard must be written whole and its temp file is
+thrown away (extract/store.py).
 """
 
 from __future__ import annotations
@@ -33,21 +39,14 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Optional
 
-from gpudeck.agents.workers.atomic import atomic_write_bytes, fsync_dir, rename_durably
-from gpudeck.agents.workers.doneset import DoneSet
+from gpudeck.agents.workers.common.atomic import append_or_undo, atomic_write_bytes, fsync_dir, rename_durably
+from gpudeck.agents.workers.common.doneset import DoneSet
+from gpudeck.agents.workers.common.shards import JSONL as NAMES
 
 log = logging.getLogger("gpudeck.shards")
-
-SHARD_RE = re.compile(r"^shard-(\d{6,})\.jsonl$")
-OPEN_RE = re.compile(r"^shard-(\d{6,})\.jsonl\.tmp$")
-
-
-def shard_name(number: int) -> str:
-    return f"shard-{number:06d}.jsonl"
 
 
 class ShardWriteError(OSError):
@@ -109,10 +108,10 @@ class ShardWriter:
         rec = Recovery()
         reserved = set(reserved_numbers)
         names = sorted(os.listdir(self.out_dir))
-        closed_numbers = {int(m.group(1)) for n in names if (m := SHARD_RE.match(n))}
-        rec.closed = sorted(n for n in names if SHARD_RE.match(n))
+        closed_numbers = {int(m.group(1)) for n in names if (m := NAMES.final_re.match(n))}
+        rec.closed = sorted(n for n in names if NAMES.final_re.match(n))
         taken = closed_numbers | reserved
-        opens = sorted((int(m.group(1)), n) for n in names if (m := OPEN_RE.match(n)))
+        opens = sorted((int(m.group(1)), n) for n in names if (m := NAMES.tmp_re.match(n)))
         for i, (number, name) in enumerate(opens):
             path = os.path.join(self.out_dir, name)
             ids, cut, bad = self._repair_open(path)
@@ -126,7 +125,7 @@ class ShardWriter:
                 taken.add(number)
             elif ids:
                 final_number = number if free else max(taken | {number}) + 1
-                final = shard_name(final_number)
+                final = NAMES.final(final_number)
                 rename_durably(path, os.path.join(self.out_dir, final))
                 taken.add(final_number)
                 rec.closed.append(final)  # listed, not passed to on_closed: the caller queues rec.closed
@@ -172,7 +171,7 @@ class ShardWriter:
 
     @property
     def open_name(self) -> Optional[str]:
-        return shard_name(self._number) + ".tmp" if self._number is not None else None
+        return NAMES.tmp(self._number) if self._number is not None else None
 
     @property
     def waiting(self) -> int:
@@ -188,14 +187,8 @@ class ShardWriter:
             self._open_next()
         data = line + b"\n"
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(self._fd, view):]
+            append_or_undo(self._fd, data, self._size)
         except OSError as exc:
-            try:
-                os.ftruncate(self._fd, self._size)
-            except OSError:
-                pass
             raise ShardWriteError(exc.errno, f"cannot write {os.path.join(self.out_dir, self.open_name)}: "
                                              f"{exc.strerror or exc}") from None
         self._size += len(data)
@@ -210,7 +203,7 @@ class ShardWriter:
 
     def _open_next(self) -> None:
         number = self.next_number
-        path = os.path.join(self.out_dir, shard_name(number) + ".tmp")
+        path = os.path.join(self.out_dir, NAMES.tmp(number))
         try:
             self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL, 0o644)
         except OSError as exc:
@@ -253,7 +246,7 @@ class ShardWriter:
         os.close(self._fd)
         self._fd = None
         tmp = os.path.join(self.out_dir, self.open_name)
-        final = shard_name(self._number)
+        final = NAMES.final(self._number)
         if not self._ids:
             os.unlink(tmp)
             self._number = None

@@ -1,5 +1,5 @@
 """The simulated SGLang server itself (aiohttp + prometheus_client); the command line is in
-agents/workers/sim_engine.py, which imports this module only when it starts serving."""
+sim_engine/cli.py, which imports this module only when it starts serving."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from gpudeck.agents.workers.sim_engine import FAIL_KINDS
+from gpudeck.agents.workers.sim_engine.failures import FAIL_KINDS
 _WORDS = ("the", "model", "token", "answer", "prompt", "data", "shard", "reason", "step", "check", "value",
           "result", "so", "we", "need", "first", "then", "compute", "because", "thus", "list", "sum", "code",
           "test", "function", "return", "loop", "state", "case", "first", "second", "next", "done", "ok")

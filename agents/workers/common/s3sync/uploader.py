@@ -1,42 +1,7 @@
-"""S3 for the workers: closed shards and the done-set go up in a background thread, and a
-fresh node gets its done-set back.
-
-Layout under ``s3://bucket/prefix/``::
-
-    shard-000000.jsonl ...   closed shards, uploaded once each, never overwritten
-    done.txt                 the ids of the records in the shards *that are in S3*
-    uploaded.txt             the names of the shards whose ids ``done.txt`` holds
-
-Local bookkeeping, beside the worker's own done-set, in its output directory::
-
-    uploaded.txt             names of the files uploaded so far (the manifest), one per line
-    done-uploaded.txt        the done-set of uploaded shards: what ``done.txt`` in S3 holds
-
-Ordering rules (each one is what makes a kill -9 at any moment harmless):
-
-1. A shard is uploaded only after it is closed (renamed to its final name).
-2. After its upload succeeds, its ids are appended to ``done-uploaded.txt`` (fsynced), and
-   only then its name to ``uploaded.txt`` (fsynced). A crash between the two uploads the
-   shard again on restart (same key, same bytes) and repeats its ids: harmless. The other
-   order could mark a shard uploaded whose ids never reach S3's done-set, and a fresh node
-   would generate those records a second time.
-3. ``done.txt`` in S3 is a copy of ``done-uploaded.txt``, never of the worker's own
-   done-set, which also holds ids of records still in local, unuploaded shards. A fresh node
-   restores it and skips exactly the records that S3 has.
-4. ``done.txt`` goes up before ``uploaded.txt``. A shard in S3 that ``uploaded.txt`` does
-   not list (uploaded just before a crash, before the done-set caught up) is an orphan:
-   :func:`restore_done_set` downloads it and adds its ids, so a fresh node never generates
-   its records again.
-5. On a fresh node the next shard number comes after every shard number already in S3
-   (:func:`list_shards`), so nothing uploaded is overwritten.
-
-A failed upload is retried with exponential backoff (capped, with jitter) for as long as
-the worker lives; the producer never waits on S3. On restart, closed shards missing from
-the manifest are queued again (:meth:`ShardUploader.resume`).
-
-Credentials come from boto3's usual chain (environment, shared files, instance roles) and
-never appear in a message: errors name the bucket, key and the S3 error, nothing else.
-boto3 is imported inside the functions that need it.
+"""The uploader: closed shards and the done-set go up from one background thread, in the
+order of rules 1-4 of the package docstring (``common/s3sync/__init__.py``); a failed upload
+is retried with exponential backoff (capped, with jitter) for as long as the worker lives,
+and the producer never waits on S3.
 """
 
 from __future__ import annotations
@@ -47,193 +12,17 @@ import logging
 import os
 import queue
 import random
-import re
 import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Optional
-from urllib.parse import urlsplit, urlunsplit
 
-from gpudeck.agents.workers.atomic import atomic_write_bytes, fsync_dir
-from gpudeck.agents.workers.doneset import DoneLog, encode_id, read_ids
+from gpudeck.agents.workers.common.atomic import fsync_dir
+from gpudeck.agents.workers.common.doneset import DoneLog
+from gpudeck.agents.workers.common.s3sync.remote import (MANIFEST, REMOTE_DONE, UPLOADED_DONE, S3Location,
+                                                         describe_error, make_client, read_manifest)
 
 log = logging.getLogger("gpudeck.s3")
-
-MANIFEST = "uploaded.txt"  # local and remote name of the manifest
-UPLOADED_DONE = "done-uploaded.txt"
-REMOTE_DONE = "done.txt"
-SHARD_NUMBER = re.compile(r"(?:^|/)shard-(\d+)\.")
-_USERINFO = re.compile(r"://[^/@\s]+@")
-
-
-class S3Error(RuntimeError):
-    """An S3 operation failed; the message names the bucket/key and the S3 error."""
-
-
-@dataclass(frozen=True)
-class S3Location:
-    bucket: str
-    prefix: str = ""  # without leading or trailing '/'
-
-    @classmethod
-    def parse(cls, url: str) -> "S3Location":
-        """``s3://bucket/some/prefix`` -> S3Location('bucket', 'some/prefix')."""
-        parts = urlsplit(url)
-        if parts.scheme != "s3" or not parts.netloc:
-            raise ValueError(f"{url!r} is not an S3 URL; expected s3://bucket/prefix")
-        return cls(parts.netloc, parts.path.strip("/"))
-
-    def key(self, name: str) -> str:
-        return f"{self.prefix}/{name}" if self.prefix else name
-
-    def url(self, name: str = "") -> str:
-        return f"s3://{self.bucket}/{self.key(name)}" if name else f"s3://{self.bucket}/{self.prefix}"
-
-
-def redact_url(url: Optional[str]) -> Optional[str]:
-    """An endpoint URL without any user:password part, for messages."""
-    if not url:
-        return url
-    parts = urlsplit(url)
-    if "@" not in parts.netloc:
-        return url
-    return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
-
-
-def make_client(endpoint_url: Optional[str] = None, region: Optional[str] = None) -> Any:
-    """A boto3 S3 client. ``endpoint_url`` (or $AWS_ENDPOINT_URL_S3 / $AWS_ENDPOINT_URL, which
-    boto3 reads itself) points it at an S3-compatible store. botocore's own retries are kept
-    short: the uploader retries with its own, longer backoff."""
-    import boto3
-    from botocore.config import Config
-
-    cfg = Config(retries={"max_attempts": 2, "mode": "standard"}, connect_timeout=10, read_timeout=60,
-                 s3={"addressing_style": "path"} if endpoint_url else None)
-    kwargs: dict[str, Any] = {"config": cfg}
-    if endpoint_url:
-        kwargs["endpoint_url"] = endpoint_url
-    if region or not os.environ.get("AWS_DEFAULT_REGION") and not os.environ.get("AWS_REGION"):
-        kwargs["region_name"] = region or "us-east-1"
-    return boto3.session.Session().client("s3", **kwargs)
-
-
-def drain_timeout_s() -> float:
-    """How long a finishing worker waits for its uploads: $GPUDECK_S3_DRAIN_S, default 600."""
-    try:
-        value = float(os.environ.get("GPUDECK_S3_DRAIN_S", "600"))
-    except ValueError:
-        return 600.0
-    return value if value >= 0 and value == value else 600.0
-
-
-def describe_error(exc: BaseException) -> str:
-    """One line for an S3 failure, without anything secret (boto3 never puts keys in its
-    messages; the endpoint is redacted where it appears)."""
-    resp = getattr(exc, "response", None)  # botocore's connection errors carry response=None
-    err = resp.get("Error") if isinstance(resp, dict) else None
-    code = err.get("Code") if isinstance(err, dict) else None
-    try:
-        text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    except Exception:  # noqa: BLE001 -- an exception whose __str__ fails still gets a line
-        text = type(exc).__name__
-    text = _USERINFO.sub("://", text)  # an endpoint given as http://key:secret@host stays secret
-    return f"{code}: {text}" if code and code not in text else text
-
-
-def _is_missing(exc: BaseException, bucket_too: bool = True) -> bool:
-    """The object (or, with ``bucket_too``, its whole bucket) does not exist: nothing to read."""
-    resp = getattr(exc, "response", None)
-    err = resp.get("Error") if isinstance(resp, dict) else None
-    codes = ("404", "NoSuchKey", "NotFound") + (("NoSuchBucket",) if bucket_too else ())
-    return isinstance(err, dict) and err.get("Code") in codes
-
-
-def list_shards(client: Any, loc: S3Location) -> dict[int, str]:
-    """The shards already under the prefix: shard number -> file name (any extension)."""
-    shards: dict[int, str] = {}
-    prefix = loc.key("")
-    try:
-        for page in client.get_paginator("list_objects_v2").paginate(Bucket=loc.bucket, Prefix=prefix):
-            for obj in page.get("Contents", ()):
-                name = obj["Key"][len(prefix):]
-                m = SHARD_NUMBER.match(name)
-                if m and "/" not in name:
-                    shards[int(m.group(1))] = name
-    except Exception as exc:  # botocore raises ClientError, EndpointConnectionError, NoCredentialsError...
-        if _is_missing(exc):  # no bucket yet: no shards (uploads will say why they fail)
-            return {}
-        raise S3Error(f"cannot list {loc.url()}: {describe_error(exc)}") from None
-    return shards
-
-
-def list_shard_numbers(client: Any, loc: S3Location) -> set[int]:
-    return set(list_shards(client, loc))
-
-
-def _get_object(client: Any, loc: S3Location, name: str) -> Optional[bytes]:
-    """The object's bytes, or None when it does not exist."""
-    try:
-        return client.get_object(Bucket=loc.bucket, Key=loc.key(name))["Body"].read()
-    except Exception as exc:
-        if _is_missing(exc):
-            return None
-        raise S3Error(f"cannot read {loc.url(name)}: {describe_error(exc)}") from None
-
-
-@dataclass(frozen=True)
-class Restored:
-    ids: int  # ids in the restored done-set
-    shards: int  # shards found in S3
-    orphans: list[str]  # shards in S3 that done.txt did not cover yet; their ids were added
-
-
-def restore_done_set(client: Any, loc: S3Location, out_dir: str, done_name: str,
-                     ids_of_file: Callable[[str], Iterable[str]]) -> Optional[Restored]:
-    """On a node without a local done-set: rebuild it from S3 and install it as both the
-    worker's done-set (``out_dir/done_name``) and ``done-uploaded.txt``, with the remote
-    manifest as the local one. Returns None when S3 holds neither a done-set nor shards (a
-    first run). Orphan shards (see rule 4) are downloaded to a temp file and read with
-    ``ids_of_file(path)``. The worker's done-set is written last: its presence means the
-    restore is complete."""
-    done = _get_object(client, loc, REMOTE_DONE)
-    manifest = _get_object(client, loc, MANIFEST)
-    shards = list_shards(client, loc)
-    if done is None and not shards:
-        return None
-    done = (done or b"")[:(done or b"").rfind(b"\n") + 1]
-    listed = {n for n in (manifest or b"").decode(errors="replace").split("\n") if n}
-    orphans = sorted(name for name in shards.values() if name not in listed)
-    extra: list[str] = []
-    tmp = os.path.join(out_dir, ".orphan.download")
-    for name in orphans:
-        try:
-            client.download_file(loc.bucket, loc.key(name), tmp)
-            extra.extend(ids_of_file(tmp))
-        except Exception as exc:
-            raise S3Error(f"cannot read the ids of {loc.url(name)}: {describe_error(exc)}") from None
-        finally:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-        log.warning("%s was uploaded but not yet in %s: its ids are restored from the shard itself",
-                    loc.url(name), REMOTE_DONE)
-    data = done + "".join(encode_id(i) + "\n" for i in extra).encode("utf-8", errors="surrogateescape")
-    atomic_write_bytes(os.path.join(out_dir, MANIFEST), "".join(n + "\n" for n in sorted(listed | set(orphans))).encode())
-    atomic_write_bytes(os.path.join(out_dir, UPLOADED_DONE), data)
-    atomic_write_bytes(os.path.join(out_dir, done_name), data)
-    return Restored(ids=len(read_ids(os.path.join(out_dir, done_name))), shards=len(shards), orphans=orphans)
-
-
-def read_manifest(out_dir: str) -> set[str]:
-    path = os.path.join(out_dir, MANIFEST)
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except FileNotFoundError:
-        return set()
-    end = data.rfind(b"\n") + 1  # a half-written last name: that upload is simply redone
-    return {n for n in data[:end].decode(errors="replace").split("\n") if n}
 
 
 @dataclass

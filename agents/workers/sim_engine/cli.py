@@ -1,35 +1,14 @@
-"""A simulated SGLang server: real HTTP (aiohttp), the routes and metric names of the real
-thing, answers made up from the prompt. For tests, benchmarks and the demo.
-
-Routes::
-
-    POST /v1/chat/completions   OpenAI chat; ``reasoning_content`` unless thinking is off
-    GET  /metrics               the sglang:* names of tests/fixtures (prometheus_client)
-    GET  /health                503 for --startup-s seconds, then 200
-    GET  /get_server_info       also /server_info: internal_states[].last_gen_throughput
-    GET  /get_model_info        also /model_info
-    GET  /v1/models
-
-Each completion takes ``latency ± jitter`` plus ``tokens / tok_s`` seconds (``--tok-s 0``:
-no decode time). Its length is drawn from the prompt's hash, so the same prompt always gets
-the same answer. ``--fail-rate F`` answers a fraction F of requests with one of the failure
-kinds in ``--fail-kinds``: an HTTP 500, a 200 whose body is not JSON, or a connection closed
-without an answer.
-
-Run it as ``gpudeck sim-engine --port N`` or ``python -m gpudeck.agents.workers.sim_engine``. It
-prints ``listening on http://HOST:PORT`` once it accepts connections (``--port 0`` picks a
-free port).
-"""
+"""The simulated server's command line (argparse only: aiohttp and prometheus_client load
+in :func:`serve`); the package docstring says what it simulates."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import signal
-import sys
 from typing import Optional
 
-FAIL_KINDS = ("500", "garbage", "disconnect")
+from gpudeck.agents.workers.sim_engine.failures import FAIL_KINDS
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -66,7 +45,7 @@ async def serve(args: argparse.Namespace) -> None:
     from aiohttp import web
     from prometheus_client import disable_created_metrics
 
-    from gpudeck.agents.workers.sim_engine_app import SimEngine
+    from gpudeck.agents.workers.sim_engine.app import SimEngine
 
     disable_created_metrics()  # SGLang serves its metrics in multiprocess mode: no *_created series
     engine = SimEngine(tok_s=args.tok_s, latency_ms=args.latency_ms, jitter_ms=args.jitter_ms,
@@ -94,7 +73,3 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     asyncio.run(serve(args))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,4 +1,6 @@
-"""The extraction's output: safetensors shards, their index, the done-set, and the reader.
+"""The extraction's output as it is written: safetensors shards, their index, the done-set.
+(The names and the format's constants are in layout.py, ``--compress``'s codec in codec.py,
+the reader in reader.py.)
 
 A shard is a valid safetensors file written as a stream: the writer reserves room for the
 header, streams each sample's hidden states straight from the pinned host buffer, appends
@@ -16,6 +18,12 @@ On start, :func:`reconcile` repairs whatever a crash left between those steps: t
 are deleted (their samples are not in the done-set, so they run again), a shard missing from
 the index is indexed from its own header, and index ids missing from the done-set are added.
 No sample is ever in two shards, and none is in the done-set without its shard.
+
+The rename-after-fsync rule and the names are those of every program's shards
+(common/shards.py). What is particular here: a safetensors file has its header first, so a
+shard is only usable once written whole; its temp file is deleted on restart (generate's
+JSONL shard, appended record by record, is continued instead), and the publish of a shard
+adds an index line between the rename and the done-set.
 """
 
 from __future__ import annotations
@@ -24,29 +32,22 @@ import glob
 import json
 import logging
 import os
-import re
 import struct
-import threading
 import time
-import warnings
 from dataclasses import dataclass
-from typing import Iterator, Optional
+from typing import Optional
 
 import numpy as np
 
-from gpudeck.agents.workers.atomic import fsync_dir, rename_durably
-from gpudeck.agents.workers.doneset import DoneSet
+from gpudeck.agents.workers.common.atomic import append_or_undo, fsync_dir, rename_all_durably, rename_durably
+from gpudeck.agents.workers.common.doneset import DoneSet
+from gpudeck.agents.workers.extract.codec import PlaneCodec
+from gpudeck.agents.workers.extract.layout import (CODEC_PLANES_ZSTD, DONESET, DTYPE_SIZES, FORMAT, INDEX, NAMES,
+                                                   StoreError, read_header)
 
 log = logging.getLogger("gpudeck.extract")
 
-FORMAT = "gpudeck-hidden-states/1"
-CODEC_PLANES_ZSTD = "byteplanes-zstd/1"
-SHARD_RE = re.compile(r"^shard-(\d{6,})\.safetensors$")
-INDEX = "index.jsonl"
-DONESET = "done.txt"
-META = "extract.json"
 _ALIGN = 4096
-_DTYPES = {"BF16": 2, "F16": 2, "F32": 4}
 
 
 def _early_writeback() -> Optional[int]:
@@ -56,90 +57,6 @@ def _early_writeback() -> Optional[int]:
     if os.environ.get("GPUDECK_EARLY_WRITEBACK", "1") != "1":
         return None
     return getattr(os, "POSIX_FADV_DONTNEED", None)
-
-
-class StoreError(RuntimeError):
-    """The output directory is in a state the worker will not touch; the message says why."""
-
-
-# ---------------------------------------------------------------- compression (--compress)
-
-class PlaneCodec:
-    """Lossless compression of hidden states, ``byteplanes-zstd/1`` (``--compress``).
-
-    A sample's states ``[n, L*H]`` are split into byte planes laid out ``[itemsize, L, n, H]``
-    (plane ``itemsize - 1`` holds each value's most significant byte: the sign and the top
-    exponent bits). The lower planes are stored as they are (mantissa bits do not compress);
-    the top plane goes through zstd. Grouping it by layer keeps each zstd block within one
-    layer's range of exponents. On the issue's Qwen3-shaped model the top plane shrinks to a
-    third, the whole sample to about 0.67 of its size, at about 1 GB/s of top plane per core.
-
-    The GPU does the split (a permuting copy, see ``extract_run``); this class compresses the
-    top plane on the writer threads (zstd releases the GIL) and decodes on read."""
-
-    # literal-heavy data: tiny hash tables, no search. Faster than level 1 and a better ratio,
-    # because level 1's spurious short matches cost more than the literals they replace.
-    PARAMS = dict(window_log=17, chain_log=6, hash_log=6, search_log=1, min_match=7, target_length=0)
-
-    def __init__(self) -> None:
-        try:
-            import zstandard
-        except ImportError:
-            raise StoreError("--compress needs the zstandard package (pip install 'gpudeck[extract]')") from None
-        self._zstd = zstandard
-        self._params = zstandard.ZstdCompressionParameters(strategy=zstandard.STRATEGY_FAST, **self.PARAMS)
-        self._local = threading.local()
-
-    def compress(self, data: memoryview) -> bytes:
-        c = getattr(self._local, "c", None)
-        if c is None:  # a ZstdCompressor is not thread-safe: one per thread
-            c = self._local.c = self._zstd.ZstdCompressor(compression_params=self._params)
-        return c.compress(data)
-
-    def decompress(self, data, size: int) -> bytes:
-        return self._zstd.ZstdDecompressor().decompress(data, max_output_size=size)
-
-
-def decode_planes(low: np.ndarray, high: np.ndarray, n: int, n_layers: int, dtype: str):
-    """The ``[n, L*H]`` torch tensor back from a sample's planes: ``low`` the raw lower
-    planes ``[itemsize-1, L, n, H]`` (uint8), ``high`` the zstd frame of the top plane, and
-    ``dtype`` the safetensors name of the values' type (BF16, F16, F32)."""
-    import torch
-
-    itemsize = _DTYPES[dtype]
-    per_plane = low.size // (itemsize - 1)
-    hidden = per_plane // (n * n_layers)
-    top = np.frombuffer(plane_codec().decompress(memoryview(np.ascontiguousarray(high)), per_plane), dtype=np.uint8)
-    if top.size != per_plane or hidden * n * n_layers != per_plane:
-        raise StoreError(f"compressed sample of {n} tokens: {top.size} bytes in the top plane, "
-                         f"{per_plane} in each lower one")
-    planes = list(low.reshape(itemsize - 1, n_layers, n, hidden)) + [top.reshape(n_layers, n, hidden)]
-    as_int = {2: torch.int16, 4: torch.int32}[itemsize]
-    with warnings.catch_warnings():  # the decompressed bytes are read-only; they are only read
-        warnings.simplefilter("ignore", UserWarning)
-        value = torch.from_numpy(planes[0]).to(as_int)
-        for p in range(1, itemsize):
-            value |= torch.from_numpy(planes[p]).to(as_int) << (8 * p)
-    torch_dtype = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32}[dtype]
-    return value.permute(1, 0, 2).reshape(n, n_layers * hidden).view(torch_dtype)
-
-
-_CODEC: list = []
-
-
-def plane_codec() -> PlaneCodec:
-    """The process's codec (its compressors are per thread); StoreError without zstandard."""
-    if not _CODEC:
-        _CODEC.append(PlaneCodec())
-    return _CODEC[0]
-
-
-def shard_name(no: int) -> str:
-    return f"shard-{no:06d}.safetensors"
-
-
-def _tmp_name(no: int) -> str:
-    return f".shard-{no:06d}.safetensors.tmp"
 
 
 # ---------------------------------------------------------------- writing
@@ -166,8 +83,8 @@ class ShardWriter:
         if codec is not None:
             self.meta["codec"] = CODEC_PLANES_ZSTD
         self.reserve = header_reserve
-        self.tmp = os.path.join(out_dir, _tmp_name(no))
-        self.final = os.path.join(out_dir, shard_name(no))
+        self.tmp = os.path.join(out_dir, NAMES.tmp(no))
+        self.final = os.path.join(out_dir, NAMES.final(no))
         self.fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         self.pos = header_reserve  # absolute file offset of the next hidden-state byte
         self.ids: list[str] = []
@@ -207,7 +124,7 @@ class ShardWriter:
     def add(self, item_id: str, hidden: memoryview, input_ids: np.ndarray, loss_mask: np.ndarray) -> None:
         """A sample whose hidden states ``[n, width]`` are in ``hidden`` as they are."""
         n = int(input_ids.shape[0])
-        expect = n * self.width * _DTYPES[self.dtype]
+        expect = n * self.width * DTYPE_SIZES[self.dtype]
         if hidden.nbytes != expect:
             raise StoreError(f"sample {item_id}: {hidden.nbytes} bytes of hidden states, expected {expect}")
         if self.codec is not None:
@@ -221,7 +138,7 @@ class ShardWriter:
         """A sample as byte planes ``[itemsize, L, n, H]`` (see :class:`PlaneCodec`): ``low``
         the lower planes, written as they are; ``top`` the top plane, compressed here."""
         n = int(input_ids.shape[0])
-        itemsize, n_layers = _DTYPES[self.dtype], len(self.layers)
+        itemsize, n_layers = DTYPE_SIZES[self.dtype], len(self.layers)
         plane = n * self.width
         if self.codec is None or len(low) != itemsize - 1 or top.nbytes != plane \
                 or any(p.nbytes != plane for p in low):
@@ -334,9 +251,7 @@ def publish_many(shards: list[ClosedShard], index: "IndexLog", done: DoneSet) ->
     if len(shards) == 1:
         publish(shards[0], index, done)
         return
-    for sh in shards:
-        os.replace(sh.tmp, sh.final)
-    fsync_dir(os.path.dirname(os.path.abspath(shards[0].final)))
+    rename_all_durably([(sh.tmp, sh.final) for sh in shards])
     index.append_many([sh.entry for sh in shards])
     done.add([i for sh in shards for i in sh.entry["ids"]], sync=True)
 
@@ -363,10 +278,8 @@ class IndexLog:
         """One write and one fsync for all ``entries``; a failed write is cut off again."""
         data = "".join(json.dumps(e, separators=(",", ":")) + "\n" for e in entries).encode()
         size = os.fstat(self._fd).st_size
+        append_or_undo(self._fd, data, size)
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(self._fd, view):]
             os.fsync(self._fd)
         except OSError:
             os.ftruncate(self._fd, size)
@@ -421,7 +334,7 @@ def reconcile(out_dir: str, done_path: Optional[str] = None, min_next_shard: int
     docstring). The caller holds the directory lock. ``min_next_shard`` keeps new shard
     numbers above those already in S3 (a fresh node must not overwrite them)."""
     removed = 0
-    for tmp in glob.glob(os.path.join(out_dir, ".shard-*.safetensors.tmp")):
+    for tmp in glob.glob(os.path.join(out_dir, NAMES.tmp_glob)):
         os.unlink(tmp)
         removed += 1
     if removed:
@@ -431,7 +344,7 @@ def reconcile(out_dir: str, done_path: Optional[str] = None, min_next_shard: int
     numbers = []
     reindexed = []
     for name in sorted(os.listdir(out_dir)):
-        m = SHARD_RE.match(name)
+        m = NAMES.final_re.match(name)
         if not m:
             continue
         numbers.append(int(m.group(1)))
@@ -439,7 +352,7 @@ def reconcile(out_dir: str, done_path: Optional[str] = None, min_next_shard: int
             entry = entry_from_header(os.path.join(out_dir, name))
             index.append(entry)
             reindexed.append(name)
-    numbers += [int(SHARD_RE.match(e["shard"]).group(1)) for e in index.entries if SHARD_RE.match(e["shard"])]
+    numbers += [n for e in index.entries if (n := NAMES.number(e["shard"])) is not None]
     done = DoneSet.open(done_path or os.path.join(out_dir, DONESET))
     readded = done.add([i for e in index.entries for i in e["ids"]], sync=True)
     next_no = max([min_next_shard] + [n + 1 for n in numbers])
@@ -462,122 +375,3 @@ def entry_from_header(path: str) -> dict:
             "bytes": size, "closed_at": round(os.stat(path).st_mtime, 3), "recovered": True}
 
 
-def read_header(path: str) -> tuple[dict, dict]:
-    """(metadata, tensor table) of a safetensors file, reading only its header."""
-    with open(path, "rb") as f:
-        raw = f.read(8)
-        if len(raw) != 8:
-            raise StoreError(f"{path}: too short for a safetensors file")
-        (n,) = struct.unpack("<Q", raw)
-        if n > 1 << 30:
-            raise StoreError(f"{path}: header length {n} is not plausible")
-        header = json.loads(f.read(n))
-    meta = header.pop("__metadata__", {}) or {}
-    return meta, header
-
-
-# ---------------------------------------------------------------- reading
-
-@dataclass
-class Sample:
-    id: str
-    input_ids: "object"  # torch.Tensor int64 [n]
-    loss_mask: "object"  # torch.Tensor bool [n]
-    hidden_states: "object"  # torch.Tensor [n, len(layers) * hidden]
-    layers: list[int]
-
-    def layer(self, layer: int):
-        """The hidden states of one of the kept layers, [n, hidden]."""
-        j = self.layers.index(layer)
-        h = self.hidden_states.shape[-1] // len(self.layers)
-        return self.hidden_states[:, j * h:(j + 1) * h]
-
-
-class ExtractOutput:
-    """An extraction's output directory (or a directory of per-part directories) as seen
-    through its index files: ``len()``, ``ids()``, ``get(id)``, ``iter_samples()``."""
-
-    def __init__(self, root: str) -> None:
-        self.root = root
-        dirs = [root] + sorted(d for d in glob.glob(os.path.join(root, "part-*")) if os.path.isdir(d))
-        self.dirs = [d for d in dirs if os.path.exists(os.path.join(d, INDEX))]
-        if not self.dirs:
-            raise StoreError(f"{root}: no {INDEX} here or in part-*/ (not an extraction output?)")
-        self.meta = {}
-        meta_path = os.path.join(self.dirs[0], META)
-        if os.path.exists(meta_path):
-            with open(meta_path) as f:
-                self.meta = json.load(f)
-        self._where: dict[str, tuple[str, int, int]] = {}
-        self.shards: list[str] = []
-        for d in self.dirs:
-            for e in read_index(os.path.join(d, INDEX)):
-                path = os.path.join(d, e["shard"])
-                self.shards.append(path)
-                for k, (i, n) in enumerate(zip(e["ids"], e["n_tokens"])):
-                    if i in self._where:
-                        raise StoreError(f"sample {i!r} is in two shards: {self._where[i][0]} and {path}")
-                    self._where[i] = (path, k, n)
-
-    @property
-    def layers(self) -> list[int]:
-        return list(self.meta.get("layers", []))
-
-    def __len__(self) -> int:
-        return len(self._where)
-
-    def __contains__(self, item_id: str) -> bool:
-        return item_id in self._where
-
-    def ids(self) -> list[str]:
-        return list(self._where)
-
-    def n_tokens(self) -> int:
-        return sum(n for _, _, n in self._where.values())
-
-    def get(self, item_id: str) -> Sample:
-        path, k, _ = self._where[item_id]
-        from safetensors import safe_open
-        with safe_open(path, framework="pt") as st:
-            return _sample(st, k, item_id, _layers_of(st.metadata()))
-
-    def iter_samples(self) -> Iterator[Sample]:
-        for path in self.shards:
-            yield from read_shard(path)
-
-
-def _layers_of(meta: dict) -> list[int]:
-    return [int(x) for x in meta["layers"].split(",")]
-
-
-def _sample(st, k: int, item_id: str, layers: list[int]) -> Sample:
-    input_ids = st.get_tensor(f"{k}.input_ids").long()
-    meta = st.metadata()
-    codec = meta.get("codec")
-    if codec is None:
-        hidden = st.get_tensor(f"{k}.hidden_states")
-    elif codec == CODEC_PLANES_ZSTD:
-        hidden = decode_planes(st.get_tensor(f"{k}.hidden_states.low").numpy(),
-                               st.get_tensor(f"{k}.hidden_states.high_zstd").numpy(),
-                               int(input_ids.shape[0]), len(layers), meta["dtype"])
-    else:
-        raise StoreError(f"sample {item_id!r}: unknown codec {codec!r} (a newer gpudeck wrote it?)")
-    return Sample(id=item_id, input_ids=input_ids, loss_mask=st.get_tensor(f"{k}.loss_mask").bool(),
-                  hidden_states=hidden, layers=layers)
-
-
-def read_shard(path: str) -> Iterator[Sample]:
-    """Every sample of one shard, from the shard alone (no index needed)."""
-    from safetensors import safe_open
-    with safe_open(path, framework="pt") as st:
-        meta = st.metadata()
-        if meta.get("format") != FORMAT:
-            raise StoreError(f"{path}: not a {FORMAT} shard (format {meta.get('format')!r})")
-        layers = _layers_of(meta)
-        for k, item_id in enumerate(json.loads(meta["ids"])):
-            yield _sample(st, k, item_id, layers)
-
-
-def open_extract(root: str) -> ExtractOutput:
-    """The reader: ``open_extract(out_dir).get(sample_id).hidden_states``."""
-    return ExtractOutput(root)

@@ -1,17 +1,6 @@
-"""The built-in ``extract`` worker: hidden states of chosen layers, at GPU speed.
-
-    gpudeck extract --model PATH --data FILE_OR_DIR --out DIR --layers 1,7,14,21,27
-        [--max-tokens-per-batch N] [--device cuda|cpu] [--dtype bfloat16] [--s3 URI]
-
-Also ``python -m gpudeck.agents.workers.extract ...``, and the ``extract`` job kind of the fleet file
-(:func:`build_argv`; one job per GPU, each with ``gpus = [i]`` and, to split one dataset,
-``args = ["--part", "i/N"]``).
-
-This module stays light (no torch): the agent imports it to build command lines. The work
-itself is in extract_run.py (the pipeline), extract_model.py (the forward pass),
-extract_data.py (input), extract_store.py (shards, index, resume, reader) and
-extract_perf.py (FLOPs, peak, disk projection).
-"""
+"""The ``extract`` command (``gpudeck extract``, ``python -m gpudeck.agents.workers.extract``)
+and the command line of the fleet's ``extract`` job kind; the package docstring says what
+it does."""
 
 from __future__ import annotations
 
@@ -20,7 +9,8 @@ import logging
 import sys
 from typing import Optional
 
-from gpudeck.agents.jobs import JobSpec, SpecError
+from gpudeck.agents.jobs import JobKind, JobSpec, SpecError
+from gpudeck.agents.workers.extract.options import EXIT_FAIL, EXIT_USAGE, ExtractOptions
 
 
 def _size(text: str) -> int:
@@ -84,8 +74,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--throttle-ms", type=float, default=0.0, help=argparse.SUPPRESS)  # tests only
 
 
-def options_from_args(args: argparse.Namespace):
-    from gpudeck.agents.workers.extract_run import ExtractOptions
+def options_from_args(args: argparse.Namespace) -> ExtractOptions:
     return ExtractOptions(model=args.model, data=args.data, out=args.out, layers=args.layers,
                           max_tokens_per_batch=args.max_tokens_per_batch, device=args.device, dtype=args.dtype,
                           s3=args.s3, s3_endpoint=args.s3_endpoint, force=args.force,
@@ -102,13 +91,13 @@ def run_from_args(args: argparse.Namespace) -> int:
     """Run the worker; errors the operator can act on become one line on stderr."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s extract %(levelname)s %(message)s",
                         stream=sys.stderr)
-    from gpudeck.agents.workers.atomic import DirectoryBusy
-    from gpudeck.agents.workers.extract_data import DataError
-    from gpudeck.agents.workers.extract_run import EXIT_FAIL, EXIT_USAGE, run_extraction
-    from gpudeck.agents.workers.extract_store import StoreError
+    from gpudeck.agents.workers.common.atomic import DirectoryBusy
+    from gpudeck.agents.workers.extract.data import DataError
+    from gpudeck.agents.workers.extract.layout import StoreError
+    from gpudeck.agents.workers.extract.run import run_extraction
 
     try:
-        from gpudeck.agents.workers.extract_model import ModelError
+        from gpudeck.agents.workers.extract.model import ModelError
         return run_extraction(options_from_args(args))
     except (DataError, ModelError, StoreError, DirectoryBusy) as exc:
         print(f"extract: {exc}", file=sys.stderr)
@@ -142,7 +131,7 @@ def build_argv(spec: JobSpec, python: str) -> list[str]:
         if not all(isinstance(x, int) for x in layers):
             raise SpecError(f"job {spec.name!r}: 'layers' must be integers, like [1, 7, 14]")
         layers = ",".join(map(str, layers))
-    argv = [python, "-m", "gpudeck.agents.workers.extract", "--model", str(spec.model), "--data", str(o["data"]),
+    argv = [python, "-m", JobKind.EXTRACT.worker_module, "--model", str(spec.model), "--data", str(o["data"]),
             "--out", str(o["out"]), "--layers", str(layers)]
     for key in ("max_tokens_per_batch", "device", "dtype", "s3", "s3_endpoint", "chat_template", "part", "writers"):
         if o.get(key) is not None:
@@ -153,7 +142,3 @@ def build_argv(spec: JobSpec, python: str) -> list[str]:
     if spec.progress:
         argv += ["--progress-file", spec.progress]
     return argv + list(spec.args)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,7 @@
+"""What the worker programs share: the done-set (doneset.py), files replaced atomically and
+the output directory's lock (atomic.py), shard names and the durable close of a shard
+(shards.py), S3 sync (s3sync/), the pre-launch audit gate (audit_gate.py), the progress
+document and its quality keys (progress.py), and the chat shapes of records (chat.py).
+
+Nothing here imports a worker program; the programs import from here.
+"""

@@ -1,0 +1,83 @@
+"""A worker's ``--s3`` start-up, the same for every program: before it touches its own
+done-set, a fresh node (no local done-set) gets it back from S3 (rule 3 of the package
+docstring); the shard numbers already under the prefix are taken (rule 5); and the uploader
+is made, ready to be given the closed shards that the manifest does not list and started.
+
+The programs differ only in how hard they try (``attempts``), and whether a failed listing
+on a node that already has its done-set stops the run (extract) or goes on with the
+numbers this node's own manifest names (generate: its uploads are retried anyway).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterable, Optional, TypeVar
+
+from gpudeck.agents.workers.common.s3sync.remote import (Restored, S3Error, S3Location, list_shard_numbers,
+                                                         make_client, read_manifest, restore_done_set)
+from gpudeck.agents.workers.common.s3sync.uploader import ShardUploader
+from gpudeck.agents.workers.common.shards import ShardNames
+
+log = logging.getLogger("gpudeck.s3")
+T = TypeVar("T")
+
+
+@dataclass
+class S3Start:
+    uploader: ShardUploader  # made, not started: queue what the manifest lacks, then start it
+    taken: set[int]  # shard numbers that must not be used again (in S3, or named by the manifest)
+    restored: Optional[Restored]  # what a fresh node got back; None on a first run or a known node
+
+    @property
+    def next_number(self) -> int:
+        return max(self.taken) + 1 if self.taken else 0
+
+
+def with_retries(fn: Callable[[], T], what: str, attempts: int = 5) -> T:
+    """``fn()``, tried ``attempts`` times on S3Error, waiting 1, 2, 4... s between tries."""
+    for i in range(attempts):
+        try:
+            return fn()
+        except S3Error as exc:
+            if i == attempts - 1:
+                raise
+            delay = 2 ** i
+            log.warning("%s failed: %s; retrying in %d s", what, exc, delay)
+            time.sleep(delay)
+    raise AssertionError("attempts must be at least 1")
+
+
+def start_s3(out_dir: str, loc: S3Location, *, endpoint_url: Optional[str], done_name: str, names: ShardNames,
+             ids_of_file: Callable[[str], Iterable[str]], restore_attempts: int = 1,
+             list_attempts: tuple[int, int] = (1, 1), local_numbers_on_failure: bool = False) -> S3Start:
+    """Restore (on a fresh node), list the taken numbers, make the uploader. ``ids_of_file(path)``
+    reads the ids of one shard file of this program. ``list_attempts``: (fresh node, known
+    node). ``local_numbers_on_failure``: on a known node a listing that keeps failing is
+    logged and the manifest's numbers are used. Raises S3Error otherwise."""
+    client = make_client(endpoint_url)
+    fresh = not os.path.exists(os.path.join(out_dir, done_name))
+    restored = None
+    if fresh:
+        restored = with_retries(lambda: restore_done_set(client, loc, out_dir, done_name, ids_of_file),
+                                "restoring the done-set from S3", attempts=restore_attempts)
+        if restored is None:
+            log.info("no done-set in %s: a first run", loc.url())
+        else:
+            log.info("restored the done-set from %s: %d ids, %d shards in S3%s", loc.url(), restored.ids,
+                     restored.shards, f", orphans read: {', '.join(restored.orphans)}" if restored.orphans else "")
+    uploader = ShardUploader(out_dir, loc, ids_of=lambda n: ids_of_file(os.path.join(out_dir, n)),
+                             endpoint_url=endpoint_url)
+    try:
+        # every number in S3 is taken, whether this node or another uploaded it
+        taken = set(with_retries(lambda: list_shard_numbers(client, loc), f"listing {loc.url()}",
+                                 attempts=list_attempts[0] if fresh else list_attempts[1]))
+    except S3Error as exc:
+        if fresh or not local_numbers_on_failure:
+            raise
+        # this node's own state says which numbers it used; uploads will be retried
+        log.warning("%s; going on with the local state (the numbers this node uploaded are kept)", exc)
+        taken = {n for name in read_manifest(out_dir) if (n := names.number(name)) is not None}
+    return S3Start(uploader, taken, restored)

@@ -1,0 +1,262 @@
+"""One extraction run, from options to exit status: the directory lock, the data audit,
+the model, the output's metadata, the resume (S3 first: a fresh node gets its done-set back
+before reconciling), the signals, then the pipeline (pipeline.py). Heavy imports (torch,
+transformers) happen here, in :meth:`Extraction.run`, only.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import threading
+import time
+from typing import Callable, Optional
+
+from gpudeck.agents.workers.common.atomic import DirLock, atomic_write_json
+from gpudeck.agents.workers.common.audit_gate import AUDIT_SAMPLE, audit_verdict
+from gpudeck.agents.workers.common.progress import progress_path
+from gpudeck.agents.workers.extract.context import RunContext, StageClock
+from gpudeck.agents.workers.extract.data import Encoder, input_files
+from gpudeck.agents.workers.extract.layout import DONESET, FORMAT, META, NAMES, StoreError, read_header
+from gpudeck.agents.workers.extract.options import EXIT_AUDIT, ExtractOptions
+from gpudeck.agents.workers.extract.store import reconcile
+
+log = logging.getLogger("gpudeck.extract")
+
+
+class Extraction:
+    """The worker. ``model``/``tokenizer`` may be given (the benchmark builds its model in
+    memory); ``on_shard_closed(path, index_entry)`` is called after each shard is durable.
+    After :meth:`run`, :attr:`stage_seconds` says where the pipeline spent its time."""
+
+    def __init__(self, opts: ExtractOptions, model=None, tokenizer=None,
+                 on_shard_closed: Optional[Callable[[str, dict], None]] = None) -> None:
+        self.opts, self.model, self.tokenizer, self.on_shard_closed = opts, model, tokenizer, on_shard_closed
+        self.out_dir = opts.out
+        if opts.part is not None:
+            self.out_dir = os.path.join(opts.out, f"part-{opts.part[0]}-of-{opts.part[1]}")
+        self.stages = StageClock()
+
+    @property
+    def stage_seconds(self) -> dict[str, float]:
+        """Seconds spent per stage in the run (summed over the writer threads)."""
+        return dict(self.stages.seconds)
+
+    def run(self) -> int:
+        if self.opts.compress:
+            from gpudeck.agents.workers.extract.codec import plane_codec
+            plane_codec()  # a missing zstandard fails now, not after the model has loaded
+        os.makedirs(self.out_dir, exist_ok=True)
+        lock = DirLock(self.out_dir).acquire()
+        try:
+            return self._run_locked()
+        finally:
+            lock.release()
+
+    def _run_locked(self) -> int:
+        opts = self.opts
+        from gpudeck.agents.workers.extract.model import parse_dtype
+
+        progress = progress_path(opts.progress_file, self.out_dir)
+        files = input_files(opts.data)
+        dtype = parse_dtype(opts.dtype)
+        if opts.audit:
+            verdict = run_audit(opts, files, self.out_dir)
+            if verdict is not None and not opts.force:
+                log.error("the data audit refuses %s: %s (run `gpudeck audit %s` for the report; --force to "
+                          "extract anyway)", opts.data, verdict, files[0])
+                atomic_write_json(progress, {"done": 0, "state": "refused", "error": verdict,
+                                             "updated_at": time.time()}, fsync=False)
+                return EXIT_AUDIT
+            if verdict is not None:
+                log.warning("the data looks degenerate, extracting anyway because of --force: %s", verdict)
+        runner, cfg, layers = self._load_model(dtype)
+        uploader, res = self._resume()
+        ctx = RunContext(opts=opts, out_dir=self.out_dir, progress_path=progress, files=files, runner=runner,
+                         cfg=cfg, layers=layers, tokenizer=self.tokenizer, res=res, uploader=uploader,
+                         on_shard_closed=self.on_shard_closed, stages=self.stages)
+        old_handlers = _install_signals(ctx)
+        try:
+            return self._pipeline(ctx)
+        finally:
+            for sig, h in old_handlers.items():
+                signal.signal(sig, h)
+
+    def _pipeline(self, ctx: RunContext) -> int:
+        from gpudeck.agents.workers.extract.pipeline import Pipeline
+
+        codec = None
+        if self.opts.compress:
+            from gpudeck.agents.workers.extract.codec import plane_codec
+            codec = plane_codec()
+        encoder = Encoder(ctx.tokenizer, _read_template(self.opts.chat_template))
+        return Pipeline(ctx, encoder, codec).run()
+
+    def _load_model(self, dtype):
+        """The runner of the chosen layers, the model's config, the layers; writes or checks
+        the output's metadata."""
+        import torch
+
+        from gpudeck.agents.workers.extract.model import HiddenStateRunner, load_model, parse_layers, text_config
+
+        opts, device = self.opts, self.opts.device
+        if device.startswith("cuda") and not torch.cuda.is_available():
+            raise RuntimeError("--device cuda, but torch sees no CUDA device (use --device cpu to run on the CPU)")
+        given_model = self.model is not None
+        if self.model is None:
+            log.info("loading %s on %s in %s", opts.model, device, opts.dtype)
+            self.model = load_model(opts.model, device, dtype)
+        # a caller that hands over its model object names it freely: look for a tokenizer only in
+        # a directory of that name, never on the Hub (an offline node lost ~46 s a run to retries)
+        if self.tokenizer is None and opts.model and (not given_model or os.path.isdir(opts.model)):
+            self.tokenizer = _load_tokenizer(opts.model)
+        cfg = text_config(self.model)
+        layers = parse_layers(opts.layers, cfg.num_hidden_layers)
+        use_compile = opts.compile if opts.compile is not None else device.startswith("cuda")
+        runner = HiddenStateRunner(self.model, layers, fast=opts.fast, compile=use_compile)
+        log.info("forward path: %s%s", runner.path,
+                 "" if runner.path.startswith("fast") else f" ({runner.why_not_fast})")
+        st_dtype = {torch.bfloat16: "BF16", torch.float16: "F16", torch.float32: "F32"}[runner.dtype]
+        meta = {"format": FORMAT, "model": opts.model,
+                "model_type": getattr(cfg, "model_type", None), "layers": layers, "hidden_size": cfg.hidden_size,
+                "width": runner.out_width, "dtype": st_dtype, "num_layers": cfg.num_hidden_layers}
+        _check_or_write_meta(self.out_dir, meta)
+        return runner, cfg, layers
+
+    def _resume(self):
+        """(uploader or None, reconcile's result); S3 first: a fresh node gets its done-set
+        back before reconciling."""
+        uploader = None
+        min_next = 0
+        if self.opts.s3:
+            uploader, min_next = _s3_setup(self.opts, self.out_dir)
+        res = reconcile(self.out_dir, min_next_shard=min_next)
+        if res.removed_tmp or res.reindexed or res.readded:
+            log.info("resume: removed %d temp shard(s), re-indexed %s, %d id(s) added to the done-set",
+                     res.removed_tmp, res.reindexed or "none", res.readded)
+        if uploader is not None:
+            uploader.resume(e["shard"] for e in res.index.entries
+                            if os.path.exists(os.path.join(self.out_dir, e["shard"])))
+            uploader.start()
+        return uploader, res
+
+
+def run_extraction(opts: ExtractOptions, model=None, tokenizer=None,
+                   on_shard_closed: Optional[Callable[[str, dict], None]] = None) -> int:
+    """:class:`Extraction` ``(...).run()``: the exit status."""
+    return Extraction(opts, model, tokenizer, on_shard_closed).run()
+
+
+def _install_signals(ctx: RunContext) -> dict:
+    """SIGTERM/SIGINT close the open shard and stop; returns the previous handlers."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+
+    def handler(signum, frame):
+        ctx.signalled.set()
+        ctx.stopping.set()
+        log.warning("signal %d: closing the open shard and stopping", signum)
+
+    old = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+    return old
+
+
+def _load_tokenizer(path: str):
+    from transformers import AutoTokenizer
+    try:
+        return AutoTokenizer.from_pretrained(path)
+    except Exception as exc:  # no tokenizer files: fine for tokenized input
+        log.info("no tokenizer loaded from %s (%s): only tokenized input can be read", path, exc)
+        return None
+
+
+def _read_template(value: Optional[str]) -> Optional[str]:
+    if value and os.path.exists(value):
+        with open(value) as f:
+            return f.read()
+    return value
+
+
+def _check_or_write_meta(out_dir: str, meta: dict) -> None:
+    path = os.path.join(out_dir, META)
+    if os.path.exists(path):
+        with open(path) as f:
+            old = json.load(f)
+        for key in ("layers", "width", "dtype", "hidden_size"):
+            if old.get(key) != meta.get(key):
+                raise StoreError(f"{out_dir} holds an extraction with {key}={old.get(key)!r}, this run has "
+                                 f"{meta.get(key)!r}: choose another --out")
+        return
+    atomic_write_json(path, meta)
+
+
+def _s3_setup(opts: ExtractOptions, out_dir: str):
+    """Restore the done-set from S3 on a fresh node; return (uploader, first free shard number)."""
+    from gpudeck.agents.workers.common.s3sync.remote import S3Location
+    from gpudeck.agents.workers.common.s3sync.start import start_s3
+
+    loc = S3Location.parse(opts.s3)
+    if opts.part is not None:
+        loc = S3Location(loc.bucket, loc.key(f"part-{opts.part[0]}-of-{opts.part[1]}"))
+    s3 = start_s3(out_dir, loc, endpoint_url=opts.s3_endpoint, done_name=DONESET, names=NAMES,
+                  ids_of_file=_ids_of_shard)
+    return s3.uploader, s3.next_number
+
+
+def _ids_of_shard(path: str) -> list[str]:
+    meta, _ = read_header(path)
+    return json.loads(meta["ids"])
+
+
+def run_audit(opts: ExtractOptions, files: list[str], out_dir: str) -> Optional[str]:
+    """The data audit (agents/workers/audit.py, ``training`` mode, through common/audit_gate.py)
+    over a sample of the input spread across all its files: None when the data looks usable,
+    else the audit's reasons in plain sentences. The verdict is cached in OUT/audit.json,
+    keyed by the files' names, sizes and mtimes, so a relaunch does not read them again."""
+    import hashlib
+
+    from gpudeck.agents.workers.audit import audit_file, audit_records
+
+    h = hashlib.blake2b(digest_size=16)
+    for path in files:
+        st = os.stat(path)
+        h.update(f"{os.path.abspath(path)}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+
+    def audit():
+        if len(files) == 1:
+            return audit_file(files[0], mode="training", sample=AUDIT_SAMPLE)
+        return audit_records(list(_spread_sample(files, AUDIT_SAMPLE)), mode="training", name=opts.data)
+
+    return audit_verdict(out_dir, h.hexdigest(), audit, opts.data, log)
+
+
+def _spread_sample(files: list[str], n: int):
+    """About ``n`` records read at evenly spaced offsets over all the files, in order."""
+    sizes = [os.path.getsize(f) for f in files]
+    total = sum(sizes) or 1
+    for path, size in zip(files, sizes):
+        k = max(1, round(n * size / total))
+        with open(path, "rb") as f:
+            step = size / k
+            last = -1
+            for i in range(k):
+                pos = int(i * step)
+                if pos <= last:
+                    continue
+                f.seek(pos)
+                if pos:
+                    f.readline()  # the rest of a line cut by the seek
+                raw = f.readline()
+                if not raw:
+                    break
+                last = f.tell()
+                try:
+                    obj = json.loads(raw)
+                except ValueError:
+                    continue  # the extraction itself stops on it, naming the file and line
+                if isinstance(obj, dict):
+                    yield obj

@@ -1,0 +1,425 @@
+"""The generation run: everything before the first request (:meth:`Generator.prepare`), then
+one asyncio loop of ``servers x concurrency`` worker tasks and a ticker (:meth:`Generator.run`).
+
+Each worker task takes the next prompt not in the done-set (streamed from the file, never
+loaded whole, see prompts.py), sends it through the server pool (servers.py) with retries
+and exponential backoff, and hands the record to the shard writer (shards.py), whose order
+of writes makes a kill -9 harmless. The ticker flushes (shard fsync, then ids to the
+done-set) every ``flush_interval_s`` and writes the resume hint (resume.py) and the
+progress document (progress.py) every second. When the disk refuses records, generation
+pauses with them held in memory and retries every ten ticks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import random
+import re
+import signal
+import time
+from typing import Any, Optional
+
+from gpudeck.agents.workers.common.atomic import DirLock
+from gpudeck.agents.workers.common.audit_gate import audit_verdict
+from gpudeck.agents.workers.common.doneset import DoneSet
+from gpudeck.agents.workers.common.progress import progress_path
+from gpudeck.agents.workers.generate.options import EXIT_FAIL, EXIT_OK, EXIT_TERM, Options
+from gpudeck.agents.workers.generate.progress import GenerateProgress
+from gpudeck.agents.workers.generate.prompts import Prompt, PromptError, PromptReader
+from gpudeck.agents.workers.generate.resume import ResumeHint
+from gpudeck.agents.workers.generate.servers import AttemptFailed, ServerPool, UsageError
+from gpudeck.agents.workers.generate.shards import NAMES, ShardWriteError, ShardWriter, ids_in_jsonl
+
+log = logging.getLogger("gpudeck.generate")
+
+DONE_FILE = "done.txt"
+_STALE_TMP = re.compile(r"\.\d+\.tmp$|^\.(done\.txt\.download|orphan\.download)$")
+
+
+class Generator:
+    def __init__(self, opts: Options) -> None:
+        self.o = opts
+        self.out = os.path.abspath(opts.out)
+        self.pool = ServerPool(opts.servers, opts.concurrency, opts.fail_threshold, opts.rest_s, opts.max_rest_s,
+                               opts.request_timeout_s)
+        self.progress = GenerateProgress(progress_path(opts.progress, self.out), opts.prompts, self.out)
+        self.hint = ResumeHint(opts.prompts, self.out)
+        self.done: Optional[DoneSet] = None
+        self.writer: Optional[ShardWriter] = None
+        self.uploader = None
+        self.reader: Optional[PromptReader] = None
+        self.inflight: set[str] = set()  # ids taken by a worker and not yet in the done-set
+        self.failed: set[str] = set()  # ids given up on in this run
+        self._backlog: list[tuple[str, bytes, tuple]] = []  # records the disk refused, to write again
+        self.blocked: Optional[str] = None
+        self._read_lock = asyncio.Lock()
+        self._stop = asyncio.Event()
+        self._terminated = False
+        self.total_estimate = 0
+        self.total_exact: Optional[int] = None
+        self._body_base = self._request_base()
+
+    # -------------------------------------------------------------- start
+
+    def _request_base(self) -> dict:
+        o = self.o
+        body: dict[str, Any] = {"model": o.model or "default", "max_tokens": o.max_tokens}
+        if o.temperature is not None:
+            body["temperature"] = o.temperature
+        if o.top_p is not None:
+            body["top_p"] = o.top_p
+        if o.thinking is not None:
+            body["chat_template_kwargs"] = {"enable_thinking": o.thinking}
+        body.update(o.extra_body)
+        return body
+
+    def prepare(self) -> None:
+        """Everything before the first request: lock, audit, S3 restore, done-set, shard
+        recovery, resume hint. Raises UsageError / DirectoryBusy / OSError with a message."""
+        o = self.o
+        if not os.path.isfile(o.prompts):
+            raise UsageError(f"--prompts {o.prompts}: no such file")
+        os.makedirs(self.out, exist_ok=True)
+        self._lock = DirLock(self.out).acquire()
+        self._remove_stale_temp_files()
+        self._audit()
+        t0 = time.monotonic()
+        local_missing = not os.path.exists(os.path.join(self.out, DONE_FILE))
+        if local_missing:
+            self.hint.drop()
+        reserved = self._s3_start() if o.s3 else set()
+        self.done = DoneSet.open(os.path.join(self.out, DONE_FILE))
+        if local_missing and NAMES.closed_in(self.out):
+            # shards without their done-set (deleted by hand?): their records are done all the same
+            shards = NAMES.closed_in(self.out)
+            added = self.done.add((i for n in shards for i in ids_in_jsonl(os.path.join(self.out, n))), sync=True)
+            log.warning("%s was missing but %d shards are here: rebuilt it from them (%d ids)",
+                        os.path.join(self.out, DONE_FILE), len(shards), added)
+        self._recover_shards(reserved)
+        self.progress.load_previous()
+        offset, line = self.hint.read(len(self.done))
+        self.reader = PromptReader(o.prompts, self._is_taken, offset, line)
+        self.total_estimate = self.hint.counted[1]
+        log.info("resume: %d ids done; reading %s from line %d; done-set and recovery took %.2f s", len(self.done),
+                 o.prompts, line, time.monotonic() - t0)
+
+    def _remove_stale_temp_files(self) -> None:
+        for name in os.listdir(self.out):  # temp files of atomic writes a kill interrupted (we hold the lock)
+            if _STALE_TMP.search(name):
+                try:
+                    os.unlink(os.path.join(self.out, name))
+                except OSError:
+                    pass
+
+    def _recover_shards(self, reserved: set[int]) -> None:
+        self.writer = ShardWriter(self.out, self.done, self.o.shard_size,
+                                  on_closed=self._shard_closed, on_durable=self._durable)
+        rec = self.writer.recover(reserved)
+        if rec.ids_added or rec.cut_bytes or rec.bad_lines or rec.closed_now:
+            log.info("recovered the open shard: %d records kept (%d ids added to the done-set), %d bytes of a "
+                     "half-written record cut, %d bad lines dropped, closed %s", rec.open_records, rec.ids_added,
+                     rec.cut_bytes, rec.bad_lines, ", ".join(rec.closed_now) or "none")
+        if self.uploader is not None:
+            requeued = self.uploader.resume(rec.closed)
+            if requeued:
+                log.info("queued %d closed shard(s) that are not in S3 yet: %s", len(requeued),
+                         ", ".join(requeued[:5]) + (" ..." if len(requeued) > 5 else ""))
+            self.uploader.start()
+
+    def _audit(self) -> None:
+        from gpudeck.agents.workers.audit import audit_file
+        st = os.stat(self.o.prompts)
+        key = {"path": os.path.abspath(self.o.prompts), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+        why = audit_verdict(self.out, key, lambda: audit_file(self.o.prompts, mode="prompts",
+                                                              sample=self.o.audit_sample), "the prompts", log)
+        if why is not None:
+            if not self.o.force:
+                raise UsageError(f"the prompts in {self.o.prompts} look degenerate: {why} "
+                                 f"(run `gpudeck audit --prompts {self.o.prompts}` for the report; --force to go on)")
+            log.warning("the prompts look degenerate, going on because of --force: %s", why)
+
+    def _s3_start(self) -> set[int]:
+        from gpudeck.agents.workers.common.s3sync.remote import S3Location
+        from gpudeck.agents.workers.common.s3sync.start import start_s3
+        s3 = start_s3(self.out, S3Location.parse(self.o.s3), endpoint_url=self.o.s3_endpoint, done_name=DONE_FILE,
+                      names=NAMES, ids_of_file=ids_in_jsonl, restore_attempts=5, list_attempts=(5, 3),
+                      local_numbers_on_failure=True)
+        self.uploader = s3.uploader
+        return s3.taken
+
+    # -------------------------------------------------------------- callbacks of the writer
+
+    def _shard_closed(self, name: str, ids: list[str]) -> None:
+        log.info("closed %s (%d records)", name, len(ids))
+        if self.uploader is not None:
+            self.uploader.submit(name, ids)
+
+    def _durable(self, tokens: list) -> None:
+        for pid, offset in tokens:
+            self.inflight.discard(pid)
+            self.hint.durable(offset)
+
+    def _is_taken(self, pid: str) -> bool:
+        return pid in self.done.ids or pid in self.inflight or pid in self.failed
+
+    def _write_resume_hint(self) -> None:
+        if self.reader is None or self._backlog:
+            return
+        self.hint.write(self.done, (self.reader.offset, self.reader.line))
+
+    # -------------------------------------------------------------- the loop
+
+    async def run(self) -> int:
+        import aiohttp
+
+        o = self.o
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._on_signal)
+        timeout = aiohttp.ClientTimeout(total=o.request_timeout_s, sock_connect=o.connect_timeout_s)
+        connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, keepalive_timeout=60)
+        async with aiohttp.ClientSession(timeout=timeout, connector=connector, skip_auto_headers=("User-Agent",),
+                                         headers={"Content-Type": "application/json"}) as session:
+            self.pool.session = session
+            if o.model is None:
+                await self._discover_model()
+            workers = [asyncio.ensure_future(self._worker()) for _ in range(self.pool.capacity)]
+            ticker = asyncio.ensure_future(self._ticker())
+            stop_wait = asyncio.ensure_future(self._stop.wait())
+            all_done = asyncio.ensure_future(asyncio.gather(*workers, return_exceptions=True))
+            await asyncio.wait([all_done, stop_wait], return_when=asyncio.FIRST_COMPLETED)
+            for w in workers:
+                w.cancel()
+            stop_wait.cancel()
+            results = await all_done
+            for r in results:
+                if isinstance(r, BaseException) and not isinstance(r, asyncio.CancelledError):
+                    log.error("a worker task failed: %r", r)
+            ticker.cancel()
+            try:
+                await ticker
+            except asyncio.CancelledError:
+                pass
+        return await self._finish()
+
+    async def _discover_model(self) -> None:
+        """No --model: ask the servers what they serve."""
+        name = await self.pool.discover_model()
+        self.o.model = name or "default"
+        self._body_base["model"] = self.o.model
+        log.info("model: %s%s", self.o.model, " (from /v1/models)" if name else
+                 " (no server listed a model; pass --model if the server needs its name)")
+
+    def _on_signal(self) -> None:
+        if not self._terminated:
+            log.info("terminating: requests in flight are dropped and will be sent again on the next start")
+        self._terminated = True
+        self._stop.set()
+
+    async def _finish(self) -> int:
+        for _ in range(3):  # a full disk may still refuse the backlog
+            if self._write_backlog():
+                break
+            await asyncio.sleep(1)
+        try:
+            self.writer.flush(sync_done=True)
+        except OSError as exc:
+            log.error("%s", exc)
+        complete = not self._terminated and self.reader is not None and self.reader.exhausted \
+            and not self.failed and not self.inflight and not self._backlog
+        try:
+            self.writer.close(final=complete)
+        except OSError as exc:
+            log.error("%s", exc)
+            complete = False
+        self._write_resume_hint()
+        uploads_ok = await self._drain_uploads()
+        self.done.close()
+        self.progress.write(self, final=True)
+        self.reader.close() if self.reader else None
+        self._lock.release()
+        return self._exit_status(complete, uploads_ok)
+
+    async def _drain_uploads(self) -> bool:
+        """Wait for the uploads (not after a signal); False when some are still pending."""
+        if self.uploader is None:
+            return True
+        if self._terminated:
+            self.uploader.stop()
+            return True
+        from gpudeck.agents.workers.common.s3sync.remote import drain_timeout_s
+        drain_s = self.o.s3_drain_timeout_s if self.o.s3_drain_timeout_s is not None else drain_timeout_s()
+        log.info("waiting for uploads to S3 (up to %.0f s)", drain_s)
+        deadline = time.monotonic() + drain_s
+        loop = asyncio.get_running_loop()
+        while True:  # keep progress.json current while uploads are retried
+            self.progress.write(self)
+            uploads_ok = await loop.run_in_executor(None, self.uploader.drain,
+                                                    min(1.0, max(0.0, deadline - time.monotonic())))
+            if uploads_ok or time.monotonic() >= deadline or self._terminated:
+                break
+        st = self.uploader.status()
+        self.uploader.stop()
+        if not uploads_ok:
+            log.error("%d shard(s) or the done-set are not in S3 yet (last error: %s); a relaunch uploads "
+                      "them", st.pending, st.last_error)
+        return uploads_ok
+
+    def _exit_status(self, complete: bool, uploads_ok: bool) -> int:
+        q = self.progress.quality
+        summary = (f"{self.progress.completed_now} completions this run, {len(self.done)} done of {self.total()}; "
+                   f"{q['errors']} prompt(s) failed, {q['bad_prompts']} bad prompt line(s)")
+        if self._terminated:
+            log.info("stopped: %s", summary)
+            return EXIT_TERM
+        if complete and uploads_ok and not q["bad_prompts"]:
+            log.info("finished: %s", summary)
+            return EXIT_OK
+        if complete and uploads_ok:
+            log.warning("finished with bad prompt lines (see above): %s", summary)
+            return EXIT_OK
+        log.error("incomplete: %s; relaunch to retry what failed", summary)
+        return EXIT_FAIL
+
+    async def _worker(self) -> None:
+        while not self._stop.is_set():
+            while self.blocked and not self._stop.is_set():
+                await asyncio.sleep(0.5)
+            p = await self._next_prompt()
+            if p is None:
+                return
+            await self._process(p)
+
+    async def _next_prompt(self) -> Optional[Prompt]:
+        async with self._read_lock:
+            while True:
+                item = self.reader.next()
+                if item is True:
+                    await asyncio.sleep(0)  # many done lines in a row: let answers in
+                    continue
+                if item is None:
+                    self.total_exact = len(self.done) + len(self.inflight) + len(self.failed)
+                    return None
+                if isinstance(item, PromptError):
+                    self.progress.quality["bad_prompts"] += 1
+                    log.error("%s; skipped", item)
+                    continue
+                self.inflight.add(item.id)
+                self.hint.taken(item.offset, item.line)
+                return item
+
+    def _body(self, p: Prompt) -> bytes:
+        body = dict(self._body_base)
+        body["messages"] = p.messages
+        return json.dumps(body, ensure_ascii=False).encode()
+
+    async def _process(self, p: Prompt) -> None:
+        body = self._body(p)
+        attempt = 0
+        while True:
+            server = await self.pool.acquire()
+            try:
+                result = await self.pool.request(server, body)
+            except AttemptFailed as exc:
+                self.pool.release(server, exc)
+                self.progress.retries += 1
+                if exc.charge:
+                    attempt += 1
+                if not exc.retry or attempt >= self.o.max_attempts:
+                    self._give_up(p, f"{server.url}: {exc}", attempt)
+                    return
+                log.debug("prompt %s (line %d), attempt %d on %s: %s", p.id, p.line, attempt, server.url, exc)
+                if exc.charge:
+                    await asyncio.sleep(min(30.0, 0.25 * 2 ** (attempt - 1)) * random.uniform(0.5, 1.0))
+                continue
+            except BaseException:
+                self.pool.release(server, None)
+                raise
+            self.pool.release(server, None, ok=True)
+            self._record(p, server.url, result)
+            return
+
+    def _give_up(self, p: Prompt, why: str, attempts: int) -> None:
+        self.inflight.discard(p.id)
+        self.failed.add(p.id)
+        self.progress.quality["errors"] += 1
+        log.error("prompt %s (%s:%d) failed after %d attempt(s): %s; a relaunch tries it again", p.id,
+                  self.o.prompts, p.line, attempts, why)
+
+    def _record(self, p: Prompt, server_url: str, r: dict) -> None:
+        rec = {"id": p.id, "messages": p.messages, "reasoning": r["reasoning"], "answer": r["answer"],
+               "finish_reason": r["finish_reason"], "prompt_tokens": r["prompt_tokens"],
+               "completion_tokens": r["completion_tokens"], "reasoning_tokens": r["reasoning_tokens"],
+               "server": server_url}
+        line = json.dumps(rec, ensure_ascii=False).encode("utf-8", errors="surrogateescape")
+        self.progress.record(r, self.o.thinking)
+        token = (p.id, p.offset)
+        if self._backlog:
+            self._backlog.append((p.id, line, token))
+            return
+        try:
+            self.writer.add(p.id, line, token)
+        except ShardWriteError as exc:
+            self._backlog.append((p.id, line, token))
+            self._block(str(exc))
+
+    def _block(self, why: str) -> None:
+        if self.blocked != why:
+            log.error("%s; generation paused, %d finished record(s) held in memory; retrying every %.1f s", why,
+                      len(self._backlog), self.o.flush_interval_s * 10)
+        self.blocked = why
+
+    def _write_backlog(self) -> bool:
+        while self._backlog:
+            pid, line, token = self._backlog[0]
+            try:
+                self.writer.add(pid, line, token)
+            except ShardWriteError as exc:
+                self._block(str(exc))
+                return False
+            self._backlog.pop(0)
+        if self.blocked:
+            log.info("writing again: %s is writable", self.out)
+            self.blocked = None
+        return True
+
+    async def _ticker(self) -> None:
+        next_progress = 0.0
+        next_backlog = 0.0
+        while True:
+            await asyncio.sleep(self.o.flush_interval_s)
+            try:
+                next_progress, next_backlog = self._tick(next_progress, next_backlog)
+            except Exception:  # a bug here must not stop the flushes: say it, keep ticking
+                log.exception("the flush/progress tick failed")
+
+    def _tick(self, next_progress: float, next_backlog: float) -> tuple[float, float]:
+        """One flush (shard fsync, then ids to the done-set); every second, progress and the
+        resume hint; while the disk refuses records, a retry every ten ticks."""
+        o = self.o
+        now = time.monotonic()
+        if self._backlog and now >= next_backlog:
+            next_backlog = now + o.flush_interval_s * 10
+            self._write_backlog()
+        try:
+            self.writer.flush()
+            if self.blocked and not self._backlog:
+                log.info("writing again: %s is writable", self.out)
+                self.blocked = None
+        except OSError as exc:  # ShardWriteError, DoneSetError: the ids wait for the next tick
+            self._block(str(exc))
+        if now >= next_progress:
+            next_progress = now + o.progress_interval_s
+            self._write_resume_hint()
+            self.progress.write(self)
+        return next_progress, next_backlog
+
+    # -------------------------------------------------------------- progress
+
+    def total(self) -> int:
+        if self.total_exact is not None:
+            return self.total_exact
+        return max(self.total_estimate, len(self.done) + len(self.inflight) + len(self.failed))
