@@ -8,6 +8,7 @@ Every mistake is reported with the file, the line and what was expected::
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import re
 import sys
 from dataclasses import dataclass, field
@@ -47,6 +48,8 @@ class Node:
     host_keys: str = "strict"  # strict | accept-new
     connect_timeout: float = 10.0
     venv: Optional[str] = None  # where `gpudeck deploy` installs gpudeck; default <home>/venv
+    jump: Optional[str] = None  # a bastion: a node of the fleet, or [user@]host[:port]; "none": not even ProxyJump
+    via: Optional["Node"] = None  # the bastion's Node, resolved from `jump` (not a fleet-file key)
 
     @property
     def local(self) -> bool:
@@ -86,10 +89,42 @@ def local_fleet() -> Fleet:
     return Fleet(path=None, nodes=[Node(name=LOCAL)])
 
 
-_NODE_FIELDS = {f.name: f for f in dataclasses.fields(Node)}
+_NODE_FIELDS = {f.name: f for f in dataclasses.fields(Node) if f.name != "via"}
 _JOB_FIELDS = {f.name: f for f in dataclasses.fields(JobSpec)}
 _DEFAULT_KEYS = {"python", "home", "nvml", "interval", "known_hosts", "host_keys", "user", "identity",
-                 "connect_timeout", "venv"}
+                 "connect_timeout", "venv", "jump"}
+NO_JUMP = "none"
+
+
+def parse_destination(dest: str) -> tuple[Optional[str], str, Optional[int]]:
+    """``[user@]host[:port]`` (ssh's ``-J`` and ProxyJump form; ``[v6addr]:port`` too) as
+    (user, host, port); ValueError says what is wrong."""
+    rest = dest[len("ssh://"):] if dest.startswith("ssh://") else dest
+    user, _, rest = rest.rpartition("@")
+    port: Optional[str] = None
+    if rest.startswith("["):
+        host, _, tail = rest[1:].partition("]")
+        if tail:
+            if not tail.startswith(":"):
+                raise ValueError(f"{dest!r}: expected [user@]host[:port]")
+            port = tail[1:]
+    elif rest.count(":") == 1:
+        host, port = rest.split(":")
+    else:
+        host = rest
+    if not host or any(c.isspace() or c in ",/@" for c in host) or ("@" in dest and not user):
+        raise ValueError(f"{dest!r}: expected [user@]host[:port]")
+    if port is not None and (not port.isdigit() or not 1 <= int(port) <= 65535):
+        raise ValueError(f"{dest!r}: the port must be a number from 1 to 65535")
+    return user or None, host, int(port) if port is not None else None
+
+
+def jump_host_node(dest: str, node: Node) -> Node:
+    """A bastion that is not a node of the fleet, for ``node``: ``[user@]host[:port]``, the rest
+    from ~/.ssh/config; its host keys are checked with the node's files and policy."""
+    user, host, port = parse_destination(dest)
+    return Node(name=dest, host=host, user=user, port=port, identity=node.identity, known_hosts=node.known_hosts,
+                host_keys=node.host_keys, connect_timeout=node.connect_timeout)
 
 
 def load_fleet(path: str | Path) -> Fleet:
@@ -118,6 +153,8 @@ def parse_fleet(text: str, path: str = "<fleet>") -> Fleet:
         _check_type(path, loc.key("defaults", None, k), f"[defaults] {k!r}", _NODE_FIELDS[k], v)
         _check_range(path, loc.key("defaults", None, k), f"[defaults] {k!r}", k, v)
     nodes = _parse_nodes(doc.get("nodes", []), defaults, path, loc)
+    tables = {raw["name"]: i for i, raw in enumerate(doc.get("nodes", []))}
+    nodes = _resolve_jumps(nodes, tables, "jump" in defaults, path, loc)
     jobs = _parse_jobs(doc.get("jobs", []), defaults, {n.name for n in nodes}, path, loc)
     jobs = _resolve_servers(jobs, {n.name: n for n in nodes}, path, loc)
     return Fleet(path=path, nodes=nodes, jobs=jobs)
@@ -164,6 +201,56 @@ def _parse_nodes(raw_nodes: Any, defaults: dict[str, Any], path: str, loc: "_Loc
         nodes.insert(0, Node(name=LOCAL, **{k: v for k, v in defaults.items()
                                             if k in ("home", "nvml", "interval")}))
     return nodes
+
+
+def _resolve_jumps(nodes: list[Node], tables: dict[str, int], jump_is_default: bool, path: str,
+                   loc: "_Locator") -> list[Node]:
+    """Each ``jump`` as the Node of its bastion (``via``): a node of the fleet, else a host.
+    A default jump does not apply to the local node nor to the bastion it names.
+    ``tables``: each declared node's index among the [[nodes]] tables."""
+    by_name = {n.name: n for n in nodes}
+    resolved: dict[str, Node] = {}
+
+    def explicit(name: str) -> Optional[int]:
+        return loc.keys.get(("nodes", tables[name], "jump")) if name in tables else None
+
+    def fail(node: Node, message: str) -> FleetError:
+        line = explicit(node.name) or (loc.key("defaults", None, "jump") if jump_is_default else None)
+        return FleetError(path, line, f"node {node.name!r} 'jump': {message}")
+
+    def resolve(node: Node, chain: tuple[str, ...]) -> Node:
+        if node.name in resolved:
+            return resolved[node.name]
+        jump = node.jump
+        if jump is not None and not explicit(node.name) and (node.local or jump == node.name):
+            out = dataclasses.replace(node, jump=None)  # the default jump is not for this one
+        elif jump is None or jump == NO_JUMP:
+            out = node
+        elif node.local:
+            raise fail(node, "the local node is reached without SSH; it cannot jump through a bastion")
+        elif jump == node.name:
+            raise fail(node, "a node cannot jump through itself")
+        elif jump in by_name:
+            if by_name[jump].local:
+                raise fail(node, f"{jump!r} is the local node, not an SSH host; name a node with a host, "
+                                 f"or [user@]host[:port]")
+            if jump in chain + (node.name,):
+                loop = " -> ".join(chain[chain.index(jump):] + (node.name, jump))
+                raise fail(node, f"the jumps go round in a circle ({loop})")
+            out = dataclasses.replace(node, via=resolve(by_name[jump], chain + (node.name,)))
+        else:
+            close = difflib.get_close_matches(jump, list(tables), n=1, cutoff=0.75)
+            if close and not any(c in jump for c in ".@:["):
+                raise fail(node, f"no node named {jump!r} (did you mean {close[0]!r}?); declared: "
+                                 f"{', '.join(tables)}")
+            try:
+                out = dataclasses.replace(node, via=jump_host_node(jump, node))
+            except ValueError as exc:
+                raise fail(node, f"neither a node of the fleet nor an SSH destination: {exc}") from None
+        resolved[node.name] = out
+        return out
+
+    return [resolve(n, ()) for n in nodes]
 
 
 def _parse_jobs(raw_jobs: Any, defaults: dict[str, Any], names: set[str], path: str,

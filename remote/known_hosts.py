@@ -3,7 +3,10 @@
 The known_hosts files are the node's ``known_hosts`` (else ~/.ssh/config's
 ``UserKnownHostsFile``, else ``~/.ssh/known_hosts``) and the global ones
 (``GlobalKnownHostsFile``, else ``/etc/ssh/ssh_known_hosts``). Entries may be hashed
-(``|1|salt|hash``), carry patterns (``*``, ``?``, ``!``) and the ``@revoked`` marker.
+(``|1|salt|hash``), carry patterns (``*``, ``?``, ``!``) and the ``@revoked`` and
+``@cert-authority`` markers: a host that presents a certificate signed by a CA listed for a
+pattern matching it is accepted; asyncssh then checks the certificate's validity and
+principals, and a refusal says which check failed.
 
 An unknown host is refused unless the node says ``host_keys = "accept-new"`` (then the key
 is appended to the first user file, as OpenSSH does); a changed or revoked key is always
@@ -22,8 +25,10 @@ from pathlib import Path
 from typing import Any, Iterable, Optional, Sequence
 
 import asyncssh
+from asyncssh.public_key import (KeyImportError, decode_ssh_public_key, get_default_certificate_algs,
+                                 get_default_public_key_algs)
 
-from gpudeck.remote.ssh_errors import HostKeyChanged, HostKeyError, HostKeyUnknown
+from gpudeck.remote.ssh_errors import HostCertificateRefused, HostKeyChanged, HostKeyError, HostKeyUnknown
 
 log = logging.getLogger(__name__)
 
@@ -109,22 +114,27 @@ class HostKeyPolicy:
 
     def __init__(self, node: str, host: str, port: Optional[int], user_files: Sequence[str],
                  global_files: Sequence[str], accept_new: bool) -> None:
-        self.node, self.name = node, known_hosts_name(host, port)
+        self.node, self.host, self.name = node, host, known_hosts_name(host, port)
         self.ssh_hint = f"ssh -p {port} {host}" if port and port != 22 else f"ssh {host}"
         self.user_files, self.files = list(user_files), list(user_files) + list(global_files)
         self.accept_new = accept_new
-        self.matching = [e for e in read_known_hosts(self.files)
-                         if e.marker != "cert-authority" and host_matches(e.patterns, self.name)]
+        entries = [e for e in read_known_hosts(self.files) if host_matches(e.patterns, self.name)]
+        self.matching = [e for e in entries if e.marker != "cert-authority"]
         self.known = [e for e in self.matching if e.marker is None]
+        self.cas = [e for e in entries if e.marker == "cert-authority"]
         self.problem: Optional[HostKeyError] = None
         self.recorded_in: Optional[str] = None
+        self.ca: Optional[KnownHost] = None  # the @cert-authority line that signed the host's certificate
 
     def server_host_key_algs(self) -> list[str]:
-        """Ask the server for a key of a type we know for it (as OpenSSH does), so that a host
-        known by its RSA key is not taken for changed when it also has an ed25519 one."""
-        algs: list[str] = []
+        """Prefer what we can check (as OpenSSH does): certificates when a CA is listed for the
+        host, then the key types recorded for it (a host known by its RSA key is not taken for
+        changed when it also has an ed25519 one), then every other type, so that a host that
+        offers none of the recorded types is refused with a host-key message, not a reset."""
+        algs: list[str] = [a.decode() for a in get_default_certificate_algs()] if self.cas else []
         for e in self.known:
             algs += [a for a in _host_key_algs(e.keytype) if a not in algs]
+        algs += [a for a in (b.decode() for b in get_default_public_key_algs()) if a not in algs]
         return algs
 
     def check(self, key: asyncssh.SSHKey) -> bool:
@@ -136,6 +146,18 @@ class HostKeyPolicy:
                 return False
         if any(e.key == blob for e in self.known):
             return True
+        if self.known and not any(e.keytype == alg for e in self.known):
+            e = self.known[0]
+            types = ", ".join(sorted({k.keytype for k in self.known}))
+            self.problem = HostKeyChanged(
+                self.node,
+                f"HOST KEY TYPE CHANGED for {self.name}: it offers only {alg} ({fp}), but {e.path} line {e.line} "
+                f"records {e.keytype} {e.fingerprint()}" + (f" (types recorded: {types})" if len(self.known) > 1
+                                                           else "") +
+                f" and no {alg} key. If the node's sshd changed its host keys, check the new key and replace "
+                f"that line (ssh-keygen -R '{self.name}' -f {e.path}, then `{self.ssh_hint}` once). Refused.",
+                e.path, e.line)
+            return False
         if self.known:
             e = next((e for e in self.known if e.keytype == alg), self.known[0])
             self.problem = HostKeyChanged(
@@ -148,9 +170,11 @@ class HostKeyPolicy:
             return False
         if not self.accept_new:
             where = ", ".join(self.files)
+            ca = (f"; a @cert-authority line ({self.cas[0].path} line {self.cas[0].line}) matches it, but it "
+                  f"offered a plain key, no certificate" if self.cas else "")
             self.problem = HostKeyUnknown(
                 self.node,
-                f"host key of {self.name} is not known ({alg} {fp}; looked in {where}). Check the fingerprint "
+                f"host key of {self.name} is not known ({alg} {fp}; looked in {where}{ca}). Check the fingerprint "
                 f"and add it (`{self.ssh_hint}` once, or ssh-keyscan), or set host_keys = \"accept-new\" for "
                 f"this node in the fleet file (or deploy with --accept-new-host-keys)")
             return False
@@ -167,6 +191,41 @@ class HostKeyPolicy:
         log.warning("node %s: recorded the new host key of %s (%s %s) in %s", self.node, self.name, alg, fp, path)
         return True
 
+    def check_ca(self, ca_key: asyncssh.SSHKey) -> bool:
+        """Whether the CA that signed the host's certificate is listed for this host; asyncssh
+        then checks the certificate itself (type, validity, principals)."""
+        blob, fp = ca_key.public_data, ca_key.get_fingerprint()
+        for e in self.matching:
+            if e.marker == "revoked" and e.key == blob:
+                self.problem = HostCertificateRefused(
+                    self.node, f"the host certificate of {self.name} is signed by a CA ({fp}) marked @revoked in "
+                               f"{e.path} line {e.line}; refusing to connect")
+                return False
+        self.ca = next((e for e in self.cas if e.key == blob), None)
+        if self.ca is None:
+            listed = "; ".join(f"{e.path} line {e.line} lists {e.fingerprint()}" for e in self.cas)
+            self.problem = HostCertificateRefused(
+                self.node, f"the host certificate of {self.name} is signed by an unknown CA "
+                           f"({ca_key.get_algorithm()} {fp}): no @cert-authority line for it trusts that CA "
+                           f"({listed or 'looked in ' + ', '.join(self.files)}); refused")
+        return self.ca is not None
+
+    def _certificate_refusal(self, reason: str) -> Optional[HostKeyError]:
+        """asyncssh's verdict on a certificate signed by a listed CA, said with the CA's line."""
+        if self.ca is None:
+            return None
+        why = {"Certificate expired": "has expired",
+               "Certificate not yet valid": "is not valid yet",
+               "Certificate principal mismatch": f"does not name {self.host} among its principals",
+               "Invalid certificate type": "is not a host certificate",
+               "Host key is revoked": "carries a host key marked @revoked"}
+        what = next((text for key, text in why.items() if reason.startswith(key)), None)
+        if what is None:
+            return None
+        return HostCertificateRefused(
+            self.node, f"the host certificate of {self.name} {what} (it is signed by the CA of {self.ca.path} line "
+                       f"{self.ca.line}, {self.ca.fingerprint()}); refused")
+
     @classmethod
     def for_connection(cls, node: str, opts: asyncssh.SSHClientConnectionOptions, known_hosts: Optional[str],
                        default_known_hosts: str, accept_new: bool) -> "HostKeyPolicy":
@@ -180,11 +239,15 @@ class HostKeyPolicy:
 
     def connect_options(self) -> dict[str, Any]:
         """asyncssh.connect() arguments: this policy checks the key, asyncssh's own check is off."""
-        extra: dict[str, Any] = dict(client_factory=lambda: PolicyClient(self), known_hosts=([], [], []))
-        algs = self.server_host_key_algs()
-        if algs:
-            extra["server_host_key_algs"] = algs
-        return extra
+        revoked = []  # asyncssh checks the key inside a certificate against these
+        for e in self.matching if self.cas else ():
+            if e.marker == "revoked":
+                try:
+                    revoked.append(decode_ssh_public_key(e.key))
+                except KeyImportError:
+                    pass
+        return dict(client_factory=lambda: PolicyClient(self), known_hosts=([], [], revoked),
+                    server_host_key_algs=self.server_host_key_algs())
 
     def refusal(self, exc: BaseException, where: str) -> Optional[HostKeyError]:
         """Why the connection failed, when the host key is the reason; else None."""
@@ -196,6 +259,9 @@ class HostKeyPolicy:
                                              f"key types recorded in {e.path} line {e.line} ({e.keytype}); "
                                              f"refused ({exc.reason})", e.path, e.line)
         if isinstance(exc, asyncssh.HostKeyNotVerifiable):
+            refused = self._certificate_refusal(exc.reason)
+            if refused is not None:
+                return refused
             return HostKeyError(self.node, f"host key of {where} not verified: {exc.reason}")
         return None
 
@@ -208,3 +274,6 @@ class PolicyClient(asyncssh.SSHClient):
 
     def validate_host_public_key(self, host: str, addr: str, port: int, key: asyncssh.SSHKey) -> bool:
         return self.policy.check(key)
+
+    def validate_host_ca_key(self, host: str, addr: str, port: int, key: asyncssh.SSHKey) -> bool:
+        return self.policy.check_ca(key)

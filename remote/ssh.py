@@ -6,9 +6,13 @@ for the agent's channel and for deployment (SFTP, pip). Everything runs on the c
 event loop.
 
 Settings come from the fleet file (``host``, ``user``, ``port``, ``identity``,
-``known_hosts``, ``host_keys``, ``connect_timeout``), then from ``~/.ssh/config`` as
-OpenSSH reads it (``HostName``, ``User``, ``Port``, ``IdentityFile``,
-``UserKnownHostsFile``, ``ServerAliveInterval``...).
+``known_hosts``, ``host_keys``, ``connect_timeout``, ``jump``), then from ``~/.ssh/config``
+as OpenSSH reads it (``HostName``, ``User``, ``Port``, ``IdentityFile``,
+``UserKnownHostsFile``, ``ServerAliveInterval``, ``ProxyJump``...).
+
+A node behind a bastion (the fleet's ``jump``, else ProxyJump, a chain of hosts) is reached
+through asyncssh's tunnel: the bastion's connection is opened first, with the node's
+known_hosts files and policy, and shared by every node behind it.
 
 Host keys are checked by :mod:`remote.known_hosts`, not by asyncssh, so that the refusal
 says where the recorded key is. The errors are in :mod:`remote.ssh_errors` (importable from
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
 import logging
 import os
 import shlex
@@ -33,13 +38,14 @@ from typing import Any, Optional, Sequence
 
 import asyncssh
 
-from gpudeck.remote.fleet import Node
+from gpudeck.remote.fleet import NO_JUMP, Node, jump_host_node
 from gpudeck.remote.known_hosts import DEFAULT_KNOWN_HOSTS, HostKeyPolicy
 from gpudeck.remote.link import LINE_LIMIT, AgentError, AgentLink, VersionMismatch, agent_argv, describe_end
-from gpudeck.remote.ssh_errors import (AgentStartFailed, AuthFailed, ConnectFailed, HostKeyChanged, HostKeyError,
-                                       HostKeyUnknown, SshError)
+from gpudeck.remote.ssh_errors import (AgentStartFailed, AuthFailed, ConnectFailed, HostCertificateRefused,
+                                       HostKeyChanged, HostKeyError, HostKeyUnknown, SshError)
 
-__all__ = ["AgentStartFailed", "AuthFailed", "ConnectFailed", "HostKeyChanged", "HostKeyError", "HostKeyUnknown",
+__all__ = ["AgentStartFailed", "AuthFailed", "ConnectFailed", "HostCertificateRefused", "HostKeyChanged",
+           "HostKeyError", "HostKeyUnknown",
            "KEEPALIVE_COUNT", "KEEPALIVE_S", "SshAgentLink", "SshError", "SshTransport", "agent_command"]
 
 log = logging.getLogger(__name__)
@@ -47,6 +53,7 @@ log = logging.getLogger(__name__)
 KEEPALIVE_S = 15.0  # ServerAliveInterval, unless ~/.ssh/config or the transport says otherwise
 KEEPALIVE_COUNT = 3  # ServerAliveCountMax
 STDERR_LINES = 30  # the agent's last stderr lines, kept to explain why it ended
+MAX_HOPS = 8  # bastions in a row, at most
 
 
 # ---------------------------------------------------------------- byte streams for AgentLink
@@ -175,22 +182,58 @@ class SshTransport:
         self.accept_new = accept_new
         self.default_known_hosts = known_hosts or DEFAULT_KNOWN_HOSTS
         self.agent_args = list(agent_args)
-        self._conns: dict[str, asyncssh.SSHClientConnection] = {}
-        self._keepalive: dict[str, float] = {}
-        self._locks: dict[str, asyncio.Lock] = {}
+        # by Node: a bastion that is not a node of the fleet is a Node of its own
+        self._conns: dict[Node, asyncssh.SSHClientConnection] = {}
+        self._tunnels: set[Node] = set()  # the bastions among them
+        self._keepalive: dict[Node, float] = {}
+        self._locks: dict[Node, asyncio.Lock] = {}
 
     # ------------------------------------------------------------ connections
 
-    async def connection(self, node: Node) -> asyncssh.SSHClientConnection:
-        """The node's connection, opened on first use and after it was lost."""
-        lock = self._locks.setdefault(node.name, asyncio.Lock())
+    async def connection(self, node: Node, _path: tuple[Node, ...] = ()) -> asyncssh.SSHClientConnection:
+        """The node's connection, opened on first use and after it was lost. ``_path``: the
+        nodes whose connection waits for this one (it is their bastion)."""
+        if node in _path or len(_path) >= MAX_HOPS:
+            hops = " -> ".join(n.name for n in _path + (node,))
+            raise ConnectFailed(_path[0].name, f"its bastions go round in a circle or are too many ({hops}); "
+                                               f"check ProxyJump in the ssh config and `jump` in the fleet file")
+        lock = self._locks.setdefault(node, asyncio.Lock())
         async with lock:
-            conn = self._conns.get(node.name)
+            conn = self._conns.get(node)
             if conn is not None and not conn.is_closed():
                 return conn
-            conn = await self._connect(node)
-            self._conns[node.name] = conn
+            conn = await self._connect(node, _path)
+            self._conns[node] = conn
             return conn
+
+    def _bastion(self, node: Node, cfg: Any) -> Optional[Node]:
+        """The node's bastion: the fleet's ``jump``, else ProxyJump (``a,b``: ``b`` through ``a``)."""
+        if node.via is not None or node.jump == NO_JUMP:
+            return node.via
+        value = cfg.get("ProxyJump")
+        if not value or value.lower() == NO_JUMP:
+            return None
+        via: Optional[Node] = None
+        for dest in value.split(","):
+            try:
+                hop = jump_host_node(dest.strip(), node)
+            except ValueError as exc:
+                raise SshError(node.name, f"cannot use its SSH settings: ProxyJump {exc}") from None
+            via = dataclasses.replace(hop, via=via) if via is not None else hop
+        return via
+
+    async def _tunnel(self, node: Node, via: Node, path: tuple[Node, ...]) -> asyncssh.SSHClientConnection:
+        """The bastion's connection; its failure is said as the node's, naming the bastion."""
+        try:
+            conn = await self.connection(via, path + (node,))
+        except SshError as exc:
+            # the bastion's own failure names it; a cycle is told as the first node's already
+            reason = f"bastion {via.name!r}: {exc.reason}" if exc.node == via.name else exc.reason
+            if isinstance(exc, HostKeyChanged):
+                raise HostKeyChanged(node.name, reason, exc.path, exc.line) from None
+            raise type(exc)(node.name, reason) from None
+        self._tunnels.add(via)
+        return conn
 
     def _settings(self, node: Node) -> dict[str, Any]:
         kw: dict[str, Any] = dict(
@@ -205,7 +248,7 @@ class SshTransport:
             kw["client_keys"] = [os.path.expanduser(node.identity)]
         return kw
 
-    async def _connect(self, node: Node) -> asyncssh.SSHClientConnection:
+    async def _connect(self, node: Node, path: tuple[Node, ...] = ()) -> asyncssh.SSHClientConnection:
         assert node.host, f"node {node.name} has no host: it is the local node"
         kw = self._settings(node)
         try:
@@ -222,19 +265,23 @@ class SshTransport:
                                               self.accept_new or node.host_keys == "accept-new")
         keepalive = self.keepalive_s or float(cfg.get("ServerAliveInterval", 0) or KEEPALIVE_S)
         count = self.keepalive_count or int(cfg.get("ServerAliveCountMax", 0) or KEEPALIVE_COUNT)
-        extra = dict(policy.connect_options(), keepalive_interval=keepalive, keepalive_count_max=count)
+        via = self._bastion(node, cfg)
+        # tunnel=None too: asyncssh must not follow ProxyJump by itself, with its own host key check
+        tunnel = await self._tunnel(node, via, path) if via is not None else None
+        extra = dict(policy.connect_options(), keepalive_interval=keepalive, keepalive_count_max=count,
+                     tunnel=tunnel)
         try:
             conn = await asyncssh.connect(node.host, **kw, **extra)
         except asyncio.CancelledError:
             raise
         except (asyncssh.Error, OSError, asyncio.TimeoutError, ValueError) as exc:
-            raise self._connect_error(node, opts, policy, exc) from None
-        self._keepalive[node.name] = keepalive
+            raise self._connect_error(node, opts, policy, exc, via) from None
+        self._keepalive[node] = keepalive
         return conn
 
     def _connect_error(self, node: Node, opts: asyncssh.SSHClientConnectionOptions, policy: HostKeyPolicy,
-                       exc: BaseException) -> SshError:
-        where = f"{opts.username}@{opts.host}:{opts.port}"
+                       exc: BaseException, via: Optional[Node] = None) -> SshError:
+        where = f"{opts.username}@{opts.host}:{opts.port}" + (f" through bastion {via.name!r}" if via else "")
         refusal = policy.refusal(exc, where)
         if refusal is not None:
             return refusal
@@ -249,6 +296,8 @@ class SshTransport:
         if isinstance(exc, OSError):
             why = os.strerror(exc.errno) if exc.errno else (exc.strerror or str(exc))
             return ConnectFailed(node.name, f"cannot connect to {where}: {why}")
+        if isinstance(exc, asyncssh.ChannelOpenError):  # the bastion could not reach the node
+            return ConnectFailed(node.name, f"cannot connect to {where}: {exc.reason}")
         if isinstance(exc, asyncssh.DisconnectError):
             return ConnectFailed(node.name, f"SSH to {where} failed: {exc.reason}")
         return ConnectFailed(node.name, f"SSH to {where} failed: {type(exc).__name__}: {exc}")
@@ -267,7 +316,7 @@ class SshTransport:
             return "no key file (none set for the node, none in ~/.ssh)" + agent
         return ("key " if len(files) == 1 else "keys ") + ", ".join(files) + agent
 
-    def _forget(self, node: str, conn: asyncssh.SSHClientConnection, abort: bool) -> None:
+    def _forget(self, node: Node, conn: asyncssh.SSHClientConnection, abort: bool) -> None:
         if self._conns.get(node) is conn:
             del self._conns[node]
         if abort:
@@ -276,7 +325,7 @@ class SshTransport:
     # ------------------------------------------------------------ the agent
 
     def silence_timeout(self, node: Node) -> float:
-        keepalive = self._keepalive.get(node.name) or self.keepalive_s or KEEPALIVE_S
+        keepalive = self._keepalive.get(node) or self.keepalive_s or KEEPALIVE_S
         return max(keepalive, 3 * node.interval)
 
     async def open(self, node: Node) -> AgentLink:
@@ -285,11 +334,11 @@ class SshTransport:
         try:
             process = await asyncio.wait_for(conn.create_process(command, encoding=None), node.connect_timeout)
         except asyncio.TimeoutError:
-            self._forget(node.name, conn, abort=True)
+            self._forget(node, conn, abort=True)
             raise ConnectFailed(node.name, f"the SSH connection did not open a channel within "
                                            f"{node.connect_timeout:g} s; it was dropped") from None
         except (asyncssh.Error, OSError) as exc:
-            self._forget(node.name, conn, abort=True)
+            self._forget(node, conn, abort=True)
             raise AgentStartFailed(node.name, f"cannot start the agent: {getattr(exc, 'reason', None) or exc}") \
                 from None
         reader = asyncio.StreamReader(limit=LINE_LIMIT)
@@ -310,7 +359,7 @@ class SshTransport:
                 except (asyncssh.Error, OSError, asyncio.TimeoutError):
                     lost = True
             if lost:  # the connection is suspect: drop it, the next open() reconnects
-                self._forget(node.name, conn, abort=True)
+                self._forget(node, conn, abort=True)
             else:
                 process.close()
             for t in pumps:
@@ -324,9 +373,11 @@ class SshTransport:
         return link
 
     async def close(self) -> None:
-        """Close every connection (after the links: their agents have exited)."""
-        conns = list(self._conns.values())
+        """Close every connection (after the links: their agents have exited), the bastions last."""
+        conns = list(self._conns.items())
         self._conns.clear()
-        for conn in conns:
-            conn.close()
-        await asyncio.gather(*(asyncio.wait_for(c.wait_closed(), 5.0) for c in conns), return_exceptions=True)
+        for last in (False, True):
+            group = [c for n, c in conns if (n in self._tunnels) == last]
+            for conn in group:
+                conn.close()
+            await asyncio.gather(*(asyncio.wait_for(c.wait_closed(), 5.0) for c in group), return_exceptions=True)

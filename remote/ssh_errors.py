@@ -33,5 +33,10 @@ class HostKeyChanged(HostKeyError):
         super().__init__(node, reason)
 
 
+class HostCertificateRefused(HostKeyError):
+    """The host presented a certificate that no @cert-authority line makes valid for it:
+    an unknown or revoked CA, expired or not yet valid, or principals that do not name it."""
+
+
 class AgentStartFailed(SshError):
     """Connected, but the agent did not start or did not say hello."""

@@ -69,13 +69,14 @@ def host_key_line(name: str, pubkey: Path) -> str:
     return f"{name} {keytype} {blob}\n"
 
 
-def sshd_config(d: Path, listen: str, port: int, authorized_keys: Path) -> Path:
+def sshd_config(d: Path, listen: str, port: int, authorized_keys: Path, host_cert: Optional[Path] = None) -> Path:
     cfg = d / "sshd_config"
+    cert = f"HostCertificate {host_cert}\n" if host_cert else ""
     cfg.write_text(f"""\
 ListenAddress {listen}
 Port {port}
 HostKey {d / 'host_ed25519'}
-PidFile {d / 'sshd.pid'}
+{cert}PidFile {d / 'sshd.pid'}
 AuthorizedKeysFile {authorized_keys}
 PasswordAuthentication no
 KbdInteractiveAuthentication no
@@ -111,15 +112,22 @@ def old_version_python(d: Path, version: str = "0.0.1") -> Path:
 class Sshd:
     """A real sshd on 127.0.0.1 with its own host key and config; a Popen child of the test."""
 
-    def __init__(self, d: Path, authorized_keys: Path) -> None:
+    def __init__(self, d: Path, authorized_keys: Path, ca: Optional[Path] = None, principals: str = "127.0.0.1",
+                 validity: str = "-5m:+1h") -> None:
+        """``ca``: sign the host key with this CA key (``ssh-keygen -s``) and serve the certificate."""
         self.dir = d
         d.mkdir(parents=True, exist_ok=True)
         d.chmod(0o700)
         if os.geteuid() == 0:
             Path("/run/sshd").mkdir(exist_ok=True)  # Debian's privilege-separation dir
         self.host_key = keygen(d / "host_ed25519")
+        cert = None
+        if ca is not None:
+            run("ssh-keygen", "-q", "-s", str(ca), "-I", f"{d.name}-host", "-h", "-n", principals, "-V", validity,
+                str(d / "host_ed25519.pub"))
+            cert = d / "host_ed25519-cert.pub"
         self.port = free_port()
-        self.config = sshd_config(d, "127.0.0.1", self.port, authorized_keys)
+        self.config = sshd_config(d, "127.0.0.1", self.port, authorized_keys, cert)
         self.known_hosts = d / "known_hosts"
         self.known_hosts.write_text(host_key_line(f"[127.0.0.1]:{self.port}", d / "host_ed25519.pub"))
         self.log = d / "sshd.log"
@@ -186,18 +194,18 @@ def remove_leftovers() -> None:
         if m and not _pid_alive(int(m.group(2))):
             _kill_netns(m.group(1))
     for line in run("ip", "-o", "link", "show", check=False).stdout.splitlines():
-        m = re.match(r"\d+:\s+(gdt(\d+)(?:br|v\d+|pb))[@:]", line)
+        m = re.match(r"\d+:\s+(gdt(\d+)(?:br|jb|v\d+|pb))[@:]", line)
         if m and not _pid_alive(int(m.group(2))):
             run("ip", "link", "del", m.group(1), check=False)
 
 
-def _free_subnet() -> str:
+def _free_subnet(prefix: str = "10.251") -> str:
     used = run("ip", "-4", "addr", "show", check=False).stdout + run("ip", "-4", "route", "show", check=False).stdout
     for k in range(256):
         x = (os.getpid() + k) % 250 + 1
-        if f"10.251.{x}." not in used:
-            return f"10.251.{x}"
-    raise RuntimeError("no free 10.251.X.0/24 subnet")
+        if f"{prefix}.{x}." not in used:
+            return f"{prefix}.{x}"
+    raise RuntimeError(f"no free {prefix}.X.0/24 subnet")
 
 
 class NetnsNode:
@@ -220,10 +228,10 @@ class NetnsNode:
 class NetnsFleet:
     """A bridge and N namespaces, each a node with its own address, hostname and sshd."""
 
-    def __init__(self, d: Path, n: int = 3) -> None:
+    def __init__(self, d: Path, n: int = 3, first: int = 1, bridge: str = "br") -> None:
         self.dir = d
         self.tag = str(os.getpid())
-        self.bridge = f"gdt{self.tag}br"
+        self.bridge = f"gdt{self.tag}{bridge}"
         self.nodes: list[NetnsNode] = []
         d.mkdir(parents=True, exist_ok=True)
         d.chmod(0o700)
@@ -239,7 +247,7 @@ class NetnsFleet:
             run("ip", "link", "add", self.bridge, "type", "bridge")
             run("ip", "addr", "add", f"{self.subnet}.1/24", "dev", self.bridge)
             run("ip", "link", "set", self.bridge, "up")
-            for i in range(1, n + 1):
+            for i in range(first, first + n):
                 self.nodes.append(self._add(NetnsNode(self, i)))
             for node in self.nodes:
                 wait_port(node.ip, 22, proc=node.proc, log=node.dir / "sshd.log")
@@ -247,18 +255,24 @@ class NetnsFleet:
             self.close()
             raise
 
-    def _add(self, node: NetnsNode) -> NetnsNode:
+    def _add(self, node: NetnsNode, behind: Optional[NetnsNode] = None) -> NetnsNode:
+        """A node on the bridge; ``behind``: on the bastion's own bridge instead (see BastionFleet)."""
         d = node.dir
         d.mkdir()
         node.home.mkdir()
         node_python(node.python)
         run("ip", "netns", "add", node.ns)
         run("ip", "link", "add", node.veth, "type", "veth", "peer", "name", "eth0", "netns", node.ns)
-        run("ip", "link", "set", node.veth, "master", self.bridge, "up")
+        if behind is None:
+            run("ip", "link", "set", node.veth, "master", self.bridge, "up")
+        else:  # the other end in the bastion's namespace: only it can reach the node
+            run("ip", "link", "set", node.veth, "netns", behind.ns)
+            run("ip", "-n", behind.ns, "link", "set", node.veth, "master", "inner", "up")
         run("ip", "-n", node.ns, "addr", "add", f"{node.ip}/24", "dev", "eth0")
         run("ip", "-n", node.ns, "link", "set", "lo", "up")
         run("ip", "-n", node.ns, "link", "set", "eth0", "up")
-        run("ip", "-n", node.ns, "route", "add", "default", "via", f"{self.subnet}.1")
+        if behind is None:
+            run("ip", "-n", node.ns, "route", "add", "default", "via", f"{self.subnet}.1")
         keygen(d / "host_ed25519")
         with open(self.known_hosts, "a") as f:
             f.write(host_key_line(node.ip, d / "host_ed25519.pub"))
@@ -300,6 +314,10 @@ home = "{node.home}"
         return "".join(out) + extra_nodes + jobs
 
     def close(self) -> None:
+        for node in getattr(self, "inner", []):  # behind a bastion: first
+            if node.proc is not None and node.proc.poll() is None:
+                node.proc.terminate()
+            _kill_netns(node.ns)
         for node in self.nodes:
             if node.proc is not None and node.proc.poll() is None:
                 node.proc.terminate()
@@ -322,6 +340,61 @@ home = "{node.home}"
                         os.killpg(pgid, signal.SIGKILL)
                 except (ValueError, OSError):
                     pass
+
+
+class BastionFleet(NetnsFleet):
+    """A bastion namespace on the test's bridge, and nodes behind it on a second bridge that
+    lives in the bastion's namespace: the test reaches them only through the bastion (the
+    bastion does not forward IP; the root namespace routes their subnet onto its own bridge,
+    where nobody answers for it, so a direct connect fails and no packet leaves the machine)."""
+
+    def __init__(self, d: Path, inner: int = 2) -> None:
+        self.inner: list[NetnsNode] = []
+        super().__init__(d, n=1, first=21, bridge="jb")
+        self.bastion = self.nodes[0]
+        self.bastion.name = "bastion"
+        try:
+            self.inner_subnet = _free_subnet("10.252")
+            b = self.bastion.ns
+            run("ip", "-n", b, "link", "add", "inner", "type", "bridge")
+            run("ip", "-n", b, "addr", "add", f"{self.inner_subnet}.1/24", "dev", "inner")
+            run("ip", "-n", b, "link", "set", "inner", "up")
+            run("ip", "route", "add", f"{self.inner_subnet}.0/24", "dev", self.bridge)
+            for i in range(22, 22 + inner):
+                node = NetnsNode(self, i)
+                node.name, node.ip = f"inner{i - 21}", f"{self.inner_subnet}.{10 + i}"
+                self.inner.append(self._add(node, behind=self.bastion))
+            for node in self.inner:
+                r = run("ip", "netns", "exec", b, "bash", "-c",
+                        f"for i in $(seq 100); do (: </dev/tcp/{node.ip}/22) 2>/dev/null && exit 0; sleep 0.05; "
+                        f"done; exit 1", check=False)
+                if r.returncode != 0:
+                    raise RuntimeError(f"sshd of {node.name} not answering in the bastion's namespace: "
+                                       f"{(node.dir / 'sshd.log').read_text()[-2000:]}")
+        except BaseException:
+            self.close()
+            raise
+
+    def fleet_toml(self, jobs: str = "", extra_nodes: str = "", interval: float = 0.5,
+                   connect_timeout: float = 3.0, jump: Optional[str] = "bastion") -> str:
+        """The bastion as a node, and the inner nodes with ``jump`` (None: no jump key)."""
+        out = [super().fleet_toml(interval=interval, connect_timeout=connect_timeout)]
+        for node in self.inner:
+            out.append(f"""
+[[nodes]]
+name = "{node.name}"
+host = "{node.ip}"
+python = "{node.python}"
+home = "{node.home}"
+""" + (f'jump = "{jump}"\n' if jump else ""))
+        return "".join(out) + extra_nodes + jobs
+
+
+def ssh_connections_to(ip: str, port: int = 22) -> int:
+    """Established TCP connections of this (root) namespace to ip:port."""
+    import psutil
+    return sum(1 for c in psutil.net_connections("tcp")
+               if c.raddr and (c.raddr.ip, c.raddr.port) == (ip, port) and c.status == psutil.CONN_ESTABLISHED)
 
 
 # ---------------------------------------------------------------- waiting on the console

@@ -169,3 +169,54 @@ def test_a_mutated_fleet_file_never_ends_in_a_traceback(data):
         parse_fleet(text, "f.toml")
     except FleetError:
         pass
+
+
+# ---------------------------------------------------------------- bastions (`jump`)
+
+JUMPS = """\
+[defaults]
+user = "root"
+
+[[nodes]]
+name = "bastion"
+host = "10.0.0.1"
+
+[[nodes]]
+name = "gpu1"
+host = "10.1.0.1"
+jump = "bastion"
+"""
+
+
+def test_a_jump_names_a_node_or_a_host():
+    fleet = parse_fleet(JUMPS, "f.toml")
+    assert fleet.node("gpu1").via == fleet.node("bastion") and fleet.node("bastion").via is None
+    host = parse_fleet(JUMPS.replace('jump = "bastion"', 'jump = "admin@gate.example.com:2222"'), "f.toml")
+    via = host.node("gpu1").via
+    assert (via.name, via.user, via.host, via.port) == ("admin@gate.example.com:2222", "admin", "gate.example.com",
+                                                        2222)
+    # a default jump: for every node but the bastion it names
+    fleet = parse_fleet(JUMPS.replace('user = "root"\n', 'user = "root"\njump = "bastion"\n'), "f.toml")
+    assert fleet.node("bastion").via is None and fleet.node("gpu1").via.name == "bastion"
+    assert parse_fleet(JUMPS.replace('jump = "bastion"', 'jump = "none"'), "f.toml").node("gpu1").via is None
+
+
+@pytest.mark.parametrize("jump, line, says", [
+    ('"gpu1"', 11, "node 'gpu1' 'jump': a node cannot jump through itself"),
+    ('"bastoin"', 11, "no node named 'bastoin' (did you mean 'bastion'?)"),
+    ('"local"', 11, "'local' is the local node, not an SSH host"),
+    ('"root@gate.example.com:99999"', 11, "the port must be a number from 1 to 65535"),
+    ('"@gate"', 11, "expected [user@]host[:port]"),
+    ('3', 11, "[[nodes]] #2 'jump': expected a string, got 3"),
+])
+def test_a_wrong_jump_says_file_line_and_why(jump, line, says):
+    with pytest.raises(FleetError) as err:
+        parse_fleet(JUMPS.replace('jump = "bastion"', f"jump = {jump}"), "f.toml")
+    assert str(err.value).startswith(f"f.toml:{line}: ") and says in str(err.value), str(err.value)
+
+
+def test_jumps_in_a_circle_are_refused():
+    text = JUMPS.replace('host = "10.0.0.1"\n', 'host = "10.0.0.1"\njump = "gpu1"\n')
+    with pytest.raises(FleetError) as err:
+        parse_fleet(text, "f.toml")
+    assert str(err.value) == "f.toml:12: node 'gpu1' 'jump': the jumps go round in a circle (bastion -> gpu1 -> bastion)"
