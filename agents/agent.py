@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import logging
 import os
 import socket
@@ -29,7 +30,7 @@ from gpudeck.agents.host import HostSampler
 from gpudeck.agents.jobs import EngineState, JobKind, JobSpec, JobState, SpecError
 from gpudeck.agents.links import Link, Listener
 from gpudeck.agents.progress import ProgressTracker
-from gpudeck.agents.protocol import Engine, JobStatus, Reply, Request, Snapshot, to_plain
+from gpudeck.agents.protocol import Engine, JobStatus, Progress, Reply, Request, Snapshot, to_plain
 from gpudeck.agents.supervisor import JobError, JobSupervisor
 
 log = logging.getLogger("agents")
@@ -187,6 +188,7 @@ class Agent:
         self._trackers: dict[str, tuple[tuple, ProgressTracker]] = {}
         self._scrapers: dict[str, EngineScraper] = {}
         self._engines: dict[str, Engine] = {}
+        self._last_rates: dict[str, tuple[Optional[float], Optional[float]]] = {}  # tokens/s, when
         self._job_errors: dict[str, str] = {}  # the last error logged per job: logged once, not every tick
         self._scraping: set[str] = set()
         self._http = None
@@ -260,6 +262,8 @@ class Agent:
         rec = self.sup.records.get(name)
         state = rec.state if rec else JobState.PENDING
         progress = self._tracker(name, spec).poll(now) if spec else None
+        if progress is not None:
+            progress = self._honest(name, progress, state.alive, now)
         engine = self._engines.get(name) if spec and spec.scrape_url else None
         if engine is not None and state is JobState.RUNNING and not engine.state.answers:
             state = JobState.STARTING
@@ -274,6 +278,22 @@ class Agent:
             ended_at=rec.ended_at if rec else None, progress=progress, engine=engine,
             log_path=str(self.sup.job_dir(name) / "job.log") if rec else None,
             argv=rec.argv if rec else [], last_kill=rec.last_kill if rec else None)
+
+    def _honest(self, name: str, progress: Progress, alive: bool, now: float) -> Progress:
+        """A live job's figures as they are (remembered); a job that is not running shows no
+        live rate or ETA, only its last live tokens/s and when (kept in the history, so a new
+        agent knows them too)."""
+        if alive:
+            if progress.tokens_per_s is not None:
+                self._last_rates[name] = (progress.tokens_per_s, now)
+            return progress
+        last = self._last_rates.get(name)
+        if last is None:
+            last = next(((smp.job_tokens_per_s[name], smp.t) for smp in reversed(self.history.samples)
+                         if smp.job_tokens_per_s.get(name) is not None), (None, None))
+            self._last_rates[name] = last
+        return dataclasses.replace(progress, tokens_per_s=None, rate_per_s=None, eta_s=None,
+                                   last_tokens_per_s=last[0], last_rate_at=last[1])
 
     def snapshot(self) -> Snapshot:
         now = time.time()
@@ -449,8 +469,8 @@ class Agent:
         finally:
             if listener is not None:
                 listener.close()
-            if self._draining and pending:  # taken over: answer what is under way, then go
-                await asyncio.wait(set(pending))
+            if pending:  # taken over, or the last console left: a kill under way still completes
+                await asyncio.wait(set(pending), timeout=None if self._draining else 3600)
             ticker.cancel()
             for t in pending:
                 t.cancel()

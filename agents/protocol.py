@@ -101,6 +101,9 @@ class Progress:
     updated_at: Optional[float] = None  # when the job last reported (unix time)
     quality: dict[str, int] = field(default_factory=dict)
     error: Optional[str] = None  # a progress file that could not be read
+    # a job that is not running has no live rate or ETA: its last live figure, and when
+    last_tokens_per_s: Optional[float] = None
+    last_rate_at: Optional[float] = None
 
 
 # ---------------------------------------------------------------- typed results of requests

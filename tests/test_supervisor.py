@@ -226,3 +226,36 @@ def test_a_kill_interrupted_by_the_agent_dying_is_finished_by_the_next_agent(sta
     assert not any(pid_alive(p) for p in pids)
     audit = [json.loads(line) for line in (a.home / "audit.log").read_text().splitlines()]
     assert "kill-resume" in [e["action"] for e in audit if e["job"] == "stubborn"]
+
+
+def test_a_kill_outlives_the_console_that_asked_for_it(start_agent):
+    a = start_agent()
+    a.ok("configure", jobs=[command_job("slow", "trap '' TERM; while true; do sleep 0.1; done")])
+    a.ok("launch", job="slow")
+    snap = a.wait_snapshot(lambda s: len(a.job(s, "slow")["pids"]) >= 2, what="the job running")
+    pids = a.job(snap, "slow")["pids"]
+    a._ids += 1
+    a.send_raw((json.dumps({"type": "request", "id": a._ids, "op": "kill",
+                            "args": {"job": "slow", "grace_s": 2}}) + "\n").encode())
+    wait_for(lambda: json.loads((a.home / "jobs" / "slow" / "state.json").read_text())["state"] == "stopping",
+             what="the kill under way")
+    a.proc.stdin.close()  # the console goes away during the grace period
+    assert a.proc.wait(30) == 0
+    state = json.loads((a.home / "jobs" / "slow" / "state.json").read_text())
+    assert state["state"] == "killed" and state["last_kill"]["ok"], state
+    assert not any(pid_alive(p) for p in pids)
+
+
+def test_a_job_that_is_not_running_shows_no_live_rate(start_agent):
+    a = start_agent()
+    script = ('i=0; while true; do i=$((i+1)); printf \'{"done": %d, "total": 100000, "tokens": %d}\' $i $((i*100)) '
+              '> $GPUDECK_PROGRESS_FILE.tmp; mv $GPUDECK_PROGRESS_FILE.tmp $GPUDECK_PROGRESS_FILE; sleep 0.05; done')
+    a.ok("configure", jobs=[command_job("rate", script)])
+    a.ok("launch", job="rate")
+    snap = a.wait_snapshot(lambda s: (a.job(s, "rate").get("progress") or {}).get("tokens_per_s"), timeout=30,
+                           what="a live rate")
+    assert a.ok("kill", job="rate", grace_s=1)["ok"]
+    snap = a.wait_snapshot(lambda s: a.job(s, "rate")["state"] == "killed", what="killed")
+    p = a.job(snap, "rate")["progress"]
+    assert p["tokens_per_s"] is None and p["rate_per_s"] is None and p["eta_s"] is None, p
+    assert p["last_tokens_per_s"] > 0 and p["last_rate_at"] <= snap["t"]
