@@ -59,9 +59,8 @@ def test_nested_type_errors_name_the_path():
 def test_non_finite_floats_are_sent_as_null_and_read_as_none():
     import math
     from gpudeck.agents.protocol import Progress, decode, encode, to_plain
-    assert to_plain(Progress(done=1, tokens_per_s=math.nan, eta_s=math.inf)) == {
-        "done": 1, "total": None, "tokens": None, "rate_per_s": None, "tokens_per_s": None, "eta_s": None,
-        "updated_at": None, "quality": {}, "error": None}
+    plain = to_plain(Progress(done=1, tokens_per_s=math.nan, eta_s=math.inf))
+    assert plain["done"] == 1 and plain["tokens_per_s"] is None and plain["eta_s"] is None
     line = encode(protocol.Hello(node="n", version="v", protocol=1, pid=1, started_at=math.nan, home="h"))
     assert b"NaN" not in line
     # an older agent's NaN on the wire is read as unknown
