@@ -1,7 +1,9 @@
 """On a GPU machine: the agent sees two jobs holding memory on GPU 0, flags them, kills one
-and sees its memory come back. Also a process that no job owns. Exits non-zero on failure.
+and sees its memory come back. A process that no job owns is flagged, then killed by pid. A job
+whose child escapes with a double fork and setsid (the kill that used to say ok while 6 GiB
+stayed held) is killed whole and verified. Exits non-zero on failure.
 
-    PYTHONPATH=. python bench/gpu_kill_verify.py [--gib 8]
+    python bench/gpu_kill_verify.py [--gib 8]      (gpudeck installed, or on PYTHONPATH)
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ time.sleep(3600)
 
 class Agent:
     def __init__(self, home: Path) -> None:
-        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        env = dict(os.environ)
         self.proc = subprocess.Popen([sys.executable, "-m", "gpudeck.agents", "--home", str(home), "--node", "gpu",
                                       "--interval", "0.5"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      env=env, cwd=ROOT)
@@ -67,6 +69,34 @@ def show(snap: dict) -> None:
         print(f"  ALERT {a['kind']}: {a['message']}")
 
 
+def escape_case(agent: Agent, gib: float) -> bool:
+    """The issue's case: a child that leaves the group and the tree (double fork + setsid)
+    holds 6 GiB while the job's own process holds 4; the kill must free both."""
+    py = sys.executable
+    script = (f"( setsid {py} -c '{HOLD.strip()}' {gib * 0.75} & ) ; exec {py} -c '{HOLD.strip()}' {gib / 2}")
+    agent.req("configure", jobs=[{"name": "escaper", "command": ["sh", "-c", script], "gpus": [0]}])
+    agent.req("launch", job="escaper")
+
+    def both(m) -> bool:
+        if m["type"] != "snapshot" or not m["gpus"]:
+            return False
+        held = sorted(p["used_mib"] for p in m["gpus"][0]["processes"])
+        return len(held) == 2 and held[0] >= gib / 2 * 1024 * 0.9 and held[1] >= gib * 0.75 * 1024 * 0.9
+    snap = agent.read(both)
+    print(f"escape case ({snap['containment']} containment): the job and its escaped child on GPU 0:")
+    show(snap)
+    used_before = snap["gpus"][0]["mem_used_mib"]
+    verdict = agent.req("kill", job="escaper", grace_s=5)
+    print("escape kill verdict:", json.dumps(verdict))
+    snap = agent.read(lambda m: m["type"] == "snapshot")
+    used_after = snap["gpus"][0]["mem_used_mib"]
+    print(f"GPU 0 memory: {used_before / 1024:.2f} GiB before, {used_after / 1024:.2f} GiB after "
+          f"({(used_before - used_after) / 1024:.2f} GiB back)")
+    ok = verdict["ok"] and verdict["freed_gib"] > gib * 1.25 * 0.9 and not snap["gpus"][0]["processes"]
+    print("escape case:", "PASS" if ok else "FAIL")
+    return ok
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--gib", type=float, default=8.0)
@@ -87,8 +117,14 @@ def main() -> int:
             return set()
         return {p["job"] for p in m["gpus"][0]["processes"]}
 
+    def holding(m) -> bool:  # every holder listed AND its memory taken: NVML lists a pid at 0 GiB first
+        if not {"holder-a", "holder-b", None} <= holders(m):
+            return False
+        return all(p["used_mib"] >= (args.gib / 2 if p["job"] is None else args.gib) * 1024 * 0.9
+                   for p in m["gpus"][0]["processes"])
+
     t0 = time.monotonic()
-    snap = agent.read(lambda m: {"holder-a", "holder-b", None} <= holders(m))
+    snap = agent.read(holding)
     print(f"both jobs and the stranger seen by NVML on GPU 0 after {time.monotonic() - t0:.1f} s:")
     show(snap)
     kinds = {al["kind"] for al in snap["alerts"]}
@@ -106,7 +142,12 @@ def main() -> int:
     ok = ok and verdict["ok"] and verdict["freed_gib"] > args.gib * 0.9 and "holder-a" not in holders(snap)
     ok = ok and "holder-b" in holders(snap)
     print("kill b:", agent.req("kill", job="holder-b", grace_s=5)["message"])
-    stranger.kill()
+    verdict = agent.req("kill_pid", pid=stranger.pid, grace_s=5)
+    print("kill of the stranger by pid:", verdict["message"])
+    ok = ok and verdict["ok"] and verdict["freed_gib"] > args.gib / 2 * 0.9
+    ok = escape_case(agent, args.gib) and ok
+    if stranger.poll() is None:
+        stranger.kill()
     stranger.wait()
     agent.proc.stdin.close()
     agent.proc.wait(30)
