@@ -28,7 +28,6 @@ import psutil
 
 from gpudeck.agents.protocol import GpuHolder, KillVerdict
 
-START_SLACK_S = 1.0  # a process "started after the launch" allows this much clock slack
 
 
 @dataclass
@@ -37,7 +36,7 @@ class Target:
 
     job: str
     pgid: Optional[int]
-    started_at: Optional[float]  # unix time of the launch
+    started_at: Optional[int]  # the leader's start, in clock ticks since boot (start_ticks)
     gpus: list[int]  # declared
     members: Callable[[], set[int]]  # every live process of the attempt, read now
     kill_all: Callable[[], None]  # SIGKILL everything contained (cgroup.kill where there is one)
@@ -85,6 +84,17 @@ def gpu_holdings(gpu, pids: set[int]) -> list[tuple[int, int, float]]:
             if pid in pids]
 
 
+def start_ticks(pid: int) -> Optional[int]:
+    """When a process started, in clock ticks since boot (/proc/PID/stat, field 22): exact and
+    monotonic, where a start time in seconds is derived from a boot time that can shift."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+        return int(data[data.rindex(b")") + 2:].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def describe_process(pid: int) -> str:
     try:
         cmd = psutil.Process(pid).cmdline()
@@ -96,8 +106,9 @@ def describe_process(pid: int) -> str:
 
 def strangers(gpu, gpus: set[int], since: Optional[float], owner_of: Callable[[int], Optional[str]],
               job: str) -> list[tuple[int, int, float]]:
-    """Processes on ``gpus`` started after ``since`` that belong to no job but ``job``; none
-    when the launch time is not known."""
+    """Processes on ``gpus`` started after ``since`` (start ticks, :func:`start_ticks`) that
+    belong to no job but ``job``; none when the launch's start is not known. A process started
+    in the same tick as the job's leader is not counted as after it."""
     out: list[tuple[int, int, float]] = []
     if since is None:
         return out
@@ -105,11 +116,8 @@ def strangers(gpu, gpus: set[int], since: Optional[float], owner_of: Callable[[i
         for pid, mib in gpu.processes(index):
             if owner_of(pid) not in (None, job):
                 continue
-            try:
-                started = psutil.Process(pid).create_time()
-            except psutil.Error:
-                continue
-            if since is None or started >= since - START_SLACK_S:
+            started = start_ticks(pid)
+            if started is not None and started > since:
                 out.append((pid, index, mib))
     return out
 

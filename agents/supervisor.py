@@ -74,6 +74,7 @@ class JobRecord:
     kill_grace_s: Optional[float] = None  # ... and its grace; an agent that dies mid-kill leaves both
     last_kill: Optional[KillVerdict] = None
     argv: list[str] = field(default_factory=list)  # the command line of this attempt
+    start_ticks: Optional[int] = None  # the leader's start in clock ticks since boot (killing.start_ticks)
     token: Optional[str] = None  # in the environment of every process of the attempt (contain.py)
     cgroup: Optional[str] = None  # the attempt's cgroup, in cgroup mode
 
@@ -439,6 +440,7 @@ class JobSupervisor:
             rec = JobRecord(name=name, state=JobState.RUNNING, attempt=rec.attempt + 1, pid=popen.pid,
                             pgid=popen.pid, create_time=create_time, started_at=time.time(),
                             last_kill=rec.last_kill, argv=list(argv), token=token,
+                            start_ticks=killing.start_ticks(popen.pid),
                             cgroup=env.get("GPUDECK_CGROUP"))
             self.records[name] = rec
             if name in self._live:
@@ -495,7 +497,7 @@ class JobSupervisor:
                 live.popen.poll()
 
         spec = self.spec_of(name)
-        target = killing.Target(job=name, pgid=rec.pgid, started_at=rec.started_at,
+        target = killing.Target(job=name, pgid=rec.pgid, started_at=rec.start_ticks,
                                 gpus=list(spec.gpus) if spec else [], members=lambda: self.all_members(rec),
                                 kill_all=lambda: self.contain.kill_all(rec.token, rec.cgroup), reap=reap)
         verdict = killing.kill_and_verify(target, self.gpu, self.owner_of, grace_s, verify_timeout_s, stopping)

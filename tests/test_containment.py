@@ -109,3 +109,24 @@ def test_a_gpu_process_of_no_job_is_killed_by_pid_and_verified(start_agent, home
     finally:
         if stranger.poll() is None:
             stranger.kill()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_gpu_process_older_than_the_job_is_not_blamed_on_its_kill(start_agent, home, reap_jobs, mode):
+    import subprocess
+
+    a = start_agent(env={"GPUDECK_CONTAINMENT": mode} if mode == "token" else None,
+                    extra_args=("--simulate-gpus", "1xH200:141"))
+    stranger = subprocess.Popen([PY, "-m", "gpudeck.agents.simgpu", str(home), "0", "1024", "--", "sleep", "600"],
+                                start_new_session=True)
+    try:
+        a.wait_snapshot(lambda s: s["gpus"][0]["processes"], what="the stranger on GPU 0")
+        a.ok("configure", jobs=[command_job("holder", f"exec {PY} -m gpudeck.agents.simgpu {home} 0 2048 -- sleep 600",
+                                            gpus=[0])])
+        a.ok("launch", job="holder")
+        a.wait_snapshot(lambda s: len(s["gpus"][0]["processes"]) == 2, what="the job on GPU 0 too")
+        verdict = a.ok("kill", job="holder", grace_s=1)
+        assert verdict["ok"] and verdict["freed_gib"] == 2.0, verdict
+    finally:
+        stranger.kill()
+        stranger.wait()
