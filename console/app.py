@@ -22,6 +22,7 @@ from textual.app import App
 from textual.binding import Binding
 from textual.worker import Worker, WorkerState
 
+from gpudeck.agents.jobs import ShownState
 from gpudeck.agents.protocol import History, KillVerdict, Snapshot
 from gpudeck.console.messages import (HistoryReceived, JobActionFailed, JobActionFinished, LogFetched, LogFetchFailed,
                               NodeWentDown, NodeWentUp, SnapshotReceived)
@@ -30,7 +31,7 @@ from gpudeck.console.screens.error import ErrorScreen
 from gpudeck.console.screens.help import HelpScreen
 from gpudeck.console.screens.job import JobScreen
 from gpudeck.console.screens.main import MainScreen
-from gpudeck.console.state import ALIVE, FleetState
+from gpudeck.console.state import FleetState
 from gpudeck.console.widgets.log_panel import LogPanel
 from gpudeck.remote.client import AgentError, FleetClient, NodeDown, NodeUp, RequestFailed
 from gpudeck.remote.fleet import Fleet
@@ -275,7 +276,7 @@ class GpuDeckApp(App[None]):
         for j in snap.jobs:
             if j.name in self._autostart:
                 self._autostart.discard(j.name)
-                if j.state not in ALIVE:
+                if not ShownState(j.state).alive:
                     self.run_job_action("launch", j.name, quiet=True)
 
     # ------------------------------------------------------------ logs

@@ -50,7 +50,8 @@ async def _status(args) -> int:
 
 
 def render_status(state) -> str:
-    from gpudeck.console.state import human_duration, job_tokens_per_s
+    from gpudeck.console.formatting import human_duration
+    from gpudeck.console.state import job_tokens_per_s
 
     lines = []
     for name, view in state.nodes.items():

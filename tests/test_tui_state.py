@@ -7,8 +7,11 @@ import dataclasses
 
 from gpudeck.agents.protocol import Disk, History, Host, JobStatus, Progress, Sample, Snapshot
 from gpudeck.console.messages import SnapshotReceived
-from gpudeck.console.state import (FleetState, GpuRow, NodeRow, Series, human_duration, select_alerts, select_fleet,
-                           select_jobs)
+from gpudeck.console.formatting import human_duration
+from gpudeck.console.rows import GpuRow, NodeRow
+from gpudeck.console.selection import select_alerts, select_fleet, select_jobs
+from gpudeck.console.series import Series
+from gpudeck.console.state import FleetState
 from tui_support import PINNED_NOW, pinned_events, pinned_fleet
 
 
@@ -39,7 +42,8 @@ def test_fleet_rows_mark_shared_unowned_and_stale_gpus():
     rows = pinned_state().fleet_rows()
     gpus = {r.key: r for r in rows if isinstance(r, GpuRow)}
     assert gpus["gpu:gpu-a:3"].shared and gpus["gpu:gpu-a:3"].jobs == ("gen", "sglang-0")
-    assert gpus["gpu:gpu-a:2"].unowned and gpus["gpu:gpu-a:2"].holders == ("pid 4242",)
+    assert gpus["gpu:gpu-a:2"].unowned and gpus["gpu:gpu-a:2"].unowned_pids == (4242,)
+    assert gpus["gpu:gpu-a:2"].jobs == ()
     assert gpus["gpu:gpu-b:0"].stale
     down = next(r for r in rows if isinstance(r, NodeRow) and r.node == "gpu-b")
     assert down.state == "unreachable" and down.down_for_s == 240 and down.retry_in_s == 8

@@ -15,8 +15,9 @@ from textual.content import Content
 from textual.screen import Screen
 from textual.widgets import Footer, Input, TabbedContent, TabPane
 
-from gpudeck.console.state import (ALERT_SORTS, FLEET_SORTS, JOB_SORTS, FleetState, GpuRow, select_alerts, select_fleet,
-                           select_jobs)
+from gpudeck.console.rows import GpuRow
+from gpudeck.console.selection import ALERT_SORTS, FLEET_SORTS, JOB_SORTS, select_alerts, select_fleet, select_jobs
+from gpudeck.console.state import FleetState
 from gpudeck.console.widgets.alerts_table import AlertsTable
 from gpudeck.console.widgets.filter_bar import FilterBar
 from gpudeck.console.widgets.fleet_header import FleetHeader
