@@ -257,7 +257,7 @@ class FleetState:
             flags += ("engine!",)
         if view is not None and view.snapshot is not None:
             if any(a.kind == AlertKind.STALLED and a.job == j.name for a in view.snapshot.alerts):
-                flags += ("stalled",)
+                flags += (AlertKind.STALLED.value,)  # the alert, named on its job
         return JobRow(
             key=f"{node}/{j.name}", name=j.name, node=node, kind=JobKind(j.kind), state=state, gpus=tuple(j.gpus),
             attempt=j.attempt, tokens_per_s=round_figures(job_tokens_per_s(j)) if alive else None,
