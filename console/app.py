@@ -3,8 +3,11 @@
 The transport runs in one async worker on the app's own event loop (asyncssh needs that:
 a thread worker would give it a fresh loop and lose the connections). Its events become
 messages; snapshots fold into one FleetState; the screens render that state at most every
-``refresh_s`` and once a second. Operator actions (kill, relaunch, launch) and the log
-follower are workers too, and every answer or error comes back as a message and is shown.
+``refresh_s`` and once a second. Attributes go down, messages come up: the screens are
+handed the FleetState, and ask for what only the app does (act on a job, open it, follow
+its log) with the messages of ``messages``; what a job key does is ``actions``. Operator
+actions (kill, relaunch, launch) and the log follower are workers, and every answer or
+error comes back as a message and is shown.
 
 ``make_app`` builds the app for the CLI and for the tests alike.
 """
