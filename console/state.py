@@ -25,6 +25,15 @@ from gpudeck.remote.fleet import LOCAL, Fleet
 DISK_FILL_HORIZON_S = 24 * 3600.0  # alert when a disk fills within a day
 BUSY_UTIL_PCT = 5.0
 
+# the vocabulary by value, for the rows built every second: a dict lookup is quicker than
+# the enum's own call, and takes a member or its plain value alike
+_ALIVE = frozenset(s for s in JobState if s.alive)
+_SHOWN = {s.value: s for s in ShownState}
+_KINDS = {k.value: k for k in JobKind}
+_ENGINE_STATES = {e.value: e for e in EngineState}
+_RUNNING, _SHOWN_READY, _STALLED = JobState.RUNNING, ShownState.READY, AlertKind.STALLED  # no enum lookup per row
+_ENGINE_READY, _ENGINE_FAILED = EngineState.READY, EngineState.FAILED
+
 
 @dataclass
 class NodeView:
@@ -58,8 +67,8 @@ class FleetState:
         self._disk_trend: dict[tuple[str, str], DiskTrend] = {}
         self._first_seen: dict[tuple, float] = {}
         self._fleet_rows: dict[str, tuple[tuple, list[FleetRow]]] = {}
-        self._engine_ports = {s.port for s in self.fleet.jobs
-                              if s.port and (s.scrape_url or s.kind == JobKind.SGLANG_SERVER)}
+        engine_ports = {s.port for s in self.fleet.jobs if s.port and (s.scrape_url or s.kind == JobKind.SGLANG_SERVER)}
+        self._engine_clients = frozenset(s.name for s in self.fleet.jobs if _client_of(s, engine_ports))
         self.version = 0  # bumped on every change: views skip work when it has not moved
 
     # ------------------------------------------------------------ input
@@ -169,7 +178,7 @@ class FleetState:
         running = 0
         jobs = self.jobs()
         for node, j in jobs:
-            if not ShownState(j.state).alive:
+            if j.state not in _ALIVE:
                 continue
             running += 1
             t = self._counted_tokens_per_s(j)
@@ -187,11 +196,8 @@ class FleetState:
         generate job against its servers) is not counted: the engine already counts them."""
         if j.engine is not None and j.engine.tokens_per_s is not None:
             return j.engine.tokens_per_s
-        spec = self._specs.get(j.name)
-        if spec is not None and (spec.kind.engine_client or spec.options.get("servers")):
-            ports = {_port(u) for u in spec.options.get("servers", []) + spec.options.get("workers", [])}
-            if ports & self._engine_ports:
-                return None
+        if j.name in self._engine_clients:
+            return None
         return j.progress.tokens_per_s if j.progress else None
 
     # ------------------------------------------------------------ rows
@@ -246,25 +252,25 @@ class FleetState:
         series = self._series.get((node, j.name))
         width = spark_width or self.spark_width
         spark = series.last(width, now) if series is not None else (None,) * width
-        state = ShownState(j.state)
-        alive = state.alive
-        if e is not None and j.state == JobState.RUNNING and e.state == EngineState.READY:
-            state = ShownState.READY
+        state = _SHOWN[j.state]
+        alive = j.state in _ALIVE
+        if e is not None and j.state == _RUNNING and e.state == _ENGINE_READY:
+            state = _SHOWN_READY
         flags = quality_flags(p.quality if p else {})
         if p is not None and p.error:
             flags += ("progress?",)
-        if e is not None and e.state == EngineState.FAILED:
+        if e is not None and e.state == _ENGINE_FAILED:
             flags += ("engine!",)
         if view is not None and view.snapshot is not None:
-            if any(a.kind == AlertKind.STALLED and a.job == j.name for a in view.snapshot.alerts):
-                flags += (AlertKind.STALLED.value,)  # the alert, named on its job
+            if any(a.kind == _STALLED and a.job == j.name for a in view.snapshot.alerts):
+                flags += (_STALLED.value,)  # the alert, named on its job
         return JobRow(
-            key=f"{node}/{j.name}", name=j.name, node=node, kind=JobKind(j.kind), state=state, gpus=tuple(j.gpus),
+            key=f"{node}/{j.name}", name=j.name, node=node, kind=_KINDS[j.kind], state=state, gpus=tuple(j.gpus),
             attempt=j.attempt, tokens_per_s=round_figures(job_tokens_per_s(j)) if alive else None,
             spark=spark, done=p.done if p else None, total=p.total if p else None,
             rate_per_s=round_figures(p.rate_per_s) if p and alive else None,
             eta_s=round_eta(p.eta_s) if p and alive else None, flags=flags, exit_code=j.exit_code,
-            engine_state=EngineState(e.state) if e else None,
+            engine_state=_ENGINE_STATES[e.state] if e else None,
             running=int(e.running) if e and e.running is not None else None,
             queued=int(e.queued) if e and e.queued is not None else None,
             kv_usage=round(e.kv_usage, 3) if e and e.kv_usage is not None else None,
@@ -327,7 +333,7 @@ class FleetState:
             p = j.progress
             jobs.append({
                 "name": j.name, "node": node, "kind": j.kind, "state": j.state, "pids": j.pids or
-                ([j.pid] if j.pid and ShownState(j.state).alive else []),
+                ([j.pid] if j.pid and j.state in _ALIVE else []),
                 "gpus": j.gpus, "attempt": j.attempt, "exit_code": j.exit_code,
                 "done": p.done if p else None, "total": p.total if p else None,
                 "tokens_per_s": job_tokens_per_s(j), "eta_s": p.eta_s if p else None,
@@ -346,6 +352,14 @@ def _port(url: str) -> Optional[int]:
         return int(url.rsplit(":", 1)[1].split("/", 1)[0])
     except (IndexError, ValueError):
         return None
+
+
+def _client_of(spec: JobSpec, engine_ports: set[Optional[int]]) -> bool:
+    """``spec`` sends its requests to one of these ports: an engine of this fleet."""
+    if not (spec.kind.engine_client or spec.options.get("servers")):
+        return False
+    ports = {_port(u) for u in spec.options.get("servers", []) + spec.options.get("workers", [])}
+    return bool(ports & engine_ports)
 
 
 def job_tokens_per_s(j: JobStatus) -> Optional[float]:

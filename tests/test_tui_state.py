@@ -7,6 +7,7 @@ import dataclasses
 
 from gpudeck.agents.protocol import Disk, History, Host, JobStatus, Progress, Sample, Snapshot
 from gpudeck.console.messages import SnapshotReceived
+from gpudeck.console.actions import Confirm, JobOp, Refuse, RunNow, plan_job_action, target_job
 from gpudeck.console.formatting import human_duration
 from gpudeck.console.rows import GpuRow, NodeRow
 from gpudeck.console.selection import select_alerts, select_fleet, select_jobs
@@ -118,3 +119,15 @@ def test_a_newer_snapshot_replaces_a_queued_one_of_the_same_node():
     assert newer.can_replace(SnapshotReceived(snap))
     other = dataclasses.replace(snap, node="gpu-b")
     assert not newer.can_replace(SnapshotReceived(other))
+
+
+def test_what_a_job_key_does_is_data():
+    rows = {r.name: r for r in pinned_state().job_rows()}
+    kill = plan_job_action(JobOp.KILL, "gen", rows["gen"], read_only=False, grace_s=10.0)
+    assert isinstance(kill, Confirm) and "SIGKILL after 10 s" in kill.question and kill.yes == "Kill"
+    assert isinstance(plan_job_action(JobOp.LAUNCH, "gen", rows["gen"], read_only=False, grace_s=10.0), RunNow)
+    assert isinstance(plan_job_action(JobOp.KILL, "gen", rows["gen"], read_only=True, grace_s=10.0), Refuse)
+    gpus = {r.key: r for r in pinned_state().fleet_rows() if isinstance(r, GpuRow)}
+    assert target_job(gpus["gpu:gpu-a:3"]) is None  # two jobs: the key cannot choose
+    assert target_job(gpus["gpu:gpu-a:2"]) is None  # memory no job owns
+    assert target_job(rows["gen"]) == "gen"
