@@ -184,14 +184,15 @@ class GpuDeckApp(App[None]):
 
     @work(group="actions", exit_on_error=False, name="job action")
     async def run_job_action(self, op: str, job: str, quiet: bool = False) -> None:
+        """Send ``op`` (a JobOp or its name) for ``job`` now, without asking."""
         job_op = JobOp(op)
         if not self.config.connect:
             self.post_message(JobActionFailed(job, job_op, "this console is not connected to the fleet"))
             return
         if not quiet:
             self.notify(f"{job_op} {job}…", timeout=3)
+        options = request_options(job_op, self.config.grace_s)
         try:
-            options = request_options(job_op, self.config.grace_s)
             result = await self.client.job_request(job, job_op.value, **options)
         except OPERATOR_ERRORS as exc:
             self.post_message(JobActionFailed(job, job_op, describe_error(exc)))

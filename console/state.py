@@ -33,6 +33,7 @@ _KINDS = {k.value: k for k in JobKind}
 _ENGINE_STATES = {e.value: e for e in EngineState}
 _RUNNING, _SHOWN_READY, _STALLED = JobState.RUNNING, ShownState.READY, AlertKind.STALLED  # no enum lookup per row
 _ENGINE_READY, _ENGINE_FAILED = EngineState.READY, EngineState.FAILED
+_SAMPLED = (JobState.RUNNING, JobState.STARTING)  # the states whose tokens/s the sparkline records
 
 
 @dataclass
@@ -86,7 +87,7 @@ class FleetState:
         if snap.t > self._last_t.get(snap.node, 0.0):
             self._last_t[snap.node] = snap.t
             for j in snap.jobs:
-                if j.state in (JobState.RUNNING, JobState.STARTING):
+                if j.state in _SAMPLED:
                     self._series_of(snap.node, j.name).add(snap.t, job_tokens_per_s(j))
         for d in snap.host.disks:
             trend = self._disk_trend.get((snap.node, d.path))
