@@ -25,12 +25,12 @@ from gpudeck.remote.fleet import LOCAL, Fleet
 DISK_FILL_HORIZON_S = 24 * 3600.0  # alert when a disk fills within a day
 BUSY_UTIL_PCT = 5.0
 
-# the vocabulary by value, for the rows built every second: a dict lookup is quicker than
-# the enum's own call, and takes a member or its plain value alike
+# the vocabulary for the rows built every second: a dict keyed by the members is quicker than
+# the enum's own call, and takes a member (found by identity) or its plain value alike
 _ALIVE = frozenset(s for s in JobState if s.alive)
-_SHOWN = {s.value: s for s in ShownState}
-_KINDS = {k.value: k for k in JobKind}
-_ENGINE_STATES = {e.value: e for e in EngineState}
+_SHOWN = {**{s: ShownState(s.value) for s in JobState}, **{s: s for s in ShownState}}
+_KINDS = {k: k for k in JobKind}
+_ENGINE_STATES = {e: e for e in EngineState}
 _RUNNING, _SHOWN_READY, _STALLED = JobState.RUNNING, ShownState.READY, AlertKind.STALLED  # no enum lookup per row
 _ENGINE_READY, _ENGINE_FAILED = EngineState.READY, EngineState.FAILED
 _SAMPLED = (JobState.RUNNING, JobState.STARTING)  # the states whose tokens/s the sparkline records
