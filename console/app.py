@@ -3,8 +3,11 @@
 The transport runs in one async worker on the app's own event loop (asyncssh needs that:
 a thread worker would give it a fresh loop and lose the connections). Its events become
 messages; snapshots fold into one FleetState; the screens render that state at most every
-``refresh_s`` and once a second. Operator actions (kill, relaunch, launch) and the log
-follower are workers too, and every answer or error comes back as a message and is shown.
+``refresh_s`` and once a second. Attributes go down, messages come up: the screens are
+handed the FleetState, and ask for what only the app does (act on a job, open it, follow
+its log) with the messages of ``messages``; what a job key does is ``actions``. Operator
+actions (kill, relaunch, launch) and the log follower are workers, and every answer or
+error comes back as a message and is shown.
 
 ``make_app`` builds the app for the CLI and for the tests alike.
 """
@@ -14,82 +17,34 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 from textual import work
 from textual.app import App
 from textual.binding import Binding
 from textual.worker import Worker, WorkerState
 
-from gpudeck.agents.protocol import History, KillVerdict, Snapshot
-from gpudeck.console.messages import (HistoryReceived, JobActionFailed, JobActionFinished, LogFetched, LogFetchFailed,
-                              NodeWentDown, NodeWentUp, SnapshotReceived)
+from gpudeck.agents.jobs import ShownState
+from gpudeck.agents.protocol import History, Snapshot
+from gpudeck.console.actions import (Confirm, JobOp, Notice, Refuse, failure_notice, outcome_notice, plan_job_action,
+                                     request_options)
+from gpudeck.console.config import ConsoleConfig
+from gpudeck.console.messages import (HistoryReceived, JobActionFailed, JobActionFinished, JobActionRequested,
+                                      JobOpened, LogFetched, LogFetchFailed, LogFollowCancelled, LogFollowRequested,
+                                      NodeWentDown, NodeWentUp, SnapshotReceived)
 from gpudeck.console.screens.confirm import ConfirmScreen
 from gpudeck.console.screens.error import ErrorScreen
 from gpudeck.console.screens.help import HelpScreen
 from gpudeck.console.screens.job import JobScreen
 from gpudeck.console.screens.main import MainScreen
-from gpudeck.console.state import ALIVE, FleetState
+from gpudeck.console.state import FleetState
 from gpudeck.console.widgets.log_panel import LogPanel
 from gpudeck.remote.client import AgentError, FleetClient, NodeDown, NodeUp, RequestFailed
 from gpudeck.remote.fleet import Fleet
 
+__all__ = ["ConsoleConfig", "GpuDeckApp", "describe_error", "make_app"]
+
 OPERATOR_ERRORS = (AgentError, RequestFailed, KeyError, asyncio.TimeoutError, OSError)
-
-
-@dataclass(frozen=True)
-class ConsoleConfig:
-    """What a console session is told at start."""
-
-    fleet: Fleet
-    """The nodes and jobs to show."""
-
-    fleet_name: Optional[str] = None
-    """The name in the header; default the fleet file's name, or "this machine"."""
-
-    read_only: bool = False
-    """Kill, relaunch and launch are off: for watching a fleet someone else drives."""
-
-    connect: bool = True
-    """Connect to the nodes. Off: the app only renders what it is handed (snapshot tests,
-    the benchmark); nothing is asked of any node, not even a log."""
-
-    clock: Callable[[], float] = time.time
-    """Where "now" comes from: pinned by snapshot tests."""
-
-    autostart: tuple[str, ...] = ()
-    """Jobs to launch once their node answers, if they are not running (the demo)."""
-
-    grace_s: float = 10.0
-    """Seconds between SIGTERM and SIGKILL on kill and relaunch."""
-
-    refresh_s: float = 0.05
-    """Snapshots arriving within this window are drawn together."""
-
-    tick_s: float = 1.0
-    """Redraw at least this often (clocks, "unreachable for ..."); 0: only on snapshots."""
-
-    log_lines: int = 200
-    """Lines of a log's tail shown first."""
-
-    log_poll_s: float = 1.0
-    """Seconds between two reads of a followed log (each armed after the last returned)."""
-
-    spark_bucket_s: float = 15.0
-    """Seconds of tokens/s in one sparkline cell."""
-
-    initial_view: str = "jobs"
-    """fleet, jobs, logs or alerts."""
-
-    nodes: tuple[str, ...] = field(default=())
-    """Nodes to show as connecting before they answer; default those the client will use."""
-
-    screenshot: Optional[str] = None
-    """Save an SVG screenshot here once tokens/s and an ETA are on screen, then exit."""
-
-    screenshot_wait_s: tuple[float, float] = (12.0, 90.0)
-    """At least this long (the sparklines fill), at most this long (whatever is there)."""
 
 
 class GpuDeckApp(App[None]):
@@ -116,7 +71,7 @@ class GpuDeckApp(App[None]):
         self._down: set[str] = set()
 
     def get_default_screen(self) -> MainScreen:
-        return MainScreen(self.fleet_name, self.config.read_only, self.config.initial_view)
+        return MainScreen(self.state, self.fleet_name, self.config.read_only, self.config.initial_view)
 
     def on_mount(self) -> None:
         if self.config.tick_s:
@@ -199,96 +154,80 @@ class GpuDeckApp(App[None]):
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(HelpScreen(self.config.read_only))
 
-    def open_job(self, job: str) -> None:
-        row = next((r for r in self.state.job_rows() if r.name == job), None)
+    def on_job_opened(self, message: JobOpened) -> None:
+        row = next((r for r in self.state.job_rows() if r.name == message.job), None)
         if row is None:
-            self.notify(f"job {job} is not in any snapshot yet", severity="warning", timeout=4)
+            self.notify(f"job {message.job} is not in any snapshot yet", severity="warning", timeout=4)
             return
-        self.push_screen(JobScreen(job, row.key, self.fleet_name, self.config.read_only))
+        self.push_screen(JobScreen(self.state, message.job, row.key, self.fleet_name, self.config.read_only))
 
-    def ask_job_action(self, op: str, job: str) -> None:
-        """Kill, relaunch or launch ``job``; destructive ones ask first."""
-        if self.config.read_only:
-            self.notify(f"read-only: {op} is off (started with --read-only)", severity="warning", timeout=4)
-            return
+    def on_job_action_requested(self, message: JobActionRequested) -> None:
+        """Kill, relaunch or launch a job; destructive ones ask first."""
+        op, job = message.op, message.job
         row = next((r for r in self.state.job_rows() if r.name == job), None)
-        where = f" on {row.node}" if row else ""
-        grace = f"{self.config.grace_s:g}"
-        if op == "kill":
-            question = (f"Kill job [b]{job}[/b]{where}?\n\nSIGTERM to its process group, SIGKILL after {grace} s, "
-                        f"then a check that its processes are gone and its GPU memory came back.")
-            self._confirm(op, job, "Kill", question)
-        elif op == "relaunch" and row is not None and row.alive:
-            question = (f"Relaunch job [b]{job}[/b]{where}?\n\nIt is running: it is killed first (SIGTERM, SIGKILL "
-                        f"after {grace} s), then started again as attempt {row.attempt + 1} with the same spec.")
-            self._confirm(op, job, "Relaunch", question)
+        plan = plan_job_action(op, job, row, read_only=self.config.read_only, grace_s=self.config.grace_s)
+        if isinstance(plan, Refuse):
+            self.notify(plan.message, severity="warning", timeout=4)
+        elif isinstance(plan, Confirm):
+            self._confirm(op, job, plan)
         else:
             self.run_job_action(op, job)
 
-    def _confirm(self, op: str, job: str, yes: str, question: str) -> None:
+    def _confirm(self, op: JobOp, job: str, plan: Confirm) -> None:
         def answered(confirmed: Optional[bool]) -> None:
             if confirmed:
                 self.run_job_action(op, job)
             else:
                 self.notify(f"{op} of {job} cancelled", timeout=3)
 
-        self.push_screen(ConfirmScreen(f"{op} {job}", question, yes), answered)
+        self.push_screen(ConfirmScreen(plan.title, plan.question, plan.yes), answered)
 
     @work(group="actions", exit_on_error=False, name="job action")
     async def run_job_action(self, op: str, job: str, quiet: bool = False) -> None:
+        """Send ``op`` (a JobOp or its name) for ``job`` now, without asking."""
+        job_op = JobOp(op)
         if not self.config.connect:
-            self.post_message(JobActionFailed(job, op, "this console is not connected to the fleet"))
+            self.post_message(JobActionFailed(job, job_op, "this console is not connected to the fleet"))
             return
         if not quiet:
-            self.notify(f"{op} {job}…", timeout=3)
-        kw: dict[str, Any] = {"timeout": 60.0}
-        if op in ("kill", "relaunch"):
-            kw = {"grace_s": self.config.grace_s, "timeout": self.config.grace_s + 60.0}
+            self.notify(f"{job_op} {job}…", timeout=3)
+        options = request_options(job_op, self.config.grace_s)
         try:
-            result = await self.client.job_request(job, op, **kw)
+            result = await self.client.job_request(job, job_op.value, **options)
         except OPERATOR_ERRORS as exc:
-            self.post_message(JobActionFailed(job, op, describe_error(exc)))
+            self.post_message(JobActionFailed(job, job_op, describe_error(exc)))
             return
-        self.post_message(JobActionFinished(job, op, result))
+        self.post_message(JobActionFinished(job, job_op, result))
 
     def on_job_action_finished(self, message: JobActionFinished) -> None:
-        r, job = message.result, message.job
-        severity = "information"
-        if isinstance(r, KillVerdict):
-            title = f"killed {job}" if r.ok else f"kill of {job} incomplete"
-            text = r.message
-            severity = "information" if r.ok else "error"
-        else:
-            title = f"{message.op}ed {job}"
-            text = f"attempt {r.attempt}, pid {r.pid}"
-            if r.kill is not None:
-                text = f"killed first: {r.kill.message}\n{text}"
-        self.verdicts.append((job, message.op, text))
-        self.notify(text, title=title, severity=severity, timeout=15)  # type: ignore[arg-type]
+        self._tell(message.job, message.op, outcome_notice(message.op, message.job, message.result))
         self.schedule_refresh()
 
     def on_job_action_failed(self, message: JobActionFailed) -> None:
-        self.verdicts.append((message.job, message.op, message.error))
-        self.notify(message.error, title=f"{message.op} {message.job} failed", severity="error", timeout=20)
+        self._tell(message.job, message.op, failure_notice(message.op, message.job, message.error))
+
+    def _tell(self, job: str, op: JobOp, notice: Notice) -> None:
+        self.verdicts.append((job, op, notice.text))
+        self.notify(notice.text, title=notice.title or "", severity=notice.severity,  # type: ignore[arg-type]
+                    timeout=notice.timeout)
 
     def _start_demo_jobs(self, snap: Snapshot) -> None:
         for j in snap.jobs:
             if j.name in self._autostart:
                 self._autostart.discard(j.name)
-                if j.state not in ALIVE:
-                    self.run_job_action("launch", j.name, quiet=True)
+                if not ShownState(j.state).alive:
+                    self.run_job_action(JobOp.LAUNCH, j.name, quiet=True)
 
     # ------------------------------------------------------------ logs
 
-    def follow_logs(self, job: str, restart: bool = False) -> None:
-        """Show ``job``'s tail, then what is appended; one followed log at a time.
-        ``restart``: send the tail again (a new panel shows this job)."""
-        if (self._following == job and not restart) or not self.config.connect:
+    def on_log_follow_requested(self, message: LogFollowRequested) -> None:
+        """Show the job's tail, then what is appended; one followed log at a time."""
+        if (self._following == message.job and not message.restart) or not self.config.connect:
             return
-        self._following = job
-        self._follow(job)
+        self._following = message.job
+        self._follow(message.job)
 
-    def stop_following_logs(self) -> None:
+    def on_log_follow_cancelled(self, message: LogFollowCancelled) -> None:
         self._following = None
         self.workers.cancel_group(self, "logs")
 
@@ -299,13 +238,13 @@ class GpuDeckApp(App[None]):
         while True:
             try:
                 if offset is None:
-                    r = await self.client.logs(job, lines=self.config.log_lines, timeout=15.0)
-                    self.post_message(LogFetched(job, r.text, reset=True, path=r.path))
+                    chunk = await self.client.logs(job, lines=self.config.log_lines, timeout=15.0)
+                    self.post_message(LogFetched(job, chunk, reset=True))
                 else:
-                    r = await self.client.logs(job, offset=offset, timeout=15.0)
-                    if r.text:
-                        self.post_message(LogFetched(job, r.text, reset=False))
-                offset, delay = r.offset, self.config.log_poll_s
+                    chunk = await self.client.logs(job, offset=offset, timeout=15.0)
+                    if chunk.text:
+                        self.post_message(LogFetched(job, chunk, reset=False))
+                offset, delay = chunk.offset, self.config.log_poll_s
             except OPERATOR_ERRORS as exc:
                 self.post_message(LogFetchFailed(job, describe_error(exc)))
                 delay = min(delay * 2, 15.0)
@@ -315,8 +254,9 @@ class GpuDeckApp(App[None]):
         return [p for screen in self.screen_stack for p in screen.query(LogPanel) if p.job == job]
 
     def on_log_fetched(self, message: LogFetched) -> None:
+        path = message.chunk.path if message.reset else None  # the tail says where the log is
         for panel in self._log_panels(message.job):
-            panel.feed(message.text, message.reset, message.path)
+            panel.feed(message.chunk.text, message.reset, path)
 
     def on_log_fetch_failed(self, message: LogFetchFailed) -> None:
         for panel in self._log_panels(message.job):

@@ -20,6 +20,8 @@ import socket
 import sys
 from pathlib import Path
 
+from gpudeck.agents.jobs import JobKind
+
 SERVER = "sim-sglang"
 GENERATE = "gen"
 JOBS = (SERVER, GENERATE)
@@ -62,14 +64,14 @@ interval = {interval_s}
 
 [[jobs]]
 name = "{SERVER}"
-kind = "sglang-server"
+kind = {_toml(JobKind.SGLANG_SERVER.value)}
 command = {_toml(server)}
 port = {port}
 metrics_url = "{url}/metrics"
 
 [[jobs]]
 name = "{GENERATE}"
-kind = "generate"
+kind = {_toml(JobKind.GENERATE.value)}
 servers = ["{SERVER}"]
 prompts = {_toml(str(prompts_path))}
 out = {_toml(str(root / "out"))}

@@ -1,81 +1,125 @@
-"""App-wide messages, named as past events.
+"""App-wide messages, typed, dataclass-style: attributes go down, messages come up.
 
 The transport's events arrive as the first four; a newer snapshot of a node replaces one
-still queued (``can_replace``), so a slow screen never works through a backlog. The rest
-are the answers to the operator's actions and the log follower's chunks.
+still queued (``can_replace``), so a slow screen never works through a backlog. Screens
+ask the app for what only the app does (act on a job, open it, follow its log) with the
+requests; the answers to the operator's actions and the log follower's chunks come last.
 """
 
 from __future__ import annotations
 
-from typing import Any, Optional, Union
+from dataclasses import dataclass
+from typing import Union
 
 from textual.message import Message
 
-from gpudeck.agents.protocol import Hello, History, KillVerdict, LaunchResult, Snapshot
+from gpudeck.agents.protocol import Hello, History, KillVerdict, LaunchResult, LogChunk, Snapshot
+from gpudeck.console.actions import JobOp
+
+# ---------------------------------------------------------------- the transport
 
 
+@dataclass
 class SnapshotReceived(Message):
     """A node's agent sent its once-a-tick snapshot."""
 
-    def __init__(self, snapshot: Snapshot) -> None:
-        super().__init__()
-        self.snapshot = snapshot
+    snapshot: Snapshot
 
     def can_replace(self, message: Message) -> bool:
         return isinstance(message, SnapshotReceived) and message.snapshot.node == self.snapshot.node
 
 
+@dataclass
 class HistoryReceived(Message):
     """A node's agent sent what it recorded while the console was away."""
 
-    def __init__(self, history: History) -> None:
-        super().__init__()
-        self.history = history
+    history: History
 
 
+@dataclass
 class NodeWentUp(Message):
     """A node's agent said hello."""
 
-    def __init__(self, node: str, hello: Hello) -> None:
-        super().__init__()
-        self.node, self.hello = node, hello
+    node: str
+    hello: Hello
 
 
+@dataclass
 class NodeWentDown(Message):
     """A node cannot be read; the reconnect loop tries again in ``retry_in_s``."""
 
-    def __init__(self, node: str, reason: str, since: float, retry_in_s: float) -> None:
-        super().__init__()
-        self.node, self.reason, self.since, self.retry_in_s = node, reason, since, retry_in_s
+    node: str
+    reason: str
+    since: float
+    retry_in_s: float
 
 
+# ---------------------------------------------------------------- screens ask the app
+
+
+@dataclass
+class JobActionRequested(Message):
+    """The operator pressed a job key on ``job``; the app asks first if it must, then acts."""
+
+    op: JobOp
+    job: str
+
+
+@dataclass
+class JobOpened(Message):
+    """The operator opened ``job`` (enter on its row): the app shows its details screen."""
+
+    job: str
+
+
+@dataclass
+class LogFollowRequested(Message):
+    """A panel shows ``job``'s log: send its tail, then what is appended. ``restart``: send
+    the tail again even if this job is already followed (a new panel shows it)."""
+
+    job: str
+    restart: bool = False
+
+
+@dataclass
+class LogFollowCancelled(Message):
+    """No panel on screen shows a log any more: stop reading it."""
+
+
+# ---------------------------------------------------------------- answers
+
+
+@dataclass
 class JobActionFinished(Message):
-    """The agent answered a kill, relaunch or launch: a KillVerdict or a LaunchResult."""
+    """The agent answered a kill (a KillVerdict), a relaunch or a launch (a LaunchResult)."""
 
-    def __init__(self, job: str, op: str, result: Union[KillVerdict, LaunchResult]) -> None:
-        super().__init__()
-        self.job, self.op, self.result = job, op, result
+    job: str
+    op: JobOp
+    result: Union[KillVerdict, LaunchResult]
 
 
+@dataclass
 class JobActionFailed(Message):
     """A kill, relaunch or launch could not be done; ``error`` says why, for the operator."""
 
-    def __init__(self, job: str, op: str, error: str) -> None:
-        super().__init__()
-        self.job, self.op, self.error = job, op, error
+    job: str
+    op: JobOp
+    error: str
 
 
+@dataclass
 class LogFetched(Message):
     """More of a job's log: the tail (``reset``) or what was appended since."""
 
-    def __init__(self, job: str, text: str, reset: bool, path: Optional[str] = None) -> None:
-        super().__init__()
-        self.job, self.text, self.reset, self.path = job, text, reset, path
+    job: str
+    chunk: LogChunk
+    reset: bool
 
 
+@dataclass
 class LogFetchFailed(Message):
     """The log could not be read this time; the follower tries again."""
 
-    def __init__(self, job: str, error: str) -> None:
-        super().__init__()
-        self.job, self.error = job, error
+    job: str
+    error: str
+

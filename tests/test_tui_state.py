@@ -7,8 +7,12 @@ import dataclasses
 
 from gpudeck.agents.protocol import Disk, History, Host, JobStatus, Progress, Sample, Snapshot
 from gpudeck.console.messages import SnapshotReceived
-from gpudeck.console.state import (FleetState, GpuRow, NodeRow, Series, human_duration, select_alerts, select_fleet,
-                           select_jobs)
+from gpudeck.console.actions import Confirm, JobOp, Refuse, RunNow, plan_job_action, target_job
+from gpudeck.console.formatting import human_duration
+from gpudeck.console.rows import GpuRow, NodeRow
+from gpudeck.console.selection import select_alerts, select_fleet, select_jobs
+from gpudeck.console.series import Series
+from gpudeck.console.state import FleetState
 from tui_support import PINNED_NOW, pinned_events, pinned_fleet
 
 
@@ -39,7 +43,8 @@ def test_fleet_rows_mark_shared_unowned_and_stale_gpus():
     rows = pinned_state().fleet_rows()
     gpus = {r.key: r for r in rows if isinstance(r, GpuRow)}
     assert gpus["gpu:gpu-a:3"].shared and gpus["gpu:gpu-a:3"].jobs == ("gen", "sglang-0")
-    assert gpus["gpu:gpu-a:2"].unowned and gpus["gpu:gpu-a:2"].holders == ("pid 4242",)
+    assert gpus["gpu:gpu-a:2"].unowned and gpus["gpu:gpu-a:2"].unowned_pids == (4242,)
+    assert gpus["gpu:gpu-a:2"].jobs == ()
     assert gpus["gpu:gpu-b:0"].stale
     down = next(r for r in rows if isinstance(r, NodeRow) and r.node == "gpu-b")
     assert down.state == "unreachable" and down.down_for_s == 240 and down.retry_in_s == 8
@@ -114,3 +119,15 @@ def test_a_newer_snapshot_replaces_a_queued_one_of_the_same_node():
     assert newer.can_replace(SnapshotReceived(snap))
     other = dataclasses.replace(snap, node="gpu-b")
     assert not newer.can_replace(SnapshotReceived(other))
+
+
+def test_what_a_job_key_does_is_data():
+    rows = {r.name: r for r in pinned_state().job_rows()}
+    kill = plan_job_action(JobOp.KILL, "gen", rows["gen"], read_only=False, grace_s=10.0)
+    assert isinstance(kill, Confirm) and "SIGKILL after 10 s" in kill.question and kill.yes == "Kill"
+    assert isinstance(plan_job_action(JobOp.LAUNCH, "gen", rows["gen"], read_only=False, grace_s=10.0), RunNow)
+    assert isinstance(plan_job_action(JobOp.KILL, "gen", rows["gen"], read_only=True, grace_s=10.0), Refuse)
+    gpus = {r.key: r for r in pinned_state().fleet_rows() if isinstance(r, GpuRow)}
+    assert target_job(gpus["gpu:gpu-a:3"]) is None  # two jobs: the key cannot choose
+    assert target_job(gpus["gpu:gpu-a:2"]) is None  # memory no job owns
+    assert target_job(rows["gen"]) == "gen"

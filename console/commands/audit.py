@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from gpudeck.console.commands.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE
+
 
 def register(sub) -> None:
     p = sub.add_parser("audit", help="check a chat or tokenized JSONL dataset before a long launch",
@@ -27,9 +29,9 @@ def _run(args) -> int:
         report = audit_file(args.file, mode="prompts" if args.prompts else "training", sample=args.sample)
     except OSError as exc:
         print(f"gpudeck audit: cannot read {args.file}: {exc.strerror or exc}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     if args.json:
         print(json.dumps(report.to_json(), indent=1))
     else:
         print(report.render())
-    return 1 if report.degenerate else 0
+    return EXIT_FAIL if report.degenerate else EXIT_OK

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from gpudeck.console.commands.common import EXIT_OK
+
 
 def register(sub) -> None:
     p = sub.add_parser("demo", help="open the console on a demo fleet: a simulated SGLang server and a "
@@ -37,4 +39,4 @@ def _demo(args) -> int:
             print(f"gpudeck demo: {line}")
         print(f"gpudeck demo: jobs stopped (--keep leaves them running); `gpudeck demo` again resumes, "
               f"files in {root}")
-    return 0
+    return EXIT_OK

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import sys
 
+from gpudeck.console.commands.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, err, load_fleet
+
 
 def register(sub) -> None:
     p = sub.add_parser("deploy", help="install this gpudeck version on nodes (a wheel over SFTP, pip into a venv)",
@@ -24,18 +26,17 @@ def register(sub) -> None:
 async def _deploy(args) -> int:
     from pathlib import Path
 
-    from gpudeck.console.cli import EXIT_FAIL, EXIT_OK, EXIT_USAGE, _err, _fleet
     from gpudeck.remote.client import AgentError
     from gpudeck.remote.deploy import Deployed, deploy
     from gpudeck.remote.ssh import SshTransport
 
-    fleet = _fleet(args.fleet)
+    fleet = load_fleet(args.fleet)
     remote_nodes = [n for n in fleet.nodes if not n.local]
     if args.nodes:
         known = {n.name: n for n in fleet.nodes}
         unknown = [name for name in args.nodes if name not in known]
         if unknown:
-            _err(f"no node named {', '.join(map(repr, unknown))} in {fleet.path or 'the local fleet'}; "
+            err(f"no node named {', '.join(map(repr, unknown))} in {fleet.path or 'the local fleet'}; "
                  f"declared: {', '.join(known) or 'none'}")
             return EXIT_USAGE
         local = [name for name in args.nodes if known[name].local]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from gpudeck.console.commands.common import EXIT_OK
+
 
 def register(sub) -> None:
     from gpudeck.agents.workers.sim_engine import add_arguments  # argparse only; aiohttp loads when serving
@@ -18,4 +20,4 @@ def _run(args) -> int:
 
     from gpudeck.agents.workers.sim_engine import serve
     asyncio.run(serve(args))
-    return 0
+    return EXIT_OK

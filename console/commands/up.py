@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from gpudeck.console.commands.common import EXIT_OK, fleet_arg, load_fleet
+
 
 def register(sub) -> None:
     p = sub.add_parser("up", help="open the console (TUI) on a fleet")
-    p.add_argument("-f", "--fleet", help="fleet file (TOML); default $GPUDECK_FLEET, else this machine alone")
+    fleet_arg(p)
     p.add_argument("--read-only", action="store_true", help="watch only: kill, relaunch and launch are off")
     p.add_argument("--view", choices=("fleet", "jobs", "logs", "alerts"), default="jobs", help="the view shown first")
     p.set_defaults(run=_up)
@@ -13,8 +15,7 @@ def register(sub) -> None:
 
 def _up(args) -> int:
     from gpudeck.console.app import make_app
-    from gpudeck.console.cli import _fleet
 
-    fleet = _fleet(args.fleet)
+    fleet = load_fleet(args.fleet)
     make_app(fleet, read_only=args.read_only, initial_view=args.view).run()
-    return 0
+    return EXIT_OK

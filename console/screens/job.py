@@ -1,35 +1,35 @@
-"""JobScreen: one job in full, above its log (tail, then follow)."""
+"""JobScreen: one job in full, above its log (tail, then follow).
+
+The app hands it the FleetState; it asks the app to follow the log and to act on the job
+with messages."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import Footer
 
+from gpudeck.console.actions import JobOp
+from gpudeck.console.messages import JobActionRequested, LogFollowRequested
+from gpudeck.console.screens.bindings import job_bindings
 from gpudeck.console.state import FleetState
 from gpudeck.console.widgets.fleet_header import FleetHeader
 from gpudeck.console.widgets.job_details import JobDetails
 from gpudeck.console.widgets.log_panel import LogPanel
 
-if TYPE_CHECKING:
-    from gpudeck.console.app import GpuDeckApp
-
 
 class JobScreen(Screen[None]):
     BINDINGS = [
         Binding("escape,backspace", "back", "Back", id="job.back"),
-        Binding("k", "job('kill')", "Kill", id="job.kill"),
-        Binding("r", "job('relaunch')", "Relaunch", id="job.relaunch"),
-        Binding("l", "job('launch')", "Launch", id="job.launch"),
+        *job_bindings(),
     ]
 
-    app: "GpuDeckApp"
-
-    def __init__(self, job: str, key: str, fleet_name: str, read_only: bool) -> None:
+    def __init__(self, fleet_state: FleetState, job: str, key: str, fleet_name: str, read_only: bool) -> None:
         super().__init__(id="job-screen")
+        self.fleet_state = fleet_state  # the app's, kept up to date by the app
         self.job, self.key = job, key
         self.fleet_name, self.read_only = fleet_name, read_only
 
@@ -42,8 +42,8 @@ class JobScreen(Screen[None]):
     def on_mount(self) -> None:
         self.query_one(LogPanel).show_job(self.job)
         self.query_one(LogPanel).log.focus()
-        self.show_state(self.app.state)
-        self.app.follow_logs(self.job, restart=True)
+        self.show_state(self.fleet_state)
+        self.post_message(LogFollowRequested(self.job, restart=True))
 
     def show_state(self, state: FleetState) -> None:
         header = self.query_one(FleetHeader)
@@ -57,7 +57,7 @@ class JobScreen(Screen[None]):
         return True
 
     def action_job(self, op: str) -> None:
-        self.app.ask_job_action(op, self.job)
+        self.post_message(JobActionRequested(JobOp(op), self.job))
 
     def action_back(self) -> None:
         self.dismiss()

@@ -1,12 +1,13 @@
 """MainScreen: the header, four views (fleet, jobs, logs, alerts) and the footer.
 
 It holds no state of its own beyond what the operator chose (the active view, filters,
-sort keys, the job whose log is shown): the app hands it the FleetState to render.
+sort keys, the job whose log is shown): the app hands it the FleetState to render, and it
+posts what only the app does (act on a job, open it, follow a log) as messages.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
 from textual import on
 from textual.app import ComposeResult
@@ -15,8 +16,11 @@ from textual.content import Content
 from textual.screen import Screen
 from textual.widgets import Footer, Input, TabbedContent, TabPane
 
-from gpudeck.console.state import (ALERT_SORTS, FLEET_SORTS, JOB_SORTS, FleetState, GpuRow, select_alerts, select_fleet,
-                           select_jobs)
+from gpudeck.console.actions import JobOp, no_target_notice, target_job
+from gpudeck.console.messages import JobActionRequested, JobOpened, LogFollowCancelled, LogFollowRequested
+from gpudeck.console.screens.bindings import job_bindings
+from gpudeck.console.selection import ALERT_SORTS, FLEET_SORTS, JOB_SORTS, select_alerts, select_fleet, select_jobs
+from gpudeck.console.state import FleetState
 from gpudeck.console.widgets.alerts_table import AlertsTable
 from gpudeck.console.widgets.filter_bar import FilterBar
 from gpudeck.console.widgets.fleet_header import FleetHeader
@@ -25,20 +29,14 @@ from gpudeck.console.widgets.jobs_table import JobsTable
 from gpudeck.console.widgets.live_table import LiveTable
 from gpudeck.console.widgets.log_panel import LogPanel
 
-if TYPE_CHECKING:
-    from gpudeck.console.app import GpuDeckApp
-
 VIEWS = ("fleet", "jobs", "logs", "alerts")
 SORTS = {"fleet": FLEET_SORTS, "jobs": JOB_SORTS, "alerts": ALERT_SORTS, "logs": ()}
 LABELS = {"fleet": "Fleet", "jobs": "Jobs", "logs": "Logs", "alerts": "Alerts"}
-JOB_OPS = ("kill", "relaunch", "launch")
 
 
 class MainScreen(Screen[None]):
     BINDINGS = [
-        Binding("k", "job('kill')", "Kill", id="job.kill"),
-        Binding("r", "job('relaunch')", "Relaunch", id="job.relaunch"),
-        Binding("l", "job('launch')", "Launch", id="job.launch"),
+        *job_bindings(),
         Binding("slash", "filter", "Filter", id="view.filter"),
         Binding("s", "sort", "Sort", id="view.sort"),
         Binding("1", "view('fleet')", "Fleet", show=False, id="view.fleet"),
@@ -47,10 +45,9 @@ class MainScreen(Screen[None]):
         Binding("4", "view('alerts')", "Alerts", show=False, id="view.alerts"),
     ]
 
-    app: "GpuDeckApp"
-
-    def __init__(self, fleet_name: str, read_only: bool, initial: str = "jobs") -> None:
+    def __init__(self, fleet_state: FleetState, fleet_name: str, read_only: bool, initial: str = "jobs") -> None:
         super().__init__(id="main")
+        self.fleet_state = fleet_state  # the app's, kept up to date by the app
         self.fleet_name, self.read_only, self.initial = fleet_name, read_only, initial
         self.filters: dict[str, str] = {v: "" for v in VIEWS}
         self.sorts: dict[str, str] = {v: (SORTS[v][0] if SORTS[v] else "") for v in VIEWS}
@@ -121,14 +118,7 @@ class MainScreen(Screen[None]):
         view = self.active
         if view == "logs":
             return self.log_job
-        row = self.table(view).cursor_row
-        if row is None:
-            return None
-        if view == "jobs":
-            return row.name
-        if view == "fleet":
-            return row.jobs[0] if isinstance(row, GpuRow) and len(row.jobs) == 1 else None
-        return row.job
+        return target_job(self.table(view).cursor_row)
 
     @on(LiveTable.Highlighted, "#jobs-table")
     def _job_highlighted(self, event: LiveTable.Highlighted) -> None:
@@ -142,14 +132,14 @@ class MainScreen(Screen[None]):
         if job is None:
             self.notify("no job on this row", severity="warning", timeout=3)
             return
-        self.app.open_job(job)
+        self.post_message(JobOpened(job))
 
     # ------------------------------------------------------------ views
 
     @on(TabbedContent.TabActivated, "#views")
     def _view_changed(self, event: TabbedContent.TabActivated) -> None:
         view = event.pane.id or ""
-        self.show_state(self.app.state)
+        self.show_state(self.fleet_state)
         self._focus_view(view)
         self.sync_log_follow()
 
@@ -158,9 +148,9 @@ class MainScreen(Screen[None]):
         if self.active == "logs" and self.log_job is not None:
             panel = self.query_one(LogPanel)
             panel.show_job(self.log_job)
-            self.app.follow_logs(self.log_job)
+            self.post_message(LogFollowRequested(self.log_job))
         else:
-            self.app.stop_following_logs()
+            self.post_message(LogFollowCancelled())
 
     def on_screen_resume(self) -> None:
         if self.is_mounted and self.query(TabbedContent):
@@ -185,12 +175,12 @@ class MainScreen(Screen[None]):
     @on(Input.Changed, "#filter")
     def _filter_changed(self, event: Input.Changed) -> None:
         self.filters[self.active] = event.value
-        self.show_state(self.app.state)
+        self.show_state(self.fleet_state)
 
     @on(FilterBar.Closed)
     def _filter_closed(self, event: FilterBar.Closed) -> None:
         self._focus_view(self.active)
-        self.show_state(self.app.state)
+        self.show_state(self.fleet_state)
 
     def action_sort(self) -> None:
         view = self.active
@@ -199,7 +189,7 @@ class MainScreen(Screen[None]):
             self.notify("the logs view has no sort", timeout=3)
             return
         self.sorts[view] = keys[(keys.index(self.sorts[view]) + 1) % len(keys)]
-        self.show_state(self.app.state)
+        self.show_state(self.fleet_state)
         self.notify(f"{view} sorted by {self.sorts[view]}", timeout=3)
 
     # ------------------------------------------------------------ job keys
@@ -210,9 +200,10 @@ class MainScreen(Screen[None]):
         return True
 
     def action_job(self, op: str) -> None:
+        job_op = JobOp(op)
         job = self.selected_job()
         if job is None:
-            self.notify(f"select a job to {op} first (in the jobs view, or a GPU a job holds)",
-                        severity="warning", timeout=4)
+            n = no_target_notice(job_op)
+            self.notify(n.text, severity=n.severity, timeout=n.timeout)  # type: ignore[arg-type]
             return
-        self.app.ask_job_action(op, job)
+        self.post_message(JobActionRequested(job_op, job))

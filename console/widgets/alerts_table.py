@@ -4,12 +4,9 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from gpudeck.console.state import AlertRow
+from gpudeck.console.rows import AlertRow
 from gpudeck.console.widgets import cells
 from gpudeck.console.widgets.live_table import Cell, Column, LiveTable
-
-SEVERE = {"shared_gpu", "job_died", "unreachable", "disk_full"}
-
 
 class AlertsTable(LiveTable[AlertRow]):
     """Two jobs on one GPU, memory no job owns, dead and stalled jobs, unreachable nodes,
@@ -24,6 +21,6 @@ class AlertsTable(LiveTable[AlertRow]):
     )
 
     def render_cells(self, a: AlertRow) -> Sequence[Cell]:
-        kind = ((a.kind.replace("_", " "), self.style("bad" if a.kind in SEVERE else "warn")),)
+        kind = ((a.kind.value.replace("_", " "), self.style("bad" if a.kind.severe else "warn")),)
         what = a.job or (f"GPU {a.gpu}" if a.gpu is not None else "-")
         return (cells.clock_time(a.since), a.node, kind, what, a.message)

@@ -8,7 +8,8 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
 
-from gpudeck.console.state import Totals, human_duration
+from gpudeck.console.formatting import human_duration
+from gpudeck.console.rows import Totals
 from gpudeck.console.widgets import cells
 
 

@@ -8,7 +8,8 @@ from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
 
-from gpudeck.console.state import FleetRow, GpuRow, NodeRow, human_duration
+from gpudeck.console.formatting import human_duration
+from gpudeck.console.rows import FleetRow, GpuRow, NodeRow, NodeState
 from gpudeck.console.widgets import cells
 from gpudeck.console.widgets.live_table import Cell, Column, Frag, LiveTable
 
@@ -41,13 +42,14 @@ class FleetTable(LiveTable[FleetRow]):
         temp = "-" if g.temp_c is None else f"{g.temp_c}°C"
         power = "-" if g.power_w is None else f"{g.power_w}W"
         held: list[Frag] = []
-        for n, h in enumerate(g.holders):
-            if n:
+        for job in g.jobs:
+            if held:
                 held.append((", ", None))
-            if h.startswith("pid "):
-                held.append((f"{h} (no job)", st("warn")))
-            else:
-                held.append((h, st("bad") if g.shared else st("accent")))
+            held.append((job, st("bad") if g.shared else st("accent")))
+        for pid in g.unowned_pids:
+            if held:
+                held.append((", ", None))
+            held.append((f"pid {pid} (no job)", st("warn")))
         if g.shared:
             held.append(("  two jobs on one GPU", st("bad")))
         if not held:
@@ -59,7 +61,7 @@ class FleetTable(LiveTable[FleetRow]):
 
     def _node_line(self, n: NodeRow) -> Text:
         t = Text(no_wrap=True, end="")
-        if n.state == "up":
+        if n.state == NodeState.UP:
             t.append("● ", self.style("ok"))
             t.append(n.node, self.style("node"))
             parts = [f"host {n.hostname}", f"cpu {n.cpu_pct}% of {n.cpu_count}",
@@ -67,7 +69,7 @@ class FleetTable(LiveTable[FleetRow]):
             parts.append(f"{n.gpu_count} GPU{'s' if n.gpu_count != 1 else ''}" if n.gpu_count
                          else f"no GPUs: {n.gpu_error or 'none found'}")
             t.append("  " + " · ".join(parts), self.style("muted"))
-        elif n.state == "connecting":
+        elif n.state == NodeState.CONNECTING:
             t.append("◌ ", self.style("muted"))
             t.append(n.node, self.style("node"))
             t.append("  connecting…", self.style("muted"))

@@ -9,7 +9,9 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
 
-from gpudeck.console.state import JobDetail, human_duration
+from gpudeck.agents.jobs import EngineState
+from gpudeck.console.formatting import human_duration
+from gpudeck.console.rows import JobDetail
 from gpudeck.console.widgets import cells
 from gpudeck.console.widgets.jobs_table import STATE_STYLE
 
@@ -39,7 +41,7 @@ class JobDetails(Widget):
         state_style = {"ok": "job-details--ok", "warn": "job-details--warn", "bad": "job-details--bad"}.get(
             STATE_STYLE.get(j.state, "muted"), "job-details--muted")
         head = Text()
-        head.append(j.state, st(state_style))
+        head.append(j.state.value, st(state_style))
         head.append(f"  {j.kind} on {j.node}  ·  attempt {j.attempt}")
         if j.pid is not None:
             head.append(f"  ·  pid {j.pid}" + (f" ({len(d.pids)} processes)" if len(d.pids) > 1 else ""))
@@ -68,7 +70,8 @@ class JobDetails(Widget):
             grid.add_row("quality", q)
         if j.engine_state is not None:
             eng = Text()
-            eng.append(j.engine_state, st("job-details--ok" if j.engine_state == "ready" else "job-details--warn"))
+            eng.append(j.engine_state.value,
+                       st("job-details--ok" if j.engine_state == EngineState.READY else "job-details--warn"))
             eng.append(f"  running {_n(j.running)}  queued {_n(j.queued)}")
             eng.append(f"  KV {100 * j.kv_usage:.0f}%" if j.kv_usage is not None else "  KV -")
             eng.append(f"  accept length {j.accept_length:.2f}" if j.accept_length is not None

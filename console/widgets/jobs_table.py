@@ -6,16 +6,18 @@ from typing import Optional, Sequence
 
 from rich.style import Style
 
-from gpudeck.console.state import JobRow, human_duration
+from gpudeck.agents.jobs import ShownState
+from gpudeck.console.formatting import human_duration
+from gpudeck.console.rows import JobRow
 from gpudeck.console.widgets import cells
 from gpudeck.console.widgets.live_table import Cell, Column, LiveTable
 
 PROGRESS_BAR = 8
 SPARK = 12
-KIND_SHORT = {"command": "cmd", "sglang-server": "sglang", "generate": "gen", "extract": "extract",
-              "router": "router"}
-STATE_STYLE = {"running": "ok", "ready": "ok", "starting": "warn", "stopping": "warn", "failed": "bad",
-               "lost": "bad", "killed": "muted", "exited": "muted", "pending": "muted", "unknown": "muted"}
+STATE_STYLE = {ShownState.RUNNING: "ok", ShownState.READY: "ok", ShownState.STARTING: "warn",
+               ShownState.STOPPING: "warn", ShownState.FAILED: "bad", ShownState.LOST: "bad",
+               ShownState.KILLED: "muted", ShownState.EXITED: "muted", ShownState.PENDING: "muted",
+               ShownState.UNKNOWN: "muted"}
 
 
 class JobsTable(LiveTable[JobRow]):
@@ -40,7 +42,8 @@ class JobsTable(LiveTable[JobRow]):
 
     def render_cells(self, j: JobRow) -> Sequence[Cell]:
         st = self.style
-        state_text = f"failed {j.exit_code}" if j.state == "failed" and j.exit_code is not None else j.state
+        failed = j.state == ShownState.FAILED and j.exit_code is not None
+        state_text = f"{j.state.value} {j.exit_code}" if failed else j.state.value
         state = ((state_text, st(STATE_STYLE.get(j.state, "muted"))),)
         gpus = ",".join(map(str, j.gpus)) or "-"
         spark = ((cells.sparkline(j.spark[-SPARK:]), st("spark")),)
@@ -55,7 +58,7 @@ class JobsTable(LiveTable[JobRow]):
             progress = cells.bar(j.fraction, PROGRESS_BAR, st("bar"), st("bar-empty"))
             rate = cells.rate(j.rate_per_s)
         flags = ((" ".join(j.flags), st("warn")),) if j.flags else (("-", st("muted")),)
-        return (j.name, j.node, KIND_SHORT.get(j.kind, j.kind), state, gpus, str(j.attempt),
+        return (j.name, j.node, j.kind.short, state, gpus, str(j.attempt),
                 cells.rate(j.tokens_per_s), spark, done, progress, rate, human_duration(j.eta_s), flags)
 
     def row_style(self, row: JobRow) -> Optional[Style]:

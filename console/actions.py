@@ -1,0 +1,139 @@
+"""What the operator's job keys do, as data: no Textual here.
+
+A screen says which job a key acts on (``target_job``) and posts the request; the app asks
+``plan_job_action`` whether to refuse, to ask first or to act now, sends the request with
+``request_options`` and tells the operator the outcome as a ``Notice``.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Optional, Union
+
+from gpudeck.agents.protocol import KillVerdict, LaunchResult
+from gpudeck.console.rows import AlertRow, FleetRow, GpuRow, JobRow
+
+
+class JobOp(str, enum.Enum):
+    """What a job key asks of a job's node."""
+
+    KILL = "kill"
+    RELAUNCH = "relaunch"
+    LAUNCH = "launch"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def key(self) -> str:
+        return _KEYS[self][0]
+
+    @property
+    def label(self) -> str:
+        return _KEYS[self][1]
+
+
+_KEYS = {JobOp.KILL: ("k", "Kill"), JobOp.RELAUNCH: ("r", "Relaunch"), JobOp.LAUNCH: ("l", "Launch")}
+JOB_OPS = tuple(JobOp)  # in the footer's order
+
+
+# ---------------------------------------------------------------- which job a key acts on
+
+
+def target_job(row: Union[JobRow, FleetRow, AlertRow, None]) -> Optional[str]:
+    """The job a key acts on when the cursor is on ``row``: a job's own row, a GPU one job
+    holds, an alert about a job; None for anything else."""
+    if row is None:
+        return None
+    if isinstance(row, JobRow):
+        return row.name
+    if isinstance(row, GpuRow):
+        return row.jobs[0] if len(row.jobs) == 1 else None
+    if isinstance(row, AlertRow):
+        return row.job
+    return None
+
+
+# ---------------------------------------------------------------- asking first
+
+
+@dataclass(frozen=True)
+class Refuse:
+    """Not done at all; ``message`` says why."""
+
+    message: str
+
+
+@dataclass(frozen=True)
+class Confirm:
+    """Destructive: ask first."""
+
+    title: str
+    question: str
+    yes: str
+
+
+@dataclass(frozen=True)
+class RunNow:
+    """Nothing to lose: send it."""
+
+
+Plan = Union[Refuse, Confirm, RunNow]
+
+
+def plan_job_action(op: JobOp, job: str, row: Optional[JobRow], *, read_only: bool, grace_s: float) -> Plan:
+    """Kill always asks; relaunch asks when the job runs (it is killed first); launch does not."""
+    if read_only:
+        return Refuse(f"read-only: {op} is off (started with --read-only)")
+    where = f" on {row.node}" if row else ""
+    grace = f"{grace_s:g}"
+    if op == JobOp.KILL:
+        return Confirm(f"{op} {job}", f"Kill job [b]{job}[/b]{where}?\n\nSIGTERM to its process group, SIGKILL after "
+                                      f"{grace} s, then a check that its processes are gone and its GPU memory came "
+                                      f"back.", "Kill")
+    if op == JobOp.RELAUNCH and row is not None and row.alive:
+        return Confirm(f"{op} {job}", f"Relaunch job [b]{job}[/b]{where}?\n\nIt is running: it is killed first "
+                                      f"(SIGTERM, SIGKILL after {grace} s), then started again as attempt "
+                                      f"{row.attempt + 1} with the same spec.", "Relaunch")
+    return RunNow()
+
+
+def request_options(op: JobOp, grace_s: float) -> dict[str, float]:
+    """The keyword arguments of ``FleetClient.job_request`` for ``op``: a kill waits out its grace."""
+    if op in (JobOp.KILL, JobOp.RELAUNCH):
+        return {"grace_s": grace_s, "timeout": grace_s + 60.0}
+    return {"timeout": 60.0}
+
+
+# ---------------------------------------------------------------- telling the outcome
+
+
+@dataclass(frozen=True)
+class Notice:
+    """A notification for the operator."""
+
+    text: str
+    title: Optional[str] = None
+    severity: str = "information"  # information | warning | error
+    timeout: float = 3.0
+
+
+def outcome_notice(op: JobOp, job: str, result: Union[KillVerdict, LaunchResult]) -> Notice:
+    """What the node answered: the kill's verdict, or the attempt and pid that started."""
+    if isinstance(result, KillVerdict):
+        return Notice(result.message, f"killed {job}" if result.ok else f"kill of {job} incomplete",
+                      "information" if result.ok else "error", 15)
+    text = f"attempt {result.attempt}, pid {result.pid}"
+    if result.kill is not None:
+        text = f"killed first: {result.kill.message}\n{text}"
+    return Notice(text, f"{op}ed {job}", "information", 15)
+
+
+def failure_notice(op: JobOp, job: str, error: str) -> Notice:
+    return Notice(error, f"{op} {job} failed", "error", 20)
+
+
+def no_target_notice(op: JobOp) -> Notice:
+    return Notice(f"select a job to {op} first (in the jobs view, or a GPU a job holds)", severity="warning",
+                  timeout=4)

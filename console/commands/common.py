@@ -1,0 +1,61 @@
+"""What every headless command shares: the exit codes, loading the fleet, printing an error,
+and the one place where a command's errors become exit codes.
+
+No Textual here, and nothing heavy at import: a command imports what it needs when it runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import inspect
+import os
+import sys
+from typing import Optional
+
+EXIT_OK = 0  # done
+EXIT_FAIL = 1  # refused by a node, a kill that left processes or GPU memory behind, a degenerate dataset
+EXIT_USAGE = 2  # a mistake on the command line or in the fleet file
+EXIT_INTERRUPTED = 130  # ctrl-c
+
+
+def load_fleet(path: Optional[str]):
+    """The fleet file given, else $GPUDECK_FLEET, else this machine alone."""
+    from gpudeck.remote.fleet import load_fleet as load, local_fleet
+
+    path = path or os.environ.get("GPUDECK_FLEET")
+    return load(path) if path else local_fleet()
+
+
+def err(msg: str) -> None:
+    print(f"gpudeck: {msg}", file=sys.stderr)
+
+
+def fleet_arg(p: argparse.ArgumentParser, help: str = "fleet file (TOML); default $GPUDECK_FLEET, else this "
+                                                     "machine alone") -> None:
+    p.add_argument("-f", "--fleet", help=help)
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """Run the command ``args.run`` (a plain function or a coroutine function returning an
+    exit code); a fleet-file or node error is printed and becomes its exit code."""
+    from gpudeck.remote.client import AgentError, RequestFailed
+    from gpudeck.remote.fleet import FleetError
+
+    try:
+        rv = args.run(args)
+        return asyncio.run(rv) if inspect.iscoroutine(rv) else rv
+    except FleetError as exc:
+        err(str(exc))
+        return EXIT_USAGE
+    except KeyError as exc:
+        err(exc.args[0] if exc.args else str(exc))
+        return EXIT_USAGE
+    except RequestFailed as exc:
+        err(f"{exc.node}: {exc}")
+        return EXIT_FAIL
+    except AgentError as exc:
+        err(str(exc))
+        return EXIT_FAIL
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED

@@ -1,0 +1,100 @@
+"""``gpudeck launch|relaunch|kill|logs JOB``: one job, from the shell.
+
+``kill`` exits 1 when the verdict says processes or GPU memory were left behind."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+
+from gpudeck.console.commands.common import EXIT_FAIL, EXIT_OK, fleet_arg, load_fleet
+
+
+def register(sub) -> None:
+    for name, fn, helptext in (("launch", _launch, "start a job"),
+                               ("relaunch", _relaunch, "start a job again with the same spec (kills it first)"),
+                               ("kill", _kill, "stop a job and verify its GPU memory came back")):
+        p = sub.add_parser(name, help=helptext)
+        fleet_arg(p)
+        p.add_argument("job")
+        if name in ("kill", "relaunch"):
+            p.add_argument("--grace", type=float, default=10.0, help="seconds between SIGTERM and SIGKILL")
+        if name == "kill":
+            p.add_argument("--json", action="store_true")
+        p.set_defaults(run=fn)
+
+    p = sub.add_parser("logs", help="a job's log")
+    fleet_arg(p)
+    p.add_argument("job")
+    p.add_argument("-n", "--lines", type=int, default=50)
+    p.add_argument("--follow", action="store_true")
+    p.set_defaults(run=_logs)
+
+
+def _client(args):
+    """A client of the fleet, once the job is known to it (an unknown job: KeyError with the
+    fleet's jobs, before any connection)."""
+    from gpudeck.remote.client import FleetClient
+
+    fleet = load_fleet(args.fleet)
+    fleet.job(args.job)
+    return FleetClient(fleet)
+
+
+async def _launch(args) -> int:
+    client = _client(args)
+    try:
+        r = await client.launch(args.job)
+    finally:
+        await client.close()
+    print(f"launched {r.job}: pid {r.pid}, attempt {r.attempt}, log {r.log}")
+    return EXIT_OK
+
+
+async def _relaunch(args) -> int:
+    client = _client(args)
+    try:
+        r = await client.relaunch(args.job, grace_s=args.grace)
+    finally:
+        await client.close()
+    if r.kill is not None:
+        print(f"killed {r.job}: {r.kill.message}")
+    print(f"relaunched {r.job}: pid {r.pid}, attempt {r.attempt}")
+    return EXIT_OK
+
+
+async def _kill(args) -> int:
+    from gpudeck.agents.protocol import to_plain
+
+    client = _client(args)
+    try:
+        r = await client.kill(args.job, grace_s=args.grace)
+    finally:
+        await client.close()
+    if args.json:
+        print(json.dumps(to_plain(r), indent=1))
+    else:
+        print(f"{'killed' if r.ok else 'KILL INCOMPLETE'} {r.job}: {r.message}")
+    return EXIT_OK if r.ok else EXIT_FAIL
+
+
+async def _logs(args) -> int:
+    client = _client(args)
+    try:
+        r = await client.logs(args.job, lines=args.lines)
+        sys.stdout.write(r.text)
+        sys.stdout.flush()
+        offset = r.offset
+        while args.follow:
+            await asyncio.sleep(0.5)
+            r = await client.logs(args.job, offset=offset)
+            if r.skipped:
+                sys.stderr.write(f"[gpudeck: skipped {r.skipped / 2**20:.1f} MiB of log to keep up with the job]\n")
+            if r.text:
+                sys.stdout.write(r.text)
+                sys.stdout.flush()
+            offset = r.offset
+    finally:
+        await client.close()
+    return EXIT_OK

@@ -1,0 +1,96 @@
+"""``gpudeck status [--json]``: nodes, GPUs, jobs and alerts, once, without the TUI."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from gpudeck.console.commands.common import EXIT_OK, fleet_arg, load_fleet
+
+
+def register(sub) -> None:
+    p = sub.add_parser("status", help="nodes, GPUs, jobs and alerts")
+    fleet_arg(p)
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--timeout", type=float, default=15.0, help="seconds to wait for each node")
+    p.set_defaults(run=_status)
+
+
+async def _status(args) -> int:
+    from gpudeck.console.state import FleetState
+    from gpudeck.remote.client import FleetClient
+
+    fleet = load_fleet(args.fleet)
+    client = FleetClient(fleet)
+    try:
+        state = FleetState(fleet)
+        for ns in await client.status(timeout=args.timeout):
+            if ns.snapshot is not None:
+                state.apply(ns.snapshot)
+            else:
+                state.mark_unreachable(ns.node.name, ns.error or "unreachable", ns.since)
+    finally:
+        await client.close()
+    if args.json:
+        print(json.dumps(state.to_json(), indent=1))
+    else:
+        print(render_status(state))
+    return EXIT_OK
+
+
+def render_status(state) -> str:
+    """The plain-text report: each node and its GPUs, then the jobs, then the alerts."""
+    lines = _node_lines(state)
+    jobs = _job_lines(state)
+    if jobs:
+        lines.append("")
+        lines.extend(jobs)
+    alerts = state.alerts()
+    if alerts:
+        lines.append("")
+        lines.extend(f"ALERT {node}: {a.message}" for node, a in alerts)
+    return "\n".join(lines)
+
+
+def _node_lines(state) -> list[str]:
+    lines = []
+    for name, view in state.nodes.items():
+        snap = view.snapshot
+        if snap is None:
+            since = (f" since {time.strftime('%H:%M:%S', time.localtime(view.unreachable_since))}"
+                     if view.unreachable_since else "")
+            lines.append(f"{name}: UNREACHABLE{since} ({view.error})")
+            continue
+        h = snap.host
+        lines.append(f"{name} ({h.hostname}): cpu {h.cpu_pct:.0f}% of {h.cpu_count}, "
+                     f"mem {h.mem_used_bytes / 2**30:.1f}/{h.mem_total_bytes / 2**30:.1f} GiB, load {h.load1:.2f}")
+        if not snap.gpus:
+            lines.append(f"  no GPUs: {snap.gpu_error}")
+        for g in snap.gpus:
+            owners = ", ".join(sorted({p.job or f"pid {p.pid}?" for p in g.processes})) or "-"
+            lines.append(f"  GPU{g.index} {g.name}: {g.mem_used_mib / 1024:.1f}/{g.mem_total_mib / 1024:.1f} GiB "
+                         f"util {_n(g.util_pct)}% {_n(g.temp_c)}C {_n(g.power_w)}W  {owners}")
+    return lines
+
+
+def _job_lines(state) -> list[str]:
+    from gpudeck.console.formatting import human_duration
+    from gpudeck.console.state import job_tokens_per_s
+
+    jobs = state.jobs()
+    if not jobs:
+        return []
+    lines = [f"{'JOB':<20} {'NODE':<12} {'KIND':<14} {'STATE':<9} {'GPUS':<6} {'TRY':>3} "
+             f"{'DONE':>16} {'TOK/S':>9} {'ETA':>8}"]
+    for node, j in jobs:
+        p = j.progress
+        done = f"{p.done}/{p.total}" if p and p.total is not None else (str(p.done) if p else "-")
+        tps = job_tokens_per_s(j)
+        lines.append(f"{j.name:<20} {node:<12} {j.kind:<14} {j.state:<9} "
+                     f"{','.join(map(str, j.gpus)) or '-':<6} {j.attempt:>3} {done:>16} "
+                     f"{(f'{tps:.0f}' if tps is not None else '-'):>9} {human_duration(p.eta_s if p else None):>8}")
+    return lines
+
+
+def _n(v) -> str:
+    return "-" if v is None else f"{v:.0f}"

@@ -1,0 +1,63 @@
+"""ConsoleConfig: what a console session is told at start (the CLI, the demo and the tests)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+from gpudeck.remote.fleet import Fleet
+
+
+@dataclass(frozen=True)
+class ConsoleConfig:
+    """What a console session is told at start."""
+
+    fleet: Fleet
+    """The nodes and jobs to show."""
+
+    fleet_name: Optional[str] = None
+    """The name in the header; default the fleet file's name, or "this machine"."""
+
+    read_only: bool = False
+    """Kill, relaunch and launch are off: for watching a fleet someone else drives."""
+
+    connect: bool = True
+    """Connect to the nodes. Off: the app only renders what it is handed (snapshot tests,
+    the benchmark); nothing is asked of any node, not even a log."""
+
+    clock: Callable[[], float] = time.time
+    """Where "now" comes from: pinned by snapshot tests."""
+
+    autostart: tuple[str, ...] = ()
+    """Jobs to launch once their node answers, if they are not running (the demo)."""
+
+    grace_s: float = 10.0
+    """Seconds between SIGTERM and SIGKILL on kill and relaunch."""
+
+    refresh_s: float = 0.05
+    """Snapshots arriving within this window are drawn together."""
+
+    tick_s: float = 1.0
+    """Redraw at least this often (clocks, "unreachable for ..."); 0: only on snapshots."""
+
+    log_lines: int = 200
+    """Lines of a log's tail shown first."""
+
+    log_poll_s: float = 1.0
+    """Seconds between two reads of a followed log (each armed after the last returned)."""
+
+    spark_bucket_s: float = 15.0
+    """Seconds of tokens/s in one sparkline cell."""
+
+    initial_view: str = "jobs"
+    """fleet, jobs, logs or alerts."""
+
+    nodes: tuple[str, ...] = field(default=())
+    """Nodes to show as connecting before they answer; default those the client will use."""
+
+    screenshot: Optional[str] = None
+    """Save an SVG screenshot here once tokens/s and an ETA are on screen, then exit."""
+
+    screenshot_wait_s: tuple[float, float] = (12.0, 90.0)
+    """At least this long (the sparklines fill), at most this long (whatever is there)."""

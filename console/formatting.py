@@ -1,0 +1,56 @@
+"""How figures are rounded and spelled: durations, quality counters, significant figures.
+
+Pure functions over plain values; the rows, the widgets and the headless ``status`` share
+them, so a figure reads the same wherever it is shown.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+QUALITY_NAMES = {"empty_answer": "empty", "no_reasoning": "no-reason", "cut_at_max_tokens": "cut",
+                 "errors": "err", "error": "err"}
+
+
+def quality_flags(quality: dict[str, int]) -> tuple[str, ...]:
+    return tuple(f"{QUALITY_NAMES.get(k, k)} {v}" for k, v in sorted(quality.items()) if v)
+
+
+def human_duration(seconds: Optional[float]) -> str:
+    """5d 3h, 2h 05m, 4m 10s, 12s; '-' when unknown."""
+    if seconds is None:
+        return "-"
+    s = int(round(seconds))
+    d, s = divmod(s, 86400)
+    h, s = divmod(s, 3600)
+    m, s = divmod(s, 60)
+    if d:
+        return f"{d}d {h}h"
+    if h:
+        return f"{h}h {m:02d}m"
+    if m:
+        return f"{m}m {s:02d}s"
+    return f"{s}s"
+
+
+def round_int(v: Optional[float]) -> Optional[int]:
+    return None if v is None else int(round(v))
+
+
+def round_figures(v: Optional[float]) -> Optional[float]:
+    """Three significant figures at most: what a cell can show, so equal rows draw alike."""
+    if v is None:
+        return None
+    a = abs(v)
+    if a >= 100:
+        return float(round(v))
+    if a >= 10:
+        return round(v, 1)
+    return round(v, 2)
+
+
+def round_eta(v: Optional[float]) -> Optional[float]:
+    """Whole seconds below an hour, whole minutes above."""
+    if v is None:
+        return None
+    return float(round(v)) if v < 3600 else float(round(v / 60) * 60)

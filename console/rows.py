@@ -1,0 +1,168 @@
+"""The frozen rows widgets render, one per table line, and the header's totals.
+
+FleetState builds them; widgets only draw them. Two equal rows draw the same line, so a
+table redraws a row only when its row changed: every figure in a row is rounded to what a
+cell shows (see ``formatting``).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Optional, Union
+
+from gpudeck.agents.jobs import AlertKind, EngineState, JobKind, ShownState
+from gpudeck.agents.protocol import Gpu
+from gpudeck.console.formatting import round_int
+
+SPARK_BUCKET_S = 15.0  # one sparkline cell: 15 s of tokens/s
+
+
+class NodeState(str, enum.Enum):
+    """A node as the console sees it."""
+
+    UP = "up"  # its agent answers
+    CONNECTING = "connecting"  # not answered yet
+    UNREACHABLE = "unreachable"  # cannot be read: see its error
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True, slots=True)
+class Totals:
+    """The header's line: the fleet in one glance."""
+
+    nodes_up: int
+    nodes_total: int
+    gpus_busy: int
+    gpus_total: int
+    tokens_per_s: Optional[float]
+    slowest_eta_s: Optional[float]
+    slowest_job: Optional[str]
+    jobs_running: int
+    jobs_total: int
+    alerts: int
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRow:
+    key: str
+    node: str
+    state: NodeState
+    hostname: Optional[str] = None
+    cpu_pct: Optional[int] = None
+    cpu_count: Optional[int] = None
+    mem_used_gib: Optional[float] = None
+    mem_total_gib: Optional[float] = None
+    load1: Optional[float] = None
+    gpu_count: int = 0
+    gpu_error: Optional[str] = None
+    error: Optional[str] = None
+    since: Optional[float] = None  # unreachable since (unix time)
+    down_for_s: Optional[int] = None
+    retry_in_s: Optional[int] = None
+
+
+@dataclass(frozen=True, slots=True)
+class GpuRow:
+    key: str
+    node: str
+    index: int
+    name: str
+    mem_used_gib: float
+    mem_total_gib: float
+    util_pct: Optional[int]
+    temp_c: Optional[int]
+    power_w: Optional[int]
+    jobs: tuple[str, ...]  # the jobs holding it (what k and enter act on)
+    unowned_pids: tuple[int, ...] = ()  # processes holding memory that belong to no job
+    shared: bool = False  # two jobs on this GPU
+    stale: bool = False  # the node is unreachable: last known reading
+
+    @property
+    def unowned(self) -> bool:
+        """A process no job owns holds memory on it."""
+        return bool(self.unowned_pids)
+
+    @classmethod
+    def of(cls, node: str, g: Gpu, stale: bool) -> "GpuRow":
+        procs = g.processes
+        if len(procs) == 1:  # the usual case, kept quick: 2,048 of these a second at fleet scale
+            p = procs[0]
+            jobs: tuple[str, ...] = (p.job,) if p.job else ()
+            unowned: tuple[int, ...] = () if p.job else (p.pid,)
+        else:
+            jobs = tuple(sorted({p.job for p in procs if p.job}))
+            unowned = tuple(p.pid for p in procs if p.job is None)
+        return cls(f"gpu:{node}:{g.index}", node, g.index, g.name, round(g.mem_used_mib / 1024, 1),
+                   round(g.mem_total_mib / 1024, 1), round_int(g.util_pct), round_int(g.temp_c),
+                   round_int(g.power_w), jobs, unowned, len(jobs) > 1, stale)
+
+
+FleetRow = Union[NodeRow, GpuRow]
+
+
+@dataclass(frozen=True, slots=True)
+class JobRow:
+    key: str  # "node/name"
+    name: str
+    node: str
+    kind: JobKind
+    state: ShownState  # the job's state; an engine job that answers shows READY
+    gpus: tuple[int, ...]
+    attempt: int
+    tokens_per_s: Optional[float]
+    spark: tuple[Optional[float], ...]
+    done: Optional[int]
+    total: Optional[int]
+    rate_per_s: Optional[float]
+    eta_s: Optional[float]
+    flags: tuple[str, ...]
+    exit_code: Optional[int] = None
+    engine_state: Optional[EngineState] = None
+    running: Optional[int] = None
+    queued: Optional[int] = None
+    kv_usage: Optional[float] = None
+    accept_length: Optional[float] = None
+    stale: bool = False  # its node is unreachable
+    pid: Optional[int] = None
+
+    @property
+    def fraction(self) -> Optional[float]:
+        if self.done is None or not self.total:
+            return None
+        return min(1.0, self.done / self.total)
+
+    @property
+    def alive(self) -> bool:
+        return self.state.alive
+
+
+@dataclass(frozen=True, slots=True)
+class AlertRow:
+    key: str
+    node: str
+    kind: AlertKind
+    message: str
+    job: Optional[str]
+    gpu: Optional[int]
+    since: float  # when the console first saw it
+
+
+@dataclass(frozen=True, slots=True)
+class JobDetail:
+    """Everything the details screen shows about one job."""
+
+    row: JobRow
+    pids: tuple[int, ...]
+    started_at: Optional[float]
+    ended_at: Optional[float]
+    log_path: Optional[str]
+    quality: tuple[tuple[str, int], ...]
+    progress_error: Optional[str]
+    engine_url: Optional[str]
+    engine_error: Optional[str]
+    command: Optional[str]
+    spark: tuple[Optional[float], ...]  # a longer series than the table's
+    bucket_s: float = SPARK_BUCKET_S  # seconds per spark value
