@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Optional, Union
 
 from gpudeck.agents.protocol import KillVerdict, LaunchResult
+from gpudeck.agents.jobs import AlertKind
 from gpudeck.console.rows import AlertRow, FleetRow, GpuRow, JobRow
 
 
@@ -52,6 +53,16 @@ def target_job(row: Union[JobRow, FleetRow, AlertRow, None]) -> Optional[str]:
         return row.jobs[0] if len(row.jobs) == 1 else None
     if isinstance(row, AlertRow):
         return row.job
+    return None
+
+
+def target_process(row: Union[JobRow, FleetRow, AlertRow, None]) -> Optional[tuple[str, int]]:
+    """(node, pid) of a GPU process that belongs to no job under the cursor: a GPU row that
+    only such a process holds, or the alert about one; None otherwise."""
+    if isinstance(row, GpuRow) and not row.jobs and len(row.unowned_pids) == 1:
+        return row.node, row.unowned_pids[0]
+    if isinstance(row, AlertRow) and row.kind == AlertKind.UNOWNED_GPU_PROCESS and row.pid is not None:
+        return row.node, row.pid
     return None
 
 
@@ -97,6 +108,15 @@ def plan_job_action(op: JobOp, job: str, row: Optional[JobRow], *, read_only: bo
                                       f"(SIGTERM, SIGKILL after {grace} s), then started again as attempt "
                                       f"{row.attempt + 1} with the same spec.", "Relaunch")
     return RunNow()
+
+
+def plan_process_kill(node: str, pid: int, *, read_only: bool, grace_s: float) -> Plan:
+    """A GPU process of no job: always ask first; never in read-only mode."""
+    if read_only:
+        return Refuse("read-only: kill is off (started with --read-only)")
+    return Confirm(f"kill pid {pid}", f"Kill process [b]{pid}[/b] on {node}? It holds GPU memory and belongs to no "
+                                      f"job.\n\nSIGTERM, SIGKILL after {grace_s:g} s, then a check that it is gone "
+                                      f"and its GPU memory came back. The node's audit log keeps it.", "Kill")
 
 
 def request_options(op: JobOp, grace_s: float) -> dict[str, float]:

@@ -22,16 +22,17 @@ from typing import Any, Optional
 from textual import work
 from textual.app import App
 from textual.binding import Binding
+from textual.css.query import NoMatches
 from textual.worker import Worker, WorkerState
 
 from gpudeck.agents.jobs import ShownState
 from gpudeck.agents.protocol import History, Snapshot
 from gpudeck.console.actions import (Confirm, JobOp, Notice, Refuse, failure_notice, outcome_notice, plan_job_action,
-                                     request_options)
+                                     plan_process_kill, request_options)
 from gpudeck.console.config import ConsoleConfig
 from gpudeck.console.messages import (HistoryReceived, JobActionFailed, JobActionFinished, JobActionRequested,
                                       JobOpened, LogFetched, LogFetchFailed, LogFollowCancelled, LogFollowRequested,
-                                      NodeWentDown, NodeWentUp, SnapshotReceived)
+                                      NodeWentDown, NodeWentUp, ProcessKillRequested, SnapshotReceived)
 from gpudeck.console.screens.confirm import ConfirmScreen
 from gpudeck.console.screens.error import ErrorScreen
 from gpudeck.console.screens.help import HelpScreen
@@ -145,8 +146,13 @@ class GpuDeckApp(App[None]):
     def refresh_views(self) -> None:
         self._refresh_armed = False
         for screen in self.screen_stack:
-            if isinstance(screen, (MainScreen, JobScreen)) and screen.is_mounted:
-                screen.show_state(self.state)
+            # a screen still composing (a slow machine at start-up), or already closing, is
+            # skipped: the next refresh draws it
+            if isinstance(screen, (MainScreen, JobScreen)) and screen.is_mounted and screen.composed:
+                try:
+                    screen.show_state(self.state)
+                except NoMatches:
+                    self.schedule_refresh()
 
     # ------------------------------------------------------------ operator actions
 
@@ -181,6 +187,36 @@ class GpuDeckApp(App[None]):
                 self.notify(f"{op} of {job} cancelled", timeout=3)
 
         self.push_screen(ConfirmScreen(plan.title, plan.question, plan.yes), answered)
+
+    def on_process_kill_requested(self, message: ProcessKillRequested) -> None:
+        """Kill a GPU process that belongs to no job, after asking."""
+        node, pid = message.node, message.pid
+        plan = plan_process_kill(node, pid, read_only=self.config.read_only, grace_s=self.config.grace_s)
+        if isinstance(plan, Refuse):
+            self.notify(plan.message, severity="warning", timeout=4)
+            return
+
+        def answered(confirmed: Optional[bool]) -> None:
+            if confirmed:
+                self.run_process_kill(node, pid)
+            else:
+                self.notify(f"kill of pid {pid} cancelled", timeout=3)
+
+        self.push_screen(ConfirmScreen(plan.title, plan.question, plan.yes), answered)
+
+    @work(group="actions", exit_on_error=False, name="process kill")
+    async def run_process_kill(self, node: str, pid: int) -> None:
+        what = f"pid {pid} on {node}"
+        if not self.config.connect:
+            self.post_message(JobActionFailed(what, JobOp.KILL, "this console is not connected to the fleet"))
+            return
+        self.notify(f"kill {what}…", timeout=3)
+        try:
+            verdict = await self.client.kill_pid(node, pid, grace_s=self.config.grace_s)
+        except OPERATOR_ERRORS as exc:
+            self.post_message(JobActionFailed(what, JobOp.KILL, describe_error(exc)))
+            return
+        self.post_message(JobActionFinished(what, JobOp.KILL, verdict))
 
     @work(group="actions", exit_on_error=False, name="job action")
     async def run_job_action(self, op: str, job: str, quiet: bool = False) -> None:

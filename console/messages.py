@@ -66,6 +66,14 @@ class JobActionRequested(Message):
 
 
 @dataclass
+class ProcessKillRequested(Message):
+    """The operator pressed kill on a GPU process that belongs to no job."""
+
+    node: str
+    pid: int
+
+
+@dataclass
 class JobOpened(Message):
     """The operator opened ``job`` (enter on its row): the app shows its details screen."""
 

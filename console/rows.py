@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Optional, Union
 
 from gpudeck.agents.jobs import AlertKind, EngineState, JobKind, ShownState
-from gpudeck.agents.protocol import Gpu
+from gpudeck.agents.protocol import Gpu, KillVerdict
 from gpudeck.console.formatting import round_int
 
 SPARK_BUCKET_S = 15.0  # one sparkline cell: 15 s of tokens/s
@@ -148,6 +148,7 @@ class AlertRow:
     job: Optional[str]
     gpu: Optional[int]
     since: float  # when the console first saw it
+    pid: Optional[int] = None  # the process an alert is about (a GPU process of no job)
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,3 +167,8 @@ class JobDetail:
     command: Optional[str]
     spark: tuple[Optional[float], ...]  # a longer series than the table's
     bucket_s: float = SPARK_BUCKET_S  # seconds per spark value
+    last_kill: Optional[KillVerdict] = None  # the last kill's verdict, kept on the node
+    argv: tuple[str, ...] = ()  # the command line the node really ran
+    last_tokens_per_s: Optional[float] = None  # a job that is not running: its last live rate ...
+    last_rate_at: Optional[float] = None  # ... and when
+    error: Optional[str] = None  # the node could not read this job

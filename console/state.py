@@ -296,6 +296,9 @@ class FleetState:
                     log_path=j.log_path, quality=tuple(sorted((p.quality if p else {}).items())),
                     progress_error=p.error if p else None, engine_url=e.url if e else None,
                     engine_error=e.error if e else None, command=command,
+                    last_kill=j.last_kill, argv=tuple(j.argv),
+                    last_tokens_per_s=p.last_tokens_per_s if p else None,
+                    last_rate_at=p.last_rate_at if p else None, error=j.error,
                     spark=series.last(spark_width, now) if series else (None,) * spark_width,
                     bucket_s=self.spark_bucket_s)
         return None
@@ -310,6 +313,7 @@ class FleetState:
             since = self._first_seen.setdefault(ident, now)
             key = "|".join(str(x) for x in ident[:5])
             out.append(AlertRow(key=key, node=node, kind=AlertKind(a.kind), message=a.message, job=a.job, gpu=a.gpu,
+                                pid=a.pid,
                                 since=since))
         for ident in [i for i in self._first_seen if i not in live]:
             del self._first_seen[ident]
@@ -327,6 +331,8 @@ class FleetState:
                 "unreachable_since": view.unreachable_since,
                 "gpus": [dataclasses.asdict(g) for g in snap.gpus] if snap else [],
                 "gpu_error": snap.gpu_error if snap else None,
+                "gpus_simulated": snap.gpus_simulated if snap else False,
+                "containment": snap.containment if snap else None,
                 "host": dataclasses.asdict(snap.host) if snap else None,
             })
         jobs = []
@@ -339,7 +345,12 @@ class FleetState:
                 "done": p.done if p else None, "total": p.total if p else None,
                 "tokens_per_s": job_tokens_per_s(j), "eta_s": p.eta_s if p else None,
                 "quality": p.quality if p else {},
+                "last_tokens_per_s": p.last_tokens_per_s if p else None,
+                "last_rate_at": p.last_rate_at if p else None,
                 "engine": dataclasses.asdict(j.engine) if j.engine else None,
+                "last_kill": dataclasses.asdict(j.last_kill) if j.last_kill else None,
+                "argv": j.argv,
+                "error": j.error,
             })
         alerts = [{"node": n, **dataclasses.asdict(a)} for n, a in self.alerts()]
         return {"nodes": nodes, "jobs": jobs, "alerts": alerts}
@@ -364,6 +375,10 @@ def _client_of(spec: JobSpec, engine_ports: set[Optional[int]]) -> bool:
 
 
 def job_tokens_per_s(j: JobStatus) -> Optional[float]:
+    """A live job's tokens/s; None for a job that is not running (its last figure is
+    ``progress.last_tokens_per_s``, shown as such)."""
+    if j.state not in _ALIVE:
+        return None
     if j.progress is not None and j.progress.tokens_per_s is not None:
         return j.progress.tokens_per_s
     if j.engine is not None:

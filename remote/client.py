@@ -245,6 +245,17 @@ class FleetClient:
     async def kill(self, job: str, grace_s: float = 10.0) -> KillVerdict:
         return await self.job_request(job, "kill", timeout=grace_s + 60.0, grace_s=grace_s)
 
+    async def kill_pid(self, node: str, pid: int, grace_s: float = 10.0) -> KillVerdict:
+        """Kill a GPU process of ``node`` that belongs to no job, verified like a job's kill."""
+        if node not in self.links:
+            await self.connect_all([self.fleet.node(node)])
+        link = self.links.get(node)
+        if link is None:
+            err = self.failures.get(node)
+            raise err if err is not None else AgentError(node, "not connected")
+        result = await link.request("kill_pid", timeout=grace_s + 60.0, pid=pid, grace_s=grace_s)
+        return protocol.result_of("kill_pid", result)
+
     async def launch(self, job: str) -> LaunchResult:
         return await self.job_request(job, "launch", timeout=120.0)
 

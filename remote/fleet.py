@@ -48,6 +48,7 @@ class Node:
     host_keys: str = "strict"  # strict | accept-new
     connect_timeout: float = 10.0
     venv: Optional[str] = None  # where `gpudeck deploy` installs gpudeck; default <home>/venv
+    simulate_gpus: Optional[str] = None  # the demo's and tests' stand-in GPUs ("4xRTX PRO 6000:96"): never NVML
     jump: Optional[str] = None  # a bastion: a node of the fleet, or [user@]host[:port]; "none": not even ProxyJump
     via: Optional["Node"] = None  # the bastion's Node, resolved from `jump` (not a fleet-file key)
 
@@ -71,7 +72,8 @@ class Fleet:
         for n in self.nodes:
             if n.name == name:
                 return n
-        raise KeyError(name)
+        known = ", ".join(n.name for n in self.nodes)
+        raise KeyError(f"unknown node {name!r} (nodes in {self.path or 'the local fleet'}: {known})")
 
     def job(self, name: str) -> JobSpec:
         for j in self.jobs:
@@ -354,6 +356,8 @@ def _check_range(path: str, line: Optional[int], where: str, key: str, v: Any) -
 
 def _check_type(path: str, line: Optional[int], where: str, f: dataclasses.Field, v: Any) -> None:
     tp = str(f.type)
+    if v is None and tp.startswith("Optional["):  # (TOML has no null: only our own defaults are None)
+        return
     ok = True
     if tp.startswith("list["):
         inner = tp[5:-1]

@@ -70,6 +70,8 @@ def agent_argv(node: Node, python: str) -> list[str]:
         argv += ["--home", node.home]
     if not node.nvml:
         argv.append("--no-nvml")
+    if node.simulate_gpus:
+        argv += ["--simulate-gpus", node.simulate_gpus]
     return argv
 
 

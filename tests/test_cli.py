@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -108,6 +109,15 @@ def test_bad_input_from_the_command_line(tmp_path, fleet):
     r = gpudeck("status", "-f", str(tmp_path / "missing.toml"), check=False)
     assert r.returncode == 2 and "cannot read the fleet file" in r.stderr
     assert "Traceback" not in r.stderr
+    for bad in ("nan", "-1", "inf", "soon"):
+        r = gpudeck("kill", "-f", str(fleet), "counter", "--grace", bad, check=False)
+        assert r.returncode == 2 and "--grace" in r.stderr and "Traceback" not in r.stderr, (bad, r.stderr)
+    r = gpudeck("kill", "-f", str(fleet), "--pid", "123", check=False)
+    assert r.returncode == 2 and "--node NODE --pid PID" in r.stderr
+    r = gpudeck("kill", "-f", str(fleet), "--node", "nowhere", "--pid", "123", check=False)
+    assert r.returncode == 2 and "unknown node 'nowhere'" in r.stderr
+    r = gpudeck("logs", "-f", str(fleet), "counter", "-n", "-5", check=False)
+    assert r.returncode == 2 and "--lines" in r.stderr
 
 
 def test_consoles_starting_at_the_same_moment_share_one_agent(tmp_path):
@@ -136,6 +146,47 @@ def test_an_agent_that_cannot_start_says_why(tmp_path):
     assert not node["reachable"]
     assert "Not a directory" in node["error"] and str(blocker / "home") in node["error"], node["error"]
     assert "exited with code 3" in node["error"]
+    assert r.returncode == 3  # some node did not answer
+
+
+def test_kill_by_pid_of_a_gpu_process_of_no_job_and_a_kept_verdict(tmp_path, home):
+    fleet = tmp_path / "fleet.toml"
+    fleet.write_text(textwrap.dedent(f'''
+        [defaults]
+        home = "{home}"
+
+        [[nodes]]
+        name = "local"
+        simulate_gpus = "1xH200:141"
+
+        [[jobs]]
+        name = "holder"
+        gpus = [0]
+        command = ["{sys.executable}", "-m", "gpudeck.agents.simgpu", "{home}", "0", "4096", "--", "sleep", "600"]
+    '''))
+    stranger = subprocess.Popen([sys.executable, "-m", "gpudeck.agents.simgpu", str(home), "0", "2048", "--",
+                                 "sleep", "600"], start_new_session=True)
+    try:
+        gpudeck("launch", "holder", "-f", str(fleet))
+        wait_for(lambda: len(json.loads(gpudeck("status", "--json", "-f", str(fleet)).stdout)
+                             ["nodes"][0]["gpus"][0]["processes"]) == 2, 60, what="both on GPU 0")
+        r = gpudeck("kill", "-f", str(fleet), "--node", "local", "--pid", str(stranger.pid), "--grace", "2")
+        assert f"pid {stranger.pid}: freed 2.0 GiB" in r.stdout, r.stdout
+        assert stranger.wait(10) is not None
+        r = gpudeck("kill", "-f", str(fleet), "--node", "local", "--pid", str(os.getpid()), check=False)
+        assert r.returncode == 1 and "holds no GPU" in r.stderr
+        gpudeck("kill", "holder", "-f", str(fleet), "--grace", "2")
+        doc = json.loads(gpudeck("status", "--json", "-f", str(fleet)).stdout)
+        node = doc["nodes"][0]
+        assert node["gpus_simulated"] is True and node["containment"] in ("cgroup", "token")
+        job = next(j for j in doc["jobs"] if j["name"] == "holder")
+        assert job["state"] == "killed" and job["tokens_per_s"] is None and job["eta_s"] is None
+        assert job["last_kill"]["ok"] and job["last_kill"]["freed_gib"] == 4.0  # kept after the console left
+        plain = gpudeck("status", "-f", str(fleet)).stdout
+        assert "GPUs SIMULATED" in plain and "last kill at" in plain and "freed 4.0 GiB" in plain
+    finally:
+        if stranger.poll() is None:
+            stranger.kill()
 
 
 def test_a_one_shot_status_shows_the_engines(tmp_path, home):

@@ -220,3 +220,9 @@ def test_jumps_in_a_circle_are_refused():
     with pytest.raises(FleetError) as err:
         parse_fleet(text, "f.toml")
     assert str(err.value) == "f.toml:12: node 'gpu1' 'jump': the jumps go round in a circle (bastion -> gpu1 -> bastion)"
+
+
+def test_the_local_node_may_be_declared_with_its_own_settings():
+    f = parse_fleet('[[nodes]]\nname = "local"\nsimulate_gpus = "2xH200:141"\ninterval = 0.5\n', "f.toml")
+    assert [n.name for n in f.nodes] == ["local"]
+    assert f.node("local").host is None and f.node("local").simulate_gpus == "2xH200:141"

@@ -16,6 +16,7 @@ from typing import Optional
 EXIT_OK = 0  # done
 EXIT_FAIL = 1  # refused by a node, a kill that left processes or GPU memory behind, a degenerate dataset
 EXIT_USAGE = 2  # a mistake on the command line or in the fleet file
+EXIT_UNREACHABLE = 3  # `status`: some node did not answer (the report says which and why)
 EXIT_INTERRUPTED = 130  # ctrl-c
 
 

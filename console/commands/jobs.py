@@ -4,11 +4,12 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import sys
 
-from gpudeck.console.commands.common import EXIT_FAIL, EXIT_OK, fleet_arg, load_fleet
+from gpudeck.console.commands.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, err, fleet_arg, load_fleet
 
 
 def register(sub) -> None:
@@ -17,19 +18,47 @@ def register(sub) -> None:
                                ("kill", _kill, "stop a job and verify its GPU memory came back")):
         p = sub.add_parser(name, help=helptext)
         fleet_arg(p)
-        p.add_argument("job")
-        if name in ("kill", "relaunch"):
-            p.add_argument("--grace", type=float, default=10.0, help="seconds between SIGTERM and SIGKILL")
         if name == "kill":
+            p.add_argument("job", nargs="?", help="the job (or --node and --pid for a GPU process of no job)")
+            p.add_argument("--node", help="with --pid: the node of the process")
+            p.add_argument("--pid", type=_pid, help="kill a GPU process that belongs to no job, verified the same way")
             p.add_argument("--json", action="store_true")
+        else:
+            p.add_argument("job")
+        if name in ("kill", "relaunch"):
+            p.add_argument("--grace", type=seconds, default=10.0, help="seconds between SIGTERM and SIGKILL "
+                                                                       "(0 to 3600)")
         p.set_defaults(run=fn)
 
     p = sub.add_parser("logs", help="a job's log")
     fleet_arg(p)
     p.add_argument("job")
-    p.add_argument("-n", "--lines", type=int, default=50)
+    p.add_argument("-n", "--lines", type=_count, default=50)
     p.add_argument("--follow", action="store_true")
     p.set_defaults(run=_logs)
+
+
+def seconds(text: str) -> float:
+    """A number of seconds from 0 to 3600 (NaN and infinities are not)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not 0 <= value <= 3600:
+        raise argparse.ArgumentTypeError(f"expected 0 to 3600 seconds, got {text!r}")
+    return value
+
+
+def _pid(text: str) -> int:
+    if not text.isdigit() or int(text) <= 0:
+        raise argparse.ArgumentTypeError(f"expected a process id, got {text!r}")
+    return int(text)
+
+
+def _count(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"expected a number of lines, got {text!r}")
+    return int(text)
 
 
 def _client(args):
@@ -66,16 +95,32 @@ async def _relaunch(args) -> int:
 
 async def _kill(args) -> int:
     from gpudeck.agents.protocol import to_plain
+    from gpudeck.remote.client import FleetClient
 
-    client = _client(args)
-    try:
-        r = await client.kill(args.job, grace_s=args.grace)
-    finally:
-        await client.close()
+    if args.pid is not None or args.node is not None:
+        if args.job or args.pid is None or args.node is None:
+            err("kill: give a JOB, or --node NODE --pid PID for a GPU process that belongs to no job")
+            return EXIT_USAGE
+        fleet = load_fleet(args.fleet)
+        fleet.node(args.node)  # an unknown node: KeyError naming the fleet's nodes
+        client = FleetClient(fleet)
+        try:
+            r = await client.kill_pid(args.node, args.pid, grace_s=args.grace)
+        finally:
+            await client.close()
+    else:
+        if not args.job:
+            err("kill: give a JOB, or --node NODE --pid PID")
+            return EXIT_USAGE
+        client = _client(args)
+        try:
+            r = await client.kill(args.job, grace_s=args.grace)
+        finally:
+            await client.close()
     if args.json:
         print(json.dumps(to_plain(r), indent=1))
     else:
-        print(f"{'killed' if r.ok else 'KILL INCOMPLETE'} {r.job}: {r.message}")
+        print(f"{'killed' if r.ok else 'KILL INCOMPLETE'} {r.job or 'process'}: {r.message}")
     return EXIT_OK if r.ok else EXIT_FAIL
 
 

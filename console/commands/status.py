@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 
-from gpudeck.console.commands.common import EXIT_OK, fleet_arg, load_fleet
+from gpudeck.console.commands.common import EXIT_OK, EXIT_UNREACHABLE, fleet_arg, load_fleet
 
 
 def register(sub) -> None:
@@ -35,7 +35,8 @@ async def _status(args) -> int:
         print(json.dumps(state.to_json(), indent=1))
     else:
         print(render_status(state))
-    return EXIT_OK
+    # 3: some node did not answer (its reason is in the report): scripts can tell a partial look
+    return EXIT_UNREACHABLE if any(not view.reachable for view in state.nodes.values()) else EXIT_OK
 
 
 def render_status(state) -> str:
@@ -63,7 +64,8 @@ def _node_lines(state) -> list[str]:
             continue
         h = snap.host
         lines.append(f"{name} ({h.hostname}): cpu {h.cpu_pct:.0f}% of {h.cpu_count}, "
-                     f"mem {h.mem_used_bytes / 2**30:.1f}/{h.mem_total_bytes / 2**30:.1f} GiB, load {h.load1:.2f}")
+                     f"mem {h.mem_used_bytes / 2**30:.1f}/{h.mem_total_bytes / 2**30:.1f} GiB, load {h.load1:.2f}, "
+                     f"containment {snap.containment or '-'}" + (", GPUs SIMULATED" if snap.gpus_simulated else ""))
         if not snap.gpus:
             lines.append(f"  no GPUs: {snap.gpu_error}")
         for g in snap.gpus:
@@ -88,8 +90,20 @@ def _job_lines(state) -> list[str]:
         tps = job_tokens_per_s(j)
         lines.append(f"{j.name:<20} {node:<12} {j.kind:<14} {j.state:<9} "
                      f"{','.join(map(str, j.gpus)) or '-':<6} {j.attempt:>3} {done:>16} "
-                     f"{(f'{tps:.0f}' if tps is not None else '-'):>9} {human_duration(p.eta_s if p else None):>8}")
+                     f"{(f'{tps:.0f}' if tps is not None else '-'):>9} "
+                     f"{human_duration(p.eta_s if p and tps is not None else None):>8}")
+        if tps is None and p is not None and p.last_tokens_per_s is not None:
+            lines.append(f"  last {p.last_tokens_per_s:.0f} tok/s at {_clock(p.last_rate_at)}")
+        if j.error:
+            lines.append(f"  cannot be read: {j.error}")
+        if j.last_kill is not None:
+            k = j.last_kill
+            lines.append(f"  last kill at {_clock(k.at)}: {'ok' if k.ok else 'INCOMPLETE'}: {k.message}")
     return lines
+
+
+def _clock(t) -> str:
+    return time.strftime("%H:%M", time.localtime(t)) if t else "?"
 
 
 def _n(v) -> str:

@@ -39,7 +39,11 @@ class JobScreen(Screen[None]):
         yield LogPanel(id="job-log")
         yield Footer()
 
+    composed = False
+    """True once the widgets are mounted: the app draws into this screen only from then on."""
+
     def on_mount(self) -> None:
+        self.composed = True
         self.query_one(LogPanel).show_job(self.job)
         self.query_one(LogPanel).log.focus()
         self.show_state(self.fleet_state)

@@ -16,8 +16,9 @@ from textual.content import Content
 from textual.screen import Screen
 from textual.widgets import Footer, Input, TabbedContent, TabPane
 
-from gpudeck.console.actions import JobOp, no_target_notice, target_job
-from gpudeck.console.messages import JobActionRequested, JobOpened, LogFollowCancelled, LogFollowRequested
+from gpudeck.console.actions import JobOp, no_target_notice, target_job, target_process
+from gpudeck.console.messages import (JobActionRequested, JobOpened, LogFollowCancelled, LogFollowRequested,
+                                      ProcessKillRequested)
 from gpudeck.console.screens.bindings import job_bindings
 from gpudeck.console.selection import ALERT_SORTS, FLEET_SORTS, JOB_SORTS, select_alerts, select_fleet, select_jobs
 from gpudeck.console.state import FleetState
@@ -67,7 +68,11 @@ class MainScreen(Screen[None]):
         yield FilterBar()
         yield Footer()
 
+    composed = False
+    """True once the views are mounted: the app draws into this screen only from then on."""
+
     def on_mount(self) -> None:
+        self.composed = True
         self._focus_view(self.active)
 
     # ------------------------------------------------------------ rendering
@@ -202,6 +207,10 @@ class MainScreen(Screen[None]):
     def action_job(self, op: str) -> None:
         job_op = JobOp(op)
         job = self.selected_job()
+        process = target_process(self.table(self.active).cursor_row) if self.active != "logs" else None
+        if job is None and job_op == JobOp.KILL and process is not None:
+            self.post_message(ProcessKillRequested(*process))
+            return
         if job is None:
             n = no_target_notice(job_op)
             self.notify(n.text, severity=n.severity, timeout=n.timeout)  # type: ignore[arg-type]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from typing import Optional
 
 from rich.table import Table
@@ -52,6 +53,9 @@ class JobDetails(Widget):
         grid.add_row("job", head)
         grid.add_row("GPUs", ", ".join(map(str, j.gpus)) or "none")
         tps = Text(f"{cells.rate(j.tokens_per_s)}  ")
+        if j.tokens_per_s is None and d.last_tokens_per_s is not None:  # not running: its last figure, marked
+            tps = Text(f"last {cells.rate(d.last_tokens_per_s)} at {cells.clock_time(d.last_rate_at)}  ",
+                       st("job-details--muted"))
         tps.append(cells.sparkline(d.spark), st("job-details--spark"))
         tps.append(f"  last {human_duration(len(d.spark) * d.bucket_s)}", st("job-details--muted"))
         grid.add_row("tokens/s", tps)
@@ -86,7 +90,17 @@ class JobDetails(Widget):
         grid.add_row("when", when)
         if j.flags:
             grid.add_row("flags", Text(" ".join(j.flags), st("job-details--warn")))
-        if d.command:
+        if d.error:
+            grid.add_row("error", Text(d.error, st("job-details--bad")))
+        if d.last_kill is not None:
+            k = d.last_kill
+            kill = Text("ok  " if k.ok else "INCOMPLETE  ", st("job-details--ok" if k.ok else "job-details--bad"))
+            kill.append(k.message)
+            kill.append(f"  at {cells.clock_time(k.at)}", st("job-details--muted"))
+            grid.add_row("last kill", kill)
+        if d.argv:  # what the node really ran for this attempt
+            grid.add_row("command", Text(shlex.join(d.argv), overflow="ellipsis", no_wrap=True))
+        elif d.command:
             grid.add_row("command", Text(d.command, overflow="ellipsis", no_wrap=True))
         return grid
 
