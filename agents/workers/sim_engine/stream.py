@@ -19,13 +19,13 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from typing import TYPE_CHECKING, Optional
+from typing import Any, Optional
 
 from aiohttp import web
 
-if TYPE_CHECKING:
-    from gpudeck.agents.workers.sim_engine.answer import Answer
-    from gpudeck.agents.workers.sim_engine.app import SimEngine
+from gpudeck.agents.workers.sim_engine.answer import Answer
+
+SimEngine = Any  # app.py's SimEngine (which imports this module): its hold/prefilled/generated/finished
 
 
 def _delta(role: Optional[str] = None, content: Optional[str] = None,
@@ -36,7 +36,7 @@ def _delta(role: Optional[str] = None, content: Optional[str] = None,
 class _Events:
     """Writes the chunks of one streamed answer."""
 
-    def __init__(self, resp: web.StreamResponse, ans: "Answer", chunk_id: str) -> None:
+    def __init__(self, resp: web.StreamResponse, ans: Answer, chunk_id: str) -> None:
         self.resp, self.ans, self.id, self.created = resp, ans, chunk_id, int(time.time())
 
     async def send(self, choices: list, usage: Optional[dict] = None) -> None:
@@ -49,7 +49,7 @@ class _Events:
                           "matched_stop": None}])
 
 
-async def stream_chat(engine: "SimEngine", request: web.Request, body: dict, ans: "Answer", wait: float,
+async def stream_chat(engine: SimEngine, request: web.Request, body: dict, ans: Answer, wait: float,
                       failure: Optional[str], t0: float) -> web.StreamResponse:
     """The streamed answer (the engine holds the request's slot around this call)."""
     tok_s = engine.tok_s
@@ -83,7 +83,7 @@ async def stream_chat(engine: "SimEngine", request: web.Request, body: dict, ans
     return resp
 
 
-async def _tokens(engine: "SimEngine", ev: _Events, cut: Optional[int]) -> bool:
+async def _tokens(engine: SimEngine, ev: _Events, cut: Optional[int]) -> bool:
     """One chunk per token at the engine's rate; False when ``cut`` tokens were sent first."""
     tok_s = engine.tok_s
     start, sent = time.monotonic(), 0
