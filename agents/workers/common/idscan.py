@@ -58,6 +58,8 @@ def peek_id(raw: bytes) -> Optional[str]:
         return None
     tok = m.group(1)
     if tok.startswith(b'"'):
+        if b"\\" not in tok:
+            return tok[1:-1].decode("utf-8", "surrogateescape")
         try:
             return json.loads(tok)
         except ValueError:
