@@ -88,3 +88,23 @@ def test_a_token_id_beyond_the_vocabulary_is_refused_with_file_and_line(tmp_path
     assert r.returncode == 2, r.stderr[-2000:]
     assert f"{data}:6: sample 'oov' has token id 999999 at position 2, beyond the model's vocabulary" in r.stderr
     assert "Traceback" not in r.stderr and "IndexError" not in r.stderr
+
+
+def test_duplicate_ids_are_refused_unless_dedupe_first(tmp_path, small_model):
+    from gpudeck.agents.workers.extract.reader import open_extract
+
+    data = tmp_path / "data.jsonl"
+    recs = write_tokenized(str(data), 6, seed=6)
+    with open(data, "a") as f:  # t2 again, with other tokens
+        f.write(json.dumps({"id": "t2", "input_ids": [5] * 20, "loss_mask": [1] * 20}) + "\n")
+    out = tmp_path / "out"
+    r = run_extract(small_model, str(data), str(out), "1", "--no-audit")
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert f"{data}:7: id 't2' repeats an earlier line's id (1 line(s)" in r.stderr and "--dedupe first" in r.stderr
+    assert "Traceback" not in r.stderr and not list(out.glob("shard-*"))
+    r = run_extract(small_model, str(data), str(out), "1", "--no-audit", "--dedupe", "first")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "--dedupe first: 1 record(s) repeat an earlier id and are dropped" in r.stderr
+    result = open_extract(str(out))
+    assert sorted(result.ids()) == sorted(x["id"] for x in recs)
+    assert result.get("t2").input_ids.tolist() == recs[2]["input_ids"], "the first line of the id is kept"
