@@ -56,7 +56,7 @@ def build_tokenizer(template: str = CHAT_TEMPLATE):
 
 
 def build_model(model_dir: str, arch: str = "qwen3", template: Optional[str] = CHAT_TEMPLATE, layers: int = 4,
-                seed: int = 0) -> str:
+                seed: int = 0, context: int = 4096) -> str:
     """A random-weight Qwen3- or Llama-shaped model (hidden 64, GQA 4/2 heads) saved with a
     tokenizer to ``model_dir``."""
     import torch
@@ -65,7 +65,7 @@ def build_model(model_dir: str, arch: str = "qwen3", template: Optional[str] = C
     tok = build_tokenizer(template) if template is not None else None
     vocab = max(512, len(tok)) if tok is not None else 512
     common = dict(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=layers,
-                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096)
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=context)
     cfg = Qwen3Config(head_dim=16, **common) if arch == "qwen3" else LlamaConfig(**common)
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(cfg)

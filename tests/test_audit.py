@@ -113,3 +113,17 @@ def test_labels_format_json_output_and_a_sample(tmp_path):
 def test_an_unreadable_file_is_a_usage_error(tmp_path):
     r = audit_cli(str(tmp_path / "missing.jsonl"))
     assert r.returncode == 2 and "cannot read" in r.stderr
+
+
+def test_duplicate_ids_are_counted_with_the_first_repeat(tmp_path):
+    path = tmp_path / "prompts.jsonl"
+    lines = [{"id": "p0", "messages": [{"role": "user", "content": "first text"}]},
+             {"id": "p0", "messages": [{"role": "user", "content": "a different text"}]},
+             {"id": "p1", "messages": [{"role": "user", "content": "third"}]},
+             {"id": 7, "prompt": "x"}, {"id": 7, "prompt": "y"}, {"prompt": "no id: known by its line"}]
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    r = audit_file(str(path), mode="prompts")
+    assert r.duplicates == 0, "no prompt repeats"
+    assert r.duplicate_ids == 2 and r.first_duplicate_id == f"{path}:2: id 'p0'"
+    assert f"duplicate ids: 2 lines repeat an earlier line's id (first: {path}:2: id 'p0')" in r.render()
+    assert r.to_json()["duplicate_ids"] == 2

@@ -93,13 +93,14 @@ def test_bad_lines_are_named_and_the_rest_goes_on(tmp_path, sim_engines):
     ids += write_prompts(prompts, 50, start=50)
     out = tmp_path / "out"
     log = tmp_path / "gen.log"
-    assert run_generate(generate_argv(prompts, out, [sim.url]), log) == 0
+    assert run_generate(generate_argv(prompts, out, [sim.url], "--dedupe", "first"), log) == 0
     text = log.read_text()
     assert f"{prompts}:51: not JSON" in text
     assert f"{prompts}:52: no user turn" in text
     assert f"{prompts}:53: conversations[0]: unknown speaker 'robot'" in text
     assert_exactly_once(read_shards(out), ids)  # the duplicate id "p3" was not generated twice
-    assert json.loads((out / "progress.json").read_text())["quality"]["bad_prompts"] == 3
+    quality = json.loads((out / "progress.json").read_text())["quality"]
+    assert quality["bad_prompts"] == 3 and quality["duplicate_ids"] == 1
 
 
 def test_a_server_that_dies_mid_run(tmp_path, sim_engines):
@@ -299,3 +300,64 @@ def test_a_lost_done_set_is_rebuilt_from_the_shards(tmp_path, sim_engines):
     assert "rebuilt it from them (2000 ids)" in log.read_text()
     assert sim.metric("sglang:num_requests_total") == 2000
     assert_exactly_once(read_shards(out), ids)
+
+
+# ---------------------------------------------------------------- duplicate ids, huge prompt lines
+
+def _p(pid: str, text: str) -> str:
+    return json.dumps({"id": pid, "messages": [{"role": "user", "content": text}]}) + "\n"
+
+
+def test_duplicate_ids_are_refused_unless_dedupe_first(tmp_path, sim_engines):
+    sim = sim_engines()
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text(_p("p0", "first text") + _p("p0", "another text entirely") + _p("p1", "third"))
+    out = tmp_path / "out"
+    log = tmp_path / "gen.log"
+    assert run_generate(generate_argv(prompts, out, [sim.url]), log) == 2
+    text = log.read_text()
+    assert f"{prompts}:2: id 'p0' repeats an earlier line's id (1 line(s)" in text and "--dedupe first" in text
+    assert "Traceback" not in text and not (out / "done.txt").exists()
+    assert run_generate(generate_argv(prompts, out, [sim.url], "--dedupe", "first"), log) == 0
+    recs = {r["id"]: r for rs in read_shards(out).values() for r in rs}
+    assert sorted(recs) == ["p0", "p1"] and recs["p0"]["messages"][-1]["content"] == "first text"
+    assert "--dedupe first: 1 prompt line(s) repeat an earlier id and are dropped" in log.read_text()
+    assert json.loads((out / "progress.json").read_text())["quality"]["duplicate_ids"] == 1
+
+
+def test_a_prompt_line_over_max_prompt_bytes_is_a_bad_line(tmp_path, sim_engines):
+    sim = sim_engines()
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text(_p("a", "short") + _p("big", "word " * 400_000) + _p("b", "short too"))
+    out = tmp_path / "out"
+    log = tmp_path / "gen.log"
+    assert run_generate(generate_argv(prompts, out, [sim.url], "--max-prompt-bytes", "1000000"), log) == 0
+    assert f"{prompts}:2: the line is 2,000,061 bytes, over --max-prompt-bytes (1,000,000)" in log.read_text()
+    assert sorted(r["id"] for rs in read_shards(out).values() for r in rs) == ["a", "b"]
+    assert json.loads((out / "progress.json").read_text())["quality"]["bad_prompts"] == 1
+
+
+def test_the_prompt_reader_never_holds_a_huge_line(tmp_path):
+    import tracemalloc
+
+    from gpudeck.agents.workers.common.idscan import scan_ids
+    from gpudeck.agents.workers.generate.prompts import PromptError, PromptReader, line_id
+    prompts = tmp_path / "prompts.jsonl"
+    with open(prompts, "w") as f:
+        f.write(_p("a", "x"))
+        f.write('{"id": "huge", "messages": [{"role": "user", "content": "')
+        for _ in range(50):
+            f.write("y" * (1 << 20))
+        f.write('"}]}\n')
+        f.write(_p("b", "z"))
+    tracemalloc.start()
+    reader = PromptReader(str(prompts), lambda _: False)
+    items = [reader.next(), reader.next(), reader.next(), reader.next()]
+    scan = scan_ids([str(prompts)], line_id, 1 << 20)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert [getattr(i, "id", None) for i in items] == ["a", None, "b", None]
+    assert isinstance(items[1], PromptError) and f"{prompts}:2:" in str(items[1])
+    assert reader.line == 4 and reader.offset == prompts.stat().st_size
+    assert scan.lines == 2 and scan.duplicates == 0
+    assert peak < 8 << 20, f"reading a 50 MB line peaked at {peak / 2**20:.1f} MiB"

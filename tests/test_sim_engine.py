@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 import httpx
 
@@ -119,3 +120,85 @@ def test_a_bad_flag_is_a_clear_error(tmp_path):
     r = subprocess.run([PY, "-m", "gpudeck.console", "sim-engine", "--port", "0", "--fail-kinds", "boom"],
                        capture_output=True, text=True, env=child_env(), cwd=ROOT, timeout=60)
     assert r.returncode != 0 and "unknown kind(s) boom" in r.stderr
+
+
+# ---------------------------------------------------------------- streaming (the openai client)
+
+def _openai(url: str):
+    import openai
+    return openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0, timeout=30)
+
+
+def _chunks(client, content: str, **kw):
+    return client.chat.completions.create(model="sim-model", messages=[{"role": "user", "content": content}],
+                                          stream=True, stream_options={"include_usage": True}, **kw)
+
+
+def _stream(client, content: str, **kw) -> list:
+    return list(_chunks(client, content, **kw))
+
+
+def test_streaming_with_the_openai_client_matches_the_plain_answer(sim_engines):
+    sim = sim_engines("--out-tokens", "30-30", "--tok-s", "200", "--latency-ms", "50")
+    client = _openai(sim.url)
+    plain = client.chat.completions.create(model="sim-model", messages=[{"role": "user", "content": "Why?"}])
+    before = sim.metric("sglang:generation_tokens_total")
+    t0 = time.monotonic()
+    chunks = _stream(client, "Why?")
+    took = time.monotonic() - t0
+    assert len(chunks) == 1 + 30 + 1 + 1, "role, one per token, finish, usage"
+    assert chunks[0].choices[0].delta.role == "assistant"
+    content = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    reasoning = "".join(getattr(c.choices[0].delta, "reasoning_content", None) or "" for c in chunks if c.choices)
+    msg = plain.choices[0].message
+    assert content == msg.content and reasoning == msg.reasoning_content and reasoning
+    finishes = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert finishes == ["stop"] and chunks[-2].choices[0].finish_reason == "stop"
+    last = chunks[-1]
+    assert last.choices == [] and last.usage.completion_tokens == 30 == plain.usage.completion_tokens
+    assert last.usage.prompt_tokens == plain.usage.prompt_tokens
+    assert took >= 0.05 + 30 / 200 * 0.8, f"30 tokens at 200 tok/s came in {took:.3f} s"
+    assert sim.metric("sglang:generation_tokens_total") == before + 30
+    assert sim.metric("sglang:num_requests_total") == 2
+
+    off = list(client.chat.completions.create(
+        model="sim-model", messages=[{"role": "user", "content": "Why?"}], stream=True, max_tokens=7,
+        extra_body={"chat_template_kwargs": {"enable_thinking": False}}))
+    assert not any(getattr(c.choices[0].delta, "reasoning_content", None) for c in off if c.choices)
+    assert off[-1].choices[0].finish_reason == "length" and off[-1].usage is None, "no usage unless asked"
+    assert len("".join(c.choices[0].delta.content or "" for c in off).split()) == 7
+
+
+def test_streamed_tokens_arrive_over_time_and_count_while_streaming(sim_engines):
+    sim = sim_engines("--out-tokens", "40-40", "--tok-s", "40")
+    seen: list[float] = []
+    gen_mid: list[float] = []
+    for c in _chunks(_openai(sim.url), "slow please"):
+        seen.append(time.monotonic())
+        if len(seen) == 20:
+            gen_mid.append(sim.metric("sglang:generation_tokens_total"))
+    assert seen[-1] - seen[1] > 0.6, "40 tokens at 40 tok/s arrive over about a second"
+    assert 10 <= gen_mid[0] < 40, "the counter moves while the stream runs"
+    assert sim.metric("sglang:generation_tokens_total") == 40
+
+
+def test_streaming_failures(sim_engines):
+    import openai
+    fail500 = sim_engines("--fail-rate", "1", "--fail-kinds", "500")
+    try:
+        _stream(_openai(fail500.url), "x")
+        raise AssertionError("no error")
+    except openai.InternalServerError:
+        pass
+    drop = sim_engines("--fail-rate", "1", "--fail-kinds", "disconnect", "--out-tokens", "20-20")
+    got: list = []
+    try:
+        for c in _openai(drop.url).chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "x"}], stream=True):
+            got.append(c)
+        raise AssertionError("the stream was not cut")
+    except (httpx.HTTPError, openai.APIError):
+        pass
+    assert 1 <= len(got) <= 11 and all(c.choices[0].finish_reason is None for c in got)
+    assert drop.metric("sglang:num_aborted_requests_total") == 1
+    assert drop.metric("sglang:num_requests_total") == 0

@@ -85,6 +85,8 @@ class AuditReport:
     short_targets: collections.Counter = field(default_factory=collections.Counter)  # short target hash -> samples
     empty_prompts: int = 0
     duplicates: int = 0  # samples whose prompt appeared before
+    duplicate_ids: int = 0  # lines whose "id" an earlier line has (a worker would take them for one record)
+    first_duplicate_id: Optional[str] = None  # "file:line: id 'x'" of the first repeat
     reasons: list[str] = field(default_factory=list)
 
     @property
@@ -115,6 +117,7 @@ class AuditReport:
             if self.targets_measured else None,
             "empty_answers": self.empty_answers, "placeholder_answers": self.placeholder_answers,
             "empty_prompts": self.empty_prompts, "duplicates": self.duplicates,
+            "duplicate_ids": self.duplicate_ids, "first_duplicate_id": self.first_duplicate_id,
             "degenerate": self.degenerate, "reasons": self.reasons,
         }
 
@@ -155,6 +158,9 @@ class AuditReport:
             out.append(f"prompts with an empty last user turn: {self.empty_prompts:,}")
         out.append(f"duplicates: {self.duplicates:,} samples repeat an earlier prompt"
                    + (f" ({self.duplicates / self.samples:.1%})" if self.samples else ""))
+        out.append(f"duplicate ids: {self.duplicate_ids:,} lines repeat an earlier line's id"
+                   + (f" (first: {self.first_duplicate_id}); generate and extract refuse such a file unless "
+                      f"--dedupe first" if self.duplicate_ids else ""))
         if self.reasons:
             out.append("DEGENERATE: " + " ".join(self.reasons))
         else:
@@ -166,6 +172,7 @@ class _Auditor:
     def __init__(self, path: str, mode: str) -> None:
         self.r = AuditReport(path=path, mode=mode)
         self._seen_prompts: set[int] = set()
+        self._seen_ids: set[str] = set()
 
     def bad(self, line: int, why: str) -> None:
         self.r.bad_lines += 1
@@ -183,6 +190,7 @@ class _Auditor:
             return self.bad(line, f"not JSON ({exc})")
         if not isinstance(obj, dict):
             return self.bad(line, f"expected a JSON object, got {type(obj).__name__}")
+        self.id_seen(obj.get("id"), line)
         try:
             if "input_ids" in obj:
                 self.tokenized(obj)
@@ -191,6 +199,17 @@ class _Auditor:
         except ValueError as exc:
             return self.bad(line, str(exc))
         r.samples += 1
+
+    def id_seen(self, value: Any, line: int) -> None:
+        if value is None:
+            return  # known by its line: unique
+        rid = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+        if rid in self._seen_ids:
+            self.r.duplicate_ids += 1
+            if self.r.first_duplicate_id is None:
+                self.r.first_duplicate_id = f"{self.r.path}:{line}: id {rid!r}"
+        else:
+            self._seen_ids.add(rid)
 
     def target(self, n: int) -> None:
         r = self.r

@@ -22,8 +22,9 @@ from gpudeck.agents.workers.common.atomic import atomic_write_json
 PROGRESS_FILE = "progress.json"
 
 # generate: answers that came back empty, without reasoning, cut at --max-tokens; prompts
-# that failed every attempt; prompt lines that could not be read
-GENERATE_QUALITY = ("empty_answer", "no_reasoning", "cut_at_max_tokens", "errors", "bad_prompts")
+# that failed every attempt; prompt lines that could not be read (or were too long); lines
+# dropped by --dedupe first for repeating an earlier id
+GENERATE_QUALITY = ("empty_answer", "no_reasoning", "cut_at_max_tokens", "errors", "bad_prompts", "duplicate_ids")
 # generate carries these over from the previous attempt's progress.json (the rest are per run)
 GENERATE_QUALITY_KEPT = ("empty_answer", "no_reasoning", "cut_at_max_tokens")
 # extract: samples with no target token, with at most 8, cut at --max-seq-len, ids seen

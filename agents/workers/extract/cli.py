@@ -54,7 +54,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                               "output goes to OUT/part-I-of-N")
     p.add_argument("--shard-bytes", type=_size, default=2 << 30, help="close a shard at this size (default 2G)")
     p.add_argument("--shard-samples", type=int, default=1000, help="close a shard at this many samples (default 1000)")
-    p.add_argument("--max-seq-len", type=int, help="truncate longer samples (counted as 'truncated')")
+    p.add_argument("--max-seq-len", type=int,
+                   help="truncate longer samples (counted as 'truncated'); also caps the model's context and "
+                        "--max-tokens-per-batch for one sample (without it, a longer sample is refused)")
+    p.add_argument("--dedupe", choices=("first",), default=None,
+                   help="records that repeat an earlier id: keep the first (default: refuse the input)")
     p.add_argument("--compile", dest="compile", action="store_true", default=None,
                    help="torch.compile the decoder layers (default: on for CUDA)")
     p.add_argument("--no-compile", dest="compile", action="store_false")
@@ -84,7 +88,7 @@ def options_from_args(args: argparse.Namespace) -> ExtractOptions:
                           compress=args.compress,
                           disk_check=args.disk_check,
                           peak_tflops=args.peak_tflops, progress_file=args.progress_file,
-                          throttle_ms=args.throttle_ms, audit=args.audit)
+                          throttle_ms=args.throttle_ms, audit=args.audit, dedupe=args.dedupe)
 
 
 def run_from_args(args: argparse.Namespace) -> int:

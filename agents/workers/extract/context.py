@@ -89,6 +89,17 @@ class StageClock:
         return now
 
 
+def sample_limit(context: Optional[int], opts: ExtractOptions) -> tuple[int, str]:
+    """(the most tokens one sample may have, what sets it): the model's context, the batch
+    budget (--max-tokens-per-batch), --max-seq-len, whichever is least."""
+    limits = [(opts.max_tokens_per_batch, f"the batch budget (--max-tokens-per-batch {opts.max_tokens_per_batch})")]
+    if context is not None:
+        limits.append((context, f"the model's context ({context} positions)"))
+    if opts.max_seq_len:
+        limits.append((opts.max_seq_len, f"--max-seq-len {opts.max_seq_len}"))
+    return min(limits, key=lambda x: x[0])
+
+
 @dataclass
 class RunContext:
     opts: ExtractOptions
@@ -113,14 +124,22 @@ class RunContext:
     itemsize: int = field(init=False)
     st_dtype: str = field(init=False)
     reserve: int = field(init=False)
+    # the longest sample that goes to the model (context, batch budget, --max-seq-len) and why
+    max_len: int = field(init=False)
+    max_len_why: str = field(init=False)
+    vocab: Optional[int] = field(init=False)
 
     def __post_init__(self) -> None:
         import torch
+
+        from gpudeck.agents.workers.extract.model import context_length, vocab_rows
 
         self.width = self.runner.out_width
         self.itemsize = torch.empty(0, dtype=self.runner.dtype).element_size()
         self.st_dtype = {torch.bfloat16: "BF16", torch.float16: "F16", torch.float32: "F32"}[self.runner.dtype]
         self.reserve = header_reserve_for(self.opts.shard_samples)
+        self.max_len, self.max_len_why = sample_limit(context_length(self.cfg), self.opts)
+        self.vocab = vocab_rows(self.runner.model)
 
     @property
     def device(self) -> str:

@@ -38,6 +38,8 @@ class Prepared:
     input_ids: np.ndarray  # int32 [n]
     loss_mask: np.ndarray  # uint8 [n]
     where: str = ""  # file:line, for messages
+    partial: bool = False  # longer than the limit the encoder was given: only its first tokens are here
+    full_n: int = 0  # a partial sample's whole length, when known (0: not tokenized that far)
 
     @property
     def n(self) -> int:
@@ -122,18 +124,22 @@ class Encoder:
             tpl = tpl.get("default") or next(iter(tpl.values()))
         self._template_knows_reasoning = bool(tpl) and "reasoning_content" in tpl
 
-    def encode(self, path: str, lineno: int, obj: dict) -> Prepared:
+    def encode(self, path: str, lineno: int, obj: dict, limit: Optional[int] = None) -> Prepared:
+        """The sample of one record. With ``limit``, a sample longer than that is not
+        tokenized whole: it comes back with more than ``limit`` exact first tokens and
+        ``partial`` set (the caller truncates or refuses it), so one huge record costs no
+        more memory or time than a few long ones."""
         where = f"{path}:{lineno}"
         rid = record_id(path, lineno, obj)
         if "input_ids" in obj:
-            return self._tokenized(where, rid, obj)
+            return self._tokenized(where, rid, obj, limit)
         if "messages" in obj:
-            return self._chat(where, rid, obj)
+            return self._chat(where, rid, obj, limit)
         raise DataError(f"{where}: expected a tokenized record (input_ids, loss_mask) or a chat record "
                         f"(messages, answer); got keys {', '.join(sorted(obj)) or 'none'}")
 
     @staticmethod
-    def _tokenized(where: str, rid: str, obj: dict) -> Prepared:
+    def _tokenized(where: str, rid: str, obj: dict, limit: Optional[int] = None) -> Prepared:
         ids, mask = obj.get("input_ids"), obj.get("loss_mask")
         if not isinstance(ids, list) or not ids:
             raise DataError(f"{where}: 'input_ids' must be a non-empty list of integers")
@@ -142,6 +148,10 @@ class Encoder:
         if not isinstance(mask, list) or len(mask) != len(ids):
             raise DataError(f"{where}: 'loss_mask' must be a list as long as 'input_ids' "
                             f"({len(mask) if isinstance(mask, list) else type(mask).__name__} vs {len(ids)})")
+        full_n = len(ids)
+        partial = limit is not None and full_n > limit + 1
+        if partial:
+            ids, mask = ids[:limit + 1], mask[:limit + 1]
         try:
             a = np.asarray(ids, dtype=np.int64)
             m = np.asarray(mask, dtype=np.int64)
@@ -153,9 +163,9 @@ class Encoder:
             raise DataError(f"{where}: token ids must be in [0, 2^31)")
         if not np.isin(m, (0, 1)).all():
             raise DataError(f"{where}: 'loss_mask' must hold only 0 and 1")
-        return Prepared(rid, a.astype(np.int32), m.astype(np.uint8), where)
+        return Prepared(rid, a.astype(np.int32), m.astype(np.uint8), where, partial, full_n if partial else 0)
 
-    def _chat(self, where: str, rid: str, obj: dict) -> Prepared:
+    def _chat(self, where: str, rid: str, obj: dict, limit: Optional[int] = None) -> Prepared:
         if self.tok is None:
             raise DataError(f"{where}: a chat record needs a tokenizer with a chat template (none was loaded)")
         if self._no_template:
@@ -194,13 +204,29 @@ class Encoder:
             raise DataError(f"{where}: the chat template failed: {type(exc).__name__}: {exc}") from None
         # the reply starts where the rendered prompt (with its generation header) ends
         cut = len(os.path.commonprefix([head, full]))
-        enc = self.tok(full, add_special_tokens=False, return_offsets_mapping=True)
+        enc, partial = self._tokenize(full, limit)
         ids = enc["input_ids"]
         if not ids:
             raise DataError(f"{where}: the conversation renders to no tokens")
         mask = np.fromiter((1 if end > cut else 0 for _, end in enc["offset_mapping"]), dtype=np.uint8,
                            count=len(ids))
-        return Prepared(rid, np.asarray(ids, dtype=np.int32), mask, where)
+        return Prepared(rid, np.asarray(ids, dtype=np.int32), mask, where, partial)
+
+    def _tokenize(self, text: str, limit: Optional[int]) -> tuple[dict, bool]:
+        """The tokens of ``text``; with ``limit``, of growing prefixes of it until one gives
+        more than ``limit`` tokens (then its last few, which the cut may have changed, are
+        dropped and the result is partial) or the prefix is the whole text."""
+        kw = {"add_special_tokens": False, "return_offsets_mapping": True}
+        if limit is not None:
+            margin = 16
+            k = (limit + 4 * margin) * 8
+            while k < len(text):
+                enc = self.tok(text[:k], **kw)
+                if len(enc["input_ids"]) > limit + margin:
+                    keep = len(enc["input_ids"]) - margin
+                    return {"input_ids": enc["input_ids"][:keep], "offset_mapping": enc["offset_mapping"][:keep]}, True
+                k *= 4
+        return self.tok(text, **kw), False
 
 
 @dataclass

@@ -77,6 +77,25 @@ def text_config(model):
     return getattr(cfg, "text_config", None) or cfg
 
 
+def context_length(cfg) -> "int | None":
+    """The longest sequence the model was built for (max_position_embeddings or its other
+    names), or None when the config does not say."""
+    for name in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length", "n_ctx"):
+        value = getattr(cfg, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def vocab_rows(model) -> "int | None":
+    """How many token ids the input embedding has rows for (None: unknown)."""
+    try:
+        return int(model.get_input_embeddings().weight.shape[0])
+    except (AttributeError, TypeError, IndexError):
+        n = getattr(text_config(model), "vocab_size", None)
+        return n if isinstance(n, int) else None
+
+
 def decoder_of(model):
     """The base model without the LM head."""
     if hasattr(model, "get_decoder"):

@@ -37,3 +37,4 @@ class ExtractOptions:
     progress_interval_s: float = 2.0
     throttle_ms: float = 0.0  # tests only: sleep after each batch, so a kill lands mid-run
     audit: bool = True
+    dedupe: Optional[str] = None  # None: refuse input with duplicate ids; "first": keep the first of each

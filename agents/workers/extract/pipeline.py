@@ -28,7 +28,8 @@ import time
 from typing import Optional
 
 from gpudeck.agents.workers.extract.context import RunContext
-from gpudeck.agents.workers.extract.data import Batch, Batcher, Encoder, Prepared, in_part, parse_object_line, record_id
+from gpudeck.agents.workers.extract.data import (Batch, Batcher, DataError, Encoder, Prepared, in_part,
+                                                 parse_object_line, record_id)
 from gpudeck.agents.workers.extract.forward import Forward, HostBuffers, WriteJob
 from gpudeck.agents.workers.extract.options import EXIT_DISK, EXIT_FAIL, EXIT_OK, EXIT_STOPPED
 from gpudeck.agents.workers.extract.perf import human_bytes
@@ -106,10 +107,7 @@ class Reader:
         if rid in self.scheduled:
             cnt.quality["duplicate_id"] += 1
             return None
-        s = self.encoder.encode(path, lineno, obj)
-        if opts.max_seq_len and s.n > opts.max_seq_len:
-            s.input_ids, s.loss_mask = s.input_ids[:opts.max_seq_len], s.loss_mask[:opts.max_seq_len]
-            cnt.quality["truncated"] += 1
+        s = self._fit(self.encoder.encode(path, lineno, obj, ctx.max_len))
         target = int(s.loss_mask.sum())
         if target == 0:
             cnt.quality["no_target"] += 1
@@ -119,6 +117,27 @@ class Reader:
         with cnt.lock:
             cnt.prepared_samples += 1
             cnt.prepared_tokens += s.n
+        return s
+
+
+    def _fit(self, s: Prepared) -> Prepared:
+        """The sample cut to --max-seq-len, or refused when it is longer than the model's
+        context or the batch budget (a forward over it could take all the host's memory);
+        a token id beyond the model's vocabulary is refused too."""
+        ctx = self.ctx
+        if s.n > ctx.max_len:
+            if not ctx.opts.max_seq_len:
+                n = str(s.full_n or s.n) if not s.partial or s.full_n else f"more than {s.n - 1}"
+                raise DataError(f"{s.where}: sample {s.id!r} has {n} tokens, more than {ctx.max_len_why} allows; "
+                                f"pass --max-seq-len N to truncate such samples")
+            s.input_ids, s.loss_mask = s.input_ids[:ctx.max_len], s.loss_mask[:ctx.max_len]
+            s.partial = False
+            ctx.cnt.quality["truncated"] += 1
+        if ctx.vocab is not None and s.n and int(s.input_ids.max()) >= ctx.vocab:
+            bad = int(s.input_ids.max())
+            raise DataError(f"{s.where}: sample {s.id!r} has token id {bad} at position "
+                            f"{int((s.input_ids == bad).argmax())}, beyond the model's vocabulary "
+                            f"({ctx.vocab} ids: 0..{ctx.vocab - 1})")
         return s
 
 

@@ -72,6 +72,7 @@ class Extraction:
                 return EXIT_AUDIT
             if verdict is not None:
                 log.warning("the data looks degenerate, extracting anyway because of --force: %s", verdict)
+        check_ids(opts, files, self.out_dir)
         runner, cfg, layers = self._load_model(dtype)
         uploader, res = self._resume()
         ctx = RunContext(opts=opts, out_dir=self.out_dir, progress_path=progress, files=files, runner=runner,
@@ -232,6 +233,32 @@ def run_audit(opts: ExtractOptions, files: list[str], out_dir: str) -> Optional[
         return audit_records(list(_spread_sample(files, AUDIT_SAMPLE)), mode="training", name=opts.data)
 
     return audit_verdict(out_dir, h.hexdigest(), audit, opts.data, log)
+
+
+def check_ids(opts: ExtractOptions, files: list[str], out_dir: str) -> None:
+    """Records that repeat an earlier record's id would be skipped as done: refuse the input
+    (DataError, exit 2), or with --dedupe first say how many are dropped (the reader keeps
+    the first of each id). The scan is cached in OUT/ids.json, keyed like the audit."""
+    from gpudeck.agents.workers.common.idscan import cached_scan, duplicate_message, scan_ids
+    from gpudeck.agents.workers.extract.data import DataError, parse_object_line, record_id
+
+    def fallback(path: str, lineno: int, raw: bytes) -> Optional[str]:
+        try:
+            return record_id(path, lineno, parse_object_line(raw, path, lineno))
+        except DataError:
+            return None  # the reader stops on it, naming the file and line
+
+    key = [[os.path.abspath(p), os.stat(p).st_size, os.stat(p).st_mtime_ns] for p in files]
+    t0 = time.monotonic()
+    scan = cached_scan(out_dir, key, lambda: scan_ids(files, fallback))
+    log.info("ids of %s: %d record(s) repeat an earlier id (checked in %.2f s)", opts.data, scan.duplicates,
+             time.monotonic() - t0)
+    if not scan.duplicates:
+        return
+    if opts.dedupe != "first":
+        raise DataError(duplicate_message(scan, opts.data))
+    log.warning("--dedupe first: %d record(s) repeat an earlier id and are dropped (the first: %s)",
+                scan.duplicates, scan.first)
 
 
 def _spread_sample(files: list[str], n: int):

@@ -86,6 +86,7 @@ class Generator:
         self._lock = DirLock(self.out).acquire()
         self._remove_stale_temp_files()
         self._audit()
+        self._check_ids()
         t0 = time.monotonic()
         local_missing = not os.path.exists(os.path.join(self.out, DONE_FILE))
         if local_missing:
@@ -101,7 +102,7 @@ class Generator:
         self._recover_shards(reserved)
         self.progress.load_previous()
         offset, line = self.hint.read(len(self.done))
-        self.reader = PromptReader(o.prompts, self._is_taken, offset, line)
+        self.reader = PromptReader(o.prompts, self._is_taken, offset, line, o.max_prompt_bytes)
         self.total_estimate = self.hint.counted[1]
         log.info("resume: %d ids done; reading %s from line %d; done-set and recovery took %.2f s", len(self.done),
                  o.prompts, line, time.monotonic() - t0)
@@ -140,6 +141,25 @@ class Generator:
                 raise UsageError(f"the prompts in {self.o.prompts} look degenerate: {why} "
                                  f"(run `gpudeck audit --prompts {self.o.prompts}` for the report; --force to go on)")
             log.warning("the prompts look degenerate, going on because of --force: %s", why)
+
+    def _check_ids(self) -> None:
+        """Lines that repeat an earlier id would be skipped as done: refuse the file, or with
+        --dedupe first say how many (the reader keeps the first line of each id)."""
+        from gpudeck.agents.workers.common.idscan import cached_scan, duplicate_message, scan_ids
+        from gpudeck.agents.workers.generate.prompts import line_id
+        st = os.stat(self.o.prompts)
+        key = {"path": os.path.abspath(self.o.prompts), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+        t0 = time.monotonic()
+        scan = cached_scan(self.out, key, lambda: scan_ids([self.o.prompts], line_id, self.o.max_prompt_bytes))
+        log.info("ids of %s: %d line(s) repeat an earlier id (checked in %.2f s)", self.o.prompts, scan.duplicates,
+                 time.monotonic() - t0)
+        if not scan.duplicates:
+            return
+        if self.o.dedupe != "first":
+            raise UsageError(duplicate_message(scan, "the prompts"))
+        self.progress.quality["duplicate_ids"] = scan.duplicates
+        log.warning("--dedupe first: %d prompt line(s) repeat an earlier id and are dropped (the first: %s)",
+                    scan.duplicates, scan.first)
 
     def _s3_start(self) -> set[int]:
         from gpudeck.agents.workers.common.s3sync.remote import S3Location

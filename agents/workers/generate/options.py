@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from gpudeck.agents.workers.common.audit_gate import AUDIT_SAMPLE
+from gpudeck.agents.workers.generate.prompts import MAX_PROMPT_BYTES
 from gpudeck.agents.workers.generate.servers import UsageError, normalize_server
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_TERM = 0, 1, 2, 143
@@ -41,6 +42,8 @@ class Options:
     progress_interval_s: float = 1.0
     s3_drain_timeout_s: Optional[float] = None  # None: $GPUDECK_S3_DRAIN_S, default 600
     audit_sample: int = AUDIT_SAMPLE
+    max_prompt_bytes: int = MAX_PROMPT_BYTES
+    dedupe: Optional[str] = None  # None: refuse a file with duplicate ids; "first": keep the first of each
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -64,6 +67,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--shard-size", type=int, default=1000)
     p.add_argument("--request-timeout", type=float, default=1800.0, help="seconds for one completion")
     p.add_argument("--max-attempts", type=int, default=8, help="attempts per prompt before it counts as failed")
+    p.add_argument("--max-prompt-bytes", type=int, default=MAX_PROMPT_BYTES,
+                   help="a prompt line longer than this is a bad prompt line, skipped without being read whole "
+                        f"(default {MAX_PROMPT_BYTES})")
+    p.add_argument("--dedupe", choices=("first",), default=None,
+                   help="prompt lines that repeat an earlier id: keep the first (default: refuse the file)")
 
 
 def options_from_args(args: argparse.Namespace) -> Options:
@@ -73,8 +81,8 @@ def options_from_args(args: argparse.Namespace) -> Options:
             raise ValueError("not a JSON object")
     except ValueError as exc:
         raise UsageError(f"--extra-body: {exc}") from None
-    if args.concurrency < 1 or args.shard_size < 1 or args.max_attempts < 1:
-        raise UsageError("--concurrency, --shard-size and --max-attempts must be at least 1")
+    if args.concurrency < 1 or args.shard_size < 1 or args.max_attempts < 1 or args.max_prompt_bytes < 1:
+        raise UsageError("--concurrency, --shard-size, --max-attempts and --max-prompt-bytes must be at least 1")
     if args.s3:
         from gpudeck.agents.workers.common.s3sync.remote import S3Location
         try:
@@ -86,4 +94,5 @@ def options_from_args(args: argparse.Namespace) -> Options:
                    max_tokens=args.max_tokens, model=args.model, temperature=args.temperature, top_p=args.top_p,
                    thinking=args.thinking, extra_body=extra, s3=args.s3, s3_endpoint=args.s3_endpoint,
                    force=args.force, progress=args.progress, shard_size=args.shard_size,
-                   request_timeout_s=args.request_timeout, max_attempts=args.max_attempts)
+                   request_timeout_s=args.request_timeout, max_attempts=args.max_attempts,
+                   max_prompt_bytes=args.max_prompt_bytes, dedupe=args.dedupe)

@@ -22,6 +22,9 @@ from dataclasses import dataclass
 from typing import Any, BinaryIO, Callable, Optional, Union
 
 from gpudeck.agents.workers.common.chat import context_for_last_answer, to_messages
+from gpudeck.agents.workers.common.idscan import bounded_lines
+
+MAX_PROMPT_BYTES = 1 << 20  # the default of --max-prompt-bytes
 
 _ID_AT_START = re.compile(rb'\s*\{\s*"id"\s*:\s*(?:"([^"\\\n]*)"|(-?\d+))\s*[,}]')
 
@@ -52,12 +55,15 @@ class PromptReader:
     """Yields prompts (or PromptErrors) in file order, skipping ids for which ``is_done``
     is true. ``offset``/``line`` tell where reading starts (a resume hint)."""
 
-    def __init__(self, path: str, is_done: Callable[[str], bool], offset: int = 0, line: int = 1) -> None:
+    def __init__(self, path: str, is_done: Callable[[str], bool], offset: int = 0, line: int = 1,
+                 max_bytes: Optional[int] = MAX_PROMPT_BYTES) -> None:
         self.path = path
         self.is_done = is_done
+        self.max_bytes = max_bytes
         self._f: Optional[BinaryIO] = open(path, "rb")
         if offset:
             self._f.seek(offset)
+        self._lines = bounded_lines(self._f, max_bytes)  # a line over max_bytes is never held whole
         self.offset = offset  # of the next line to read
         self.line = line  # number of the next line to read
         self.skipped = 0  # done lines skipped
@@ -75,18 +81,20 @@ class PromptReader:
         """The next prompt to generate, a PromptError for a bad line, None at the end, or
         True when ``budget`` done lines were skipped without finding one (call again; lets
         an event loop breathe)."""
-        f = self._f
-        if f is None:
+        if self._f is None:
             return None
         is_done = self.is_done
         for _ in range(budget):
-            raw = f.readline()
-            if not raw:
+            raw, size = next(self._lines, (b"", 0))
+            if not size:
                 self.close()
                 return None
             offset, line = self.offset, self.line
-            self.offset += len(raw)
+            self.offset += size
             self.line += 1
+            if raw is None:
+                return PromptError(f"{self.path}:{line}: the line is {size:,} bytes, over --max-prompt-bytes "
+                                   f"({self.max_bytes:,}); skipped without reading it whole")
             if not raw.strip():
                 continue
             m = _ID_AT_START.match(raw)
@@ -114,3 +122,15 @@ class PromptReader:
                 return PromptError(f"{self.path}:{line}: {exc}")
             return Prompt(pid, line, offset, messages)
         return True
+
+
+def line_id(path: str, lineno: int, raw: bytes) -> Optional[str]:
+    """The id the reader gives a line (for common/idscan.py): its ``id``, else its 0-based
+    index; None for a line that is not a JSON object (the reader reports it)."""
+    if b'"id"' not in raw:
+        return str(lineno - 1)
+    try:
+        obj = json.loads(raw)
+    except ValueError:
+        return None
+    return normalize_id(obj.get("id"), lineno - 1) if isinstance(obj, dict) else None

@@ -3,7 +3,8 @@ thing, answers made up from the prompt. For tests, benchmarks and the demo.
 
 Routes::
 
-    POST /v1/chat/completions   OpenAI chat; ``reasoning_content`` unless thinking is off
+    POST /v1/chat/completions   OpenAI chat; ``reasoning_content`` unless thinking is off;
+                                ``"stream": true``: server-sent events as SGLang sends them
     GET  /metrics               the sglang:* names of tests/fixtures (prometheus_client)
     GET  /health                503 for --startup-s seconds, then 200
     GET  /get_server_info       also /server_info: internal_states[].last_gen_throughput

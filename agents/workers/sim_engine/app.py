@@ -8,17 +8,16 @@ import collections
 import json
 import random
 import time
-import zlib
 from typing import Any, Optional
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from gpudeck.agents.workers.sim_engine.answer import plan_answer
 from gpudeck.agents.workers.sim_engine.failures import FAIL_KINDS
-_WORDS = ("the", "model", "token", "answer", "prompt", "data", "shard", "reason", "step", "check", "value",
-          "result", "so", "we", "need", "first", "then", "compute", "because", "thus", "list", "sum", "code",
-          "test", "function", "return", "loop", "state", "case", "first", "second", "next", "done", "ok")
+from gpudeck.agents.workers.sim_engine.stream import stream_chat
+
 _SCHED_LABELS = ("engine_type", "model_name", "moe_ep_rank", "pp_rank", "tp_rank")
 _CAPACITY_TOKENS = 692480
 
@@ -128,72 +127,62 @@ class SimEngine:
             messages = body["messages"]
             if not isinstance(messages, list) or not messages:
                 raise ValueError("'messages' must be a non-empty list")
+            if not isinstance(body.get("stream", False), bool):
+                raise ValueError("'stream' must be true or false")
         except (ValueError, KeyError, TypeError) as exc:
             return web.json_response({"object": "error", "message": f"bad request: {exc}", "code": 400}, status=400)
-        prompt_text = "".join(str(m.get("content") or "") for m in messages if isinstance(m, dict))
-        prompt_tokens = max(1, len(prompt_text.split()))
-        seed = zlib.crc32(prompt_text.encode())
-        lo, hi = self.out_tokens
-        n_total = lo + seed % max(1, hi - lo + 1)
-        kwargs = body.get("chat_template_kwargs") or {}
-        thinking = kwargs.get("enable_thinking", True) is not False
-        n_reason = n_total // 2 if thinking else 0
-        n_answer = n_total - n_reason
-        max_tokens = body.get("max_tokens") or body.get("max_completion_tokens")
-        finish = "stop"
-        if isinstance(max_tokens, int) and max_tokens < n_total:
-            finish = "length"
-            n_reason = min(n_reason, max_tokens)
-            n_answer = max_tokens - n_reason
-        n_out = n_reason + n_answer
-
-        held = prompt_tokens + n_out
-        self._hold(1, held)
+        ans = plan_answer(body, self.out_tokens, self.model)
+        wait = self.latency_s + (self.rng.uniform(-self.jitter_s, self.jitter_s) if self.jitter_s else 0.0)
+        failure = self.rng.choice(self.fail_kinds) if self.fail_rate and self.rng.random() < self.fail_rate else None
+        self.hold(1, ans.held)
         try:
-            delay = self.latency_s + (self.rng.uniform(-self.jitter_s, self.jitter_s) if self.jitter_s else 0.0)
-            if self.tok_s > 0:
-                delay += n_out / self.tok_s
-            failure = self.rng.choice(self.fail_kinds) if self.fail_rate and self.rng.random() < self.fail_rate \
-                else None
+            if body.get("stream"):
+                return await stream_chat(self, request, body, ans, max(0.0, wait), failure, t0)
+            delay = wait + (ans.n_out / self.tok_s if self.tok_s > 0 else 0.0)
             if delay > 0:
                 await asyncio.sleep(max(0.0, delay / 2 if failure else delay))
             if failure:
                 self.c_aborted.inc()
-                return self._fail(request, failure)
+                return self.fail_response(request, failure)
         finally:
-            self._hold(-1, -held)
-        words = random.Random(seed)
-        reasoning = " ".join(words.choice(_WORDS) for _ in range(n_reason)) if thinking else None
-        answer = " ".join(words.choice(_WORDS) for _ in range(n_answer))
-        now = time.monotonic()
-        self.completed += 1
-        self._recent.append((now, n_out))
-        self.c_prompt.inc(prompt_tokens)
-        self.c_gen.inc(n_out)
-        self.c_requests.inc()
-        self.h_e2e.observe(now - t0)
-        self.h_ttft.observe(min(now - t0, self.latency_s))
-        self.h_queue.observe(0.0)
-        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": n_out, "total_tokens": prompt_tokens + n_out}
-        if thinking:
-            usage["reasoning_tokens"] = n_reason
+            self.hold(-1, -ans.held)
+        self.prefilled(ans.prompt_tokens)
+        self.generated(ans.n_out)
+        self.finished(t0, min(time.monotonic() - t0, self.latency_s))
         return web.json_response({
-            "id": f"sim-{seed:08x}-{self.completed}", "object": "chat.completion", "created": int(time.time()),
-            "model": body.get("model") or self.model,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": answer,
-                                                 "reasoning_content": reasoning, "tool_calls": None},
-                         "logprobs": None, "finish_reason": finish, "matched_stop": None}],
-            "usage": usage,
+            "id": ans.id(self.completed), "object": "chat.completion", "created": int(time.time()),
+            "model": ans.model,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": ans.answer,
+                                                 "reasoning_content": ans.reasoning, "tool_calls": None},
+                         "logprobs": None, "finish_reason": ans.finish, "matched_stop": None}],
+            "usage": ans.usage(),
         })
 
-    def _hold(self, requests: int, tokens: int) -> None:
+    # ---------------------------------------------------------------- accounting (also stream.py's)
+
+    def prefilled(self, prompt_tokens: int) -> None:
+        self.c_prompt.inc(prompt_tokens)
+
+    def generated(self, tokens: int) -> None:
+        """``tokens`` more tokens decoded: the counter and the throughput gauge see them now."""
+        self._recent.append((time.monotonic(), tokens))
+        self.c_gen.inc(tokens)
+
+    def finished(self, t0: float, ttft: float) -> None:
+        self.completed += 1
+        self.c_requests.inc()
+        self.h_e2e.observe(time.monotonic() - t0)
+        self.h_ttft.observe(ttft)
+        self.h_queue.observe(0.0)
+
+    def hold(self, requests: int, tokens: int) -> None:
         self.running += requests
         self.tokens_in_use += tokens
         self.g_running.set(self.running)
         self.g_used.set(self.tokens_in_use)
         self.g_usage.set(min(1.0, self.tokens_in_use / _CAPACITY_TOKENS))
 
-    def _fail(self, request: web.Request, kind: str) -> web.StreamResponse:
+    def fail_response(self, request: web.Request, kind: str) -> web.StreamResponse:
         if kind == "500":
             return web.json_response({"object": "error", "message": "simulated engine failure", "code": 500},
                                      status=500)
