@@ -15,7 +15,9 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from gpudeck.agents.workers.sim_engine.decode import SharedDecoder, output_length
 from gpudeck.agents.workers.sim_engine.failures import FAIL_KINDS
+
 _WORDS = ("the", "model", "token", "answer", "prompt", "data", "shard", "reason", "step", "check", "value",
           "result", "so", "we", "need", "first", "then", "compute", "because", "thus", "list", "sum", "code",
           "test", "function", "return", "loop", "state", "case", "first", "second", "next", "done", "ok")
@@ -26,8 +28,11 @@ _CAPACITY_TOKENS = 692480
 class SimEngine:
     def __init__(self, *, tok_s: float = 0.0, latency_ms: float = 0.0, jitter_ms: float = 0.0,
                  fail_rate: float = 0.0, fail_kinds: tuple[str, ...] = FAIL_KINDS, model: str = "sim-model",
-                 startup_s: float = 0.0, out_tokens: tuple[int, int] = (16, 96), seed: Optional[int] = None) -> None:
+                 startup_s: float = 0.0, out_tokens: tuple[int, int] = (16, 96), seed: Optional[int] = None,
+                 batch_tok_s: float = 0.0, out_median: Optional[float] = None, out_sigma: float = 1.0) -> None:
         self.tok_s, self.latency_s, self.jitter_s = tok_s, latency_ms / 1000, jitter_ms / 1000
+        self.decoder = SharedDecoder(tok_s, batch_tok_s)
+        self.out_median, self.out_sigma = out_median, out_sigma
         self.fail_rate, self.fail_kinds = fail_rate, fail_kinds
         self.model, self.startup_s, self.out_tokens = model, startup_s, out_tokens
         self.rng = random.Random(seed)
@@ -134,7 +139,7 @@ class SimEngine:
         prompt_tokens = max(1, len(prompt_text.split()))
         seed = zlib.crc32(prompt_text.encode())
         lo, hi = self.out_tokens
-        n_total = lo + seed % max(1, hi - lo + 1)
+        n_total = output_length(seed, lo, hi, self.out_median, self.out_sigma)
         kwargs = body.get("chat_template_kwargs") or {}
         thinking = kwargs.get("enable_thinking", True) is not False
         n_reason = n_total // 2 if thinking else 0
@@ -151,12 +156,11 @@ class SimEngine:
         self._hold(1, held)
         try:
             delay = self.latency_s + (self.rng.uniform(-self.jitter_s, self.jitter_s) if self.jitter_s else 0.0)
-            if self.tok_s > 0:
-                delay += n_out / self.tok_s
             failure = self.rng.choice(self.fail_kinds) if self.fail_rate and self.rng.random() < self.fail_rate \
                 else None
             if delay > 0:
                 await asyncio.sleep(max(0.0, delay / 2 if failure else delay))
+            await self.decoder.decode(n_out // 2 if failure else n_out)
             if failure:
                 self.c_aborted.inc()
                 return self._fail(request, failure)
