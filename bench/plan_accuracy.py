@@ -59,6 +59,17 @@ def plan(prompts: str, out: str, url: str, pilot: int) -> dict:
         return json.load(f)
 
 
+def output_figures(out: str) -> tuple[int, int]:
+    """(output tokens, shard bytes) of the finished output."""
+    import glob
+    tokens = size = 0
+    for path in glob.glob(os.path.join(out, "shard-*.jsonl")):
+        size += os.path.getsize(path)
+        with open(path) as f:
+            tokens += sum(json.loads(line)["completion_tokens"] for line in f)
+    return tokens, size
+
+
 def full_run(prompts: str, out: str, url: str, concurrency: int) -> tuple[float, int, int]:
     from gpudeck.agents.workers.generate.generator import Generator
     from gpudeck.agents.workers.generate.options import Options
@@ -84,6 +95,7 @@ def main() -> int:
     try:
         p = plan(prompts, out, url, a.pilot)
         wall, made, rc = full_run(prompts, out, url, p["best_concurrency"])
+        tokens, size = output_figures(out)
     finally:
         sim.terminate()
         sim.wait(10)
@@ -94,6 +106,9 @@ def main() -> int:
     print(f"\nsim-engine {' '.join(SIM)}")
     print(f"pilot {p['pilot_done']} at {','.join(str(r['concurrency']) for r in p['levels'])}; best concurrency "
           f"{p['best_concurrency']}; {p['remaining']} prompts left; full run: {made} completions, exit {rc}")
+    print(f"output tokens: projected {p['projected_output_tokens']:,}, actual {tokens:,} "
+          f"({(p['projected_output_tokens'] - tokens) / tokens:+.1%}); shard bytes: projected "
+          f"{p['projected_bytes']:,}, actual {size:,} ({(p['projected_bytes'] - size) / size:+.1%})")
     print(f"projected {p['projected_wall_s']:.1f} s (90% interval {p['projected_wall_s_low']:.1f}-"
           f"{p['projected_wall_s_high']:.1f} s, {'actual inside' if inside else 'actual OUTSIDE'}), "
           f"actual {wall:.1f} s, error {err:+.1%}")
