@@ -268,3 +268,34 @@ def test_plan_generate_against_a_real_llama_server(tmp_path, llama_server):
                       tmp_path / "gen.log", timeout=840)
     assert rc == 0, (tmp_path / "gen.log").read_text()[-3000:]
     assert_exactly_once(read_shards(out), [f"q{i}" for i in range(16)])
+
+
+# ---------------------------------------------------------------- the sim-engine's new knobs
+
+def test_sim_engine_lengths_are_heavy_tailed_and_the_decode_is_shared():
+    import asyncio
+    import zlib
+
+    from gpudeck.agents.workers.sim_engine.decode import SharedDecoder, output_length
+
+    lengths = [output_length(zlib.crc32(str(i).encode()), 1, 32768, median=300, sigma=1.1) for i in range(5000)]
+    assert 250 <= stats.percentile(lengths, 50) <= 350
+    assert 0.002 < sum(n >= 4096 for n in lengths) / len(lengths) < 0.03  # some would hit max_tokens=4096
+    assert output_length(7, 16, 96) == 16 + 7 % 81  # uniform stays as it was
+
+    d = SharedDecoder(tok_s=800, batch_tok_s=50000)
+    assert d.rate(1) == 800 and d.rate(62) == 800 and d.rate(128) == pytest.approx(50000 / 128)
+    assert SharedDecoder(tok_s=0, batch_tok_s=0).rate(5) == float("inf")
+
+    async def race():
+        fast = SharedDecoder(tok_s=0, batch_tok_s=200000)
+        order: list[int] = []
+
+        async def one(n):
+            await fast.decode(n)
+            order.append(n)
+        await asyncio.gather(*(one(n) for n in (3000, 1000, 2000, 10)))
+        return order, fast.running
+
+    order, running = asyncio.run(race())
+    assert order == [10, 1000, 2000, 3000] and running == 0  # shared fairly: the shortest ends first
