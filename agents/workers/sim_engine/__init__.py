@@ -11,9 +11,12 @@ Routes::
     GET  /get_model_info        also /model_info
     GET  /v1/models
 
-Each completion takes ``latency ± jitter`` plus ``tokens / tok_s`` seconds (``--tok-s 0``:
-no decode time). Its length is drawn from the prompt's hash, so the same prompt always gets
-the same answer. ``--fail-rate F`` answers a fraction F of requests with one of the failure
+Each completion takes ``latency ± jitter`` plus its decode time: ``tokens / tok_s`` seconds
+(``--tok-s 0``: none), or, with ``--batch-tok-s T``, a share of the server's T tokens/s
+among the requests running, so that throughput depends on concurrency (decode.py). Its
+length is drawn from the prompt's hash, so the same prompt always gets the same answer:
+uniform over ``--out-tokens``, or log-normal with ``--out-median``/``--out-sigma`` (a
+thinking-like heavy tail). ``--fail-rate F`` answers a fraction F of requests with one of the failure
 kinds in ``--fail-kinds``: an HTTP 500, a 200 whose body is not JSON, or a connection closed
 without an answer.
 

@@ -10,6 +10,8 @@ import zlib
 from dataclasses import dataclass
 from typing import Iterator, Optional
 
+from gpudeck.agents.workers.sim_engine.decode import output_length
+
 _WORDS = ("the", "model", "token", "answer", "prompt", "data", "shard", "reason", "step", "check", "value",
           "result", "so", "we", "need", "first", "then", "compute", "because", "thus", "list", "sum", "code",
           "test", "function", "return", "loop", "state", "case", "first", "second", "next", "done", "ok")
@@ -64,13 +66,14 @@ class Answer:
                 yield name, (w if i == 0 else " " + w)
 
 
-def plan_answer(body: dict, out_tokens: tuple[int, int], model: str) -> Answer:
+def plan_answer(body: dict, out_tokens: tuple[int, int], model: str, median: Optional[float] = None,
+                sigma: float = 1.0) -> Answer:
     messages = body["messages"]
     prompt_text = "".join(str(m.get("content") or "") for m in messages if isinstance(m, dict))
     prompt_tokens = max(1, len(prompt_text.split()))
     seed = zlib.crc32(prompt_text.encode())
     lo, hi = out_tokens
-    n_total = lo + seed % max(1, hi - lo + 1)
+    n_total = output_length(seed, lo, hi, median, sigma)
     kwargs = body.get("chat_template_kwargs") or {}
     thinking = kwargs.get("enable_thinking", True) is not False
     n_reason = n_total // 2 if thinking else 0

@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from gpudeck.agents.workers.sim_engine.answer import plan_answer
+from gpudeck.agents.workers.sim_engine.decode import SharedDecoder
 from gpudeck.agents.workers.sim_engine.failures import FAIL_KINDS
 from gpudeck.agents.workers.sim_engine.stream import stream_chat
 
@@ -25,8 +26,11 @@ _CAPACITY_TOKENS = 692480
 class SimEngine:
     def __init__(self, *, tok_s: float = 0.0, latency_ms: float = 0.0, jitter_ms: float = 0.0,
                  fail_rate: float = 0.0, fail_kinds: tuple[str, ...] = FAIL_KINDS, model: str = "sim-model",
-                 startup_s: float = 0.0, out_tokens: tuple[int, int] = (16, 96), seed: Optional[int] = None) -> None:
+                 startup_s: float = 0.0, out_tokens: tuple[int, int] = (16, 96), seed: Optional[int] = None,
+                 batch_tok_s: float = 0.0, out_median: Optional[float] = None, out_sigma: float = 1.0) -> None:
         self.tok_s, self.latency_s, self.jitter_s = tok_s, latency_ms / 1000, jitter_ms / 1000
+        self.decoder = SharedDecoder(tok_s, batch_tok_s)
+        self.out_median, self.out_sigma = out_median, out_sigma
         self.fail_rate, self.fail_kinds = fail_rate, fail_kinds
         self.model, self.startup_s, self.out_tokens = model, startup_s, out_tokens
         self.rng = random.Random(seed)
@@ -131,16 +135,17 @@ class SimEngine:
                 raise ValueError("'stream' must be true or false")
         except (ValueError, KeyError, TypeError) as exc:
             return web.json_response({"object": "error", "message": f"bad request: {exc}", "code": 400}, status=400)
-        ans = plan_answer(body, self.out_tokens, self.model)
+        ans = plan_answer(body, self.out_tokens, self.model, self.out_median, self.out_sigma)
         wait = self.latency_s + (self.rng.uniform(-self.jitter_s, self.jitter_s) if self.jitter_s else 0.0)
         failure = self.rng.choice(self.fail_kinds) if self.fail_rate and self.rng.random() < self.fail_rate else None
         self.hold(1, ans.held)
         try:
             if body.get("stream"):
                 return await stream_chat(self, request, body, ans, max(0.0, wait), failure, t0)
-            delay = wait + (ans.n_out / self.tok_s if self.tok_s > 0 else 0.0)
+            delay = wait
             if delay > 0:
                 await asyncio.sleep(max(0.0, delay / 2 if failure else delay))
+            await self.decoder.decode(ans.n_out // 2 if failure else ans.n_out)  # the decode speed shared
             if failure:
                 self.c_aborted.inc()
                 return self.fail_response(request, failure)

@@ -29,6 +29,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="sim-model", help="the served model name")
     p.add_argument("--startup-s", type=float, default=0.0, help="seconds of /health 503 before ready")
     p.add_argument("--out-tokens", default="16-96", help="completion length range MIN-MAX (tokens)")
+    p.add_argument("--batch-tok-s", type=float, default=0.0,
+                   help="decode tokens/s of the whole server, shared by the requests running: each decodes at "
+                        "min(--tok-s, this / running) (0: no limit, every request at --tok-s)")
+    p.add_argument("--out-median", type=float, default=None,
+                   help="log-normal completion lengths with this median (a heavy tail, like thinking models), "
+                        "clipped to --out-tokens; default: uniform over --out-tokens")
+    p.add_argument("--out-sigma", type=float, default=1.0, help="the log-normal's sigma (default 1.0)")
     p.add_argument("--seed", type=int, default=None)
 
 
@@ -42,6 +49,8 @@ async def serve(args: argparse.Namespace) -> None:
         lo, hi = (int(x) for x in args.out_tokens.split("-"))
     except ValueError:
         raise SystemExit(f"sim-engine: --out-tokens {args.out_tokens!r}: expected MIN-MAX, e.g. 16-96") from None
+    if args.out_median is not None and (args.out_median <= 0 or args.out_sigma < 0):
+        raise SystemExit("sim-engine: --out-median must be > 0 and --out-sigma >= 0")
     from aiohttp import web
     from prometheus_client import disable_created_metrics
 
@@ -50,7 +59,8 @@ async def serve(args: argparse.Namespace) -> None:
     disable_created_metrics()  # SGLang serves its metrics in multiprocess mode: no *_created series
     engine = SimEngine(tok_s=args.tok_s, latency_ms=args.latency_ms, jitter_ms=args.jitter_ms,
                        fail_rate=args.fail_rate, fail_kinds=kinds, model=args.model, startup_s=args.startup_s,
-                       out_tokens=(lo, hi), seed=args.seed)
+                       out_tokens=(lo, hi), seed=args.seed, batch_tok_s=args.batch_tok_s,
+                       out_median=args.out_median, out_sigma=args.out_sigma)
     runner = web.AppRunner(engine.app(), access_log=None, handle_signals=False)
     await runner.setup()
     site = web.TCPSite(runner, args.host, args.port, backlog=1024, reuse_address=True)

@@ -1,0 +1,108 @@
+"""The pilot of ``gpudeck plan extract``: the first ``--pilot-samples`` samples through the
+extract worker itself (run.py, with the real model) into a temporary directory, for the
+compression ratio of ``--compress`` (the hidden-state tensors' bytes in the shards against
+their raw size) and, on a GPU, the speed. torch loads here, only when a pilot runs."""
+
+from __future__ import annotations
+
+import glob
+import logging
+import os
+import tempfile
+import time
+from typing import Optional
+
+log = logging.getLogger("gpudeck.plan")
+
+CPU_PILOT_MAX_PARAMS = 1.0e9
+
+
+def _device(args, shape: dict) -> tuple[Optional[str], str]:
+    """(device for the pilot or None, why not)."""
+    try:
+        import torch
+    except ImportError:
+        return None, "torch is not installed here (pip install gpudeck[extract])"
+    if args.device.startswith("cuda") and torch.cuda.is_available():
+        return args.device, ""
+    if not args.compress:
+        return None, "no GPU here to measure the speed on"
+    if shape["params"] > CPU_PILOT_MAX_PARAMS:
+        return None, (f"no GPU here, and the model (~{shape['params'] / 1e9:.1f}B parameters) is too big for a "
+                      f"pilot on the CPU")
+    return "cpu", ""
+
+
+def _write_pilot_data(args, path: str) -> int:
+    """The first samples of the data (of ``--part``), as they are, into ``path``."""
+    from gpudeck.agents.workers.extract.data import in_part, input_files, iter_lines, record_id
+    import json
+    n = 0
+    with open(path, "w") as f:
+        for p, lineno, obj in iter_lines(input_files(args.data)):
+            if not in_part(record_id(p, lineno, obj), args.part):
+                continue
+            obj.setdefault("id", record_id(p, lineno, obj))
+            f.write(json.dumps(obj, ensure_ascii=False) + "\n")
+            n += 1
+            if n >= args.pilot_samples:
+                break
+    return n
+
+
+def _measure(out_dir: str) -> tuple[int, int, int]:
+    """(tokens, raw bytes, stored bytes) of the hidden states in the closed shards."""
+    from gpudeck.agents.workers.extract.layout import DTYPE_SIZES, read_header
+    tokens = raw = stored = 0
+    for path in glob.glob(os.path.join(out_dir, "shard-*.safetensors")):
+        meta, table = read_header(path)
+        for name, t in table.items():
+            size = t["data_offsets"][1] - t["data_offsets"][0]
+            if name.endswith(".hidden_states"):
+                n, width = t["shape"]
+                tokens += n
+                raw += n * width * DTYPE_SIZES[t["dtype"]]
+                stored += size
+            elif name.endswith(".hidden_states.low"):
+                planes, n_layers, n, per_layer = t["shape"]
+                tokens += n
+                raw += (planes + 1) * n_layers * n * per_layer
+                stored += size
+            elif name.endswith(".hidden_states.high_zstd"):
+                stored += size
+    return tokens, raw, stored
+
+
+def pilot(args, shape: dict) -> Optional[dict]:
+    """What the pilot measured: ratio (stored/raw bytes of the hidden states), tokens,
+    tokens_per_s, device; or {"why": ...} when none could run."""
+    device, why = _device(args, shape)
+    if device is None:
+        return {"why": why}
+    from gpudeck.agents.workers.extract.model import load_model, parse_dtype
+    from gpudeck.agents.workers.extract.options import ExtractOptions
+    from gpudeck.agents.workers.extract.run import run_extraction
+
+    with tempfile.TemporaryDirectory(prefix="gpudeck-plan-") as tmp:
+        data = os.path.join(tmp, "pilot.jsonl")
+        if not _write_pilot_data(args, data):
+            return {"why": "no samples for a pilot"}
+        out = os.path.join(tmp, "out")
+        log.info("pilot: %d samples through the extract worker on %s", args.pilot_samples, device)
+        model = load_model(args.model, device, parse_dtype(args.dtype))
+        opts = ExtractOptions(model=args.model, data=data, out=out, layers=args.layers,
+                              max_tokens_per_batch=args.max_tokens_per_batch, device=device, dtype=args.dtype,
+                              chat_template=args.chat_template, max_seq_len=args.max_seq_len,
+                              compile=False, fast=args.fast, compress=args.compress, disk_check="off",
+                              audit=False, progress_file=os.path.join(tmp, "progress.json"))
+        t0 = time.monotonic()
+        rc = run_extraction(opts, model=model)
+        elapsed = time.monotonic() - t0
+        if rc != 0:
+            return {"why": f"the pilot run failed (exit {rc}); see the log above"}
+        tokens, raw, stored = _measure(out)
+    if not tokens:
+        return {"why": "the pilot wrote no hidden states"}
+    return {"device": device, "tokens": tokens, "ratio": round(stored / raw, 4) if args.compress else None,
+            "tokens_per_s": round(tokens / elapsed, 1) if elapsed > 0 else None,
+            "note": "without torch.compile, model load excluded"}

@@ -1,0 +1,221 @@
+"""``gpudeck plan extract``: how big the hidden states of a dataset will be, whether they
+fit the disk, what S3 will charge for them, how long the run takes, and, when it does not
+fit, what would.
+
+Bytes per token = layers kept x hidden size x dtype bytes (from the model's config.json;
+no weights are loaded for this), plus the 5 bytes of its token id and loss mask, times the
+compression ratio with ``--compress``: measured by a pilot through the extract worker
+itself when a GPU is there or the model is small enough for the CPU, else the documented
+0.67, said to be unmeasured. Tokens are counted after the chat template by the extract
+worker's own reader (data.py), streaming, or given with ``--tokens``/``--samples``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import os
+import shutil
+import sys
+import time
+from typing import Optional
+
+from gpudeck.agents.workers.common.atomic import atomic_write_json
+from gpudeck.agents.workers.extract.cli import add_arguments as add_extract_arguments
+from gpudeck.agents.workers.plan.units import UsageError
+
+log = logging.getLogger("gpudeck.plan")
+
+EXIT_GO, EXIT_FAIL, EXIT_USAGE, EXIT_NO_FIT = 0, 1, 2, 3
+PLAN_FILE = "plan.json"
+DOCUMENTED_RATIO = 0.67  # --compress on bf16 hidden states of real models (README, codec.py)
+TOKEN_EXTRA_BYTES = 5  # its input id (int32) and loss mask (uint8), stored beside the states
+DTYPE_BYTES = {"bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2, "float32": 4, "fp32": 4}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_extract_arguments(p)
+    p.add_argument("--tokens", type=int, help="the dataset's token count, instead of counting it")
+    p.add_argument("--samples", type=int, help="with --tokens: the number of samples")
+    p.add_argument("--tokens-per-s", type=float, help="the worker's speed, for the time projection without a GPU")
+    p.add_argument("--s3-price-per-gb-month", type=float, default=0.023, help="dollars per GB-month (default 0.023)")
+    p.add_argument("--pilot-samples", type=int, default=64, help="samples in the pilot run (default 64; 0: none)")
+    p.add_argument("--json", action="store_true", help="print the plan as JSON (the same as OUT/plan.json)")
+
+
+# ---------------------------------------------------------------- the model's shape, without weights
+
+def model_shape(model_dir: str) -> dict:
+    """num_layers, hidden_size and an estimate of the parameters, from config.json."""
+    path = os.path.join(model_dir, "config.json")
+    try:
+        with open(path) as f:
+            cfg = json.load(f)
+    except OSError as exc:
+        raise UsageError(f"--model {model_dir}: cannot read {path}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise UsageError(f"{path}: not valid JSON: {exc}") from None
+    cfg = cfg.get("text_config") or cfg
+    try:
+        layers, hidden = int(cfg["num_hidden_layers"]), int(cfg["hidden_size"])
+    except (KeyError, TypeError, ValueError):
+        raise UsageError(f"{path}: needs num_hidden_layers and hidden_size") from None
+    inter = int(cfg.get("intermediate_size") or 4 * hidden)
+    vocab = int(cfg.get("vocab_size") or 0)
+    return {"num_layers": layers, "hidden_size": hidden,
+            "params": layers * (4 * hidden * hidden + 3 * hidden * inter) + 2 * vocab * hidden}
+
+
+def parse_layers(spec: str, num_layers: int) -> list[int]:
+    """Like the worker's (0 = embeddings ... L = the last layer), without importing torch."""
+    try:
+        layers = [int(x) for x in spec.replace(" ", "").split(",") if x != ""]
+    except ValueError:
+        raise UsageError(f"--layers {spec!r}: expected comma-separated integers like 1,7,14") from None
+    if not layers or len(set(layers)) != len(layers):
+        raise UsageError(f"--layers {spec!r}: give distinct layers")
+    bad = [x for x in layers if not 0 <= x <= num_layers]
+    if bad:
+        raise UsageError(f"--layers {spec!r}: {bad} out of range 0..{num_layers} for this model")
+    return layers
+
+
+# ---------------------------------------------------------------- the projection
+
+def project(*, layers_kept: int, num_layers: int, hidden_size: int, dtype_bytes: int, samples: int, tokens: int,
+            free_bytes: int, ratio: Optional[float] = None, s3_price: float = 0.023,
+            tokens_per_s: Optional[float] = None) -> dict:
+    """The output's size and what fits (pure). ``ratio``: the compression ratio with
+    --compress, None without it."""
+    raw = layers_kept * hidden_size * dtype_bytes
+    per_token = raw * (ratio or 1.0) + TOKEN_EXTRA_BYTES
+    total = tokens * per_token
+    fits = total <= free_bytes
+    out = {"layers_kept": layers_kept, "num_layers": num_layers, "hidden_size": hidden_size,
+           "dtype_bytes": dtype_bytes, "samples": samples, "tokens": tokens, "bytes_per_token_raw": raw,
+           "bytes_per_token": round(per_token, 2), "projected_bytes": int(total), "free_bytes": int(free_bytes),
+           "fits": fits, "s3_price_per_gb_month": s3_price,
+           "s3_cost_per_month": round(total / 1e9 * s3_price, 2),
+           "projected_wall_s": round(tokens / tokens_per_s, 1) if tokens_per_s else None, "levers": []}
+    if not fits:
+        out["levers"] = levers(out, ratio)
+    return out
+
+
+def levers(p: dict, ratio: Optional[float]) -> list[str]:
+    """What would make the output fit, each in a sentence."""
+    from gpudeck.agents.workers.plan.units import human_bytes
+    free, tokens, total = p["free_bytes"], max(1, p["tokens"]), p["projected_bytes"]
+    per_layer = p["hidden_size"] * p["dtype_bytes"] * (ratio or 1.0)
+    k = int((free / tokens - TOKEN_EXTRA_BYTES) // per_layer) if free / tokens > TOKEN_EXTRA_BYTES else 0
+    out = []
+    if k >= 1:
+        out.append(f"fewer layers: at most {k} of the {p['layers_kept']} asked for fit")
+    else:
+        out.append("fewer layers: not even one layer of every sample fits")
+    if ratio is None:
+        with_c = tokens * (p["bytes_per_token_raw"] * DOCUMENTED_RATIO + TOKEN_EXTRA_BYTES)
+        out.append(f"--compress: about {human_bytes(with_c)} (x{DOCUMENTED_RATIO}), "
+                   + ("which fits" if with_c <= free else "still too big alone"))
+    n_fit = int(p["samples"] * free / total) if total else p["samples"]
+    out.append(f"fewer samples: about {n_fit:,} of the {p['samples']:,} fit")
+    out.append(f"or split the data over {math.ceil(total / max(1, free))} nodes like this one (--part I/N)")
+    return out
+
+
+# ---------------------------------------------------------------- the command
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=os.environ.get("GPUDECK_LOG_LEVEL", "WARNING" if args.json else "INFO"),
+                        stream=sys.stderr, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    from gpudeck.agents.workers.extract.data import DataError
+    try:
+        plan = make_plan(args)
+    except (UsageError, DataError) as exc:
+        print(f"gpudeck plan extract: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except OSError as exc:
+        print(f"gpudeck plan extract: {exc}", file=sys.stderr)
+        return EXIT_FAIL
+    try:
+        atomic_write_json(os.path.join(args.out, PLAN_FILE), plan)
+    except OSError as exc:
+        log.error("cannot write %s: %s", os.path.join(args.out, PLAN_FILE), exc.strerror or exc)
+    from gpudeck.agents.workers.plan.render import render_extract
+    print(json.dumps(plan, indent=1) if args.json else render_extract(plan))
+    return EXIT_GO if plan["verdict"] == "go" else EXIT_NO_FIT
+
+
+def make_plan(args: argparse.Namespace) -> dict:
+    dtype_bytes = DTYPE_BYTES.get(args.dtype)
+    if dtype_bytes is None:
+        raise UsageError(f"--dtype {args.dtype!r}: expected one of {', '.join(DTYPE_BYTES)}")
+    if args.tokens is not None and (args.tokens < 1 or (args.samples is not None and args.samples < 1)):
+        raise UsageError("--tokens and --samples must be at least 1")
+    shape = model_shape(args.model)
+    layers = parse_layers(args.layers, shape["num_layers"])
+    os.makedirs(args.out, exist_ok=True)
+    if args.tokens is not None:
+        samples, tokens = (args.samples or 1), args.tokens
+    else:
+        samples, tokens = count_tokens(args)
+    from gpudeck.agents.workers.plan.extract_pilot import pilot
+    pil = pilot(args, shape) if args.pilot_samples > 0 and args.tokens is None else None
+    compression = None
+    if args.compress:
+        compression = ({"ratio": pil["ratio"], "measured": True, "pilot_tokens": pil["tokens"]}
+                       if pil and pil.get("ratio") else
+                       {"ratio": DOCUMENTED_RATIO, "measured": False, "pilot_tokens": 0,
+                        "why": (pil or {}).get("why", "no pilot")})
+    tps, source = _speed(args, pil)
+    plan = project(layers_kept=len(layers), num_layers=shape["num_layers"], hidden_size=shape["hidden_size"],
+                   dtype_bytes=dtype_bytes, samples=samples, tokens=tokens,
+                   free_bytes=shutil.disk_usage(args.out).free, ratio=compression["ratio"] if compression else None,
+                   s3_price=args.s3_price_per_gb_month, tokens_per_s=tps)
+    plan.update(layers=layers, compression=compression, tokens_given=args.tokens is not None,
+                disk_path=os.path.abspath(args.out), time={"tokens_per_s": tps, "source": source},
+                pilot=pil, written_at=time.time())
+    plan["verdict"] = "go" if plan["fits"] else "no-go"
+    from gpudeck.agents.workers.plan.units import human_bytes
+    plan["reasons"] = [] if plan["fits"] else [
+        f"the output ({human_bytes(plan['projected_bytes'])}) does not fit the "
+        f"{human_bytes(plan['free_bytes'])} free on {plan['disk_path']}"]
+    return plan
+
+
+def _speed(args, pil: Optional[dict]) -> tuple[Optional[float], str]:
+    if pil and pil.get("device", "").startswith("cuda") and pil.get("tokens_per_s"):
+        return pil["tokens_per_s"], f"measured on a pilot of {pil['tokens']} tokens on {pil['device']}"
+    if args.tokens_per_s:
+        return args.tokens_per_s, "--tokens-per-s"
+    return None, "no GPU here for a pilot; give --tokens-per-s (README has the H200's figures)"
+
+
+def count_tokens(args) -> tuple[int, int]:
+    """(samples, tokens) of the data as the worker will see it: after the chat template,
+    ``--part`` and ``--max-seq-len``; streamed, a DataError names the file and line."""
+    from gpudeck.agents.workers.extract.data import DataError, Encoder, in_part, input_files, iter_lines, record_id
+    from gpudeck.agents.workers.extract.run import _load_tokenizer, _read_template
+
+    files = input_files(args.data)
+    encoder = None
+    samples = tokens = 0
+    for path, lineno, obj in iter_lines(files):
+        if not in_part(record_id(path, lineno, obj), args.part):
+            continue
+        if "input_ids" in obj:
+            n = len(obj["input_ids"]) if isinstance(obj["input_ids"], list) else 0
+            if not n:
+                raise DataError(f"{path}:{lineno}: 'input_ids' must be a non-empty list of integers")
+        else:
+            if encoder is None:
+                encoder = Encoder(_load_tokenizer(args.model), _read_template(args.chat_template))
+            n = encoder.encode(path, lineno, obj).n
+        samples += 1
+        tokens += min(n, args.max_seq_len) if args.max_seq_len else n
+    if not samples:
+        raise UsageError(f"--data {args.data}: no samples" + (f" in part {args.part[0]}/{args.part[1]}"
+                                                              if args.part else ""))
+    return samples, tokens

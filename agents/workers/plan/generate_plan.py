@@ -1,0 +1,222 @@
+"""``gpudeck plan generate``: a pilot of the generation run, then what the whole run will
+take (time, tokens, bytes, servers, dollars) and whether to start it.
+
+It takes the options of ``gpudeck generate`` (the same prompts, servers, max_tokens, ...),
+with ``--concurrency`` a list of levels to try. It runs the audit, samples ``--pilot``
+prompts (seeded, stratified by length, none already done), sends them at each level in
+turn through the generate worker itself (pilot.py: the completions are written to the
+output's shards and done-set, so the real run does not make them again), fits the latency
+model of stats.py per level, and projects the rest of the run at the best level.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+from typing import Any, Optional
+
+from gpudeck.agents.workers.common.atomic import DirectoryBusy, atomic_write_json
+from gpudeck.agents.workers.common.doneset import DoneSetError
+from gpudeck.agents.workers.generate.options import add_arguments as add_generate_arguments
+from gpudeck.agents.workers.generate.options import options_from_args
+from gpudeck.agents.workers.generate.servers import UsageError as GenerateUsageError
+from gpudeck.agents.workers.plan import stats
+from gpudeck.agents.workers.plan.render import render_generate
+from gpudeck.agents.workers.plan.units import UsageError, parse_deadline, parse_levels
+
+log = logging.getLogger("gpudeck.plan")
+
+EXIT_GO, EXIT_NO_GO, EXIT_USAGE = 0, 1, 2
+PLAN_FILE = "plan.json"
+BEST_WITHIN = 0.03  # the lowest level within 3% of the fastest is the best: as fast, less memory
+MAX_FAILED = 0.05  # no-go thresholds, shares of the pilot
+MAX_EMPTY = 0.05
+MAX_CUT = 0.10
+MIN_TIME_AT_LEVEL = 0.02  # a level the pilot spent less of its time near is not measured
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """generate's options, with --concurrency a list; needs conflict_handler="resolve"."""
+    add_generate_arguments(p)
+    p.add_argument("--concurrency", default="1,32,64,128",
+                   help="levels of requests in flight per server to try (default 1,32,64,128)")
+    p.add_argument("--pilot", type=int, default=200, help="prompts in the pilot (default 200)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the pilot's sample (default 0)")
+    p.add_argument("--deadline", help="when the run must be done: a duration (5d, 36h) or an ISO time")
+    p.add_argument("--price-per-hour", type=float, help="dollars per server-hour")
+    p.add_argument("--json", action="store_true", help="print the plan as JSON (the same as OUT/plan.json)")
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=os.environ.get("GPUDECK_LOG_LEVEL", "WARNING" if args.json else "INFO"),
+                        stream=sys.stderr, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        levels = parse_levels(args.concurrency)
+        deadline_s = parse_deadline(args.deadline) if args.deadline else None
+        if args.pilot < 1:
+            raise UsageError("--pilot must be at least 1")
+        if args.price_per_hour is not None and args.price_per_hour < 0:
+            raise UsageError("--price-per-hour must not be negative")
+        opts = options_from_args(argparse.Namespace(**{**vars(args), "concurrency": max(levels)}))
+        from gpudeck.agents.workers.plan.pilot import PilotGenerator
+        gen = PilotGenerator(opts, levels)
+        gen.prepare()
+    except (UsageError, GenerateUsageError, DirectoryBusy) as exc:
+        print(f"gpudeck plan generate: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except (OSError, DoneSetError) as exc:
+        print(f"gpudeck plan generate: {exc}", file=sys.stderr)
+        return EXIT_NO_GO
+    return _pilot_and_plan(args, gen, levels, deadline_s)
+
+
+def _pilot_and_plan(args, gen, levels: list[int], deadline_s: Optional[float]) -> int:
+    import asyncio
+
+    from gpudeck.agents.workers.plan.sample import sample_prompts, split_levels
+
+    t0 = time.monotonic()
+    try:
+        prompts, bad, total = sample_prompts(gen.o.prompts, args.pilot, gen._is_taken, seed=args.seed)
+    except OSError as exc:
+        gen._lock.release()
+        print(f"gpudeck plan generate: {exc}", file=sys.stderr)
+        return EXIT_NO_GO
+    for b in bad[:5]:
+        log.warning("%s; not in the pilot", b)
+    chunks = split_levels(len(prompts), levels)
+    gen.set_prompts(prompts, chunks)
+    log.info("pilot: %d prompts of %d, levels %s per server (%s prompts each)", len(prompts), total,
+             ",".join(map(str, levels)), ",".join(map(str, chunks)))
+    asyncio.run(gen.run())
+    if gen.result.status != 0:
+        print("gpudeck plan generate: stopped during the pilot; its finished completions are kept",
+              file=sys.stderr)
+        return gen.result.status
+    plan = build_plan(gen.result, levels, n_servers=len(gen.o.servers), total=total, done=len(gen.done),
+                      max_tokens=gen.o.max_tokens, deadline_s=deadline_s, price=args.price_per_hour,
+                      seed=args.seed)
+    plan.update(out=gen.out, prompts_file=os.path.abspath(gen.o.prompts), pilot_s=round(time.monotonic() - t0, 1),
+                written_at=time.time())
+    try:
+        atomic_write_json(os.path.join(gen.out, PLAN_FILE), plan)
+    except OSError as exc:
+        log.error("cannot write %s: %s", os.path.join(gen.out, PLAN_FILE), exc.strerror or exc)
+    print(json.dumps(plan, indent=1) if args.json else render_generate(plan))
+    return EXIT_GO if plan["verdict"] == "go" else EXIT_NO_GO
+
+
+def _level_rows(result, levels: list[int], n_servers: int, tokens: list[int], fit, timeline) -> list[dict]:
+    mean_n = stats.mean(tokens) or 0.0
+    seconds = stats.support(timeline, levels)
+    total_s = sum(seconds) or 1.0
+    rows = []
+    for j, c in enumerate(levels):
+        comps = [x for x in result.completions if x.level == j]
+        lats = [x.latency_s for x in comps]
+        row: dict[str, Any] = {"concurrency": c, "completions": len(comps),
+                               "in_flight_per_server": round(stats.mean([x.k for x in comps]), 1) if comps else None,
+                               "seconds_at_level": round(seconds[j], 2), "completions_per_s": None,
+                               "output_tokens_per_s": None, "tokens_per_s_per_request": None,
+                               "latency_p50_s": _r(stats.percentile(lats, 50)),
+                               "latency_p95_s": _r(stats.percentile(lats, 95))}
+        if fit is not None and seconds[j] >= MIN_TIME_AT_LEVEL * total_s:
+            cps = c * n_servers / fit.mean_latency(mean_n, c)
+            row.update(completions_per_s=round(cps, 3), output_tokens_per_s=round(cps * mean_n, 1),
+                       tokens_per_s_per_request=round(fit.rate(c), 1))
+        rows.append(row)
+    return rows
+
+
+def _lengths(result, max_tokens: int) -> dict:
+    comps = result.completions
+    tokens = [x.tokens for x in comps]
+    with_r = [x for x in comps if x.reasoning_tokens is not None]
+    n = len(comps)
+    return {"mean": _r(stats.mean(tokens), 1), "p50": _r(stats.percentile(tokens, 50), 1),
+            "p95": _r(stats.percentile(tokens, 95), 1), "max_tokens": max_tokens,
+            "cut_share": _r(sum(x.cut for x in comps) / n) if n else None,
+            "empty_share": _r(sum(x.empty for x in comps) / n) if n else None,
+            "reasoning_share": _r(sum(x.reasoning_tokens for x in with_r) / max(1, sum(x.tokens for x in with_r)))
+            if with_r else None}
+
+
+def build_plan(result, levels: list[int], *, n_servers: int, total: int, done: int, max_tokens: int,
+               deadline_s: Optional[float] = None, price: Optional[float] = None, seed: int = 0) -> dict:
+    """The plan document from a pilot's result (pure: no I/O)."""
+    tokens = [x.tokens for x in result.completions]
+    timeline = stats.Timeline(result.timeline)
+    obs = [stats.Obs(x.start, x.end, x.tokens) for x in result.completions]
+    fit = stats.fit(obs, timeline, levels) if tokens else None
+    rows = _level_rows(result, levels, n_servers, tokens, fit, timeline)
+    measured = [r for r in rows if r["completions_per_s"]]
+    best = None
+    if measured:
+        top = max(r["completions_per_s"] for r in measured)
+        best = next(r for r in measured if r["completions_per_s"] >= (1 - BEST_WITHIN) * top)
+    remaining = max(0, total - done)
+    plan: dict[str, Any] = {
+        "prompts": total, "done": done, "remaining": remaining, "servers": n_servers,
+        "pilot_done": len(result.completions), "pilot_failed": result.failed, "levels": rows,
+        "output_length": _lengths(result, max_tokens),
+        "best_concurrency": best["concurrency"] if best else None,
+        "completions_per_s": best["completions_per_s"] if best else None,
+        "output_tokens_per_s": best["output_tokens_per_s"] if best else None,
+        "projected_wall_s": None, "projected_wall_s_low": None, "projected_wall_s_high": None,
+        "projected_tail_s": None,
+        "projected_output_tokens": round(total * stats.mean(tokens)) if tokens else None,
+        "projected_bytes": round(total * stats.mean([x.bytes for x in result.completions])) if tokens else None,
+        "deadline_s": deadline_s, "servers_needed": None, "price_per_hour": price, "projected_cost": None,
+        "seconds_per_request": round(fit.a, 4) if fit else None,
+    }
+    if best is not None:
+        proj = stats.project(fit, obs, timeline, tokens, best["concurrency"], n_servers, remaining, seed=seed)
+        _project(plan, proj, best["concurrency"], n_servers, remaining, deadline_s, price)
+    plan["verdict"], plan["reasons"] = verdict(plan)
+    return plan
+
+
+def _project(plan: dict, proj, c: int, n_servers: int, remaining: int, deadline_s: Optional[float],
+             price: Optional[float]) -> None:
+    plan.update(projected_wall_s=round(proj.wall_s, 1), projected_wall_s_low=round(proj.low_s, 1),
+                projected_wall_s_high=round(proj.high_s, 1), projected_tail_s=round(proj.tail_s, 1))
+    if deadline_s is not None:
+        plan["servers_needed"] = stats.servers_for(deadline_s, remaining, proj.mean_latency_s, c,
+                                                   proj.tail_s)
+    if price is not None:
+        plan["projected_cost"] = round(n_servers * proj.wall_s / 3600 * price, 2)
+        if plan["servers_needed"]:
+            wall = remaining * proj.mean_latency_s / (c * plan["servers_needed"]) + proj.tail_s
+            plan["projected_cost_at_servers_needed"] = round(plan["servers_needed"] * wall / 3600 * price, 2)
+
+
+def verdict(plan: dict) -> tuple[str, list[str]]:
+    """("go" or "no-go", the reasons for a no-go, in plain sentences)."""
+    why = []
+    n = plan["pilot_done"]
+    tried = n + plan["pilot_failed"]
+    ol = plan["output_length"]
+    if n == 0:
+        why.append("no completion came back in the pilot")
+    elif plan["pilot_failed"] / tried > MAX_FAILED:
+        why.append(f"{plan['pilot_failed']} of {tried} pilot prompts failed")
+    if n and ol["empty_share"] > MAX_EMPTY:
+        why.append(f"{ol['empty_share']:.0%} of the pilot's answers are empty")
+    if n and ol["cut_share"] > MAX_CUT:
+        why.append(f"{ol['cut_share']:.0%} of the pilot's answers were cut at max_tokens={ol['max_tokens']} "
+                   f"(raise --max-tokens)")
+    need = plan["servers_needed"]
+    if plan["deadline_s"] is not None and plan["projected_wall_s"] is not None:
+        if need is None:
+            why.append("the deadline is shorter than the longest requests take; no number of servers meets it")
+        elif need > plan["servers"]:
+            why.append(f"it needs {need} servers to finish by the deadline; {plan['servers']} given")
+    return ("go" if not why else "no-go"), why
+
+
+def _r(v: Optional[float], nd: int = 3) -> Optional[float]:
+    return None if v is None else round(v, nd)

@@ -1,0 +1,174 @@
+"""The pilot of ``gpudeck plan generate``: the sampled prompts sent through the generate
+worker itself (:class:`Generator`: its server pool, retries, shard writer and done-set),
+so that every pilot completion is a real record of the output and the run that follows
+skips it.
+
+The levels run one after the other without draining in between: the first prompts go out
+with 1 in flight per server, the next ones with 32, and so on. Each completion records its
+latency, its tokens and the number of requests in flight per server averaged over its life
+(the ramp-up and the drain make that differ from the level), which is what stats.py fits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Optional
+
+from gpudeck.agents.workers.generate.generator import Generator
+from gpudeck.agents.workers.generate.options import EXIT_OK, EXIT_TERM, Options
+from gpudeck.agents.workers.generate.prompts import Prompt
+
+log = logging.getLogger("gpudeck.plan")
+
+
+@dataclass
+class Completion:
+    level: int  # index into the levels
+    start: float
+    end: float
+    latency_s: float
+    k: float  # requests in flight per server, averaged over the request's life
+    tokens: int
+    reasoning_tokens: Optional[int]
+    cut: bool
+    empty: bool
+    bytes: int = 0  # of its shard record
+
+
+@dataclass
+class PilotResult:
+    completions: list[Completion] = field(default_factory=list)
+    failed: int = 0
+    wall_s: list[float] = field(default_factory=list)  # per level: first start to last end
+    timeline: list[tuple[float, float]] = field(default_factory=list)  # (time, requests in flight after it)
+    status: int = EXIT_OK
+
+
+class _Gate:
+    """At most ``limit`` requests in flight (the limit only grows), and the integral of the
+    number in flight over time, from which each request's average load is read."""
+
+    def __init__(self) -> None:
+        self.limit = 0
+        self.active = 0
+        self.area = 0.0
+        self._t = time.monotonic()
+        self.timeline: list[tuple[float, float]] = []
+        self._cond = asyncio.Condition()
+
+    def _account(self) -> float:
+        now = time.monotonic()
+        self.area += self.active * (now - self._t)
+        self._t = now
+        return now
+
+    async def acquire(self) -> tuple[float, float]:
+        """Wait for room; (the time, the area) when the request starts."""
+        async with self._cond:
+            await self._cond.wait_for(lambda: self.active < self.limit)
+            now = self._account()
+            self.active += 1
+            self.timeline.append((now, self.active))
+            return now, self.area
+
+    async def release(self) -> tuple[float, float]:
+        async with self._cond:
+            now = self._account()
+            self.active -= 1
+            self.timeline.append((now, self.active))
+            self._cond.notify_all()
+            return now, self.area
+
+    async def raise_to(self, limit: int) -> None:
+        if limit > self.limit:
+            async with self._cond:
+                self.limit = limit
+                self._cond.notify_all()
+
+
+class PilotGenerator(Generator):
+    def __init__(self, opts: Options, levels: list[int]) -> None:
+        opts.concurrency = max(levels)
+        super().__init__(opts)
+        self.levels, self.n_servers = levels, len(opts.servers)
+        self.pilot: list[Prompt] = []
+        self.bounds: list[int] = []
+        self.taken = 0
+        self.result = PilotResult(wall_s=[0.0] * len(levels))
+        self._level_span = [[float("inf"), 0.0] for _ in levels]
+        self._gate = _Gate()
+        self._raw: dict[str, dict] = {}
+        self._bytes: dict[str, int] = {}
+
+    def prepare(self) -> None:
+        super().prepare()
+        add = self.writer.add
+
+        def measured_add(pid, line, token):
+            self._bytes[pid] = len(line) + 1
+            return add(pid, line, token)
+
+        self.writer.add = measured_add
+
+    def set_prompts(self, prompts: list[Prompt], chunks: list[int]) -> None:
+        """The prompts to send (after :meth:`prepare`, which opens the done-set they are
+        sampled against), and how many of them each level starts."""
+        self.pilot = list(reversed(prompts))  # popped from the end
+        self.bounds = [sum(chunks[:i + 1]) for i in range(len(chunks))]  # prompts taken when each level ends
+
+    def _write_resume_hint(self) -> None:
+        """The pilot takes prompts out of file order: the resume hint (a low-water mark of the
+        file) stays where the last real run left it."""
+
+    def _level_of(self, i: int) -> int:
+        return next((j for j, b in enumerate(self.bounds) if i < b), len(self.bounds) - 1)
+
+    async def _worker(self) -> None:
+        gate = self._gate
+        while not self._stop.is_set():
+            await gate.raise_to(self.levels[self._level_of(self.taken)] * self.n_servers)
+            start, area0 = await gate.acquire()
+            if not self.pilot or self._stop.is_set():
+                await gate.release()
+                return
+            p = self.pilot.pop()
+            level = self._level_of(self.taken)
+            self.taken += 1
+            self.inflight.add(p.id)
+            try:
+                await self._process(p)
+            finally:
+                end, area1 = await gate.release()
+                self._measure(p.id, level, start, end, (area1 - area0))
+
+    def _measure(self, pid: str, level: int, start: float, end: float, area: float) -> None:
+        r = self._raw.pop(pid, None)
+        if r is None:  # given up on (a stop leaves it to the next run)
+            self.result.failed += pid in self.failed
+            return
+        span = self._level_span[level]
+        span[0], span[1] = min(span[0], start), max(span[1], end)
+        lat = end - start
+        k = area / lat / self.n_servers if lat > 0 else float(self.levels[level])
+        tokens = r["completion_tokens"] if isinstance(r["completion_tokens"], int) else 0
+        rt = r.get("reasoning_tokens")
+        self.result.completions.append(Completion(
+            level=level, start=start, end=end, latency_s=lat, k=k, tokens=tokens, reasoning_tokens=rt if isinstance(rt, int) else None,
+            cut=r["finish_reason"] == "length", empty=not (r["answer"] or "").strip(),
+            bytes=self._bytes.pop(pid, 0)))
+
+    def _record(self, p: Prompt, server_url: str, r: dict) -> None:
+        self._raw[p.id] = r
+        super()._record(p, server_url, r)
+
+    def _exit_status(self, complete: bool, uploads_ok: bool) -> int:
+        self.result.wall_s = [max(0.0, b - a) if b else 0.0 for a, b in self._level_span]
+        self.result.timeline = [(t, k / self.n_servers) for t, k in self._gate.timeline]
+        q = self.progress.quality
+        log.info("pilot: %d completions, %d failed; %d done in %s", self.progress.completed_now, q["errors"],
+                 len(self.done), self.out)
+        self.result.status = EXIT_TERM if self._terminated else EXIT_OK
+        return self.result.status

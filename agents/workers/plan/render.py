@@ -1,0 +1,77 @@
+"""The plans as text for a terminal (the JSON documents are the same facts)."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from gpudeck.agents.workers.plan.units import human_bytes, human_bytes_binary, human_duration
+
+
+def _f(v: Optional[float], fmt: str = "{:.1f}") -> str:
+    return "-" if v is None else fmt.format(v)
+
+
+def render_generate(plan: dict) -> str:
+    lines = [f"pilot: {plan['pilot_done']} completions ({plan['pilot_failed']} failed) of {plan['prompts']} prompts, "
+             f"{plan['servers']} server(s), {plan.get('pilot_s', 0):.0f}s",
+             "",
+             f"{'CONC/SERVER':>11} {'DONE':>5} {'IN FLIGHT':>9} {'COMPL/S':>9} {'OUT TOK/S':>10} "
+             f"{'LAT P50':>8} {'LAT P95':>8}"]
+    for r in plan["levels"]:
+        mark = " <- best" if r["concurrency"] == plan["best_concurrency"] else ""
+        lines.append(f"{r['concurrency']:>11} {r['completions']:>5} {_f(r['in_flight_per_server']):>9} "
+                     f"{_f(r['completions_per_s'], '{:.2f}'):>9} {_f(r['output_tokens_per_s'], '{:.0f}'):>10} "
+                     f"{_f(r['latency_p50_s'], '{:.2f}s'):>8} {_f(r['latency_p95_s'], '{:.2f}s'):>8}{mark}")
+    ol = plan["output_length"]
+    share = (lambda v: "-" if v is None else f"{v:.1%}")
+    lines += ["", f"output tokens: mean {_f(ol['mean'], '{:.0f}')}, p50 {_f(ol['p50'], '{:.0f}')}, "
+                  f"p95 {_f(ol['p95'], '{:.0f}')}; cut at max_tokens={ol['max_tokens']}: {share(ol['cut_share'])}, "
+                  f"empty: {share(ol['empty_share'])}, reasoning: {share(ol['reasoning_share'])}"]
+    if plan["projected_wall_s"] is not None:
+        lines.append(f"projection at {plan['best_concurrency']} per server: {plan['remaining']} prompts left, "
+                     f"{human_duration(plan['projected_wall_s'])} "
+                     f"(90% interval {human_duration(plan['projected_wall_s_low'])}"
+                     f"-{human_duration(plan['projected_wall_s_high'])}, of it {plan['projected_tail_s']:.0f}s of "
+                     f"drain at the end)")
+    lines.append(f"whole dataset: {_f(plan['projected_output_tokens'], '{:,.0f}')} output tokens, "
+                 f"{human_bytes(plan['projected_bytes'])} of shards")
+    if plan["deadline_s"] is not None:
+        need = plan["servers_needed"]
+        lines.append(f"deadline in {human_duration(plan['deadline_s'])}: "
+                     + (f"{need} server(s) needed" if need else "not reachable with any number of servers"))
+    if plan["projected_cost"] is not None:
+        extra = (f" ({plan['servers_needed']} servers: ${plan['projected_cost_at_servers_needed']:,.2f})"
+                 if plan.get("projected_cost_at_servers_needed") is not None
+                 and plan["servers_needed"] != plan["servers"] else "")
+        lines.append(f"cost at ${plan['price_per_hour']}/server-hour: ${plan['projected_cost']:,.2f}{extra}")
+    lines += ["", _verdict_line(plan)]
+    return "\n".join(lines)
+
+
+def _verdict_line(plan: dict) -> str:
+    if plan["verdict"] == "go":
+        return "verdict: GO"
+    return "verdict: NO-GO: " + "; ".join(plan["reasons"])
+
+
+def render_extract(plan: dict) -> str:
+    lines = [f"data: {plan['samples']:,} samples, {plan['tokens']:,} tokens"
+             f"{' (given)' if plan['tokens_given'] else ' (counted after the chat template)'}",
+             f"model: {plan['layers_kept']} of {plan['num_layers']} layers kept x hidden {plan['hidden_size']} x "
+             f"{plan['dtype_bytes']} bytes = {plan['bytes_per_token_raw']:,} bytes/token"]
+    c = plan["compression"]
+    if c is not None:
+        lines.append(f"--compress: x{c['ratio']:.3f} ({'measured on a pilot of ' + str(c['pilot_tokens']) + ' tokens' if c['measured'] else 'the documented ratio, not measured: ' + c['why']})")
+    lines += [f"output: {human_bytes(plan['projected_bytes'])} ({human_bytes_binary(plan['projected_bytes'])}); "
+              f"free on {plan['disk_path']}: {human_bytes(plan['free_bytes'])} -> "
+              f"{'fits' if plan['fits'] else 'DOES NOT FIT'}",
+              f"S3: ${plan['s3_cost_per_month']:,.2f} per month at ${plan['s3_price_per_gb_month']}/GB-month"]
+    t = plan["time"]
+    if t["tokens_per_s"]:
+        lines.append(f"time: {human_duration(plan['projected_wall_s'])} at {t['tokens_per_s']:,.0f} tok/s ({t['source']})")
+    else:
+        lines.append(f"time: unknown ({t['source']})")
+    for lever in plan["levers"]:
+        lines.append(f"  lever: {lever}")
+    lines += ["", "verdict: GO" if plan["verdict"] == "go" else "verdict: NO-GO: " + "; ".join(plan["reasons"])]
+    return "\n".join(lines)

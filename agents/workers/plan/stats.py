@@ -1,0 +1,235 @@
+"""The arithmetic of a generation plan (stdlib only): percentiles, the server's speed
+fitted on a pilot, the projection of a whole run from it, and its bootstrap interval.
+
+The model: a server decoding ``k`` requests at once gives each of them ``rate(k)`` output
+tokens/s (continuous batching shares the decode steps, so a request's speed depends on the
+load while it runs), after a fixed cost ``a`` per request (queueing, prefill, the network).
+``rate`` is piecewise linear between the levels tried. The pilot knows, from its own gate,
+exactly how many requests were in flight at every moment, so a completion of ``n`` tokens
+that ran from ``s`` to ``e`` says ``n = integral over [s + a, e] of rate(k(t)) dt``: one
+linear equation in the rates at the levels. Least squares over the pilot's completions
+gives them (and ``a``, by a search over the values that fit best), whatever the ramp-ups
+and drains of the pilot were.
+
+In steady state a server keeps ``c`` requests in flight, so by Little's law it completes
+``c / E[latency]`` per second, with ``E[latency] = a + E[n] / rate(c)`` and ``E[n]`` the
+mean output length over the whole pilot. A run of ``M`` prompts on ``S`` servers then takes
+``M * E[latency] / (S * c)`` seconds, plus the tail: when the last prompt is handed out,
+every slot still finishes what it holds, and the longest of those decides the end
+(:func:`tail_s`, a list schedule simulated on lengths drawn from the pilot).
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import math
+import random
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+
+def percentile(values: Sequence[float], q: float) -> Optional[float]:
+    """The ``q``-th percentile (0..100), linear between ranks; None for no values."""
+    if not values:
+        return None
+    v = sorted(values)
+    pos = (len(v) - 1) * q / 100.0
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(v) - 1)
+    return v[lo] + (v[hi] - v[lo]) * (pos - lo)
+
+
+def mean(values: Sequence[float]) -> Optional[float]:
+    return sum(values) / len(values) if values else None
+
+
+@dataclass(frozen=True)
+class Obs:
+    """One completion of the pilot."""
+    start: float
+    end: float
+    tokens: int
+
+    @property
+    def latency_s(self) -> float:
+        return self.end - self.start
+
+
+class Timeline:
+    """Requests in flight per server over time: ``points`` are (time, in flight after it)."""
+
+    def __init__(self, points: Sequence[tuple[float, float]]) -> None:
+        self.t = [p[0] for p in points]
+        self.k = [p[1] for p in points]
+
+    def integrals(self, s: float, e: float, knots: Sequence[float]) -> list[float]:
+        """For each hat function of ``knots``, its integral over [s, e] of k(t)."""
+        out = [0.0] * len(knots)
+        i = max(0, bisect.bisect_right(self.t, s) - 1)
+        while i < len(self.t) and self.t[i] < e:
+            lo = max(s, self.t[i])
+            hi = min(e, self.t[i + 1]) if i + 1 < len(self.t) else e
+            if hi > lo:
+                for j, w in enumerate(hat(self.k[i], knots)):
+                    out[j] += w * (hi - lo)
+            i += 1
+        return out
+
+
+def hat(k: float, knots: Sequence[float]) -> list[float]:
+    """Weights of the piecewise-linear basis at ``k`` (flat beyond the end knots)."""
+    w = [0.0] * len(knots)
+    if k <= knots[0]:
+        w[0] = 1.0
+    elif k >= knots[-1]:
+        w[-1] = 1.0
+    else:
+        j = bisect.bisect_right(knots, k) - 1
+        f = (k - knots[j]) / (knots[j + 1] - knots[j])
+        w[j], w[j + 1] = 1.0 - f, f
+    return w
+
+
+@dataclass(frozen=True)
+class Fit:
+    a: float  # seconds per request
+    knots: tuple[float, ...]
+    rates: tuple[float, ...]  # output tokens/s of each request at each knot
+
+    def rate(self, k: float) -> float:
+        return sum(w * r for w, r in zip(hat(k, self.knots), self.rates))
+
+    def latency(self, tokens: float, c: float) -> float:
+        return self.a + tokens / self.rate(c)
+
+    def mean_latency(self, mean_tokens: float, c: float) -> float:
+        return self.latency(mean_tokens, c)
+
+
+def _solve(m: list[list[float]], v: list[float]) -> Optional[list[float]]:
+    """Gaussian elimination with partial pivoting; None when singular."""
+    n = len(v)
+    a = [row[:] + [v[i]] for i, row in enumerate(m)]
+    scale = max([1e-300] + [abs(x) for row in m for x in row])
+    for col in range(n):
+        piv = max(range(col, n), key=lambda r: abs(a[r][col]))
+        if abs(a[piv][col]) < 1e-10 * scale:
+            return None
+        a[col], a[piv] = a[piv], a[col]
+        for r in range(n):
+            if r != col:
+                f = a[r][col] / a[col][col]
+                a[r] = [x - f * y for x, y in zip(a[r], a[col])]
+    return [a[i][n] / a[i][i] for i in range(n)]
+
+
+def _rates(rows: Sequence[tuple[list[float], int]]) -> tuple[Optional[list[float]], float]:
+    """Least squares of tokens = rows . rates, each row weighted by 1/tokens (relative
+    errors); (rates or None, the weighted residual)."""
+    p = len(rows[0][0])
+    m = [[0.0] * p for _ in range(p)]
+    v = [0.0] * p
+    for x, n in rows:
+        w = 1.0 / max(1, n)
+        for i in range(p):
+            v[i] += w * x[i] * n
+            for j in range(p):
+                m[i][j] += w * x[i] * x[j]
+    beta = _solve(m, v)
+    if beta is None:
+        return None, math.inf
+    return beta, sum((n - sum(b * xi for b, xi in zip(beta, x))) ** 2 / max(1, n) for x, n in rows)
+
+
+def support(timeline: Timeline, knots: Sequence[float]) -> list[float]:
+    """Seconds the pilot spent at each knot (by the hat weights)."""
+    if len(timeline.t) < 2:
+        return [0.0] * len(knots)
+    return timeline.integrals(timeline.t[0], timeline.t[-1], knots)
+
+
+def fit(obs: Sequence[Obs], timeline: Timeline, knots: Sequence[float], a: Optional[float] = None,
+        steps: int = 16) -> Optional[Fit]:
+    """The rates at ``knots`` (and ``a``, searched when not given); None when the
+    completions do not determine them (too few, or a rate that comes out not positive)."""
+    obs = [o for o in obs if o.tokens > 0 and o.latency_s > 0]
+    if len(obs) < len(knots):
+        return None
+    top = 0.9 * min(o.latency_s for o in obs)
+    best: Optional[tuple[float, float, list[float]]] = None
+    for a_try in ([a] if a is not None else [top * i / steps for i in range(steps + 1)]):
+        rows = [(timeline.integrals(o.start + a_try, o.end, knots), o.tokens) for o in obs]
+        beta, resid = _rates(rows)
+        if beta is not None and min(beta) > 0 and (best is None or resid < best[0]):
+            best = (resid, a_try, beta)
+    if best is None:
+        return None
+    return Fit(best[1], tuple(knots), tuple(best[2]))
+
+
+def makespan(latencies: Sequence[float], slots: int) -> float:
+    """Wall time of ``latencies`` handed in order to ``slots`` parallel workers."""
+    if not latencies:
+        return 0.0
+    heap = [0.0] * min(slots, len(latencies))
+    for lat in latencies:
+        heapq.heapreplace(heap, heap[0] + lat)
+    return max(heap)
+
+
+def tail_s(fit: Fit, c: float, tokens: Sequence[int], slots: int, remaining: int, rng: random.Random,
+           rounds: int = 5) -> float:
+    """How much longer than ``total work / slots`` a list schedule of ``remaining`` requests
+    takes: the slots that drain one by one at the end. Simulated over ``min(remaining,
+    20 x slots)`` requests whose lengths are drawn from ``tokens``; the drain itself is
+    taken at full load (it speeds up as slots empty, so this leans long)."""
+    if remaining <= 0 or not tokens:
+        return 0.0
+    m = min(remaining, 20 * slots)
+    over = []
+    for _ in range(rounds):
+        lats = [fit.latency(rng.choice(tokens), c) for _ in range(m)]
+        over.append(makespan(lats, slots) - sum(lats) / slots)
+    return max(0.0, mean(over))
+
+
+@dataclass
+class Projection:
+    wall_s: float
+    low_s: float
+    high_s: float
+    completions_per_s: float
+    mean_latency_s: float
+    tail_s: float
+
+
+def project(fit_: Fit, obs: Sequence[Obs], timeline: Timeline, tokens: Sequence[int], c: int, servers: int,
+            remaining: int, seed: int = 0, boots: int = 200) -> Projection:
+    """Wall time of ``remaining`` prompts at ``c`` per server on ``servers`` servers, with a
+    90% interval from the bootstrap: the pilot's completions and lengths are resampled and
+    the rates fitted again each time (``a`` kept)."""
+    slots = c * servers
+    rng = random.Random(seed)
+    mean_lat = fit_.mean_latency(mean(tokens), c)
+    tail = tail_s(fit_, c, tokens, slots, remaining, rng)
+    rows = [(timeline.integrals(o.start + fit_.a, o.end, fit_.knots), o.tokens)
+            for o in obs if o.tokens > 0 and o.latency_s > 0]
+    walls = []
+    for _ in range(boots):
+        beta, _ = _rates([rng.choice(rows) for _ in rows])
+        f = Fit(fit_.a, fit_.knots, tuple(beta)) if beta is not None and min(beta) > 0 else fit_
+        t = [rng.choice(tokens) for _ in tokens]
+        walls.append(remaining * f.mean_latency(mean(t), c) / slots + tail)
+    return Projection(wall_s=remaining * mean_lat / slots + tail, low_s=percentile(walls, 5),
+                      high_s=percentile(walls, 95), completions_per_s=slots / mean_lat,
+                      mean_latency_s=mean_lat, tail_s=tail)
+
+
+def servers_for(deadline_s: float, remaining: int, mean_latency_s: float, c: int, tail: float) -> Optional[int]:
+    """Fewest servers (at ``c`` each) that finish ``remaining`` prompts within ``deadline_s``;
+    None when even infinitely many would not (the tail alone is longer)."""
+    room = deadline_s - tail
+    if room <= 0:
+        return None
+    return max(1, math.ceil(remaining * mean_latency_s / (c * room)))
