@@ -25,7 +25,7 @@ from conftest import ROOT
 
 PROBE = ROOT / "tests" / "tools" / "sglang_probe.py"
 
-pytestmark = pytest.mark.skipif(
+needs_sglang = pytest.mark.skipif(
     importlib.util.find_spec("sglang") is None,
     reason="sglang is not installed (make test installs sglang==0.5.23 and its CPU-side imports: see the Makefile)")
 
@@ -64,6 +64,7 @@ def pages(tmp_path_factory):
     return probe(tmp_path_factory, "page", {"hybrid": HYBRID, "swa": SWA, "plain": PLAIN})
 
 
+@needs_sglang
 def test_sglang_pages_carry_the_families_gpudeck_reads(pages):
     page = pages["hybrid"][-1]
     for family in ("generation_tokens_total", "num_running_reqs", "num_queue_reqs", "token_usage",
@@ -73,6 +74,7 @@ def test_sglang_pages_carry_the_families_gpudeck_reads(pages):
     assert 'dp_rank=' not in pages["plain"][0]  # no DP: no dp_rank label
 
 
+@needs_sglang
 def test_hybrid_model_figures_equal_what_sglang_was_given(pages):
     first, second = (parse_metrics(p) for p in pages["hybrid"])
     assert first.flavor == "sglang"
@@ -83,6 +85,7 @@ def test_hybrid_model_figures_equal_what_sglang_was_given(pages):
     assert second.accept_length == pytest.approx((2.75 + 3.25) / 2)
 
 
+@needs_sglang
 def test_swa_and_plain_servers(pages):
     swa = parse_metrics(pages["swa"][0])
     assert swa.kv_usage == pytest.approx((0.875 + 0.625) / 2) and swa.kv_pool == "swa"
@@ -120,6 +123,7 @@ class PageServer:
         self.server.server_close()
 
 
+@needs_sglang
 async def test_scraper_over_http_shows_what_sglang_was_given(pages):
     srv = PageServer()
     try:
@@ -160,6 +164,7 @@ def parsed(tmp_path_factory):
     return probe(tmp_path_factory, "args", [per_gpu, dp_mtp, tp_eagle])
 
 
+@needs_sglang
 def test_sglang_parses_the_one_server_per_gpu_line(parsed):
     a = parsed[0]
     assert a["model_path"] == "/models/Qwen3.6-27B" and a["port"] == 30000 and a["host"] == "127.0.0.1"
@@ -168,6 +173,7 @@ def test_sglang_parses_the_one_server_per_gpu_line(parsed):
     assert a["speculative_algorithm"] is None
 
 
+@needs_sglang
 def test_sglang_parses_the_dp_and_mtp_lines(parsed):
     dp, tp = parsed[1], parsed[2]
     assert dp["dp_size"] == 4 and dp["tp_size"] == 1 and dp["port"] == 30010 and dp["enable_metrics"] is True
@@ -175,3 +181,62 @@ def test_sglang_parses_the_dp_and_mtp_lines(parsed):
     assert tp["tp_size"] == 2 and tp["speculative_algorithm"] == "EAGLE"
     for a in (dp, tp):
         assert (a["speculative_num_steps"], a["speculative_eagle_topk"], a["speculative_num_draft_tokens"]) == (3, 1, 4)
+
+
+# ------------------------------------------------------------------ the names, read from the source
+# vLLM 0.33 is not installed for the tests: its wheel is 336 MB (837 MB unpacked, most of it CUDA
+# kernels) and pins torch==2.14.0. Its metrics module, vllm/v1/metrics/loggers.py, does import on
+# a CPU machine from the wheel's Python files (with cbor2, openai-harmony, cachetools,
+# cloudpickle, uvloop, py-cpuinfo, xgrammar, partial-json-parser and llguidance beside
+# SGLang's set), but that is not wired in here. Its names come from its source instead:
+# tests/tools/engine_metric_names.py wrote tests/fixtures/engine_metrics/vllm-0.33.0.json from
+# vllm-0.33.0-cp38-abi3-manylinux_2_28_x86_64.whl (`pip download --no-deps vllm==0.33.0`).
+# Set GPUDECK_VLLM_WHEEL to that wheel to check the file against it.
+
+sys.path.insert(0, str(ROOT / "tests" / "tools"))
+import engine_metric_names  # noqa: E402
+
+from gpudeck.agents.engines import NAMES, SGLANG_POOLS  # noqa: E402
+
+VLLM_NAMES = ROOT / "tests" / "fixtures" / "engine_metrics" / "vllm-0.33.0.json"
+KIND = {"tokens": "counter", "running": "gauge", "queued": "gauge", "kv": "gauge", "accept": "gauge",
+        "accepted": "counter", "drafts": "counter"}
+
+
+def check_scraper_knows(flavor: str, defined: dict[str, str]) -> None:
+    for figure, names in NAMES[flavor].items():
+        names = names if isinstance(names, tuple) else (names,)
+        # the first name is the engine's current one; later ones are older engines' (gone by now)
+        assert defined.get(f"{flavor}:{names[0]}") == KIND[figure], (figure, names[0])
+
+
+def test_vllm_033_defines_every_name_the_scraper_reads():
+    defined = json.loads(VLLM_NAMES.read_text())["metrics"]
+    check_scraper_knows("vllm", defined)
+    assert "vllm:gpu_cache_usage_perc" not in defined  # the old name, still read for older servers
+
+
+def test_vllm_names_file_is_what_the_wheel_says():
+    import os
+    from pathlib import Path
+
+    wheel = os.environ.get("GPUDECK_VLLM_WHEEL")
+    if not wheel:
+        pytest.skip("GPUDECK_VLLM_WHEEL not set (the vllm==0.33.0 wheel is 336 MB)")
+    assert engine_metric_names.engine_metrics(Path(wheel)) == json.loads(VLLM_NAMES.read_text())["metrics"]
+
+
+@needs_sglang
+def test_sglang_source_defines_every_name_the_scraper_reads(pages):
+    from pathlib import Path
+
+    src = Path(importlib.util.find_spec("sglang").submodule_search_locations[0])
+    defined = engine_metric_names.engine_metrics(src)
+    check_scraper_knows("sglang", defined)
+    for name, _ in SGLANG_POOLS:
+        assert defined[f"sglang:{name}"] == "gauge"
+    # the reading from source agrees with what SGLang's collectors really served
+    served = {line.split()[2]: line.split()[3] for p in pages.values() for line in p[-1].splitlines()
+              if line.startswith("# TYPE ")}
+    assert len(served) > 40  # multiprocess mode serves the series that were given a value
+    assert {n: defined.get(n) for n in served} == served
