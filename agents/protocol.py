@@ -85,9 +85,10 @@ class Engine:
     generation_tokens: Optional[float] = None
     running: Optional[float] = None
     queued: Optional[float] = None
-    kv_usage: Optional[float] = None
+    kv_usage: Optional[float] = None  # the fullest memory pool (hybrid models: mamba or SWA too)
     accept_length: Optional[float] = None  # None when speculative decoding is off
     error: Optional[str] = None
+    kv_pool: Optional[str] = None  # "mamba" or "swa" when that pool, not full attention, is the fullest
 
 
 @dataclass(frozen=True)
