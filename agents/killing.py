@@ -104,11 +104,11 @@ def describe_process(pid: int) -> str:
     return text if len(text) <= 40 else text[:39] + "…"
 
 
-def strangers(gpu, gpus: set[int], since: Optional[float], owner_of: Callable[[int], Optional[str]],
-              job: str) -> list[tuple[int, int, float]]:
+def strangers(gpu, gpus: set[int], since: Optional[int], owner_of: Callable[[int], Optional[str]],
+              job: str, leader: int = 0) -> list[tuple[int, int, float]]:
     """Processes on ``gpus`` started after ``since`` (start ticks, :func:`start_ticks`) that
-    belong to no job but ``job``; none when the launch's start is not known. A process started
-    in the same tick as the job's leader is not counted as after it."""
+    belong to no job but ``job``; none when the launch's start is not known. Ticks are 10 ms:
+    within the leader's own tick, a higher pid (``leader`` is the leader's) counts as later."""
     out: list[tuple[int, int, float]] = []
     if since is None:
         return out
@@ -117,7 +117,7 @@ def strangers(gpu, gpus: set[int], since: Optional[float], owner_of: Callable[[i
             if owner_of(pid) not in (None, job):
                 continue
             started = start_ticks(pid)
-            if started is not None and started > since:
+            if started is not None and (started, pid) > (since, leader):
                 out.append((pid, index, mib))
     return out
 
@@ -141,7 +141,8 @@ def kill_and_verify(t: Target, gpu, owner_of: Callable[[int], Optional[str]], gr
     deadline = time.monotonic() + verify_timeout_s
     while True:  # NVML may report a dead process's memory for a moment: wait until it lets go
         held = gpu_holdings(gpu, everyone)
-        escaped = [s for s in strangers(gpu, gpus, t.started_at, owner_of, t.job) if s[0] not in everyone]
+        escaped = [s for s in strangers(gpu, gpus, t.started_at, owner_of, t.job, t.pgid or 0)
+                   if s[0] not in everyone]
         if (not held and not escaped) or time.monotonic() >= deadline:
             break
         time.sleep(0.1)

@@ -40,7 +40,7 @@ from gpudeck.agents.protocol import Snapshot  # noqa: E402
 from gpudeck.remote.client import FleetClient  # noqa: E402
 from gpudeck.remote.fleet import Fleet, Node  # noqa: E402
 from gpudeck.remote.ssh import SshTransport  # noqa: E402
-from ssh_support import NetnsFleet, Sshd, keygen, netns_unavailable, node_python  # noqa: E402
+from support.ssh import NetnsFleet, Sshd, keygen, netns_unavailable, node_python  # noqa: E402
 
 
 @dataclass

@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 from gpudeck.agents import __version__, protocol
-from conftest import PY, ROOT, command_job, env_with_repo, wait_for
+from support import PY, ROOT, command_job, env_with_repo, wait_for
 
 
 def test_hello_then_snapshots_at_the_configured_interval(start_agent, home):
@@ -67,7 +67,7 @@ def test_agent_exits_when_stdin_closes_and_jobs_keep_running(start_agent):
     a.ok("configure", jobs=[command_job("stay", "exec sleep 120")])
     pid = a.ok("launch", job="stay")["pid"]
     assert a.close() == 0
-    from conftest import pid_alive
+    from support import pid_alive
     assert pid_alive(pid)
 
 
@@ -121,7 +121,7 @@ def test_a_second_console_shares_the_agent_and_the_last_to_leave_stops_it(start_
     import os
     import stat
 
-    from conftest import pid_alive
+    from support import pid_alive
 
     a = start_agent(interval=0.1)
     b = start_agent(interval=0.1)
@@ -160,8 +160,8 @@ def test_a_second_console_shares_the_agent_and_the_last_to_leave_stops_it(start_
 def test_an_agent_of_another_version_is_taken_over_not_relayed_to(start_agent, home, tmp_path):
     """After `gpudeck deploy`, the new version must not relay to the old agent still serving
     another console: it takes the node over (SIGTERM, the old one exits) and serves it."""
-    from conftest import pid_alive
-    from ssh_support import old_version_python
+    from support import pid_alive
+    from support.ssh import old_version_python
 
     old_python = old_version_python(tmp_path, "0.0.1")
     old = subprocess.Popen([str(old_python), "-m", "gpudeck.agents", "--home", str(home), "--node", "testnode",
@@ -262,7 +262,7 @@ def test_the_agent_refuses_an_interval_that_would_busy_loop(home, interval):
 def test_an_agent_from_before_the_gpudeck_namespace_is_taken_over(start_agent, home, tmp_path):
     """A node deployed before 0.2 runs `python -m agents` (top-level packages). After the
     deploy of this version the new agent takes that node over and adopts its jobs."""
-    from conftest import pid_alive
+    from support import pid_alive
 
     old_tree = tmp_path / "old"
     old_tree.mkdir()

@@ -8,7 +8,7 @@ import re
 import subprocess
 
 from gpudeck.agents.workers.audit import audit_file, audit_records
-from generate_support import PY, ROOT, child_env
+from support.generate import PY, ROOT, child_env
 
 THINK_OK = [151667, 198, 198, 151668, 4048, 151645]  # "<think>\n\n</think>OK.<|im_end|>": 6 target tokens
 

@@ -9,10 +9,9 @@ import random
 
 import pytest
 
-from generate_support import (GenerateProc, assert_exactly_once, generate_argv, moto_s3, read_done,
-                              read_jsonl_strict, read_shards, sim_engines, write_prompts)
+from support.generate import (GenerateProc, assert_exactly_once, generate_argv, read_done,
+                              read_jsonl_strict, read_shards, write_prompts)
 
-__all__ = ["moto_s3", "sim_engines"]
 
 KILLS = 20
 

@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from conftest import ROOT, env_with_repo, pid_alive, wait_for
+from support import ROOT, env_with_repo, pid_alive, wait_for
 
 
 def gpudeck_cmd() -> list[str]:
@@ -192,7 +192,7 @@ def test_kill_by_pid_of_a_gpu_process_of_no_job_and_a_kept_verdict(tmp_path, hom
 def test_a_one_shot_status_shows_the_engines(tmp_path, home):
     import httpx
 
-    from generate_support import free_port
+    from support.generate import free_port
     port = free_port()
     fleet = tmp_path / "fleet.toml"
     fleet.write_text(textwrap.dedent(f'''

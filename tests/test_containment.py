@@ -11,7 +11,7 @@ import sys
 import psutil
 import pytest
 
-from conftest import command_job, wait_for
+from support import command_job, wait_for
 from gpudeck.agents.contain import Containment
 
 CGROUP = Containment.detect().mode == "cgroup"

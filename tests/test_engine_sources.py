@@ -21,7 +21,7 @@ import pytest
 
 from gpudeck.agents.engines import EngineScraper, parse_metrics
 from gpudeck.agents.jobs import JobSpec
-from conftest import ROOT
+from support import ROOT
 
 PROBE = ROOT / "tests" / "tools" / "sglang_probe.py"
 

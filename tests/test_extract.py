@@ -18,7 +18,7 @@ import sys
 
 import pytest
 
-from extract_support import (CHAT_TEMPLATE, PLAIN_TEMPLATE, ROOT, build_model, build_tokenizer, chat_record,
+from support.extract import (CHAT_TEMPLATE, PLAIN_TEMPLATE, ROOT, build_model, build_tokenizer, chat_record,
                              reference_hidden_states, rel_err, write_chat_shards, write_tokenized)
 
 torch = pytest.importorskip("torch", reason="torch is needed by the extraction worker (pip install '.[extract]')")

@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from extract_support import build_model, run_extract, shard_ids, write_tokenized
+from support.extract import build_model, run_extract, shard_ids, write_tokenized
 
 pytest.importorskip("torch", reason="torch is needed by the extraction worker (pip install '.[extract]')")
 pytest.importorskip("transformers", reason="transformers is needed by the extraction worker")

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from extract_support import WORDS, build_model, run_extract, write_tokenized
+from support.extract import WORDS, build_model, run_extract, write_tokenized
 
 pytest.importorskip("torch", reason="torch is needed by the extraction worker (pip install '.[extract]')")
 pytest.importorskip("transformers", reason="transformers is needed by the extraction worker")

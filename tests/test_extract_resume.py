@@ -13,9 +13,9 @@ import time
 
 import pytest
 
-from conftest import wait_for
+from support import wait_for
 
-from extract_support import (ROOT, build_model, extract_argv, reference_hidden_states, rel_err, run_extract,
+from support.extract import (ROOT, build_model, extract_argv, reference_hidden_states, rel_err, run_extract,
                              shard_ids, write_tokenized)
 
 pytest.importorskip("torch", reason="torch is needed by the extraction worker (pip install '.[extract]')")

@@ -9,7 +9,7 @@ import struct
 
 import pytest
 
-from extract_support import MotoS3, build_model, run_extract, write_tokenized
+from support.extract import MotoS3, build_model, run_extract, write_tokenized
 
 pytest.importorskip("torch", reason="torch is needed by the extraction worker (pip install '.[extract]')")
 pytest.importorskip("transformers", reason="transformers is needed by the extraction worker")

@@ -9,10 +9,8 @@ import subprocess
 
 import pytest
 
-from generate_support import (GenerateProc, assert_exactly_once, generate_argv, read_done, read_shards,
-                              run_generate, sim_engines, wait_until, write_prompts)
-
-__all__ = ["sim_engines"]
+from support.generate import (GenerateProc, assert_exactly_once, generate_argv, read_done, read_shards,
+                              run_generate, wait_until, write_prompts)
 
 
 def test_generates_every_prompt_once_with_the_record_fields(tmp_path, sim_engines):

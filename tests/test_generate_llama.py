@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from gpudeck.agents.engines import parse_metrics
-from generate_support import (ROOT, assert_exactly_once, child_env, free_port, generate_argv, read_shards,
+from support.generate import (ROOT, assert_exactly_once, child_env, free_port, generate_argv, read_shards,
                               run_generate, wait_until)
 
 SCRIPT = ROOT / "tests" / "tools" / "llama_server.sh"

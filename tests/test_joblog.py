@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 from gpudeck.agents import joblog
-from conftest import command_job, wait_for
+from support import command_job, wait_for
 
 
 def test_the_tail_of_a_million_lines(tmp_path, start_agent, home):

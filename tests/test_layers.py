@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import re
 import shutil
 import subprocess
 import sys
 
 import pytest
 
-from conftest import ROOT, env_with_repo
+from support import ROOT, env_with_repo
 
 
 def _modules(package: str) -> list[str]:
@@ -73,3 +74,10 @@ def test_import_linter_contracts_hold():
     r = subprocess.run([exe], capture_output=True, text=True, cwd=ROOT, env=env_with_repo(), timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "0 broken" in r.stdout
+
+
+def test_no_test_imports_conftest():
+    """Helpers live in the support package; conftest.py holds fixtures only."""
+    offenders = [p.name for p in (ROOT / "tests").rglob("*.py")
+                 if re.search(r"^\s*(from conftest import|import conftest)", p.read_text(), re.M)]
+    assert offenders == []

@@ -14,12 +14,12 @@ from gpudeck.agents.workers.plan import stats
 from gpudeck.agents.workers.plan.extract_plan import project as project_extract
 from gpudeck.agents.workers.plan.sample import split_levels
 from gpudeck.agents.workers.plan.units import UsageError, parse_deadline, parse_duration, parse_levels
-from generate_support import (PY, ROOT, assert_exactly_once, child_env, generate_argv, read_done, read_shards,
-                              run_generate, sim_engines)
+from support.generate import (PY, ROOT, assert_exactly_once, child_env, generate_argv, read_done, read_shards,
+                              run_generate)
 
 from test_generate_llama import BINARY, QUESTIONS, llama_server
 
-__all__ = ["llama_server", "sim_engines"]
+__all__ = ["llama_server"]
 
 SEED_LAYERS, SEED_HIDDEN, SEED_SAMPLES, SEED_TOKENS_EACH = 5, 5120, 902_087, 2000
 
@@ -159,7 +159,7 @@ def test_plan_extract_bad_input_says_where(tmp_path):
 
 @pytest.mark.timeout(600)
 def test_plan_extract_counts_a_real_dataset_and_measures_compression(tmp_path):
-    from extract_support import build_model, write_chat_shards
+    from support.extract import build_model, write_chat_shards
     from transformers import AutoTokenizer
 
     from gpudeck.agents.workers.extract.data import Encoder, input_files, iter_lines

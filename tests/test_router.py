@@ -12,10 +12,9 @@ import pytest
 
 from gpudeck.agents.engines import EngineScraper, parse_metrics
 from gpudeck.agents.jobs import JobSpec
-from generate_support import (PY, ROOT, assert_exactly_once, child_env, free_port, generate_argv, read_shards,
-                              run_generate, sim_engines, wait_until, write_prompts)
+from support.generate import (PY, ROOT, assert_exactly_once, child_env, free_port, generate_argv, read_shards,
+                              run_generate, wait_until, write_prompts)
 
-__all__ = ["sim_engines"]
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("sglang_router") is None,
                                 reason="sglang-router is not installed (pip install sglang-router)")

@@ -11,11 +11,10 @@ import pytest
 
 from gpudeck.agents.workers.common import s3sync
 from gpudeck.agents.workers.generate.shards import ids_in_jsonl
-from fault_proxy import FaultProxy
-from generate_support import (GenerateProc, MotoS3, assert_exactly_once, generate_argv, id_counts, moto_s3,
-                              read_shards, run_generate, sim_engines, wait_until, write_prompts)
+from support.fault_proxy import FaultProxy
+from support.generate import (GenerateProc, MotoS3, assert_exactly_once, generate_argv, id_counts, read_shards,
+                              run_generate, wait_until, write_prompts)
 
-__all__ = ["moto_s3", "sim_engines"]
 
 BUCKET = "runs"
 

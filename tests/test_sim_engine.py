@@ -10,9 +10,8 @@ import time
 import httpx
 
 from gpudeck.agents.engines import EngineScraper, parse_metrics
-from generate_support import sim_engines, wait_until
+from support.generate import wait_until
 
-__all__ = ["sim_engines"]
 
 FIXTURE_NAMES = ("sglang:generation_tokens_total", "sglang:prompt_tokens_total", "sglang:num_requests_total",
                  "sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:token_usage", "sglang:gen_throughput",
@@ -116,7 +115,7 @@ def test_each_failure_kind(sim_engines):
 def test_a_bad_flag_is_a_clear_error(tmp_path):
     import subprocess
 
-    from generate_support import PY, ROOT, child_env
+    from support.generate import PY, ROOT, child_env
     r = subprocess.run([PY, "-m", "gpudeck.console", "sim-engine", "--port", "0", "--fail-kinds", "boom"],
                        capture_output=True, text=True, env=child_env(), cwd=ROOT, timeout=60)
     assert r.returncode != 0 and "unknown kind(s) boom" in r.stderr

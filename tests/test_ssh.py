@@ -23,7 +23,7 @@ from gpudeck.agents.protocol import Snapshot
 from gpudeck.remote.client import FleetClient, NodeDown, NodeUp, VersionMismatch
 from gpudeck.remote.fleet import load_fleet
 from gpudeck.remote.ssh import AgentStartFailed, AuthFailed, HostKeyChanged, HostKeyUnknown, SshError, SshTransport
-from ssh_support import (PY, ROOT, Events, NetnsFleet, Sshd, agents_of, host_key_line, keygen, lock_holder,
+from support.ssh import (PY, ROOT, Events, NetnsFleet, Sshd, agents_of, host_key_line, keygen, lock_holder,
                          netns_unavailable, node_python, old_version_python, run, wait_until)
 
 KEEPALIVE_S = 3.0  # short, so a dropped link shows in seconds; the agent ticks every 0.5 s

@@ -1,7 +1,7 @@
 """Bastions and host certificates, with real OpenSSH.
 
 Nodes behind a bastion are network namespaces that only the bastion's namespace can reach
-(see ``ssh_support.BastionFleet``); the certificates are signed by a throwaway CA with
+(see ``support.ssh.BastionFleet``); the certificates are signed by a throwaway CA with
 ``ssh-keygen -s`` and served by a loopback sshd (``HostCertificate``). The netns tests skip
 only where network namespaces cannot be created; the reason says which.
 """
@@ -20,7 +20,7 @@ from gpudeck.agents.protocol import Snapshot
 from gpudeck.remote.client import FleetClient
 from gpudeck.remote.fleet import load_fleet
 from gpudeck.remote.ssh import ConnectFailed, HostCertificateRefused, HostKeyChanged, HostKeyUnknown, SshTransport
-from ssh_support import (BastionFleet, Sshd, host_key_line, keygen, netns_unavailable, node_python, run,
+from support.ssh import (BastionFleet, Sshd, host_key_line, keygen, netns_unavailable, node_python, run,
                          ssh_connections_to)
 from test_ssh import KEEPALIVE_S, TAKEOVER, cli, hello_from, job_in, transport, write_fleet
 

@@ -13,7 +13,7 @@ import time
 import psutil
 import pytest
 
-from conftest import command_job, pid_alive, wait_for
+from support import command_job, pid_alive, wait_for
 
 pytestmark = pytest.mark.usefixtures("reap_jobs")
 

@@ -13,9 +13,9 @@ from gpudeck.console.app import make_app
 from gpudeck.console.screens.confirm import ConfirmScreen
 from gpudeck.console.screens.help import HelpScreen
 from gpudeck.console.screens.job import JobScreen
-from tui_support import (closed_port, job_row, notifications_text, progress_script, reap, screen_text, shell_job, wait_for_text,
+from support.tui import (closed_port, job_row, notifications_text, progress_script, reap, screen_text, shell_job, wait_for_text,
                          wait_until, write_fleet)
-from conftest import pid_alive
+from support import pid_alive
 
 SIZE = (120, 40)
 

@@ -12,8 +12,8 @@ import sys
 
 import pytest
 
-from conftest import wait_for
-from tui_support import ROOT, reap
+from support import wait_for
+from support.tui import ROOT, reap
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")]
 

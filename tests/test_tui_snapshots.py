@@ -9,7 +9,7 @@ import time
 import pytest
 
 from gpudeck.console.app import make_app
-from tui_support import PINNED_NOW, compare_snapshot, feed_pinned, pinned_fleet, screen_text, wait_until
+from support.tui import PINNED_NOW, compare_snapshot, feed_pinned, pinned_fleet, screen_text, wait_until
 
 SIZE = (120, 40)
 

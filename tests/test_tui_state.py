@@ -13,7 +13,7 @@ from gpudeck.console.rows import GpuRow, NodeRow
 from gpudeck.console.selection import select_alerts, select_fleet, select_jobs
 from gpudeck.console.series import Series
 from gpudeck.console.state import FleetState
-from tui_support import PINNED_NOW, pinned_events, pinned_fleet
+from support.tui import PINNED_NOW, pinned_events, pinned_fleet
 
 
 def pinned_state() -> FleetState:

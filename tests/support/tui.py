@@ -12,13 +12,12 @@ from typing import Any, Callable, Optional
 
 from rich.console import Console
 
-from conftest import reap, wait_for_async  # noqa: F401  (reap is used by the TUI tests)
+from support.core import ROOT, reap, wait_for_async  # noqa: F401  (re-exported for the TUI tests)
 from gpudeck.agents.protocol import (Alert, Disk, Engine, Gpu, GpuProcess, History, Host, JobStatus, Progress, Sample,
                              Snapshot)
 from gpudeck.remote.fleet import Fleet, parse_fleet
 
-ROOT = Path(__file__).resolve().parent.parent
-SNAPSHOTS = Path(__file__).resolve().parent / "snapshots"
+SNAPSHOTS = Path(__file__).resolve().parent.parent / "snapshots"
 UPDATE_SNAPSHOTS = bool(os.environ.get("GPUDECK_UPDATE_SNAPSHOTS"))
 
 

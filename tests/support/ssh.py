@@ -25,21 +25,14 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from conftest import wait_for_async
+from support.core import PY, ROOT, free_port, wait_for_async  # noqa: F401 (re-exported)
 
-ROOT = Path(__file__).resolve().parent.parent
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
-PY = sys.executable
 
 
 def run(*argv: str, check: bool = True, **kw: Any) -> subprocess.CompletedProcess:
     return subprocess.run(argv, check=check, capture_output=True, text=True, **kw)
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_port(host: str, port: int, timeout: float = 10.0, proc: Optional[subprocess.Popen] = None,

@@ -9,9 +9,10 @@ import random
 import subprocess
 import sys
 from pathlib import Path
+from support.core import ROOT  # noqa: F401 (re-exported)
+from support.s3 import MotoS3  # noqa: F401 (re-exported)
 from typing import Optional
 
-ROOT = Path(__file__).resolve().parent.parent
 
 # A Qwen-style template: the assistant's reasoning_content goes inside <think>...</think>
 CHAT_TEMPLATE = (
@@ -161,32 +162,3 @@ def shard_ids(out_dir: str) -> dict[str, list[str]]:
     return out
 
 
-class MotoS3:
-    """moto's S3 in server mode on 127.0.0.1: real HTTP through boto3."""
-
-    ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
-
-    def __init__(self) -> None:
-        from moto.server import ThreadedMotoServer
-        self.server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-        self.server.start()
-        host, port = self.server.get_host_and_port()
-        self.endpoint = f"http://{host}:{port}"
-
-    def client(self):
-        import boto3
-        return boto3.session.Session(aws_access_key_id="testing", aws_secret_access_key="testing",
-                                     region_name="us-east-1").client("s3", endpoint_url=self.endpoint)
-
-    def keys(self, bucket: str, prefix: str) -> list[str]:
-        c = self.client()
-        out = []
-        for page in c.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
-            out += [o["Key"] for o in page.get("Contents", ())]
-        return sorted(out)
-
-    def get(self, bucket: str, key: str) -> bytes:
-        return self.client().get_object(Bucket=bucket, Key=key)["Body"].read()
-
-    def stop(self) -> None:
-        self.server.stop()

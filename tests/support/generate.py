@@ -17,14 +17,9 @@ from typing import Any, Callable, Optional
 
 import pytest
 
-from conftest import wait_for
+from support.core import PY, ROOT, free_port, read_jsonl_strict, wait_for  # noqa: F401 (re-exported)
+from support.s3 import DROP_ENV as _DROP_ENV, S3_ENV, MotoS3  # noqa: F401 (re-exported)
 
-ROOT = Path(__file__).resolve().parent.parent
-PY = sys.executable
-S3_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
-          "AWS_SESSION_TOKEN": "testing"}
-_DROP_ENV = ("AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_CONFIG_FILE",
-             "AWS_SHARED_CREDENTIALS_FILE", "GPUDECK_PROGRESS_FILE")
 
 
 def wait_until(cond: Callable[[], Any], timeout: float = 30.0, interval: float = 0.05, what: str = "condition"):
@@ -38,11 +33,6 @@ def child_env(extra: Optional[dict] = None) -> dict:
     env.update(extra or {})
     return env
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # ---------------------------------------------------------------- sim-engine
@@ -178,20 +168,6 @@ def write_prompts(path: Path, n: int, start: int = 0, formats: tuple[str, ...] =
     return ids
 
 
-def read_jsonl_strict(data: bytes, where: str) -> list[dict]:
-    """Every line must be a complete JSON record with an id: a corrupt shard fails the test."""
-    assert data.endswith(b"\n") or not data, f"{where} does not end with a newline"
-    records = []
-    for n, raw in enumerate(data.split(b"\n")[:-1], start=1):
-        try:
-            rec = json.loads(raw)
-        except ValueError as exc:
-            raise AssertionError(f"{where}:{n} does not parse: {exc}: {raw[:100]!r}") from None
-        assert isinstance(rec, dict) and "id" in rec, f"{where}:{n} is not a record"
-        records.append(rec)
-    return records
-
-
 def read_shards(out: Path, shard_size: int = 1000, allow_open: bool = False) -> dict[str, list[dict]]:
     """Closed shards of ``out``: name -> records; checks names, sizes and that each parses."""
     shards = {}
@@ -229,66 +205,3 @@ def read_done(path: Path) -> list[str]:
     return [line for line in path.read_text().split("\n") if line]
 
 
-# ---------------------------------------------------------------- S3 (moto server on loopback)
-
-class MotoS3:
-    """moto's S3 in server mode on 127.0.0.1, driven through boto3 over real HTTP."""
-
-    def __init__(self) -> None:
-        import logging
-
-        from moto.server import ThreadedMotoServer
-        logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per request otherwise
-        self.server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-        self.server.start()
-        host, port = self.server.get_host_and_port()
-        self.endpoint = f"http://{host}:{port}"
-        self.reset()
-
-    def reset(self) -> None:
-        """moto keeps its buckets per process, not per server: start each test empty."""
-        import httpx
-        httpx.post(self.endpoint + "/moto-api/reset", timeout=10).raise_for_status()
-
-    def client(self):
-        import boto3
-        return boto3.session.Session(aws_access_key_id="testing", aws_secret_access_key="testing",
-                                     region_name="us-east-1").client("s3", endpoint_url=self.endpoint)
-
-    def objects(self, bucket: str, prefix: str = "") -> dict[str, bytes]:
-        c = self.client()
-        out = {}
-        for page in c.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
-            for obj in page.get("Contents", ()):
-                out[obj["Key"]] = c.get_object(Bucket=bucket, Key=obj["Key"])["Body"].read()
-        return out
-
-    def shards(self, bucket: str, prefix: str) -> dict[str, list[dict]]:
-        out = {}
-        for key, data in self.objects(bucket, prefix + "/").items():
-            name = key[len(prefix) + 1:]
-            if name.startswith("shard-"):
-                out[name] = read_jsonl_strict(data, f"s3://{bucket}/{key}")
-        return out
-
-    def done_ids(self, bucket: str, prefix: str) -> Optional[set[str]]:
-        try:
-            data = self.client().get_object(Bucket=bucket, Key=f"{prefix}/done.txt")["Body"].read()
-        except Exception:
-            return None
-        return {line for line in data.decode().split("\n") if line}
-
-    def stop(self) -> None:
-        self.server.stop()
-
-
-@pytest.fixture
-def moto_s3(monkeypatch):
-    for k in _DROP_ENV:
-        monkeypatch.delenv(k, raising=False)
-    for k, v in S3_ENV.items():
-        monkeypatch.setenv(k, v)
-    s3 = MotoS3()
-    yield s3
-    s3.reset()
-    s3.stop()
