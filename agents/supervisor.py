@@ -29,7 +29,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import psutil
 
@@ -128,6 +128,7 @@ class JobSupervisor:
         self._busy: set[str] = set()  # jobs with a launch/kill under way
         self._cutting: set[str] = set()  # jobs whose log is being cut
         self._stored: dict[str, tuple[int, Optional[JobSpec]]] = {}  # spec.json by its mtime
+        self.on_audit: Optional[Callable[[str, Optional[str], dict[str, Any]], None]] = None  # the timeline's copy
         self.adopt()
 
     # ------------------------------------------------------------ state on disk
@@ -169,6 +170,11 @@ class JobSupervisor:
         entry.update((k, v) for k, v in details.items() if k not in entry)
         with open(self.audit_path, "a") as f:
             f.write(json.dumps(entry, default=str) + "\n")
+        if self.on_audit is not None:
+            try:
+                self.on_audit(action, job, entry)
+            except Exception:  # noqa: BLE001 -- the timeline must never stop an action
+                log.exception("audit hook failed on %s", action)
 
     def adopt(self) -> None:
         """Read every job's state.json; keep what is still alive, settle what is not."""
