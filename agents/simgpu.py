@@ -97,6 +97,8 @@ class SimGpuSampler:
             return self._claims
         out = []
         for path in self.dir.glob("*.json"):
+            if path.name == HEALTH_FILE:  # the simulated health readings, not a claim
+                continue
             try:
                 c = Claim(**json.loads(path.read_text()))
                 alive = abs(psutil.Process(c.pid).create_time() - c.start_time) < 0.05 and \

@@ -57,7 +57,7 @@ class Conditions:
             seen.add(c.key)
             if c.key in self.active:
                 continue
-            notify = now - self.last_sent.get(c.key, 0.0) >= repeat_s
+            notify = self._due(c.key, now, repeat_s)
             if notify:
                 self.last_sent[c.key] = now
             self.active[c.key] = {"since": now, "notified": notify, "event": c.event.value, "message": c.message,
@@ -76,11 +76,15 @@ class Conditions:
 
     def once(self, now: float, c: Condition, repeat_s: float) -> None:
         """Something that happened (an XID error): notified unless the same key was within ``repeat_s``."""
-        notify = now - self.last_sent.get(c.key, 0.0) >= repeat_s
+        notify = self._due(c.key, now, repeat_s)
         if notify:
             self.last_sent[c.key] = now
             self._save()
         self.emit(c.event, c.message, job=c.job, gpu=c.gpu, key=c.key, notify=notify)
+
+    def _due(self, key: str, now: float, repeat_s: float) -> bool:
+        last = self.last_sent.get(key)
+        return last is None or now - last >= repeat_s
 
     def _prune(self, now: float, repeat_s: float) -> None:
         for key in [k for k, t in self.last_sent.items() if now - t > max(repeat_s, 86400.0)]:
