@@ -48,3 +48,30 @@ def test_a_receiver_down_for_a_while_gets_every_message_in_order_and_the_tick_ne
         assert TOKEN not in "".join(a.stderr)
     finally:
         rx.stop()
+
+
+def test_a_console_that_keeps_running_sends_node_unreachable_and_resolved(tmp_path):
+    """`gpudeck watch status --follow`: a node that does not answer (nothing listens on its SSH
+    port) is notified once after --unreachable-after; the URL comes from the console's env."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT, env_with_repo
+    from watch_support import free_port
+
+    rx = Receiver()
+    fleet = tmp_path / "fleet.toml"
+    fleet.write_text(f'[[nodes]]\nname = "ghost"\nhost = "127.0.0.1"\nport = {free_port()}\nconnect_timeout = 1\n'
+                     f'[[notify]]\nurl_env = "HOOK"\nformat = "ntfy"\nevents = ["node_unreachable"]\n')
+    proc = subprocess.Popen([sys.executable, "-m", "gpudeck.console", "watch", "status", "-f", str(fleet), "--follow",
+                             "--unreachable-after", "1"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            cwd=ROOT, env=env_with_repo({"HOOK": rx.url}))
+    try:
+        rx.wait(lambda ms: len(ms) == 1, 60, what="node_unreachable")
+        (msg,) = rx.messages
+        assert msg["headers"]["Title"] == "gpudeck ghost: node_unreachable" and "unreachable for" in msg["text"]
+    finally:
+        proc.terminate()
+        out = proc.communicate(timeout=20)[0]
+        rx.stop()
+    assert "ghost: unreachable" in out and "node_unreachable" in out and TOKEN not in out
