@@ -230,7 +230,7 @@ class Agent:
     # ------------------------------------------------------------ sampling
 
     def _tracker(self, name: str, spec: Optional[JobSpec]) -> Optional[ProgressTracker]:
-        default = str(self.sup.job_dir(name) / "progress.json")
+        default = str(self.sup.job_file(name, "progress.json"))
         key = (spec.progress if spec else None, spec.done_set if spec else None, spec.total if spec else None)
         cur = self._trackers.get(name)
         if cur is None or cur[0] != key:
@@ -281,7 +281,7 @@ class Agent:
             pids=self.sup.members(name) if rec else [], attempt=rec.attempt if rec else 0,
             exit_code=rec.exit_code if rec else None, started_at=rec.started_at if rec else None,
             ended_at=rec.ended_at if rec else None, progress=progress, engine=engine,
-            log_path=str(self.sup.job_dir(name) / "job.log") if rec else None,
+            log_path=str(self.sup.job_file(name, "job.log")) if rec else None,
             argv=rec.argv if rec else [], last_kill=rec.last_kill if rec else None,
             **self.watch.job_fields(name, spec))
 

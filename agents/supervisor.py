@@ -128,13 +128,25 @@ class JobSupervisor:
         self._busy: set[str] = set()  # jobs with a launch/kill under way
         self._cutting: set[str] = set()  # jobs whose log is being cut
         self._stored: dict[str, tuple[int, Optional[JobSpec]]] = {}  # spec.json by its mtime
+        self._dirs: dict[str, Path] = {}
         self.on_audit: Optional[Callable[[str, Optional[str], dict[str, Any]], None]] = None  # the timeline's copy
         self.adopt()
 
     # ------------------------------------------------------------ state on disk
 
     def job_dir(self, name: str) -> Path:
-        return self.jobs_dir / name
+        d = self._dirs.get(name)
+        if d is None:  # asked several times a tick for every job: build the path once
+            d = self._dirs[name] = self.jobs_dir / name
+        return d
+
+    def job_file(self, name: str, file: str) -> Path:
+        """``<home>/jobs/<name>/<file>``, built once."""
+        key = f"{name}/{file}"
+        p = self._dirs.get(key)
+        if p is None:
+            p = self._dirs[key] = self.job_dir(name) / file
+        return p
 
     def _save(self, rec: JobRecord) -> None:
         write_json_atomic(self.job_dir(rec.name) / "state.json", rec.to_dict())
@@ -553,7 +565,7 @@ class JobSupervisor:
             spec = self.spec_of(name) if rec.state.alive and name not in self._cutting else None
             if spec is None:
                 continue
-            path, limit = self.job_dir(name) / "job.log", int(spec.log_max_mb * 2**20)
+            path, limit = self.job_file(name, "job.log"), int(spec.log_max_mb * 2**20)
             try:
                 if path.stat().st_size <= limit:
                     continue
