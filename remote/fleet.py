@@ -21,7 +21,8 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 from gpudeck.agents.jobs import KINDS, JobKind, JobSpec, SpecError
-from gpudeck.agents.watch.config import AlertThresholds, ConfigError, NotifyTarget
+from gpudeck.agents.watch.config import AlertThresholds, NotifyTarget
+from gpudeck.remote.fleet_watch import parse_alerts, parse_notify
 
 LOCAL = "local"
 
@@ -167,52 +168,15 @@ def parse_fleet(text: str, path: str = "<fleet>") -> Fleet:
     nodes = _parse_nodes(doc.get("nodes", []), defaults, path, loc)
     tables = {raw["name"]: i for i, raw in enumerate(doc.get("nodes", []))}
     nodes = _resolve_jumps(nodes, tables, "jump" in defaults, path, loc)
-    alerts = _parse_alerts(doc.get("alerts", {}), path, loc)
-    notify = _parse_notify(doc.get("notify", []), path, loc)
+    def fail(line: Optional[int], message: str) -> FleetError:
+        return FleetError(path, line, message)
+
+    alerts = parse_alerts(doc.get("alerts", {}), loc, fail)
+    notify = parse_notify(doc.get("notify", []), loc, fail)
     jobs = _parse_jobs(doc.get("jobs", []), defaults, {n.name for n in nodes}, path, loc,
                        alerts.stall_s if "stall_s" in doc.get("alerts", {}) else None)
     jobs = _resolve_servers(jobs, {n.name: n for n in nodes}, path, loc)
     return Fleet(path=path, nodes=nodes, jobs=jobs, notify=notify, alerts=alerts)
-
-
-def _parse_alerts(raw: Any, path: str, loc: "_Locator") -> AlertThresholds:
-    if not isinstance(raw, dict):
-        raise FleetError(path, loc.top("alerts"), "'alerts' must be a table: [alerts]")
-    for k, v in raw.items():
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0:
-            raise FleetError(path, loc.key("alerts", None, k), f"[alerts] {k!r}: expected a number >= 0, got "
-                                                                f"{_show(v, k)}")
-    try:
-        return AlertThresholds.from_dict(raw)
-    except ConfigError as exc:
-        key = next((k for k in raw if repr(k) in str(exc)), None)
-        raise FleetError(path, loc.key("alerts", None, key) if key else loc.top("alerts"), str(exc)) from None
-
-
-def _parse_notify(raw: Any, path: str, loc: "_Locator") -> list[NotifyTarget]:
-    """[[notify]] tables. An error names the table and the key, never the URL (a secret)."""
-    if not isinstance(raw, list):
-        raise FleetError(path, loc.top("notify"), "'notify' must be an array of tables: [[notify]]")
-    out = []
-    for i, table in enumerate(raw):
-        where = f"[[notify]] #{i + 1}"
-        if not isinstance(table, dict):
-            raise FleetError(path, loc.table("notify", i), f"{where} must be a table")
-        for k, v in table.items():
-            expected = {"url": str, "url_env": str, "format": str, "events": list}.get(k)
-            if expected is not None and not isinstance(v, expected):
-                raise FleetError(path, loc.key("notify", i, k), f"{where} {k!r}: expected "
-                                 f"{'a list of event names' if expected is list else 'a string'}, got {_show(v, k)}")
-        try:
-            target = NotifyTarget.from_dict(table)
-        except ConfigError as exc:
-            key = next((k for k in ("url_env", "url", "format", "events") if f"'{k}'" in str(exc)), None)
-            text = str(exc).replace("[[notify]]", where, 1)
-            raise FleetError(path, loc.key("notify", i, key) if key else loc.table("notify", i), text) from None
-        if any(t.id == target.id for t in out):
-            raise FleetError(path, loc.table("notify", i), f"{where}: the same target as an earlier [[notify]]")
-        out.append(target)
-    return out
 
 
 def _decode(text: str, path: str) -> dict[str, Any]:
