@@ -39,7 +39,7 @@ class Outputs:
     """Every output of the test run, to look for the webhook token in."""
 
     def __init__(self, env: dict) -> None:
-        self.env = env
+        self.env = {**env, "GPUDECK_AGENT_STDERR": "1"}  # the console's own agents' stderr too
         self.texts: list[tuple[str, str]] = []
 
     def run(self, *args: str, ok: bool = True):
@@ -241,3 +241,38 @@ def test_watch_stop_lets_the_agent_go(tmp_path, home, watched):
     status = run.run("watch", "status", "-f", str(fleet))
     assert "not watching" in status.stdout
     assert json.loads((home / "watch.json").read_text())["watching"] is False
+
+
+def test_events_follow_prints_what_happens_next(tmp_path, home, watched):
+    import subprocess
+    import sys
+
+    from conftest import ROOT, env_with_repo
+
+    fleet = write_fleet(tmp_path / "fleet.toml", home, jobs='''
+        [[jobs]]
+        name = "short"
+        command = ["sh", "-c", "exit 4"]
+    ''')
+    run = Outputs({})
+    run.run("watch", "start", "-f", str(fleet))
+    follow = subprocess.Popen([sys.executable, "-m", "gpudeck.console", "events", "-f", str(fleet), "--follow",
+                               "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                              env=env_with_repo())
+    import queue
+    import threading
+
+    lines: "queue.Queue[str]" = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(x) for x in follow.stdout], daemon=True).start()
+    try:
+        first = json.loads(lines.get(timeout=60))  # the past 8 h first: the watch started
+        assert first["kind"] == "watch" and first["node"] == "local"
+        run.run("launch", "-f", str(fleet), "short")
+        seen = []
+        while not any(e["kind"] == "died" for e in seen):
+            seen.append(json.loads(lines.get(timeout=60)))
+        assert [e["seq"] for e in seen] == sorted(e["seq"] for e in seen)
+        assert any(e["kind"] == "action" and e["job"] == "short" for e in seen)
+    finally:
+        follow.terminate()
+        follow.wait(20)
