@@ -169,7 +169,7 @@ def _signal(pid: int, sig: int) -> None:
 
 class Agent:
     def __init__(self, home: Path, node: str, interval_s: float = 1.0, nvml: bool = True,
-                 out=None, simulate_gpus: Optional[str] = None) -> None:
+                 out=None, simulate_gpus: Optional[str] = None, detached: bool = False) -> None:
         self.home = Path(home).expanduser()
         self.home.mkdir(parents=True, exist_ok=True, mode=0o700)  # specs may hold secrets (env)
         self.node = node
@@ -200,6 +200,10 @@ class Agent:
         self.links: set[Link] = set()
         self._links_lock = threading.Lock()
         self.listener: Optional[Listener] = None  # relays on <home>/agent.sock (the lock holder's, bound early)
+        self.detached = detached  # the node's watcher: no console of its own (agents/watch/daemon.py)
+        self.argv: list[str] = []  # this agent's arguments, for the detached watcher it may start
+        from gpudeck.agents.watch import Watcher
+        self.watch = Watcher(self.home, node, self.sup, self.gpu, detached=detached)
 
     # ------------------------------------------------------------ output
 
@@ -220,12 +224,13 @@ class Agent:
             link.send(data)
 
     def hello(self) -> protocol.Hello:
-        return protocol.hello(self.node, os.getpid(), self.started_at, str(self.home), self.gpu.error)
+        return protocol.hello(self.node, os.getpid(), self.started_at, str(self.home), self.gpu.error,
+                              watching=self.watch.config.watching, detached=self.detached)
 
     # ------------------------------------------------------------ sampling
 
     def _tracker(self, name: str, spec: Optional[JobSpec]) -> Optional[ProgressTracker]:
-        default = str(self.sup.job_dir(name) / "progress.json")
+        default = str(self.sup.job_file(name, "progress.json"))
         key = (spec.progress if spec else None, spec.done_set if spec else None, spec.total if spec else None)
         cur = self._trackers.get(name)
         if cur is None or cur[0] != key:
@@ -276,8 +281,9 @@ class Agent:
             pids=self.sup.members(name) if rec else [], attempt=rec.attempt if rec else 0,
             exit_code=rec.exit_code if rec else None, started_at=rec.started_at if rec else None,
             ended_at=rec.ended_at if rec else None, progress=progress, engine=engine,
-            log_path=str(self.sup.job_dir(name) / "job.log") if rec else None,
-            argv=rec.argv if rec else [], last_kill=rec.last_kill if rec else None)
+            log_path=str(self.sup.job_file(name, "job.log")) if rec else None,
+            argv=rec.argv if rec else [], last_kill=rec.last_kill if rec else None,
+            **self.watch.job_fields(name, spec))
 
     def _honest(self, name: str, progress: Progress, alive: bool, now: float) -> Progress:
         """A live job's figures as they are (remembered); a job that is not running shows no
@@ -309,6 +315,7 @@ class Agent:
         changes = {name: t.last_change for name, (_, t) in self._trackers.items()}
         specs = {n: s for n in self.sup.names() if (s := self.sup.spec_of(n))}
         alerts = node_alerts(gpus, jobs, specs, host, changes, now)
+        alerts += self.watch.on_tick(now, gpus, jobs, host, changes, specs, alerts)
         self.seq += 1
         snap = Snapshot(node=self.node, seq=self.seq, t=now, host=host, gpus=gpus, jobs=jobs,
                         alerts=alerts, gpu_error=self.gpu.error, containment=self.sup.contain.mode,
@@ -367,11 +374,14 @@ class Agent:
             if not isinstance(jobs, list):
                 raise ValueError(f"'configure' needs 'jobs' as a list of job specs, got {type(jobs).__name__}")
             specs = [JobSpec.from_dict(d) for d in jobs]
+            self.watch.configure(a.get("watch"), jobs)
             self.sup.configure(specs)
             self.sup.audit("configure", None, jobs=[s.name for s in specs])
             return {"jobs": [s.name for s in specs]}
         if req.op == "history":
             return {"samples": protocol.to_plain(self.history.since(float(a.get("since", 0))))}
+        if req.op in ("events", "watch"):
+            return self.watch.request(req.op, a)
         if req.op not in protocol.OPS:
             raise ValueError(f"unknown op {req.op!r}; expected one of {', '.join(protocol.OPS)}")
         if req.op == "kill_pid":
@@ -421,7 +431,8 @@ class Agent:
             self.out.flush()
 
         self._running = True
-        open_link("stdin", sys.stdin.buffer, write_out, lambda: None)
+        if not self.detached:
+            open_link("stdin", sys.stdin.buffer, write_out, lambda: None)
         relays = [0]
 
         def on_relay(conn: socket.socket) -> None:
@@ -448,7 +459,7 @@ class Agent:
                             continue
                         self.links.discard(link)
                         left = len(self.links)
-                    if not left:
+                    if not left and not self.watch.keep_running(self.argv):
                         break
                     log.info("%s closed; %d console(s) still connected", link.name, left)
                     continue
@@ -480,6 +491,7 @@ class Agent:
                 await asyncio.to_thread(link.flush, 2.0)
             if self._http is not None:
                 await self._http.aclose()
+            self.watch.close()
 
     def on_takeover(self, signum: int = 0, frame: Any = None) -> None:
         """SIGTERM, sent by a newer agent for this node (see AgentLock). With nothing under way,
@@ -492,7 +504,7 @@ class Agent:
         self._stop_reading()
 
     async def _answer(self, req: Request, link: Optional[Link] = None) -> None:
-        if req.op in ("status", "configure", "history"):
+        if req.op in ("status", "configure", "history", "watch"):
             reply = self.handle(req)  # fast, and touches loop-owned state
         else:
             reply = await asyncio.to_thread(self.handle, req)
@@ -539,6 +551,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--once", action="store_true", help="print one snapshot and exit")
     ap.add_argument("--takeover-grace", type=float, default=10.0,
                     help="seconds an older agent on this node gets to exit before SIGKILL")
+    ap.add_argument("--detached", action="store_true",
+                    help="run as the node's watcher, with no console (`gpudeck watch start` sets it up)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="agent %(levelname)s %(message)s")
     home = Path(args.home or default_home()).expanduser()
@@ -555,6 +569,11 @@ def main(argv: Optional[list[str]] = None) -> int:
             return 3
         try:
             found = find_agent(home, protocol.__version__, protocol.PROTOCOL)
+            if args.detached:  # the watcher takes over from a console's agent, never from a watcher
+                from gpudeck.agents.watch.daemon import detached_may_start
+                if not detached_may_start(home, found):
+                    return 0
+                found = None
             if found is None:
                 lock = AgentLock.take_over(home, grace_s=args.takeover_grace)
                 try:
@@ -570,11 +589,12 @@ def main(argv: Optional[list[str]] = None) -> int:
             return relay(*found)
     try:
         agent = Agent(home, args.node or socket.gethostname(), args.interval, nvml=not args.no_nvml,
-                      simulate_gpus=args.simulate_gpus)
+                      simulate_gpus=args.simulate_gpus, detached=args.detached and not args.once)
     except OSError as exc:  # an unwritable home, a full disk: say so, not a traceback
         log.error("cannot start the agent in %s: %s", home, exc)
         return 3
     agent.listener = listener
+    agent.argv = list(sys.argv[1:] if argv is None else argv)
     if lock is not None:
         import signal
         signal.signal(signal.SIGTERM, agent.on_takeover)

@@ -94,13 +94,118 @@ class AlertKind(str, enum.Enum):
     NO_SUCH_GPU = "no_such_gpu"  # a job declares a GPU index the node does not have
     DISK_FILLING = "disk_filling"  # the console's trend: full within a day
     UNREACHABLE = "unreachable"  # the console cannot read the node
+    # raised by the watcher (agents/watch/): GPU health, thresholds, deadlines, restarts
+    GPU_XID = "gpu_xid"  # an XID error reported by the driver
+    GPU_ECC = "gpu_ecc"  # volatile uncorrected ECC errors
+    GPU_PAGES = "gpu_pages"  # retired pages or row remapping pending (a reset is due)
+    GPU_THROTTLE = "gpu_throttle"  # thermal, power-brake or hardware slowdown
+    GPU_IDLE = "gpu_idle"  # a running job's GPU at 0% use for idle_gpu_s
+    GPU_HOT = "gpu_hot"  # at or above gpu_temp_c
+    DEADLINE = "deadline"  # the projected finish passes the job's deadline, or slipped
+    GAVE_UP = "gave_up"  # the restart policy stopped restarting the job
 
     def __str__(self) -> str:
         return self.value
 
     @property
     def severe(self) -> bool:
-        return self in (AlertKind.SHARED_GPU, AlertKind.JOB_DIED, AlertKind.UNREACHABLE, AlertKind.DISK_FULL)
+        return self in (AlertKind.SHARED_GPU, AlertKind.JOB_DIED, AlertKind.UNREACHABLE, AlertKind.DISK_FULL,
+                        AlertKind.GPU_XID, AlertKind.GPU_ECC, AlertKind.GAVE_UP)
+
+
+class RestartPolicy(str, enum.Enum):
+    """A job's ``restart`` in the fleet file: what the watcher does when the job ends by itself."""
+
+    NEVER = "never"
+    ON_FAILURE = "on-failure"  # ended with a non-zero code, or lost
+    ALWAYS = "always"  # ended any way but by an operator's kill
+
+    def __str__(self) -> str:
+        return self.value
+
+    def wants(self, state: "JobState") -> bool:
+        """Whether a job that ended in ``state`` is to be started again."""
+        if self is RestartPolicy.ALWAYS:
+            return state in (JobState.EXITED, JobState.FAILED, JobState.LOST)
+        if self is RestartPolicy.ON_FAILURE:
+            return state in (JobState.FAILED, JobState.LOST)
+        return False
+
+
+class EventKind(str, enum.Enum):
+    """What a line of the node's timeline (``<home>/events.jsonl``) or a notification is about."""
+
+    DIED = "died"
+    RESTARTED = "restarted"
+    GAVE_UP = "gave_up"
+    STALLED = "stalled"
+    FINISHED = "finished"
+    GPU_HEALTH = "gpu_health"
+    DISK = "disk"
+    TEMPERATURE = "temperature"
+    DEADLINE = "deadline"
+    NODE_UNREACHABLE = "node_unreachable"  # sent by a console, never by the node itself
+    RESOLVED = "resolved"  # a condition above that has cleared
+    # the timeline only, never notified
+    STATE = "state"  # a job changed state
+    ACTION = "action"  # a launch, kill, relaunch (the audit log's actions)
+    ALERT = "alert"  # any other alert that came up
+    NOTIFIED = "notified"  # a notification was delivered
+    NOTIFY_FAILED = "notify_failed"  # a delivery attempt failed (it is retried)
+    WATCH = "watch"  # the watcher started, stopped, took over
+
+    def __str__(self) -> str:
+        return self.value
+
+
+NOTIFY_EVENTS = (EventKind.DIED, EventKind.RESTARTED, EventKind.GAVE_UP, EventKind.STALLED, EventKind.FINISHED,
+                 EventKind.GPU_HEALTH, EventKind.DISK, EventKind.TEMPERATURE, EventKind.DEADLINE,
+                 EventKind.NODE_UNREACHABLE, EventKind.RESOLVED)
+
+
+class NotifyFormat(str, enum.Enum):
+    """The body a ``[[notify]]`` target gets."""
+
+    JSON = "json"  # the event as a JSON object
+    SLACK = "slack"  # {"text": ...} for a Slack (or Mattermost, Discord /slack) incoming webhook
+    NTFY = "ntfy"  # plain text with Title, Priority and Tags headers (ntfy.sh)
+
+    def __str__(self) -> str:
+        return self.value
+
+
+_DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
+
+
+def parse_duration(text: Any) -> float:
+    """``"30m"``, ``"45s"``, ``"2h"``, ``"1d"``, ``"500ms"`` or a number of seconds, as seconds;
+    ValueError says what was expected."""
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        value = float(text)
+    else:
+        m = _DURATION.fullmatch(text) if isinstance(text, str) else None
+        if not m:
+            raise ValueError(f"expected a duration such as \"30m\", \"45s\", \"2h\" or \"1d\", got {text!r}")
+        value = float(m.group(1)) * _UNITS[m.group(2)]
+    if not value > 0 or value != value:
+        raise ValueError(f"expected a duration above 0, got {text!r}")
+    return value
+
+
+def parse_deadline(text: Any) -> float:
+    """``"2026-12-05T00:00:00Z"`` (ISO 8601; no zone: UTC) as unix time; ValueError otherwise."""
+    import datetime as dt
+
+    if not isinstance(text, str):
+        raise ValueError(f"expected a date and time such as \"2026-12-05T00:00:00Z\", got {text!r}")
+    try:
+        when = dt.datetime.fromisoformat(text.strip().replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"expected a date and time such as \"2026-12-05T00:00:00Z\", got {text!r}") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.timezone.utc)
+    return when.timestamp()
 
 
 class JobKind(str, enum.Enum):
@@ -206,6 +311,12 @@ class JobSpec:
     tp: Optional[int] = None
     dp: Optional[int] = None
     args: list[str] = field(default_factory=list)  # extra arguments for built-in kinds
+    # what the watcher does when the job ends by itself (agents/watch/restarts.py)
+    restart: str = RestartPolicy.NEVER.value  # never | on-failure | always
+    max_restarts: int = 5
+    restart_backoff_s: float = 10.0  # before the first restart; doubling, at most 10 minutes
+    restart_on_stall: Optional[str] = None  # "30m": a live job without progress that long is killed and restarted
+    deadline: Optional[str] = None  # "2026-12-05T00:00:00Z": alert when the projected finish passes it
     # generate / extract / router (used by later kinds; carried through untouched)
     options: dict[str, Any] = field(default_factory=dict)
 
@@ -238,6 +349,36 @@ class JobSpec:
             raise SpecError(f"job {self.name!r}: kind 'sglang-server' needs a 'model' (or its own 'command')")
         if any(not isinstance(g, int) or isinstance(g, bool) or g < 0 for g in self.gpus):
             raise SpecError(f"job {self.name!r}: 'gpus' must be GPU indices (integers >= 0)")
+        self._check_watch_fields()
+
+    def _check_watch_fields(self) -> None:
+        policies = ", ".join(p.value for p in RestartPolicy)
+        if not isinstance(self.restart, str) or self.restart not in {p.value for p in RestartPolicy}:
+            raise SpecError(f"job {self.name!r}: 'restart' must be one of {policies}, got {self.restart!r}")
+        if not isinstance(self.max_restarts, int) or isinstance(self.max_restarts, bool) or self.max_restarts < 0:
+            raise SpecError(f"job {self.name!r}: 'max_restarts' must be an integer >= 0, got {self.max_restarts!r}")
+        backoff = self.restart_backoff_s
+        if isinstance(backoff, bool) or not isinstance(backoff, (int, float)) or not 0 <= backoff <= 86400:
+            raise SpecError(f"job {self.name!r}: 'restart_backoff_s' must be seconds from 0 to 86400, got {backoff!r}")
+        for key, parse in (("restart_on_stall", parse_duration), ("deadline", parse_deadline)):
+            value = getattr(self, key)
+            if value is not None:
+                try:
+                    parse(value)
+                except ValueError as exc:
+                    raise SpecError(f"job {self.name!r}: {key!r}: {exc}") from None
+
+    @property
+    def restart_policy(self) -> RestartPolicy:
+        return RestartPolicy(self.restart)
+
+    @property
+    def stall_restart_s(self) -> Optional[float]:
+        return parse_duration(self.restart_on_stall) if self.restart_on_stall is not None else None
+
+    @property
+    def deadline_t(self) -> Optional[float]:
+        return parse_deadline(self.deadline) if self.deadline is not None else None
 
     # -- wire form
     def to_dict(self) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
 from gpudeck.agents import __version__
-from gpudeck.agents.jobs import AlertKind, EngineState, JobKind, JobState
+from gpudeck.agents.jobs import AlertKind, EngineState, EventKind, JobKind, JobState, RestartPolicy
 
 PROTOCOL = 1
 
@@ -177,6 +177,28 @@ class JobStatus:
     argv: list[str] = field(default_factory=list)  # the command line the node ran for this attempt
     last_kill: Optional[KillVerdict] = None  # the last kill's verdict, kept across agents
     error: Optional[str] = None  # this job could not be read this tick (the others still were)
+    # the restart policy (agents/watch/restarts.py): restarts so far (a restart that made no
+    # progress counts twice), the limit, when the next one is due, and why the last one happened
+    restart: Optional[RestartPolicy] = None
+    restarts: int = 0
+    max_restarts: Optional[int] = None
+    next_restart_at: Optional[float] = None
+    restart_note: Optional[str] = None  # "gave up after 5 restarts", "restarted: exit code 137"
+
+
+@dataclass(frozen=True)
+class Event:
+    """One line of a node's timeline, ``<home>/events.jsonl`` (agents/watch/events.py)."""
+
+    t: float
+    seq: int
+    node: str
+    kind: EventKind
+    message: str
+    job: Optional[str] = None
+    gpu: Optional[int] = None
+    key: Optional[str] = None  # the condition it raises or resolves ("stalled:gen", "gpu_health:xid:0")
+    details: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -200,6 +222,8 @@ class Hello:
     started_at: float
     home: str
     gpu_error: Optional[str] = None
+    watching: bool = False  # `gpudeck watch start`: the agent stays when its last console leaves
+    detached: bool = False  # this agent is the watcher itself: no console's session, stdio on a log file
     type: str = "hello"
 
 
@@ -273,6 +297,8 @@ OPS = {
     "kill_pid": ("pid", "grace_s"),
     "logs": ("job", "lines", "offset"),
     "history": (),
+    "events": ("since", "after_seq", "limit"),
+    "watch": ("on",),
 }
 
 
@@ -396,6 +422,7 @@ def _convert(tp: Any, value: Any, where: str) -> Any:
     return value
 
 
-def hello(node: str, pid: int, started_at: float, home: str, gpu_error: Optional[str]) -> Hello:
-    return Hello(node=node, version=__version__, protocol=PROTOCOL, pid=pid,
-                 started_at=started_at, home=home, gpu_error=gpu_error)
+def hello(node: str, pid: int, started_at: float, home: str, gpu_error: Optional[str],
+          watching: bool = False, detached: bool = False) -> Hello:
+    return Hello(node=node, version=__version__, protocol=PROTOCOL, pid=pid, started_at=started_at, home=home,
+                 gpu_error=gpu_error, watching=watching, detached=detached)

@@ -97,6 +97,8 @@ class SimGpuSampler:
             return self._claims
         out = []
         for path in self.dir.glob("*.json"):
+            if path.name == HEALTH_FILE:  # the simulated health readings, not a claim
+                continue
             try:
                 c = Claim(**json.loads(path.read_text()))
                 alive = abs(psutil.Process(c.pid).create_time() - c.start_time) < 0.05 and \
@@ -129,6 +131,70 @@ class SimGpuSampler:
 
     def memory_used_mib(self, index: int) -> float:
         return 420.0 + sum(c.mib for c in self._live_claims(max_age_s=0.0) if c.gpu == index)
+
+    def health_reader(self) -> "SimHealth":
+        return SimHealth(self.dir / HEALTH_FILE, len(self._gpus))
+
+
+# ---------------------------------------------------------------- simulated GPU health
+
+HEALTH_FILE = "health.json"
+
+
+def set_health(home: Path, gpu: int, *, xid: Optional[list[int]] = None, ecc_uncorrected: Optional[int] = None,
+               pages_pending: Optional[bool] = None, throttle: Optional[list[str]] = None) -> None:
+    """SIMULATED: make stand-in GPU ``gpu`` report these health readings (tests, the demo).
+    ``xid`` lists every XID error raised so far on it: each new one is reported once."""
+    path = claims_dir(home) / HEALTH_FILE
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        doc = {}
+    entry = doc.setdefault(str(gpu), {})
+    for key, value in (("xid", xid), ("ecc_uncorrected", ecc_uncorrected), ("pages_pending", pages_pending),
+                       ("throttle", throttle)):
+        if value is not None:
+            entry[key] = value
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(doc))
+    os.replace(tmp, path)
+
+
+class SimHealth:
+    """SIMULATED health readings from ``<home>/simgpu/health.json``: ``{"0": {"xid": [79],
+    "ecc_uncorrected": 2, "pages_pending": true, "throttle": ["hw_thermal"]}}``. Read only when
+    the file changed; every reading says ``simulated``."""
+
+    def __init__(self, path: Path, count: int) -> None:
+        self.path, self.count = path, count
+        self._stamp: Optional[tuple[int, int]] = None
+        self._doc: dict = {}
+        self._xids_seen: dict[int, int] = {}
+
+    def read(self, now: Optional[float] = None) -> list:
+        from gpudeck.agents.health import GpuHealth
+
+        try:
+            st = os.stat(self.path)
+            stamp = (st.st_mtime_ns, st.st_size)
+        except OSError:
+            stamp = None
+        if stamp != self._stamp:
+            self._stamp = stamp
+            try:
+                self._doc = json.loads(self.path.read_text()) if stamp else {}
+            except (OSError, ValueError):
+                self._doc = {}
+        out = []
+        for i in range(self.count):
+            e = self._doc.get(str(i)) or {}
+            xids = [int(x) for x in e.get("xid") or []]
+            new, self._xids_seen[i] = xids[self._xids_seen.get(i, 0):], len(xids)
+            out.append(GpuHealth(index=i, xids=new, ecc_uncorrected=e.get("ecc_uncorrected", 0),
+                                 pages_pending=e.get("pages_pending", False), throttle=list(e.get("throttle") or []),
+                                 simulated=True))
+        return out
 
 
 def main(argv: Optional[list[str]] = None) -> int:

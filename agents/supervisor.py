@@ -29,7 +29,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import psutil
 
@@ -129,12 +129,25 @@ class JobSupervisor:
         self._busy: set[str] = set()  # jobs with a launch/kill under way
         self._cutting: set[str] = set()  # jobs whose log is being cut
         self._stored: dict[str, tuple[int, Optional[JobSpec]]] = {}  # spec.json by its mtime
+        self._dirs: dict[str, Path] = {}
+        self.on_audit: Optional[Callable[[str, Optional[str], dict[str, Any]], None]] = None  # the timeline's copy
         self.adopt()
 
     # ------------------------------------------------------------ state on disk
 
     def job_dir(self, name: str) -> Path:
-        return self.jobs_dir / name
+        d = self._dirs.get(name)
+        if d is None:  # asked several times a tick for every job: build the path once
+            d = self._dirs[name] = self.jobs_dir / name
+        return d
+
+    def job_file(self, name: str, file: str) -> Path:
+        """``<home>/jobs/<name>/<file>``, built once."""
+        key = f"{name}/{file}"
+        p = self._dirs.get(key)
+        if p is None:
+            p = self._dirs[key] = self.job_dir(name) / file
+        return p
 
     def _save(self, rec: JobRecord) -> None:
         write_json_atomic(self.job_dir(rec.name) / "state.json", rec.to_dict())
@@ -170,6 +183,11 @@ class JobSupervisor:
         entry.update((k, v) for k, v in details.items() if k not in entry)
         with open(self.audit_path, "a") as f:
             f.write(json.dumps(entry, default=str) + "\n")
+        if self.on_audit is not None:
+            try:
+                self.on_audit(action, job, entry)
+            except Exception:  # noqa: BLE001 -- the timeline must never stop an action
+                log.exception("audit hook failed on %s", action)
 
     def adopt(self) -> None:
         """Read every job's state.json; keep what is still alive, settle what is not."""
@@ -549,7 +567,7 @@ class JobSupervisor:
             spec = self.spec_of(name) if rec.state.alive and name not in self._cutting else None
             if spec is None:
                 continue
-            path, limit = self.job_dir(name) / "job.log", int(spec.log_max_mb * 2**20)
+            path, limit = self.job_file(name, "job.log"), int(spec.log_max_mb * 2**20)
             try:
                 if path.stat().st_size <= limit:
                     continue

@@ -1,8 +1,9 @@
 """What the agent costs a node: CPU per tick and RSS, against one poll done the way
 gpustat-web does it (a fresh Python process per poll, here `python -m gpudeck.agents --once`, which
-does the same sampling work). Prints the ratio last.
+does the same sampling work). Then the watcher case: 8 stand-in GPUs, 16 jobs with restart
+policies and deadlines, 3 notify targets, the GPU health checks on. Prints the ratio last.
 
-    python bench/agent_tick.py [--ticks 200] [--interval 0.05] [--jobs 4] [--polls 20] [--nvml]
+    python bench/agent_tick.py [--ticks 200] [--interval 0.05] [--jobs 4] [--polls 20] [--nvml] [--no-watch]
 
 The agent runs with --interval short so that many ticks fit in a short run; the CPU per
 tick is what a 1 Hz agent spends each second.
@@ -32,6 +33,16 @@ def env() -> dict:
     return e
 
 
+def watch_jobs(n: int) -> list[dict]:
+    """The watcher case's jobs: each with a restart policy, a stall restart and a deadline."""
+    return [{**j, "restart": "on-failure", "restart_on_stall": "30m", "deadline": "2099-01-01T00:00:00Z"}
+            for j in jobs(n)]
+
+
+WATCH = {"notify": [{"url": f"http://127.0.0.1:9/hook/{i}", "format": f} for i, f in enumerate(("json", "slack", "ntfy"))],
+         "alerts": {"gpu_temp_c": 85, "disk_free_pct": 5, "idle_gpu_s": 1800}}
+
+
 def jobs(n: int) -> list[dict]:
     # busy-ish jobs that report progress, as a generation worker would
     script = ('i=0; while true; do i=$((i+1)); printf \'{"done": %d, "total": 100000000, "tokens": %d}\' $i $((i*300)) '
@@ -39,9 +50,12 @@ def jobs(n: int) -> list[dict]:
     return [{"name": f"job{i}", "command": ["sh", "-c", script], "gpus": [i % 8]} for i in range(n)]
 
 
-def measure_agent(home: Path, ticks: int, interval: float, njobs: int, nvml: bool) -> tuple[float, float, int]:
+def measure_agent(home: Path, ticks: int, interval: float, njobs: int, nvml: bool,
+                  watch: bool = False, sim: bool = False) -> tuple[float, float, int]:
     args = [sys.executable, "-m", "gpudeck.agents", "--home", str(home), "--node", "bench", "--interval", str(interval)]
-    if not nvml:
+    if watch or sim:
+        args += ["--simulate-gpus", "8xH200:141"]
+    elif not nvml:
         args.append("--no-nvml")
     proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                             env=env(), cwd=ROOT)
@@ -61,7 +75,10 @@ def measure_agent(home: Path, ticks: int, interval: float, njobs: int, nvml: boo
                 return msg
 
     read_until(lambda m: m["type"] == "hello")
-    send(1, "configure", jobs=jobs(njobs))
+    if watch:
+        send(1, "configure", jobs=watch_jobs(njobs), watch=WATCH)
+    else:
+        send(1, "configure", jobs=jobs(njobs))
     for i in range(njobs):
         send(10 + i, "launch", job=f"job{i}")
     warm = 0
@@ -102,18 +119,34 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=4)
     ap.add_argument("--polls", type=int, default=20)
     ap.add_argument("--nvml", action="store_true", help="sample GPUs through NVML (on a GPU machine)")
+    ap.add_argument("--no-watch", action="store_true", help="leave out the watcher case")
     args = ap.parse_args()
     home = Path(tempfile.mkdtemp(prefix="gpudeck-bench-"))
+    whome = Path(tempfile.mkdtemp(prefix="gpudeck-bench-watch-"))
+    shome = Path(tempfile.mkdtemp(prefix="gpudeck-bench-same-"))
     try:
         per_poll = measure_fresh_process(home, args.polls, args.nvml)
         per_tick, wall_tick, rss = measure_agent(home, args.ticks, args.interval, args.jobs, args.nvml)
+        if not args.no_watch:  # the same load without the watcher's settings, then with them
+            s_tick, _, s_rss = measure_agent(shome, args.ticks, args.interval, 16, False, sim=True)
+            w_tick, w_wall, w_rss = measure_agent(whome, args.ticks, args.interval, 16, False, watch=True)
     finally:
-        shutil.rmtree(home, ignore_errors=True)
+        for d in (home, whome, shome):
+            shutil.rmtree(d, ignore_errors=True)
     print(f"machine: {os.cpu_count()} cores, nvml={'on' if args.nvml else 'off'}, {args.jobs} jobs reporting progress")
     print(f"baseline, a fresh python process per poll: {per_poll * 1e3:.1f} ms CPU per poll")
     print(f"agent: {per_tick * 1e3:.3f} ms CPU per tick ({wall_tick * 1e3:.1f} ms wall between ticks)")
     print(f"agent at 1 Hz: {per_tick * 100:.3f}% of one core")
     print(f"agent RSS: {rss / 2**20:.1f} MB")
+    if not args.no_watch:
+        print(f"watcher (8 stand-in GPUs, 16 jobs with restart policies and deadlines, 3 notify targets, "
+              f"health checks): {w_tick * 1e3:.3f} ms CPU per tick ({w_wall * 1e3:.1f} ms wall between ticks)")
+        print(f"watcher at 1 Hz: {w_tick * 100:.3f}% of one core (goal: under 0.2%)")
+        print(f"watcher RSS: {w_rss / 2**20:.1f} MB (goal: at most 60 MB)")
+        print(f"the same 8 GPUs and 16 jobs without the watcher's settings: {s_tick * 1e3:.3f} ms CPU per tick "
+              f"({s_tick * 100:.3f}% of a core at 1 Hz), RSS {s_rss / 2**20:.1f} MB")
+        print(f"the watcher's own share: {(w_tick - s_tick) * 1e3:+.3f} ms per tick "
+              f"({(w_tick - s_tick) * 100:+.3f}% of a core at 1 Hz)")
     print(f"ratio (baseline CPU per poll / agent CPU per tick): {per_poll / per_tick:.0f}x")
 
 

@@ -349,6 +349,8 @@ class FleetState:
                 "last_rate_at": p.last_rate_at if p else None,
                 "engine": dataclasses.asdict(j.engine) if j.engine else None,
                 "last_kill": dataclasses.asdict(j.last_kill) if j.last_kill else None,
+                "restart": j.restart, "restarts": j.restarts, "max_restarts": j.max_restarts,
+                "next_restart_at": j.next_restart_at, "restart_note": j.restart_note,
                 "argv": j.argv,
                 "error": j.error,
             })

@@ -98,7 +98,9 @@ class FleetClient:
         link = await asyncio.wait_for(self.transport_for(node).open(node), timeout)
         try:
             await link.start_explained()
-            await link.request("configure", jobs=[j.to_dict() for j in self.fleet.jobs_on(node.name)])
+            jobs = [j.to_dict() for j in self.fleet.jobs_on(node.name)]
+            watch = self.fleet.watch_settings()
+            await link.request("configure", jobs=jobs, **({"watch": watch} if watch is not None else {}))
             link.configured_seq = link.latest.seq if link.latest is not None else 0
         except BaseException:
             await link.close()
@@ -266,6 +268,17 @@ class FleetClient:
                    timeout: float = 60.0) -> LogChunk:
         args = {k: v for k, v in (("lines", lines), ("offset", offset)) if v is not None}
         return await self.job_request(job, "logs", timeout=timeout, **args)
+
+    async def node_request(self, node: str, op: str, timeout: float = 60.0, **args: Any) -> dict[str, Any]:
+        """``op`` on ``node`` itself (``watch``, ``events``): connects when needed; raises
+        AgentError when the node cannot be reached."""
+        if node not in self.links:
+            await self.connect_all([self.fleet.node(node)])
+        link = self.links.get(node)
+        if link is None:
+            failure = self.failures.get(node)
+            raise AgentError(node, failure.reason if failure is not None else "not connected")
+        return await link.request(op, timeout=timeout, **args)
 
     async def close(self) -> None:
         """Close every agent's stdin (they exit, their jobs keep running), then the transports

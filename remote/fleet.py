@@ -21,6 +21,8 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 from gpudeck.agents.jobs import KINDS, JobKind, JobSpec, SpecError
+from gpudeck.agents.watch.config import AlertThresholds, NotifyTarget
+from gpudeck.remote.fleet_watch import parse_alerts, parse_notify
 
 LOCAL = "local"
 
@@ -67,6 +69,16 @@ class Fleet:
     path: Optional[str]
     nodes: list[Node]
     jobs: list[JobSpec] = field(default_factory=list)
+    notify: list[NotifyTarget] = field(default_factory=list)  # [[notify]]: where the watcher sends events
+    alerts: AlertThresholds = field(default_factory=AlertThresholds)  # [alerts]
+
+    def watch_settings(self) -> Optional[dict[str, Any]]:
+        """What ``configure`` carries for the watcher (agents/watch/): None without a fleet file,
+        so a bare `gpudeck status` never replaces a node's watch settings with nothing."""
+        if self.path is None:
+            return None
+        return {"fleet": str(Path(self.path).resolve()), "notify": [n.to_dict() for n in self.notify],
+                "alerts": dataclasses.asdict(self.alerts)}
 
     def node(self, name: str) -> Node:
         for n in self.nodes:
@@ -141,10 +153,11 @@ def load_fleet(path: str | Path) -> Fleet:
 def parse_fleet(text: str, path: str = "<fleet>") -> Fleet:
     doc = _decode(text, path)
     loc = _Locator(text)
-    unknown = set(doc) - {"defaults", "nodes", "jobs"}
+    unknown = set(doc) - {"defaults", "nodes", "jobs", "notify", "alerts"}
     if unknown:
         key = sorted(unknown)[0]
-        raise FleetError(path, loc.top(key), f"unknown section {key!r}; expected [defaults], [[nodes]] or [[jobs]]")
+        raise FleetError(path, loc.top(key), f"unknown section {key!r}; expected [defaults], [[nodes]], [[jobs]], "
+                                             f"[[notify]] or [alerts]")
     defaults = doc.get("defaults", {})
     if not isinstance(defaults, dict):
         raise FleetError(path, loc.top("defaults"), "'defaults' must be a table: [defaults]")
@@ -157,9 +170,15 @@ def parse_fleet(text: str, path: str = "<fleet>") -> Fleet:
     nodes = _parse_nodes(doc.get("nodes", []), defaults, path, loc)
     tables = {raw["name"]: i for i, raw in enumerate(doc.get("nodes", []))}
     nodes = _resolve_jumps(nodes, tables, "jump" in defaults, path, loc)
-    jobs = _parse_jobs(doc.get("jobs", []), defaults, {n.name for n in nodes}, path, loc)
+    def fail(line: Optional[int], message: str) -> FleetError:
+        return FleetError(path, line, message)
+
+    alerts = parse_alerts(doc.get("alerts", {}), loc, fail)
+    notify = parse_notify(doc.get("notify", []), loc, fail)
+    jobs = _parse_jobs(doc.get("jobs", []), defaults, {n.name for n in nodes}, path, loc,
+                       alerts.stall_s if "stall_s" in doc.get("alerts", {}) else None)
     jobs = _resolve_servers(jobs, {n.name: n for n in nodes}, path, loc)
-    return Fleet(path=path, nodes=nodes, jobs=jobs)
+    return Fleet(path=path, nodes=nodes, jobs=jobs, notify=notify, alerts=alerts)
 
 
 def _decode(text: str, path: str) -> dict[str, Any]:
@@ -256,7 +275,7 @@ def _resolve_jumps(nodes: list[Node], tables: dict[str, int], jump_is_default: b
 
 
 def _parse_jobs(raw_jobs: Any, defaults: dict[str, Any], names: set[str], path: str,
-                loc: "_Locator") -> list[JobSpec]:
+                loc: "_Locator", stall_s: Optional[float] = None) -> list[JobSpec]:
     jobs: list[JobSpec] = []
     if not isinstance(raw_jobs, list):
         raise FleetError(path, loc.top("jobs"), "'jobs' must be an array of tables: [[jobs]]")
@@ -270,6 +289,8 @@ def _parse_jobs(raw_jobs: Any, defaults: dict[str, Any], names: set[str], path: 
         values: dict[str, Any] = {}
         options: dict[str, Any] = {}
         for k, v in raw.items():
+            if k == "deadline" and hasattr(v, "isoformat"):  # a bare TOML date-time: the same as its string
+                v = v.isoformat() + ("Z" if getattr(v, "tzinfo", True) is None else "")
             if k in _JOB_FIELDS and k != "options":
                 _check_type(path, loc.key("jobs", i, k), f"{where} {k!r}", _JOB_FIELDS[k], v)
                 _check_range(path, loc.key("jobs", i, k), f"{where} {k!r}", k, v)
@@ -290,6 +311,8 @@ def _parse_jobs(raw_jobs: Any, defaults: dict[str, Any], names: set[str], path: 
                                  f"write it as a list of strings to avoid quoting") from None
         if "python" not in values and "python" in defaults:
             values["python"] = defaults["python"]
+        if "stall_after_s" not in values and stall_s is not None:  # [alerts] stall_s: every job's default
+            values["stall_after_s"] = max(1.0, float(stall_s))
         values["options"] = options
         node = values.get("node")
         if node is not None and node not in names:
@@ -340,6 +363,7 @@ def _resolve_servers(jobs: list[JobSpec], nodes: dict[str, Node], path: str, loc
 _RANGES: dict[str, tuple[Optional[float], Optional[float]]] = {
     "interval": (0.01, 3600.0), "connect_timeout": (0.1, 3600.0), "port": (1, 65535),
     "stall_after_s": (1.0, None), "log_max_mb": (0.01, None), "total": (0, None), "tp": (1, None), "dp": (1, None),
+    "max_restarts": (0, 1000), "restart_backoff_s": (0.0, 86400.0),
 }
 
 

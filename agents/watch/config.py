@@ -1,0 +1,169 @@
+"""What the watcher needs when no console is there: ``<home>/watch.json``.
+
+The console sends it with ``configure`` (the fleet file's ``[[jobs]]``, ``[[notify]]`` and
+``[alerts]``) and the agent keeps the last one, with the ``watching`` flag that `gpudeck watch
+start|stop` sets. The file is in the agent's 0700 home: it holds webhook URLs, which are
+secrets, and nothing else ever prints them (:func:`redact`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from gpudeck.agents.jobs import NOTIFY_EVENTS, EventKind, NotifyFormat
+from gpudeck.agents.workers.common.atomic import atomic_write_json
+
+log = logging.getLogger("agents")
+
+WATCH_FILE = "watch.json"
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def redact(url: Optional[str]) -> str:
+    """A webhook URL as it may be shown: ``https://hooks…/…`` (its scheme and the start of its
+    host; never a path or a query, which is where the token is)."""
+    if not url:
+        return "-"
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return "…"
+    host = re.split(r"[/?#@:]", rest, maxsplit=1)[0]
+    return f"{scheme}://{host[:5]}…/…"
+
+
+class ConfigError(ValueError):
+    """A [[notify]] or [alerts] entry that cannot be used; the text names it, never its URL."""
+
+
+@dataclass(frozen=True)
+class NotifyTarget:
+    url: Optional[str] = None  # a secret: never shown, logged or written anywhere but watch.json
+    url_env: Optional[str] = None  # or the name of an environment variable of the agent on the node
+    format: str = NotifyFormat.JSON.value
+    events: list[str] = field(default_factory=lambda: [e.value for e in NOTIFY_EVENTS])
+
+    def __post_init__(self) -> None:
+        if (self.url is None) == (self.url_env is None):
+            raise ConfigError("[[notify]] needs exactly one of 'url' and 'url_env'")
+        if self.url is not None and (not isinstance(self.url, str) or not self.url.startswith(("http://", "https://"))):
+            raise ConfigError("[[notify]] 'url': expected an http:// or https:// URL")
+        if self.url_env is not None and (not isinstance(self.url_env, str) or not _ENV_NAME.fullmatch(self.url_env)):
+            raise ConfigError(f"[[notify]] 'url_env': expected the name of an environment variable, "
+                              f"got {self.url_env!r}")
+        if self.format not in {f.value for f in NotifyFormat}:
+            raise ConfigError(f"[[notify]] 'format': expected one of {', '.join(f.value for f in NotifyFormat)}, "
+                              f"got {self.format!r}")
+        known = {e.value for e in NOTIFY_EVENTS}
+        if not isinstance(self.events, list) or any(e not in known for e in self.events):
+            bad = [e for e in self.events if e not in known] if isinstance(self.events, list) else self.events
+            raise ConfigError(f"[[notify]] 'events': {bad!r} is not an event; expected some of {', '.join(sorted(known))}")
+
+    @property
+    def id(self) -> str:
+        """A stable name for the outbox: a short hash, so the URL is in no file name."""
+        raw = f"{self.url or ''}|{self.url_env or ''}|{self.format}"
+        return hashlib.sha256(raw.encode()).hexdigest()[:12]
+
+    @property
+    def label(self) -> str:
+        where = redact(self.url) if self.url else f"${self.url_env}"
+        return f"{self.format} {where}"
+
+    def resolve(self) -> Optional[str]:
+        """The URL to post to, or None when ``url_env`` is not set on this node."""
+        return self.url if self.url else (os.environ.get(self.url_env or "") or None)
+
+    def wants(self, kind: EventKind) -> bool:
+        return kind.value in self.events
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "NotifyTarget":
+        if not isinstance(d, dict):
+            raise ConfigError(f"a [[notify]] entry must be a table, got {type(d).__name__}")
+        unknown = set(d) - {f.name for f in dataclasses.fields(cls)}
+        if unknown:
+            raise ConfigError(f"[[notify]] has no key {sorted(unknown)[0]!r}; expected url, url_env, format, events")
+        return cls(**d)
+
+
+@dataclass(frozen=True)
+class AlertThresholds:
+    """The fleet file's ``[alerts]``; the defaults are in README.md ("Leaving a fleet unattended")."""
+
+    gpu_temp_c: float = 85.0  # a GPU at or above this
+    disk_free_pct: float = 5.0  # a disk the jobs write to with less free than this
+    stall_s: float = 600.0  # a live job without progress this long (a job's stall_after_s wins)
+    idle_gpu_s: float = 1800.0  # a running job's GPU at 0% use this long
+    repeat_s: float = 900.0  # the same event for the same job or GPU is notified at most this often
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0:
+                raise ConfigError(f"[alerts] {f.name!r}: expected a number >= 0, got {v!r}")
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "AlertThresholds":
+        if not isinstance(d, dict):
+            raise ConfigError(f"[alerts] must be a table, got {type(d).__name__}")
+        names = [f.name for f in dataclasses.fields(cls)]
+        unknown = set(d) - set(names)
+        if unknown:
+            raise ConfigError(f"[alerts] has no key {sorted(unknown)[0]!r}; expected one of {', '.join(names)}")
+        return cls(**d)
+
+
+@dataclass
+class WatchConfig:
+    watching: bool = False
+    since: Optional[float] = None  # when `watch start` set the flag
+    fleet: Optional[str] = None  # the fleet file it came from (for the operator: which one)
+    jobs: list[dict[str, Any]] = field(default_factory=list)  # the last `configure`'s job specs
+    notify: list[NotifyTarget] = field(default_factory=list)
+    alerts: AlertThresholds = field(default_factory=AlertThresholds)
+
+    @classmethod
+    def load(cls, home: Path) -> "WatchConfig":
+        path = Path(home) / WATCH_FILE
+        try:
+            doc = json.loads(path.read_text())
+        except FileNotFoundError:
+            return cls()
+        except (OSError, ValueError) as exc:
+            log.warning("watch: cannot read %s (%s); starting with no watch settings", path, exc)
+            return cls()
+        try:
+            return cls(watching=bool(doc.get("watching")), since=doc.get("since"), fleet=doc.get("fleet"),
+                       jobs=list(doc.get("jobs") or []),
+                       notify=[NotifyTarget.from_dict(n) for n in doc.get("notify") or []],
+                       alerts=AlertThresholds.from_dict(doc.get("alerts") or {}))
+        except (ConfigError, TypeError) as exc:
+            log.warning("watch: %s in %s; its notify and alert settings are ignored", exc, path)
+            return cls(watching=bool(doc.get("watching")), jobs=list(doc.get("jobs") or []))
+
+    def save(self, home: Path) -> None:
+        atomic_write_json(Path(home) / WATCH_FILE, {
+            "watching": self.watching, "since": self.since, "fleet": self.fleet, "jobs": self.jobs,
+            "notify": [n.to_dict() for n in self.notify], "alerts": dataclasses.asdict(self.alerts)})
+        os.chmod(Path(home) / WATCH_FILE, 0o600)
+
+    def apply(self, settings: dict[str, Any], jobs: list[dict[str, Any]]) -> None:
+        """A console's ``configure`` with its fleet file's watch settings: check everything
+        first (a ConfigError changes nothing), then take them."""
+        if not isinstance(settings, dict):
+            raise ConfigError(f"'watch' must be an object, got {type(settings).__name__}")
+        notify = [NotifyTarget.from_dict(n) for n in settings.get("notify") or []]
+        alerts = AlertThresholds.from_dict(settings.get("alerts") or {})
+        self.notify, self.alerts, self.jobs = notify, alerts, list(jobs)
+        self.fleet = settings.get("fleet") if isinstance(settings.get("fleet"), str) else None

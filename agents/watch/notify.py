@@ -1,0 +1,96 @@
+"""One notification to one target: the body in its format, one POST, an answer that never
+holds the URL.
+
+Webhook URLs are secrets. Nothing here logs one; an error text that might quote it (an
+exception from the HTTP client) is scrubbed, and httpx's own request log is kept quiet.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any, Optional
+from urllib.parse import urlsplit
+
+from gpudeck.agents.jobs import EventKind, NotifyFormat
+from gpudeck.agents.watch.config import NotifyTarget, redact
+
+TIMEOUT_S = 5.0  # a slow receiver: the message is retried later, the watcher never waits for it
+CONNECT_TIMEOUT_S = 3.0
+_URGENT = {EventKind.DIED.value, EventKind.GAVE_UP.value, EventKind.GPU_HEALTH.value,
+           EventKind.NODE_UNREACHABLE.value, EventKind.DISK.value}
+
+
+def quiet_http_logs() -> None:
+    """httpx logs every request with its URL at INFO: never in the agent's log."""
+    for name in ("httpx", "httpcore"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def scrub(text: str, url: Optional[str]) -> str:
+    """``text`` without ``url`` or any piece of its path and query."""
+    if not url:
+        return text
+    shown = redact(url)
+    text = text.replace(url, shown)
+    parts = urlsplit(url)
+    for piece in (parts.path + ("?" + parts.query if parts.query else ""), parts.path, parts.query, parts.netloc):
+        if piece and len(piece) > 3 and piece != "/":
+            text = text.replace(piece, "…")
+    return text
+
+
+def title(event: dict[str, Any]) -> str:
+    kind = event.get("kind")
+    what = f"{kind}" + (f" {event['job']}" if event.get("job") else "") + \
+        (f" GPU {event['gpu']}" if event.get("gpu") is not None else "")
+    return f"gpudeck {event.get('node')}: {what}"
+
+
+def body(fmt: str, event: dict[str, Any], message_id: str) -> tuple[bytes, dict[str, str]]:
+    """The request body and headers of ``event`` for a target of format ``fmt``."""
+    when = time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(event.get("t") or time.time()))
+    if fmt == NotifyFormat.SLACK.value:
+        mark = ":white_check_mark:" if event.get("kind") == EventKind.RESOLVED.value else (
+            ":rotating_light:" if event.get("kind") in _URGENT else ":information_source:")
+        text = f"{mark} *{title(event)}* — {event.get('message')} ({when})"
+        return json.dumps({"text": text}).encode(), {"Content-Type": "application/json"}
+    if fmt == NotifyFormat.NTFY.value:
+        resolved = event.get("kind") == EventKind.RESOLVED.value
+        headers = {"Title": title(event), "Priority": "high" if event.get("kind") in _URGENT else "default",
+                   "Tags": "white_check_mark" if resolved else "warning", "Content-Type": "text/plain; charset=utf-8"}
+        return f"{event.get('message')} ({when})".encode(), headers
+    doc = {"id": message_id, "source": "gpudeck", **{k: event.get(k) for k in
+                                                        ("node", "kind", "job", "gpu", "message", "key", "t", "seq")},
+           "time": when, "details": event.get("details") or {}}
+    return json.dumps(doc, default=str).encode(), {"Content-Type": "application/json"}
+
+
+def deliver(client: Any, target: NotifyTarget, event: dict[str, Any], message_id: str) -> Optional[str]:
+    """POST one message; None when the receiver took it (2xx), else why not, never the URL."""
+    import httpx
+
+    url = target.resolve()
+    if url is None:
+        return f"${target.url_env} is not set in the watcher's environment on this node"
+    data, headers = body(target.format, event, message_id)
+    headers["X-Gpudeck-Message-Id"] = message_id
+    try:
+        r = client.post(url, content=data, headers=headers)
+    except httpx.TimeoutException:
+        return f"no answer within {TIMEOUT_S:g} s"
+    except httpx.HTTPError as exc:
+        return scrub(f"{type(exc).__name__}: {exc}", url)
+    except Exception as exc:  # noqa: BLE001 -- an odd URL, a socket error: say what, not where
+        return scrub(f"{type(exc).__name__}: {exc}", url)
+    if 200 <= r.status_code < 300:
+        return None
+    return f"the receiver answered HTTP {r.status_code}"
+
+
+def http_client() -> Any:
+    import httpx
+
+    quiet_http_logs()
+    return httpx.Client(timeout=httpx.Timeout(TIMEOUT_S, connect=CONNECT_TIMEOUT_S), follow_redirects=False)

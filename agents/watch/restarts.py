@@ -1,0 +1,224 @@
+"""Restart policies: a job that ends by itself (or stalls) is started again, with backoff,
+within a budget, never while an operator's kill or launch is under way.
+
+Per job, in ``<home>/jobs/<name>/restarts.json`` (so a new watcher goes on counting):
+restarts so far, when the next is due, and whether it gave up. The rules:
+
+- ``restart = "on-failure"``: a job that failed (non-zero exit) or was lost; ``"always"``:
+  also one that exited 0. A job an operator killed is never restarted.
+- Before restart *n* (counting from 0) it waits ``restart_backoff_s * 2**n``, at most 10 min.
+- A restart whose attempt made no progress (its done count did not move since the attempt
+  began) counts twice: a crash loop spends the budget twice as fast. Past ``max_restarts``
+  it gives up, says so once (``gave_up``) and leaves the job as it is.
+- ``restart_on_stall``: a running job whose progress has not moved that long is killed with
+  the verified kill and restarted at once (the same budget).
+- Every restart is ``supervisor.relaunch`` (the next attempt, which resumes from its own
+  done-set), written to the audit log with its reason. An operator's own launch starts
+  the count afresh.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from gpudeck.agents.jobs import EventKind, JobSpec, JobState, RestartPolicy
+from gpudeck.agents.protocol import JobStatus
+from gpudeck.agents.workers.common.atomic import atomic_write_json
+
+log = logging.getLogger("agents")
+
+BACKOFF_CAP_S = 600.0
+STATE_FILE = "restarts.json"
+
+
+@dataclass
+class RestartState:
+    restarts: int = 0  # counted: a restart without progress counts 2
+    count: int = 0  # restarts made
+    next_at: Optional[float] = None  # when the next restart is due (unix time)
+    reason: Optional[str] = None  # why it is due
+    weight: int = 1  # what the due restart will count
+    gave_up: bool = False
+    note: Optional[str] = None
+    attempt: int = 0  # the attempt this state last saw
+    ours: int = 0  # the attempt our last restart started
+    done_at_start: Optional[int] = None  # progress when that attempt was first seen
+    seen_state: Optional[str] = None  # the job's state at the last tick (transitions make events)
+
+
+class RestartEngine:
+    def __init__(self, sup: Any, emit: Callable[..., Any], started_at: Optional[float] = None) -> None:
+        self.sup = sup
+        self.emit = emit  # (EventKind, message, job=..., notify=..., **details)
+        self.started_at = started_at or time.time()
+        self._states: dict[str, RestartState] = {}
+        self._busy: set[str] = set()
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------ state on disk
+
+    def state(self, name: str) -> RestartState:
+        st = self._states.get(name)
+        if st is None:
+            st = RestartState()
+            try:
+                doc = json.loads((self.sup.job_dir(name) / STATE_FILE).read_text())
+                st = RestartState(**{k: v for k, v in doc.items() if k in RestartState.__dataclass_fields__})
+            except FileNotFoundError:
+                pass
+            except (OSError, ValueError, TypeError) as exc:
+                log.warning("job %s: unreadable %s (%s); counting restarts from 0", name, STATE_FILE, exc)
+            self._states[name] = st
+        return st
+
+    def _save(self, name: str, st: RestartState) -> None:
+        d: Path = self.sup.job_dir(name)
+        try:
+            d.mkdir(parents=True, exist_ok=True, mode=0o700)
+            atomic_write_json(d / STATE_FILE, dataclasses.asdict(st), fsync=False)
+        except OSError as exc:
+            log.warning("job %s: cannot save %s: %s", name, STATE_FILE, exc)
+
+    def fields(self, name: str, spec: Optional[JobSpec]) -> dict[str, Any]:
+        """The restart fields of the job's JobStatus."""
+        if spec is None:
+            return {}
+        policy = spec.restart_policy
+        if policy is RestartPolicy.NEVER and name not in self._states:
+            return {"restart": policy}
+        st = self.state(name)
+        return {"restart": policy, "restarts": st.restarts, "max_restarts": spec.max_restarts,
+                "next_restart_at": st.next_at, "restart_note": st.note}
+
+    # ------------------------------------------------------------ each tick
+
+    def tick(self, now: float, jobs: list[JobStatus], changes: dict[str, Optional[float]]) -> None:
+        for j in jobs:
+            if j.state is JobState.PENDING:
+                continue
+            spec = self.sup.spec_of(j.name)
+            with self._lock:
+                st = self.state(j.name)
+                dirty = self._follow(j, st)
+                if spec is not None and j.name not in self._busy and not st.gave_up:
+                    dirty = self._apply(j, spec, st, now, changes.get(j.name)) or dirty
+                if dirty:
+                    self._save(j.name, st)
+
+    def _follow(self, j: JobStatus, st: RestartState) -> bool:
+        """A new attempt, a new state: the events they make. True when ``st`` changed."""
+        done = j.progress.done if j.progress is not None else None
+        dirty = False
+        if j.attempt != st.attempt:
+            if j.attempt != st.ours and st.attempt:  # an operator launched it: a fresh budget
+                st.restarts = st.count = 0
+                st.gave_up, st.note = False, None
+            st.attempt, st.done_at_start, st.next_at = j.attempt, done, None
+            dirty = True
+        elif st.done_at_start is None and done is not None:
+            st.done_at_start, dirty = done, True
+        state = j.state.value
+        if state == st.seen_state or j.state is JobState.STARTING:
+            return dirty
+        first = st.seen_state is None
+        old, st.seen_state = st.seen_state, state
+        fresh = not first or (j.ended_at or 0) >= self.started_at - 5  # an old ending is no news
+        if fresh:
+            self.emit(EventKind.STATE, f"job {j.name}: {old or 'unknown'} -> {state} (attempt {j.attempt})",
+                      job=j.name, attempt=j.attempt, state=state)
+            how = f"exit code {j.exit_code}" if j.exit_code is not None else "no exit code: lost"
+            if j.state in (JobState.FAILED, JobState.LOST):
+                self.emit(EventKind.DIED, f"job {j.name} died ({how}) on attempt {j.attempt}", job=j.name,
+                          attempt=j.attempt, exit_code=j.exit_code)
+            elif j.state is JobState.EXITED:
+                p = j.progress
+                what = f", {p.done}/{p.total} done" if p is not None and p.total is not None else ""
+                self.emit(EventKind.FINISHED, f"job {j.name} finished (exit code 0) on attempt {j.attempt}{what}",
+                          job=j.name, attempt=j.attempt)
+        return True
+
+    def _apply(self, j: JobStatus, spec: JobSpec, st: RestartState, now: float, changed: Optional[float]) -> bool:
+        policy = spec.restart_policy
+        done = j.progress.done if j.progress is not None else None
+        no_progress = done is not None and st.done_at_start is not None and done <= st.done_at_start
+        if policy.wants(j.state):
+            if st.next_at is None:
+                how = f"exit code {j.exit_code}" if j.exit_code is not None else "lost, no exit code"
+                return self._schedule(j, spec, st, now, f"{j.state.value} ({how})", 2 if no_progress else 1)
+            if now >= st.next_at:
+                self._start(j.name, spec, st, j.attempt)
+            return False
+        stall_s = spec.stall_restart_s
+        if stall_s and j.state is JobState.RUNNING and j.progress is not None and j.started_at:
+            since = max(changed or j.started_at, j.started_at)
+            if now - since > stall_s:
+                self.emit(EventKind.STALLED, f"job {j.name}: no progress for {now - since:.0f} s "
+                                             f"(restart_on_stall {spec.restart_on_stall}): killing and restarting",
+                          job=j.name, key=f"stall-restart:{j.name}")
+                if self._schedule(j, spec, st, now, f"stalled for {now - since:.0f} s", 2 if no_progress else 1,
+                                  delay=0.0) and not st.gave_up:
+                    self._start(j.name, spec, st, j.attempt)
+                return True
+        return False
+
+    def _schedule(self, j: JobStatus, spec: JobSpec, st: RestartState, now: float, reason: str, weight: int,
+                  delay: Optional[float] = None) -> bool:
+        if st.restarts + weight > spec.max_restarts:
+            st.gave_up, st.next_at = True, None
+            st.note = f"gave up after {st.count} restart(s): {reason}"
+            self.sup.audit("restart-gave-up", j.name, reason=reason, restarts=st.restarts,
+                           max_restarts=spec.max_restarts)
+            self.emit(EventKind.GAVE_UP, f"job {j.name}: gave up after {st.count} restart(s) "
+                                         f"(max_restarts {spec.max_restarts}); last: {reason}", job=j.name)
+            return True
+        backoff = min(spec.restart_backoff_s * 2 ** st.count, BACKOFF_CAP_S) if delay is None else delay
+        st.next_at, st.reason, st.weight = now + backoff, reason, weight
+        st.note = f"restart in {backoff:.0f} s: {reason}" if backoff else f"restarting: {reason}"
+        return True
+
+    def _start(self, name: str, spec: JobSpec, st: RestartState, attempt: int) -> None:
+        """The relaunch, in a thread of its own: a kill may take its grace period."""
+        self._busy.add(name)
+        st.ours = attempt + 1
+        threading.Thread(target=self._relaunch, args=(name, spec, st), name=f"restart-{name}", daemon=True).start()
+
+    def _relaunch(self, name: str, spec: JobSpec, st: RestartState) -> None:
+        from gpudeck.agents.supervisor import JobError
+
+        reason = st.reason or "restart"
+        try:
+            result = self.sup.relaunch(name, grace_s=10.0)
+        except (JobError, OSError, ValueError) as exc:
+            with self._lock:
+                st.count += 1
+                st.restarts += st.weight
+                st.next_at = None  # scheduled again, with the next backoff, at the next tick
+                st.note = f"restart failed: {exc}"
+                self._save(name, st)
+                self._busy.discard(name)
+            self.emit(EventKind.ACTION, f"job {name}: restart failed: {exc}", job=name, notify=False)
+            return
+        with self._lock:
+            st.count += 1
+            st.restarts += st.weight
+            st.next_at = None
+            st.note = f"restarted: {reason}"
+            st.ours = result.attempt
+            self._save(name, st)
+            self._busy.discard(name)
+        self.sup.audit("restart", name, reason=reason, attempt=result.attempt, restarts=st.restarts,
+                       max_restarts=spec.max_restarts)
+        killed = f" after a verified kill ({result.kill.message})" if result.kill is not None else ""
+        self.emit(EventKind.RESTARTED, f"job {name} restarted{killed}: attempt {result.attempt}, restart "
+                                       f"{st.restarts} of {spec.max_restarts}; reason: {reason}",
+                  job=name, attempt=result.attempt, reason=reason)
+
+    def gave_up(self) -> list[str]:
+        return [n for n, st in self._states.items() if st.gave_up]

@@ -1,0 +1,194 @@
+"""The watcher: what the agent does beyond sampling, whether or not a console is there.
+
+Each tick (:meth:`Watcher.on_tick`, called from ``Agent.snapshot``) it applies the restart
+policies, evaluates thresholds, GPU health and deadlines, writes the timeline and queues
+notifications; it adds its alerts to the snapshot's. It answers the ``watch`` and
+``events`` requests, takes the fleet's watch settings from ``configure`` and keeps them in
+``<home>/watch.json``. Nothing here may stop a tick: a failure is logged (once per kind of
+failure) and the tick goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+from gpudeck.agents.health import reader_for
+from gpudeck.agents.jobs import NOTIFY_EVENTS, AlertKind, EventKind, JobSpec, SpecError
+from gpudeck.agents.protocol import Alert, Gpu, Host, JobStatus, to_plain
+from gpudeck.agents.watch.checks import Checks
+from gpudeck.agents.watch.conditions import Conditions
+from gpudeck.agents.watch.config import ConfigError, WatchConfig
+from gpudeck.agents.watch.events import EventLog
+from gpudeck.agents.watch.outbox import Outbox
+from gpudeck.agents.watch.restarts import RestartEngine
+
+log = logging.getLogger("agents")
+
+# the audit log's actions that go into the timeline too
+_ACTIONS = {"launch", "relaunch", "kill", "kill-pid", "adopt", "adopt-ended", "restart", "restart-gave-up",
+            "kill-resume"}
+
+
+class Watcher:
+    def __init__(self, home: Path, node: str, sup: Any, gpu: Any, detached: bool = False) -> None:
+        self.home, self.node, self.sup, self.gpu = Path(home), node, sup, gpu
+        self.detached = detached
+        self.config = WatchConfig.load(self.home)
+        self.events = EventLog(self.home, node)
+        self.outbox = Outbox(self.home, on_event=self._note)
+        self.restarts = RestartEngine(sup, self.emit)
+        self.conditions = Conditions(self.home, self.emit)
+        self.checks = Checks()
+        self._health: Any = False  # the reader, made at the first tick; None where there is none
+        self._failed: set[str] = set()
+        self.successor: Optional[Any] = None  # the detached agent this one started to take over
+        if self.config.jobs and not sup.declared:  # the last console's fleet: known without a console
+            try:
+                sup.configure([JobSpec.from_dict(d) for d in self.config.jobs])
+            except SpecError as exc:
+                log.warning("watch: the saved job specs in %s do not load: %s", self.home / "watch.json", exc)
+        sup.on_audit = self._on_audit
+        self.outbox.serve(self.config.notify)
+
+    # ------------------------------------------------------------ events
+
+    def emit(self, kind: EventKind, message: str, job: Optional[str] = None, gpu: Optional[int] = None,
+             key: Optional[str] = None, notify: bool = True, **details: Any) -> None:
+        """One line in the timeline; queued for every target that wants it when ``notify``."""
+        event = self.events.add(kind, message, job=job, gpu=gpu, key=key, **details)
+        if notify and kind in NOTIFY_EVENTS and self.config.notify:
+            self.outbox.put(self.config.notify, to_plain(event))
+
+    def _note(self, kind: EventKind, message: str, **kw: Any) -> None:
+        self.emit(kind, message, notify=False, **kw)
+
+    def _on_audit(self, action: str, job: Optional[str], entry: dict[str, Any]) -> None:
+        if action not in _ACTIONS:
+            return
+        what = entry.get("message") or entry.get("reason") or ""
+        extra = {k: entry[k] for k in ("pid", "attempt", "exit_code", "state") if entry.get(k) is not None}
+        self.emit(EventKind.ACTION, f"{action} {job or ''}{': ' + str(what) if what else ''}".strip(), job=job,
+                  notify=False, action=action, **extra)
+
+    # ------------------------------------------------------------ each tick
+
+    def job_fields(self, name: str, spec: Optional[JobSpec]) -> dict[str, Any]:
+        try:
+            return self.restarts.fields(name, spec)
+        except Exception as exc:  # noqa: BLE001
+            self._failure("job_fields", exc)
+            return {}
+
+    def on_tick(self, now: float, gpus: list[Gpu], jobs: list[JobStatus], host: Optional[Host],
+                changes: dict[str, Optional[float]], specs: dict[str, JobSpec], alerts: list[Alert]) -> list[Alert]:
+        """The restart policies and the checks; the alerts to add to the snapshot."""
+        try:
+            self.restarts.tick(now, jobs, changes)
+        except Exception as exc:  # noqa: BLE001 -- the tick goes on
+            self._failure("restarts", exc)
+        try:
+            health = self._read_health()
+            now_true, once = self.checks.evaluate(now, gpus, jobs, host, alerts, health, self.config.alerts, specs)
+            repeat = self.config.alerts.repeat_s
+            self.conditions.update(now, now_true, repeat)
+            for c in once:
+                self.conditions.once(now, c, repeat)
+            shown = [c for c in now_true + self.checks.shown(now) if c.alert is not None]
+            out = [Alert(c.alert, c.message, job=c.job, gpu=c.gpu) for c in shown]
+            out += [Alert(AlertKind.GAVE_UP, f"job {n}: restarts given up ({self.restarts.state(n).note})", job=n)
+                    for n in self.restarts.gave_up()]
+            return out
+        except Exception as exc:  # noqa: BLE001
+            self._failure("checks", exc)
+            return []
+
+    def _read_health(self) -> list:
+        if self._health is False:
+            try:
+                self._health = reader_for(self.gpu)
+            except Exception as exc:  # noqa: BLE001
+                self._failure("health", exc)
+                self._health = None
+        return self._health.read() if self._health is not None else []
+
+    def _failure(self, what: str, exc: BaseException) -> None:
+        if what not in self._failed:
+            self._failed.add(what)
+            log.exception("watch: %s failed (%s); the tick goes on, this is logged once", what, exc)
+
+    # ------------------------------------------------------------ requests
+
+    def configure(self, settings: Optional[dict[str, Any]], jobs: list[dict[str, Any]]) -> None:
+        """``configure``'s ``watch`` part (a fleet file's [[notify]] and [alerts]); a console
+        without a fleet file sends none and changes nothing here."""
+        if settings is None:
+            return
+        try:
+            self.config.apply(settings, jobs)
+        except (ConfigError, TypeError) as exc:
+            raise ValueError(f"configure: {exc}") from None
+        self.config.save(self.home)
+        self.outbox.serve(self.config.notify)
+
+    def request(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
+        if op == "events":
+            since, after, limit = args.get("since", 0), args.get("after_seq", 0), args.get("limit", 5000)
+            for name, v in (("since", since), ("after_seq", after), ("limit", limit)):
+                if isinstance(v, bool) or not isinstance(v, (int, float)):
+                    raise ValueError(f"'events': {name!r} must be a number, got {v!r}")
+            seq = self.events.seq  # before the read: a follower asks from here next time, missing nothing
+            return {"node": self.node, "seq": seq, "events": self.events.read(float(since), int(after), int(limit))}
+        on = args.get("on")
+        if on is not None:
+            if not isinstance(on, bool):
+                raise ValueError(f"'watch': 'on' must be true or false, got {on!r}")
+            if on != self.config.watching:
+                self.config.watching, self.config.since = on, time.time() if on else None
+                self.config.save(self.home)
+                self.emit(EventKind.WATCH, f"watch {'started' if on else 'stopped'} (agent pid {os.getpid()})",
+                          notify=False)
+        return self.status()
+
+    def status(self) -> dict[str, Any]:
+        jobs = []
+        for name in self.sup.names():
+            spec = self.sup.spec_of(name)
+            fields = self.restarts.fields(name, spec) if spec is not None else {}
+            jobs.append({"name": name, **{k: (v.value if hasattr(v, "value") else v) for k, v in fields.items()},
+                         "restart_on_stall": spec.restart_on_stall if spec else None,
+                         "deadline": spec.deadline if spec else None})
+        return {"node": self.node, "pid": os.getpid(), "watching": self.config.watching, "detached": self.detached,
+                "since": self.config.since, "fleet": self.config.fleet, "log": str(self.home / "watch.log"),
+                "notify": [t.label for t in self.config.notify], "outbox": self.outbox.status(),
+                "alerts": to_plain(self.config.alerts), "active": sorted(self.conditions.active), "jobs": jobs}
+
+    # ------------------------------------------------------------ lingering
+
+    def keep_running(self, argv: list[str]) -> bool:
+        """The last console left: whether this agent goes on. A watching node keeps one: this
+        one when it is the detached watcher; otherwise it starts one (which takes over from
+        it, see daemon.py) and ticks on until it does."""
+        self.config = WatchConfig.load(self.home)  # `watch stop` from another agent's era, or by hand
+        if not self.config.watching:
+            return False
+        if self.detached:
+            return True
+        if self.successor is None or self.successor.poll() is not None:
+            from gpudeck.agents.watch.daemon import spawn_detached
+            try:
+                self.successor = spawn_detached(self.home, argv)
+            except OSError as exc:
+                log.error("watch: cannot start the detached watcher in %s: %s; this agent stays instead",
+                          self.home, exc)
+                self.detached = True
+                return True
+            log.info("the last console left; the detached watcher (pid %d) takes over", self.successor.pid)
+        return True
+
+    def close(self) -> None:
+        self.outbox.stop()
+

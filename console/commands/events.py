@@ -1,0 +1,87 @@
+"""`gpudeck events [-f FLEET] [--since 8h] [--json] [--follow] [NODE...]`: the overnight
+timeline of every node (``<home>/events.jsonl``, agents/watch/events.py), merged in time order."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from typing import Any
+
+
+def register(sub) -> None:
+    p = sub.add_parser("events", help="what happened on the nodes: alerts, state changes, restarts, kills, "
+                                      "notifications", description=__doc__)
+    p.add_argument("-f", "--fleet", help="fleet file (TOML); default $GPUDECK_FLEET, else this machine alone")
+    p.add_argument("nodes", nargs="*", metavar="NODE", help="nodes of the fleet (default: those in use)")
+    p.add_argument("--since", default="8h", help='how far back: "8h", "30m", "2d" or "all" (default 8h)')
+    p.add_argument("--json", action="store_true", help="one JSON object per line")
+    p.add_argument("--follow", action="store_true", help="keep printing new events as they come")
+    p.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for each node")
+    p.set_defaults(run=_events)
+
+
+def _since(text: str) -> float:
+    from gpudeck.agents.jobs import parse_duration
+
+    if text == "all":
+        return 0.0
+    try:
+        return time.time() - parse_duration(text)
+    except ValueError as exc:
+        raise KeyError(f"--since: {exc}") from None
+
+
+def line(ev: dict[str, Any]) -> str:
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ev.get("t", 0)))
+    where = " ".join(x for x in (ev.get("job") and f"job={ev['job']}",
+                                 ev.get("gpu") is not None and f"gpu={ev['gpu']}") if x)
+    return f"{when} {ev.get('node', '?'):<12} {ev.get('kind', '?'):<14} {where + ' ' if where else ''}{ev.get('message')}"
+
+
+async def _events(args) -> int:
+    from gpudeck.console.commands.common import load_fleet as _fleet
+    from gpudeck.console.commands.watch import _nodes
+    from gpudeck.remote.client import AgentError, FleetClient, RequestFailed
+
+    fleet = _fleet(args.fleet)
+    nodes = _nodes(fleet, args.nodes)
+    since = _since(args.since)
+    client = FleetClient(fleet)
+    after: dict[str, int] = {}
+    down: dict[str, str] = {}
+
+    async def one(node) -> list[dict[str, Any]]:
+        req = {"after_seq": after[node.name]} if node.name in after else {"since": since}
+        try:
+            r = await asyncio.wait_for(client.node_request(node.name, "events", timeout=args.timeout, **req),
+                                       args.timeout)
+        except (AgentError, RequestFailed, OSError, asyncio.TimeoutError) as exc:
+            why = str(exc) or "no answer"
+            if down.get(node.name) != why:
+                print(f"gpudeck: {node.name}: {why}", file=sys.stderr, flush=True)
+            down[node.name] = why
+            link = client.links.pop(node.name, None)
+            if link is not None:
+                await link.close()
+            return []
+        down.pop(node.name, None)
+        evs = r.get("events") or []
+        # follow on from here: the node's last seq when it was asked, or the newest event read
+        after[node.name] = max([int(r.get("seq") or 0)] + [int(e.get("seq", 0)) for e in evs])
+        return evs
+
+    try:
+        while True:
+            batches = await asyncio.gather(*(one(n) for n in nodes))
+            merged = sorted((e for b in batches for e in b), key=lambda e: (e.get("t", 0), e.get("node", ""),
+                                                                             e.get("seq", 0)))
+            for ev in merged:
+                print(json.dumps(ev, separators=(",", ":")) if args.json else line(ev), flush=args.follow)
+            if not args.follow:
+                break
+            await asyncio.sleep(1.0)
+    finally:
+        await client.close()
+    return 1 if down and not args.follow and len(down) == len(nodes) else 0

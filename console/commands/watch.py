@@ -1,0 +1,201 @@
+"""`gpudeck watch start|stop|status [-f FLEET] [NODE...]`: a watcher that outlives the console.
+
+``start`` sets each node's ``watching`` flag (``<home>/watch.json``) after the usual
+``configure``, which carries the fleet's jobs, ``[[notify]]`` and ``[alerts]``; when this
+command's connection closes the node's agent hands over to a detached one (agents/watch/
+daemon.py), and ``start`` waits until it answers. ``stop`` clears the flag: the watcher exits
+when its last console leaves. ``status`` shows each watcher; with ``--follow`` it keeps
+running and sends ``node_unreachable`` (remote/unreachable.py) for a node that stops answering.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from typing import Any, Optional
+
+
+def register(sub) -> None:
+    p = sub.add_parser("watch", help="keep a watcher on the nodes when no console is connected",
+                       description="A watcher samples, restarts jobs by their policy, raises alerts and sends "
+                                   "notifications while no console is connected.")
+    wsub = p.add_subparsers(dest="watch_command", required=True)
+    for name, fn, text in (("start", _start, "start a watcher on each node (one per node)"),
+                           ("stop", _stop, "stop watching: the agent exits when its last console leaves"),
+                           ("status", _status, "show each node's watcher")):
+        q = wsub.add_parser(name, help=text)
+        q.add_argument("-f", "--fleet", help="fleet file (TOML); default $GPUDECK_FLEET, else this machine alone")
+        q.add_argument("nodes", nargs="*", metavar="NODE", help="nodes of the fleet (default: those in use)")
+        q.add_argument("--json", action="store_true", help="machine-readable output")
+        q.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for each node")
+        if name == "status":
+            q.add_argument("--follow", action="store_true",
+                           help="keep watching the nodes; notify [[notify]] targets of a node that stops answering")
+            q.add_argument("--unreachable-after", type=float, default=120.0, metavar="SECONDS",
+                           help="with --follow: how long a node is down before node_unreachable is sent")
+        q.set_defaults(run=fn)
+
+
+def _nodes(fleet, names: list[str]):
+    from gpudeck.remote.client import FleetClient
+
+    if not names:
+        return FleetClient(fleet).nodes_in_use()
+    out = []
+    for n in names:
+        try:
+            out.append(fleet.node(n))
+        except KeyError:
+            raise KeyError(f"no node {n!r} in {fleet.path or 'the local fleet'} "
+                           f"(nodes: {', '.join(x.name for x in fleet.nodes)})") from None
+    return out
+
+
+async def _ask(fleet, nodes, op: str, timeout: float, **args: Any) -> dict[str, Any]:
+    """``op`` on every node at once: node -> its result, or the error text."""
+    from gpudeck.remote.client import AgentError, FleetClient, RequestFailed
+
+    client = FleetClient(fleet)
+
+    async def one(node) -> tuple[str, Any]:
+        try:
+            return node.name, await asyncio.wait_for(client.node_request(node.name, op, timeout=timeout, **args),
+                                                     timeout)
+        except (AgentError, RequestFailed, OSError) as exc:
+            return node.name, f"{exc}"
+        except asyncio.TimeoutError:
+            return node.name, f"no answer within {timeout:g} s"
+
+    try:
+        return dict(await asyncio.gather(*(one(n) for n in nodes)))
+    finally:
+        await client.close()
+
+
+async def _start(args) -> int:
+    from gpudeck.console.commands.common import load_fleet as _fleet
+
+    fleet = _fleet(args.fleet)
+    nodes = _nodes(fleet, args.nodes)
+    first = await _ask(fleet, nodes, "watch", args.timeout, on=True)
+    # the links are closed: each node's agent hands over to its detached watcher; wait for it
+    pending = [n for n in nodes if isinstance(first.get(n.name), dict)]
+    results = {n: r for n, r in first.items() if not isinstance(r, dict)}
+    deadline = time.monotonic() + args.timeout
+    while pending:
+        got = await _ask(fleet, pending, "watch", max(5.0, min(30.0, deadline - time.monotonic())))
+        for n in list(pending):
+            r = got.get(n.name)
+            if isinstance(r, dict) and r.get("detached"):
+                results[n.name] = r
+                pending.remove(n)
+        if pending and time.monotonic() > deadline:
+            for n in pending:
+                results[n.name] = f"the detached watcher did not answer within {args.timeout:g} s; see " \
+                                  f"{(first.get(n.name) or {}).get('log', 'watch.log in the node home')}"
+            break
+        if pending:
+            await asyncio.sleep(0.5)
+    return _report(args, results, "watching")
+
+
+async def _stop(args) -> int:
+    from gpudeck.console.commands.common import load_fleet as _fleet
+
+    fleet = _fleet(args.fleet)
+    return _report(args, await _ask(fleet, _nodes(fleet, args.nodes), "watch", args.timeout, on=False), "stopped")
+
+
+async def _status(args) -> int:
+    from gpudeck.console.commands.common import load_fleet as _fleet
+
+    fleet = _fleet(args.fleet)
+    nodes = _nodes(fleet, args.nodes)
+    if args.follow:
+        return await _follow(fleet, nodes, args.unreachable_after)
+    return _report(args, await _ask(fleet, nodes, "watch", args.timeout), None)
+
+
+def _report(args, results: dict[str, Any], verb: Optional[str]) -> int:
+    if args.json:
+        print(json.dumps({n: (r if isinstance(r, dict) else {"error": r}) for n, r in results.items()}, indent=1))
+    else:
+        for node, r in results.items():
+            print(render(node, r, verb))
+    return 0 if all(isinstance(r, dict) for r in results.values()) else 1
+
+
+def render(node: str, r: Any, verb: Optional[str] = None) -> str:
+    if not isinstance(r, dict):
+        return f"{node}: UNREACHABLE ({r})"
+    if r.get("watching"):
+        who = f"detached watcher pid {r['pid']}" if r.get("detached") else \
+            f"agent pid {r['pid']} (hands over to a detached watcher when its last console leaves)"
+        since = time.strftime("%Y-%m-%d %H:%M", time.localtime(r["since"])) if r.get("since") else "?"
+        head = f"{node}: watching since {since}: {who}; log {r.get('log')}"
+    else:
+        head = f"{node}: not watching" + (f" (agent pid {r['pid']} exits when its last console leaves)"
+                                          if verb == "stopped" else "")
+    lines = [head]
+    out = r.get("outbox") or {}
+    if r.get("notify"):
+        lines.append(f"  notify: {', '.join(r['notify'])}; {out.get('pending', 0)} message(s) pending")
+    for t in out.get("targets") or []:
+        if t.get("failing"):
+            lines.append(f"  ! {t['target']}: {t['failing']}")
+    for j in r.get("jobs") or []:
+        if j.get("restart") and j["restart"] != "never" or j.get("restart_on_stall") or j.get("deadline"):
+            nxt = (f", next at {time.strftime('%H:%M:%S', time.localtime(j['next_restart_at']))}"
+                   if j.get("next_restart_at") else "")
+            lines.append(f"  job {j['name']}: restart {j.get('restart')}, {j.get('restarts', 0)}/"
+                         f"{j.get('max_restarts', '-')} restarts{nxt}"
+                         + (f", on stall {j['restart_on_stall']}" if j.get("restart_on_stall") else "")
+                         + (f", deadline {j['deadline']}" if j.get("deadline") else "")
+                         + (f" — {j['restart_note']}" if j.get("restart_note") else ""))
+    if r.get("active"):
+        lines.append(f"  active: {', '.join(r['active'])}")
+    return "\n".join(lines)
+
+
+async def _follow(fleet, nodes, after_s: float) -> int:
+    """Keep every node connected (as the TUI does); a node down for ``after_s`` is notified."""
+    from gpudeck.remote.client import FleetClient, NodeDown, NodeUp
+    from gpudeck.remote.unreachable import UnreachableNotifier
+
+    client = FleetClient(fleet)
+    alarm = UnreachableNotifier(fleet.notify, after_s)
+    wanted = {n.name for n in nodes}
+
+    def on_event(node: str, event: Any) -> None:
+        if node not in wanted:
+            return
+        if isinstance(event, NodeDown):
+            if node not in alarm.down_since:
+                print(f"{time.strftime('%H:%M:%S')} {node}: unreachable: {event.reason}", flush=True)
+            alarm.down(node, event.reason, event.since)
+        elif isinstance(event, NodeUp):
+            if node in alarm.down_since or node not in seen:
+                print(f"{time.strftime('%H:%M:%S')} {node}: connected (agent pid {event.hello.pid}"
+                      f"{', the detached watcher' if event.hello.detached else ''})", flush=True)
+            seen.add(node)
+            alarm.up(node)
+
+    seen: set[str] = set()
+    task = asyncio.create_task(client.watch(on_event))
+    try:
+        while True:
+            await asyncio.sleep(1.0)
+            before = len(alarm.sent)
+            alarm.check()
+            for ev in alarm.sent[before:]:
+                print(f"{time.strftime('%H:%M:%S')} {ev['node']}: {ev['kind']}: {ev['message']}", flush=True)
+    except asyncio.CancelledError:
+        pass
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await client.close()
+        sys.stdout.flush()
+    return 0

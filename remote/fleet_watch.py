@@ -1,0 +1,56 @@
+"""The fleet file's watcher tables, ``[alerts]`` and ``[[notify]]`` (remote/fleet.py reads the
+rest). A mistake is reported with its line, as everywhere in the fleet file, and never with
+a URL's value: webhook URLs are secrets."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+from gpudeck.agents.watch.config import AlertThresholds, ConfigError, NotifyTarget
+
+Fail = Callable[[Optional[int], str], Exception]  # (line, message) -> the FleetError to raise
+
+
+def _kind(v: Any) -> str:
+    return {bool: "true or false", int: "an integer", float: "a number", str: "a string", list: "a list",
+            dict: "a table"}.get(type(v), type(v).__name__)
+
+
+def parse_alerts(raw: Any, loc: Any, fail: Fail) -> AlertThresholds:
+    if not isinstance(raw, dict):
+        raise fail(loc.top("alerts"), "'alerts' must be a table: [alerts]")
+    for k, v in raw.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0:
+            shown = repr(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else _kind(v)
+            raise fail(loc.key("alerts", None, k), f"[alerts] {k!r}: expected a number >= 0, got {shown}")
+    try:
+        return AlertThresholds.from_dict(raw)
+    except ConfigError as exc:
+        key = next((k for k in raw if repr(k) in str(exc)), None)
+        raise fail(loc.key("alerts", None, key) if key else loc.top("alerts"), str(exc)) from None
+
+
+def parse_notify(raw: Any, loc: Any, fail: Fail) -> list[NotifyTarget]:
+    """[[notify]] tables. An error names the table and the key, never the URL."""
+    if not isinstance(raw, list):
+        raise fail(loc.top("notify"), "'notify' must be an array of tables: [[notify]]")
+    out: list[NotifyTarget] = []
+    for i, table in enumerate(raw):
+        where = f"[[notify]] #{i + 1}"
+        if not isinstance(table, dict):
+            raise fail(loc.table("notify", i), f"{where} must be a table")
+        for k, v in table.items():
+            expected = {"url": str, "url_env": str, "format": str, "events": list}.get(k)
+            if expected is not None and not isinstance(v, expected):
+                raise fail(loc.key("notify", i, k), f"{where} {k!r}: expected "
+                           f"{'a list of event names' if expected is list else 'a string'}, got {_kind(v)}")
+        try:
+            target = NotifyTarget.from_dict(table)
+        except ConfigError as exc:
+            key = next((k for k in ("url_env", "url", "format", "events") if f"'{k}'" in str(exc)), None)
+            text = str(exc).replace("[[notify]]", where, 1)
+            raise fail(loc.key("notify", i, key) if key else loc.table("notify", i), text) from None
+        if any(t.id == target.id for t in out):
+            raise fail(loc.table("notify", i), f"{where}: the same target as an earlier [[notify]]")
+        out.append(target)
+    return out

@@ -1,0 +1,77 @@
+"""Notifications from the agent: a receiver that hangs, then refuses, then takes them. Every
+message arrives, in order, none twice, and the agent's tick never waits for the receiver."""
+
+from __future__ import annotations
+
+import json
+
+from support import command_job, wait_for
+from support.watch import TOKEN, Receiver, events
+
+
+def test_a_receiver_down_for_a_while_gets_every_message_in_order_and_the_tick_never_slows(home, start_agent,
+                                                                                        reap_jobs):
+    rx = Receiver()
+    rx.mode = "hang"  # takes the request and never answers: each attempt waits out the client's timeout
+    try:
+        a = start_agent(interval=0.2)
+        jobs = [command_job(f"j{i}", f"sleep {0.3 * i}; exit {i + 1}") for i in range(6)]
+        a.ok("configure", jobs=jobs, watch={"notify": [{"url": rx.url, "events": ["died"]}]})
+        for j in jobs:
+            a.ok("launch", job=j["name"])
+        died = lambda: [e for e in events(home) if e["kind"] == "died"]  # noqa: E731
+        wait_for(lambda: len(died()) == 6, 60, what="six jobs to die")
+        wait_for(lambda: len(rx.raw) >= 2, 60, what="two attempts on the hanging receiver")  # >= one 5 s timeout
+        rx.mode = "down"
+        rx._release.set()
+        n = len(rx.raw)
+        wait_for(lambda: len(rx.raw) > n, 60, what="an attempt refused with 503")
+        assert not rx.messages
+        pending = list((home / "outbox").glob("*.json"))
+        assert len(pending) == 6 and all(TOKEN not in p.read_text() for p in pending)
+        status = a.ok("watch")
+        assert status["outbox"]["pending"] == 6 and "503" in status["outbox"]["targets"][0]["failing"]
+        rx.mode = "up"
+        rx.wait(lambda ms: len(ms) == 6, 120, what="every message")
+        seqs = [m["seq"] for m in rx.messages]
+        assert seqs == sorted(seqs) == [e["seq"] for e in died()], "out of order"
+        assert len({m["id"] for m in rx.messages}) == 6 and sorted(m["job"] for m in rx.messages) == \
+            [f"j{i}" for i in range(6)]
+        wait_for(lambda: not list((home / "outbox").glob("*.json")), 10, what="an empty outbox")
+        first, last = died()[0]["t"], rx.messages and max(e["t"] for e in events(home) if e["kind"] == "notified")
+        ticks = [json.loads(line)["t"] for line in (home / "history.jsonl").read_text().splitlines()]
+        during = [t for t in ticks if first - 1 <= t <= last + 1]
+        gaps = [b - a for a, b in zip(during, during[1:])]
+        assert len(during) > 20 and max(gaps) < 2.5, f"the tick waited: a gap of {max(gaps):.2f} s"
+        failed = [e for e in events(home) if e["kind"] == "notify_failed"]
+        assert failed and all(TOKEN not in e["message"] for e in failed)
+        assert TOKEN not in "".join(a.stderr)
+    finally:
+        rx.stop()
+
+
+def test_a_console_that_keeps_running_sends_node_unreachable_and_resolved(tmp_path):
+    """`gpudeck watch status --follow`: a node that does not answer (nothing listens on its SSH
+    port) is notified once after --unreachable-after; the URL comes from the console's env."""
+    import subprocess
+    import sys
+
+    from support import ROOT, env_with_repo
+    from support.watch import free_port
+
+    rx = Receiver()
+    fleet = tmp_path / "fleet.toml"
+    fleet.write_text(f'[[nodes]]\nname = "ghost"\nhost = "127.0.0.1"\nport = {free_port()}\nconnect_timeout = 1\n'
+                     f'[[notify]]\nurl_env = "HOOK"\nformat = "ntfy"\nevents = ["node_unreachable"]\n')
+    proc = subprocess.Popen([sys.executable, "-m", "gpudeck.console", "watch", "status", "-f", str(fleet), "--follow",
+                             "--unreachable-after", "1"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            cwd=ROOT, env=env_with_repo({"HOOK": rx.url}))
+    try:
+        rx.wait(lambda ms: len(ms) == 1, 60, what="node_unreachable")
+        (msg,) = rx.messages
+        assert msg["headers"]["Title"] == "gpudeck ghost: node_unreachable" and "unreachable for" in msg["text"]
+    finally:
+        proc.terminate()
+        out = proc.communicate(timeout=20)[0]
+        rx.stop()
+    assert "ghost: unreachable" in out and "node_unreachable" in out and TOKEN not in out

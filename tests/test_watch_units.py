@@ -1,0 +1,136 @@
+"""The watcher's parts on their own: the fleet file's new tables and job keys, redaction,
+conditions that come up and clear, deadline slips, NVML health reads that never raise."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpudeck.agents.jobs import AlertKind, EventKind, JobSpec, JobState, SpecError
+from gpudeck.agents.protocol import JobStatus, Progress
+from gpudeck.agents.watch.checks import Checks
+from gpudeck.agents.watch.conditions import Condition, Conditions
+from gpudeck.agents.watch.config import redact
+from gpudeck.remote.fleet import FleetError, parse_fleet
+
+SECRET = "https://hooks.slack.com/services/T000/B000/XyZsecret"
+
+FLEET = f'''
+[alerts]
+gpu_temp_c = 80
+stall_s = 1200
+idle_gpu_s = 600
+
+[[notify]]
+url = "{SECRET}"
+format = "slack"
+
+[[notify]]
+url_env = "NTFY_URL"
+format = "ntfy"
+events = ["died", "gave_up"]
+
+[[jobs]]
+name = "gen"
+command = ["run"]
+restart = "on-failure"
+max_restarts = 3
+restart_backoff_s = 30
+restart_on_stall = "30m"
+deadline = 2026-12-05T00:00:00Z
+
+[[jobs]]
+name = "own"
+command = ["run"]
+stall_after_s = 60
+'''
+
+
+def test_the_fleet_file_carries_notify_alerts_and_restart_policies():
+    fleet = parse_fleet(FLEET, "fleet.toml")
+    assert fleet.alerts.gpu_temp_c == 80 and fleet.alerts.disk_free_pct == 5.0
+    assert [n.format for n in fleet.notify] == ["slack", "ntfy"] and fleet.notify[1].events == ["died", "gave_up"]
+    gen, own = fleet.jobs
+    assert (gen.restart, gen.max_restarts, gen.restart_backoff_s, gen.stall_restart_s) == ("on-failure", 3, 30, 1800)
+    assert gen.deadline_t == 1796428800.0 and gen.stall_after_s == 1200 and own.stall_after_s == 60
+    settings = fleet.watch_settings()
+    assert settings["notify"][0]["url"] == SECRET and settings["alerts"]["idle_gpu_s"] == 600
+    assert JobSpec.from_dict(gen.to_dict()) == gen
+    assert parse_fleet('[[jobs]]\nname = "a"\ncommand = ["x"]\n').watch_settings() is not None
+
+
+@pytest.mark.parametrize("text, line, words", [
+    ('[[jobs]]\nname = "a"\ncommand = ["x"]\nrestart = "sometimes"\n', 1, "'restart' must be one of never"),
+    ('[[jobs]]\nname = "a"\ncommand = ["x"]\nmax_restarts = -1\n', 4, "expected a number from 0 to 1000"),
+    ('[[jobs]]\nname = "a"\ncommand = ["x"]\nrestart_on_stall = "soon"\n', 1, "expected a duration"),
+    ('[[jobs]]\nname = "a"\ncommand = ["x"]\ndeadline = "friday"\n', 1, "expected a date and time"),
+    ('[alerts]\ngpu_temp_c = "hot"\n', 2, "expected a number >= 0"),
+    ('[alerts]\nnoise_db = 3\n', 2, "has no key 'noise_db'"),
+    ('[[notify]]\nformat = "slack"\n', 1, "exactly one of 'url' and 'url_env'"),
+    (f'[[notify]]\nurl = "{SECRET}"\nformat = "email"\n', 3, "expected one of json, slack, ntfy"),
+    (f'[[notify]]\nurl = "{SECRET}"\nevents = ["everything"]\n', 3, "is not an event"),
+    ('[[notify]]\nurl = 42\n', 2, "expected a string, got an integer"),
+    (f'[[notify]]\nurl = "{SECRET}"\n[[notify]]\nurl = "{SECRET}"\n', 3, "the same target"),
+])
+def test_fleet_file_mistakes_say_where_and_never_show_a_url(text, line, words):
+    with pytest.raises(FleetError) as err:
+        parse_fleet(text, "fleet.toml")
+    assert err.value.line == line and words in str(err.value), str(err.value)
+    assert "XyZsecret" not in str(err.value) and "hooks.slack" not in str(err.value)
+
+
+def test_redaction():
+    assert redact(SECRET) == "https://hooks…/…"
+    assert redact("http://user:pw@10.0.0.1:8080/x?token=1") == "http://user…/…"
+    assert redact(None) == "-"
+    with pytest.raises(SpecError):
+        JobSpec(name="a", command=["x"], restart_backoff_s=-1)
+
+
+def test_a_condition_is_notified_once_and_resolved_once(tmp_path):
+    sent = []
+    conds = Conditions(tmp_path, lambda kind, msg, **kw: sent.append((kind, kw["notify"])))
+    hot = Condition("temperature:0", EventKind.TEMPERATURE, "GPU 0 at 90 C", AlertKind.GPU_HOT, gpu=0)
+    conds.update(100.0, [hot], repeat_s=900)
+    conds.update(101.0, [hot], repeat_s=900)
+    conds.update(102.0, [], repeat_s=900)
+    conds.update(103.0, [hot], repeat_s=900)  # flapping within repeat_s: timeline only
+    conds.update(104.0, [], repeat_s=900)
+    assert sent == [(EventKind.TEMPERATURE, True), (EventKind.RESOLVED, True), (EventKind.TEMPERATURE, False),
+                    (EventKind.RESOLVED, False)]
+    again = Conditions(tmp_path, lambda kind, msg, **kw: sent.append((kind, kw["notify"])))  # a new watcher
+    again.update(200.0, [hot], repeat_s=900)
+    assert sent[-1] == (EventKind.TEMPERATURE, False)
+    again.update(2000.0, [], repeat_s=900)
+    again.update(2001.0, [hot], repeat_s=900)
+    assert sent[-1] == (EventKind.TEMPERATURE, True)
+
+
+def test_a_projection_that_slips_by_more_than_a_quarter_is_news():
+    checks = Checks()
+    spec = {"j": JobSpec(name="j", command=["x"], deadline="2030-01-01T00:00:00Z")}
+
+    def job(eta):
+        return JobStatus(name="j", kind="command", state=JobState.RUNNING, progress=Progress(done=1, eta_s=eta))
+    assert not checks._slips(0.0, [job(1000.0)], spec)
+    assert not checks._slips(60.0, [job(1100.0)], spec)  # finish 1160: +16%
+    (slip,) = checks._slips(120.0, [job(1200.0)], spec)  # finish 1320: +32% of the 1000 s it had left
+    assert slip.event is EventKind.DEADLINE and slip.key == "deadline-slip:j"
+
+
+class _Broken:
+    """An NVML where every call fails, as on a board without the features."""
+
+    NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC, NVML_FEATURE_ENABLED = 1, 0, 1
+    nvmlEventTypeXidCriticalError = 8
+
+    def __getattr__(self, name):
+        def fail(*a, **k):
+            raise RuntimeError(f"{name}: not supported")
+        return fail
+
+
+def test_nvml_health_reads_never_raise():
+    from gpudeck.agents.health import NvmlHealth
+
+    (h,) = NvmlHealth(_Broken(), ["handle"]).read()
+    assert (h.xids, h.ecc_uncorrected, h.pages_pending, h.throttle) == ([], None, None, [])
