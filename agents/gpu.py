@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 from typing import Optional
 
+import psutil
+
 from gpudeck.agents.protocol import Gpu, GpuProcess
 
 log = logging.getLogger(__name__)
@@ -20,6 +22,7 @@ class GpuSampler:
         self._nvml = None
         self._handles: list = []
         self._static: list[tuple[str, str, float]] = []  # uuid, name, total MiB
+        self.procs = ProcInfo()
         if not enabled:
             self.error = "NVML polling is switched off for this node"
             return
@@ -70,10 +73,12 @@ class GpuSampler:
             procs = []
             for p in self.processes(index):
                 pid, used_mib = p
-                procs.append(GpuProcess(pid=pid, used_mib=used_mib,
-                                        job=owner_of(pid) if owner_of else None))
+                cpu, command = self.procs.read(pid)
+                procs.append(GpuProcess(pid=pid, used_mib=used_mib, job=owner_of(pid) if owner_of else None,
+                                        cpu_pct=cpu, command=command))
             out.append(Gpu(index=index, uuid=uuid, name=name, mem_used_mib=used, mem_total_mib=total,
                            util_pct=util, temp_c=temp, power_w=power, processes=procs))
+        self.procs.forget_unseen()
         return out
 
     def processes(self, index: int) -> list[tuple[int, float]]:
@@ -93,6 +98,42 @@ class GpuSampler:
         if nv is None or index >= len(self._handles):
             return 0.0
         return nv.nvmlDeviceGetMemoryInfo(self._handles[index]).used / MIB
+
+
+COMMAND_CHARS = 200
+
+
+class ProcInfo:
+    """CPU% and command line of GPU processes, cheaply: one psutil.Process kept per pid (its
+    CPU% is measured between two readings) and its command line read once."""
+
+    def __init__(self) -> None:
+        self._procs: dict[int, tuple[psutil.Process, Optional[str]]] = {}
+        self._seen: set[int] = set()
+
+    def read(self, pid: int) -> tuple[Optional[float], Optional[str]]:
+        self._seen.add(pid)
+        known = self._procs.get(pid)
+        try:
+            if known is None:
+                proc = psutil.Process(pid)
+                try:
+                    command: Optional[str] = " ".join(proc.cmdline())[:COMMAND_CHARS] or proc.name()
+                except psutil.AccessDenied:
+                    command = None
+                known = self._procs[pid] = (proc, command)
+                proc.cpu_percent(None)  # the first reading only starts the measure
+                return None, command
+            return round(known[0].cpu_percent(None), 1), known[1]
+        except psutil.Error:  # gone, or not ours to read (another container's pid)
+            self._procs.pop(pid, None)
+            return None, known[1] if known else None
+
+    def forget_unseen(self) -> None:
+        """Drop the pids not read since the last call: a reading holds no dead process."""
+        for pid in [p for p in self._procs if p not in self._seen]:
+            del self._procs[pid]
+        self._seen.clear()
 
 
 def _str(v) -> str:

@@ -39,6 +39,8 @@ class GpuProcess:
     pid: int
     used_mib: float
     job: Optional[str] = None  # owning job, None when no job owns the pid
+    cpu_pct: Optional[float] = None  # the process's CPU use since the last reading (100 = one core)
+    command: Optional[str] = None  # its command line, cut to COMMAND_CHARS
 
 
 @dataclass(frozen=True)

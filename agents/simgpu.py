@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
+from gpudeck.agents.gpu import ProcInfo
 from gpudeck.agents.protocol import Gpu, GpuProcess
 
 MIB = 1024 * 1024
@@ -83,6 +84,7 @@ class SimGpuSampler:
         self.error: Optional[str] = None
         self._claims: list[Claim] = []
         self._read_at = 0.0
+        self.procs = ProcInfo()
 
     @property
     def uuids(self) -> list[str]:
@@ -119,11 +121,12 @@ class SimGpuSampler:
             mine = [c for c in claims if c.gpu == index]
             used = min(total, 420.0 + sum(c.mib for c in mine))  # the driver's own few hundred MiB
             util = min(100.0, sum(c.util_pct for c in mine))
-            procs = [GpuProcess(pid=c.pid, used_mib=c.mib, job=owner_of(c.pid) if owner_of else None)
+            procs = [GpuProcess(c.pid, c.mib, owner_of(c.pid) if owner_of else None, *self.procs.read(c.pid))
                      for c in mine]
             out.append(Gpu(index=index, uuid=self.uuids[index], name=f"{name} (simulated)", mem_used_mib=used,
                            mem_total_mib=total, util_pct=util, temp_c=round(32 + util * 0.45, 1),
                            power_w=round(60 + util * 5.4, 1), processes=procs))
+        self.procs.forget_unseen()
         return out
 
     def processes(self, index: int) -> list[tuple[int, float]]:

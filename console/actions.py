@@ -13,7 +13,7 @@ from typing import Optional, Union
 
 from gpudeck.agents.protocol import KillVerdict, LaunchResult
 from gpudeck.agents.jobs import AlertKind
-from gpudeck.console.rows import AlertRow, FleetRow, GpuRow, JobRow
+from gpudeck.console.rows import AlertRow, FleetRow, GpuRow, JobRow, ProcRow
 
 
 class JobOp(str, enum.Enum):
@@ -51,7 +51,7 @@ def target_job(row: Union[JobRow, FleetRow, AlertRow, None]) -> Optional[str]:
         return row.name
     if isinstance(row, GpuRow):
         return row.jobs[0] if len(row.jobs) == 1 else None
-    if isinstance(row, AlertRow):
+    if isinstance(row, (AlertRow, ProcRow)):
         return row.job
     return None
 
@@ -61,6 +61,8 @@ def target_process(row: Union[JobRow, FleetRow, AlertRow, None]) -> Optional[tup
     only such a process holds, or the alert about one; None otherwise."""
     if isinstance(row, GpuRow) and not row.jobs and len(row.unowned_pids) == 1:
         return row.node, row.unowned_pids[0]
+    if isinstance(row, ProcRow) and row.job is None:
+        return row.node, row.pid
     if isinstance(row, AlertRow) and row.kind == AlertKind.UNOWNED_GPU_PROCESS and row.pid is not None:
         return row.node, row.pid
     return None

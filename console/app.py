@@ -51,7 +51,7 @@ OPERATOR_ERRORS = (AgentError, RequestFailed, KeyError, asyncio.TimeoutError, OS
 class GpuDeckApp(App[None]):
     CSS_PATH = "app.tcss"
     TITLE = "gpudeck"
-    ENABLE_COMMAND_PALETTE = False
+    ENABLE_COMMAND_PALETTE = True  # ctrl+p: jump to a node or job, run what the keys run
 
     BINDINGS = [
         Binding("q", "quit", "Quit", id="app.quit"),

@@ -50,8 +50,8 @@ class ConsoleConfig:
     spark_bucket_s: float = 15.0
     """Seconds of tokens/s in one sparkline cell."""
 
-    initial_view: str = "jobs"
-    """fleet, jobs, logs or alerts."""
+    initial_view: str = "overview"
+    """overview, fleet, jobs, logs or alerts."""
 
     nodes: tuple[str, ...] = field(default=())
     """Nodes to show as connecting before they answer; default those the client will use."""

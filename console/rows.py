@@ -43,6 +43,7 @@ class Totals:
     jobs_running: int
     jobs_total: int
     alerts: int
+    gpus_simulated: bool = False  # a node's GPUs are the demo's stand-in, not NVML
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +80,7 @@ class GpuRow:
     unowned_pids: tuple[int, ...] = ()  # processes holding memory that belong to no job
     shared: bool = False  # two jobs on this GPU
     stale: bool = False  # the node is unreachable: last known reading
+    util_spark: tuple[Optional[float], ...] = ()  # utilization history, oldest first
 
     @property
     def unowned(self) -> bool:
@@ -86,7 +88,7 @@ class GpuRow:
         return bool(self.unowned_pids)
 
     @classmethod
-    def of(cls, node: str, g: Gpu, stale: bool) -> "GpuRow":
+    def of(cls, node: str, g: Gpu, stale: bool, util_spark: tuple[Optional[float], ...] = ()) -> "GpuRow":
         procs = g.processes
         if len(procs) == 1:  # the usual case, kept quick: 2,048 of these a second at fleet scale
             p = procs[0]
@@ -97,10 +99,25 @@ class GpuRow:
             unowned = tuple(p.pid for p in procs if p.job is None)
         return cls(f"gpu:{node}:{g.index}", node, g.index, g.name, round(g.mem_used_mib / 1024, 1),
                    round(g.mem_total_mib / 1024, 1), round_int(g.util_pct), round_int(g.temp_c),
-                   round_int(g.power_w), jobs, unowned, len(jobs) > 1, stale)
+                   round_int(g.power_w), jobs, unowned, len(jobs) > 1, stale, util_spark)
 
 
-FleetRow = Union[NodeRow, GpuRow]
+@dataclass(frozen=True, slots=True)
+class ProcRow:
+    """One process on a GPU, under its GPU's line in the fleet view."""
+
+    key: str
+    node: str
+    gpu: int
+    pid: int
+    used_gib: float
+    job: Optional[str]
+    cpu_pct: Optional[int]
+    command: Optional[str]
+    stale: bool = False
+
+
+FleetRow = Union[NodeRow, GpuRow, ProcRow]
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,3 +189,7 @@ class JobDetail:
     last_tokens_per_s: Optional[float] = None  # a job that is not running: its last live rate ...
     last_rate_at: Optional[float] = None  # ... and when
     error: Optional[str] = None  # the node could not read this job
+    done_series: tuple[Optional[float], ...] = ()  # items done per bucket, as ``spark``
+    running_series: tuple[Optional[float], ...] = ()  # an engine's running requests ...
+    queued_series: tuple[Optional[float], ...] = ()  # ... its queue ...
+    kv_series: tuple[Optional[float], ...] = ()  # ... and its KV-cache use (0..1)

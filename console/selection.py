@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence
 
 from gpudeck.agents.jobs import ShownState
-from gpudeck.console.rows import AlertRow, FleetRow, GpuRow, JobRow, NodeRow, NodeState
+from gpudeck.console.rows import AlertRow, FleetRow, GpuRow, JobRow, NodeRow, NodeState, ProcRow
 
 JOB_SORTS = ("name", "node", "state", "tokens/s", "eta", "progress")
 FLEET_SORTS = ("name", "memory", "util", "problems")
@@ -31,12 +31,12 @@ def job_sort_key(how: str) -> Callable[[JobRow], Any]:
     return lambda r: (r.name, r.node)
 
 
-def select_jobs(rows: Sequence[JobRow], text: str = "", sort: str = "name") -> list[JobRow]:
+def select_jobs(rows: Sequence[JobRow], text: str = "", sort: str = "name", reverse: bool = False) -> list[JobRow]:
     text = text.strip().lower()
     if text:
         rows = [r for r in rows if text in r.name.lower() or text in r.node.lower() or text in r.kind
                 or text in r.state]
-    return sorted(rows, key=job_sort_key(sort))
+    return sorted(rows, key=job_sort_key(sort), reverse=reverse)
 
 
 def _gpu_matches(g: GpuRow, text: str) -> bool:
@@ -49,10 +49,17 @@ def _gpus(block: list[FleetRow]) -> list[GpuRow]:
     return [g for g in block if isinstance(g, GpuRow)]
 
 
-def select_fleet(rows: Sequence[FleetRow], text: str = "", sort: str = "name") -> list[FleetRow]:
+def _proc_matches(p: ProcRow, text: str) -> bool:
+    return text in (p.job or "").lower() or text in (p.command or "").lower() or text in f"pid {p.pid}"
+
+
+def select_fleet(rows: Sequence[FleetRow], text: str = "", sort: str = "name", reverse: bool = False,
+                 processes: bool = True) -> list[FleetRow]:
     """Filter and sort node blocks (a node row and its GPU rows move together)."""
     blocks: list[list[FleetRow]] = []
     for r in rows:
+        if not processes and isinstance(r, ProcRow):
+            continue
         if isinstance(r, NodeRow) or not blocks:
             blocks.append([r])
         else:
@@ -65,9 +72,10 @@ def select_fleet(rows: Sequence[FleetRow], text: str = "", sort: str = "name") -
             if node_hit:
                 kept.append(b)
                 continue
-            gpus = [g for g in b[1:] if isinstance(g, GpuRow) and _gpu_matches(g, text)]
-            if gpus:
-                kept.append([b[0], *gpus])
+            hit = {(g.node, g.index) for g in b[1:] if isinstance(g, GpuRow) and _gpu_matches(g, text)}
+            hit |= {(p.node, p.gpu) for p in b[1:] if isinstance(p, ProcRow) and _proc_matches(p, text)}
+            if hit:  # a GPU that matches, with its processes; a process that matches, with its GPU
+                kept.append([b[0], *(r for r in b[1:] if (r.node, getattr(r, "index", getattr(r, "gpu", -1))) in hit)])
         blocks = kept
     if sort == "memory":
         blocks.sort(key=lambda b: (-sum(g.mem_used_gib for g in _gpus(b)), b[0].node))
@@ -78,15 +86,18 @@ def select_fleet(rows: Sequence[FleetRow], text: str = "", sort: str = "name") -
                                    b[0].node))
     else:
         blocks.sort(key=lambda b: b[0].node)
+    if reverse:
+        blocks.reverse()
     return [r for b in blocks for r in b]
 
 
-def select_alerts(rows: Sequence[AlertRow], text: str = "", sort: str = "newest") -> list[AlertRow]:
+def select_alerts(rows: Sequence[AlertRow], text: str = "", sort: str = "newest",
+                  reverse: bool = False) -> list[AlertRow]:
     text = text.strip().lower()
     if text:
         rows = [r for r in rows if text in r.message.lower() or text in r.node.lower() or text in r.kind]
     if sort == "node":
-        return sorted(rows, key=lambda r: (r.node, r.kind, r.key))
+        return sorted(rows, key=lambda r: (r.node, r.kind, r.key), reverse=reverse)
     if sort == "kind":
-        return sorted(rows, key=lambda r: (r.kind, r.node, r.key))
-    return sorted(rows, key=lambda r: (-r.since, r.key))
+        return sorted(rows, key=lambda r: (r.kind, r.node, r.key), reverse=reverse)
+    return sorted(rows, key=lambda r: (-r.since, r.key), reverse=reverse)

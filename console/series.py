@@ -49,6 +49,43 @@ class Series:
         return len(self._buckets)
 
 
+class Recent:
+    """The last ``keep`` bucket means of one reading (a GPU's utilization), kept as a tuple
+    that is rebuilt only when a bucket closes: cheap enough for every GPU of a fleet."""
+
+    __slots__ = ("bucket_s", "_closed", "_bucket", "_sum", "_n", "_values", "_dirty")
+
+    def __init__(self, bucket_s: float, keep: int) -> None:
+        self.bucket_s = bucket_s
+        self._closed: deque[Optional[float]] = deque(maxlen=keep)
+        self._bucket: Optional[int] = None
+        self._sum, self._n = 0.0, 0
+        self._values: tuple[Optional[float], ...] = ()
+        self._dirty = False
+
+    def add(self, t: float, value: Optional[float]) -> None:
+        if value is None:
+            return
+        b = int(t // self.bucket_s)
+        if b != self._bucket:
+            if self._n:
+                gap = min(b - self._bucket, self._closed.maxlen or 1) if self._bucket is not None else 1
+                self._closed.append(round(self._sum / self._n))
+                self._closed.extend([None] * (gap - 1))  # buckets with no reading
+            self._bucket, self._sum, self._n = b, 0.0, 0
+        self._sum += value
+        self._n += 1
+        self._dirty = True
+
+    def values(self) -> tuple[Optional[float], ...]:
+        """The bucket means, oldest first, the one still filling last; rebuilt only after a reading."""
+        if self._dirty:
+            now = (round(self._sum / self._n),) if self._n else ()
+            self._values = (tuple(self._closed) + now)[-(self._closed.maxlen or 1):]
+            self._dirty = False
+        return self._values
+
+
 class DiskTrend:
     """Bytes used on one file system over the last minutes: how fast it fills."""
 

@@ -18,12 +18,15 @@ from gpudeck.agents.jobs import AlertKind, EngineState, JobKind, JobSpec, JobSta
 from gpudeck.agents.protocol import Alert, History, JobStatus, Snapshot
 from gpudeck.console.formatting import human_duration, quality_flags, round_eta, round_figures
 from gpudeck.console.rows import (SPARK_BUCKET_S, AlertRow, FleetRow, GpuRow, JobDetail, JobRow, NodeRow, NodeState,
-                                  Totals)
-from gpudeck.console.series import DiskTrend, Series
+                                  ProcRow, Totals)
+from gpudeck.console.series import DiskTrend, Recent, Series
 from gpudeck.remote.fleet import LOCAL, Fleet
 
 DISK_FILL_HORIZON_S = 24 * 3600.0  # alert when a disk fills within a day
 BUSY_UTIL_PCT = 5.0
+GPU_SPARK = 10  # utilization buckets kept per GPU for its sparkline
+GPU_SPARK_BUCKET_S = 5.0
+ENGINE_SERIES = ("running", "queued", "kv_usage")  # what the details chart draws for an engine
 
 # the vocabulary for the rows built every second: a dict keyed by the members is quicker than
 # the enum's own call, and takes a member (found by identity) or its plain value alike
@@ -64,6 +67,8 @@ class FleetState:
     def __post_init__(self) -> None:
         self._specs: dict[str, JobSpec] = {j.name: j for j in self.fleet.jobs}
         self._series: dict[tuple[str, str], Series] = {}
+        self._job_series: dict[tuple[str, str, str], Series] = {}  # (node, job, what): done, engine figures
+        self._gpu_util: dict[tuple[str, int], Recent] = {}
         self._last_t: dict[str, float] = {}  # newest sample time per node, live or backfilled
         self._disk_trend: dict[tuple[str, str], DiskTrend] = {}
         self._first_seen: dict[tuple, float] = {}
@@ -89,6 +94,9 @@ class FleetState:
             for j in snap.jobs:
                 if j.state in _SAMPLED:
                     self._series_of(snap.node, j.name).add(snap.t, job_tokens_per_s(j))
+                    self._sample_job(snap.node, j, snap.t)
+            for g in snap.gpus:
+                self._util_of(snap.node, g.index).add(snap.t, g.util_pct)
         for d in snap.host.disks:
             trend = self._disk_trend.get((snap.node, d.path))
             if trend is None:
@@ -105,6 +113,10 @@ class FleetState:
                 continue  # seen live already
             for job, tps in s.job_tokens_per_s.items():
                 self._series_of(history.node, job).add(s.t, tps)
+            for job, done in s.job_done.items():
+                self._job_series_of(history.node, job, "done").add(s.t, done)
+            for i, util in enumerate(s.gpu_util):
+                self._util_of(history.node, i).add(s.t, util)
             newest = max(newest, s.t)
         self._last_t[history.node] = newest
         self.version += 1
@@ -117,6 +129,26 @@ class FleetState:
         view.retry_in_s = retry_in_s
         view.told_at = self.clock()
         self.version += 1
+
+    def _sample_job(self, node: str, j: JobStatus, t: float) -> None:
+        if j.progress is not None and j.progress.done is not None:
+            self._job_series_of(node, j.name, "done").add(t, j.progress.done)
+        e = j.engine
+        if e is not None:
+            for what in ENGINE_SERIES:
+                self._job_series_of(node, j.name, what).add(t, getattr(e, what))
+
+    def _job_series_of(self, node: str, job: str, what: str) -> Series:
+        s = self._job_series.get((node, job, what))
+        if s is None:
+            s = self._job_series[(node, job, what)] = Series(self.spark_bucket_s)
+        return s
+
+    def _util_of(self, node: str, index: int) -> Recent:
+        r = self._gpu_util.get((node, index))
+        if r is None:
+            r = self._gpu_util[(node, index)] = Recent(GPU_SPARK_BUCKET_S, GPU_SPARK)
+        return r
 
     def _series_of(self, node: str, job: str) -> Series:
         s = self._series.get((node, job))
@@ -188,9 +220,10 @@ class FleetState:
             eta = j.progress.eta_s if j.progress else None
             if eta is not None and (slowest[0] is None or eta > slowest[0]):
                 slowest = (eta, j.name)
+        simulated = any(v.snapshot is not None and v.snapshot.gpus_simulated for v in self.nodes.values())
         return Totals(nodes_up=up, nodes_total=len(self.nodes), gpus_busy=busy, gpus_total=gpus,
                       tokens_per_s=round_figures(tps), slowest_eta_s=round_eta(slowest[0]), slowest_job=slowest[1],
-                      jobs_running=running, jobs_total=len(jobs), alerts=len(self.alerts()))
+                      jobs_running=running, jobs_total=len(jobs), alerts=len(self.alerts()), gpus_simulated=simulated)
 
     def _counted_tokens_per_s(self, j: JobStatus) -> Optional[float]:
         """A job's share of the fleet's tokens/s. A client of an engine of this fleet (a
@@ -238,8 +271,14 @@ class FleetState:
             gpu_error=snap.gpu_error, error=view.error, since=view.unreachable_since, down_for_s=down_for,
             retry_in_s=retry)]
         stale = not view.reachable
+        util = self._gpu_util
         for g in snap.gpus:
-            rows.append(GpuRow.of(name, g, stale))
+            recent = util.get((name, g.index))
+            rows.append(GpuRow.of(name, g, stale, recent.values() if recent is not None else ()))
+            for p in g.processes:
+                rows.append(ProcRow(f"proc:{name}:{g.index}:{p.pid}", name, g.index, p.pid,
+                                    round(p.used_mib / 1024, 1), p.job,
+                                    None if p.cpu_pct is None else int(round(p.cpu_pct)), p.command, stale))
         return rows
 
     def job_rows(self) -> list[JobRow]:
@@ -300,8 +339,16 @@ class FleetState:
                     last_tokens_per_s=p.last_tokens_per_s if p else None,
                     last_rate_at=p.last_rate_at if p else None, error=j.error,
                     spark=series.last(spark_width, now) if series else (None,) * spark_width,
-                    bucket_s=self.spark_bucket_s)
+                    bucket_s=self.spark_bucket_s, **self._detail_series(n, j.name, spark_width, now))
         return None
+
+    def _detail_series(self, node: str, job: str, width: int, now: float) -> dict[str, tuple]:
+        out = {}
+        for what, field_name in (("done", "done_series"), ("running", "running_series"),
+                                 ("queued", "queued_series"), ("kv_usage", "kv_series")):
+            s = self._job_series.get((node, job, what))
+            out[field_name] = s.last(width, now) if s is not None else ()
+        return out
 
     def alert_rows(self) -> list[AlertRow]:
         now = self.clock()

@@ -184,7 +184,7 @@ async def test_enter_opens_details_and_the_log(tmp_path, fleet_home):
 
 async def test_filter_and_sort(tmp_path, fleet_home):
     app = app_on(tmp_path, fleet_home, [shell_job("alpha", "sleep 600"), shell_job("beta", "sleep 600"),
-                                        shell_job("gamma", "exit 1")])
+                                        shell_job("gamma", "exit 1")], initial_view="jobs")
     async with app.run_test(size=SIZE, notifications=True) as pilot:
         table = app.screen.table("jobs")
         await wait_until(pilot, lambda: table.row_count == 3, what="three jobs")
@@ -192,14 +192,20 @@ async def test_filter_and_sort(tmp_path, fleet_home):
         await pilot.press("b", "e")
         await wait_until(pilot, lambda: [r.name for r in table.rows()] == ["beta"], what="the filter applied")
         await pilot.press("enter")  # keep the filter, back to the table
-        assert "Jobs [/be]" in screen_text(app)
-        await pilot.press("slash", "escape")  # escape clears it
+        assert "Jobs [/be]" in screen_text(app) and "filter 'be' (esc clears)" in screen_text(app)
+        await pilot.press("escape")  # escape in the table clears it too
         await wait_until(pilot, lambda: table.row_count == 3, what="the filter cleared")
+        await pilot.press("slash", "b", "escape")  # and escape in the filter bar
+        await wait_until(pilot, lambda: table.row_count == 3 and not app.screen.filters["jobs"],
+                         what="the filter cleared again")
         app.run_job_action("launch", "gamma", quiet=True)
         await wait_until(pilot, lambda: job_row(app, "gamma").state == "failed", what="gamma failed")
         await pilot.press("s", "s")  # name -> node -> state: failed jobs first
         await wait_until(pilot, lambda: table.rows()[0].name == "gamma", what="sorted by state")
-        assert "by state" in screen_text(app)
+        assert "by state" in screen_text(app) and "STATE▲" in screen_text(app)
+        await pilot.press("S")  # reversed: failed jobs last
+        await wait_until(pilot, lambda: table.rows()[-1].name == "gamma", what="the sort reversed")
+        assert "STATE▼" in screen_text(app)
 
 
 async def test_help_and_quit(tmp_path, fleet_home):

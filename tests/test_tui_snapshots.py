@@ -12,6 +12,7 @@ from gpudeck.console.app import make_app
 from support.tui import PINNED_NOW, compare_snapshot, feed_pinned, pinned_fleet, screen_text, wait_until
 
 SIZE = (120, 40)
+SIZES = {"small": (80, 24), "large": (200, 50)}  # the least a terminal gives, and a big one
 
 
 @pytest.fixture(autouse=True)
@@ -41,29 +42,46 @@ async def snap(pilot, name: str) -> None:
     compare_snapshot(name, screen_text(pilot.app), pilot.app.export_screenshot(title="gpudeck"))
 
 
-@pytest.mark.parametrize("view", ["jobs", "fleet", "alerts"])
-async def test_view_snapshot(view):
+@pytest.mark.parametrize("size", sorted(SIZES))
+@pytest.mark.parametrize("view", ["overview", "fleet", "jobs", "logs", "alerts"])
+async def test_view_snapshot(view, size):
     app = pinned_app(initial_view=view)
-    async with app.run_test(size=SIZE) as pilot:
+    async with app.run_test(size=SIZES[size]) as pilot:
         feed_pinned(app)
         await settle(pilot)
-        await snap(pilot, f"view_{view}")
+        if view == "overview":  # the chart of the job under the cursor
+            app.screen.table("overview").move_cursor_to_key("gpu-a/gen")
+            await wait_until(pilot, lambda: "gen  tokens/s" in screen_text(app), what="gen's chart")
+        await snap(pilot, f"view_{view}_{size}")
 
 
-async def test_details_snapshot():
-    app = pinned_app()
-    async with app.run_test(size=SIZE) as pilot:
+async def test_sorted_and_filtered_snapshot():
+    """The sort marked in the header and said under the table with the filter; reversed."""
+    app = pinned_app(initial_view="jobs")
+    async with app.run_test(size=SIZES["small"]) as pilot:
         feed_pinned(app)
         await settle(pilot)
-        app.screen.table("jobs").move_cursor_to_key("gpu-a/gen")
+        await pilot.press("s", "S", "slash", "g", "enter")
+        await wait_until(pilot, lambda: "filter 'g'" in screen_text(app), what="the filter said")
+        await snap(pilot, "view_jobs_sorted_filtered_small")
+
+
+@pytest.mark.parametrize("size", sorted(SIZES))
+@pytest.mark.parametrize("job", ["gen", "sglang-0"])
+async def test_details_snapshot(job, size):
+    app = pinned_app(initial_view="jobs")
+    async with app.run_test(size=SIZES[size]) as pilot:
+        feed_pinned(app)
+        await settle(pilot)
+        app.screen.table("jobs").move_cursor_to_key(f"gpu-a/{job}")
         await pilot.press("enter")
         await wait_until(pilot, lambda: app.screen.id == "job-screen", what="the details screen")
-        await pilot.pause()
-        await snap(pilot, "details_gen")
+        await wait_until(pilot, lambda: "tokens/s  now" in screen_text(app), what="the chart")
+        await snap(pilot, f"details_{job}_{size}")
 
 
 async def test_kill_dialog_snapshot():
-    app = pinned_app()
+    app = pinned_app(initial_view="jobs")
     async with app.run_test(size=SIZE) as pilot:
         feed_pinned(app)
         await settle(pilot)
@@ -74,18 +92,19 @@ async def test_kill_dialog_snapshot():
 
 
 async def test_read_only_snapshot():
-    app = pinned_app(read_only=True)
+    app = pinned_app(read_only=True, initial_view="jobs")
     async with app.run_test(size=SIZE) as pilot:
         feed_pinned(app)
         await settle(pilot)
         await snap(pilot, "view_jobs_read_only")
 
 
-async def test_help_snapshot():
+@pytest.mark.parametrize("size", sorted(SIZES))
+async def test_help_snapshot(size):
     app = pinned_app()
-    async with app.run_test(size=SIZE) as pilot:
+    async with app.run_test(size=SIZES[size]) as pilot:
         feed_pinned(app)
         await settle(pilot)
         await pilot.press("question_mark")
         await wait_until(pilot, lambda: "gpudeck help" in screen_text(app), what="the help screen")
-        await snap(pilot, "help")
+        await snap(pilot, f"help_{size}")

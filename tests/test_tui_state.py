@@ -99,7 +99,10 @@ def test_filters_and_sorts_are_pure():
     assert [r.name for r in select_jobs(jobs, sort="state")][0] == "extract"  # failed first
     assert [r.name for r in select_jobs(jobs, sort="eta")][0] == "gen"
     fleet = select_fleet(state.fleet_rows(), "4242")
-    assert [r.key for r in fleet] == ["node:gpu-a", "gpu:gpu-a:2"]
+    assert [r.key for r in fleet] == ["node:gpu-a", "gpu:gpu-a:2", "proc:gpu-a:2:4242"]  # the GPU and its process
+    assert [r.key for r in select_fleet(state.fleet_rows(), "4242", processes=False)] == ["node:gpu-a", "gpu:gpu-a:2"]
+    assert [r.name for r in select_jobs(jobs, sort="name", reverse=True)] == sorted((r.name for r in jobs),
+                                                                                   reverse=True)
     assert select_fleet(state.fleet_rows(), sort="problems")[0].key == "node:gpu-a"
     assert {r.kind for r in select_alerts(state.alert_rows(), "gpu")} >= {"shared_gpu", "unowned_gpu_process"}
 

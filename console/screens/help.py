@@ -10,15 +10,17 @@ from textual.widgets import Static
 
 HELP = """\
 [b]Keys[/b]
-  1 2 3 4     fleet, jobs, logs, alerts views (or click the tabs)
+  0 1 2 3 4   overview, fleet, jobs, logs, alerts (or click the tabs)
+  ctrl+p      command palette: jump to a node or job by name, run any key's action
   ↑ ↓ PgUp PgDn Home End    move in a table
   enter       details and the log of the selected job
   k           kill the selected job: asks first, then shows the agent's verdict
               (how much GPU memory came back, or which pid still holds it)
   r           relaunch: same spec, next attempt; a running job is killed first
   l           launch a job that is not running
-  /           filter the view (enter keeps the filter, escape clears it)
-  s           sort the view by the next key
+  /           filter the view (enter keeps it, escape clears it);
+              in the logs view: search (n / N: next / previous match)
+  s  S        sort by the next key (marked ▲ in the header);  S reverses it (▼)
   ?           this help;  q  quit (jobs keep running on their nodes)
 {read_only}
 [b]Jobs[/b]
@@ -28,10 +30,15 @@ HELP = """\
   engines    DONE shows running (r) and queued (q) requests, PROGRESS the KV cache,
              RATE the speculative accept length
 
+[b]Overview[/b]
+  the GPUs, the jobs, the newest alerts, and the chart of the job under the cursor
+
 [b]Fleet[/b]
-  a node line, then each GPU: memory used/total, utilization, temperature, power,
-  and the job (or the unknown pid) holding it.  Greyed: the node cannot be reached,
-  and what is shown is its last known state.
+  a node line, then each GPU: memory used/total, utilization and its trend,
+  temperature, power, and the job (or the unknown pid) holding it; under it each
+  process: GPU memory, CPU%, job and command.  Greyed: the node cannot be reached,
+  and what is shown is its last known state.  On a narrow terminal the least
+  needed columns go first.
 """
 
 

@@ -17,6 +17,7 @@ from gpudeck.console.messages import JobActionRequested, LogFollowRequested
 from gpudeck.console.screens.bindings import job_bindings
 from gpudeck.console.state import FleetState
 from gpudeck.console.widgets.fleet_header import FleetHeader
+from gpudeck.console.widgets.job_chart import JobChart
 from gpudeck.console.widgets.job_details import JobDetails
 from gpudeck.console.widgets.log_panel import LogPanel
 
@@ -36,8 +37,9 @@ class JobScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield FleetHeader(self.fleet_name, self.read_only)
         yield JobDetails(self.job, id="details")
+        yield JobChart(id="job-chart")
         yield LogPanel(id="job-log")
-        yield Footer()
+        yield Footer(compact=True)
 
     composed = False
     """True once the widgets are mounted: the app draws into this screen only from then on."""
@@ -53,7 +55,10 @@ class JobScreen(Screen[None]):
         header = self.query_one(FleetHeader)
         header.totals = state.totals()
         header.now = state.clock()
-        self.query_one(JobDetails).detail = state.job_detail(self.key)
+        chart = self.query_one(JobChart)
+        detail = state.job_detail(self.key, spark_width=max(60, chart.size.width - 2))
+        self.query_one(JobDetails).detail = detail
+        chart.detail = detail
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> Optional[bool]:
         if action == "job" and self.read_only:

@@ -14,49 +14,67 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.content import Content
 from textual.screen import Screen
-from textual.widgets import Footer, Input, TabbedContent, TabPane
+from textual.widgets import Footer, Input, Static, TabbedContent, TabPane
 
 from gpudeck.console.actions import JobOp, no_target_notice, target_job, target_process
 from gpudeck.console.messages import (JobActionRequested, JobOpened, LogFollowCancelled, LogFollowRequested,
                                       ProcessKillRequested)
 from gpudeck.console.screens.bindings import job_bindings
+from gpudeck.console.screens.palette import FleetCommands
 from gpudeck.console.selection import ALERT_SORTS, FLEET_SORTS, JOB_SORTS, select_alerts, select_fleet, select_jobs
 from gpudeck.console.state import FleetState
 from gpudeck.console.widgets.alerts_table import AlertsTable
 from gpudeck.console.widgets.filter_bar import FilterBar
 from gpudeck.console.widgets.fleet_header import FleetHeader
 from gpudeck.console.widgets.fleet_table import FleetTable
+from gpudeck.console.widgets.job_chart import JobChart
 from gpudeck.console.widgets.jobs_table import JobsTable
 from gpudeck.console.widgets.live_table import LiveTable
 from gpudeck.console.widgets.log_panel import LogPanel
 
-VIEWS = ("fleet", "jobs", "logs", "alerts")
-SORTS = {"fleet": FLEET_SORTS, "jobs": JOB_SORTS, "alerts": ALERT_SORTS, "logs": ()}
-LABELS = {"fleet": "Fleet", "jobs": "Jobs", "logs": "Logs", "alerts": "Alerts"}
+VIEWS = ("overview", "fleet", "jobs", "logs", "alerts")
+TABLES = ("fleet", "jobs", "alerts")  # the views that are one table
+SORTS = {"overview": JOB_SORTS, "fleet": FLEET_SORTS, "jobs": JOB_SORTS, "alerts": ALERT_SORTS, "logs": ()}
+LABELS = {"overview": "Overview", "fleet": "Fleet", "jobs": "Jobs", "logs": "Logs", "alerts": "Alerts"}
+SORT_COLUMNS = {"name": "JOB", "node": "NODE", "state": "STATE", "tokens/s": "TOK/S", "eta": "ETA",
+                "progress": "PROGRESS", "newest": "SINCE", "kind": "ALERT"}  # the header a sort marks
+OVERVIEW_ALERTS = 3  # the newest alerts the overview shows
 
 
 class MainScreen(Screen[None]):
+    COMMANDS = {FleetCommands}
     BINDINGS = [
         *job_bindings(),
         Binding("slash", "filter", "Filter", id="view.filter"),
         Binding("s", "sort", "Sort", id="view.sort"),
+        Binding("S", "reverse", "Reverse", show=False, id="view.reverse", key_display="S"),
+        Binding("escape", "clear_filter", "Clear", id="view.clear"),
+        Binding("n", "next_match(1)", "Next match", show=False, id="logs.next"),
+        Binding("N", "next_match(-1)", "Previous match", show=False, id="logs.previous"),
+        Binding("0", "view('overview')", "Overview", show=False, id="view.overview"),
         Binding("1", "view('fleet')", "Fleet", show=False, id="view.fleet"),
         Binding("2", "view('jobs')", "Jobs", show=False, id="view.jobs"),
         Binding("3", "view('logs')", "Logs", show=False, id="view.logs"),
         Binding("4", "view('alerts')", "Alerts", show=False, id="view.alerts"),
     ]
 
-    def __init__(self, fleet_state: FleetState, fleet_name: str, read_only: bool, initial: str = "jobs") -> None:
+    def __init__(self, fleet_state: FleetState, fleet_name: str, read_only: bool, initial: str = "overview") -> None:
         super().__init__(id="main")
         self.fleet_state = fleet_state  # the app's, kept up to date by the app
         self.fleet_name, self.read_only, self.initial = fleet_name, read_only, initial
         self.filters: dict[str, str] = {v: "" for v in VIEWS}
         self.sorts: dict[str, str] = {v: (SORTS[v][0] if SORTS[v] else "") for v in VIEWS}
+        self.reversed: dict[str, bool] = {v: False for v in VIEWS}
         self.log_job: Optional[str] = None  # the job the logs view follows
 
     def compose(self) -> ComposeResult:
         yield FleetHeader(self.fleet_name, self.read_only, id="header")
         with TabbedContent(initial=self.initial, id="views"):
+            with TabPane(LABELS["overview"], id="overview"):
+                yield FleetTable(id="overview-fleet", empty_text="no nodes yet")
+                yield JobsTable(id="overview-jobs", empty_text="no jobs: declare [[jobs]] in the fleet file")
+                yield AlertsTable(id="overview-alerts", empty_text="no alerts")
+                yield JobChart(id="overview-chart")
             with TabPane(LABELS["fleet"], id="fleet"):
                 yield FleetTable(id="fleet-table", empty_text="no nodes yet")
             with TabPane(LABELS["jobs"], id="jobs"):
@@ -65,8 +83,9 @@ class MainScreen(Screen[None]):
                 yield LogPanel(id="log-panel")
             with TabPane(LABELS["alerts"], id="alerts"):
                 yield AlertsTable(id="alerts-table", empty_text="no alerts")
+        yield Static(id="view-status")
         yield FilterBar()
-        yield Footer()
+        yield Footer(compact=True)
 
     composed = False
     """True once the views are mounted: the app draws into this screen only from then on."""
@@ -82,6 +101,12 @@ class MainScreen(Screen[None]):
         return self.query_one("#views", TabbedContent).active or self.initial
 
     def table(self, view: str) -> LiveTable:
+        """The table of a view; the overview's is the one with the focus (else its jobs)."""
+        if view == "overview":
+            focused = self.focused
+            if isinstance(focused, LiveTable) and (focused.id or "").startswith("overview-"):
+                return focused
+            return self.query_one("#overview-jobs", LiveTable)
         return self.query_one(f"#{view}-table", LiveTable)
 
     def show_state(self, state: FleetState) -> None:
@@ -90,27 +115,58 @@ class MainScreen(Screen[None]):
         header.totals = state.totals()
         header.now = state.clock()
         view = self.active
-        if view == "fleet":
-            self.table("fleet").show(select_fleet(state.fleet_rows(), self.filters["fleet"], self.sorts["fleet"]))
+        text, sort, rev = self.filters[view], self.sorts[view], self.reversed[view]
+        if view == "overview":
+            self._show_overview(state, text, sort, rev)
+        elif view == "fleet":
+            self.table("fleet").show(select_fleet(state.fleet_rows(), text, sort, rev))
         elif view == "jobs":
-            self.table("jobs").show(select_jobs(state.job_rows(), self.filters["jobs"], self.sorts["jobs"]))
+            self.table("jobs").show(select_jobs(state.job_rows(), text, sort, rev))
         elif view == "alerts":
-            self.table("alerts").show(select_alerts(state.alert_rows(), self.filters["alerts"],
-                                                    self.sorts["alerts"]))
+            self.table("alerts").show(select_alerts(state.alert_rows(), text, sort, rev))
+        if view in TABLES or view == "overview":
+            table = self.query_one("#overview-jobs" if view == "overview" else f"#{view}-table", LiveTable)
+            table.mark_sort(SORT_COLUMNS.get(sort), rev)
         if self.log_job is None:
             jobs = state.jobs()
             if jobs:
                 self.log_job = jobs[0][1].name
         alerts = header.totals.alerts
-        for v in ("fleet", "jobs", "alerts"):
-            self._label(v, f"Alerts ({alerts})" if v == "alerts" and alerts else LABELS[v])
+        for v in VIEWS:
+            if v != "logs":
+                self._label(v, f"Alerts ({alerts})" if v == "alerts" and alerts else LABELS[v])
+        self._show_status()
+
+    def _show_overview(self, state: FleetState, text: str, sort: str, rev: bool) -> None:
+        """GPUs (no process lines), jobs, the newest alerts, and the selected job's chart."""
+        self.query_one("#overview-fleet", LiveTable).show(select_fleet(state.fleet_rows(), text, processes=False))
+        jobs = self.query_one("#overview-jobs", LiveTable)
+        jobs.show(select_jobs(state.job_rows(), text, sort, rev))
+        self.query_one("#overview-alerts", LiveTable).show(select_alerts(state.alert_rows())[:OVERVIEW_ALERTS])
+        chart = self.query_one(JobChart)
+        key = jobs.cursor_key
+        chart.detail = state.job_detail(key, spark_width=max(12, chart.size.width - 2)) if key else None
+
+    def _show_status(self) -> None:
+        """The active view's filter and sort, said under it (the tab label is easy to miss)."""
+        view = self.active
+        parts = []
+        if self.filters[view]:
+            parts.append(f"filter {self.filters[view]!r} (esc clears)")
+        if SORTS[view] and (self.sorts[view] != SORTS[view][0] or self.reversed[view]):
+            parts.append(f"sort {self.sorts[view]} {'▼' if self.reversed[view] else '▲'} (s next, S reverse)")
+        if view == "logs" and self.query_one(LogPanel).term:
+            parts.append(f"search {self.query_one(LogPanel).term!r} (n/N next/previous, esc clears)")
+        status = self.query_one("#view-status", Static)
+        status.set_class(bool(parts), "-shown")
+        status.update(Content(" · ".join(parts)))
 
     def _label(self, view: str, text: str) -> None:
         extra = []
         if self.filters[view]:
             extra.append(f"/{self.filters[view]}")
-        if SORTS[view] and self.sorts[view] != SORTS[view][0]:
-            extra.append(f"by {self.sorts[view]}")
+        if SORTS[view] and (self.sorts[view] != SORTS[view][0] or self.reversed[view]):
+            extra.append(f"by {self.sorts[view]}{' ▼' if self.reversed[view] else ''}")
         label = text + (f" [{' '.join(extra)}]" if extra else "")
         tab = self.query_one("#views", TabbedContent).get_tab(view)
         if tab.label_text != label:
@@ -125,11 +181,13 @@ class MainScreen(Screen[None]):
             return self.log_job
         return target_job(self.table(view).cursor_row)
 
-    @on(LiveTable.Highlighted, "#jobs-table")
+    @on(LiveTable.Highlighted, "#jobs-table, #overview-jobs")
     def _job_highlighted(self, event: LiveTable.Highlighted) -> None:
         row = event.table.row(event.key) if event.key else None
         if row is not None:
             self.log_job = row.name
+            if event.table.id == "overview-jobs":  # the chart follows the cursor
+                self.show_state(self.fleet_state)
 
     @on(LiveTable.Selected)
     def _row_selected(self, event: LiveTable.Selected) -> None:
@@ -146,6 +204,7 @@ class MainScreen(Screen[None]):
         view = event.pane.id or ""
         self.show_state(self.fleet_state)
         self._focus_view(view)
+        self.refresh_bindings()
         self.sync_log_follow()
 
     def sync_log_follow(self) -> None:
@@ -167,41 +226,85 @@ class MainScreen(Screen[None]):
         elif view in VIEWS:
             self.table(view).focus()
 
+    def focus_row(self, view: str, key: str) -> bool:
+        """Show ``view`` with its cursor on the row ``key`` (the command palette's jumps)."""
+        self.action_view(view)
+        self.filters[view] = ""
+        self.show_state(self.fleet_state)
+        table = self.query_one("#overview-jobs" if view == "overview" else f"#{view}-table", LiveTable)
+        table.focus()
+        return table.move_cursor_to_key(key)
+
     def action_view(self, view: str) -> None:
         self.query_one("#views", TabbedContent).active = view
 
     def action_filter(self) -> None:
+        """`/`: filter the view, or search the log in the logs view."""
         view = self.active
-        if view == "logs":
-            self.notify("the logs view has no filter", timeout=3)
-            return
-        self.query_one(FilterBar).open(self.filters[view])
+        bar = self.query_one(FilterBar)
+        bar.placeholder = ("search the log (enter: keep, escape: clear)" if view == "logs" else
+                           "filter: a job, node, kind or state (enter: keep, escape: clear)")
+        bar.open(self.query_one(LogPanel).term if view == "logs" else self.filters[view])
 
     @on(Input.Changed, "#filter")
     def _filter_changed(self, event: Input.Changed) -> None:
-        self.filters[self.active] = event.value
-        self.show_state(self.fleet_state)
+        if self.active == "logs":
+            self.query_one(LogPanel).search(event.value)
+            self._show_status()
+        else:
+            self.filters[self.active] = event.value
+            self.show_state(self.fleet_state)
+        self.refresh_bindings()
 
     @on(FilterBar.Closed)
     def _filter_closed(self, event: FilterBar.Closed) -> None:
         self._focus_view(self.active)
         self.show_state(self.fleet_state)
 
+    def action_clear_filter(self) -> None:
+        """Escape: drop the view's filter (or the log search)."""
+        if self.active == "logs":
+            self.query_one(LogPanel).search("")
+        self.filters[self.active] = ""
+        self.show_state(self.fleet_state)
+        self.refresh_bindings()
+
+    def action_next_match(self, step: int) -> None:
+        if self.query_one(LogPanel).next_match(step) is None:
+            self.notify("no line matches the search", timeout=3)
+        self._show_status()
+
     def action_sort(self) -> None:
+        """`s`: the next sort key, ascending; the key is marked in the header and said below."""
         view = self.active
         keys = SORTS[view]
         if not keys:
             self.notify("the logs view has no sort", timeout=3)
             return
         self.sorts[view] = keys[(keys.index(self.sorts[view]) + 1) % len(keys)]
+        self.reversed[view] = False
         self.show_state(self.fleet_state)
-        self.notify(f"{view} sorted by {self.sorts[view]}", timeout=3)
+
+    def action_reverse(self) -> None:
+        """`S`: the same sort, the other way round."""
+        if SORTS[self.active]:
+            self.reversed[self.active] = not self.reversed[self.active]
+            self.show_state(self.fleet_state)
 
     # ------------------------------------------------------------ job keys
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> Optional[bool]:
         if action == "job" and self.read_only:
             return None  # shown greyed in the footer: read-only mode
+        if not self.is_mounted or not self.composed:
+            return True
+        view = self.active
+        if action == "clear_filter":  # escape means something only while there is a filter
+            return bool(self.filters[view] or (view == "logs" and self.query_one(LogPanel).term))
+        if action == "next_match":
+            return view == "logs" and bool(self.query_one(LogPanel).term)
+        if action in ("sort", "reverse"):
+            return bool(SORTS[view])
         return True
 
     def action_job(self, op: str) -> None:

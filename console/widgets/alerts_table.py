@@ -14,10 +14,10 @@ class AlertsTable(LiveTable[AlertRow]):
 
     COLUMNS = (
         Column("SINCE", 8),
-        Column("NODE", 12),
+        Column("NODE", 12, drop=2),
         Column("ALERT", 19),
-        Column("JOB / GPU", 12),
-        Column("WHAT", 0),
+        Column("JOB / GPU", 12, drop=1),
+        Column("WHAT", 0, least=40),
     )
 
     def render_cells(self, a: AlertRow) -> Sequence[Cell]:

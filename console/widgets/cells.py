@@ -77,3 +77,32 @@ def clock_time(t: Optional[float]) -> str:
 def fit(text: str, width: int) -> str:
     """Cut ``text`` to ``width`` cells with an ellipsis."""
     return text if len(text) <= width else text[: max(0, width - 1)] + "…"
+
+
+BLOCKS = " ▁▂▃▄▅▆▇█"
+
+
+def column_chart(values: Sequence[Optional[float]], height: int, top: Optional[float] = None) -> list[str]:
+    """``values`` as columns of blocks ``height`` rows tall, scaled to ``top`` (or the largest),
+    the top row first; a gap (None) is an empty column."""
+    peak = top if top is not None else max((v for v in values if v is not None), default=0.0)
+    steps = [None if v is None else (0 if not peak or peak <= 0 else int(max(0.0, min(1.0, v / peak)) * height * 8 + 0.5))
+             for v in values]
+    rows = []
+    for r in range(height - 1, -1, -1):
+        low = r * 8
+        rows.append("".join(" " if s is None else BLOCKS[max(0, min(8, s - low))] for s in steps))
+    return rows
+
+
+def resample(values: Sequence[Optional[float]], width: int) -> list[Optional[float]]:
+    """``values`` stretched or squeezed to ``width`` columns (a column is the mean of its values)."""
+    n = len(values)
+    if n == 0 or width <= 0:
+        return [None] * max(0, width)
+    out: list[Optional[float]] = []
+    for c in range(width):
+        a, b = c * n // width, max(c * n // width + 1, (c + 1) * n // width)
+        got = [v for v in values[a:b] if v is not None]
+        out.append(sum(got) / len(got) if got else None)
+    return out

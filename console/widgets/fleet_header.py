@@ -36,24 +36,49 @@ class FleetHeader(Widget):
         if self.read_only:
             t.append(" READ-ONLY ", st("fleet-header--badge"))
         tot = self.totals
+        clock_len = 10 if self.now else 1
         if tot is None:
             t.append("  waiting for the first snapshot…", st("fleet-header--muted"))
         else:
-            nodes_style = st("fleet-header--ok") if tot.nodes_up == tot.nodes_total else st("fleet-header--bad")
-            t.append("  nodes ")
-            t.append(f"{tot.nodes_up}/{tot.nodes_total}", nodes_style)
-            t.append(f"  GPUs {tot.gpus_busy}/{tot.gpus_total} busy")
-            t.append(f"  jobs {tot.jobs_running}/{tot.jobs_total}")
-            t.append(f"  {cells.rate(tot.tokens_per_s)} tok/s")
-            if tot.slowest_eta_s is not None:
-                t.append(f"  ETA {human_duration(tot.slowest_eta_s)}")
-                t.append(f" ({tot.slowest_job})", st("fleet-header--muted"))
-            if tot.alerts:
-                t.append(f"  ▲ {tot.alerts} alert{'s' if tot.alerts != 1 else ''}", st("fleet-header--bad"))
-        t.append("  ")
+            full = t.copy()
+            self._fields(full, tot)
+            if full.cell_len + clock_len <= self.size.width:
+                t = full
+            else:  # a narrow terminal: short labels, no fleet name, so the figures and the clock fit
+                t = Text(no_wrap=True, overflow="ellipsis")
+                t.append(" gpudeck ", st("fleet-header--title"))
+                if self.read_only:
+                    t.append(" RO ", st("fleet-header--badge"))
+                self._fields(t, tot, short=True)
+        t.append(" ")
         clock = cells.clock_time(self.now) + " " if self.now else ""
         pad = self.size.width - t.cell_len - len(clock)
         if pad > 0:
             t.append(" " * pad)
             t.append(clock, st("fleet-header--muted"))
         return t
+
+    def _fields(self, t: Text, tot: Totals, short: bool = False) -> None:
+        """The figures, each its own field between separators: they never run together."""
+        st = self.get_component_rich_style
+        sep, muted = ("│" if short else " │ "), st("fleet-header--muted")
+        t.append(" nodes ")
+        t.append(f"{tot.nodes_up}/{tot.nodes_total}",
+                 st("fleet-header--ok") if tot.nodes_up == tot.nodes_total else st("fleet-header--bad"))
+        t.append(sep, muted)
+        t.append(f"GPU {tot.gpus_busy}/{tot.gpus_total}" if short else f"GPUs {tot.gpus_busy}/{tot.gpus_total} busy")
+        if tot.gpus_simulated:
+            t.append(" SIM" if short else " (simulated)", st("fleet-header--badge"))
+        t.append(sep, muted)
+        t.append(f"jobs {tot.jobs_running}/{tot.jobs_total}")
+        t.append(sep, muted)
+        t.append(f"{cells.rate(tot.tokens_per_s)} tok/s")
+        if tot.slowest_eta_s is not None:
+            t.append(sep, muted)
+            t.append(f"ETA {human_duration(tot.slowest_eta_s)}")
+            if not short:
+                t.append(f" ({tot.slowest_job})", muted)
+        if tot.alerts:
+            t.append(sep, muted)
+            t.append(f"▲{tot.alerts}" if short else f"▲ {tot.alerts} alert{'s' if tot.alerts != 1 else ''}",
+                     st("fleet-header--bad"))

@@ -9,11 +9,12 @@ from rich.style import Style
 from rich.text import Text
 
 from gpudeck.console.formatting import human_duration
-from gpudeck.console.rows import FleetRow, GpuRow, NodeRow, NodeState
+from gpudeck.console.rows import FleetRow, GpuRow, NodeRow, NodeState, ProcRow
 from gpudeck.console.widgets import cells
 from gpudeck.console.widgets.live_table import Cell, Column, Frag, LiveTable
 
 MEM_BAR = 14
+UTIL_SPARK = 10
 
 
 class FleetTable(LiveTable[FleetRow]):
@@ -23,15 +24,28 @@ class FleetTable(LiveTable[FleetRow]):
         Column("NODE / GPU", 22),
         Column("MEMORY", MEM_BAR + 15),
         Column("UTIL", 4, "right"),
-        Column("TEMP", 5, "right"),
-        Column("POWER", 5, "right"),
-        Column("HELD BY", 0),
+        Column("UTIL TREND", UTIL_SPARK, drop=3),
+        Column("TEMP", 5, "right", drop=1),
+        Column("POWER", 5, "right", drop=2),
+        Column("HELD BY", 0, least=10),
     )
 
     def render_row(self, row: FleetRow, width: int) -> Union[Text, list[Segment]]:
         if isinstance(row, NodeRow):
             return self._node_line(row)
+        if isinstance(row, ProcRow):
+            return self._proc_line(row)
         return self.join_cells(self.render_cells(row), width)
+
+    def _proc_line(self, p: ProcRow) -> Text:
+        """A process under its GPU, across the line: its GPU memory, CPU%, job and command."""
+        muted = self.style("muted")
+        t = Text(no_wrap=True, end="", overflow="ellipsis")
+        t.append(f"    └ pid {p.pid:<8}", muted)
+        t.append(f"{p.used_gib:6.1f} GiB  cpu {'  -' if p.cpu_pct is None else f'{p.cpu_pct:3d}%'}  ")
+        t.append(p.job or "no job", self.style("accent") if p.job else self.style("warn"))
+        t.append(f"  {p.command or '?'}", muted)
+        return t
 
     def render_cells(self, g: GpuRow) -> Sequence[Cell]:  # type: ignore[override]
         st = self.style
@@ -54,8 +68,9 @@ class FleetTable(LiveTable[FleetRow]):
             held.append(("  two jobs on one GPU", st("bad")))
         if not held:
             held.append(("-", st("muted")))
+        spark = ((cells.sparkline(g.util_spark[-UTIL_SPARK:], top=100.0), st("spark")),)
         return (f"  GPU{g.index} {g.name}", mem,
-                ((util, st("ok")),) if g.util_pct is not None and g.util_pct >= 90 else util,
+                ((util, st("ok")),) if g.util_pct is not None and g.util_pct >= 90 else util, spark,
                 ((temp, st("bad")),) if g.temp_c is not None and g.temp_c >= 85 else temp,
                 power, held)
 
@@ -85,7 +100,7 @@ class FleetTable(LiveTable[FleetRow]):
         return t
 
     def row_style(self, row: FleetRow) -> Optional[Style]:
-        if isinstance(row, GpuRow) and row.stale:
+        if isinstance(row, (GpuRow, ProcRow)) and row.stale:
             return self.style("dim")
         return None
 

@@ -56,8 +56,8 @@ class JobDetails(Widget):
         if j.tokens_per_s is None and d.last_tokens_per_s is not None:  # not running: its last figure, marked
             tps = Text(f"last {cells.rate(d.last_tokens_per_s)} at {cells.clock_time(d.last_rate_at)}  ",
                        st("job-details--muted"))
-        tps.append(cells.sparkline(d.spark), st("job-details--spark"))
-        tps.append(f"  last {human_duration(len(d.spark) * d.bucket_s)}", st("job-details--muted"))
+        tps.append(cells.sparkline(d.spark[-60:]), st("job-details--spark"))
+        tps.append(f"  last {human_duration(len(d.spark[-60:]) * d.bucket_s)}", st("job-details--muted"))
         grid.add_row("tokens/s", tps)
         if j.done is not None:
             prog = Text(f"{j.done:,}" + (f" / {j.total:,}  " if j.total is not None else "  "))

@@ -26,18 +26,18 @@ class JobsTable(LiveTable[JobRow]):
 
     COLUMNS = (
         Column("JOB", 14),
-        Column("NODE", 8),
-        Column("KIND", 6),
+        Column("NODE", 8, drop=6),
+        Column("KIND", 6, drop=8),
         Column("STATE", 10),
-        Column("GPUS", 4),
-        Column("#", 2, "right"),
+        Column("GPUS", 4, drop=9),
+        Column("#", 2, "right", drop=10),
         Column("TOK/S", 7, "right"),
-        Column("TREND", SPARK),
+        Column("TREND", SPARK, drop=5),
         Column("DONE", 13, "right"),
-        Column("PROGRESS", PROGRESS_BAR),
-        Column("RATE", 6, "right"),
+        Column("PROGRESS", PROGRESS_BAR, drop=4),
+        Column("RATE", 6, "right", drop=7),
         Column("ETA", 7, "right"),
-        Column("FLAGS", 0),
+        Column("FLAGS", 0, least=5),
     )
 
     def render_cells(self, j: JobRow) -> Sequence[Cell]:

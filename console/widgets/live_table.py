@@ -36,6 +36,8 @@ class Column:
     label: str
     width: int  # 0: whatever width the other columns leave
     align: str = "left"  # left | right
+    drop: int = 0  # 0: always shown; on a narrow screen the highest ``drop`` goes first
+    least: int = 4  # a flexible column's least width: under it, a column is dropped
 
 
 class LiveTable(ScrollView, Generic[RowT], can_focus=True):
@@ -91,6 +93,7 @@ class LiveTable(ScrollView, Generic[RowT], can_focus=True):
         self._widths: Optional[tuple[int, list[int]]] = None
         self._header: Optional[tuple[int, Strip]] = None
         self.shown = 0  # rows drawn since mount: what the benchmark counts
+        self.sort_mark: Optional[tuple[str, bool]] = None  # (column label, reversed): ▲ or ▼ in the header
 
     # ------------------------------------------------------------ data in
 
@@ -230,14 +233,8 @@ class LiveTable(ScrollView, Generic[RowT], can_focus=True):
     def column_widths(self, width: int) -> list[int]:
         if self._widths is not None and self._widths[0] == width:
             return self._widths[1]
-        fixed = sum(c.width for c in self.COLUMNS) + self.GAP * max(0, len(self.COLUMNS) - 1)
-        flex = [i for i, c in enumerate(self.COLUMNS) if c.width == 0]
-        left = max(0, width - fixed)
-        widths = [c.width for c in self.COLUMNS]
-        for n, i in enumerate(flex):
-            widths[i] = left // len(flex) + (1 if n < left % len(flex) else 0)
-        self._widths = (width, widths)
-        return widths
+        self._widths = (width, fit_columns(self.COLUMNS, width, self.GAP))
+        return self._widths[1]
 
     def render_cells(self, row: RowT) -> Sequence[Cell]:
         raise NotImplementedError
@@ -252,11 +249,13 @@ class LiveTable(ScrollView, Generic[RowT], can_focus=True):
         visible line is redrawn each second, and this is three times quicker."""
         out: list[Segment] = []
         gap = Segment(" " * self.GAP)
-        for n, (col, w, cell) in enumerate(zip(self.COLUMNS, self.column_widths(width), cells)):
-            if n:
-                out.append(gap)
+        first = True
+        for col, w, cell in zip(self.COLUMNS, self.column_widths(width), cells):
             if w <= 0:
-                continue
+                continue  # dropped: the screen is too narrow for it
+            if not first:
+                out.append(gap)
+            first = False
             if isinstance(cell, str):
                 frags: Sequence[Frag] = ((cell, None),)
                 used = cell_len(cell)
@@ -275,8 +274,17 @@ class LiveTable(ScrollView, Generic[RowT], can_focus=True):
                 out.append(Segment(" " * (w - used)))
         return out
 
+    def mark_sort(self, label: Optional[str], reverse: bool = False) -> None:
+        """Show the sort on its column's header: ▲ ascending, ▼ reversed."""
+        mark = (label, reverse) if label else None
+        if mark != self.sort_mark:
+            self.sort_mark, self._header = mark, None
+            self.refresh(Region(0, 0, self.size.width, 1))
+
     def render_header(self, width: int) -> list[Segment]:
-        return self.join_cells([c.label for c in self.COLUMNS], width)
+        mark = self.sort_mark
+        return self.join_cells([c.label + (("▼" if mark[1] else "▲") if mark and mark[0] == c.label else "")
+                                for c in self.COLUMNS], width)
 
     def row_style(self, row: RowT) -> Optional[Style]:
         """A style laid over the whole row (greyed, say); None for none."""
@@ -302,10 +310,9 @@ class LiveTable(ScrollView, Generic[RowT], can_focus=True):
         if cached is not None and cached[0] == width and cached[1] == is_cursor:
             return cached[2]
         row = self._rows[key]
-        over = self.row_style(row)
-        if is_cursor:
-            over = self.style("cursor") if over is None else over + self.style("cursor")
-        strip = self._strip(self.render_row(row, width), width, base, over)
+        # the cursor is laid under the cells' own colours: a bar or a sparkline keeps them
+        strip = self._strip(self.render_row(row, width), width,
+                            base + self.style("cursor") if is_cursor else base, self.row_style(row))
         self._lines[key] = (width, is_cursor, strip)
         self.shown += 1
         return strip
@@ -315,6 +322,27 @@ class LiveTable(ScrollView, Generic[RowT], can_focus=True):
             line = list(line.render(self.app.console, end=""))
         segments = list(Segment.apply_style(line, base, over))
         return Strip(segments).adjust_cell_length(width, base)
+
+
+def fit_columns(columns: Sequence[Column], width: int, gap: int = 1) -> list[int]:
+    """Each column's width in ``width`` cells: fixed ones as declared, flexible ones share
+    what is left; while they do not fit, the column with the highest ``drop`` gets 0."""
+    shown = list(range(len(columns)))
+    while True:
+        fixed = sum(columns[i].width for i in shown) + gap * max(0, len(shown) - 1)
+        flex = [i for i in shown if columns[i].width == 0]
+        least = sum(columns[i].least for i in flex)
+        droppable = [i for i in shown if columns[i].drop]
+        if fixed + least <= width or not droppable:
+            break
+        shown.remove(max(droppable, key=lambda i: (columns[i].drop, i)))
+    widths = [0] * len(columns)
+    left = max(0, width - fixed)
+    for i in shown:
+        widths[i] = columns[i].width
+    for n, i in enumerate(flex):
+        widths[i] = left // len(flex) + (1 if n < left % len(flex) else 0)
+    return widths
 
 
 def _cut(frags: Sequence[Frag], width: int) -> tuple[list[Frag], int]:

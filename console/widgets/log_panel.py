@@ -4,11 +4,24 @@ from __future__ import annotations
 
 from typing import Optional
 
+from rich.highlighter import Highlighter
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Log, Static
 
 MAX_LINES = 5000
+
+
+class SearchHighlighter(Highlighter):
+    """Marks every occurrence of the searched text (any case)."""
+
+    def __init__(self, term: str) -> None:
+        self.term = term
+
+    def highlight(self, text: Text) -> None:
+        if self.term:
+            text.highlight_words([self.term], "black on yellow", case_sensitive=False)
 
 
 class LogPanel(Vertical):
@@ -18,6 +31,8 @@ class LogPanel(Vertical):
         self.path: Optional[str] = None
         self.problem: Optional[str] = None
         self.fed = False  # the tail has arrived
+        self.term = ""  # what `/` searches for
+        self.match: Optional[int] = None  # the line of the match shown, in ``matches``
 
     def compose(self) -> ComposeResult:
         yield Static("no job selected: pick one in the jobs view", id="log-title")
@@ -50,6 +65,46 @@ class LogPanel(Vertical):
         self.problem = error
         self._title()
 
+    # ------------------------------------------------------------ search
+
+    def matches(self) -> list[int]:
+        """The lines that hold the searched text."""
+        term = self.term.lower()
+        return [i for i, line in enumerate(self.log.lines) if term in line.lower()] if term else []
+
+    def search(self, term: str) -> int:
+        """Mark ``term`` in every line and jump to its last occurrence; the number of matching lines."""
+        self.term = term
+        log = self.log
+        log.highlight = bool(term)
+        log.highlighter = SearchHighlighter(term)
+        log._render_line_cache.clear()  # the marks change every drawn line
+        log.refresh()
+        found = self.matches()
+        self.match = found[-1] if found else None
+        self._jump()
+        return len(found)
+
+    def next_match(self, step: int) -> Optional[int]:
+        """Jump to the next (1) or previous (-1) matching line, wrapping around."""
+        found = self.matches()
+        if not found:
+            self.match = None
+            return None
+        here = self.match if self.match is not None else -1
+        later = [i for i in found if (i > here if step > 0 else i < here)]
+        self.match = (later[0] if step > 0 else later[-1]) if later else (found[0] if step > 0 else found[-1])
+        self._jump()
+        return self.match
+
+    def _jump(self) -> None:
+        if self.match is not None:
+            self.log.auto_scroll = False  # stay on the match while lines arrive
+            self.log.scroll_to(y=max(0, self.match - self.log.size.height // 2), animate=False)
+        else:
+            self.log.auto_scroll = True
+        self._title()
+
     @property
     def text(self) -> str:
         return "\n".join(self.log.lines)
@@ -61,4 +116,9 @@ class LogPanel(Vertical):
             return
         where = f"  {self.path}" if self.path else ""
         status = f"  ✗ {self.problem} (retrying)" if self.problem else ("  following" if self.fed else "  waiting for it…")
-        title.update(f"log of {self.job}{where}{status}")
+        found = ""
+        if self.term:
+            n = len(self.matches())
+            at = f", line {self.match + 1}" if self.match is not None else ""
+            found = f"  search {self.term!r}: {n} line{'s' if n != 1 else ''}{at} (n/N: next/previous)"
+        title.update(Text(f"log of {self.job}{where}{status}{found}"))  # plain: a term may hold brackets

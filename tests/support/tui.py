@@ -149,13 +149,14 @@ def pinned_events() -> list[Any]:
     t = PINNED_NOW
     a_gpus = [
         Gpu(0, "GPU-a0", "NVIDIA H200", 120_000.0, 143_771.0, 97.0, 64.0, 612.0,
-            [GpuProcess(4101, 119_500.0, "sglang-0")]),
+            [GpuProcess(4101, 119_500.0, "sglang-0", 98.0, "python -m sglang.launch_server --model /models/Qwen3-8B --tp 2")]),
         Gpu(1, "GPU-a1", "NVIDIA H200", 119_800.0, 143_771.0, 95.0, 62.0, 598.0,
-            [GpuProcess(4102, 119_300.0, "sglang-0")]),
+            [GpuProcess(4102, 119_300.0, "sglang-0", 97.0, "sglang::scheduler_TP1")]),
         Gpu(2, "GPU-a2", "NVIDIA H200", 55_400.0, 143_771.0, 0.0, 38.0, 121.0,
-            [GpuProcess(4242, 55_400.0, None)]),
+            [GpuProcess(4242, 55_400.0, None, 0.0, "python notebook_kernel.py")]),
         Gpu(3, "GPU-a3", "NVIDIA H200", 30_200.0, 143_771.0, 41.0, 51.0, 233.0,
-            [GpuProcess(4301, 22_000.0, "gen"), GpuProcess(4103, 8_000.0, "sglang-0")]),
+            [GpuProcess(4301, 22_000.0, "gen", 12.5, "python -m my_generate --out /data/gen"),
+             GpuProcess(4103, 8_000.0, "sglang-0")]),
     ]
     a_jobs = [
         JobStatus("sglang-0", "sglang-server", "running", [0, 1], ["GPU-a0", "GPU-a1"], pid=4100, pgid=4100,
@@ -181,8 +182,8 @@ def pinned_events() -> list[Any]:
     host_b = Host("gpu-b", 3.0, 32, 20 * 2**30, 512 * 2**30, 0.4, 0.3, 0.2, [Disk("/data", 2**40, 8 * 2**40)])
     b_jobs = [JobStatus("audit", "command", "exited", [], [], attempt=1, exit_code=0, started_at=t - 5000,
                         ended_at=t - 4000)]
-    history = History("gpu-a", [Sample(t - 15 * k, [], [], {"sglang-0": 2000.0 + 40 * (k % 7), "gen": 2300.0 - 30 * (k % 5)},
-                                       {"gen": 123_000}) for k in range(12, 0, -1)])
+    history = History("gpu-a", [Sample(t - 15 * k, [], [97.0 - k, 90.0 + k % 3 * 3, 0.0, 30.0 + 2 * k], {"sglang-0": 2000.0 + 40 * (k % 7), "gen": 2300.0 - 30 * (k % 5)},
+                                       {"gen": 123_456 - 2_000 * k}) for k in range(12, 0, -1)])
     return [
         history,
         Snapshot("gpu-a", 10, t, host_a, a_gpus, a_jobs, a_alerts),

@@ -91,6 +91,6 @@ class GenerateProgress:
             resting = gen.pool.resting(now)
             up = doc["uploads"]
             log.info("done %d/%d, %s tok/s, in flight %d, errors %d, retries %d%s%s", doc["done"], doc["total"],
-                     doc["tokens_per_s"], doc["in_flight"], self.quality["errors"], self.retries,
+                     "-" if tps is None else f"{tps:,.1f}", doc["in_flight"], self.quality["errors"], self.retries,
                      f", resting: {', '.join(resting)}" if resting else "",
                      f", uploads pending {up['pending']}" if up else "")

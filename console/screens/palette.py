@@ -1,0 +1,51 @@
+"""The command palette's gpudeck commands (ctrl+p): jump to a node or a job by name, and run
+what the keys run (open, kill, relaunch, launch a job; the views; sort). Destructive ones go
+through the same confirmation and read-only refusal as their keys: they post the same
+messages."""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Callable, Iterator
+
+from textual.command import DiscoveryHit, Hit, Hits, Provider
+
+from gpudeck.console.actions import JOB_OPS
+from gpudeck.console.messages import JobActionRequested, JobOpened
+
+Command = tuple[str, Callable[[], object], str]  # (what is typed, what runs, what it does)
+
+
+class FleetCommands(Provider):
+    """Nodes, jobs and the screen's actions, matched on what the operator types."""
+
+    def _commands(self) -> Iterator[Command]:
+        screen = self.screen  # the MainScreen (not imported: it imports this module)
+        state = screen.fleet_state
+        for view in ("overview", "fleet", "jobs", "logs", "alerts"):
+            yield f"view {view}", partial(screen.action_view, view), f"show the {view} view"
+        yield "sort: next key", screen.action_sort, "sort the view by its next key (s)"
+        yield "sort: reverse", screen.action_reverse, "reverse the view's sort (S)"
+        for node in state.nodes:
+            yield f"node {node}", partial(screen.focus_row, "fleet", f"node:{node}"), "jump to it in the fleet view"
+        for row in state.job_rows():
+            name = row.name
+            yield f"job {name}", partial(screen.focus_row, "jobs", row.key), f"jump to it in the jobs view ({row.node})"
+            yield f"open {name}", partial(screen.post_message, JobOpened(name)), "its details, chart and log (enter)"
+            if screen.read_only:
+                continue
+            for op in JOB_OPS:
+                yield (f"{op.value} {name}", partial(screen.post_message, JobActionRequested(op, name)),
+                       f"{op.label.lower()} the job ({op.key}; asks first where the key does)")
+
+    async def discover(self) -> Hits:
+        for text, run, help in self._commands():
+            if not text.startswith(("open ", "kill ", "relaunch ", "launch ")):
+                yield DiscoveryHit(text, run, help=help)
+
+    async def search(self, query: str) -> Hits:
+        matcher = self.matcher(query)
+        for text, run, help in self._commands():
+            score = matcher.match(text)
+            if score > 0:
+                yield Hit(score, matcher.highlight(text), run, text=text, help=help)
