@@ -222,8 +222,7 @@ def extract_sim(progress: str, total: int = 250_000, per_s: float = 180.0) -> in
         time.sleep(1.0)
         done = min(total, base + int((time.monotonic() - start) * per_s))
         tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps({"done": done, "total": total, "tokens": done * 1536,
-                                   "updated_at": time.time()}))
+        tmp.write_text(json.dumps({"done": done, "total": total, "updated_at": time.time()}))
         os.replace(tmp, path)
     print("extract-sim: done", flush=True)
     return 0
