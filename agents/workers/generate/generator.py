@@ -58,6 +58,7 @@ class Generator:
         self._read_lock = asyncio.Lock()
         self._stop = asyncio.Event()
         self._terminated = False
+        self.gave_up = False  # every server dead for --give-up-after
         self.total_estimate = 0
         self.total_exact: Optional[int] = None
         self._body_base = self._request_base()
@@ -301,6 +302,9 @@ class Generator:
         if complete and uploads_ok:
             log.warning("finished with bad prompt lines (see above): %s", summary)
             return EXIT_OK
+        if self.gave_up:
+            log.error("gave up, the servers are dead: %s; relaunch once they answer", summary)
+            return EXIT_FAIL
         log.error("incomplete: %s; relaunch to retry what failed", summary)
         return EXIT_FAIL
 
@@ -433,9 +437,21 @@ class Generator:
             self._block(str(exc))
         if now >= next_progress:
             next_progress = now + o.progress_interval_s
+            self._check_give_up(now)
             self._write_resume_hint()
             self.progress.write(self)
         return next_progress, next_backlog
+
+    def _check_give_up(self, now: float) -> None:
+        dead = self.pool.dead_for(now)
+        if self.o.give_up_after_s is None or dead < self.o.give_up_after_s or self.gave_up:
+            return
+        self.gave_up = True
+        errors = "; ".join(f"{s.url}: {s.last_error}" for s in self.pool.servers)
+        log.error("giving up: no server has answered for %.0f s (--give-up-after %.0f s): %s. Relaunch once they "
+                  "are back (finished prompts are kept), or pass --give-up-after never to wait for them", dead,
+                  self.o.give_up_after_s, errors)
+        self._stop.set()
 
     # -------------------------------------------------------------- progress
 
