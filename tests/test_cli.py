@@ -223,3 +223,52 @@ def _answers(port: int) -> bool:
     with socket.socket() as s:
         s.settimeout(1)
         return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _without(tmp_path, *modules: str) -> dict:
+    """An environment whose python cannot import ``modules`` (as if the extra were not installed)."""
+    d = tmp_path / "hide"
+    d.mkdir(exist_ok=True)
+    (d / "sitecustomize.py").write_text(textwrap.dedent(f'''
+        import sys
+        class _Hide:
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] in {set(modules)!r}:
+                    raise ModuleNotFoundError(f"No module named {{name!r}}")
+                return None
+        sys.meta_path.insert(0, _Hide())
+    '''))
+    return {"PYTHONPATH": f"{d}{os.pathsep}{ROOT}"}
+
+
+def test_extract_without_its_extra_names_the_pip_line(tmp_path):
+    r = gpudeck("extract", "--model", str(tmp_path), "--data", "x.jsonl", "--out", str(tmp_path / "o"),
+                "--layers", "1", check=False, env=_without(tmp_path, "torch", "numpy"))
+    assert r.returncode == 2, r.stderr
+    assert "needs torch, numpy" in r.stderr and "pip install 'gpudeck[extract]'" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_extract_with_a_model_path_that_does_not_exist_says_the_path(tmp_path):
+    missing = tmp_path / "models" / "Qwen3-8B"
+    r = gpudeck("extract", "--model", str(missing), "--data", "x.jsonl", "--out", str(tmp_path / "o"),
+                "--layers", "1", check=False)
+    assert r.returncode == 2, r.stderr
+    assert f"--model {missing}: {missing} does not exist" in r.stderr and "Traceback" not in r.stderr
+    (missing).mkdir(parents=True)
+    r = gpudeck("extract", "--model", str(missing), "--data", "x.jsonl", "--out", str(tmp_path / "o"),
+                "--layers", "1", check=False)
+    assert r.returncode == 2 and "has no config.json" in r.stderr
+
+
+def test_ctrl_c_exits_130(tmp_path):
+    import signal
+    proc = subprocess.Popen([*gpudeck_cmd(), "sim-engine", "--port", "0"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env_with_repo())
+    try:
+        assert "listening on" in proc.stdout.readline()
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(30) == 130
+        assert "Traceback" not in proc.stderr.read()
+    finally:
+        proc.kill() if proc.poll() is None else None
