@@ -33,8 +33,9 @@ def _demo(args) -> int:
         print("gpudeck demo: sglang-router is not installed: generate talks to the 7 servers itself "
               "(pip install sglang-router to put SGLang's router in front of them)")
     start_stranger(root)
-    app = make_app(fleet, fleet_name="demo", autostart=jobs, read_only=args.read_only,
-                   screenshot=args.screenshot)
+    shot = dict(screenshot=args.screenshot, initial_view="fleet", screenshot_wait_s=(25.0, 90.0)) \
+        if args.screenshot else {}  # the fleet view, once the launch notices are gone and the numbers in
+    app = make_app(fleet, fleet_name="demo", autostart=jobs, read_only=args.read_only, **shot)
     try:
         if args.screenshot:
             app.run(headless=True, size=(120, 40))
