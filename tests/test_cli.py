@@ -272,3 +272,11 @@ def test_ctrl_c_exits_130(tmp_path):
         assert "Traceback" not in proc.stderr.read()
     finally:
         proc.kill() if proc.poll() is None else None
+
+
+def test_deploy_summary_names_the_failed_nodes_and_their_step():
+    from gpudeck.console.commands.deploy import summary
+    from gpudeck.remote.deploy import DeployError, Deployed
+    ok = Deployed("gpu1", "0.2.0", "/v", "/v/bin/python", "present", 3.0)
+    line = summary([ok, DeployError("gpu2", "sftp", "no space")], 12.34)
+    assert line == "deployed gpudeck to 1 of 2 node(s) in 12.3 s; failed: gpu2 (at sftp)"
