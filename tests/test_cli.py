@@ -272,6 +272,20 @@ def test_ctrl_c_exits_130(tmp_path):
         assert "Traceback" not in proc.stderr.read()
     finally:
         proc.kill() if proc.poll() is None else None
+    # generate, stopped by ctrl-c while its servers are down
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(f'{{"id": {i}, "messages": [{{"role": "user", "content": "q{i}"}}]}}\n'
+                               for i in range(50)))
+    proc = subprocess.Popen([*gpudeck_cmd(), "generate", "--prompts", str(prompts), "--out", str(tmp_path / "o"),
+                             "--server", "http://127.0.0.1:9", "--max-attempts", "100000"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env_with_repo())
+    try:
+        wait_for(lambda: (tmp_path / "o" / "progress.json").exists(), 60, what="generate running")
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(30) == 130
+        assert "Traceback" not in proc.stderr.read()
+    finally:
+        proc.kill() if proc.poll() is None else None
 
 
 def test_deploy_summary_names_the_failed_nodes_and_their_step():

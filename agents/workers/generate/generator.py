@@ -59,6 +59,7 @@ class Generator:
         self._stop = asyncio.Event()
         self._terminated = False
         self.gave_up = False  # every server dead for --give-up-after
+        self._interrupted = False  # ctrl-c (SIGINT): exit 130, as every gpudeck command
         self.total_estimate = 0
         self.total_exact: Optional[int] = None
         self._body_base = self._request_base()
@@ -199,7 +200,7 @@ class Generator:
         o = self.o
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, self._on_signal)
+            loop.add_signal_handler(sig, self._on_signal, sig)
         timeout = aiohttp.ClientTimeout(total=o.request_timeout_s, sock_connect=o.connect_timeout_s)
         connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, keepalive_timeout=60)
         async with aiohttp.ClientSession(timeout=timeout, connector=connector, skip_auto_headers=("User-Agent",),
@@ -234,7 +235,8 @@ class Generator:
         log.info("model: %s%s", self.o.model, " (from /v1/models)" if name else
                  " (no server listed a model; pass --model if the server needs its name)")
 
-    def _on_signal(self) -> None:
+    def _on_signal(self, sig: int = signal.SIGTERM) -> None:
+        self._interrupted = self._interrupted or sig == signal.SIGINT
         if not self._terminated:
             log.info("terminating: requests in flight are dropped and will be sent again on the next start")
         self._terminated = True
@@ -295,7 +297,7 @@ class Generator:
                    f"{q['errors']} prompt(s) failed, {q['bad_prompts']} bad prompt line(s)")
         if self._terminated:
             log.info("stopped: %s", summary)
-            return EXIT_TERM
+            return 130 if self._interrupted else EXIT_TERM
         if complete and uploads_ok and not q["bad_prompts"]:
             log.info("finished: %s", summary)
             return EXIT_OK
