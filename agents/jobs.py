@@ -254,7 +254,7 @@ KIND_INFO: dict[JobKind, KindInfo] = {
     JobKind.GENERATE: KindInfo(
         short="gen", engine_client=True, worker_module="gpudeck.agents.workers.generate",
         options=frozenset({"servers", "prompts", "out", "s3", "concurrency", "max_tokens", "model_name",
-                           "temperature", "top_p", "thinking", "force", "s3_endpoint"})),
+                           "temperature", "top_p", "thinking", "force", "s3_endpoint", "give_up_after"})),
     JobKind.EXTRACT: KindInfo(
         short="extract", worker_module="gpudeck.agents.workers.extract",
         options=frozenset({"data", "out", "layers", "max_tokens_per_batch", "device", "dtype", "s3", "force",

@@ -75,9 +75,8 @@ class Deployed:
 async def build_wheel(out_dir: Path, source: Path = PROJECT_ROOT) -> Path:
     """``pip wheel --no-deps`` of this source tree, with the build backend already installed
     here (no build isolation: nothing is downloaded)."""
-    if not (source / "pyproject.toml").is_file():
-        raise DeployError("local", "build", f"{source} is not a source tree (no pyproject.toml): "
-                                            f"pass --wheel with a gpudeck {__version__} wheel")
+    if not (source / "pyproject.toml").is_file():  # an installed copy (pip, pipx): its own files
+        return wheel_from_installed(out_dir)
     # build from a copy: an in-tree build would leave build/ and egg-info in the working tree
     tree = out_dir / "src"
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", "build", "dist")
@@ -96,6 +95,39 @@ async def build_wheel(out_dir: Path, source: Path = PROJECT_ROOT) -> Path:
     if proc.returncode != 0 or not wheels:
         raise DeployError("local", "build", f"pip wheel exited with {proc.returncode}: {_tail(out)}")
     return wheels[-1]
+
+
+def wheel_from_installed(out_dir: Path, dist_name: str = "gpudeck") -> Path:
+    """The wheel this installed copy came from, rebuilt from its files (RECORD lists them):
+    the packages and the dist-info, less what pip itself wrote (RECORD, INSTALLER, direct_url)."""
+    import base64
+    import hashlib
+    from importlib import metadata
+
+    try:
+        dist = metadata.distribution(dist_name)
+    except metadata.PackageNotFoundError:
+        raise DeployError("local", "build", f"no installed {dist_name} and no source tree: pass --wheel with a "
+                                            f"gpudeck {__version__} wheel") from None
+    skip = {"RECORD", "INSTALLER", "REQUESTED", "direct_url.json"}
+    files = [f for f in dist.files or [] if f.parts and (f.parts[0] == "gpudeck" or (
+        f.parts[0].endswith(".dist-info") and f.name not in skip)) and "__pycache__" not in f.parts]
+    if not any(f.parts[0] == "gpudeck" for f in files):
+        raise DeployError("local", "build", f"the installed {dist_name} has no package files (an editable "
+                                            f"install whose source tree moved?): pass --wheel")
+    info = f"gpudeck-{dist.version}.dist-info"
+    wheel = out_dir / f"gpudeck-{dist.version}-py3-none-any.whl"
+    record = []
+    with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as z:
+        for f in files:
+            data = Path(dist.locate_file(f)).read_bytes()
+            name = "/".join((info, *f.parts[1:]) if f.parts[0].endswith(".dist-info") else f.parts)
+            z.writestr(name, data)
+            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+            record.append(f"{name},sha256={digest},{len(data)}")
+        record.append(f"{info}/RECORD,,")
+        z.writestr(f"{info}/RECORD", "\n".join(record) + "\n")
+    return wheel
 
 
 def wheel_version(wheel: Path) -> str:
@@ -158,9 +190,14 @@ fi
 """
 
 
+Step = Callable[[str, str], None]  # (node, what it is doing now)
+
+
 async def deploy_node(transport: SshTransport, node: Node, wheel: Path,
-                      timeout: float = 600.0) -> Deployed:
+                      timeout: float = 600.0, on_step: Optional[Step] = None) -> Deployed:
     t0 = time.monotonic()
+    step = on_step or (lambda _node, _what: None)
+    step(node.name, "connecting over SSH")
     conn = await transport.connection(node)  # typed SshError: host key, auth, unreachable
 
     async def run(step: str, command: str) -> str:
@@ -184,6 +221,7 @@ async def deploy_node(transport: SshTransport, node: Node, wheel: Path,
     dist = f"{home}/dist"
     target = f"{dist}/{wheel.name}"
     await run("mkdir", f"mkdir -p {shlex.quote(dist)}")
+    step(node.name, f"copying {wheel.name} ({wheel.stat().st_size / 1e6:.1f} MB) to {dist}")
     try:
         async with conn.start_sftp_client() as sftp:
             # a temporary name, then a rename: a half-copied wheel never has the real name (and a
@@ -204,7 +242,9 @@ async def deploy_node(transport: SshTransport, node: Node, wheel: Path,
         python=_shell_path(node.python or "python3"), venv=shlex.quote(venv), wheel=shlex.quote(target),
         layer=shlex.quote(_LAYER), check=shlex.quote("import " + ", ".join(NODE_IMPORTS)),
         requirements=" ".join(shlex.quote(r) for r in reqs), names=", ".join(NODE_DISTRIBUTIONS))
+    step(node.name, f"installing into {venv} (pip; offline when the agent's dependencies are there)")
     out = await run("pip install", "/bin/sh -c " + shlex.quote(script))
+    step(node.name, "handshake: the venv's python imports gpudeck.agents")
     facts = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
     if facts.get("version") != wheel_version(wheel):
         raise DeployError(node.name, "check", f"the venv's python imports agents {facts.get('version')}, "
@@ -219,11 +259,13 @@ async def deploy_node(transport: SshTransport, node: Node, wheel: Path,
 async def deploy(nodes: Sequence[Node], transport: SshTransport, wheel: Optional[Path] = None,
                  timeout: float = 600.0,
                  on_result: Optional[Callable[[Union[Deployed, AgentError]], None]] = None,
-                 ) -> list[Union[Deployed, AgentError]]:
+                 on_step: Optional[Step] = None) -> list[Union[Deployed, AgentError]]:
     """Every node at once; one failure never stops the others. Returns, per node, what was
     installed or the typed error saying why not."""
     with tempfile.TemporaryDirectory(prefix="gpudeck-wheel-") as tmp:
         if wheel is None:
+            if on_step is not None:
+                on_step("local", "building the gpudeck wheel")
             wheel = await build_wheel(Path(tmp))
         elif wheel_version(wheel) != __version__:
             raise DeployError("local", "wheel", f"{wheel.name} is version {wheel_version(wheel)}; this console "
@@ -231,7 +273,7 @@ async def deploy(nodes: Sequence[Node], transport: SshTransport, wheel: Optional
 
         async def one(node: Node) -> Union[Deployed, AgentError]:
             try:
-                result: Union[Deployed, AgentError] = await deploy_node(transport, node, wheel, timeout)
+                result: Union[Deployed, AgentError] = await deploy_node(transport, node, wheel, timeout, on_step)
             except AgentError as exc:
                 result = exc
             if on_result is not None:

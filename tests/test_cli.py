@@ -223,3 +223,74 @@ def _answers(port: int) -> bool:
     with socket.socket() as s:
         s.settimeout(1)
         return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _without(tmp_path, *modules: str) -> dict:
+    """An environment whose python cannot import ``modules`` (as if the extra were not installed)."""
+    d = tmp_path / "hide"
+    d.mkdir(exist_ok=True)
+    (d / "sitecustomize.py").write_text(textwrap.dedent(f'''
+        import sys
+        class _Hide:
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] in {set(modules)!r}:
+                    raise ModuleNotFoundError(f"No module named {{name!r}}")
+                return None
+        sys.meta_path.insert(0, _Hide())
+    '''))
+    return {"PYTHONPATH": f"{d}{os.pathsep}{ROOT}"}
+
+
+def test_extract_without_its_extra_names_the_pip_line(tmp_path):
+    r = gpudeck("extract", "--model", str(tmp_path), "--data", "x.jsonl", "--out", str(tmp_path / "o"),
+                "--layers", "1", check=False, env=_without(tmp_path, "torch", "numpy"))
+    assert r.returncode == 2, r.stderr
+    assert "needs torch, numpy" in r.stderr and "pip install 'gpudeck[extract]'" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_extract_with_a_model_path_that_does_not_exist_says_the_path(tmp_path):
+    missing = tmp_path / "models" / "Qwen3-8B"
+    r = gpudeck("extract", "--model", str(missing), "--data", "x.jsonl", "--out", str(tmp_path / "o"),
+                "--layers", "1", check=False)
+    assert r.returncode == 2, r.stderr
+    assert f"--model {missing}: {missing} does not exist" in r.stderr and "Traceback" not in r.stderr
+    (missing).mkdir(parents=True)
+    r = gpudeck("extract", "--model", str(missing), "--data", "x.jsonl", "--out", str(tmp_path / "o"),
+                "--layers", "1", check=False)
+    assert r.returncode == 2 and "has no config.json" in r.stderr
+
+
+def test_ctrl_c_exits_130(tmp_path):
+    import signal
+    proc = subprocess.Popen([*gpudeck_cmd(), "sim-engine", "--port", "0"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env_with_repo())
+    try:
+        assert "listening on" in proc.stdout.readline()
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(30) == 130
+        assert "Traceback" not in proc.stderr.read()
+    finally:
+        proc.kill() if proc.poll() is None else None
+    # generate, stopped by ctrl-c while its servers are down
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(f'{{"id": {i}, "messages": [{{"role": "user", "content": "q{i}"}}]}}\n'
+                               for i in range(50)))
+    proc = subprocess.Popen([*gpudeck_cmd(), "generate", "--prompts", str(prompts), "--out", str(tmp_path / "o"),
+                             "--server", "http://127.0.0.1:9", "--max-attempts", "100000"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env_with_repo())
+    try:
+        wait_for(lambda: (tmp_path / "o" / "progress.json").exists(), 60, what="generate running")
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(30) == 130
+        assert "Traceback" not in proc.stderr.read()
+    finally:
+        proc.kill() if proc.poll() is None else None
+
+
+def test_deploy_summary_names_the_failed_nodes_and_their_step():
+    from gpudeck.console.commands.deploy import summary
+    from gpudeck.remote.deploy import DeployError, Deployed
+    ok = Deployed("gpu1", "0.2.0", "/v", "/v/bin/python", "present", 3.0)
+    line = summary([ok, DeployError("gpu2", "sftp", "no space")], 12.34)
+    assert line == "deployed gpudeck to 1 of 2 node(s) in 12.3 s; failed: gpu2 (at sftp)"

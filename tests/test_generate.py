@@ -359,3 +359,32 @@ def test_the_prompt_reader_never_holds_a_huge_line(tmp_path):
     assert reader.line == 4 and reader.offset == prompts.stat().st_size
     assert scan.lines == 2 and scan.duplicates == 0
     assert peak < 8 << 20, f"reading a 50 MB line peaked at {peak / 2**20:.1f} MiB"
+
+
+def test_servers_dead_past_give_up_after_stop_the_run_with_exit_1(tmp_path):
+    from support.generate import free_port
+    prompts = tmp_path / "prompts.jsonl"
+    write_prompts(prompts, 50)
+    log = tmp_path / "gen.log"
+    dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    argv = generate_argv(prompts, tmp_path / "out", [dead], "--max-attempts", "100000", "--give-up-after", "2s")
+    assert run_generate(argv, log, timeout=60) == 1, log.read_text()[-2000:]
+    text = log.read_text()
+    assert "giving up: no server has answered for" in text and dead in text
+    assert "--give-up-after never" in text and "Traceback" not in text
+
+
+def test_give_up_after_reads_times_and_never(tmp_path):
+    from gpudeck.agents.workers.generate.options import parse_duration
+    from gpudeck.agents.workers.generate.servers import UsageError
+    assert parse_duration("10m", "--give-up-after") == 600.0
+    assert parse_duration("90", "--give-up-after") == 90.0 and parse_duration("2h", "x") == 7200.0
+    assert parse_duration("never", "x") is None and parse_duration("0", "x") is None
+    with pytest.raises(UsageError, match="--give-up-after 'soon': expected a time"):
+        parse_duration("soon", "--give-up-after")
+    prompts = tmp_path / "prompts.jsonl"
+    write_prompts(prompts, 2)
+    log = tmp_path / "gen.log"
+    argv = generate_argv(prompts, tmp_path / "out", ["http://127.0.0.1:9"], "--give-up-after=-5m")
+    assert run_generate(argv, log, timeout=60) == 2
+    assert "--give-up-after '-5m'" in log.read_text()

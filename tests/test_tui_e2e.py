@@ -1,6 +1,6 @@
 """End to end: `gpudeck demo` in a real terminal (tmux), driven by keys, read back with
-`tmux capture-pane`. The demo runs its real agent, simulated SGLang server and generation
-job on this machine, in a directory of the test's own."""
+`tmux capture-pane`. The demo runs its two agents (nodes b200 and pro6000, simulated GPUs),
+simulated SGLang servers and generation job on this machine, in a directory of the test's own."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from support.tui import ROOT, reap
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")]
 
 DONE = re.compile(r"([\d,.]+k?)/100\.0k")
+GPU_ROW = re.compile(r"^  GPU\d+ .*[━╸].* [\d.]+/[\d.]+G", re.M)
 
 
 def parse_count(text: str) -> int:
@@ -47,7 +48,17 @@ class Tmux:
 
 
 def gen_line(screen: str) -> str:
-    return next((ln for ln in screen.splitlines() if ln.startswith("gen ")), "")
+    return next((ln for ln in screen.splitlines() if ln.startswith("generate ")), "")
+
+
+def select(tmux: Tmux, job: str) -> None:
+    """Move the jobs table's cursor from its first row to ``job``'s row."""
+    lines = tmux.screen().splitlines()
+    head = next(i for i, ln in enumerate(lines) if re.match(r"JOB\W", ln))  # JOB, or JOB▲ when sorted by it
+    row = next(i for i, ln in enumerate(lines) if ln.startswith(job + " ")) - head - 1
+    tmux.keys("Home")
+    for _ in range(row):
+        tmux.keys("Down")
 
 
 def gen_done(screen: str) -> int:
@@ -60,7 +71,8 @@ def tmux(tmp_path):
     t = Tmux(f"gpudeck-test-{os.getpid()}")
     yield t
     subprocess.run(["tmux", "-L", t.socket, "kill-server"], capture_output=True)
-    reap(tmp_path / "demo" / "home")
+    for node in ("b200", "pro6000"):
+        reap(tmp_path / "demo" / f"home-{node}")
 
 
 def test_demo_in_tmux_kill_then_relaunch_resumes(tmp_path, tmux):
@@ -71,17 +83,32 @@ def test_demo_in_tmux_kill_then_relaunch_resumes(tmp_path, tmux):
     tmux("new-session", "-d", "-s", "demo", "-x", "120", "-y", "40", cmd)
 
     # tokens/s, an ETA and done counts climbing
-    tmux.wait(lambda s: re.search(r"[\d,.]+ tok/s  ETA \d", s.splitlines()[0] if s else ""),
+    tmux.wait(lambda s: re.search(r"[\d,.]+ tok/s\W{1,3}ETA \d", s.splitlines()[0] if s else ""),
               "tokens/s and an ETA in the header", timeout=90)
     first = tmux.wait(lambda s: gen_done(s) > 0 and gen_done(s), "the generation job's done count")
     tmux.wait(lambda s: gen_done(s) > first, "done climbing")
     assert "running" in gen_line(tmux.screen())
 
-    # k on the generation job (the first row) asks, then kills
+    # the fleet view: both nodes, a row per GPU with its memory bar, and the two alerts' causes
+    tmux.keys("1")
+    fleet = tmux.wait(lambda s: len(GPU_ROW.findall(s)) == 11 and s, "11 GPU rows with memory bars")
+    assert "160.4/183.0G" in fleet and "sglang-0" in fleet and "(no job)" in fleet and "eval-b, train-a" in fleet
+    tmux.keys("2")
+
+    # k on a server: its 160 GiB of (simulated) B200 memory come back
+    tmux.wait(lambda s: "sglang-0 " in s and " NODE " in s and " KIND " in s, "the jobs table")
+    select(tmux, "sglang-0")
     tmux.keys("k")
-    tmux.wait(lambda s: "Kill job gen on local?" in s, "the kill dialog")
+    tmux.wait(lambda s: "Kill job sglang-0 on b200?" in s, "the server's kill dialog")
     tmux.keys("y")
-    tmux.wait(lambda s: " killed " in gen_line(s), "gen killed")
+    tmux.wait(lambda s: re.search(r"freed 160\.0 GiB in \d+\.\d s", s), "the kill verdict with the GiB freed")
+
+    # k on the generation job asks, then kills
+    select(tmux, "generate")
+    tmux.keys("k")
+    tmux.wait(lambda s: "Kill job generate on b200?" in s, "the kill dialog")
+    tmux.keys("y")
+    tmux.wait(lambda s: " killed " in gen_line(s), "generate killed")
     screen = tmux.screen()
     stopped = gen_done(screen)
     assert "stopped in" in screen or "freed" in screen  # the agent's verdict

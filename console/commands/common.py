@@ -60,3 +60,14 @@ def run_command(args: argparse.Namespace) -> int:
         return EXIT_FAIL
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
+    except ModuleNotFoundError as exc:  # an extra that is not installed: the line that installs it
+        extra = EXTRAS.get((exc.name or "").split(".")[0])
+        if extra is None:
+            raise
+        err(f"{exc.name} is not installed for {sys.executable}: pip install 'gpudeck[{extra}]'")
+        return EXIT_USAGE
+
+
+# what the extras bring (pyproject.toml's [project.optional-dependencies])
+EXTRAS = {"torch": "extract", "numpy": "extract", "transformers": "extract", "safetensors": "extract",
+          "zstandard": "extract", "boto3": "s3", "botocore": "s3", "sglang_router": "serve"}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 
 from gpudeck.console.commands.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, err, load_fleet
 
@@ -55,10 +56,28 @@ async def _deploy(args) -> int:
         else:
             print(f"FAILED {result}", file=sys.stderr, flush=True)
 
+    def step(node: str, what: str) -> None:
+        print(f"{node}: {what}", flush=True)
+
     transport = SshTransport(accept_new=args.accept_new_host_keys)
+    t0 = time.monotonic()
     try:
-        results = await deploy(nodes, transport, Path(args.wheel) if args.wheel else None, args.timeout, show)
+        results = await deploy(nodes, transport, Path(args.wheel) if args.wheel else None, args.timeout, show, step)
     finally:
         await transport.close()
     failed = [r for r in results if isinstance(r, AgentError)]
+    print(summary(results, time.monotonic() - t0), flush=True)
     return EXIT_FAIL if failed else EXIT_OK
+
+
+def summary(results, seconds: float) -> str:
+    """One line: how many nodes got this version, and which did not, at which step."""
+    from gpudeck.remote.deploy import Deployed
+
+    ok = [r for r in results if isinstance(r, Deployed)]
+    bad = [r for r in results if not isinstance(r, Deployed)]
+    line = f"deployed gpudeck to {len(ok)} of {len(results)} node(s) in {seconds:.1f} s"
+    if bad:
+        line += "; failed: " + ", ".join(f"{getattr(r, 'node', '?')} (at {getattr(r, 'step', 'connect')})"
+                                         for r in bad)
+    return line

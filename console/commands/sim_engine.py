@@ -19,5 +19,4 @@ def _run(args) -> int:
     import asyncio
 
     from gpudeck.agents.workers.sim_engine import serve
-    asyncio.run(serve(args))
-    return EXIT_OK
+    return asyncio.run(serve(args)) or EXIT_OK

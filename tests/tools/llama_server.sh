@@ -20,12 +20,21 @@ case "${1:-}" in
     # portable build (GGML_NATIVE=OFF): a cached binary must not die with SIGILL on another CPU
     [ -x "$CACHE/llama-server" ] && exit 0
     W=$(mktemp -d); trap 'rm -rf "$W"' EXIT; cd "$W"
-    "$PY" -m pip download -q --no-binary :all: --no-deps -d . "llama-cpp-python==$LLAMA_CPP_PYTHON"
+    START=$(date +%s)
+    echo "llama-server: building llama.cpp's server once for the tests (about $((12 / $(nproc) + 1)) min"\
+         "here on $(nproc) cores, 6 min on 2; then cached in $CACHE)" >&2
+    echo "llama-server: [1/3] the llama-cpp-python sdist (llama.cpp's source)" >&2
+    "$PY" -m pip download --progress-bar on --no-binary :all: --no-deps -d . "llama-cpp-python==$LLAMA_CPP_PYTHON" >&2
     tar xzf "llama_cpp_python-$LLAMA_CPP_PYTHON.tar.gz"
+    echo "llama-server: [2/3] cmake configure" >&2
     cmake -S "llama_cpp_python-$LLAMA_CPP_PYTHON/vendor/llama.cpp" -B build -DCMAKE_BUILD_TYPE=Release \
       -DLLAMA_CURL=OFF -DGGML_NATIVE=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
       -DLLAMA_BUILD_SERVER=ON -DBUILD_SHARED_LIBS=OFF >/dev/null
-    cmake --build build --target llama-server -j "$(nproc)" >/dev/null
+    echo "llama-server: [3/3] compiling (cmake's [ NN%] lines below)" >&2
+    cmake --build build --target llama-server -j "$(nproc)" | grep --line-buffered -E '^\[ *[0-9]+%\]' \
+      | awk '{ p = $1 $2; if (p != last) { print "llama-server: compiling " p; fflush(); last = p } }' >&2
+    [ -x build/bin/llama-server ] || { echo "llama-server: the build failed (run it again to see cmake's output)" >&2; exit 1; }
+    echo "llama-server: built in $(( $(date +%s) - START )) s" >&2
     cp build/bin/llama-server "$CACHE/llama-server.tmp" && mv "$CACHE/llama-server.tmp" "$CACHE/llama-server"
     model >/dev/null ;;
   model) model ;;

@@ -95,6 +95,10 @@ def run_from_args(args: argparse.Namespace) -> int:
     """Run the worker; errors the operator can act on become one line on stderr."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s extract %(levelname)s %(message)s",
                         stream=sys.stderr)
+    problem = missing_extras(args) or model_path_problem(args.model)
+    if problem:
+        print(f"extract: {problem}", file=sys.stderr)
+        return EXIT_USAGE
     from gpudeck.agents.workers.common.atomic import DirectoryBusy
     from gpudeck.agents.workers.extract.data import DataError
     from gpudeck.agents.workers.extract.layout import StoreError
@@ -109,6 +113,40 @@ def run_from_args(args: argparse.Namespace) -> int:
     except (RuntimeError, OSError) as exc:
         print(f"extract: {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_FAIL
+
+
+EXTRA_MODULES = ("torch", "numpy", "transformers", "safetensors")
+
+
+def missing_extras(args: argparse.Namespace) -> Optional[str]:
+    """What the worker needs that this python lacks, with the line that installs it."""
+    import importlib.util
+
+    wanted = EXTRA_MODULES + (("zstandard",) if getattr(args, "compress", False) else ())
+    def absent(module: str) -> bool:
+        try:
+            return importlib.util.find_spec(module) is None
+        except (ImportError, ValueError):
+            return True
+
+    missing = [m for m in wanted if absent(m)]
+    if not missing:
+        return None
+    return (f"extraction needs {', '.join(missing)}, not installed for {sys.executable}: "
+            f"pip install 'gpudeck[extract]' (torch's CUDA build; for a CPU build first: "
+            f"pip install torch --index-url https://download.pytorch.org/whl/cpu)")
+
+
+def model_path_problem(model: str) -> Optional[str]:
+    """--model is a directory in transformers format: say so when it is not there."""
+    import os
+
+    path = os.path.expanduser(model)
+    if os.path.isdir(path):
+        return None if os.path.isfile(os.path.join(path, "config.json")) else \
+            f"--model {model}: {os.path.abspath(path)} has no config.json (a transformers model directory)"
+    what = "is a file, not a directory" if os.path.exists(path) else "does not exist"
+    return f"--model {model}: {os.path.abspath(path)} {what} (expected a transformers model directory)"
 
 
 def build_parser() -> argparse.ArgumentParser:

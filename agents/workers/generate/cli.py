@@ -72,7 +72,7 @@ def build_argv(spec, python: str) -> list[str]:
         argv += ["--server", str(url)]
     for key, flag in (("concurrency", "--concurrency"), ("max_tokens", "--max-tokens"), ("model_name", "--model"),
                       ("temperature", "--temperature"), ("top_p", "--top-p"), ("s3", "--s3"),
-                      ("s3_endpoint", "--s3-endpoint")):
+                      ("s3_endpoint", "--s3-endpoint"), ("give_up_after", "--give-up-after")):
         if o.get(key) is not None:
             argv += [flag, str(o[key])]
     if o.get("thinking") is not None:

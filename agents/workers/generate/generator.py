@@ -58,6 +58,8 @@ class Generator:
         self._read_lock = asyncio.Lock()
         self._stop = asyncio.Event()
         self._terminated = False
+        self.gave_up = False  # every server dead for --give-up-after
+        self._interrupted = False  # ctrl-c (SIGINT): exit 130, as every gpudeck command
         self.total_estimate = 0
         self.total_exact: Optional[int] = None
         self._body_base = self._request_base()
@@ -198,7 +200,7 @@ class Generator:
         o = self.o
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, self._on_signal)
+            loop.add_signal_handler(sig, self._on_signal, sig)
         timeout = aiohttp.ClientTimeout(total=o.request_timeout_s, sock_connect=o.connect_timeout_s)
         connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, keepalive_timeout=60)
         async with aiohttp.ClientSession(timeout=timeout, connector=connector, skip_auto_headers=("User-Agent",),
@@ -233,7 +235,8 @@ class Generator:
         log.info("model: %s%s", self.o.model, " (from /v1/models)" if name else
                  " (no server listed a model; pass --model if the server needs its name)")
 
-    def _on_signal(self) -> None:
+    def _on_signal(self, sig: int = signal.SIGTERM) -> None:
+        self._interrupted = self._interrupted or sig == signal.SIGINT
         if not self._terminated:
             log.info("terminating: requests in flight are dropped and will be sent again on the next start")
         self._terminated = True
@@ -294,13 +297,16 @@ class Generator:
                    f"{q['errors']} prompt(s) failed, {q['bad_prompts']} bad prompt line(s)")
         if self._terminated:
             log.info("stopped: %s", summary)
-            return EXIT_TERM
+            return 130 if self._interrupted else EXIT_TERM
         if complete and uploads_ok and not q["bad_prompts"]:
             log.info("finished: %s", summary)
             return EXIT_OK
         if complete and uploads_ok:
             log.warning("finished with bad prompt lines (see above): %s", summary)
             return EXIT_OK
+        if self.gave_up:
+            log.error("gave up, the servers are dead: %s; relaunch once they answer", summary)
+            return EXIT_FAIL
         log.error("incomplete: %s; relaunch to retry what failed", summary)
         return EXIT_FAIL
 
@@ -433,9 +439,21 @@ class Generator:
             self._block(str(exc))
         if now >= next_progress:
             next_progress = now + o.progress_interval_s
+            self._check_give_up(now)
             self._write_resume_hint()
             self.progress.write(self)
         return next_progress, next_backlog
+
+    def _check_give_up(self, now: float) -> None:
+        dead = self.pool.dead_for(now)
+        if self.o.give_up_after_s is None or dead < self.o.give_up_after_s or self.gave_up:
+            return
+        self.gave_up = True
+        errors = "; ".join(f"{s.url}: {s.last_error}" for s in self.pool.servers)
+        log.error("giving up: no server has answered for %.0f s (--give-up-after %.0f s): %s. Relaunch once they "
+                  "are back (finished prompts are kept), or pass --give-up-after never to wait for them", dead,
+                  self.o.give_up_after_s, errors)
+        self._stop.set()
 
     # -------------------------------------------------------------- progress
 

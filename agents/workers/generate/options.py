@@ -44,6 +44,7 @@ class Options:
     audit_sample: int = AUDIT_SAMPLE
     max_prompt_bytes: int = MAX_PROMPT_BYTES
     dedupe: Optional[str] = None  # None: refuse a file with duplicate ids; "first": keep the first of each
+    give_up_after_s: Optional[float] = 600.0  # no server answering this long: stop (exit 1); None: never
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -70,6 +71,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-prompt-bytes", type=int, default=MAX_PROMPT_BYTES,
                    help="a prompt line longer than this is a bad prompt line, skipped without being read whole "
                         f"(default {MAX_PROMPT_BYTES})")
+    p.add_argument("--give-up-after", default="10m", metavar="TIME",
+                   help="stop (exit 1) when no server has answered for this long: 90s, 10m, 2h; "
+                        "0 or 'never' waits forever (default 10m)")
     p.add_argument("--dedupe", choices=("first",), default=None,
                    help="prompt lines that repeat an earlier id: keep the first (default: refuse the file)")
 
@@ -90,9 +94,25 @@ def options_from_args(args: argparse.Namespace) -> Options:
         except ValueError as exc:
             raise UsageError(f"--s3: {exc}") from None
     servers = list(dict.fromkeys(normalize_server(u) for u in args.servers))
+    give_up = parse_duration(str(getattr(args, "give_up_after", "10m")), "--give-up-after")
     return Options(prompts=args.prompts, out=args.out, servers=servers, concurrency=args.concurrency,
                    max_tokens=args.max_tokens, model=args.model, temperature=args.temperature, top_p=args.top_p,
                    thinking=args.thinking, extra_body=extra, s3=args.s3, s3_endpoint=args.s3_endpoint,
                    force=args.force, progress=args.progress, shard_size=args.shard_size,
                    request_timeout_s=args.request_timeout, max_attempts=args.max_attempts,
-                   max_prompt_bytes=args.max_prompt_bytes, dedupe=args.dedupe)
+                   max_prompt_bytes=args.max_prompt_bytes, dedupe=args.dedupe, give_up_after_s=give_up)
+
+
+def parse_duration(text: str, flag: str) -> Optional[float]:
+    """``90``, ``90s``, ``10m``, ``2h`` as seconds; ``0`` or ``never`` as None (no limit)."""
+    t = text.strip().lower()
+    if t in ("never", "0", "0s", "0m", "0h"):
+        return None
+    scale = {"s": 1.0, "m": 60.0, "h": 3600.0}.get(t[-1:], None)
+    try:
+        value = float(t[:-1] if scale else t) * (scale or 1.0)
+    except ValueError:
+        value = -1.0
+    if not value > 0 or value == float("inf"):
+        raise UsageError(f"{flag} {text!r}: expected a time such as 90s, 10m or 2h, or 0 or 'never'")
+    return value

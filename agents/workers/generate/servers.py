@@ -136,6 +136,13 @@ class ServerPool:
         self.session: Any = None  # the aiohttp.ClientSession, set by the run
         self._waiters: collections.deque[asyncio.Future] = collections.deque()
         self._rr = 0
+        self.last_ok = time.monotonic()  # the last answer from any server (the run's start before one)
+
+    def dead_for(self, now: float) -> float:
+        """Seconds since the last answer while every server is failing or resting; 0 while one is fine."""
+        if any(s.failures == 0 for s in self.servers):
+            return 0.0
+        return now - self.last_ok
 
     @property
     def capacity(self) -> int:
@@ -191,6 +198,7 @@ class ServerPool:
         s.outstanding -= 1
         if ok:
             s.ok += 1
+            self.last_ok = time.monotonic()
             if s.failures or s.probing:
                 if s.rest_s:
                     log.info("server %s answers again", s.url)

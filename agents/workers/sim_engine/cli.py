@@ -39,7 +39,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=None)
 
 
-async def serve(args: argparse.Namespace) -> None:
+async def serve(args: argparse.Namespace) -> int:
     kinds = tuple(k.strip() for k in args.fail_kinds.split(",") if k.strip())
     bad = [k for k in kinds if k not in FAIL_KINDS]
     if bad or not kinds:
@@ -61,7 +61,9 @@ async def serve(args: argparse.Namespace) -> None:
                        fail_rate=args.fail_rate, fail_kinds=kinds, model=args.model, startup_s=args.startup_s,
                        out_tokens=(lo, hi), seed=args.seed, batch_tok_s=args.batch_tok_s,
                        out_median=args.out_median, out_sigma=args.out_sigma)
-    runner = web.AppRunner(engine.app(), access_log=None, handle_signals=False)
+    # SIGTERM drops the requests in flight within 0.2 s, as SGLang's own shutdown does: a kill
+    # then frees the server's GPU memory at once (aiohttp would wait up to 60 s for them)
+    runner = web.AppRunner(engine.app(), access_log=None, handle_signals=False, shutdown_timeout=0.2)
     await runner.setup()
     site = web.TCPSite(runner, args.host, args.port, backlog=1024, reuse_address=True)
     try:
@@ -73,13 +75,14 @@ async def serve(args: argparse.Namespace) -> None:
     print(f"listening on http://{args.host}:{port}", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+    got: list[int] = []
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, lambda s=sig: (got.append(s), stop.set()))
     await stop.wait()
     await runner.cleanup()
+    return 130 if got[:1] == [signal.SIGINT] else 0  # ctrl-c: 130, as every gpudeck command
 
 
 def main(argv: Optional[list[str]] = None) -> int:
     args = build_parser().parse_args(argv)
-    asyncio.run(serve(args))
-    return 0
+    return asyncio.run(serve(args))
