@@ -9,7 +9,8 @@ def register(sub) -> None:
     p = sub.add_parser("up", help="open the console (TUI) on a fleet")
     fleet_arg(p)
     p.add_argument("--read-only", action="store_true", help="watch only: kill, relaunch and launch are off")
-    p.add_argument("--view", choices=("fleet", "jobs", "logs", "alerts"), default="jobs", help="the view shown first")
+    p.add_argument("--view", choices=("overview", "fleet", "jobs", "logs", "alerts"), default="overview",
+                   help="the view shown first (default: the overview of GPUs, jobs and alerts)")
     p.set_defaults(run=_up)
 
 
