@@ -13,12 +13,17 @@ how many bytes it skipped, rather than showing ever older output.
 
 from __future__ import annotations
 
+import logging
 import os
+import threading
 from pathlib import Path
+from typing import Iterable
 
 from gpudeck.agents.protocol import LogChunk
 
 BLOCK = 1 << 16
+log = logging.getLogger("agents")
+
 FOLLOW_CHUNK = 1 << 20  # the most one follow request returns
 FOLLOW_MAX_BEHIND = 4 << 20  # a follower further behind than this skips ahead ...
 FOLLOW_RESUME = 256 << 10  # ... to this much before the end (at a line start)
@@ -94,3 +99,33 @@ def cap(path: Path, max_bytes: int) -> bool:
     os.replace(tmp, old)
     os.truncate(path, 0)
     return True
+
+
+class Capper:
+    """Cuts the logs of live jobs past their cap (:func:`cap`), each in a thread of its own,
+    so a big log never holds up the agent's tick; one cut at a time per job."""
+
+    def __init__(self) -> None:
+        self._cutting: set[str] = set()
+
+    def check(self, jobs: Iterable[tuple[str, Path, int]]) -> None:
+        """``jobs``: (name, log path, cap in bytes) of each live job."""
+        for name, path, limit in jobs:
+            if name in self._cutting:
+                continue
+            try:
+                if path.stat().st_size <= limit:
+                    continue
+            except OSError:
+                continue
+            self._cutting.add(name)
+            threading.Thread(target=self._cut, args=(name, path, limit), name=f"log-{name}", daemon=True).start()
+
+    def _cut(self, name: str, path: Path, limit: int) -> None:
+        try:
+            if cap(path, limit):
+                log.info("job %s: job.log passed %d MiB: the newest half is in job.log.1", name, limit >> 20)
+        except OSError as exc:
+            log.warning("job %s: cannot cut job.log: %s", name, exc)
+        finally:
+            self._cutting.discard(name)

@@ -22,12 +22,10 @@ import json
 import logging
 import os
 import select
-import signal
 import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -37,7 +35,8 @@ from gpudeck.agents import joblog, killing
 from gpudeck.agents.contain import Containment, cgroup_path_of, token_of
 from gpudeck.agents.gpu import GpuSampler
 from gpudeck.agents.jobs import JobSpec, JobState, SpecError
-from gpudeck.agents.protocol import GpuHolder, KillVerdict, LaunchResult, LogChunk, ProtocolError, from_dict, to_plain
+from gpudeck.agents.protocol import KillVerdict, LaunchResult, LogChunk, to_plain
+from gpudeck.agents.records import JobRecord, _Live, descendants as _descendants
 from gpudeck.agents.workers.common.atomic import atomic_write_json as write_json_atomic
 
 log = logging.getLogger(__name__)
@@ -56,61 +55,6 @@ class JobError(Exception):
     """A request the supervisor refuses; the message says why and what to do."""
 
 
-@dataclass
-class JobRecord:
-    """state.json: what the supervisor knows of a job between agents."""
-
-    name: str
-    state: JobState = JobState.PENDING
-    attempt: int = 0
-    pid: Optional[int] = None
-    pgid: Optional[int] = None
-    create_time: Optional[float] = None
-    started_at: Optional[float] = None
-    ended_at: Optional[float] = None
-    exit_code: Optional[int] = None
-    kill_requested: bool = False
-    kill_started_at: Optional[float] = None  # a kill under way: when it began (unix time) ...
-    kill_grace_s: Optional[float] = None  # ... and its grace; an agent that dies mid-kill leaves both
-    last_kill: Optional[KillVerdict] = None
-    argv: list[str] = field(default_factory=list)  # the command line of this attempt
-    start_ticks: Optional[int] = None  # the leader's start in clock ticks since boot (killing.start_ticks)
-    token: Optional[str] = None  # in the environment of every process of the attempt (contain.py)
-    cgroup: Optional[str] = None  # the attempt's cgroup, in cgroup mode
-
-    def to_dict(self) -> dict[str, Any]:
-        return to_plain(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "JobRecord":
-        known = set(cls.__dataclass_fields__)
-        values = {k: v for k, v in d.items() if k in known}
-        values["state"] = JobState(values.get("state", JobState.PENDING))
-        kill = values.get("last_kill")
-        try:
-            values["last_kill"] = from_dict(KillVerdict, kill) if isinstance(kill, dict) else None
-        except ProtocolError:  # a verdict of a form this version does not read: not shown, not fatal
-            values["last_kill"] = None
-        return cls(**values)
-
-
-@dataclass
-class _Live:
-    """In-memory only: a Popen to reap while this agent is the parent, cached group members."""
-
-    popen: Optional[subprocess.Popen] = None
-    members: list[int] = field(default_factory=list)
-    members_at: float = 0.0
-    # a pidfd names the leader itself, not its number: a reused pid can never answer for it,
-    # and asking whether it ended costs one poll(2), no /proc parsing
-    pidfd: Optional[int] = None
-
-    def close_pidfd(self) -> None:
-        if self.pidfd is not None:
-            os.close(self.pidfd)
-            self.pidfd = None
-
-
 class JobSupervisor:
     def __init__(self, home: Path, gpu: Optional[GpuSampler] = None, node: str = "local",
                  python: str = sys.executable) -> None:
@@ -127,7 +71,7 @@ class JobSupervisor:
         self._live: dict[str, _Live] = {}
         self._lock = threading.RLock()
         self._busy: set[str] = set()  # jobs with a launch/kill under way
-        self._cutting: set[str] = set()  # jobs whose log is being cut
+        self._capper = joblog.Capper()
         self._stored: dict[str, tuple[int, Optional[JobSpec]]] = {}  # spec.json by its mtime
         self._dirs: dict[str, Path] = {}
         self.on_audit: Optional[Callable[[str, Optional[str], dict[str, Any]], None]] = None  # the timeline's copy
@@ -561,52 +505,7 @@ class JobSupervisor:
         return joblog.tail(name, path, lines) if offset is None else joblog.read_on(name, path, int(offset))
 
     def cap_logs(self) -> None:
-        """Cut the log of each live job that grew past its ``log_max_mb``; the copying runs in
-        a thread of its own, so a big log never holds up a tick."""
-        for name, rec in list(self.records.items()):
-            spec = self.spec_of(name) if rec.state.alive and name not in self._cutting else None
-            if spec is None:
-                continue
-            path, limit = self.job_file(name, "job.log"), int(spec.log_max_mb * 2**20)
-            try:
-                if path.stat().st_size <= limit:
-                    continue
-            except OSError:
-                continue
-            self._cutting.add(name)
-            threading.Thread(target=self._cut_log, args=(name, path, limit), name=f"log-{name}", daemon=True).start()
-
-    def _cut_log(self, name: str, path: Path, limit: int) -> None:
-        try:
-            if joblog.cap(path, limit):
-                log.info("job %s: job.log passed %d MiB: the newest half is in job.log.1", name, limit >> 20)
-        except OSError as exc:
-            log.warning("job %s: cannot cut job.log: %s", name, exc)
-        finally:
-            self._cutting.discard(name)
-
-
-def _descendants(pid: int) -> Optional[list[int]]:
-    """Every descendant of ``pid`` from /proc/<pid>/task/<tid>/children: a few small reads,
-    where a scan of every process costs milliseconds. None where the kernel lacks the file."""
-    out: list[int] = []
-    todo = [pid]
-    while todo:
-        p = todo.pop()
-        try:
-            tids = os.listdir(f"/proc/{p}/task")
-        except OSError:
-            continue
-        for tid in tids:
-            try:
-                with open(f"/proc/{p}/task/{tid}/children", "rb") as f:
-                    kids = [int(c) for c in f.read().split()]
-            except FileNotFoundError:
-                if p == pid and not out:
-                    return None  # no children lists in this kernel (or the leader just ended)
-                continue
-            except (OSError, ValueError):
-                continue
-            out.extend(kids)
-            todo.extend(kids)
-    return out
+        """Cut the log of each live job that grew past its ``log_max_mb`` (joblog.Capper)."""
+        self._capper.check((name, self.job_dir(name) / "job.log", int(spec.log_max_mb * 2**20))
+                           for name, rec in list(self.records.items())
+                           if rec.state.alive and (spec := self.spec_of(name)) is not None)

@@ -40,7 +40,7 @@ import asyncssh
 
 from gpudeck.remote.fleet import NO_JUMP, Node, jump_host_node
 from gpudeck.remote.known_hosts import DEFAULT_KNOWN_HOSTS, HostKeyPolicy
-from gpudeck.remote.link import LINE_LIMIT, AgentError, AgentLink, VersionMismatch, agent_argv, describe_end
+from gpudeck.remote.link import LINE_LIMIT, AgentLink, agent_argv, describe_end
 from gpudeck.remote.ssh_errors import (AgentStartFailed, AuthFailed, ConnectFailed, HostCertificateRefused,
                                        HostKeyChanged, HostKeyError, HostKeyUnknown, SshError)
 

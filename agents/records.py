@@ -1,0 +1,94 @@
+"""What the supervisor keeps of a job: ``state.json`` (JobRecord, shared between agents) and,
+in memory only, what this agent holds of a live job (_Live); and a job's descendants, read
+from /proc's children lists."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from gpudeck.agents.jobs import JobState
+from gpudeck.agents.protocol import KillVerdict, ProtocolError, from_dict, to_plain
+
+
+@dataclass
+class JobRecord:
+    """state.json: what the supervisor knows of a job between agents."""
+
+    name: str
+    state: JobState = JobState.PENDING
+    attempt: int = 0
+    pid: Optional[int] = None
+    pgid: Optional[int] = None
+    create_time: Optional[float] = None
+    started_at: Optional[float] = None
+    ended_at: Optional[float] = None
+    exit_code: Optional[int] = None
+    kill_requested: bool = False
+    kill_started_at: Optional[float] = None  # a kill under way: when it began (unix time) ...
+    kill_grace_s: Optional[float] = None  # ... and its grace; an agent that dies mid-kill leaves both
+    last_kill: Optional[KillVerdict] = None
+    argv: list[str] = field(default_factory=list)  # the command line of this attempt
+    start_ticks: Optional[int] = None  # the leader's start in clock ticks since boot (killing.start_ticks)
+    token: Optional[str] = None  # in the environment of every process of the attempt (contain.py)
+    cgroup: Optional[str] = None  # the attempt's cgroup, in cgroup mode
+
+    def to_dict(self) -> dict[str, Any]:
+        return to_plain(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "JobRecord":
+        known = set(cls.__dataclass_fields__)
+        values = {k: v for k, v in d.items() if k in known}
+        values["state"] = JobState(values.get("state", JobState.PENDING))
+        kill = values.get("last_kill")
+        try:
+            values["last_kill"] = from_dict(KillVerdict, kill) if isinstance(kill, dict) else None
+        except ProtocolError:  # a verdict of a form this version does not read: not shown, not fatal
+            values["last_kill"] = None
+        return cls(**values)
+
+
+@dataclass
+class _Live:
+    """In-memory only: a Popen to reap while this agent is the parent, cached group members."""
+
+    popen: Optional[subprocess.Popen] = None
+    members: list[int] = field(default_factory=list)
+    members_at: float = 0.0
+    # a pidfd names the leader itself, not its number: a reused pid can never answer for it,
+    # and asking whether it ended costs one poll(2), no /proc parsing
+    pidfd: Optional[int] = None
+
+    def close_pidfd(self) -> None:
+        if self.pidfd is not None:
+            os.close(self.pidfd)
+            self.pidfd = None
+
+
+def descendants(pid: int) -> Optional[list[int]]:
+    """Every descendant of ``pid`` from /proc/<pid>/task/<tid>/children: a few small reads,
+    where a scan of every process costs milliseconds. None where the kernel lacks the file."""
+    out: list[int] = []
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            tids = os.listdir(f"/proc/{p}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                with open(f"/proc/{p}/task/{tid}/children", "rb") as f:
+                    kids = [int(c) for c in f.read().split()]
+            except FileNotFoundError:
+                if p == pid and not out:
+                    return None  # no children lists in this kernel (or the leader just ended)
+                continue
+            except (OSError, ValueError):
+                continue
+            out.extend(kids)
+            todo.extend(kids)
+    return out
