@@ -20,6 +20,7 @@ from gpudeck.console.formatting import human_duration, quality_flags, round_eta,
 from gpudeck.console.rows import (SPARK_BUCKET_S, AlertRow, FleetRow, GpuRow, JobDetail, JobRow, NodeRow, NodeState,
                                   ProcRow, Totals)
 from gpudeck.console.series import DiskTrend, Recent, Series
+from gpudeck.remote.client import NodeView
 from gpudeck.remote.fleet import LOCAL, Fleet
 
 DISK_FILL_HORIZON_S = 24 * 3600.0  # alert when a disk fills within a day
@@ -37,20 +38,6 @@ _ENGINE_STATES = {e: e for e in EngineState}
 _RUNNING, _SHOWN_READY, _STALLED = JobState.RUNNING, ShownState.READY, AlertKind.STALLED  # no enum lookup per row
 _ENGINE_READY, _ENGINE_FAILED = EngineState.READY, EngineState.FAILED
 _SAMPLED = (JobState.RUNNING, JobState.STARTING)  # the states whose tokens/s the sparkline records
-
-
-@dataclass
-class NodeView:
-    name: str
-    snapshot: Optional[Snapshot] = None
-    error: Optional[str] = None
-    unreachable_since: Optional[float] = None
-    retry_in_s: Optional[float] = None  # the reconnect loop's next try, when it said
-    told_at: Optional[float] = None  # when the error was recorded
-
-    @property
-    def reachable(self) -> bool:
-        return self.snapshot is not None and self.error is None
 
 
 # ---------------------------------------------------------------- the state

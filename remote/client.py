@@ -22,7 +22,7 @@ from gpudeck.remote.link import (LINE_LIMIT, AgentError, AgentLink, ByteWriter, 
                                  VersionMismatch)
 
 __all__ = ["LINE_LIMIT", "AgentError", "AgentLink", "ByteWriter", "FleetClient", "NodeDown", "NodeError",
-           "NodeStatus", "NodeUp", "RequestFailed", "Transport", "VersionMismatch"]
+           "NodeStatus", "NodeUp", "NodeView", "RequestFailed", "Transport", "VersionMismatch"]
 
 log = logging.getLogger(__name__)
 
@@ -60,11 +60,29 @@ class NodeUp:
 
 
 @dataclasses.dataclass
-class NodeStatus:
-    node: Node
+class NodeView:
+    """One node as a console knows it: its last snapshot, or why it cannot be read and since
+    when. ``FleetClient.status`` answers with these, and the console's FleetState keeps one
+    per node: one type from the link to the screen."""
+
+    name: str
     snapshot: Optional[Snapshot] = None
     error: Optional[str] = None
-    since: Optional[float] = None  # unreachable since
+    unreachable_since: Optional[float] = None
+    retry_in_s: Optional[float] = None  # the reconnect loop's next try, when it said
+    told_at: Optional[float] = None  # when the error was recorded
+    node: Optional[Node] = None  # the fleet file's node, where known
+
+    @property
+    def reachable(self) -> bool:
+        return self.snapshot is not None and self.error is None
+
+    @property
+    def since(self) -> Optional[float]:
+        return self.unreachable_since
+
+
+NodeStatus = NodeView  # the name FleetClient.status used before the two were one
 
 
 ENGINE_WAIT_S = 7.0  # a one-shot status waits this long at most for the first scrape of live engines
@@ -131,18 +149,18 @@ class FleetClient:
         nodes = [n for n in self.fleet.nodes if n.name != LOCAL or LOCAL in used or len(self.fleet.nodes) == 1]
         return nodes
 
-    async def status(self, timeout: float = 10.0) -> list[NodeStatus]:
+    async def status(self, timeout: float = 10.0) -> list[NodeView]:
         """Every node at once, each within ``timeout`` (connect and first snapshot together):
         a node that cannot be read comes back with its reason and since when, never raises."""
 
-        async def one(node: Node) -> NodeStatus:
+        async def one(node: Node) -> NodeView:
             deadline = time.monotonic() + timeout
             if node.name not in self.links and node.name not in self.errors:
                 await self._try_connect(node, timeout)
             link = self.links.get(node.name)
             if link is None:
                 err, since = self.errors.get(node.name, (str(AgentError(node.name, "not connected")), time.time()))
-                return NodeStatus(node, error=err, since=since)
+                return NodeView(node.name, error=err, unreachable_since=since, node=node)
             try:
                 left = max(deadline - time.monotonic(), min(timeout, 1.0))
                 snap = await link.next_snapshot(link.configured_seq, left)
@@ -160,9 +178,9 @@ class FleetClient:
                         if link.closed:
                             raise
                         break
-                return NodeStatus(node, snapshot=snap)
+                return NodeView(node.name, snapshot=snap, node=node)
             except AgentError as exc:
-                return NodeStatus(node, error=str(exc), since=time.time())
+                return NodeView(node.name, error=str(exc), unreachable_since=time.time(), node=node)
 
         return list(await asyncio.gather(*(one(n) for n in self.nodes_in_use())))
 

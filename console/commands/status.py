@@ -24,11 +24,11 @@ async def _status(args) -> int:
     client = FleetClient(fleet)
     try:
         state = FleetState(fleet)
-        for ns in await client.status(timeout=args.timeout):
-            if ns.snapshot is not None:
-                state.apply(ns.snapshot)
+        for view in await client.status(timeout=args.timeout):
+            if view.snapshot is not None:
+                state.apply(view.snapshot)
             else:
-                state.mark_unreachable(ns.node.name, ns.error or "unreachable", ns.since)
+                state.mark_unreachable(view.name, view.error or "unreachable", view.unreachable_since)
     finally:
         await client.close()
     if args.json:
