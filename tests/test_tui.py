@@ -268,3 +268,44 @@ async def test_sparkline_is_backfilled_from_the_agents_history_after_a_reconnect
         row = await wait_until(pilot, lambda: (r := job_row(second, "gen")) and r.state == "running" and r,
                                what="the job adopted")
         assert row.attempt == 1  # the same run, seen again
+
+
+async def test_slash_in_the_logs_view_searches_and_n_jumps(tmp_path, fleet_home):
+    app = app_on(tmp_path, fleet_home, [shell_job("gen", progress_script(step_s=0.05))])
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await launched(pilot, "gen")
+        await pilot.press("3")
+        panel = app.screen.query_one("#log-panel")
+        await wait_until(pilot, lambda: "item 12" in panel.text, what="a dozen items in the log")
+        await pilot.press("slash")
+        await pilot.press(*"item 1")
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: panel.term == "item 1" and len(panel.matches()) >= 4,
+                         what="the lines holding 'item 1' found")
+        first = panel.match
+        assert first is not None and "item 1" in panel.log.lines[first]
+        await pilot.press("n")
+        await wait_until(pilot, lambda: panel.match is not None and panel.match != first, what="n to the next match")
+        assert "item 1" in panel.log.lines[panel.match]
+        text = await wait_for_text(pilot, "search 'item 1'")
+        assert "n/N" in text
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: panel.term == "", what="escape to clear the search")
+
+
+async def test_the_command_palette_jumps_to_a_job_and_runs_its_keys(tmp_path, fleet_home):
+    app = app_on(tmp_path, fleet_home, [shell_job("idle", "sleep 600"), shell_job("other", "sleep 600")])
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await wait_for_text(pilot, "other")
+        await pilot.press("ctrl+p")
+        await pilot.press(*"job other")
+        await wait_for_text(pilot, "jump to it in the jobs view")
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: getattr(app.screen.query_one("#jobs-table").cursor_row, "name", None)
+                         == "other", what="the cursor on job other in the jobs view")
+        await pilot.press("ctrl+p")
+        await pilot.press(*"launch other")
+        await wait_for_text(pilot, "launch other")
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: job_row(app, "other") is not None and job_row(app, "other").alive,
+                         timeout=60, what="other launched through the palette")

@@ -82,7 +82,7 @@ def _job_lines(state) -> list[str]:
     jobs = state.jobs()
     if not jobs:
         return []
-    lines = [f"{'JOB':<20} {'NODE':<12} {'KIND':<14} {'STATE':<9} {'GPUS':<6} {'TRY':>3} "
+    lines = [f"{'JOB':<20} {'NODE':<12} {'KIND':<14} {'STATE':<9} {'GPUS':<6} {'ATT':>3} "
              f"{'DONE':>16} {'TOK/S':>9} {'ETA':>8}"]
     for node, j in jobs:
         p = j.progress

@@ -30,7 +30,7 @@ class JobsTable(LiveTable[JobRow]):
         Column("KIND", 6, drop=8),
         Column("STATE", 10),
         Column("GPUS", 4, drop=9),
-        Column("#", 2, "right", drop=10),
+        Column("ATT", 3, "right", drop=10),  # the attempt: 1 for the first launch
         Column("TOK/S", 7, "right"),
         Column("TREND", SPARK, drop=5),
         Column("DONE", 13, "right"),
