@@ -323,7 +323,26 @@ def encode(msg: Message) -> bytes:
 
 
 _FIELDS: dict[type, tuple[str, ...]] = {}
-_SCALARS = frozenset({str, int, float, bool, type(None)})
+# what each type is, found once per type: a scalar (or a str enum: JSON writes its value), a
+# dataclass (its field names in _FIELDS), a list, a dict; one dict lookup per value after that
+_SCALAR, _DATACLASS, _LIST, _DICT, _OTHER = range(5)
+_KINDS: dict[type, int] = {str: _SCALAR, int: _SCALAR, bool: _SCALAR, type(None): _SCALAR, list: _LIST, dict: _DICT}
+
+
+def _kind(cls: type) -> int:
+    if dataclasses.is_dataclass(cls):
+        _FIELDS[cls] = tuple(f.name for f in dataclasses.fields(cls))
+        k = _DATACLASS
+    elif issubclass(cls, (str, int)):
+        k = _SCALAR
+    elif issubclass(cls, list):
+        k = _LIST
+    elif issubclass(cls, dict):
+        k = _DICT
+    else:
+        k = _OTHER
+    _KINDS[cls] = k
+    return k
 
 
 def to_plain(obj: Any) -> Any:
@@ -333,17 +352,17 @@ def to_plain(obj: Any) -> Any:
     cls = type(obj)
     if cls is float:
         return obj if math.isfinite(obj) else None
-    if cls in _SCALARS:
+    k = _KINDS.get(cls)
+    if k is None:
+        k = _kind(cls)
+    if k == _SCALAR:
         return obj
-    names = _FIELDS.get(cls)
-    if names is None and dataclasses.is_dataclass(obj):
-        names = _FIELDS[cls] = tuple(f.name for f in dataclasses.fields(obj))
-    if names is not None:
-        return {n: to_plain(getattr(obj, n)) for n in names}
-    if isinstance(obj, list):
+    if k == _DATACLASS:
+        return {n: to_plain(getattr(obj, n)) for n in _FIELDS[cls]}
+    if k == _LIST:
         return [to_plain(v) for v in obj]
-    if isinstance(obj, dict):
-        return {k: to_plain(v) for k, v in obj.items()}
+    if k == _DICT:
+        return {key: to_plain(v) for key, v in obj.items()}
     return obj
 
 
