@@ -506,6 +506,6 @@ class JobSupervisor:
 
     def cap_logs(self) -> None:
         """Cut the log of each live job that grew past its ``log_max_mb`` (joblog.Capper)."""
-        self._capper.check((name, self.job_dir(name) / "job.log", int(spec.log_max_mb * 2**20))
+        self._capper.check((name, self.job_file(name, "job.log"), int(spec.log_max_mb * 2**20))
                            for name, rec in list(self.records.items())
                            if rec.state.alive and (spec := self.spec_of(name)) is not None)
