@@ -343,8 +343,9 @@ home = "{home}"
     r = cli("deploy", "-f", str(path), "fresh", timeout=300)
     assert r.returncode == 0, r.stderr
     venv = home / "venv"
-    assert r.stdout.startswith(f"fresh: gpudeck {__version__} in {venv} (dependencies already there: "
-                               f"pip --no-deps --no-index)"), r.stdout
+    assert (f"\nfresh: gpudeck {__version__} in {venv} (dependencies already there: pip --no-deps --no-index)"
+            in r.stdout), r.stdout  # after the per-node progress lines, before the summary
+    assert "deployed gpudeck to 1 of 1 node(s)" in r.stdout
     assert (home / "dist" / f"gpudeck-{__version__}-py3-none-any.whl").is_file()  # what SFTP carried
     where = run(str(venv / "bin" / "python"), "-c", "import gpudeck.agents as a; print(a.__file__)", cwd="/").stdout
     assert where.startswith(str(venv / "lib")), where  # installed in the venv, not this working tree
@@ -364,7 +365,7 @@ home = "{home}"
     r = cli("deploy", "-f", str(path), "fresh", "--wheel", str(home / "dist" / f"gpudeck-{__version__}-py3-none-any.whl"),
             timeout=300)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.startswith(f"fresh: gpudeck {__version__} in {venv}"), r.stdout
+    assert f"\nfresh: gpudeck {__version__} in {venv}" in r.stdout, r.stdout
 
 
 def test_deploy_reports_unknown_node(netns, tmp_path):
