@@ -30,6 +30,9 @@ from gpudeck.agents.protocol import GpuHolder, KillVerdict
 
 
 
+QUIET_S = 0.2  # "gone" means no process of the attempt for this long, not one empty reading
+
+
 @dataclass
 class Target:
     """What a kill needs to know of one job attempt."""
@@ -68,13 +71,19 @@ def wait_gone(t: Target, timeout_s: float, sig: Optional[int] = None) -> set[int
     With ``sig``, a process that appears meanwhile (forked during the kill) gets it too."""
     deadline = time.monotonic() + timeout_s
     signalled: set[int] = set()
+    quiet_since: Optional[float] = None
     while True:
         t.reap()
         alive = {p for p in t.members() if running(p)}
         if sig is not None and alive - signalled:
             signal_all(None, alive - signalled, sig)
             signalled |= alive
-        if not alive or time.monotonic() >= deadline:
+        now = time.monotonic()
+        if alive:
+            quiet_since = None
+        elif quiet_since is None:
+            quiet_since = now  # empty once: a process forked just as its parent died may not be listed yet
+        if (not alive and now - quiet_since >= QUIET_S) or now >= deadline:
             return alive
         time.sleep(0.05)
 
