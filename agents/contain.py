@@ -59,14 +59,7 @@ def cgroup2_mount() -> Optional[Path]:
 
 
 def own_cgroup() -> Optional[str]:
-    try:
-        with open("/proc/self/cgroup") as f:
-            for line in f:
-                if line.startswith("0::"):
-                    return line[3:].strip()
-    except OSError:
-        pass
-    return None
+    return cgroup_path_of("self")
 
 
 def _usable(parent: Path) -> bool:
@@ -210,7 +203,8 @@ def token_of(pid: int) -> Optional[str]:
     return env[start + len(key):end if end >= 0 else None].decode(errors="replace")
 
 
-def cgroup_path_of(pid: int) -> Optional[str]:
+def cgroup_path_of(pid) -> Optional[str]:
+    """A process's cgroup v2 path (``pid`` a number, or "self")."""
     try:
         with open(f"/proc/{pid}/cgroup") as f:
             for line in f:
