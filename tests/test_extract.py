@@ -38,7 +38,7 @@ def _offline(monkeypatch):
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
     root = tmp_path_factory.mktemp("models")
-    return {arch: build_model(str(root / arch), arch) for arch in ("qwen3", "llama")}
+    return {arch: build_model(str(root / arch), arch) for arch in ("qwen3", "llama", "hybrid")}
 
 
 def extract(model: str, data: str, out: str, layers: str = "1,3,4", *extra: str) -> int:
@@ -49,7 +49,7 @@ def extract(model: str, data: str, out: str, layers: str = "1,3,4", *extra: str)
 # ---------------------------------------------------------------- hidden states
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-@pytest.mark.parametrize("arch", ["qwen3", "llama"])
+@pytest.mark.parametrize("arch", ["qwen3", "llama", "hybrid"])
 def test_hidden_states_equal_a_plain_transformers_forward(tmp_path, models, arch, dtype):
     from gpudeck.agents.workers.extract.reader import open_extract
 
@@ -108,6 +108,47 @@ def test_the_fast_path_runs_only_the_layers_it_needs(models):
     model.lm_head.register_forward_hook(lambda *a: lm_head_calls.append(1))
     HiddenStateRunner(model, [4], fast=False)(torch.randint(0, 100, (1, 5)))
     assert lm_head_calls == [], "the generic path must not run the LM head"
+
+
+def test_the_hybrid_path_runs_the_models_own_layers_up_to_the_deepest_kept(tmp_path, models):
+    """Gated DeltaNet + full attention (qwen3_5_text): the hybrid path, no mask, no LM head,
+    layer 4 never runs when layer 2 is the deepest kept; right-padded samples give the
+    states of a masked forward on their real tokens."""
+    from transformers import AutoModelForCausalLM
+
+    from gpudeck.agents.workers.extract.model import HiddenStateRunner
+    from gpudeck.agents.workers.extract.perf import CountedFlops
+
+    model = AutoModelForCausalLM.from_pretrained(models["hybrid"], dtype=torch.float32).eval()
+    calls, lm_head_calls = [], []
+    for i, layer in enumerate(model.model.layers):
+        layer.register_forward_pre_hook(lambda m, a, i=i: calls.append(i))
+    model.lm_head.register_forward_hook(lambda *a: lm_head_calls.append(1))
+    runner = HiddenStateRunner(model, [0, 2])
+    assert runner.path == "hybrid", runner.why_not_fast
+    assert "gated_delta_rule=" in runner.why_not_fast  # which kernels run is said
+    ids = torch.randint(0, 500, (3, 40))
+    mask = torch.ones(3, 40, dtype=torch.long)
+    mask[1, 30:] = 0
+    mask[2, 9:] = 0
+    calls.clear()
+    out = runner(ids)
+    assert sorted(set(calls)) == [0, 1] and lm_head_calls == []
+    with torch.no_grad():
+        ref = model.model(input_ids=ids, attention_mask=mask, output_hidden_states=True).hidden_states
+    for j, layer in enumerate([0, 2]):
+        assert rel_err(out[..., j * 64:(j + 1) * 64][mask.bool()], ref[layer][mask.bool()]) <= 1e-5
+    flops = runner.flop_model()
+    assert isinstance(flops, CountedFlops) and flops.attn_width == 0  # layers 1-2 are both linear attention
+    assert HiddenStateRunner(model, [4]).flop_model().attn_width == 4 * 16  # layer 4 is full attention
+
+
+def test_a_hybrid_model_through_the_worker_says_its_path(tmp_path, models):
+    write_tokenized(str(tmp_path / "d.jsonl"), 10, seed=4)
+    assert extract(models["hybrid"], str(tmp_path / "d.jsonl"), str(tmp_path / "out"), "1,4",
+                   "--dtype", "float32") == 0
+    progress = json.loads((tmp_path / "out" / "progress.json").read_text())
+    assert progress["forward"] == "hybrid"
 
 
 # ---------------------------------------------------------------- chat input and the loss mask

@@ -59,7 +59,8 @@ def build_tokenizer(template: str = CHAT_TEMPLATE):
 def build_model(model_dir: str, arch: str = "qwen3", template: Optional[str] = CHAT_TEMPLATE, layers: int = 4,
                 seed: int = 0, context: int = 4096) -> str:
     """A random-weight Qwen3- or Llama-shaped model (hidden 64, GQA 4/2 heads) saved with a
-    tokenizer to ``model_dir``."""
+    tokenizer to ``model_dir``; ``hybrid``: Qwen3.5-shaped (``qwen3_5_text``), three of four
+    layers Gated DeltaNet (linear attention), the fourth full attention."""
     import torch
     from transformers import AutoModelForCausalLM, LlamaConfig, Qwen3Config
 
@@ -67,7 +68,13 @@ def build_model(model_dir: str, arch: str = "qwen3", template: Optional[str] = C
     vocab = max(512, len(tok)) if tok is not None else 512
     common = dict(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=layers,
                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=context)
-    cfg = Qwen3Config(head_dim=16, **common) if arch == "qwen3" else LlamaConfig(**common)
+    if arch == "hybrid":
+        from transformers.models.qwen3_5.configuration_qwen3_5 import Qwen3_5TextConfig
+        cfg = Qwen3_5TextConfig(head_dim=16, linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16,
+                                linear_value_head_dim=16, layer_types=(["linear_attention"] * 3 + ["full_attention"])
+                                * (layers // 4) + ["linear_attention"] * (layers % 4), **common)
+    else:
+        cfg = Qwen3Config(head_dim=16, **common) if arch == "qwen3" else LlamaConfig(**common)
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(cfg)
     model.save_pretrained(model_dir)

@@ -16,7 +16,6 @@ import numpy as np
 
 from gpudeck.agents.workers.extract.context import RunContext
 from gpudeck.agents.workers.extract.data import Batch, Prepared
-from gpudeck.agents.workers.extract.perf import FlopModel
 from gpudeck.agents.workers.extract.progress import ExtractProgress
 
 log = logging.getLogger("gpudeck.extract")
@@ -89,7 +88,7 @@ class Forward:
         import torch
 
         self.ctx, self.batches, self.jobs, self.buffers, self.progress = ctx, batches, jobs, buffers, progress
-        self.flop_model = FlopModel.from_config(ctx.cfg, ctx.runner.layers_run)
+        self.flop_model = ctx.runner.flop_model()
         self.copy_stream = torch.cuda.Stream() if ctx.cuda else None
         self.dev = torch.device(ctx.device)
 

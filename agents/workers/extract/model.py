@@ -271,9 +271,12 @@ class HiddenStateRunner:
         self._plan = None
         self._layer_fn = decoder_layer
         self._check_compiled = False
+        self._hybrid = False
         if fast:
             plan, why = fast_path_plan(model)
             self.why_not_fast = why
+            if plan is None:
+                self._try_hybrid(check)
             if plan is not None:
                 self._plan = plan
                 self.path = "fast"
@@ -291,10 +294,49 @@ class HiddenStateRunner:
         if self.path == "generic":
             self.layers_run = self.num_layers  # the generic path runs every layer
 
+    def _try_hybrid(self, check: bool) -> None:
+        """The hybrid path (linear and full attention layers, :mod:`hybrid`) where it applies."""
+        from gpudeck.agents.workers.extract import hybrid
+
+        ok, why = hybrid.hybrid_plan(self.cfg, self.decoder)
+        if not ok:
+            self.why_not_fast += f"; not hybrid either: {why}"
+            return
+        err = hybrid.self_check(self.decoder, self.cfg.vocab_size, self.layers_run, self.num_layers,
+                                layer_tolerance(self.dtype), self.device) if check else None
+        if err is not None:
+            log.warning("the hybrid path disagrees with the model's own forward (%s); using the generic path", err)
+            self.why_not_fast = f"hybrid self-check failed: {err}"
+            return
+        k = hybrid.kernels()
+        self._hybrid, self.path = True, "hybrid"
+        slow = [name for name, impl in k.items() if impl == "torch"]
+        self.why_not_fast = "kernels: " + ", ".join(f"{n}={v}" for n, v in k.items())
+        if slow and self.device.type == "cuda":
+            log.warning("hybrid model: %s run transformers' reference PyTorch code; pip install "
+                        "'gpudeck[hybrid]' (flash-linear-attention) for the Triton kernels", ", ".join(slow))
+
+    def flop_model(self):
+        """What one sample costs (perf.FlopModel, or perf.CountedFlops for a hybrid)."""
+        from gpudeck.agents.workers.extract.perf import FlopModel
+
+        if self._hybrid:
+            from gpudeck.agents.workers.extract import hybrid
+            return hybrid.counted_flops(self.cfg, self.decoder, self.layers_run)
+        return FlopModel.from_config(self.cfg, self.layers_run)
+
     # -- running
     @torch.inference_mode()
     def __call__(self, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor] = None,
                  out: Optional[torch.Tensor] = None) -> torch.Tensor:
+        if self._hybrid:
+            from gpudeck.agents.workers.extract import hybrid
+
+            b, s = input_ids.shape
+            with self._attention():
+                return hybrid.run(self.decoder, input_ids, self.layers_run, self.num_layers,
+                                  {layer: j for j, layer in enumerate(self.layers)}, self.hidden,
+                                  self._alloc(b, s, out))
         if self._plan is not None:
             out = self._fast(input_ids, out)
             if self._check_compiled:  # the first compiled batch is checked against eager once

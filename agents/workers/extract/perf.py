@@ -88,6 +88,20 @@ class FlopModel:
                    head_dim=head_dim, layers_run=layers_run)
 
 
+@dataclass(frozen=True)
+class CountedFlops:
+    """FLOPs of one forward pass, counted from the layers that run rather than from a config:
+    for decoders whose layers differ (hybrids of linear and full attention).
+    ``matmul_params``: the weights of every linear in the layers run; ``attn_width``: the sum
+    of heads x head_dim over the full-attention layers among them. A linear-attention layer
+    costs its projections; its recurrence is linear in the length and left out."""
+    matmul_params: int
+    attn_width: int
+
+    def sample_flops(self, n_tokens: int) -> float:
+        return 2.0 * self.matmul_params * n_tokens + 2.0 * n_tokens * n_tokens * self.attn_width
+
+
 class RollingRate:
     """Rates of cumulative counters over the last ``window_s`` seconds."""
 
