@@ -243,7 +243,7 @@ class DiskSampler:
 
 
 def run_worker(torch, model, data: str, out: str, n_budget: int, compile_: bool, progress: str, writers: int,
-               shard_gib: int = 2, compress: bool = False):
+               shard_gib: float = 2, compress: bool = False, layers: list = LAYERS):
     from gpudeck.agents.workers.extract.options import ExtractOptions
     from gpudeck.agents.workers.extract.run import Extraction
 
@@ -268,9 +268,9 @@ def run_worker(torch, model, data: str, out: str, n_budget: int, compile_: bool,
         written.append(entry["bytes"])
         doomed.put(path)  # as an upload-and-delete would; the bytes were fsynced first
 
-    opts = ExtractOptions(model="random-qwen3-1.7b", data=data, out=out, layers=LAYERS,
+    opts = ExtractOptions(model="random-init", data=data, out=out, layers=layers,
                           max_tokens_per_batch=n_budget, device="cuda", dtype="bfloat16", compile=compile_,
-                          shard_bytes=shard_gib << 30, disk_check="warn", audit=False, progress_file=progress,
+                          shard_bytes=int(shard_gib * 2**30), disk_check="warn", audit=False, progress_file=progress,
                           host_buffers=max(4, writers + 2), writers=writers, compress=compress)
     t = time.perf_counter()
     with DiskSampler() as disk:
@@ -278,12 +278,15 @@ def run_worker(torch, model, data: str, out: str, n_budget: int, compile_: bool,
         rc = extraction.run()
         t_end = time.perf_counter()
     log("  " + disk.summary(t))
+    if marks:
+        log(f"  first durable shard {marks[0][0] - t:.1f} s after the worker started "
+            f"({shard_gib:g} GiB shards; model already loaded)")
     doomed.put(None)
     del_thread.join()
     stages = extraction.stage_seconds
     log(f"  stages (s, writers summed): {json.dumps({k: round(v, 1) for k, v in sorted(stages.items())})}"
         f"; wall {t_end - t:.1f} s; {sum(written) / 1e9:.1f} GB written, {sum(written) / (t_end - t) / 1e9:.2f} GB/s"
-        + (f"; compression {sum(n for _, n in marks) * len(LAYERS) * 2048 * 2 / max(1, sum(written)):.3f}x"
+        + (f"; compression {sum(n for _, n in marks) * len(layers) * 2048 * 2 / max(1, sum(written)):.3f}x"
            if compress else ""))
     total = sum(n for _, n in marks)
     return rc, total / (t_end - t), disk.median_rate(), len(marks)
@@ -304,6 +307,147 @@ def run_variants(torch, model, data, args, progress, results) -> None:
         log(f"worker, local disk, {key[8:]}: end to end {e2e_v:,.0f} tok/s, disk {disk_v / 1e9:.2f} GB/s (median)")
 
 
+# 27B-class shapes (Qwen3.6-27B's dimensions): "dense" makes every layer full attention
+# (Qwen3-shaped), "hybrid" is qwen3_5_text with three of four layers Gated DeltaNet.
+BIG = dict(vocab_size=151936, hidden_size=5120, intermediate_size=17408, num_hidden_layers=64,
+           num_attention_heads=24, num_key_value_heads=4, head_dim=256, max_position_embeddings=40960,
+           tie_word_embeddings=False)
+if os.environ.get("GPUDECK_BENCH_TINY"):  # a smoke run of the same code in seconds
+    BIG.update(vocab_size=4096, hidden_size=256, intermediate_size=512, num_attention_heads=4, num_key_value_heads=2,
+               head_dim=64)
+SHAPES = {"dense27b": "qwen3", "hybrid27b": "qwen3_5_text"}
+BIG_LAYERS = [1, 16, 32, 48, 63]
+
+
+def build_big(torch, shape: str):
+    from transformers import AutoModelForCausalLM, Qwen3Config
+
+    if SHAPES[shape] == "qwen3":
+        cfg = Qwen3Config(rope_theta=1000000.0, **BIG)
+    else:
+        from transformers.models.qwen3_5.configuration_qwen3_5 import Qwen3_5TextConfig
+        tiny = bool(os.environ.get("GPUDECK_BENCH_TINY"))
+        cfg = Qwen3_5TextConfig(linear_num_key_heads=2 if tiny else 16, linear_num_value_heads=4 if tiny else 48,
+                                linear_key_head_dim=64 if tiny else 128, linear_value_head_dim=64 if tiny else 128, linear_conv_kernel_dim=4,
+                                layer_types=(["linear_attention"] * 3 + ["full_attention"]) * 16, **BIG)
+    torch.manual_seed(0)
+    with torch.device("cuda"):
+        model = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16, attn_implementation="sdpa")
+    model.eval().requires_grad_(False)
+    return model, cfg
+
+
+def matmul_limit(torch, model, tokens: int) -> tuple[float, str]:
+    """The bf16 matmul limit for this model: the FLOP/s of one decoder layer's own linears
+    (each kind of layer, weighted by how many there are) run back to back on ``tokens`` rows,
+    with nothing else; and a plain 8192^3 GEMM for reference."""
+    import torch.nn.functional as F
+
+    def timed(fn, reps: int = 20) -> float:
+        for _ in range(3):
+            fn()
+        torch.cuda.synchronize()
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        for _ in range(reps):
+            fn()
+        b.record()
+        torch.cuda.synchronize()
+        return a.elapsed_time(b) / 1000 / reps
+
+    x = torch.randn(tokens, model.config.hidden_size, device="cuda", dtype=torch.bfloat16)
+    flops = seconds = 0.0
+    kinds: dict = {}
+    for layer in model.model.layers:
+        key = tuple(tuple(m.weight.shape) for m in layer.modules() if isinstance(m, torch.nn.Linear))
+        kinds[key] = kinds.get(key, 0) + 1
+    for key, count in kinds.items():
+        ins = {k: torch.randn(tokens, k, device="cuda", dtype=torch.bfloat16) for _, k in key}
+        ws = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) for n, k in key]
+        t = timed(lambda: [F.linear(ins[w.shape[1]], w) for w in ws])
+        flops += count * sum(2.0 * tokens * n * k for n, k in key)
+        seconds += count * t
+    del x
+    sq = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    t_sq = timed(lambda: sq @ sq)
+    return flops / seconds, f"the layers' own linears at {tokens} rows; a plain 8192^3 GEMM gives " \
+                            f"{2 * 8192 ** 3 / t_sq / 1e12:.0f} TFLOP/s"
+
+
+def profile_batch(torch, runner, batch: int, vocab: int) -> None:
+    """Where one batch's GPU time goes: the top CUDA kernels."""
+    from torch.profiler import ProfilerActivity, profile
+
+    ids = torch.randint(0, vocab, (batch, SEQ), device="cuda")
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        runner(ids)
+        torch.cuda.synchronize()
+    log(prof.key_averages().table(sort_by="cuda_time_total", row_limit=18, max_name_column_width=70))
+
+
+def big_shape(args) -> int:
+    """A 27B-class model: the worker's forward alone and end to end (to /dev/shm, or --out),
+    against the bf16 matmul limit of the model's own linears, and the naive loop."""
+    import torch
+    import transformers
+
+    from gpudeck.agents.workers.extract import hybrid
+    from gpudeck.agents.workers.extract.model import HiddenStateRunner
+
+    name = torch.cuda.get_device_name()
+    log(f"device {name}; torch {torch.__version__}; transformers {transformers.__version__}; "
+        f"kernels {hybrid.kernels()}")
+    t = time.perf_counter()
+    model, cfg = build_big(torch, args.shape)
+    torch.cuda.synchronize()
+    body = sum(p.numel() for n, p in model.named_parameters() if ".layers." in n)
+    log(f"{args.shape}: {cfg.model_type}, body {body / 1e9:.1f}B parameters, built in {time.perf_counter() - t:.0f} s")
+    batch = max(1, args.budget // SEQ)
+    limit, how = matmul_limit(torch, model, batch * SEQ)
+    log(f"bf16 matmul limit {limit / 1e12:.0f} TFLOP/s ({how})")
+    compile_ = True
+    t = time.perf_counter()
+    runner = HiddenStateRunner(model, BIG_LAYERS, compile=compile_)
+    log(f"runner: path {runner.path} ({runner.why_not_fast}); set up in {time.perf_counter() - t:.0f} s")
+    need = runner.flop_model().sample_flops(SEQ) / SEQ
+
+    def share(tps: float) -> str:
+        return f"{tps * need / 1e12:.0f} TFLOP/s, {tps * need / limit:.1%} of the matmul limit"
+
+    log(f"needed {need / 1e9:.1f} GFLOP/token (layers 1..{max(BIG_LAYERS)}, attention included)")
+    results = {}
+    t = time.perf_counter()
+    runner(torch.randint(0, cfg.vocab_size, (batch, SEQ), device="cuda"))
+    torch.cuda.synchronize()
+    log(f"first batch (compile included): {time.perf_counter() - t:.0f} s")
+    results["compute"] = compute_only(torch, runner, batch, iters=8)
+    log(f"compute only, {runner.path}, batch {batch}: {results['compute']:,.0f} tok/s, {share(results['compute'])}")
+    if args.profile:
+        profile_batch(torch, runner, batch, cfg.vocab_size)
+    if "naive" not in args.skip:
+        global LAYERS
+        saved, LAYERS = LAYERS, BIG_LAYERS
+        results["naive"] = naive(torch, model, args.naive_samples, os.path.join(args.out, "naive"), cfg.vocab_size)
+        LAYERS = saved
+        log(f"naive: {results['naive']:,.0f} tok/s, {share(results['naive'])}")
+    out = "/dev/shm/xbench" if os.path.isdir("/dev/shm") and shutil.disk_usage("/dev/shm").free > 40 << 30 \
+        else os.path.join(args.out, "w")
+    os.makedirs(args.out, exist_ok=True)
+    data = os.path.join(args.out, "data.jsonl")
+    write_data(data, args.samples, cfg.vocab_size)
+    progress = os.path.join(args.out, "progress.json")
+    rc, e2e, _, shards = run_worker(torch, model, data, out, args.budget, compile_, progress, args.writers,
+                                    shard_gib=0.5, compress=args.compress, layers=BIG_LAYERS)
+    shutil.rmtree(out, ignore_errors=True)
+    results["worker"] = e2e
+    log(f"worker to {out}: rc {rc}, {shards} shards, end to end {e2e:,.0f} tok/s, {share(e2e)}")
+    log("")
+    log(f"=== {args.shape} on {name}: worker {e2e:,.0f} tok/s end to end = {e2e * need / limit:.1%} of the "
+        f"matmul limit (forward alone {results['compute'] * need / limit:.1%})"
+        + (f"; ratio worker / naive {e2e / results['naive']:.2f}x" if "naive" in results else ""))
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--samples", type=int, default=600, help="samples of 2,048 tokens for the measured worker run")
@@ -318,8 +462,13 @@ def main() -> int:
                                                   "worker runs, e.g. 4:4:1,2:1:0,8:1:1:z (z: --compress)")
     ap.add_argument("--compress", action="store_true", help="the main worker runs (disk and /dev/shm) with --compress")
     ap.add_argument("--skip", default="", help="comma list of: disk,naive,attn,compute,shm")
+    ap.add_argument("--profile", action="store_true", help="with --shape: the top CUDA kernels of one batch")
+    ap.add_argument("--shape", choices=sorted(SHAPES), help="instead: a 27B-class model of that shape against the "
+                                                            "bf16 matmul limit (see big_shape)")
     args = ap.parse_args()
     skip = set(filter(None, args.skip.split(",")))
+    if args.shape:
+        return big_shape(args)
 
     import torch
     import transformers

@@ -121,8 +121,9 @@ def test_the_hybrid_path_runs_the_models_own_layers_up_to_the_deepest_kept(tmp_p
 
     model = AutoModelForCausalLM.from_pretrained(models["hybrid"], dtype=torch.float32).eval()
     calls, lm_head_calls = [], []
-    for i, layer in enumerate(model.model.layers):
-        layer.register_forward_pre_hook(lambda m, a, i=i: calls.append(i))
+    for i, layer in enumerate(model.model.layers):  # each layer's token mixer: DeltaNet or attention
+        mixer = layer.linear_attn if hasattr(layer, "linear_attn") else layer.self_attn
+        mixer.register_forward_pre_hook(lambda m, a, i=i: calls.append(i))
     model.lm_head.register_forward_hook(lambda *a: lm_head_calls.append(1))
     runner = HiddenStateRunner(model, [0, 2])
     assert runner.path == "hybrid", runner.why_not_fast
@@ -141,6 +142,23 @@ def test_the_hybrid_path_runs_the_models_own_layers_up_to_the_deepest_kept(tmp_p
     flops = runner.flop_model()
     assert isinstance(flops, CountedFlops) and flops.attn_width == 0  # layers 1-2 are both linear attention
     assert HiddenStateRunner(model, [4]).flop_model().attn_width == 4 * 16  # layer 4 is full attention
+
+
+def test_a_hybrid_layer_taken_apart_wrongly_falls_back_to_the_models_own_layers(models, monkeypatch):
+    from transformers import AutoModelForCausalLM
+
+    from gpudeck.agents.workers.extract import hybrid
+    from gpudeck.agents.workers.extract.model import HiddenStateRunner
+
+    model = AutoModelForCausalLM.from_pretrained(models["hybrid"], dtype=torch.float32).eval()
+    taken_apart = hybrid.Parts.__call__
+    monkeypatch.setattr(hybrid.Parts, "__call__", lambda self, h, pe: taken_apart(self, h, pe) * 1.01)
+    runner = HiddenStateRunner(model, [3])
+    assert runner.path == "hybrid-layers", runner.why_not_fast
+    ids = torch.randint(0, 500, (2, 20))
+    with torch.no_grad():
+        ref = model.model(input_ids=ids, output_hidden_states=True).hidden_states[3]
+    assert rel_err(runner(ids), ref) <= 1e-5
 
 
 def test_a_hybrid_model_through_the_worker_says_its_path(tmp_path, models):

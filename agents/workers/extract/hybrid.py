@@ -65,15 +65,88 @@ def hybrid_plan(cfg, decoder) -> tuple[bool, str]:
 
 
 def position_embeddings(decoder, h: torch.Tensor):
-    """cos and sin for positions 0..S-1, shared by every full-attention layer (the rotary
-    module broadcasts one row of positions to the batch, and to its own sections)."""
+    """cos and sin for positions 0..S-1, shared by every full-attention layer and by every
+    sample of the batch. A multimodal rotary (``mrope_section``: Qwen3.5) takes a row of
+    positions per grid axis, text having the same position on all three."""
     pos = torch.arange(h.shape[1], device=h.device).unsqueeze(0)
+    if hasattr(decoder.rotary_emb, "mrope_section"):
+        pos = pos.unsqueeze(0).expand(3, -1, -1)
     return decoder.rotary_emb(h, pos)
 
 
 def run_layer(layer, h: torch.Tensor, pe) -> torch.Tensor:
+    """The model's own decoder layer, as it is."""
     out = layer(h, position_embeddings=pe, attention_mask=None)
     return out[0] if isinstance(out, tuple) else out
+
+
+# The layer taken apart: the token mixer (DeltaNet or attention) is the model's own module,
+# called as is; what surrounds it (the zero-centred RMSNorms, the residuals, the SiLU MLP with
+# its gate and up projections fused into one matmul) is two pure functions of the weights,
+# which --compile turns into one graph each, shared by every layer.
+
+def zc_rms(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+    """Qwen3.5's RMSNorm: float32 inside, times (1 + weight), cast back."""
+    x32 = x.float()
+    x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
+    return (x32 * (1.0 + w.float())).type_as(x)
+
+
+def mlp_block(h: torch.Tensor, mixed: torch.Tensor, w_post: torch.Tensor, w_gu: torch.Tensor, w_down: torch.Tensor,
+              eps: float) -> torch.Tensor:
+    """Residual after the mixer, then the post-attention norm and the MLP, and its residual."""
+    import torch.nn.functional as F
+
+    h = h + mixed
+    g, u = F.linear(zc_rms(h, w_post, eps), w_gu).chunk(2, dim=-1)
+    return h + F.linear(F.silu(g) * u, w_down)
+
+
+class Parts:
+    """The weights of one layer taken apart, and the functions that run it."""
+
+    def __init__(self, layer, norm_fn=zc_rms, block_fn=mlp_block) -> None:
+        from gpudeck.agents.workers.extract.model import _fuse
+
+        self.layer = layer
+        self.eps = float(getattr(layer.input_layernorm, "eps", getattr(layer.input_layernorm, "variance_epsilon", 1e-6)))
+        self.w_gu, _ = _fuse([layer.mlp.gate_proj, layer.mlp.up_proj])
+        self.norm_fn, self.block_fn = norm_fn, block_fn
+
+    def __call__(self, h: torch.Tensor, pe) -> torch.Tensor:
+        layer = self.layer
+        x = self.norm_fn(h, layer.input_layernorm.weight, self.eps)
+        if hasattr(layer, "linear_attn"):
+            mixed = layer.linear_attn(hidden_states=x, attention_mask=None)
+        else:
+            mixed = layer.self_attn(hidden_states=x, position_embeddings=pe, attention_mask=None)[0]
+        return self.block_fn(h, mixed, layer.post_attention_layernorm.weight, self.w_gu, layer.mlp.down_proj.weight,
+                             self.eps)
+
+
+def parts_apply(cfg, decoder) -> tuple[bool, str]:
+    """Whether the layers can be taken apart (SiLU MLP without biases); the norms' arithmetic
+    is checked by :func:`self_check`."""
+    if getattr(cfg, "hidden_act", "silu") != "silu":
+        return False, f"hidden_act {cfg.hidden_act!r} is not silu"
+    for layer in decoder.layers:
+        mlp = getattr(layer, "mlp", None)
+        if mlp is None or not all(hasattr(mlp, n) for n in ("gate_proj", "up_proj", "down_proj")):
+            return False, "an MLP without gate_proj, up_proj and down_proj (mixture of experts?)"
+        if any(getattr(m, "bias", None) is not None for m in (mlp.gate_proj, mlp.up_proj, mlp.down_proj)):
+            return False, "MLP projections with biases"
+    return True, "ok"
+
+
+_COMPILED: dict = {}
+
+
+def compiled_parts() -> tuple:
+    """zc_rms and mlp_block compiled once per process, shapes dynamic."""
+    if not _COMPILED:
+        _COMPILED["norm"] = torch.compile(zc_rms, dynamic=True)
+        _COMPILED["block"] = torch.compile(mlp_block, dynamic=True)
+    return _COMPILED["norm"], _COMPILED["block"]
 
 
 def counted_flops(cfg, decoder, layers_run: int):
@@ -91,15 +164,16 @@ def counted_flops(cfg, decoder, layers_run: int):
 
 
 @torch.inference_mode()
-def run(decoder, input_ids: torch.Tensor, layers_run: int, num_layers: int, slot: dict[int, int],
+def run(decoder, steps, input_ids: torch.Tensor, num_layers: int, slot: dict[int, int],
         hidden: int, out: torch.Tensor) -> torch.Tensor:
-    """The decoder up to layer ``layers_run``; the output of layer L goes to slot[L] of ``out``."""
+    """The decoder through ``steps`` (one callable (h, pe) -> h per layer to run); the output
+    of layer L goes to slot[L] of ``out``."""
     h = decoder.embed_tokens(input_ids)
     pe = position_embeddings(decoder, h)
     if 0 in slot:
         out[..., slot[0] * hidden:(slot[0] + 1) * hidden] = h
-    for i in range(layers_run):
-        h = run_layer(decoder.layers[i], h, pe)
+    for i, step in enumerate(steps):
+        h = step(h, pe)
         j = slot.get(i + 1)
         if j is not None:
             out[..., j * hidden:(j + 1) * hidden] = decoder.norm(h) if i + 1 == num_layers else h
@@ -107,7 +181,7 @@ def run(decoder, input_ids: torch.Tensor, layers_run: int, num_layers: int, slot
 
 
 @torch.inference_mode()
-def self_check(decoder, vocab: int, layers_run: int, num_layers: int, tol: float, device,
+def self_check(decoder, steps, vocab: int, num_layers: int, tol: float, device,
                seq: int = 48, batch: int = 2) -> Optional[str]:
     """Each layer, fed the model's own input to it from a masked forward of a right-padded
     batch and run with no mask, must give the model's output on the real tokens. None when
@@ -119,8 +193,8 @@ def self_check(decoder, vocab: int, layers_run: int, num_layers: int, tol: float
     ref = decoder(input_ids=ids, attention_mask=mask, output_hidden_states=True, use_cache=False).hidden_states
     real = mask.bool()
     pe = position_embeddings(decoder, ref[0])
-    for i in range(layers_run):
-        mine = run_layer(decoder.layers[i], ref[i], pe)
+    for i, step in enumerate(steps):
+        mine = step(ref[i], pe)
         if i + 1 == num_layers:
             mine = decoder.norm(mine)
         a, r = mine[real].float(), ref[i + 1][real].float()

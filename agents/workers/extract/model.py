@@ -24,6 +24,7 @@ SDPA can use its flash kernels; the pads' outputs are dropped.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from dataclasses import dataclass
@@ -276,7 +277,7 @@ class HiddenStateRunner:
             plan, why = fast_path_plan(model)
             self.why_not_fast = why
             if plan is None:
-                self._try_hybrid(check)
+                self._try_hybrid(check, compile)
             if plan is not None:
                 self._plan = plan
                 self.path = "fast"
@@ -294,27 +295,44 @@ class HiddenStateRunner:
         if self.path == "generic":
             self.layers_run = self.num_layers  # the generic path runs every layer
 
-    def _try_hybrid(self, check: bool) -> None:
-        """The hybrid path (linear and full attention layers, :mod:`hybrid`) where it applies."""
+    def _try_hybrid(self, check: bool, compile: bool) -> None:
+        """The hybrid path (linear and full attention layers, :mod:`hybrid`) where it applies:
+        the layers taken apart (compiled with ``compile``) when that checks out, else the
+        model's own layers called one by one."""
         from gpudeck.agents.workers.extract import hybrid
 
         ok, why = hybrid.hybrid_plan(self.cfg, self.decoder)
         if not ok:
             self.why_not_fast += f"; not hybrid either: {why}"
             return
-        err = hybrid.self_check(self.decoder, self.cfg.vocab_size, self.layers_run, self.num_layers,
-                                layer_tolerance(self.dtype), self.device) if check else None
-        if err is not None:
-            log.warning("the hybrid path disagrees with the model's own forward (%s); using the generic path", err)
+        layers = self.decoder.layers[:self.layers_run]
+        tried: list[tuple[str, list]] = []
+        apart, why_not_apart = hybrid.parts_apply(self.cfg, self.decoder)
+        if apart:
+            tried.append(("hybrid", [hybrid.Parts(layer) for layer in layers]))
+        tried.append(("hybrid-layers", [functools.partial(hybrid.run_layer, layer) for layer in layers]))
+        for path, steps in tried:
+            err = hybrid.self_check(self.decoder, steps, self.cfg.vocab_size, self.num_layers,
+                                    layer_tolerance(self.dtype), self.device) if check else None
+            if err is None:
+                break
+            log.warning("the %s path disagrees with the model's own forward (%s)", path, err)
+        else:
             self.why_not_fast = f"hybrid self-check failed: {err}"
             return
+        if compile and path == "hybrid":
+            norm_fn, block_fn = hybrid.compiled_parts()
+            for part in steps:
+                part.norm_fn, part.block_fn = norm_fn, block_fn
+            path = "hybrid+compiled"
         k = hybrid.kernels()
-        self._hybrid, self.path = True, "hybrid"
+        self._hybrid, self._steps, self.path = True, steps, path
         slow = [name for name, impl in k.items() if impl == "torch"]
-        self.why_not_fast = "kernels: " + ", ".join(f"{n}={v}" for n, v in k.items())
-        if slow and self.device.type == "cuda":
-            log.warning("hybrid model: %s run transformers' reference PyTorch code; pip install "
-                        "'gpudeck[hybrid]' (flash-linear-attention) for the Triton kernels", ", ".join(slow))
+        self.why_not_fast = "kernels: " + ", ".join(f"{n}={v}" for n, v in k.items()) \
+            + ("" if apart else f"; layers called whole: {why_not_apart}")
+        if "gated_delta_rule" in slow and self.device.type == "cuda":
+            log.warning("hybrid model: the DeltaNet layers run transformers' reference PyTorch code; pip install "
+                        "'gpudeck[hybrid]' (flash-linear-attention) for the Triton kernels")
 
     def flop_model(self):
         """What one sample costs (perf.FlopModel, or perf.CountedFlops for a hybrid)."""
@@ -334,7 +352,7 @@ class HiddenStateRunner:
 
             b, s = input_ids.shape
             with self._attention():
-                return hybrid.run(self.decoder, input_ids, self.layers_run, self.num_layers,
+                return hybrid.run(self.decoder, self._steps, input_ids, self.num_layers,
                                   {layer: j for j, layer in enumerate(self.layers)}, self.hidden,
                                   self._alloc(b, s, out))
         if self._plan is not None:
