@@ -13,7 +13,7 @@ from typing import Optional, Union
 
 from gpudeck.agents.protocol import KillVerdict, LaunchResult
 from gpudeck.agents.jobs import AlertKind
-from gpudeck.console.rows import AlertRow, FleetRow, GpuRow, JobRow, ProcRow
+from gpudeck.console.rows import AlertRow, EventRow, FleetRow, GpuRow, JobRow, ProcRow
 
 
 class JobOp(str, enum.Enum):
@@ -42,16 +42,16 @@ JOB_OPS = tuple(JobOp)  # in the footer's order
 # ---------------------------------------------------------------- which job a key acts on
 
 
-def target_job(row: Union[JobRow, FleetRow, AlertRow, None]) -> Optional[str]:
+def target_job(row: Union[JobRow, FleetRow, AlertRow, EventRow, None]) -> Optional[str]:
     """The job a key acts on when the cursor is on ``row``: a job's own row, a GPU one job
-    holds, an alert about a job; None for anything else."""
+    holds, an alert or an event about a job; None for anything else."""
     if row is None:
         return None
     if isinstance(row, JobRow):
         return row.name
     if isinstance(row, GpuRow):
         return row.jobs[0] if len(row.jobs) == 1 else None
-    if isinstance(row, (AlertRow, ProcRow)):
+    if isinstance(row, (AlertRow, ProcRow, EventRow)):
         return row.job
     return None
 

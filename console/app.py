@@ -9,6 +9,13 @@ its log) with the messages of ``messages``; what a job key does is ``actions``. 
 actions (kill, relaunch, launch) and the log follower are workers, and every answer or
 error comes back as a message and is shown.
 
+Each node's timeline is read by a follower of its own (a worker started when the node comes
+up, ended when its link is gone): what happened before the console opened first, then what
+comes after the last seq read, the next read armed only after the last one returned. The
+backlog makes the opening "since you last looked" line (``since.py``; the last look per
+fleet is kept by ``looked.py``); each live event that matters is one notification and one
+bell.
+
 ``make_app`` builds the app for the CLI and for the tests alike.
 """
 
@@ -30,15 +37,20 @@ from gpudeck.agents.protocol import History, Snapshot
 from gpudeck.console.actions import (Confirm, JobOp, Notice, Refuse, failure_notice, outcome_notice, plan_job_action,
                                      plan_process_kill, request_options)
 from gpudeck.console.config import ConsoleConfig
-from gpudeck.console.messages import (HistoryReceived, JobActionFailed, JobActionFinished, JobActionRequested,
-                                      JobOpened, LogFetched, LogFetchFailed, LogFollowCancelled, LogFollowRequested,
-                                      NodeWentDown, NodeWentUp, ProcessKillRequested, SnapshotReceived)
+from gpudeck.console.looked import LookedStore, fleet_key
+from gpudeck.console.messages import (EventsFetched, EventsFetchFailed, HistoryReceived, JobActionFailed,
+                                      JobActionFinished, JobActionRequested, JobOpened, LogFetched, LogFetchFailed,
+                                      LogFollowCancelled, LogFollowRequested, NodeWentDown, NodeWentUp,
+                                      ProcessKillRequested, SnapshotReceived)
 from gpudeck.console.screens.confirm import ConfirmScreen
 from gpudeck.console.screens.error import ErrorScreen
 from gpudeck.console.screens.help import HelpScreen
 from gpudeck.console.screens.job import JobScreen
 from gpudeck.console.screens.main import MainScreen
+from gpudeck.console.rows import EventRow
+from gpudeck.console.since import summarize
 from gpudeck.console.state import FleetState
+from gpudeck.console.timeline import Timeline, event_row, live_notice
 from gpudeck.console.widgets.log_panel import LogPanel
 from gpudeck.remote.client import AgentError, FleetClient, NodeDown, NodeUp, RequestFailed
 from gpudeck.remote.fleet import Fleet
@@ -46,6 +58,7 @@ from gpudeck.remote.fleet import Fleet
 __all__ = ["ConsoleConfig", "GpuDeckApp", "describe_error", "make_app"]
 
 OPERATOR_ERRORS = (AgentError, RequestFailed, KeyError, asyncio.TimeoutError, OSError)
+LIVE_NOTICES = 5  # live events told one by one per read; past that, one notice counts the rest
 
 
 class GpuDeckApp(App[None]):
@@ -62,7 +75,8 @@ class GpuDeckApp(App[None]):
         super().__init__()
         self.config = config
         self.client = client
-        self.state = FleetState(config.fleet, clock=config.clock, spark_bucket_s=config.spark_bucket_s)
+        self.state = FleetState(config.fleet, clock=config.clock, spark_bucket_s=config.spark_bucket_s,
+                                timeline=Timeline(config.events_kept))
         self.state.expect(config.nodes or [n.name for n in client.nodes_in_use()])
         self.fleet_name = config.fleet_name or _fleet_name(config.fleet)
         self.verdicts: list[tuple[str, str, str]] = []  # (job, op, what the operator was told)
@@ -70,6 +84,12 @@ class GpuDeckApp(App[None]):
         self._autostart = set(config.autostart)
         self._following: Optional[str] = None
         self._down: set[str] = set()
+        self.looked = LookedStore(config.looked_file)
+        self._fleet_key = fleet_key(config.fleet.path)
+        self._since = 0.0  # "since you last looked" starts here: set at mount
+        self._backlog_from = 0.0  # the first read of each node asks for the events after this
+        self._awaiting_backlog: set[str] = set()  # nodes whose first read the opening summary waits for
+        self._events_failing: set[str] = set()
 
     def get_default_screen(self) -> MainScreen:
         return MainScreen(self.state, self.fleet_name, self.config.read_only, self.config.initial_view)
@@ -78,6 +98,7 @@ class GpuDeckApp(App[None]):
         if self.config.tick_s:
             self.set_interval(self.config.tick_s, self.refresh_views)
         if self.config.connect:
+            self._open_timeline()
             self.watch_fleet()
         if self.config.screenshot:
             self._started = time.monotonic()
@@ -95,6 +116,8 @@ class GpuDeckApp(App[None]):
             self.exit()
 
     async def on_unmount(self) -> None:
+        if self.state.timeline.summary is not None:  # the operator was told: this look counts
+            self._record_look()
         await self.client.close()  # the agents exit; their jobs keep running
 
     # ------------------------------------------------------------ transport -> messages
@@ -124,16 +147,122 @@ class GpuDeckApp(App[None]):
         self.schedule_refresh()
 
     def on_node_went_up(self, message: NodeWentUp) -> None:
+        self._follow_events(message.node)
         if message.node in self._down:
             self._down.discard(message.node)
             self.notify(f"node {message.node} is back", timeout=5)
 
     def on_node_went_down(self, message: NodeWentDown) -> None:
+        self._backlog_read(message.node)  # the opening summary does not wait for a node that is down
         self.state.mark_unreachable(message.node, message.reason, message.since, message.retry_in_s)
         if message.node not in self._down:
             self._down.add(message.node)
             self.notify(message.reason, title=f"node {message.node} unreachable", severity="error", timeout=10)
         self.schedule_refresh()
+
+    # ------------------------------------------------------------ the nodes' timelines
+
+    def _open_timeline(self) -> None:
+        now = self.config.clock()
+        self._since = self.looked.since(self._fleet_key, now)
+        self._backlog_from = min(self._since, now - 8 * 3600.0)  # the events view shows 8 h at least
+        if self.looked.warning:
+            self.notify(self.looked.warning, title="last look forgotten", severity="warning", timeout=8,
+                        markup=False)
+        self._awaiting_backlog = set(self.state.nodes)
+        self.set_timer(self.config.summary_wait_s, self._tell_summary)
+
+    def _follow_events(self, node: str) -> None:
+        """One follower per node; a new one (the node came back) replaces the old."""
+        self.run_worker(self._read_events(node), group=f"events:{node}", exclusive=True, exit_on_error=False,
+                        name=f"events of {node}")
+
+    async def _read_events(self, node: str) -> None:
+        after = self.state.timeline.after.get(node)
+        delay = self.config.events_poll_s
+        while True:
+            backlog = after is None
+            ask: dict[str, Any] = {"since": self._backlog_from} if after is None else {"after_seq": after}
+            try:
+                reply = await self.client.node_request(node, "events", timeout=15.0, connect=False,
+                                                       limit=self.config.events_kept, **ask)
+            except (AgentError, RequestFailed, OSError, asyncio.TimeoutError) as exc:
+                link = self.client.links.get(node)
+                if link is None or link.closed:  # down: the node's next NodeWentUp starts a new follower
+                    return
+                self.post_message(EventsFetchFailed(node, describe_error(exc), backlog))
+                delay = min(delay * 2, 15.0)
+            else:
+                rows = tuple(r for e in reply.get("events") or [] if (r := event_row(node, e)) is not None)
+                seq = reply.get("seq")
+                last = after
+                after = max([seq if isinstance(seq, int) and not isinstance(seq, bool) else 0, after or 0]
+                            + [r.seq for r in rows])
+                if backlog or rows or after != last:  # a quiet second posts nothing
+                    self.post_message(EventsFetched(node, rows, after, backlog))
+                delay = self.config.events_poll_s
+            await asyncio.sleep(delay)
+
+    def on_events_fetched(self, message: EventsFetched) -> None:
+        timeline = self.state.timeline
+        new = timeline.add(message.events)
+        timeline.followed(message.node, message.seq)
+        self._events_failing.discard(message.node)
+        if message.backlog:
+            self._backlog_read(message.node)
+        else:
+            self._tell_live(new)
+        if new:
+            self.state.version += 1
+            self.schedule_refresh()
+
+    def on_events_fetch_failed(self, message: EventsFetchFailed) -> None:
+        if message.backlog:
+            self._backlog_read(message.node)
+        if message.node not in self._events_failing:  # once until it reads again
+            self._events_failing.add(message.node)
+            self.notify(message.error, title=f"events of {message.node} cannot be read", severity="warning",
+                        timeout=6, markup=False)
+
+    def _backlog_read(self, node: str) -> None:
+        if node in self._awaiting_backlog:
+            self._awaiting_backlog.discard(node)
+            if not self._awaiting_backlog:
+                self._tell_summary()
+
+    def _tell_summary(self) -> None:
+        """"Since you last looked", once: when every node's backlog is in, or after
+        ``summary_wait_s`` with what came (the nodes not heard from are named)."""
+        timeline = self.state.timeline
+        if timeline.summary is not None or not self.config.connect:
+            return
+        text = summarize(timeline.rows(), self._since, self.config.clock())
+        missing = sorted(self._awaiting_backlog)
+        if missing:
+            text += f" (not heard from {', '.join(missing)} yet)"
+        timeline.summary = text
+        self.state.version += 1
+        self.notify(text, title="since you last looked", timeout=15, markup=False)
+        self._record_look()
+        self.schedule_refresh()
+
+    def _record_look(self) -> None:
+        why = self.looked.record(self._fleet_key, self.config.clock())
+        if why is not None:
+            self.notify(why, title="last look not kept", severity="warning", timeout=8, markup=False)
+
+    def _tell_live(self, rows: list[EventRow]) -> None:
+        """One notification and one bell per live event that matters; a burst (a node back
+        after a long while) is told for its first few, then counted."""
+        notices = [(r, n) for r in rows if (n := live_notice(r)) is not None]
+        for _, n in notices[:LIVE_NOTICES]:
+            self.notify(n.text, title=n.title or "", severity=n.severity, timeout=n.timeout,  # type: ignore[arg-type]
+                        markup=False)
+            if self.config.bell:
+                self.bell()
+        if len(notices) > LIVE_NOTICES:
+            self.notify(f"… and {len(notices) - LIVE_NOTICES} more: the events view (e) lists them",
+                        severity="warning", timeout=10, markup=False)
 
     # ------------------------------------------------------------ state -> screens
 

@@ -51,7 +51,23 @@ class ConsoleConfig:
     """Seconds of tokens/s in one sparkline cell."""
 
     initial_view: str = "overview"
-    """overview, fleet, jobs, logs or alerts."""
+    """overview, fleet, jobs, logs, alerts or events."""
+
+    bell: bool = True
+    """Ring the terminal's bell for each live event that is notified (died, gave up, ...)."""
+
+    events_poll_s: float = 1.0
+    """Seconds between two reads of a node's new events (each armed after the last returned)."""
+
+    events_kept: int = 2000
+    """The newest events of the fleet the console keeps and the events view lists."""
+
+    looked_file: Optional[str] = None
+    """Where the last look at each fleet is kept; default
+    ``$XDG_STATE_HOME/gpudeck/last-looked.json`` (``~/.local/state/gpudeck/``)."""
+
+    summary_wait_s: float = 15.0
+    """The opening "since you last looked" waits this long at most for every node's events."""
 
     nodes: tuple[str, ...] = field(default=())
     """Nodes to show as connecting before they answer; default those the client will use."""

@@ -1,7 +1,8 @@
 """App-wide messages, typed, dataclass-style: attributes go down, messages come up.
 
 The transport's events arrive as the first four; a newer snapshot of a node replaces one
-still queued (``can_replace``), so a slow screen never works through a backlog. Screens
+still queued (``can_replace``), so a slow screen never works through a backlog. The nodes'
+timelines come as ``EventsFetched``. Screens
 ask the app for what only the app does (act on a job, open it, follow its log) with the
 requests; the answers to the operator's actions and the log follower's chunks come last.
 """
@@ -15,6 +16,7 @@ from textual.message import Message
 
 from gpudeck.agents.protocol import Hello, History, KillVerdict, LaunchResult, LogChunk, Snapshot
 from gpudeck.console.actions import JobOp
+from gpudeck.console.rows import EventRow
 
 # ---------------------------------------------------------------- the transport
 
@@ -52,6 +54,27 @@ class NodeWentDown(Message):
     reason: str
     since: float
     retry_in_s: float
+
+
+@dataclass
+class EventsFetched(Message):
+    """A node's new events (oldest first), read up to ``seq``. ``backlog``: the first read of
+    this node in this session, what happened before the console opened (the opening summary
+    tells it; no bell)."""
+
+    node: str
+    events: tuple[EventRow, ...]
+    seq: int
+    backlog: bool
+
+
+@dataclass
+class EventsFetchFailed(Message):
+    """A node's events could not be read this time; the follower tries again."""
+
+    node: str
+    error: str
+    backlog: bool
 
 
 # ---------------------------------------------------------------- screens ask the app

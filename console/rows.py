@@ -169,6 +169,24 @@ class AlertRow:
 
 
 @dataclass(frozen=True, slots=True)
+class EventRow:
+    """One line of a node's timeline (``<home>/events.jsonl``), as the events view shows it.
+    ``kind`` is an EventKind's value, kept as text: a newer agent may say one this console
+    does not know. ``message`` has its URLs redacted (``timeline.event_row``)."""
+
+    key: str  # "node:seq": one event, whoever asked for it and how often
+    t: float
+    seq: int
+    node: str
+    kind: str
+    message: str
+    job: Optional[str] = None
+    gpu: Optional[int] = None
+    cond: Optional[str] = None  # the condition it raises or resolves ("stalled:gen", "gpu_health:xid:0")
+    of: Optional[str] = None  # a ``resolved`` event: the kind of what cleared
+
+
+@dataclass(frozen=True, slots=True)
 class JobDetail:
     """Everything the details screen shows about one job."""
 

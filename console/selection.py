@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence
 
 from gpudeck.agents.jobs import ShownState
-from gpudeck.console.rows import AlertRow, FleetRow, GpuRow, JobRow, NodeRow, NodeState, ProcRow
+from gpudeck.console.rows import AlertRow, EventRow, FleetRow, GpuRow, JobRow, NodeRow, NodeState, ProcRow
 
 JOB_SORTS = ("name", "node", "state", "tokens/s", "eta", "progress")
 FLEET_SORTS = ("name", "memory", "util", "problems")
@@ -101,3 +101,13 @@ def select_alerts(rows: Sequence[AlertRow], text: str = "", sort: str = "newest"
     if sort == "kind":
         return sorted(rows, key=lambda r: (r.kind, r.node, r.key), reverse=reverse)
     return sorted(rows, key=lambda r: (-r.since, r.key), reverse=reverse)
+
+
+def select_events(rows: Sequence[EventRow], text: str = "") -> list[EventRow]:
+    """The timeline stays in time order; a filter keeps the events whose node, kind, job or
+    message holds ``text``."""
+    text = text.strip().lower()
+    if not text:
+        return list(rows)
+    return [r for r in rows if text in r.message.lower() or text in r.node.lower() or text in r.kind
+            or text in (r.job or "").lower()]

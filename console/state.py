@@ -2,9 +2,10 @@
 
 Widgets and headless commands both read it. ``apply`` takes one node's snapshot,
 ``apply_history`` backfills the sparkline series after a reconnect, ``mark_unreachable``
-records why a node cannot be read. The ``*_rows`` methods and ``totals`` turn the state
-into the frozen rows of ``rows`` that widgets only render: two equal rows draw the same
-line, so a table redraws a row only when its row changed.
+records why a node cannot be read; ``timeline`` holds the nodes' events (``timeline.py``).
+The ``*_rows`` methods and ``totals`` turn the state into the frozen rows of ``rows`` that
+widgets only render: two equal rows draw the same line, so a table redraws a row only when
+its row changed.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from gpudeck.console.formatting import human_duration, quality_flags, round_eta,
 from gpudeck.console.rows import (SPARK_BUCKET_S, AlertRow, FleetRow, GpuRow, JobDetail, JobRow, NodeRow, NodeState,
                                   ProcRow, Totals)
 from gpudeck.console.series import DiskTrend, Recent, Series
+from gpudeck.console.timeline import Timeline
 from gpudeck.remote.client import NodeView
 from gpudeck.remote.fleet import LOCAL, Fleet
 
@@ -50,6 +52,7 @@ class FleetState:
     clock: Callable[[], float] = time.time
     spark_width: int = 12
     spark_bucket_s: float = SPARK_BUCKET_S
+    timeline: Timeline = field(default_factory=Timeline)  # the nodes' events, merged (the events view)
 
     def __post_init__(self) -> None:
         self._specs: dict[str, JobSpec] = {j.name: j for j in self.fleet.jobs}

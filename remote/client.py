@@ -287,10 +287,12 @@ class FleetClient:
         args = {k: v for k, v in (("lines", lines), ("offset", offset)) if v is not None}
         return await self.job_request(job, "logs", timeout=timeout, **args)
 
-    async def node_request(self, node: str, op: str, timeout: float = 60.0, **args: Any) -> dict[str, Any]:
+    async def node_request(self, node: str, op: str, timeout: float = 60.0, connect: bool = True,
+                           **args: Any) -> dict[str, Any]:
         """``op`` on ``node`` itself (``watch``, ``events``): connects when needed; raises
-        AgentError when the node cannot be reached."""
-        if node not in self.links:
+        AgentError when the node cannot be reached. ``connect=False``: use the link there is,
+        and raise AgentError when there is none (the console: its watch loop owns the links)."""
+        if node not in self.links and connect:
             await self.connect_all([self.fleet.node(node)])
         link = self.links.get(node)
         if link is None:

@@ -11,6 +11,15 @@ from support.generate import sim_engines  # noqa: F401  (a fixture, for every te
 from support.s3 import moto_s3  # noqa: F401  (a fixture, for every test)
 
 
+@pytest.fixture(autouse=True)
+def state_home(tmp_path, monkeypatch) -> Path:
+    """The console's own state ($XDG_STATE_HOME: when it last looked at each fleet) under the
+    test's directory, never the user's."""
+    path = tmp_path / "xdg-state"
+    monkeypatch.setenv("XDG_STATE_HOME", str(path))
+    return path
+
+
 @pytest.fixture
 def home(tmp_path) -> Path:
     h = tmp_path / "gpudeck-home"

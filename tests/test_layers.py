@@ -40,7 +40,8 @@ def test_importing_a_layer_pulls_in_nothing_forbidden(package, forbidden):
 
 
 CONSOLE_CORE = ["gpudeck.console.state", "gpudeck.console.rows", "gpudeck.console.series", "gpudeck.console.selection",
-                "gpudeck.console.formatting", "gpudeck.console.actions", "gpudeck.console.cli"]
+                "gpudeck.console.formatting", "gpudeck.console.actions", "gpudeck.console.timeline",
+                "gpudeck.console.since", "gpudeck.console.looked", "gpudeck.console.cli"]
 
 
 def test_the_console_core_and_headless_commands_run_without_textual():
@@ -54,13 +55,15 @@ def test_the_console_core_and_headless_commands_run_without_textual():
             f"    importlib.import_module(m)\n"
             f"from gpudeck.console.cli import build_parser\n"
             f"from gpudeck.console.commands.status import render_status\n"
-            f"from gpudeck.console.selection import select_alerts, select_fleet, select_jobs\n"
+            f"from gpudeck.console.selection import select_alerts, select_events, select_fleet, select_jobs\n"
             f"from gpudeck.console.state import FleetState\n"
             f"from gpudeck.remote.fleet import local_fleet\n"
             f"build_parser()\n"
             f"state = FleetState(local_fleet())\n"
             f"state.mark_unreachable('local', 'no agent here')\n"
             f"select_jobs(state.job_rows()), select_fleet(state.fleet_rows()), select_alerts(state.alert_rows())\n"
+            f"from gpudeck.console.since import summarize\n"
+            f"summarize(select_events(state.timeline.rows()), 0.0, 1.0)\n"
             f"state.totals(), state.to_json(), render_status(state)\n"
             f"print(','.join(sorted(m for m in sys.modules if m == 'textual' or m.startswith('textual.'))))\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env_with_repo(), cwd=ROOT,

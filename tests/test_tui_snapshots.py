@@ -9,7 +9,11 @@ import time
 import pytest
 
 from gpudeck.console.app import make_app
-from support.tui import PINNED_NOW, compare_snapshot, feed_pinned, pinned_fleet, screen_text, wait_until
+from gpudeck.console.messages import EventsFetched
+from gpudeck.console.since import summarize
+from gpudeck.console.timeline import event_row
+from support.tui import (PINNED_NOW, compare_snapshot, feed_pinned, pinned_fleet, pinned_timeline, screen_text,
+                         wait_until)
 
 SIZE = (120, 40)
 SIZES = {"small": (80, 24), "large": (200, 50)}  # the least a terminal gives, and a big one
@@ -108,3 +112,17 @@ async def test_help_snapshot(size):
         await pilot.press("question_mark")
         await wait_until(pilot, lambda: "gpudeck help" in screen_text(app), what="the help screen")
         await snap(pilot, f"help_{size}")
+
+
+async def test_events_snapshot():
+    """The timeline of both nodes merged, newest at the bottom, under the opening summary."""
+    app = pinned_app(initial_view="events")
+    async with app.run_test(size=SIZE) as pilot:
+        feed_pinned(app)
+        timeline = pinned_timeline()
+        for node, events in timeline.items():
+            app.post_message(EventsFetched(node, tuple(event_row(node, e) for e in events), events[-1]["seq"], True))
+        rows = [event_row(n, e) for n, evs in timeline.items() for e in evs]
+        app.state.timeline.summary = summarize(rows, PINNED_NOW - 8 * 3600, PINNED_NOW)
+        await settle(pilot, lambda app: len(app.state.timeline) == len(rows))
+        await snap(pilot, "view_events")

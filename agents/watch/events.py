@@ -69,6 +69,8 @@ class EventLog:
 
     def read(self, since: float = 0.0, after_seq: int = 0, limit: int = 5000) -> list[dict[str, Any]]:
         """The newest ``limit`` events with ``t > since`` and ``seq > after_seq``, oldest first."""
+        if after_seq and after_seq >= self.seq:
+            return []  # nothing new: a follower asking every second costs no read of the files
         out: list[dict[str, Any]] = []
         for path in (self.old, self.path):
             try:

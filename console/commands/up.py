@@ -9,8 +9,9 @@ def register(sub) -> None:
     p = sub.add_parser("up", help="open the console (TUI) on a fleet")
     fleet_arg(p)
     p.add_argument("--read-only", action="store_true", help="watch only: kill, relaunch and launch are off")
-    p.add_argument("--view", choices=("overview", "fleet", "jobs", "logs", "alerts"), default="overview",
+    p.add_argument("--view", choices=("overview", "fleet", "jobs", "logs", "alerts", "events"), default="overview",
                    help="the view shown first (default: the overview of GPUs, jobs and alerts)")
+    p.add_argument("--no-bell", action="store_true", help="no terminal bell for live events (died, gave up, ...)")
     p.set_defaults(run=_up)
 
 
@@ -18,5 +19,5 @@ def _up(args) -> int:
     from gpudeck.console.app import make_app
 
     fleet = load_fleet(args.fleet)
-    make_app(fleet, read_only=args.read_only, initial_view=args.view).run()
+    make_app(fleet, read_only=args.read_only, initial_view=args.view, bell=not args.no_bell).run()
     return EXIT_OK

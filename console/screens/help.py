@@ -11,6 +11,7 @@ from textual.widgets import Static
 HELP = """\
 [b]Keys[/b]
   0 1 2 3 4   overview, fleet, jobs, logs, alerts (or click the tabs)
+  e  (or 5)   events: the nodes' timeline, newest at the bottom
   ctrl+p      command palette: jump to a node or job by name, run any key's action
   ↑ ↓ PgUp PgDn Home End    move in a table
   enter       details and the log of the selected job
@@ -32,6 +33,13 @@ HELP = """\
 
 [b]Overview[/b]
   the GPUs, the jobs, the newest alerts, and the chart of the job under the cursor
+
+[b]Events[/b]
+  every node's timeline merged in time order: jobs that died, were restarted, gave
+  up, stalled or finished; GPU health, disks, temperatures, deadlines, and what
+  cleared them.  Over it, what happened since this laptop last looked at this
+  fleet (also said when the console opens).  While the console is open, each new
+  one of those is a notification and a bell (gpudeck up --no-bell: no bell).
 
 [b]Fleet[/b]
   a node line, then each GPU: memory used/total, utilization and its trend,

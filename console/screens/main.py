@@ -1,4 +1,4 @@
-"""MainScreen: the header, four views (fleet, jobs, logs, alerts) and the footer.
+"""MainScreen: the header, the views (overview, fleet, jobs, logs, alerts, events) and the footer.
 
 It holds no state of its own beyond what the operator chose (the active view, filters,
 sort keys, the job whose log is shown): the app hands it the FleetState to render, and it
@@ -21,9 +21,11 @@ from gpudeck.console.messages import (JobActionRequested, JobOpened, LogFollowCa
                                       ProcessKillRequested)
 from gpudeck.console.screens.bindings import job_bindings
 from gpudeck.console.screens.palette import FleetCommands
-from gpudeck.console.selection import ALERT_SORTS, FLEET_SORTS, JOB_SORTS, select_alerts, select_fleet, select_jobs
+from gpudeck.console.selection import (ALERT_SORTS, FLEET_SORTS, JOB_SORTS, select_alerts, select_events, select_fleet,
+                                       select_jobs)
 from gpudeck.console.state import FleetState
 from gpudeck.console.widgets.alerts_table import AlertsTable
+from gpudeck.console.widgets.events_table import EventsTable
 from gpudeck.console.widgets.filter_bar import FilterBar
 from gpudeck.console.widgets.fleet_header import FleetHeader
 from gpudeck.console.widgets.fleet_table import FleetTable
@@ -32,10 +34,12 @@ from gpudeck.console.widgets.jobs_table import JobsTable
 from gpudeck.console.widgets.live_table import LiveTable
 from gpudeck.console.widgets.log_panel import LogPanel
 
-VIEWS = ("overview", "fleet", "jobs", "logs", "alerts")
-TABLES = ("fleet", "jobs", "alerts")  # the views that are one table
-SORTS = {"overview": JOB_SORTS, "fleet": FLEET_SORTS, "jobs": JOB_SORTS, "alerts": ALERT_SORTS, "logs": ()}
-LABELS = {"overview": "Overview", "fleet": "Fleet", "jobs": "Jobs", "logs": "Logs", "alerts": "Alerts"}
+VIEWS = ("overview", "fleet", "jobs", "logs", "alerts", "events")
+TABLES = ("fleet", "jobs", "alerts", "events")  # the views that are one table
+SORTS = {"overview": JOB_SORTS, "fleet": FLEET_SORTS, "jobs": JOB_SORTS, "alerts": ALERT_SORTS, "logs": (),
+         "events": ()}  # the events stay in time order
+LABELS = {"overview": "Overview", "fleet": "Fleet", "jobs": "Jobs", "logs": "Logs", "alerts": "Alerts",
+          "events": "Events"}
 SORT_COLUMNS = {"name": "JOB", "node": "NODE", "state": "STATE", "tokens/s": "TOK/S", "eta": "ETA",
                 "progress": "PROGRESS", "newest": "SINCE", "kind": "ALERT"}  # the header a sort marks
 OVERVIEW_ALERTS = 3  # the newest alerts the overview shows
@@ -56,6 +60,7 @@ class MainScreen(Screen[None]):
         Binding("2", "view('jobs')", "Jobs", show=False, id="view.jobs"),
         Binding("3", "view('logs')", "Logs", show=False, id="view.logs"),
         Binding("4", "view('alerts')", "Alerts", show=False, id="view.alerts"),
+        Binding("e,5", "view('events')", "Events", show=False, id="view.events"),
     ]
 
     def __init__(self, fleet_state: FleetState, fleet_name: str, read_only: bool, initial: str = "overview") -> None:
@@ -66,6 +71,7 @@ class MainScreen(Screen[None]):
         self.sorts: dict[str, str] = {v: (SORTS[v][0] if SORTS[v] else "") for v in VIEWS}
         self.reversed: dict[str, bool] = {v: False for v in VIEWS}
         self.log_job: Optional[str] = None  # the job the logs view follows
+        self._events_shown: tuple[int, str] = (-1, "")  # the timeline's version and the filter drawn last
 
     def compose(self) -> ComposeResult:
         yield FleetHeader(self.fleet_name, self.read_only, id="header")
@@ -83,6 +89,9 @@ class MainScreen(Screen[None]):
                 yield LogPanel(id="log-panel")
             with TabPane(LABELS["alerts"], id="alerts"):
                 yield AlertsTable(id="alerts-table", empty_text="no alerts")
+            with TabPane(LABELS["events"], id="events"):
+                yield Static(id="events-summary", markup=False)
+                yield EventsTable(id="events-table", empty_text="no events yet")
         yield Static(id="view-status")
         yield FilterBar()
         yield Footer(compact=True)
@@ -124,6 +133,8 @@ class MainScreen(Screen[None]):
             self.table("jobs").show(select_jobs(state.job_rows(), text, sort, rev))
         elif view == "alerts":
             self.table("alerts").show(select_alerts(state.alert_rows(), text, sort, rev))
+        elif view == "events":
+            self._show_events(state, text)
         if view in TABLES or view == "overview":
             table = self.query_one("#overview-jobs" if view == "overview" else f"#{view}-table", LiveTable)
             table.mark_sort(SORT_COLUMNS.get(sort), rev)
@@ -146,6 +157,17 @@ class MainScreen(Screen[None]):
         chart = self.query_one(JobChart)
         key = jobs.cursor_key
         chart.detail = state.job_detail(key, spark_width=max(12, chart.size.width - 2)) if key else None
+
+    def _show_events(self, state: FleetState, text: str) -> None:
+        """The timeline, and over it what happened since the operator last looked."""
+        summary = self.query_one("#events-summary", Static)
+        said = state.timeline.summary or ""
+        summary.set_class(bool(said), "-shown")
+        if str(summary.content) != said:
+            summary.update(said)
+        if self._events_shown != (state.timeline.version, text):  # 2,000 rows: compared only when they moved
+            self._events_shown = (state.timeline.version, text)
+            self.table("events").show(select_events(state.timeline.rows(), text))
 
     def _show_status(self) -> None:
         """The active view's filter and sort, said under it (the tab label is easy to miss)."""
@@ -279,7 +301,7 @@ class MainScreen(Screen[None]):
         view = self.active
         keys = SORTS[view]
         if not keys:
-            self.notify("the logs view has no sort", timeout=3)
+            self.notify(f"the {view} view has no sort", timeout=3)
             return
         self.sorts[view] = keys[(keys.index(self.sorts[view]) + 1) % len(keys)]
         self.reversed[view] = False

@@ -24,6 +24,8 @@ class FleetCommands(Provider):
         state = screen.fleet_state
         for view in ("overview", "fleet", "jobs", "logs", "alerts"):
             yield f"view {view}", partial(screen.action_view, view), f"show the {view} view"
+        yield ("view events", partial(screen.action_view, "events"),
+               "the nodes' timeline: deaths, restarts, GPU health, ... since you last looked (e)")
         yield "sort: next key", screen.action_sort, "sort the view by its next key (s)"
         yield "sort: reverse", screen.action_reverse, "reverse the view's sort (S)"
         for node in state.nodes:

@@ -193,6 +193,36 @@ def pinned_events() -> list[Any]:
     ]
 
 
+def pinned_timeline() -> dict[str, list[dict]]:
+    """The night both nodes' events.jsonl tell, as the agents answer ``events``."""
+    t = PINNED_NOW
+
+    def ev(node, ago, seq, kind, message, job=None, gpu=None, key=None, **details):
+        return {"t": t - ago, "seq": seq, "node": node, "kind": kind, "message": message, "job": job, "gpu": gpu,
+                "key": key, "details": details}
+
+    throttle = "gpu_health:throttle:3:hw_slowdown"
+    return {
+        "gpu-a": [
+            ev("gpu-a", 6 * 3600, 101, "died", "job extract died (exit code 137) on attempt 1", "extract"),
+            ev("gpu-a", 6 * 3600 - 10, 102, "restarted", "job extract restarted: attempt 2, restart 1 of 5; "
+               "reason: failed (exit code 137)", "extract", reason="failed"),
+            ev("gpu-a", 5 * 3600, 103, "gpu_health", "GPU 3: clocks slowed down (hw_slowdown) (job gen)", "gen", 3,
+               throttle),
+            ev("gpu-a", 5 * 3600 - 2400, 104, "resolved", "resolved after 2400 s: GPU 3: clocks slowed down "
+               "(hw_slowdown) (job gen)", "gen", 3, throttle, of="gpu_health"),
+            ev("gpu-a", 3600, 105, "died", "job extract died (exit code 137) on attempt 3", "extract"),
+            ev("gpu-a", 3590, 106, "gave_up", "job extract: gave up after 2 restart(s) (max_restarts 2); last: "
+               "failed (exit code 137)", "extract"),
+            ev("gpu-a", 3580, 107, "notified", "gave_up sent to slack https://hooks…/…", "extract", of=106),
+        ],
+        "gpu-b": [
+            ev("gpu-b", 4000, 40, "finished", "job audit finished (exit code 0) on attempt 1", "audit"),
+            ev("gpu-b", 900, 41, "temperature", "GPU 0 at 87 C (limit 85 C)", None, 0, "temperature:0"),
+        ],
+    }
+
+
 def feed_pinned(app) -> None:
     """Post the pinned events to the app as the transport would."""
     from gpudeck.console.messages import HistoryReceived, NodeWentDown, SnapshotReceived

@@ -1,0 +1,191 @@
+""""Since you last looked": the fleet's timeline since a moment, said in one line.
+
+:func:`summarize` is a pure function of the events (``rows.EventRow``), the moment and now:
+``since 22:10: gen died twice and was restarted; GPU 3 throttled for 40 min (still)``.
+
+- Jobs: how often each died, stalled, was restarted, gave up or finished, counted.
+- Conditions (a hot GPU, a throttled one, a low disk, a stalled job, a deadline that will be
+  missed): how long, from the event that raised one to the ``resolved`` with the same key
+  (its ``cond``); "(still)" when nothing resolved it yet. A condition that came up before the
+  moment and is still on, or cleared after it, counts.
+- Problems first (a job that died or gave up, a sick GPU), then the rest; past ``max_chars``
+  the line ends with "… and 4 more".
+- Nothing: ``nothing happened since 22:10``.
+
+The rest of the timeline (state changes, launches and kills, notifications sent) is not
+news for this line: the events view lists it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Optional, Sequence
+
+from gpudeck.console.rows import EventRow
+
+# the keys of one-off happenings, which no ``resolved`` follows: XID errors and deadline
+# slips (agents/watch/checks.py), stall restarts (agents/watch/restarts.py)
+ONE_OFF_KEYS = ("gpu_health:xid:", "deadline-slip:", "stall-restart:")
+
+# how a job's happenings are said, in this order: (once, n times)
+_JOB = {
+    "died": ("died", "died {n}"),
+    "stalled": ("stalled", "stalled {n}"),
+    "restarted": ("was restarted", "was restarted {n}"),
+    "gave_up": ("gave up", "gave up {n}"),
+    "finished": ("finished", "finished {n}"),
+    "deadline": ("slipped its projected finish", "slipped its projected finish {n}"),
+    "xid": ("had an XID error", "had {count} XID errors"),
+}
+_GPU_HEALTH = {"throttle": "throttled", "idle": "idle", "ecc": "had ECC errors", "pages": "needed a reset"}
+_CONDITION = {"temperature": "hot", "disk": "low on space", "stalled": "stalled", "deadline": "behind its deadline",
+              "node_unreachable": "unreachable"}
+# subjects with these first: the worse, the earlier
+_RANK = {"gave_up": 0, "died": 0, "gpu_health": 1, "disk": 1, "node_unreachable": 1, "temperature": 2,
+         "stalled": 2, "deadline": 2, "restarted": 3, "finished": 4}
+NEWS = frozenset(_RANK)
+
+
+@dataclass
+class _Subject:
+    name: str
+    first: float
+    rank: int
+    counts: Counter = field(default_factory=Counter)  # _JOB key -> times
+    spans: dict = field(default_factory=dict)  # verb -> [episodes, seconds known, still on]
+
+    def count(self, what: str) -> None:
+        self.counts[what] += 1
+
+    def span(self, verb: str, seconds: Optional[float], still: bool) -> None:
+        s = self.spans.setdefault(verb, [0, None, False])
+        s[0] += 1
+        if seconds is not None:
+            s[1] = (s[1] or 0.0) + max(0.0, seconds)
+        s[2] = s[2] or still
+
+    def phrase(self) -> str:
+        parts = []
+        for what, (once, many) in _JOB.items():
+            n = self.counts.get(what, 0)
+            if n:
+                parts.append(once if n == 1 else many.format(n=times(n), count=n))
+        for verb, n in self.counts.items():  # a condition said once, without its key
+            if verb not in _JOB:
+                parts.append(verb if n == 1 else f"{verb} {times(n)}")
+        for verb, (n, seconds, still) in self.spans.items():
+            parts.append(_condition(verb, n, seconds, still))
+        return f"{self.name} {_and(parts)}"
+
+
+def summarize(events: Sequence[EventRow], since: float, now: float, max_chars: int = 200) -> str:
+    """What happened after ``since`` (and what is still going on), in one line."""
+    multi = len({e.node for e in events}) > 1
+    subjects: dict[str, _Subject] = {}
+    open_: dict[tuple[str, str], tuple[float, str, str, int]] = {}  # (node, cond) -> (start, subject, verb, rank)
+
+    def subject(name: str, t: float, rank: int) -> _Subject:
+        s = subjects.get(name)
+        if s is None:
+            s = subjects[name] = _Subject(name, t, rank)
+        s.rank, s.first = min(s.rank, rank), min(s.first, t)
+        return s
+
+    for e in sorted(events, key=lambda e: (e.t, e.node, e.seq)):
+        if e.kind == "resolved" and e.cond:
+            start = open_.pop((e.node, e.cond), None)
+            if e.t <= since:
+                continue
+            if start is not None:
+                t0, name, verb, rank = start
+                subject(name, max(t0, since), rank).span(verb, e.t - t0, still=False)
+            elif e.of in NEWS:
+                name, verb = _said(e.of, e, multi)
+                subject(name, e.t, _RANK[e.of]).span(verb, None, still=False)
+            continue
+        if e.kind not in NEWS:
+            continue
+        name, verb = _said(e.kind, e, multi)
+        if e.cond and not e.cond.startswith(ONE_OFF_KEYS) and e.kind in ("gpu_health",) + tuple(_CONDITION):
+            open_.setdefault((e.node, e.cond), (e.t, name, verb, _RANK[e.kind]))
+        elif e.t > since:
+            subject(name, e.t, _RANK[e.kind]).count(verb)
+    for t0, name, verb, rank in open_.values():
+        subject(name, max(t0, since), rank).span(verb, now - t0, still=True)
+
+    when = since_label(since, now)
+    if not subjects:
+        return f"nothing happened since {when}"
+    phrases = [s.phrase() for s in sorted(subjects.values(), key=lambda s: (s.rank, s.first, s.name))]
+    head = f"since {when}: "
+    taken = [phrases[0]]
+    for p in phrases[1:]:
+        left = len(phrases) - len(taken) - 1
+        tail = f"; … and {left} more" if left else ""
+        if len(head) + len("; ".join(taken + [p])) + len(tail) > max_chars:
+            break
+        taken.append(p)
+    more = len(phrases) - len(taken)
+    return head + "; ".join(taken) + (f"; … and {more} more" if more else "")
+
+
+def _said(kind: str, e: EventRow, multi: bool) -> tuple[str, str]:
+    """Who an event is about, and what is said of it: (subject, a _JOB key or a verb)."""
+    cond = e.cond or ""
+    if kind in ("gpu_health", "temperature") and e.gpu is not None:
+        who = f"GPU {e.gpu}" + (f" on {e.node}" if multi else "")
+    elif kind == "disk":
+        who = f"disk {cond.partition(':')[2] or '?'}" + (f" on {e.node}" if multi else "")
+    elif kind == "node_unreachable":
+        who = e.node
+    else:
+        who = e.job or e.node
+    if kind == "gpu_health":
+        part = cond.split(":")[1] if cond.count(":") >= 2 else ""
+        return who, "xid" if part == "xid" else _GPU_HEALTH.get(part, "unhealthy")
+    if kind == "deadline" and cond.startswith("deadline-slip:"):
+        return who, "deadline"
+    if kind in _CONDITION and cond and not cond.startswith(ONE_OFF_KEYS):
+        return who, _CONDITION[kind]
+    return who, kind if kind in _JOB else _CONDITION.get(kind, kind)
+
+
+def _condition(verb: str, n: int, seconds: Optional[float], still: bool) -> str:
+    if n == 1:
+        said = f"{verb} for {span(seconds)}" if seconds is not None else verb
+        return said + (" (still)" if still else "")
+    inside = ", ".join(x for x in (f"{span(seconds)} in all" if seconds is not None else "",
+                                   "still" if still else "") if x)
+    return f"{verb} {times(n)}" + (f" ({inside})" if inside else "")
+
+
+def times(n: int) -> str:
+    return "once" if n == 1 else "twice" if n == 2 else f"{n} times"
+
+
+def span(seconds: float) -> str:
+    """40 min, 2 h 05 min, 3 d 4 h."""
+    m = int(round(seconds / 60.0))
+    if m < 60:
+        return f"{max(1, m)} min"
+    h, m = divmod(m, 60)
+    if h < 48:
+        return f"{h} h" + (f" {m:02d} min" if m else "")
+    d, h = divmod(h, 24)
+    return f"{d} d" + (f" {h} h" if h else "")
+
+
+def since_label(t: float, now: float) -> str:
+    """22:10 today, "Mon 22:10" within the week, else the date."""
+    then, today = time.localtime(t), time.localtime(now)
+    if then[:3] == today[:3]:
+        return time.strftime("%H:%M", then)
+    if 0 <= now - t < 6 * 86400:
+        return time.strftime("%a %H:%M", then)
+    return time.strftime("%Y-%m-%d %H:%M", then)
+
+
+def _and(parts: list[str]) -> str:
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
