@@ -33,6 +33,7 @@ log = logging.getLogger("agents")
 
 PLAN_FILE = "plan.json"
 MAX_PLAN_BYTES = 4 * 2**20  # a plan is a few KiB; anything this big is not one
+_ALIVE = frozenset(s for s in JobState if s.alive)
 
 
 def drift_pct(planned_s: Optional[float], projected_s: Optional[float]) -> Optional[float]:
@@ -43,10 +44,10 @@ def drift_pct(planned_s: Optional[float], projected_s: Optional[float]) -> Optio
 
 
 def drift_text(planned_s: Optional[float], projected_s: Optional[float]) -> str:
-    """``planned 5d 2h, now 16d 11h (+224%)``; ``planned 5d 2h`` while there is no projection."""
-    pct = drift_pct(planned_s, projected_s)
+    """``planned 5d 2h, now 16d 11h (+224%)``; ``planned 5d 2h, now -`` while there is no projection."""
     if planned_s is None:
         return "no planned wall time"
+    pct = drift_pct(planned_s, projected_s)
     if pct is None:
         return f"planned {human_duration(planned_s)}, now -"
     return f"planned {human_duration(planned_s)}, now {human_duration(projected_s)} ({pct:+.0f}%)"
@@ -63,9 +64,6 @@ def projected_wall(since: Optional[float], now: float, state: Any, eta_s: Option
     if state == JobState.EXITED and ended_at is not None:
         return max(0.0, ended_at - since)
     return None
-
-
-_ALIVE = frozenset(s for s in JobState if s.alive)
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,6 @@ import pytest
 from gpudeck.agents.protocol import Snapshot, from_dict
 from gpudeck.console.state import FleetState
 from gpudeck.remote.fleet import parse_fleet
-from support import wait_for
 from support.generate import write_prompts
 from support.watch import Receiver, events
 
