@@ -30,6 +30,7 @@ from gpudeck.agents.host import HostSampler
 from gpudeck.agents.jobs import EngineState, JobKind, JobSpec, JobState, SpecError
 from gpudeck.agents.links import Link, Listener
 from gpudeck.agents.lock import AgentLock, AgentLockError  # noqa: F401 (AgentLock: also imported from here)
+from gpudeck.agents.planwatch import PlanWatch
 from gpudeck.agents.progress import ProgressTracker
 from gpudeck.agents.protocol import Engine, JobStatus, Progress, Reply, Request, Snapshot, to_plain
 from gpudeck.agents.supervisor import JobError, JobSupervisor
@@ -89,6 +90,7 @@ class Agent:
             self.gpu = GpuSampler(enabled=nvml)
         self.host = HostSampler()
         self.sup = JobSupervisor(self.home, self.gpu, node=node)
+        self.plans = PlanWatch(self.sup.job_dir)  # each job's plan.json against its progress
         self.history = HistoryRing(3600.0, interval_s, path=self.home / "history.jsonl")
         self.seq = 0
         self._trackers: dict[str, tuple[tuple, ProgressTracker]] = {}
@@ -189,7 +191,7 @@ class Agent:
             ended_at=rec.ended_at if rec else None, progress=progress, engine=engine,
             log_path=str(self.sup.job_file(name, "job.log")) if rec else None,
             argv=rec.argv if rec else [], last_kill=rec.last_kill if rec else None,
-            **self.watch.job_fields(name, spec))
+            **self.watch.job_fields(name, spec), **self.plans.fields(name, spec, rec, progress, now))
 
     def _honest(self, name: str, progress: Progress, alive: bool, now: float) -> Progress:
         """A live job's figures as they are (remembered); a job that is not running shows no

@@ -102,6 +102,7 @@ class AlertKind(str, enum.Enum):
     GPU_IDLE = "gpu_idle"  # a running job's GPU at 0% use for idle_gpu_s
     GPU_HOT = "gpu_hot"  # at or above gpu_temp_c
     DEADLINE = "deadline"  # the projected finish passes the job's deadline, or slipped
+    PLAN_DRIFT = "plan_drift"  # the projected wall time is more than [alerts] plan_drift_pct off the job's plan.json
     GAVE_UP = "gave_up"  # the restart policy stopped restarting the job
 
     def __str__(self) -> str:
@@ -144,6 +145,7 @@ class EventKind(str, enum.Enum):
     DISK = "disk"
     TEMPERATURE = "temperature"
     DEADLINE = "deadline"
+    PLAN_DRIFT = "plan_drift"
     NODE_UNREACHABLE = "node_unreachable"  # sent by a console, never by the node itself
     RESOLVED = "resolved"  # a condition above that has cleared
     # the timeline only, never notified
@@ -160,7 +162,7 @@ class EventKind(str, enum.Enum):
 
 NOTIFY_EVENTS = (EventKind.DIED, EventKind.RESTARTED, EventKind.GAVE_UP, EventKind.STALLED, EventKind.FINISHED,
                  EventKind.GPU_HEALTH, EventKind.DISK, EventKind.TEMPERATURE, EventKind.DEADLINE,
-                 EventKind.NODE_UNREACHABLE, EventKind.RESOLVED)
+                 EventKind.PLAN_DRIFT, EventKind.NODE_UNREACHABLE, EventKind.RESOLVED)
 
 
 class NotifyFormat(str, enum.Enum):
@@ -191,6 +193,24 @@ def parse_duration(text: Any) -> float:
     if not value > 0 or value != value:
         raise ValueError(f"expected a duration above 0, got {text!r}")
     return value
+
+
+def human_duration(seconds: Optional[float]) -> str:
+    """5d 3h, 2h 05m, 4m 10s, 12s; '-' when unknown. The one spelling of a duration, for the
+    node's messages and every view of the console."""
+    if seconds is None:
+        return "-"
+    s = int(round(seconds))
+    d, s = divmod(s, 86400)
+    h, s = divmod(s, 3600)
+    m, s = divmod(s, 60)
+    if d:
+        return f"{d}d {h}h"
+    if h:
+        return f"{h}h {m:02d}m"
+    if m:
+        return f"{m}m {s:02d}s"
+    return f"{s}s"
 
 
 def parse_deadline(text: Any) -> float:

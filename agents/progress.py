@@ -3,11 +3,13 @@
 progress.json (written by the job, atomically: temp file + rename)::
 
     {"done": 1234, "total": 914000, "tokens": 5678901, "updated_at": 1764500000.0,
-     "quality": {"empty_answer": 3, "no_reasoning": 0, "cut_at_max_tokens": 12, "errors": 1}}
+     "quality": {"empty_answer": 3, "no_reasoning": 0, "cut_at_max_tokens": 12, "errors": 1},
+     "useful": 1190, "useful_of": 1210}
 
-``done`` is required; everything else is optional. A done-set file holds one finished id per
-line; the agent remembers the byte offset it has counted up to and reads only what was
-appended since.
+``done`` is required; everything else is optional. ``useful`` of ``useful_of`` records are
+neither cut at max_tokens, nor empty, nor failed (the console's dollars per useful completion).
+A done-set file holds one finished id per line; the agent remembers the byte offset it has
+counted up to and reads only what was appended since.
 """
 
 from __future__ import annotations
@@ -109,7 +111,7 @@ class ProgressTracker:
         quality = {k: int(v) for k, v in (doc.get("quality") or {}).items() if _number(v) is not None}
         return Progress(done=done, total=total, tokens=tokens, rate_per_s=rate, tokens_per_s=tps,
                         eta_s=eta, updated_at=updated, quality=quality,
-                        error=self._error)
+                        error=self._error, useful=_count(doc.get("useful")), useful_of=_count(doc.get("useful_of")))
 
     def seed(self, points: list[tuple[float, int, Optional[int]]]) -> None:
         """(t, done, tokens) points recorded before this tracker existed, oldest first."""
@@ -148,6 +150,11 @@ class ProgressTracker:
             self._error = f"{self.progress_path}: {exc}"
             return
         self._doc, self._error = doc, None
+
+
+def _count(v) -> Optional[int]:
+    """A counter of the job's (an integer >= 0), or None."""
+    return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
 
 
 def _number(v) -> Optional[float]:

@@ -107,6 +107,24 @@ class Progress:
     # a job that is not running has no live rate or ETA: its last live figure, and when
     last_tokens_per_s: Optional[float] = None
     last_rate_at: Optional[float] = None
+    # records that are neither cut at max_tokens, nor empty, nor failed, of the records counted
+    # (generate's progress.json: counted as their ids reach the done-set)
+    useful: Optional[int] = None
+    useful_of: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class JobPlan:
+    """A job's ``plan.json`` (written by `gpudeck plan` beside its output) against how the
+    job goes (agents/planwatch.py)."""
+
+    path: str
+    planned_wall_s: Optional[float] = None  # the plan's projected_wall_s
+    projected_wall_s: Optional[float] = None  # now: the time since ``since``, plus the ETA
+    drift_pct: Optional[float] = None  # how far projected is off planned, in percent (+: slower)
+    since: Optional[float] = None  # the job's first start, or the plan's writing when that came later
+    written_at: Optional[float] = None  # when the plan was written
+    error: Optional[str] = None  # plan.json could not be read; the last good figures are kept
 
 
 # ---------------------------------------------------------------- typed results of requests
@@ -186,6 +204,10 @@ class JobStatus:
     max_restarts: Optional[int] = None
     next_restart_at: Optional[float] = None
     restart_note: Optional[str] = None  # "gave up after 5 restarts", "restarted: exit code 137"
+    # when the job first started: its first launch, or its first after it last ended with exit
+    # code 0 (restarts and relaunches go on from it); and its plan against how it goes
+    first_started_at: Optional[float] = None
+    plan: Optional[JobPlan] = None
 
 
 @dataclass(frozen=True)

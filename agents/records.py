@@ -34,6 +34,7 @@ class JobRecord:
     start_ticks: Optional[int] = None  # the leader's start in clock ticks since boot (killing.start_ticks)
     token: Optional[str] = None  # in the environment of every process of the attempt (contain.py)
     cgroup: Optional[str] = None  # the attempt's cgroup, in cgroup mode
+    first_started_at: Optional[float] = None  # the run's first start (first_start_of): what plans and costs count from
 
     def to_dict(self) -> dict[str, Any]:
         return to_plain(self)
@@ -49,6 +50,15 @@ class JobRecord:
         except ProtocolError:  # a verdict of a form this version does not read: not shown, not fatal
             values["last_kill"] = None
         return cls(**values)
+
+
+def first_start_of(prev: JobRecord, now: float) -> float:
+    """The first start of the run a launch at ``now`` belongs to: a relaunch or a restart goes
+    on with the run of the attempt before it; a launch after a job ended with exit code 0 (or
+    its first launch) starts a new one. A record of an older agent has only its attempt's start."""
+    if prev.state is JobState.EXITED or prev.started_at is None:
+        return now
+    return prev.first_started_at or prev.started_at
 
 
 @dataclass

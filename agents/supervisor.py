@@ -36,7 +36,7 @@ from gpudeck.agents.contain import Containment, cgroup_path_of, token_of
 from gpudeck.agents.gpu import GpuSampler
 from gpudeck.agents.jobs import JobSpec, JobState, SpecError
 from gpudeck.agents.protocol import KillVerdict, LaunchResult, LogChunk, to_plain
-from gpudeck.agents.records import JobRecord, _Live, descendants as _descendants
+from gpudeck.agents.records import JobRecord, _Live, descendants as _descendants, first_start_of
 from gpudeck.agents.workers.common.atomic import atomic_write_json as write_json_atomic
 
 log = logging.getLogger(__name__)
@@ -399,8 +399,10 @@ class JobSupervisor:
                 create_time = psutil.Process(popen.pid).create_time()
             except psutil.Error:
                 create_time = time.time()
+            started = time.time()
             rec = JobRecord(name=name, state=JobState.RUNNING, attempt=rec.attempt + 1, pid=popen.pid,
-                            pgid=popen.pid, create_time=create_time, started_at=time.time(),
+                            pgid=popen.pid, create_time=create_time, started_at=started,
+                            first_started_at=first_start_of(rec, started),
                             last_kill=rec.last_kill, argv=list(argv), token=token,
                             start_ticks=killing.start_ticks(popen.pid),
                             cgroup=env.get("GPUDECK_CGROUP"))

@@ -8,29 +8,14 @@ from __future__ import annotations
 
 from typing import Optional
 
+from gpudeck.agents.jobs import human_duration  # noqa: F401 -- the node's spelling, shared with every view
+
 QUALITY_NAMES = {"empty_answer": "empty", "no_reasoning": "no-reason", "cut_at_max_tokens": "cut",
                  "errors": "err", "error": "err"}
 
 
 def quality_flags(quality: dict[str, int]) -> tuple[str, ...]:
     return tuple(f"{QUALITY_NAMES.get(k, k)} {v}" for k, v in sorted(quality.items()) if v)
-
-
-def human_duration(seconds: Optional[float]) -> str:
-    """5d 3h, 2h 05m, 4m 10s, 12s; '-' when unknown."""
-    if seconds is None:
-        return "-"
-    s = int(round(seconds))
-    d, s = divmod(s, 86400)
-    h, s = divmod(s, 3600)
-    m, s = divmod(s, 60)
-    if d:
-        return f"{d}d {h}h"
-    if h:
-        return f"{h}h {m:02d}m"
-    if m:
-        return f"{m}m {s:02d}s"
-    return f"{s}s"
 
 
 def round_int(v: Optional[float]) -> Optional[int]:

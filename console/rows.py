@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Optional, Union
 
 from gpudeck.agents.jobs import AlertKind, EngineState, JobKind, ShownState
-from gpudeck.agents.protocol import Gpu, KillVerdict
+from gpudeck.agents.protocol import Gpu, JobPlan, KillVerdict
 from gpudeck.console.formatting import round_int
 
 SPARK_BUCKET_S = 15.0  # one sparkline cell: 15 s of tokens/s
@@ -44,6 +44,9 @@ class Totals:
     jobs_total: int
     alerts: int
     gpus_simulated: bool = False  # a node's GPUs are the demo's stand-in, not NVML
+    spent: Optional[float] = None  # dollars since the jobs started, over the priced nodes (console/cost.py)
+    to_finish: Optional[float] = None  # dollars to finish at the current rate, over the priced nodes
+    priced: bool = False  # some node has a price_per_hour: the header shows the dollars
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +147,13 @@ class JobRow:
     accept_length: Optional[float] = None
     stale: bool = False  # its node is unreachable
     pid: Optional[int] = None
+    planned_s: Optional[float] = None  # its plan.json's wall time ...
+    projected_s: Optional[float] = None  # ... against the one it heads for now ...
+    drift_pct: Optional[int] = None  # ... and how far apart (+: slower than planned) ...
+    plan_off: bool = False  # ... past the fleet's [alerts] plan_drift_pct
+    priced: bool = False  # its node has a price_per_hour (else its costs show "—")
+    cost_per_m_tokens: Optional[float] = None  # a live generation job: dollars per M output tokens ...
+    cost_per_useful: Optional[float] = None  # ... and per useful completion
 
     @property
     def fraction(self) -> Optional[float]:
@@ -211,3 +221,5 @@ class JobDetail:
     running_series: tuple[Optional[float], ...] = ()  # an engine's running requests ...
     queued_series: tuple[Optional[float], ...] = ()  # ... its queue ...
     kv_series: tuple[Optional[float], ...] = ()  # ... and its KV-cache use (0..1)
+    plan: Optional[JobPlan] = None  # its plan.json against how it goes, or why plan.json cannot be read
+    useful: Optional[float] = None  # the share of its records that are useful (generate), 0..1

@@ -17,6 +17,7 @@ from typing import Any, Callable, Iterable, Optional
 
 from gpudeck.agents.jobs import AlertKind, EngineState, JobKind, JobSpec, JobState, ShownState
 from gpudeck.agents.protocol import Alert, History, JobStatus, Snapshot
+from gpudeck.console import cost
 from gpudeck.console.formatting import human_duration, quality_flags, round_eta, round_figures
 from gpudeck.console.rows import (SPARK_BUCKET_S, AlertRow, FleetRow, GpuRow, JobDetail, JobRow, NodeRow, NodeState,
                                   ProcRow, Totals)
@@ -38,6 +39,7 @@ _SHOWN = {**{s: ShownState(s.value) for s in JobState}, **{s: s for s in ShownSt
 _KINDS = {k: k for k in JobKind}
 _ENGINE_STATES = {e: e for e in EngineState}
 _RUNNING, _SHOWN_READY, _STALLED = JobState.RUNNING, ShownState.READY, AlertKind.STALLED  # no enum lookup per row
+_PLAN_DRIFT = AlertKind.PLAN_DRIFT
 _ENGINE_READY, _ENGINE_FAILED = EngineState.READY, EngineState.FAILED
 _SAMPLED = (JobState.RUNNING, JobState.STARTING)  # the states whose tokens/s the sparkline records
 
@@ -65,6 +67,8 @@ class FleetState:
         self._fleet_rows: dict[str, tuple[tuple, list[FleetRow]]] = {}
         engine_ports = {s.port for s in self.fleet.jobs if s.port and (s.scrape_url or s.kind == JobKind.SGLANG_SERVER)}
         self._engine_clients = frozenset(s.name for s in self.fleet.jobs if _client_of(s, engine_ports))
+        self._prices = {n.name: n.price_per_hour for n in self.fleet.nodes}  # None: not priced
+        self._costs: Optional[tuple[tuple, dict, dict]] = None
         self.version = 0  # bumped on every change: views skip work when it has not moved
 
     # ------------------------------------------------------------ input
@@ -211,9 +215,30 @@ class FleetState:
             if eta is not None and (slowest[0] is None or eta > slowest[0]):
                 slowest = (eta, j.name)
         simulated = any(v.snapshot is not None and v.snapshot.gpus_simulated for v in self.nodes.values())
+        money = cost.fleet_cost(self.costs()[0].values())
         return Totals(nodes_up=up, nodes_total=len(self.nodes), gpus_busy=busy, gpus_total=gpus,
                       tokens_per_s=round_figures(tps), slowest_eta_s=round_eta(slowest[0]), slowest_job=slowest[1],
-                      jobs_running=running, jobs_total=len(jobs), alerts=len(self.alerts()), gpus_simulated=simulated)
+                      jobs_running=running, jobs_total=len(jobs), alerts=len(self.alerts()), gpus_simulated=simulated,
+                      spent=cost.round_money(money.spent), to_finish=cost.round_money(money.to_finish),
+                      priced=money.nodes_priced > 0)
+
+    def costs(self) -> tuple[dict[str, cost.NodeCost], dict[tuple[str, str], cost.JobCost]]:
+        """Each node's price, spent and to finish; each live generation job's dollars per M
+        tokens and per useful completion, by (node, job). Computed once per state and second."""
+        now = self.clock()
+        key = (self.version, int(now))
+        if self._costs is not None and self._costs[0] == key:
+            return self._costs[1], self._costs[2]
+        by_node: dict[str, list[JobStatus]] = {n: [] for n in self.nodes}
+        for node, j in self.jobs():
+            by_node.setdefault(node, []).append(j)
+        nodes, jobs = {}, {}
+        for node, js in by_node.items():
+            price = self._prices.get(node)
+            nodes[node] = cost.NodeCost(price, cost.node_spent(price, js, now), cost.node_to_finish(price, js))
+            jobs.update(((node, name), c) for name, c in cost.generation_costs(price, js).items())
+        self._costs = (key, nodes, jobs)
+        return nodes, jobs
 
     def _counted_tokens_per_s(self, j: JobStatus) -> Optional[float]:
         """A job's share of the fleet's tokens/s. A client of an engine of this fleet (a
@@ -275,6 +300,20 @@ class FleetState:
         now = self.clock()
         return [self._job_row(node, j, now) for node, j in self.jobs()]
 
+    def _plan_and_cost(self, node: str, j: JobStatus) -> dict[str, Any]:
+        """A job row's plan and cost cells, and the flags their alerts add."""
+        out: dict[str, Any] = {"priced": self._prices.get(node) is not None}
+        plan = j.plan
+        if plan is not None:
+            out.update(planned_s=round_eta(plan.planned_wall_s), projected_s=round_eta(plan.projected_wall_s),
+                       drift_pct=None if plan.drift_pct is None else int(round(plan.drift_pct)),
+                       plan_off=plan.drift_pct is not None and abs(plan.drift_pct) > self.fleet.alerts.plan_drift_pct)
+        c = self.costs()[1].get((node, j.name))
+        if c is not None:
+            out.update(cost_per_m_tokens=cost.round_money(c.per_m_tokens),
+                       cost_per_useful=cost.round_money(c.per_useful))
+        return out
+
     def _job_row(self, node: str, j: JobStatus, now: float, spark_width: Optional[int] = None) -> JobRow:
         p, e = j.progress, j.engine
         view = self.nodes.get(node)
@@ -294,6 +333,11 @@ class FleetState:
         if view is not None and view.snapshot is not None:
             if any(a.kind == _STALLED and a.job == j.name for a in view.snapshot.alerts):
                 flags += (_STALLED.value,)  # the alert, named on its job
+            if j.plan is not None and j.plan.drift_pct is not None and \
+                    any(a.kind == _PLAN_DRIFT and a.job == j.name for a in view.snapshot.alerts):
+                flags += (f"plan {j.plan.drift_pct:+.0f}%",)
+        if j.plan is not None and j.plan.error:
+            flags += ("plan?",)
         return JobRow(
             key=f"{node}/{j.name}", name=j.name, node=node, kind=_KINDS[j.kind], state=state, gpus=tuple(j.gpus),
             attempt=j.attempt, tokens_per_s=round_figures(job_tokens_per_s(j)) if alive else None,
@@ -305,7 +349,7 @@ class FleetState:
             queued=int(e.queued) if e and e.queued is not None else None,
             kv_usage=round(e.kv_usage, 3) if e and e.kv_usage is not None else None,
             accept_length=round(e.accept_length, 2) if e and e.accept_length is not None else None,
-            stale=stale, pid=j.pid if alive else None)
+            stale=stale, pid=j.pid if alive else None, **self._plan_and_cost(node, j))
 
     def job_detail(self, key: str, spark_width: int = 60) -> Optional[JobDetail]:
         node, _, name = key.partition("/")
@@ -327,7 +371,8 @@ class FleetState:
                     engine_error=e.error if e else None, command=command,
                     last_kill=j.last_kill, argv=tuple(j.argv),
                     last_tokens_per_s=p.last_tokens_per_s if p else None,
-                    last_rate_at=p.last_rate_at if p else None, error=j.error,
+                    last_rate_at=p.last_rate_at if p else None, error=j.error, plan=j.plan,
+                    useful=cost.useful_share(p),
                     spark=series.last(spark_width, now) if series else (None,) * spark_width,
                     bucket_s=self.spark_bucket_s, **self._detail_series(n, j.name, spark_width, now))
         return None
@@ -358,6 +403,7 @@ class FleetState:
 
     def to_json(self) -> dict[str, Any]:
         """The documented shape of ``gpudeck status --json``."""
+        node_costs, job_costs = self.costs()
         nodes = []
         for name, view in self.nodes.items():
             snap = view.snapshot
@@ -371,6 +417,7 @@ class FleetState:
                 "gpus_simulated": snap.gpus_simulated if snap else False,
                 "containment": snap.containment if snap else None,
                 "host": dataclasses.asdict(snap.host) if snap else None,
+                **cost.node_json(node_costs.get(name)),
             })
         jobs = []
         for node, j in self.jobs():
@@ -390,9 +437,13 @@ class FleetState:
                 "next_restart_at": j.next_restart_at, "restart_note": j.restart_note,
                 "argv": j.argv,
                 "error": j.error,
+                **cost.job_json(j, job_costs.get((node, j.name))),
             })
         alerts = [{"node": n, **dataclasses.asdict(a)} for n, a in self.alerts()]
-        return {"nodes": nodes, "jobs": jobs, "alerts": alerts}
+        money = cost.fleet_cost(node_costs.values())
+        fleet = {"spent": cost.money_json(money.spent), "to_finish": cost.money_json(money.to_finish),
+                 "nodes_priced": money.nodes_priced}
+        return {"fleet": fleet, "nodes": nodes, "jobs": jobs, "alerts": alerts}
 
 
 # ---------------------------------------------------------------- helpers

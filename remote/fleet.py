@@ -52,6 +52,7 @@ class Node:
     venv: Optional[str] = None  # where `gpudeck deploy` installs gpudeck; default <home>/venv
     simulate_gpus: Optional[str] = None  # the demo's and tests' stand-in GPUs ("4xRTX PRO 6000:96"): never NVML
     jump: Optional[str] = None  # a bastion: a node of the fleet, or [user@]host[:port]; "none": not even ProxyJump
+    price_per_hour: Optional[float] = None  # dollars per hour for the node (>= 0); None: not priced, never $0
     via: Optional["Node"] = None  # the bastion's Node, resolved from `jump` (not a fleet-file key)
 
     @property
@@ -106,7 +107,7 @@ def local_fleet() -> Fleet:
 _NODE_FIELDS = {f.name: f for f in dataclasses.fields(Node) if f.name != "via"}
 _JOB_FIELDS = {f.name: f for f in dataclasses.fields(JobSpec)}
 _DEFAULT_KEYS = {"python", "home", "nvml", "interval", "known_hosts", "host_keys", "user", "identity",
-                 "connect_timeout", "venv", "jump"}
+                 "connect_timeout", "venv", "jump", "price_per_hour"}
 NO_JUMP = "none"
 
 
@@ -220,7 +221,7 @@ def _parse_nodes(raw_nodes: Any, defaults: dict[str, Any], path: str, loc: "_Loc
         nodes.append(Node(**values))
     if not any(n.name == LOCAL for n in nodes):
         nodes.insert(0, Node(name=LOCAL, **{k: v for k, v in defaults.items()
-                                            if k in ("home", "nvml", "interval")}))
+                                            if k in ("home", "nvml", "interval", "price_per_hour")}))
     return nodes
 
 
@@ -363,8 +364,9 @@ def _resolve_servers(jobs: list[JobSpec], nodes: dict[str, Node], path: str, loc
 _RANGES: dict[str, tuple[Optional[float], Optional[float]]] = {
     "interval": (0.01, 3600.0), "connect_timeout": (0.1, 3600.0), "port": (1, 65535),
     "stall_after_s": (1.0, None), "log_max_mb": (0.01, None), "total": (0, None), "tp": (1, None), "dp": (1, None),
-    "max_restarts": (0, 1000), "restart_backoff_s": (0.0, 86400.0),
+    "max_restarts": (0, 1000), "restart_backoff_s": (0.0, 86400.0), "price_per_hour": (0.0, None),
 }
+_FINITE = {"price_per_hour"}  # keys where TOML's inf means nothing
 
 
 def _check_range(path: str, line: Optional[int], where: str, key: str, v: Any) -> None:
@@ -372,10 +374,12 @@ def _check_range(path: str, line: Optional[int], where: str, key: str, v: Any) -
     if bounds is None or not isinstance(v, (int, float)) or isinstance(v, bool):
         return
     low, high = bounds
-    if v != v or (low is not None and v < low) or (high is not None and v > high):
+    if v != v or (low is not None and v < low) or (high is not None and v > high) or \
+            (key in _FINITE and v in (float("inf"), float("-inf"))):
         span = (f"from {low:g} to {high:g}" if low is not None and high is not None
                 else f"at least {low:g}" if low is not None else f"at most {high:g}")
-        raise FleetError(path, line, f"{where}: expected a number {span}, got {v!r}")
+        raise FleetError(path, line, f"{where}: expected a {'finite ' if key in _FINITE else ''}number {span}, "
+                                     f"got {v!r}")
 
 
 def _check_type(path: str, line: Optional[int], where: str, f: dataclasses.Field, v: Any) -> None:

@@ -83,3 +83,9 @@ def test_kill_9_twenty_times_loses_and_duplicates_nothing(tmp_path, sim_engines,
     assert text.count("=== ") == KILLS + 1
     progress = json.loads((out / "progress.json").read_text())
     assert progress["done"] == progress["total"] == len(ids)
+    # useful records are counted once their ids are durable: never one a kill lost and the
+    # next run made again, so never more than the shards hold
+    useful = sum(1 for recs in shards.values() for r in recs
+                 if r["finish_reason"] not in ("length", "abort", "error") and r["answer"].strip())
+    assert 0 < progress["useful"] <= useful and 0 < progress["useful_of"] <= len(ids), progress
+    assert progress["useful"] <= progress["useful_of"]

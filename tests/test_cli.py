@@ -47,7 +47,8 @@ def fleet(tmp_path, home):
 def test_status_json_with_no_fleet_file(home):
     r = gpudeck("status", "--json", env={"GPUDECK_HOME": str(home)})
     doc = json.loads(r.stdout)
-    assert set(doc) == {"nodes", "jobs", "alerts"}
+    assert set(doc) == {"fleet", "nodes", "jobs", "alerts"}
+    assert doc["fleet"] == {"spent": None, "to_finish": None, "nodes_priced": 0}  # no prices: null, never 0
     (node,) = doc["nodes"]
     assert node["name"] == "local" and node["reachable"] is True
     assert {"name", "reachable", "gpus", "host"} <= set(node)
@@ -97,6 +98,63 @@ def test_launch_status_logs_kill_relaunch(fleet, home):
     assert job()["attempt"] == 2
     r = gpudeck("kill", *f, "counter", "--json")
     assert json.loads(r.stdout)["ok"] is True
+
+
+# a generation job that reports like the generate worker: 10 items (2,500 tokens) a second,
+# 9 of 10 records useful; its plan.json promised three times that rate
+FAKE_GENERATE = ("i=0; while true; do i=$((i+1)); "
+                 "printf '{\"done\": %d, \"total\": 100000, \"tokens\": %d, \"tokens_per_s\": 2500, "
+                 "\"rate_per_s\": 10, \"useful\": %d, \"useful_of\": %d}' $i $((i*250)) $((i*9/10)) $i "
+                 "> $GPUDECK_PROGRESS_FILE.tmp; mv $GPUDECK_PROGRESS_FILE.tmp $GPUDECK_PROGRESS_FILE; sleep 0.1; done")
+
+
+@pytest.mark.usefixtures("reap_jobs")
+def test_status_shows_dollars_and_the_plan_against_the_projection(tmp_path, home):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "plan.json").write_text(json.dumps({"projected_wall_s": 100_000 / 30, "written_at": 1.0}))
+    fleet = tmp_path / "fleet.toml"
+    fleet.write_text(textwrap.dedent(f'''
+        [defaults]
+        home = "{home}"
+        nvml = false
+        interval = 0.2
+
+        [[nodes]]
+        name = "local"
+        price_per_hour = 36
+
+        [[jobs]]
+        name = "gen"
+        kind = "generate"
+        out = "{out}"
+        command = ["sh", "-c", {json.dumps(FAKE_GENERATE)}]
+    '''))
+    f = ["-f", str(fleet)]
+    gpudeck("launch", *f, "gen")
+
+    def status():
+        doc = json.loads(gpudeck("status", *f, "--json").stdout)
+        return doc if any(a["kind"] == "plan_drift" for a in doc["alerts"]) else None
+    doc = wait_for(status, timeout=60, what="a plan_drift alert in `status --json`")
+    (node,) = doc["nodes"]
+    (job,) = doc["jobs"]
+    assert node["price_per_hour"] == 36 and node["spent"] > 0 and node["to_finish"] > 0
+    assert doc["fleet"]["nodes_priced"] == 1
+    assert doc["fleet"]["spent"] == node["spent"] and doc["fleet"]["to_finish"] == node["to_finish"]
+    # node price over the node's output tokens per hour; its share over useful completions per hour
+    assert job["cost_per_m_tokens"] == pytest.approx(36e6 / (job["tokens_per_s"] * 3600), rel=1e-4)
+    useful = job["useful"] / job["useful_of"]
+    assert 0 < useful <= 0.9
+    assert job["cost_per_useful_completion"] == pytest.approx(36 / (job["rate_per_s"] * 3600 * useful), rel=1e-4)
+    assert job["planned_wall_s"] == pytest.approx(3333.3, abs=0.1) and job["plan"] == str(out / "plan.json")
+    assert job["projected_wall_s"] > 2 * job["planned_wall_s"] and job["drift_pct"] > 100 and job["plan_error"] is None
+    assert job["first_started_at"] is not None
+    (alert,) = [a for a in doc["alerts"] if a["kind"] == "plan_drift"]
+    assert alert["job"] == "gen" and alert["message"].startswith("job gen: planned 55m 33s, now ")
+    plain = gpudeck("status", *f).stdout
+    assert ", $36/h: $" in plain and "  plan: planned 55m 33s, now " in plain
+    assert "  cost: $" in plain and " per M output tokens, $" in plain and "fleet: $" in plain
 
 
 def test_bad_input_from_the_command_line(tmp_path, fleet):

@@ -226,3 +226,34 @@ def test_the_local_node_may_be_declared_with_its_own_settings():
     f = parse_fleet('[[nodes]]\nname = "local"\nsimulate_gpus = "2xH200:141"\ninterval = 0.5\n', "f.toml")
     assert [n.name for n in f.nodes] == ["local"]
     assert f.node("local").host is None and f.node("local").simulate_gpus == "2xH200:141"
+
+
+def test_price_per_hour_on_a_node_or_as_every_nodes_default():
+    f = parse_fleet('[defaults]\nprice_per_hour = 12.5\n\n[[nodes]]\nname = "b200"\nprice_per_hour = 98\n\n'
+                    '[[nodes]]\nname = "pro6000"\n\n[[nodes]]\nname = "spare"\nprice_per_hour = 0\n', "f.toml")
+    assert {n.name: n.price_per_hour for n in f.nodes} == {"local": 12.5, "b200": 98, "pro6000": 12.5, "spare": 0}
+    assert parse_fleet('[[nodes]]\nname = "a"\n', "f.toml").node("a").price_per_hour is None  # not priced, not $0
+
+
+@pytest.mark.parametrize("text, line, says", [
+    ('[[nodes]]\nname = "a"\nprice_per_hour = -2.5\n', 3, "[[nodes]] #1 'price_per_hour': expected a finite number "
+                                                          "at least 0, got -2.5"),
+    ('[[nodes]]\nname = "a"\n\nprice_per_hour = "$98"\n', 4, "[[nodes]] #1 'price_per_hour': expected a number, "
+                                                             "got \"$98\""),
+    ('[[nodes]]\nname = "a"\nprice_per_hour = true\n', 3, "'price_per_hour': expected a number, got true"),
+    ('[[nodes]]\nname = "a"\nprice_per_hour = inf\n', 3, "expected a finite number at least 0, got inf"),
+    ('[defaults]\nprice_per_hour = nan\n', 2, "[defaults] 'price_per_hour': expected a finite number at least 0"),
+    ('[[jobs]]\nname = "j"\ncommand = ["x"]\nprice_per_hour = 3\n', 4, "has no key 'price_per_hour' for kind"),
+])
+def test_a_bad_price_per_hour_says_file_line_and_what_was_expected(text, line, says):
+    with pytest.raises(FleetError) as err:
+        parse_fleet(text, "fleet.toml")
+    assert str(err.value).startswith(f"fleet.toml:{line}: ") and says in str(err.value), str(err.value)
+
+
+def test_the_plan_drift_limit_is_an_alerts_threshold():
+    assert parse_fleet('[alerts]\nplan_drift_pct = 10\n', "f.toml").alerts.plan_drift_pct == 10
+    assert parse_fleet('', "f.toml").alerts.plan_drift_pct == 25.0
+    with pytest.raises(FleetError) as err:
+        parse_fleet('[alerts]\nplan_drift_pct = -5\n', "f.toml")
+    assert str(err.value).startswith("f.toml:2: [alerts] 'plan_drift_pct': expected a number >= 0")

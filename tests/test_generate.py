@@ -44,6 +44,8 @@ def test_generates_every_prompt_once_with_the_record_fields(tmp_path, sim_engine
     assert progress["done"] == progress["total"] == 2500
     assert progress["tokens"] == sum(r["completion_tokens"] for r in by_id.values())
     assert progress["quality"]["cut_at_max_tokens"] == cut
+    empty = sum(1 for r in by_id.values() if not r["answer"].strip() and r["finish_reason"] != "length")
+    assert progress["useful_of"] == 2500 and progress["useful"] == 2500 - cut - empty  # a clean run: exact
     assert progress["quality"]["errors"] == 0 and progress["quality"]["no_reasoning"] == 0
     assert sim.metric("sglang:num_requests_total") == 2500
 

@@ -41,7 +41,7 @@ def test_importing_a_layer_pulls_in_nothing_forbidden(package, forbidden):
 
 CONSOLE_CORE = ["gpudeck.console.state", "gpudeck.console.rows", "gpudeck.console.series", "gpudeck.console.selection",
                 "gpudeck.console.formatting", "gpudeck.console.actions", "gpudeck.console.timeline",
-                "gpudeck.console.since", "gpudeck.console.looked", "gpudeck.console.cli"]
+                "gpudeck.console.since", "gpudeck.console.looked", "gpudeck.console.cost", "gpudeck.console.cli"]
 
 
 def test_the_console_core_and_headless_commands_run_without_textual():

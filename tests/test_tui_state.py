@@ -109,7 +109,7 @@ def test_filters_and_sorts_are_pure():
 
 def test_status_json_keeps_its_shape():
     doc = pinned_state().to_json()
-    assert set(doc) == {"nodes", "jobs", "alerts"}
+    assert set(doc) == {"fleet", "nodes", "jobs", "alerts"}
     # the documented keys stay; new ones may come
     assert {"name", "reachable", "error", "unreachable_since", "gpus", "gpu_error", "host"} <= set(doc["nodes"][0])
     assert {"name", "node", "kind", "state", "pids", "gpus", "attempt", "exit_code", "done",
@@ -117,6 +117,13 @@ def test_status_json_keeps_its_shape():
     assert {"containment", "gpus_simulated"} <= set(doc["nodes"][0])
     assert {"last_kill", "last_tokens_per_s", "last_rate_at", "argv", "error"} <= set(doc["jobs"][0])
     assert {"node", "kind", "message", "job", "gpu", "pid"} <= set(doc["alerts"][0])
+    # dollars and plans: a fleet file without prices has none, and says null, never 0
+    assert doc["fleet"] == {"spent": None, "to_finish": None, "nodes_priced": 0}
+    assert all(n["price_per_hour"] is None and n["spent"] is None and n["to_finish"] is None for n in doc["nodes"])
+    gen = next(j for j in doc["jobs"] if j["name"] == "gen")
+    assert {"cost_per_m_tokens", "cost_per_useful_completion", "planned_wall_s", "projected_wall_s", "drift_pct",
+            "plan", "plan_error", "first_started_at", "useful", "useful_of", "rate_per_s"} <= set(gen)
+    assert gen["cost_per_m_tokens"] is None and gen["cost_per_useful_completion"] is None
 
 
 def test_a_newer_snapshot_replaces_a_queued_one_of_the_same_node():

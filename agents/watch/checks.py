@@ -1,6 +1,6 @@
 """What is wrong on the node this tick, as :class:`Condition` s: thresholds from ``[alerts]``,
-GPU health (agents/health.py), idle GPUs under running jobs, deadlines, and the agent's own
-alerts (agents/alerts.py) carried into the timeline."""
+GPU health (agents/health.py), idle GPUs under running jobs, deadlines, jobs off their plan,
+and the agent's own alerts (agents/alerts.py) carried into the timeline."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Optional
 
 from gpudeck.agents.health import GpuHealth
 from gpudeck.agents.jobs import AlertKind, EventKind, JobSpec, JobState
+from gpudeck.agents.planwatch import drift_text
 from gpudeck.agents.protocol import Alert, Gpu, Host, JobStatus
 from gpudeck.agents.watch.conditions import Condition
 from gpudeck.agents.watch.config import AlertThresholds
@@ -46,6 +47,7 @@ class Checks:
         now_true += self._thresholds(gpus, host, alerts, limits, owner)
         now_true += self._idle(now, gpus, jobs, limits)
         now_true += self._deadlines(now, jobs, specs)
+        now_true += _plan_drift(jobs, limits)
         once: list[Condition] = []
         for h in health:
             now_true += _health(h, owner.get(h.index))
@@ -139,6 +141,20 @@ class Checks:
                                      f"(+{(finish - f0) / 3600:.1f} h, more than 25% of what was left)",
                                      AlertKind.DEADLINE, j.name))
         return out
+
+
+def _plan_drift(jobs: list[JobStatus], limits: AlertThresholds) -> list[Condition]:
+    """A live job heading for a wall time more than ``plan_drift_pct`` off its plan.json (either
+    way: a plan that far off misleads the budget too); it clears once back within."""
+    out = []
+    for j in jobs:
+        p = j.plan
+        if not j.state.alive or p is None or p.drift_pct is None or abs(p.drift_pct) <= limits.plan_drift_pct:
+            continue
+        out.append(Condition(f"plan_drift:{j.name}", EventKind.PLAN_DRIFT,
+                             f"job {j.name}: {drift_text(p.planned_wall_s, p.projected_wall_s)}, more than "
+                             f"{limits.plan_drift_pct:g}% off its plan ({p.path})", AlertKind.PLAN_DRIFT, j.name))
+    return out
 
 
 def _health(h: GpuHealth, job: Optional[str]) -> list[Condition]:

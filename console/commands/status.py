@@ -5,7 +5,12 @@ from __future__ import annotations
 import json
 import time
 
+from gpudeck.agents.jobs import JobKind, JobState
+from gpudeck.agents.planwatch import drift_text
 from gpudeck.console.commands.common import EXIT_OK, EXIT_UNREACHABLE, fleet_arg, load_fleet
+from gpudeck.console.cost import NO_PRICE, dollars
+
+ALIVE = frozenset(s for s in JobState if s.alive)
 
 
 def register(sub) -> None:
@@ -40,9 +45,12 @@ async def _status(args) -> int:
 
 
 def render_status(state) -> str:
-    """The plain-text report: each node and its GPUs, then the jobs, then the alerts."""
+    """The plain-text report: each node and its GPUs, then the jobs, then the dollars, then the alerts."""
     lines = _node_lines(state)
     jobs = _job_lines(state)
+    money = state.totals()
+    if money.priced:
+        jobs.append(f"fleet: {dollars(money.spent)} spent, {dollars(money.to_finish)} to finish at the current rate")
     if jobs:
         lines.append("")
         lines.extend(jobs)
@@ -55,6 +63,7 @@ def render_status(state) -> str:
 
 def _node_lines(state) -> list[str]:
     lines = []
+    costs = state.costs()[0]
     for name, view in state.nodes.items():
         snap = view.snapshot
         if snap is None:
@@ -65,7 +74,8 @@ def _node_lines(state) -> list[str]:
         h = snap.host
         lines.append(f"{name} ({h.hostname}): cpu {h.cpu_pct:.0f}% of {h.cpu_count}, "
                      f"mem {h.mem_used_bytes / 2**30:.1f}/{h.mem_total_bytes / 2**30:.1f} GiB, load {h.load1:.2f}, "
-                     f"containment {snap.containment or '-'}" + (", GPUs SIMULATED" if snap.gpus_simulated else ""))
+                     f"containment {snap.containment or '-'}" + (", GPUs SIMULATED" if snap.gpus_simulated else "")
+                     + _node_money(costs.get(name)))
         if not snap.gpus:
             lines.append(f"  no GPUs: {snap.gpu_error}")
         for g in snap.gpus:
@@ -82,6 +92,7 @@ def _job_lines(state) -> list[str]:
     jobs = state.jobs()
     if not jobs:
         return []
+    costs, job_costs = state.costs()
     lines = [f"{'JOB':<20} {'NODE':<12} {'KIND':<14} {'STATE':<9} {'GPUS':<6} {'ATT':>3} "
              f"{'DONE':>16} {'TOK/S':>9} {'ETA':>8}"]
     for node, j in jobs:
@@ -94,12 +105,28 @@ def _job_lines(state) -> list[str]:
                      f"{human_duration(p.eta_s if p and tps is not None else None):>8}")
         if tps is None and p is not None and p.last_tokens_per_s is not None:
             lines.append(f"  last {p.last_tokens_per_s:.0f} tok/s at {_clock(p.last_rate_at)}")
+        if j.plan is not None:
+            lines.append(f"  plan: {drift_text(j.plan.planned_wall_s, j.plan.projected_wall_s)}"
+                         + (f" ({j.plan.error})" if j.plan.error else ""))
+        if j.kind == JobKind.GENERATE and j.state in ALIVE:
+            c = job_costs.get((node, j.name))
+            if costs[node].price_per_hour is None:
+                lines.append(f"  cost: {NO_PRICE} (node {node} has no price_per_hour)")
+            else:
+                lines.append(f"  cost: {dollars(c.per_m_tokens if c else None)} per M output tokens, "
+                             f"{dollars(c.per_useful if c else None)} per useful completion")
         if j.error:
             lines.append(f"  cannot be read: {j.error}")
         if j.last_kill is not None:
             k = j.last_kill
             lines.append(f"  last kill at {_clock(k.at)}: {'ok' if k.ok else 'INCOMPLETE'}: {k.message}")
     return lines
+
+
+def _node_money(c) -> str:
+    if c is None or c.price_per_hour is None:
+        return f", price {NO_PRICE}"
+    return (f", ${c.price_per_hour:g}/h: {dollars(c.spent)} spent, {dollars(c.to_finish)} to finish")
 
 
 def _clock(t) -> str:

@@ -27,7 +27,9 @@ HELP = """\
 [b]Jobs[/b]
   #          attempt;  TOK/S and TREND: tokens per second, one cell per 15 s
   DONE       items done / total;  RATE items/s;  ETA at the current rate
-  FLAGS      quality counters: empty answers, missing reasoning, cut at max tokens, errors
+  FLAGS      quality counters: empty answers, no reasoning, cut at max tokens, errors
+  PLAN→NOW   the plan's finish (plan.json) and the projected one;  DRIFT  how far apart
+  $/MTOK     dollars per million output tokens;  $/USEFUL  per useful completion
   engines    DONE shows running (r) and queued (q) requests, PROGRESS the KV cache,
              RATE the speculative accept length
 

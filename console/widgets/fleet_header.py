@@ -1,4 +1,4 @@
-"""FleetHeader: the fleet in one line: nodes, GPUs, tokens/s, the slowest ETA, alerts."""
+"""FleetHeader: the fleet in one line: nodes, GPUs, tokens/s, the slowest ETA, dollars, alerts."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
 
+from gpudeck.console.cost import dollars
 from gpudeck.console.formatting import human_duration
 from gpudeck.console.rows import Totals
 from gpudeck.console.widgets import cells
@@ -78,6 +79,10 @@ class FleetHeader(Widget):
             t.append(f"ETA {human_duration(tot.slowest_eta_s)}")
             if not short:
                 t.append(f" ({tot.slowest_job})", muted)
+        if tot.priced:  # dollars only where the fleet file gives prices
+            t.append(sep, muted)
+            t.append(f"{dollars(tot.spent)} +{dollars(tot.to_finish)}" if short else
+                     f"{dollars(tot.spent)} spent, {dollars(tot.to_finish)} to finish")
         if tot.alerts:
             t.append(sep, muted)
             t.append(f"▲{tot.alerts}" if short else f"▲ {tot.alerts} alert{'s' if tot.alerts != 1 else ''}",

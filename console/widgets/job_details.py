@@ -10,7 +10,9 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
 
-from gpudeck.agents.jobs import EngineState
+from gpudeck.agents.jobs import EngineState, JobKind
+from gpudeck.agents.planwatch import drift_text
+from gpudeck.console.cost import dollars
 from gpudeck.console.formatting import human_duration
 from gpudeck.console.rows import JobDetail
 from gpudeck.console.widgets import cells
@@ -67,6 +69,10 @@ class JobDetails(Widget):
                 prog.append(f" {100 * j.fraction:.1f}%")
             grid.add_row("done", prog)
             grid.add_row("rate", f"{cells.rate(j.rate_per_s)} items/s   ETA {human_duration(j.eta_s)}")
+        if d.plan is not None:
+            grid.add_row("plan", self._plan(d))
+        if j.kind == JobKind.GENERATE and j.alive and j.priced:  # unpriced: "—" in the table says it
+            grid.add_row("cost", self._cost(d))
         if d.quality or d.progress_error:
             q = Text(" · ".join(f"{k} {v}" for k, v in d.quality) or "clean")
             if d.progress_error:
@@ -103,6 +109,22 @@ class JobDetails(Widget):
         elif d.command:
             grid.add_row("command", Text(d.command, overflow="ellipsis", no_wrap=True))
         return grid
+
+
+    def _plan(self, d: JobDetail) -> Text:
+        st, p = self.get_component_rich_style, d.plan
+        off = st("job-details--warn") if d.row.plan_off else None  # past the fleet's plan_drift_pct
+        text = Text(drift_text(p.planned_wall_s, p.projected_wall_s), off)
+        text.append(f"  {p.path}", st("job-details--muted"))
+        if p.error:
+            text.append(f"  {p.error}", st("job-details--bad"))
+        return text
+
+    def _cost(self, d: JobDetail) -> Text:
+        j = d.row
+        useful = f" ({100 * d.useful:.0f}% of its records useful)" if d.useful is not None else ""
+        return Text(f"{dollars(j.cost_per_m_tokens)} per M output tokens   "
+                    f"{dollars(j.cost_per_useful)} per useful completion{useful}")
 
 
 def _n(v: Optional[int]) -> str:

@@ -6,7 +6,8 @@ from typing import Optional, Sequence
 
 from rich.style import Style
 
-from gpudeck.agents.jobs import ShownState
+from gpudeck.agents.jobs import JobKind, ShownState
+from gpudeck.console.cost import NO_PRICE, dollars
 from gpudeck.console.formatting import human_duration
 from gpudeck.console.rows import JobRow
 from gpudeck.console.widgets import cells
@@ -21,8 +22,9 @@ STATE_STYLE = {ShownState.RUNNING: "ok", ShownState.READY: "ok", ShownState.STAR
 
 
 class JobsTable(LiveTable[JobRow]):
-    """Jobs: state, tokens/s and its trend, done/total, rate, ETA and quality flags. An
-    engine shows running/queued requests, KV-cache use and accept length instead."""
+    """Jobs: state, tokens/s and its trend, done/total, rate, ETA, the plan against the
+    projection, dollars per M tokens and per useful completion, and quality flags. An engine
+    shows running/queued requests, KV-cache use and accept length instead."""
 
     COLUMNS = (
         Column("JOB", 14),
@@ -37,6 +39,11 @@ class JobsTable(LiveTable[JobRow]):
         Column("PROGRESS", PROGRESS_BAR, drop=4),
         Column("RATE", 6, "right", drop=7),
         Column("ETA", 7, "right"),
+        # plan and cost: dropped first on a narrow screen (a drift past its limit is a flag too)
+        Column("PLAN→NOW", 15, "right", drop=12),  # plan.json's wall time, and the one it heads for now
+        Column("DRIFT", 6, "right", drop=11),
+        Column("$/MTOK", 6, "right", drop=13),  # a generation job: dollars per million output tokens ...
+        Column("$/USEFUL", 8, "right", drop=14),  # ... and per useful completion
         Column("FLAGS", 0, least=5),
     )
 
@@ -59,7 +66,23 @@ class JobsTable(LiveTable[JobRow]):
             rate = cells.rate(j.rate_per_s)
         flags = ((" ".join(j.flags), st("warn")),) if j.flags else (("-", st("muted")),)
         return (j.name, j.node, j.kind.short, state, gpus, str(j.attempt),
-                cells.rate(j.tokens_per_s), spark, done, progress, rate, human_duration(j.eta_s), flags)
+                cells.rate(j.tokens_per_s), spark, done, progress, rate, human_duration(j.eta_s),
+                *self._plan_cells(j), *self._cost_cells(j), flags)
+
+    def _plan_cells(self, j: JobRow) -> tuple[Cell, Cell]:
+        if j.planned_s is None:
+            return "-", "-"
+        plan = f"{human_duration(j.planned_s)}→{human_duration(j.projected_s)}"
+        if j.drift_pct is None:
+            return plan, "-"
+        return plan, ((f"{j.drift_pct:+d}%", self.style("warn") if j.plan_off else None),)
+
+    def _cost_cells(self, j: JobRow) -> tuple[Cell, Cell]:
+        if j.kind != JobKind.GENERATE:
+            return "-", "-"
+        if not j.priced:
+            return NO_PRICE, NO_PRICE
+        return dollars(j.cost_per_m_tokens), dollars(j.cost_per_useful)
 
     def row_style(self, row: JobRow) -> Optional[Style]:
         return self.style("dim") if row.stale else None

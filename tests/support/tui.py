@@ -13,8 +13,8 @@ from typing import Any, Callable, Optional
 from rich.console import Console
 
 from support.core import ROOT, reap, wait_for_async  # noqa: F401  (re-exported for the TUI tests)
-from gpudeck.agents.protocol import (Alert, Disk, Engine, Gpu, GpuProcess, History, Host, JobStatus, Progress, Sample,
-                             Snapshot)
+from gpudeck.agents.protocol import (Alert, Disk, Engine, Gpu, GpuProcess, History, Host, JobPlan, JobStatus, Progress,
+                             Sample, Snapshot)
 from gpudeck.remote.fleet import Fleet, parse_fleet
 
 SNAPSHOTS = Path(__file__).resolve().parent.parent / "snapshots"
@@ -167,7 +167,8 @@ def pinned_events() -> list[Any]:
                   started_at=t - 3600,
                   progress=Progress(123_456, 914_000, 35_000_000, 21.4, 2390.0, (914_000 - 123_456) / 21.4, t,
                                     {"cut_at_max_tokens": 12, "empty_answer": 3, "errors": 0}),
-                  log_path="/home/op/.gpudeck/jobs/gen/job.log"),
+                  log_path="/home/op/.gpudeck/jobs/gen/job.log", first_started_at=t - 7200,
+                  plan=JobPlan("/data/gen/plan.json", 12_000.0, 44_160.0, 268.0, t - 7200, t - 7300)),
         JobStatus("extract", "command", "failed", [2, 3], ["GPU-a2", "GPU-a3"], attempt=3, exit_code=137,
                   started_at=t - 900, ended_at=t - 60,
                   progress=Progress(4_000, 914_000, None, None, None, None, t - 60, {})),

@@ -27,7 +27,7 @@ from gpudeck.agents.workers.common.audit_gate import audit_verdict
 from gpudeck.agents.workers.common.doneset import DoneSet
 from gpudeck.agents.workers.common.progress import progress_path
 from gpudeck.agents.workers.generate.options import EXIT_FAIL, EXIT_OK, EXIT_TERM, Options
-from gpudeck.agents.workers.generate.progress import GenerateProgress
+from gpudeck.agents.workers.generate.progress import GenerateProgress, is_useful
 from gpudeck.agents.workers.generate.prompts import Prompt, PromptError, PromptReader
 from gpudeck.agents.workers.generate.resume import ResumeHint
 from gpudeck.agents.workers.generate.servers import AttemptFailed, ServerPool, UsageError
@@ -180,9 +180,10 @@ class Generator:
             self.uploader.submit(name, ids)
 
     def _durable(self, tokens: list) -> None:
-        for pid, offset in tokens:
+        for pid, offset, useful in tokens:
             self.inflight.discard(pid)
             self.hint.durable(offset)
+            self.progress.durable(useful)
 
     def _is_taken(self, pid: str) -> bool:
         return pid in self.done.ids or pid in self.inflight or pid in self.failed
@@ -382,7 +383,7 @@ class Generator:
                "server": server_url}
         line = json.dumps(rec, ensure_ascii=False).encode("utf-8", errors="surrogateescape")
         self.progress.record(r, self.o.thinking)
-        token = (p.id, p.offset)
+        token = (p.id, p.offset, is_useful(r))  # counted as useful once durable (progress.py)
         if self._backlog:
             self._backlog.append((p.id, line, token))
             return

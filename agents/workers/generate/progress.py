@@ -1,7 +1,17 @@
 """generate's progress document (common/progress.py says where it goes and how), every
-second: done, total, tokens, tokens/s over the last 30 s, the quality counters, the servers'
-health and the uploads. Tokens and three quality counters carry over from the previous
-attempt's document, so a relaunch keeps counting where the last one stopped.
+second: done, total, tokens, tokens/s over the last 30 s, the quality counters, the useful
+records, the servers' health and the uploads. Tokens, three quality counters and the useful
+records carry over from the previous attempt's document, so a relaunch keeps counting where
+the last one stopped.
+
+``useful`` of ``useful_of``: records that are neither cut at max_tokens, nor empty, nor ended
+by the server (:func:`is_useful`), counted when their ids reach the done-set (the shard
+writer's ``on_durable``), never when they are handed to the writer. So the count never holds
+a record that a kill -9 then loses and the next start makes again; what a kill may cost is
+the other way: records made durable after the last document was written (at most a second's
+worth), or ids that recovery adds from the open shard, are in the done-set and not counted.
+The counters are a report, like the rest of this document; the done-set stays the authority,
+and nothing in the order of writes depends on them.
 """
 
 from __future__ import annotations
@@ -18,6 +28,15 @@ from gpudeck.agents.workers.common.progress import (GENERATE_QUALITY, GENERATE_Q
 
 log = logging.getLogger("gpudeck.generate")
 
+# a finish_reason that makes a record no use: cut at max_tokens, or ended by the server
+NOT_USEFUL_FINISH = frozenset({"length", "abort", "error"})
+
+
+def is_useful(r: dict) -> bool:
+    """A completion (what :func:`servers.parse_completion` returned) worth keeping: not cut at
+    max_tokens, not ended by the server, not an empty answer."""
+    return r["finish_reason"] not in NOT_USEFUL_FINISH and bool((r["answer"] or "").strip())
+
 
 class GenerateProgress:
     """The run's counters and the document made of them."""
@@ -29,6 +48,8 @@ class GenerateProgress:
         self.tokens = 0
         self.quality = quality_counters(GENERATE_QUALITY)
         self.completed_now = 0
+        self.useful = 0  # useful records among ...
+        self.useful_of = 0  # ... those counted, as their ids reached the done-set
         self.retries = 0
         self._tok_window: collections.deque[tuple[float, int]] = collections.deque()
         self._last_status = 0.0
@@ -42,8 +63,9 @@ class GenerateProgress:
             return
         if doc.get("prompts") not in (None, self.prompts) or doc.get("out") != self.out:
             return
-        if isinstance(doc.get("tokens"), int):
-            self.tokens = doc["tokens"]
+        for key in ("tokens", "useful", "useful_of"):
+            if isinstance(doc.get(key), int):
+                setattr(self, key, doc[key])
         for k in GENERATE_QUALITY_KEPT:
             v = (doc.get("quality") or {}).get(k)
             if isinstance(v, int):
@@ -63,6 +85,11 @@ class GenerateProgress:
         if r["finish_reason"] == "length":
             q["cut_at_max_tokens"] += 1
 
+    def durable(self, useful: bool) -> None:
+        """One record whose id is now in the done-set."""
+        self.useful_of += 1
+        self.useful += useful
+
     def tokens_per_s(self, now: float) -> Optional[float]:
         self._tok_window.append((now, self.tokens))
         while len(self._tok_window) > 2 and now - self._tok_window[0][0] > 30.0:
@@ -79,7 +106,8 @@ class GenerateProgress:
         doc = {
             "done": len(gen.done), "total": gen.total(), "tokens": self.tokens,
             "tokens_per_s": round(tps, 1) if tps is not None else None, "updated_at": time.time(),
-            "quality": dict(self.quality), "in_flight": len(gen.inflight), "completed_this_run": self.completed_now,
+            "quality": dict(self.quality), "useful": self.useful, "useful_of": self.useful_of,
+            "in_flight": len(gen.inflight), "completed_this_run": self.completed_now,
             "retries": self.retries, "prompts": self.prompts, "out": self.out,
             "blocked": gen.blocked, "finished": final and gen.total_exact is not None and not gen.failed and in_s3,
             "servers": [s.to_json(now) for s in gen.pool.servers],

@@ -1,0 +1,172 @@
+"""What the fleet costs, from the fleet file's ``price_per_hour`` and the nodes' snapshots.
+
+Pure functions, no I/O; FleetState calls them, and the header, the jobs view and
+`status --json` show what they return. A node without a price has no figures: None, shown
+as "—", never $0. The rules (README, "Cost on the dashboard"):
+
+- **Spent**, per node: its price times the hours from the earliest first start of its live
+  jobs to now; when none is live, from the earliest first start of its jobs to their last
+  end (the time its jobs ran). A job's first start is where its run began: restarts and
+  relaunches go on from it.
+- **To finish**, per node: its price times the slowest ETA among its live jobs; $0 when none
+  is live; unknown when live jobs have no ETA yet.
+- **Per generation job**: dollars per million output tokens are the node's price over the
+  output tokens per hour of the node's live generation jobs together (each job's share of the
+  price is in proportion to its tokens, so the figure is the same for each of them); dollars
+  per useful completion are the job's share over its useful completions per hour: its
+  completions per hour times the share of its records that are useful (neither cut at
+  max_tokens, nor empty, nor failed: generate's ``useful`` of ``useful_of``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Iterable, Optional
+
+from gpudeck.agents.jobs import JobKind, JobState
+from gpudeck.agents.protocol import JobStatus, Progress
+
+HOUR_S = 3600.0
+NO_PRICE = "—"  # a node the fleet file gives no price: not $0, not known
+_ALIVE = frozenset(s for s in JobState if s.alive)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeCost:
+    price_per_hour: Optional[float]
+    spent: Optional[float]
+    to_finish: Optional[float]
+
+
+@dataclass(frozen=True, slots=True)
+class JobCost:
+    per_m_tokens: Optional[float]  # dollars per million output tokens
+    per_useful: Optional[float]  # dollars per useful completion
+
+
+@dataclass(frozen=True, slots=True)
+class FleetCost:
+    spent: Optional[float]  # summed over the priced nodes; None when no node has a price
+    to_finish: Optional[float]  # summed over the priced nodes that know theirs
+    nodes_priced: int
+
+
+def first_start(j: JobStatus) -> Optional[float]:
+    return j.first_started_at or j.started_at
+
+
+def node_spent(price: Optional[float], jobs: Iterable[JobStatus], now: float) -> Optional[float]:
+    if price is None:
+        return None
+    started = [j for j in jobs if first_start(j) is not None]
+    live = [j for j in started if j.state in _ALIVE]
+    if live:
+        start, end = min(first_start(j) for j in live), now  # type: ignore[type-var]
+    elif started:
+        start = min(first_start(j) for j in started)  # type: ignore[type-var]
+        end = max(j.ended_at or start for j in started)
+    else:
+        return 0.0  # priced, and nothing has run: a real zero
+    return price * max(0.0, end - start) / HOUR_S
+
+
+def node_to_finish(price: Optional[float], jobs: Iterable[JobStatus]) -> Optional[float]:
+    if price is None:
+        return None
+    live = [j for j in jobs if j.state in _ALIVE]
+    if not live:
+        return 0.0
+    etas = [j.progress.eta_s for j in live if j.progress is not None and j.progress.eta_s is not None]
+    return price * max(etas) / HOUR_S if etas else None
+
+
+def cost_per_m_tokens(price_per_hour: Optional[float], tokens_per_s: Optional[float]) -> Optional[float]:
+    """Dollars per million output tokens at ``tokens_per_s`` for ``price_per_hour``."""
+    if price_per_hour is None or tokens_per_s is None or not tokens_per_s > 0:
+        return None
+    return price_per_hour / (tokens_per_s * HOUR_S / 1e6)
+
+
+def cost_per_useful(share_per_hour: Optional[float], rate_per_s: Optional[float],
+                    useful: Optional[float]) -> Optional[float]:
+    """Dollars per useful completion: ``share_per_hour`` over ``rate_per_s`` completions a
+    second of which the share ``useful`` (0..1) are useful."""
+    if share_per_hour is None or rate_per_s is None or not rate_per_s > 0 or useful is None or not useful > 0:
+        return None
+    return share_per_hour / (rate_per_s * HOUR_S * useful)
+
+
+def useful_share(p: Optional[Progress]) -> Optional[float]:
+    """The share of a job's records that are useful; None when the job does not count them."""
+    if p is None or p.useful is None or not p.useful_of:
+        return None
+    return min(1.0, p.useful / p.useful_of)
+
+
+def generation_costs(price: Optional[float], jobs: Iterable[JobStatus]) -> dict[str, JobCost]:
+    """Each live generation job of one node that makes tokens: its dollars per M tokens and
+    per useful completion."""
+    if price is None:
+        return {}
+    gens = [(j, j.progress.tokens_per_s) for j in jobs
+            if j.kind == JobKind.GENERATE and j.state in _ALIVE and j.progress is not None
+            and j.progress.tokens_per_s is not None and j.progress.tokens_per_s > 0]
+    node_tps = sum(t for _, t in gens)
+    out = {}
+    for j, tps in gens:
+        p = j.progress
+        share = price * tps / node_tps  # type: ignore[operator]
+        out[j.name] = JobCost(cost_per_m_tokens(price, node_tps),
+                              cost_per_useful(share, p.rate_per_s if p else None, useful_share(p)))
+    return out
+
+
+def fleet_cost(nodes: Iterable[NodeCost]) -> FleetCost:
+    priced = [n for n in nodes if n.price_per_hour is not None]
+    if not priced:
+        return FleetCost(None, None, 0)
+    left = [n.to_finish for n in priced if n.to_finish is not None]
+    return FleetCost(sum(n.spent or 0.0 for n in priced), sum(left) if left else None, len(priced))
+
+
+def round_money(v: Optional[float]) -> Optional[float]:
+    """Three significant figures: what a cell shows, so equal rows draw alike."""
+    return None if v is None else float(f"{v:.3g}")
+
+
+def dollars(v: Optional[float]) -> str:
+    """$12,345 / $123 / $3.10 / $0.0042; '-' when unknown (a node without a price is NO_PRICE)."""
+    if v is None:
+        return "-"
+    if v >= 1000:
+        return f"${v:,.0f}"
+    if v >= 100:
+        return f"${v:.0f}"
+    if v >= 0.1 or v == 0:
+        return f"${v:.2f}"
+    digits = min(6, 1 - math.floor(math.log10(v)))  # two significant figures
+    return f"${v:.{digits}f}"
+
+
+# ---------------------------------------------------------------- `status --json`
+
+def money_json(v: Optional[float]) -> Optional[float]:
+    return None if v is None else float(f"{v:.6g}")
+
+
+def node_json(c: Optional[NodeCost]) -> dict[str, Any]:
+    return {"price_per_hour": c.price_per_hour if c else None, "spent": money_json(c.spent) if c else None,
+            "to_finish": money_json(c.to_finish) if c else None}
+
+
+def job_json(j: JobStatus, c: Optional[JobCost]) -> dict[str, Any]:
+    p, plan = j.progress, j.plan
+    return {"rate_per_s": p.rate_per_s if p else None, "first_started_at": j.first_started_at,
+            "useful": p.useful if p else None, "useful_of": p.useful_of if p else None,
+            "cost_per_m_tokens": money_json(c.per_m_tokens) if c else None,
+            "cost_per_useful_completion": money_json(c.per_useful) if c else None,
+            "plan": plan.path if plan else None, "plan_error": plan.error if plan else None,
+            "planned_wall_s": plan.planned_wall_s if plan else None,
+            "projected_wall_s": plan.projected_wall_s if plan else None,
+            "drift_pct": plan.drift_pct if plan else None}
