@@ -105,12 +105,11 @@ def mlp_block(h: torch.Tensor, mixed: torch.Tensor, w_post: torch.Tensor, w_gu: 
 class Parts:
     """The weights of one layer taken apart, and the functions that run it."""
 
-    def __init__(self, layer, norm_fn=zc_rms, block_fn=mlp_block) -> None:
-        from gpudeck.agents.workers.extract.model import _fuse
-
+    def __init__(self, layer, w_gu: torch.Tensor, norm_fn=zc_rms, block_fn=mlp_block) -> None:
+        """``w_gu``: the gate and up projections' weights in one (model._fuse)."""
         self.layer = layer
         self.eps = float(getattr(layer.input_layernorm, "eps", getattr(layer.input_layernorm, "variance_epsilon", 1e-6)))
-        self.w_gu, _ = _fuse([layer.mlp.gate_proj, layer.mlp.up_proj])
+        self.w_gu = w_gu
         self.norm_fn, self.block_fn = norm_fn, block_fn
 
     def __call__(self, h: torch.Tensor, pe) -> torch.Tensor:

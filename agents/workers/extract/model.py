@@ -309,7 +309,8 @@ class HiddenStateRunner:
         tried: list[tuple[str, list]] = []
         apart, why_not_apart = hybrid.parts_apply(self.cfg, self.decoder)
         if apart:
-            tried.append(("hybrid", [hybrid.Parts(layer) for layer in layers]))
+            tried.append(("hybrid", [hybrid.Parts(layer, _fuse([layer.mlp.gate_proj, layer.mlp.up_proj])[0])
+                                     for layer in layers]))
         tried.append(("hybrid-layers", [functools.partial(hybrid.run_layer, layer) for layer in layers]))
         for path, steps in tried:
             err = hybrid.self_check(self.decoder, steps, self.cfg.vocab_size, self.num_layers,
