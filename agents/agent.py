@@ -342,8 +342,12 @@ class Agent:
         if not self.detached:
             open_link("stdin", sys.stdin.buffer, write_out, lambda: None)
         relays = [0]
+        closing = [False]
 
         def on_relay(conn: socket.socket) -> None:
+            if closing[0]:  # accepted just before the listener closed: no hello, the newcomer takes over
+                conn.close()
+                return
             relays[0] += 1
             open_link(f"relay-{relays[0]}", conn.makefile("rb"), conn.sendall,
                       lambda: conn.shutdown(socket.SHUT_RDWR))
@@ -386,6 +390,7 @@ class Agent:
                 pending.add(task)
                 task.add_done_callback(pending.discard)
         finally:
+            closing[0] = True
             if listener is not None:
                 listener.close()
             if pending:  # taken over, or the last console left: a kill under way still completes

@@ -28,6 +28,11 @@ from typing import Callable, Optional
 log = logging.getLogger("agents")
 
 SOCKET_NAME = "agent.sock"
+# How long an agent that took the connection gets to say hello. Something listens on the
+# socket, so an agent holds the node: one starting on a busy machine (imports, NVML, its
+# first snapshot) can take seconds, and taking the node over from it would kill the agent
+# that another console is talking to. Only an agent that hangs waits this long to be replaced.
+HELLO_TIMEOUT_S = float(os.environ.get("GPUDECK_HELLO_TIMEOUT_S", "30"))
 # messages a console may leave unread before it is dropped: ten minutes of snapshots at 1 Hz
 QUEUE_MAX = int(os.environ.get("GPUDECK_LINK_QUEUE", "600"))
 
@@ -205,7 +210,7 @@ class StartLock:
             self.fd = -1
 
 
-def try_relay(home: Path, version: str, protocol_version: int, timeout_s: float = 3.0) -> Optional[int]:
+def try_relay(home: Path, version: str, protocol_version: int, timeout_s: float = HELLO_TIMEOUT_S) -> Optional[int]:
     """Relay through the agent already serving ``home``, if there is one of this version.
     Returns the exit status once the console or the agent closes the link, or None when
     there is no such agent (nothing listening, no hello in time, another version): the
@@ -214,9 +219,10 @@ def try_relay(home: Path, version: str, protocol_version: int, timeout_s: float 
     return relay(*found) if found is not None else None
 
 
-def find_agent(home: Path, version: str, protocol_version: int, timeout_s: float = 3.0):
+def find_agent(home: Path, version: str, protocol_version: int, timeout_s: float = HELLO_TIMEOUT_S):
     """A connection to the agent serving ``home`` that said hello at this version, as
-    (socket, reader, hello line), or None."""
+    (socket, reader, hello line), or None (nothing listens, no hello in ``timeout_s``,
+    another version)."""
     from gpudeck.agents import protocol
 
     path = home / SOCKET_NAME

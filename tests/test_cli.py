@@ -189,7 +189,7 @@ def test_consoles_starting_at_the_same_moment_share_one_agent(tmp_path):
                  for _ in range(4)]
         for p in procs:
             out, err = p.communicate(timeout=120)
-            assert p.returncode == 0, err
+            assert p.returncode == 0, (round_, json.loads(out)["nodes"][0].get("error"), err)
             node = json.loads(out)["nodes"][0]
             assert node["reachable"] and node["error"] is None, (round_, node)
 
