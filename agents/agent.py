@@ -28,7 +28,7 @@ from gpudeck.agents.gpu import GpuSampler
 from gpudeck.agents.history import HistoryRing
 from gpudeck.agents.host import HostSampler
 from gpudeck.agents.jobs import EngineState, JobKind, JobSpec, JobState, SpecError
-from gpudeck.agents.links import Link, Listener
+from gpudeck.agents.links import Consoles, Link, Listener
 from gpudeck.agents.lock import AgentLock, AgentLockError  # noqa: F401 (AgentLock: also imported from here)
 from gpudeck.agents.planwatch import PlanWatch
 from gpudeck.agents.progress import ProgressTracker
@@ -105,8 +105,7 @@ class Agent:
         self._running = False
         self._stop_reading: Optional[Any] = None
         self._draining = False
-        self.links: set[Link] = set()
-        self._links_lock = threading.Lock()
+        self.consoles: Optional[Consoles] = None  # set by run()
         self.listener: Optional[Listener] = None  # relays on <home>/agent.sock (the lock holder's, bound early)
         self.detached = detached  # the node's watcher: no console of its own (agents/watch/daemon.py)
         self.argv: list[str] = []  # this agent's arguments, for the detached watcher it may start
@@ -122,8 +121,7 @@ class Agent:
         if to is not None:
             to.send(data)
             return
-        with self._links_lock:
-            links = list(self.links)
+        links = self.consoles.all() if self.consoles is not None else []
         if not links and not self._running:
             with self._write_lock:
                 self.out.write(data)
@@ -314,25 +312,7 @@ class Agent:
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
-        lines: asyncio.Queue[tuple[Optional[Link], Optional[bytes]]] = asyncio.Queue()
-
-        def read(link: Link, stream) -> None:  # a thread: a pipe, a socket or an SSH channel
-            try:
-                for line in iter(stream.readline, b""):
-                    loop.call_soon_threadsafe(lines.put_nowait, (link, line))
-            except (OSError, ValueError):
-                pass
-            loop.call_soon_threadsafe(lines.put_nowait, (link, None))
-
-        def open_link(name: str, stream, write, close) -> None:
-            link = Link(name, write, close, on_drop=lambda gone: loop.call_soon_threadsafe(
-                lines.put_nowait, (gone, None)))
-            with self._links_lock:
-                self.links.add(link)
-            self.send(self.hello(), to=link)
-            if len(self.history.samples):
-                self.send(protocol.History(node=self.node, samples=list(self.history.samples)), to=link)
-            threading.Thread(target=read, args=(link, stream), name=f"in-{name}", daemon=True).start()
+        hub = self.consoles = Consoles(loop, self._greet)
 
         def write_out(data: bytes) -> None:
             self.out.write(data)
@@ -340,57 +320,33 @@ class Agent:
 
         self._running = True
         if not self.detached:
-            open_link("stdin", sys.stdin.buffer, write_out, lambda: None)
-        relays = [0]
-        closing = [False]
-
-        def on_relay(conn: socket.socket) -> None:
-            if closing[0]:  # accepted just before the listener closed: no hello, the newcomer takes over
-                conn.close()
-                return
-            relays[0] += 1
-            open_link(f"relay-{relays[0]}", conn.makefile("rb"), conn.sendall,
-                      lambda: conn.shutdown(socket.SHUT_RDWR))
-
+            hub.open("stdin", sys.stdin.buffer, write_out, lambda: None)
         listener = self.listener
         if listener is not None:
-            listener.start(lambda conn: loop.call_soon_threadsafe(on_relay, conn))
+            listener.start(lambda conn: loop.call_soon_threadsafe(hub.on_relay, conn))
         ticker = loop.create_task(self._tick_loop())
         pending: set[asyncio.Task] = set()
-        self._stop_reading = lambda: loop.call_soon_threadsafe(lines.put_nowait, (None, None))
+        self._stop_reading = hub.stop_reading
         self._pending = pending
         try:
             while True:
-                link, line = await lines.get()
+                link, line = await hub.lines.get()
                 if link is None:  # taken over
                     break
                 if line is None:  # that console went away (or stopped reading)
-                    link.drop()
-                    with self._links_lock:
-                        if link not in self.links:
-                            continue
-                        self.links.discard(link)
-                        left = len(self.links)
+                    left = hub.gone(link)
+                    if left is None:
+                        continue
                     if not left and not self.watch.keep_running(self.argv):
                         break
                     log.info("%s closed; %d console(s) still connected", link.name, left)
                     continue
-                if not line.strip():
-                    continue
-                try:
-                    msg = protocol.decode(line)
-                    if not isinstance(msg, Request):
-                        raise protocol.ProtocolError(f"expected a request, got a {msg.type}")
-                except protocol.ProtocolError as exc:
-                    log.warning("bad request line: %s", exc)
-                    self.send(Reply(id=_line_id(line), ok=False, error=f"malformed request: {exc}"), to=link)
-                    continue
-                # kill waits out a grace period: answer in a thread so ticks go on meanwhile
-                task = loop.create_task(self._answer(msg, link))
-                pending.add(task)
-                task.add_done_callback(pending.discard)
+                task = self._request(line, link)
+                if task is not None:
+                    pending.add(task)
+                    task.add_done_callback(pending.discard)
         finally:
-            closing[0] = True
+            hub.closing = True
             if listener is not None:
                 listener.close()
             if pending:  # taken over, or the last console left: a kill under way still completes
@@ -398,13 +354,31 @@ class Agent:
             ticker.cancel()
             for t in pending:
                 t.cancel()
-            with self._links_lock:
-                links = list(self.links)
-            for link in links:
+            for link in hub.all():
                 await asyncio.to_thread(link.flush, 2.0)
             if self._http is not None:
                 await self._http.aclose()
             self.watch.close()
+
+    def _greet(self, link: Link) -> None:
+        self.send(self.hello(), to=link)
+        if len(self.history.samples):
+            self.send(protocol.History(node=self.node, samples=list(self.history.samples)), to=link)
+
+    def _request(self, line: bytes, link: Link) -> Optional[asyncio.Task]:
+        """One request line from a console: answered in a task (a kill waits out a grace
+        period, and ticks go on meanwhile); a malformed one is answered at once."""
+        if not line.strip():
+            return None
+        try:
+            msg = protocol.decode(line)
+            if not isinstance(msg, Request):
+                raise protocol.ProtocolError(f"expected a request, got a {msg.type}")
+        except protocol.ProtocolError as exc:
+            log.warning("bad request line: %s", exc)
+            self.send(Reply(id=_line_id(line), ok=False, error=f"malformed request: {exc}"), to=link)
+            return None
+        return asyncio.get_running_loop().create_task(self._answer(msg, link))
 
     def on_takeover(self, signum: int = 0, frame: Any = None) -> None:
         """SIGTERM, sent by a newer agent for this node (see AgentLock). With nothing under way,

@@ -100,6 +100,68 @@ class Link:
             self._on_drop(self)
 
 
+class Consoles:
+    """The agent's consoles: its own stdin/stdout and the relays on its socket. Each link
+    has a reader thread; what they read arrives, in order, on one asyncio queue of the
+    agent's loop as (link, line), (link, None) when that console went away, and (None, None)
+    when the agent is to stop reading (taken over). ``greet`` sends a new link its first
+    messages (hello, history) before anything else can reach it."""
+
+    def __init__(self, loop, greet: Callable[[Link], None]) -> None:
+        import asyncio
+
+        self.loop, self.greet = loop, greet
+        self.lines: "asyncio.Queue[tuple[Optional[Link], Optional[bytes]]]" = asyncio.Queue()
+        self.links: set[Link] = set()
+        self.lock = threading.Lock()
+        self.closing = False  # set on the loop when the agent exits: a late relay gets no hello
+        self._relays = 0
+
+    def _put(self, item) -> None:
+        self.loop.call_soon_threadsafe(self.lines.put_nowait, item)
+
+    def _read(self, link: Link, stream) -> None:  # a thread: a pipe, a socket or an SSH channel
+        try:
+            for line in iter(stream.readline, b""):
+                self._put((link, line))
+        except (OSError, ValueError):
+            pass
+        self._put((link, None))
+
+    def open(self, name: str, stream, write: Callable[[bytes], None], close: Callable[[], None]) -> Link:
+        link = Link(name, write, close, on_drop=lambda gone: self._put((gone, None)))
+        with self.lock:
+            self.links.add(link)
+        self.greet(link)
+        threading.Thread(target=self._read, args=(link, stream), name=f"in-{name}", daemon=True).start()
+        return link
+
+    def on_relay(self, conn: socket.socket) -> None:
+        """A console relayed through the socket (on the loop). One accepted just before the
+        listener closed is closed without a hello: its agent takes the node over."""
+        if self.closing:
+            conn.close()
+            return
+        self._relays += 1
+        self.open(f"relay-{self._relays}", conn.makefile("rb"), conn.sendall, lambda: conn.shutdown(socket.SHUT_RDWR))
+
+    def gone(self, link: Link) -> Optional[int]:
+        """``link`` went away: drop it; how many are left, or None when it was gone already."""
+        link.drop()
+        with self.lock:
+            if link not in self.links:
+                return None
+            self.links.discard(link)
+            return len(self.links)
+
+    def all(self) -> list[Link]:
+        with self.lock:
+            return list(self.links)
+
+    def stop_reading(self) -> None:
+        self._put((None, None))
+
+
 def socket_address(home: Path) -> tuple[str, Optional[int]]:
     """The address to bind or connect ``<home>/agent.sock``, and a directory fd to close after.
     A Unix socket path is limited to 107 bytes; a longer one goes through /proc/self/fd."""

@@ -1,13 +1,17 @@
 """What the supervisor keeps of a job: ``state.json`` (JobRecord, shared between agents) and,
-in memory only, what this agent holds of a live job (_Live); and a job's descendants, read
-from /proc's children lists."""
+in memory only, what this agent holds of a live job (_Live); and what still runs of a job:
+its leader (leader_alive), its process group (group_members) and its descendants, read from
+/proc's children lists."""
 
 from __future__ import annotations
 
 import os
+import select
 import subprocess
 from dataclasses import dataclass, field
 from typing import Any, Optional
+
+import psutil
 
 from gpudeck.agents.jobs import JobState
 from gpudeck.agents.protocol import KillVerdict, ProtocolError, from_dict, to_plain
@@ -102,3 +106,75 @@ def descendants(pid: int) -> Optional[list[int]]:
             out.extend(kids)
             todo.extend(kids)
     return out
+
+
+# the leader's start time as recorded and as read back may differ by rounding
+START_TIME_TOLERANCE_S = 0.05
+
+
+def leader_alive(rec: JobRecord, live: "_Live") -> bool:
+    """Whether the job's leader process still runs: through its pidfd once opened (a pid
+    that cannot be reused), else /proc with the start time checked."""
+    if rec.pid is None:
+        return False
+    if live.popen is not None and live.popen.poll() is not None:
+        live.close_pidfd()
+        return False  # our child, and reaped just now
+    if live.pidfd is not None:
+        if select.select([live.pidfd], [], [], 0)[0]:  # readable: the process has ended
+            live.close_pidfd()
+            return False
+        return True
+    try:
+        p = psutil.Process(rec.pid)
+        if abs(p.create_time() - (rec.create_time or 0)) > START_TIME_TOLERANCE_S:
+            return False  # the pid now belongs to another process
+        if p.status() == psutil.STATUS_ZOMBIE:
+            return False
+    except psutil.Error:
+        return False
+    if hasattr(os, "pidfd_open"):
+        try:
+            fd = os.pidfd_open(rec.pid)
+            # the pid was checked above; check again through the fd, which cannot be reused
+            if abs(psutil.Process(rec.pid).create_time() - (rec.create_time or 0)) <= START_TIME_TOLERANCE_S:
+                live.pidfd = fd
+            else:
+                os.close(fd)
+                return False
+        except (OSError, psutil.Error):
+            pass  # no pidfds here (old kernel, a sandbox): ask /proc every time
+    return True
+
+
+def group_members(rec: JobRecord, leader_ok: bool) -> list[int]:
+    """Live processes of the job: its process group, plus descendants of the leader that
+    left the group. Scans /proc, so it is not for every tick."""
+    if rec.pgid is None:
+        return []
+    pids = []
+    try:
+        os.killpg(rec.pgid, 0)
+        group_exists = True
+    except ProcessLookupError:
+        group_exists = False
+    except PermissionError:
+        group_exists = True
+    if group_exists:
+        for p in psutil.process_iter(["status"]):
+            try:
+                if p.info["status"] == psutil.STATUS_ZOMBIE or os.getpgid(p.pid) != rec.pgid:
+                    continue
+            except (ProcessLookupError, psutil.Error):
+                continue
+            if p.pid == rec.pid and not leader_ok:
+                continue  # a stranger that took the leader's pid (and so its group id)
+            pids.append(p.pid)
+    if leader_ok:
+        try:
+            for c in psutil.Process(rec.pid).children(recursive=True):
+                if c.pid not in pids and c.status() != psutil.STATUS_ZOMBIE:
+                    pids.append(c.pid)
+        except psutil.Error:
+            pass
+    return sorted(pids)

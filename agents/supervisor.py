@@ -21,7 +21,6 @@ import dataclasses
 import json
 import logging
 import os
-import select
 import subprocess
 import sys
 import threading
@@ -36,7 +35,8 @@ from gpudeck.agents.contain import Containment, cgroup_path_of, token_of
 from gpudeck.agents.gpu import GpuSampler
 from gpudeck.agents.jobs import JobSpec, JobState, SpecError
 from gpudeck.agents.protocol import KillVerdict, LaunchResult, LogChunk, to_plain
-from gpudeck.agents.records import JobRecord, _Live, descendants as _descendants, first_start_of
+from gpudeck.agents.records import (JobRecord, _Live, descendants as _descendants, first_start_of, group_members,
+                                    leader_alive)
 from gpudeck.agents.workers.common.atomic import atomic_write_json as write_json_atomic
 
 log = logging.getLogger(__name__)
@@ -47,7 +47,6 @@ WRAPPER = ('{ [ -z "$GPUDECK_CGROUP" ] || echo $$ > "$GPUDECK_CGROUP/cgroup.proc
            '"$@"; code=$?; '
            'printf "%s\\n" "$code" > "$GPUDECK_JOB_DIR/exit_code.tmp" && '
            'mv -f "$GPUDECK_JOB_DIR/exit_code.tmp" "$GPUDECK_JOB_DIR/exit_code"; exit $code')
-START_TIME_TOLERANCE_S = 0.05
 MEMBERS_REFRESH_S = 5.0
 
 
@@ -179,70 +178,11 @@ class JobSupervisor:
     # ------------------------------------------------------------ liveness
 
     def _leader_alive(self, rec: JobRecord) -> bool:
-        if rec.pid is None:
-            return False
-        live = self._live.setdefault(rec.name, _Live())
-        if live.popen is not None and live.popen.poll() is not None:
-            live.close_pidfd()
-            return False  # our child, and reaped just now
-        if live.pidfd is not None:
-            if select.select([live.pidfd], [], [], 0)[0]:  # readable: the process has ended
-                live.close_pidfd()
-                return False
-            return True
-        try:
-            p = psutil.Process(rec.pid)
-            if abs(p.create_time() - (rec.create_time or 0)) > START_TIME_TOLERANCE_S:
-                return False  # the pid now belongs to another process
-            if p.status() == psutil.STATUS_ZOMBIE:
-                return False
-        except psutil.Error:
-            return False
-        if hasattr(os, "pidfd_open"):
-            try:
-                fd = os.pidfd_open(rec.pid)
-                # the pid was checked above; check again through the fd, which cannot be reused
-                if abs(psutil.Process(rec.pid).create_time() - (rec.create_time or 0)) <= START_TIME_TOLERANCE_S:
-                    live.pidfd = fd
-                else:
-                    os.close(fd)
-                    return False
-            except (OSError, psutil.Error):
-                pass  # no pidfds here (old kernel, a sandbox): ask /proc every time
-        return True
+        return leader_alive(rec, self._live.setdefault(rec.name, _Live()))
 
     def _group_members(self, rec: JobRecord) -> list[int]:
-        """Live processes of the job: its process group, plus descendants of the leader that
-        left the group. Scans /proc, so it is not for every tick."""
-        if rec.pgid is None:
-            return []
-        pids = []
-        leader_ok = self._leader_alive(rec)
-        try:
-            os.killpg(rec.pgid, 0)
-            group_exists = True
-        except ProcessLookupError:
-            group_exists = False
-        except PermissionError:
-            group_exists = True
-        if group_exists:
-            for p in psutil.process_iter(["status"]):
-                try:
-                    if p.info["status"] == psutil.STATUS_ZOMBIE or os.getpgid(p.pid) != rec.pgid:
-                        continue
-                except (ProcessLookupError, psutil.Error):
-                    continue
-                if p.pid == rec.pid and not leader_ok:
-                    continue  # a stranger that took the leader's pid (and so its group id)
-                pids.append(p.pid)
-        if leader_ok:
-            try:
-                for c in psutil.Process(rec.pid).children(recursive=True):
-                    if c.pid not in pids and c.status() != psutil.STATUS_ZOMBIE:
-                        pids.append(c.pid)
-            except psutil.Error:
-                pass
-        return sorted(pids)
+        """Live processes of the job (records.group_members). Scans /proc: not for every tick."""
+        return group_members(rec, self._leader_alive(rec))
 
     def members(self, name: str, now: Optional[float] = None) -> list[int]:
         """Cached group members, refreshed every few seconds."""
