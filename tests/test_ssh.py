@@ -511,3 +511,35 @@ async def test_a_home_shared_with_another_host_is_refused_with_a_reason(sshd, tm
         os.close(fd)
     assert "held by an agent on host some-other-host" in str(err.value)
     assert "give each node its own `home`" in str(err.value)
+
+
+def test_a_watcher_started_over_ssh_outlives_the_session_and_a_kill9_is_replaced(sshd, tmp_path):
+    """`gpudeck watch start` over SSH: the agent hands the node to a detached watcher that
+    outlives the SSH session; a console's command relays to it; the watcher killed with
+    kill -9 is replaced by the next `watch start`, which adopts the job, never relaunches it."""
+    from support import wait_for
+    from support.watch import job_state, stop_watch, watcher_pid
+
+    jobs = '\n[[jobs]]\nname = "w"\nnode = "lb"\ncommand = ["sleep", "600"]\n'
+    fleet = str(write_fleet(tmp_path, loopback_node(sshd, tmp_path) + jobs))
+    home = tmp_path / "lb-home"
+    try:
+        r = cli("watch", "start", "-f", fleet)
+        assert r.returncode == 0, r.stdout + r.stderr
+        watcher = wait_for(lambda: watcher_pid(home), 30, what="the detached watcher on the node")
+        r = cli("launch", "w", "-f", fleet)  # a console's agent over SSH relays to the watcher
+        assert r.returncode == 0, r.stdout + r.stderr
+        st = wait_for(lambda: (s := job_state(home, "w")).get("state") == "running" and s, 30, what="w running")
+        # every SSH session is gone: the watcher alone holds the node, the job runs
+        wait_for(lambda: agents_of(home) == [watcher], 30, what="the watcher alone once the CLI left")
+        assert alive(st["pid"]) and lock_holder(home) == watcher
+        psutil.Process(watcher).kill()
+        wait_for(lambda: not alive(watcher), 15, what="the watcher gone")
+        r = cli("watch", "start", "-f", fleet)
+        assert r.returncode == 0, r.stdout + r.stderr
+        again = wait_for(lambda: (p := watcher_pid(home)) and p != watcher and p, 30, what="a new watcher")
+        assert alive(again) and alive(st["pid"])
+        after = job_state(home, "w")
+        assert (after["pid"], after["attempt"]) == (st["pid"], st["attempt"])  # adopted, not relaunched
+    finally:
+        stop_watch(home)
