@@ -39,6 +39,8 @@ from gpudeck.agents.jobs import JobKind
 
 B200, PRO6000 = "b200", "pro6000"
 NODES = {B200: "7xB200:183", PRO6000: "4xRTX PRO 6000:96"}
+PRICES = {B200: 36.0, PRO6000: 7.2}  # dollars per node-hour, for the cost columns and header
+PLANNED_S = 3 * 3600.0  # the generate job's plan.json: what a pilot promised (the demo runs slower)
 SERVERS = tuple(f"sglang-{i}" for i in range(7))
 ROUTER = "router"
 GENERATE = "generate"
@@ -84,6 +86,10 @@ def build_demo(root: Path, *, python: str = sys.executable, reset: bool = False,
     prompts_path = root / "prompts.jsonl"
     if not prompts_path.exists():
         _write_prompts(prompts_path, prompts)
+    plan = root / "out" / "plan.json"  # as `gpudeck plan generate` leaves it: the jobs view sets the run against it
+    if not plan.exists():
+        plan.write_text(json.dumps({"prompts": prompts, "projected_wall_s": PLANNED_S, "written_at": time.time(),
+                                    "verdict": "go (demo plan)"}))
     ports = _ports(root, len(SERVERS) + 2)
     router = has_router(python) if router is None else router
     text = _header(root, interval_s) + _b200_jobs(root, python, ports, router, prompts_path) \
@@ -105,7 +111,7 @@ def demo_fleet(path: Path):
 
 def _header(root: Path, interval_s: float) -> str:
     nodes = "".join(f'\n[[nodes]]\nname = "{name}"\nhome = {_toml(str(root / f"home-{name}"))}\n'
-                    f'simulate_gpus = "{spec}"\n' for name, spec in NODES.items())
+                    f'simulate_gpus = "{spec}"\nprice_per_hour = {PRICES[name]}\n' for name, spec in NODES.items())
     return (f"# The gpudeck demo: written by `gpudeck demo`, rewritten on every start. Both nodes run on\n"
             f"# this machine (the demo loads them without SSH); their GPUs are simulated (agents/simgpu.py).\n"
             f"[defaults]\ninterval = {interval_s}\n{nodes}")
