@@ -19,7 +19,7 @@ import math
 import types
 import typing
 from dataclasses import dataclass, field
-from typing import Any, Optional, Union
+from typing import Any, Callable, Optional, Union
 
 from gpudeck.agents import __version__
 from gpudeck.agents.jobs import AlertKind, EngineState, EventKind, JobKind, JobState, RestartPolicy
@@ -344,16 +344,54 @@ def encode(msg: Message) -> bytes:
     return (json.dumps(to_plain(msg), separators=(",", ":")) + "\n").encode()
 
 
-_FIELDS: dict[type, tuple[str, ...]] = {}
 # what each type is, found once per type: a scalar (or a str enum: JSON writes its value), a
-# dataclass (its field names in _FIELDS), a list, a dict; one dict lookup per value after that
+# dataclass (its encoder in _ENCODERS), a list, a dict; one dict lookup per value after that
 _SCALAR, _DATACLASS, _LIST, _DICT, _OTHER = range(5)
 _KINDS: dict[type, int] = {str: _SCALAR, int: _SCALAR, bool: _SCALAR, type(None): _SCALAR, list: _LIST, dict: _DICT}
+_ENCODERS: dict[type, Callable[[Any], dict]] = {}
+# fields whose declared type says they hold a scalar are copied as they are (None, or a
+# float checked for NaN), without a call per field: most of a snapshot's fields
+_COPY, _FLOAT, _DEEP = range(3)
+
+
+def _field_way(hint: Any) -> int:
+    union = typing.get_origin(hint) in (Union, types.UnionType)
+    args = [a for a in typing.get_args(hint) if a is not type(None)] if union else [hint]
+    if len(args) == 1 and args[0] in (str, int, bool):
+        return _COPY
+    if len(args) == 1 and args[0] is float:
+        return _FLOAT
+    return _DEEP
+
+
+def _encoder(cls: type) -> Callable[[Any], dict]:
+    """A function that turns one ``cls`` into a dict, each field the way its type says."""
+    try:
+        hints = typing.get_type_hints(cls)
+    except Exception:  # an annotation that cannot be resolved: every field the deep way
+        hints = {}
+    plan = tuple((f.name, _field_way(hints.get(f.name, Any))) for f in dataclasses.fields(cls))
+
+    def encode_one(obj: Any) -> dict:
+        out = {}
+        for name, way in plan:
+            v = getattr(obj, name)
+            if way == _DEEP:
+                out[name] = to_plain(v)
+            elif way == _FLOAT and v is not None and v.__class__ is float and not math.isfinite(v):
+                out[name] = None
+            elif v is None or way == _FLOAT or v.__class__ in (str, int, bool):
+                out[name] = v
+            else:  # an enum, or something other than the declared type: the careful way
+                out[name] = to_plain(v)
+        return out
+
+    return encode_one
 
 
 def _kind(cls: type) -> int:
     if dataclasses.is_dataclass(cls):
-        _FIELDS[cls] = tuple(f.name for f in dataclasses.fields(cls))
+        _ENCODERS[cls] = _encoder(cls)
         k = _DATACLASS
     elif issubclass(cls, (str, int)):
         k = _SCALAR
@@ -380,7 +418,7 @@ def to_plain(obj: Any) -> Any:
     if k == _SCALAR:
         return obj
     if k == _DATACLASS:
-        return {n: to_plain(getattr(obj, n)) for n in _FIELDS[cls]}
+        return _ENCODERS[cls](obj)
     if k == _LIST:
         return [to_plain(v) for v in obj]
     if k == _DICT:
