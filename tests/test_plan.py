@@ -180,6 +180,9 @@ def test_plan_extract_counts_a_real_dataset_and_measures_compression(tmp_path):
     assert plan["compression"]["measured"] and 0 < plan["compression"]["ratio"] < 1.2
     assert plan["projected_bytes"] == pytest.approx(expect * (384 * plan["compression"]["ratio"] + 5), rel=1e-6)
     assert plan["fits"] and plan["verdict"] == "go" and plan["time"]["tokens_per_s"] is None
+    # the pilot's pace is the worker's own once it runs (first durable shard to last), start-up apart
+    pil = plan["pilot"]
+    assert pil["first_shard_s"] > 0 and pil["tokens_per_s"] > 0 and pil["tokens_per_s_with_startup"] > 0
     assert json.loads((out / "plan.json").read_text())["tokens"] == expect
 
 

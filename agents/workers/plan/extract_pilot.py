@@ -91,18 +91,31 @@ def pilot(args, shape: dict) -> Optional[dict]:
         log.info("pilot: %d samples through the extract worker on %s", args.pilot_samples, device)
         model = load_model(args.model, device, parse_dtype(args.dtype))
         opts = ExtractOptions(model=args.model, data=data, out=out, layers=args.layers,
+                              shard_samples=max(1, args.pilot_samples // 8),
                               max_tokens_per_batch=args.max_tokens_per_batch, device=device, dtype=args.dtype,
                               chat_template=args.chat_template, max_seq_len=args.max_seq_len,
                               compile=False, fast=args.fast, compress=args.compress, disk_check="off",
                               audit=False, progress_file=os.path.join(tmp, "progress.json"))
+        marks: list[tuple[float, int]] = []  # (when, tokens) of each durable shard
         t0 = time.monotonic()
-        rc = run_extraction(opts, model=model)
+        rc = run_extraction(opts, model=model,
+                            on_shard_closed=lambda path, entry: marks.append((time.monotonic(), sum(entry["n_tokens"]))))
         elapsed = time.monotonic() - t0
         if rc != 0:
             return {"why": f"the pilot run failed (exit {rc}); see the log above"}
         tokens, raw, stored = _measure(out)
     if not tokens:
         return {"why": "the pilot wrote no hidden states"}
+    # the run's pace once it runs: from the first durable shard to the last, so that the
+    # start-up (the self-check, kernels' autotuning, the first batch) does not count against
+    # days of extraction; with one shard only, the whole pilot
+    steady = None
+    if len(marks) >= 2 and marks[-1][0] > marks[0][0]:
+        steady = sum(n for _, n in marks[1:]) / (marks[-1][0] - marks[0][0])
+    whole = tokens / elapsed if elapsed > 0 else None
     return {"device": device, "tokens": tokens, "ratio": round(stored / raw, 4) if args.compress else None,
-            "tokens_per_s": round(tokens / elapsed, 1) if elapsed > 0 else None,
-            "note": "without torch.compile, model load excluded"}
+            "tokens_per_s": round(steady or whole, 1) if (steady or whole) else None,
+            "tokens_per_s_with_startup": round(whole, 1) if whole else None,
+            "first_shard_s": round(marks[0][0] - t0, 1) if marks else None,
+            "note": "the worker's pace from its first durable shard to its last; without torch.compile; "
+                    "model load excluded"}
