@@ -45,6 +45,17 @@ SORT_COLUMNS = {"name": "JOB", "node": "NODE", "state": "STATE", "tokens/s": "TO
 OVERVIEW_ALERTS = 3  # the newest alerts the overview shows
 
 
+class Views(TabbedContent):
+    """The views' tabs. A TabbedContent shows the pane of a widget that gets the focus, with a
+    message that comes later: the focus set on the view shown at start would take back the
+    view the operator chose meanwhile (a key pressed just after opening). Here a view is
+    shown by choice only (the keys, the tabs, the palette's jumps), and the focus follows it."""
+
+    def _on_tab_pane_focused(self, event: TabPane.Focused) -> None:
+        event.prevent_default()  # TabbedContent's own handler would switch the pane
+        event.stop()
+
+
 class MainScreen(Screen[None]):
     COMMANDS = {FleetCommands}
     BINDINGS = [
@@ -75,7 +86,7 @@ class MainScreen(Screen[None]):
 
     def compose(self) -> ComposeResult:
         yield FleetHeader(self.fleet_name, self.read_only, id="header")
-        with TabbedContent(initial=self.initial, id="views"):
+        with Views(initial=self.initial, id="views"):
             with TabPane(LABELS["overview"], id="overview"):
                 yield FleetTable(id="overview-fleet", empty_text="no nodes yet")
                 yield JobsTable(id="overview-jobs", empty_text="no jobs: declare [[jobs]] in the fleet file")
