@@ -419,11 +419,14 @@ def to_plain(obj: Any) -> Any:
         return obj
     if k == _DATACLASS:
         return _ENCODERS[cls](obj)
-    if k == _LIST:
-        return [to_plain(v) for v in obj]
+    if k == _LIST:  # most lists hold plain values (pids, GPU indexes, argv): no call for those
+        return [v if v.__class__ in _PLAIN else to_plain(v) for v in obj]
     if k == _DICT:
-        return {key: to_plain(v) for key, v in obj.items()}
+        return {key: v if v.__class__ in _PLAIN else to_plain(v) for key, v in obj.items()}
     return obj
+
+
+_PLAIN = frozenset((str, int, bool, type(None)))
 
 
 def decode(line: Union[bytes, str]) -> Message:
