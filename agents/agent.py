@@ -116,13 +116,15 @@ class Agent:
 
     def send(self, msg: protocol.Message, to: Optional[Link] = None) -> None:
         """To one link, to every link (the snapshots), or straight to ``out`` when no loop
-        runs (``--once``)."""
-        data = protocol.encode(msg)
+        runs (``--once``). A watcher with no console encodes nothing: nobody would read it."""
         if to is not None:
-            to.send(data)
+            to.send(protocol.encode(msg))
             return
         links = self.consoles.all() if self.consoles is not None else []
-        if not links and not self._running:
+        if not links and self._running:
+            return
+        data = protocol.encode(msg)
+        if not links:
             with self._write_lock:
                 self.out.write(data)
                 self.out.flush()

@@ -53,7 +53,7 @@ def make_fleet(nodes: int, jobs_per_node: int) -> Fleet:
     return Fleet(path="bench-fleet.toml", nodes=ns, jobs=jobs)
 
 
-def make_round(fleet: Fleet, r: int, gpus: int, rng: random.Random) -> list[Snapshot]:
+def make_round(fleet: Fleet, r: int, gpus: int, rng: random.Random, show_procs: bool = True) -> list[Snapshot]:
     t = 1_764_500_000.0 + r
     out = []
     by_node: dict[str, list[JobSpec]] = {}
@@ -68,7 +68,7 @@ def make_round(fleet: Fleet, r: int, gpus: int, rng: random.Random) -> list[Snap
                                 job=owner.name if owner else None)]
             gpu_list.append(Gpu(index=g, uuid=f"GPU-{n}-{g}", name="NVIDIA H200", mem_used_mib=procs[0].used_mib + 500,
                                 mem_total_mib=143_771.0, util_pct=rng.uniform(60, 100), temp_c=rng.uniform(45, 80),
-                                power_w=rng.uniform(300, 700), processes=procs))
+                                power_w=rng.uniform(300, 700), processes=procs if show_procs else []))
         jobs = []
         for s in specs:
             if s.kind == "sglang-server":
@@ -232,6 +232,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--nodes", type=int, default=256)
     ap.add_argument("--gpus", type=int, default=8)
+    ap.add_argument("--no-processes", action="store_true",
+                    help="snapshots without GPU processes: the fleet view without its process rows (the rows "
+                         "the console showed before it had them)")
     ap.add_argument("--jobs-per-node", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=12, help="full updates timed per measurement")
     ap.add_argument("--seconds", type=float, default=20.0, help="length of the CPU-share run")
@@ -241,7 +244,7 @@ def main() -> int:
     rng = random.Random(7)
     fleet = make_fleet(args.nodes, args.jobs_per_node)
     t0 = time.perf_counter()
-    rounds = [make_round(fleet, r, args.gpus, rng) for r in range(max(args.rounds + 2, 8))]
+    rounds = [make_round(fleet, r, args.gpus, rng, not args.no_processes) for r in range(max(args.rounds + 2, 8))]
     print(f"gpudeck console at scale: {args.nodes} nodes x {args.gpus} GPUs, {len(fleet.jobs)} jobs "
           f"(textual {textual.__version__}, screen {SIZE[0]}x{SIZE[1]}; snapshots built in "
           f"{time.perf_counter() - t0:.1f} s, not measured)")
