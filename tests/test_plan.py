@@ -182,7 +182,7 @@ def test_plan_extract_counts_a_real_dataset_and_measures_compression(tmp_path):
     assert plan["fits"] and plan["verdict"] == "go" and plan["time"]["tokens_per_s"] is None
     # the pilot's pace is the worker's own once it runs (first durable shard to last), start-up apart
     pil = plan["pilot"]
-    assert pil["first_shard_s"] > 0 and pil["tokens_per_s"] > 0 and pil["tokens_per_s_with_startup"] > 0
+    assert pil["first_shard_s"] >= 0 and pil["tokens_per_s"] > 0 and pil["tokens_per_s_with_startup"] > 0
     assert json.loads((out / "plan.json").read_text())["tokens"] == expect
 
 

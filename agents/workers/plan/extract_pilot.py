@@ -116,6 +116,6 @@ def pilot(args, shape: dict) -> Optional[dict]:
     return {"device": device, "tokens": tokens, "ratio": round(stored / raw, 4) if args.compress else None,
             "tokens_per_s": round(steady or whole, 1) if (steady or whole) else None,
             "tokens_per_s_with_startup": round(whole, 1) if whole else None,
-            "first_shard_s": round(marks[0][0] - t0, 1) if marks else None,
+            "first_shard_s": round(marks[0][0] - t0, 3) if marks else None,
             "note": "the worker's pace from its first durable shard to its last; without torch.compile; "
                     "model load excluded"}
