@@ -9,6 +9,7 @@ import pytest
 from support.core import AgentProc, reap
 from support.generate import sim_engines  # noqa: F401  (a fixture, for every test)
 from support.s3 import moto_s3  # noqa: F401  (a fixture, for every test)
+from support.watch import Receiver
 
 
 @pytest.fixture(autouse=True)
@@ -46,3 +47,20 @@ def reap_jobs(home):
     """Whatever the test did, its jobs are gone after it."""
     yield
     reap(home)
+
+
+@pytest.fixture
+def fleet_home(tmp_path):
+    """An agent home for a console test; whatever ran in it is reaped after."""
+    home = tmp_path / "home"
+    home.mkdir()
+    yield home
+    reap(home)
+
+
+@pytest.fixture
+def receiver():
+    """A webhook receiver on loopback that records each message."""
+    r = Receiver()
+    yield r
+    r.stop()

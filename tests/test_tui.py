@@ -7,25 +7,15 @@ over pipes, the jobs are processes, kill really kills.
 
 from __future__ import annotations
 
-import pytest
-
 from gpudeck.console.app import make_app
 from gpudeck.console.screens.confirm import ConfirmScreen
 from gpudeck.console.screens.help import HelpScreen
 from gpudeck.console.screens.job import JobScreen
-from support.tui import (closed_port, job_row, notifications_text, progress_script, reap, screen_text, shell_job, wait_for_text,
+from support.tui import (closed_port, job_row, notifications_text, progress_script, screen_text, shell_job, wait_for_text,
                          wait_until, write_fleet)
 from support import pid_alive
 
 SIZE = (120, 40)
-
-
-@pytest.fixture
-def fleet_home(tmp_path):
-    home = tmp_path / "home"
-    home.mkdir()
-    yield home
-    reap(home)
 
 
 def app_on(tmp_path, home, jobs, extra: str = "", **options):

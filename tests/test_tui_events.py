@@ -6,31 +6,15 @@ from __future__ import annotations
 
 import time
 
-import pytest
 
 from gpudeck.console.app import make_app
 from gpudeck.console.looked import LookedStore, fleet_key
 from gpudeck.console.since import since_label
-from support.tui import (job_row, notifications_text, reap, screen_text, shell_job, wait_for_text, wait_until,
+from support.tui import (job_row, notifications_text, shell_job, wait_for_text, wait_until,
                          write_fleet)
-from support.watch import TOKEN, Receiver
+from support.watch import TOKEN
 
 SIZE = (120, 40)
-
-
-@pytest.fixture
-def fleet_home(tmp_path):
-    home = tmp_path / "home"
-    home.mkdir()
-    yield home
-    reap(home)
-
-
-@pytest.fixture
-def receiver():
-    r = Receiver()
-    yield r
-    r.stop()
 
 
 def console(tmp_path, home, jobs, extra: str = ""):

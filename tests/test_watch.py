@@ -15,17 +15,10 @@ import pytest
 
 from support import wait_for
 from support.generate import assert_exactly_once, read_shards, write_prompts
-from support.watch import (TOKEN, Receiver, agent_pid, events, gpudeck_watch, job_state, stop_watch, wait_state,
+from support.watch import (TOKEN, agent_pid, events, gpudeck_watch, job_state, stop_watch, wait_state,
                            watcher_pid, write_fleet)
 
 HOOK_ENV = "GPUDECK_TEST_HOOK"
-
-
-@pytest.fixture
-def receiver():
-    r = Receiver()
-    yield r
-    r.stop()
 
 
 @pytest.fixture
