@@ -32,7 +32,8 @@ from gpudeck.agents.links import Consoles, Link, Listener
 from gpudeck.agents.lock import AgentLock, AgentLockError  # noqa: F401 (AgentLock: also imported from here)
 from gpudeck.agents.planwatch import PlanWatch
 from gpudeck.agents.progress import ProgressTracker
-from gpudeck.agents.protocol import Engine, JobStatus, Progress, Reply, Request, Snapshot, to_plain
+from gpudeck.agents.codec import to_plain
+from gpudeck.agents.protocol import Engine, JobStatus, Progress, Reply, Request, Snapshot
 from gpudeck.agents.supervisor import JobError, JobSupervisor
 
 log = logging.getLogger("agents")
@@ -276,7 +277,7 @@ class Agent:
     def _dispatch(self, req: Request) -> dict[str, Any]:
         a = req.args
         if req.op == "status":
-            return protocol.to_plain(self.snapshot())
+            return to_plain(self.snapshot())
         if req.op == "configure":
             jobs = a.get("jobs", [])
             if not isinstance(jobs, list):
@@ -287,7 +288,7 @@ class Agent:
             self.sup.audit("configure", None, jobs=[s.name for s in specs])
             return {"jobs": [s.name for s in specs]}
         if req.op == "history":
-            return {"samples": protocol.to_plain(self.history.since(float(a.get("since", 0))))}
+            return {"samples": to_plain(self.history.since(float(a.get("since", 0))))}
         if req.op in ("events", "watch"):
             return self.watch.request(req.op, a)
         if req.op not in protocol.OPS:

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Optional
 
 from gpudeck.agents.jobs import JobState
-from gpudeck.agents.protocol import ProtocolError, Sample, Snapshot, from_dict, to_plain
+from gpudeck.agents.codec import ProtocolError, from_dict, to_plain
+from gpudeck.agents.protocol import Sample, Snapshot
 
 log = logging.getLogger(__name__)
 

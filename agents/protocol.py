@@ -12,23 +12,15 @@ reads it back into its type.
 
 from __future__ import annotations
 
-import dataclasses
-import enum
 import json
-import math
-import types
-import typing
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Union
+from typing import Any, Optional, Union
 
 from gpudeck.agents import __version__
+from gpudeck.agents.codec import ProtocolError, from_dict, to_plain  # the wire's own API too
 from gpudeck.agents.jobs import AlertKind, EngineState, EventKind, JobKind, JobState, RestartPolicy
 
 PROTOCOL = 1
-
-
-class ProtocolError(ValueError):
-    """A line that is not a valid message; the text says what is wrong with it."""
 
 
 # ---------------------------------------------------------------- snapshot parts
@@ -344,91 +336,6 @@ def encode(msg: Message) -> bytes:
     return (json.dumps(to_plain(msg), separators=(",", ":")) + "\n").encode()
 
 
-# what each type is, found once per type: a scalar (or a str enum: JSON writes its value), a
-# dataclass (its encoder in _ENCODERS), a list, a dict; one dict lookup per value after that
-_SCALAR, _DATACLASS, _LIST, _DICT, _OTHER = range(5)
-_KINDS: dict[type, int] = {str: _SCALAR, int: _SCALAR, bool: _SCALAR, type(None): _SCALAR, list: _LIST, dict: _DICT}
-_ENCODERS: dict[type, Callable[[Any], dict]] = {}
-# fields whose declared type says they hold a scalar are copied as they are (None, or a
-# float checked for NaN), without a call per field: most of a snapshot's fields
-_COPY, _FLOAT, _DEEP = range(3)
-
-
-def _field_way(hint: Any) -> int:
-    union = typing.get_origin(hint) in (Union, types.UnionType)
-    args = [a for a in typing.get_args(hint) if a is not type(None)] if union else [hint]
-    if len(args) == 1 and args[0] in (str, int, bool):
-        return _COPY
-    if len(args) == 1 and args[0] is float:
-        return _FLOAT
-    return _DEEP
-
-
-def _encoder(cls: type) -> Callable[[Any], dict]:
-    """A function that turns one ``cls`` into a dict, each field the way its type says."""
-    try:
-        hints = typing.get_type_hints(cls)
-    except Exception:  # an annotation that cannot be resolved: every field the deep way
-        hints = {}
-    plan = tuple((f.name, _field_way(hints.get(f.name, Any))) for f in dataclasses.fields(cls))
-
-    def encode_one(obj: Any) -> dict:
-        out = {}
-        for name, way in plan:
-            v = getattr(obj, name)
-            if way == _DEEP:
-                out[name] = to_plain(v)
-            elif way == _FLOAT and v is not None and v.__class__ is float and not math.isfinite(v):
-                out[name] = None
-            elif v is None or way == _FLOAT or v.__class__ in (str, int, bool):
-                out[name] = v
-            else:  # an enum, or something other than the declared type: the careful way
-                out[name] = to_plain(v)
-        return out
-
-    return encode_one
-
-
-def _kind(cls: type) -> int:
-    if dataclasses.is_dataclass(cls):
-        _ENCODERS[cls] = _encoder(cls)
-        k = _DATACLASS
-    elif issubclass(cls, (str, int)):
-        k = _SCALAR
-    elif issubclass(cls, list):
-        k = _LIST
-    elif issubclass(cls, dict):
-        k = _DICT
-    else:
-        k = _OTHER
-    _KINDS[cls] = k
-    return k
-
-
-def to_plain(obj: Any) -> Any:
-    """A message as plain JSON data; like dataclasses.asdict, without its deep copies (a third
-    of an agent tick went there). A NaN or an infinity becomes None: JSON has neither, and a
-    job's progress file or an engine's /metrics page may hold them."""
-    cls = type(obj)
-    if cls is float:
-        return obj if math.isfinite(obj) else None
-    k = _KINDS.get(cls)
-    if k is None:
-        k = _kind(cls)
-    if k == _SCALAR:
-        return obj
-    if k == _DATACLASS:
-        return _ENCODERS[cls](obj)
-    if k == _LIST:  # most lists hold plain values (pids, GPU indexes, argv): no call for those
-        return [v if v.__class__ in _PLAIN else to_plain(v) for v in obj]
-    if k == _DICT:
-        return {key: v if v.__class__ in _PLAIN else to_plain(v) for key, v in obj.items()}
-    return obj
-
-
-_PLAIN = frozenset((str, int, bool, type(None)))
-
-
 def decode(line: Union[bytes, str]) -> Message:
     """Parse one line into a typed message; raise ProtocolError saying what is wrong."""
     try:
@@ -442,68 +349,6 @@ def decode(line: Union[bytes, str]) -> Message:
     if cls is None:
         raise ProtocolError(f"unknown message type {kind!r}; expected one of {sorted(MESSAGE_TYPES)}")
     return from_dict(cls, obj)
-
-
-_HINTS: dict[type, dict[str, Any]] = {}
-
-
-def from_dict(cls: type, obj: Any, where: str = "") -> Any:
-    """Build dataclass ``cls`` from plain JSON data, checking types on the way."""
-    where = where or cls.__name__
-    if not isinstance(obj, dict):
-        raise ProtocolError(f"{where}: expected an object, got {type(obj).__name__}")
-    hints = _HINTS.get(cls)
-    if hints is None:
-        hints = _HINTS[cls] = typing.get_type_hints(cls)
-    kwargs = {}
-    for f in dataclasses.fields(cls):
-        if f.name in obj:
-            kwargs[f.name] = _convert(hints[f.name], obj[f.name], f"{where}.{f.name}")
-        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            raise ProtocolError(f"{where}: missing field {f.name!r}")
-    return cls(**kwargs)
-
-
-def _convert(tp: Any, value: Any, where: str) -> Any:
-    origin = typing.get_origin(tp)
-    if origin is Union or origin is types.UnionType:
-        args = typing.get_args(tp)
-        if value is None and type(None) in args:
-            return None
-        (inner,) = [a for a in args if a is not type(None)]
-        return _convert(inner, value, where)
-    if tp is Any:
-        return value
-    if isinstance(tp, type) and issubclass(tp, enum.Enum):
-        try:
-            return tp(value)
-        except ValueError:
-            raise ProtocolError(f"{where}: expected one of {', '.join(str(m.value) for m in tp)}, "
-                                f"got {value!r}") from None
-    if dataclasses.is_dataclass(tp):
-        return from_dict(tp, value, where)
-    if origin is list:
-        if not isinstance(value, list):
-            raise ProtocolError(f"{where}: expected a list, got {type(value).__name__}")
-        (inner,) = typing.get_args(tp)
-        return [_convert(inner, v, f"{where}[{i}]") for i, v in enumerate(value)]
-    if origin is dict:
-        if not isinstance(value, dict):
-            raise ProtocolError(f"{where}: expected an object, got {type(value).__name__}")
-        _, inner = typing.get_args(tp)
-        return {k: _convert(inner, v, f"{where}.{k}") for k, v in value.items()}
-    if tp is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ProtocolError(f"{where}: expected a number, got {value!r}")
-        value = float(value)
-        return value if math.isfinite(value) else None  # an older agent's NaN: unknown
-    if tp is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ProtocolError(f"{where}: expected an integer, got {value!r}")
-        return value
-    if tp in (str, bool) and not isinstance(value, tp):
-        raise ProtocolError(f"{where}: expected {tp.__name__}, got {value!r}")
-    return value
 
 
 def hello(node: str, pid: int, started_at: float, home: str, gpu_error: Optional[str],

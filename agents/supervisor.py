@@ -34,7 +34,8 @@ from gpudeck.agents import joblog, killing
 from gpudeck.agents.contain import Containment, cgroup_path_of, token_of
 from gpudeck.agents.gpu import GpuSampler
 from gpudeck.agents.jobs import JobSpec, JobState, SpecError
-from gpudeck.agents.protocol import KillVerdict, LaunchResult, LogChunk, to_plain
+from gpudeck.agents.codec import to_plain
+from gpudeck.agents.protocol import KillVerdict, LaunchResult, LogChunk
 from gpudeck.agents.records import (JobRecord, _Live, descendants as _descendants, first_start_of, group_members,
                                     leader_alive)
 from gpudeck.agents.workers.common.atomic import atomic_write_json as write_json_atomic

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional
 
 from gpudeck.agents.jobs import AlertKind, EngineState, JobKind, JobSpec, JobState, ShownState
-from gpudeck.agents.protocol import Alert, History, JobStatus, Snapshot
+from gpudeck.agents.protocol import Alert, Gpu, History, JobStatus, Snapshot
 from gpudeck.console import cost
 from gpudeck.console.formatting import human_duration, quality_flags, round_eta, round_figures
 from gpudeck.console.rows import (SPARK_BUCKET_S, AlertRow, FleetRow, GpuRow, JobDetail, JobRow, NodeRow, NodeState,
@@ -30,7 +30,9 @@ DISK_FILL_HORIZON_S = 24 * 3600.0  # alert when a disk fills within a day
 BUSY_UTIL_PCT = 5.0
 GPU_SPARK = 10  # utilization buckets kept per GPU for its sparkline
 GPU_SPARK_BUCKET_S = 5.0
-ENGINE_SERIES = ("running", "queued", "kv_usage")  # what the details chart draws for an engine
+# a job's figures over time, in its one Series: the sparkline's tokens/s, then what the details
+# chart draws (items done; an engine's running and queued requests and KV-cache use)
+FIGURES = ("tokens_per_s", "done", "running", "queued", "kv")
 
 # the vocabulary for the rows built every second: a dict keyed by the members is quicker than
 # the enum's own call, and takes a member (found by identity) or its plain value alike
@@ -42,6 +44,8 @@ _RUNNING, _SHOWN_READY, _STALLED = JobState.RUNNING, ShownState.READY, AlertKind
 _PLAN_DRIFT = AlertKind.PLAN_DRIFT
 _ENGINE_READY, _ENGINE_FAILED = EngineState.READY, EngineState.FAILED
 _SAMPLED = (JobState.RUNNING, JobState.STARTING)  # the states whose tokens/s the sparkline records
+_UNPRICED = cost.NodeCost(None, None, None)  # a node the fleet file gives no price
+_NO_PLAN_NO_PRICE: dict[str, Any] = {}  # a job row's plan and cost cells without a plan.json or a price
 
 
 # ---------------------------------------------------------------- the state
@@ -58,9 +62,8 @@ class FleetState:
 
     def __post_init__(self) -> None:
         self._specs: dict[str, JobSpec] = {j.name: j for j in self.fleet.jobs}
-        self._series: dict[tuple[str, str], Series] = {}
-        self._job_series: dict[tuple[str, str, str], Series] = {}  # (node, job, what): done, engine figures
-        self._gpu_util: dict[tuple[str, int], Recent] = {}
+        self._series: dict[tuple[str, str], Series] = {}  # (node, job): its FIGURES
+        self._gpu_util: dict[str, Recent] = {}  # node: its GPUs' utilization
         self._last_t: dict[str, float] = {}  # newest sample time per node, live or backfilled
         self._disk_trend: dict[tuple[str, str], DiskTrend] = {}
         self._first_seen: dict[tuple, float] = {}
@@ -69,6 +72,7 @@ class FleetState:
         self._engine_clients = frozenset(s.name for s in self.fleet.jobs if _client_of(s, engine_ports))
         self._prices = {n.name: n.price_per_hour for n in self.fleet.nodes}  # None: not priced
         self._costs: Optional[tuple[tuple, dict, dict]] = None
+        self._jobs: Optional[tuple[int, list[tuple[str, JobStatus]]]] = None
         self.version = 0  # bumped on every change: views skip work when it has not moved
 
     # ------------------------------------------------------------ input
@@ -83,14 +87,20 @@ class FleetState:
         view = self.nodes.setdefault(snap.node, NodeView(snap.node))
         view.snapshot, view.error, view.unreachable_since = snap, None, None
         view.retry_in_s = view.told_at = None
-        if snap.t > self._last_t.get(snap.node, 0.0):
-            self._last_t[snap.node] = snap.t
+        t = snap.t
+        if t > self._last_t.get(snap.node, 0.0):
+            self._last_t[snap.node] = t
             for j in snap.jobs:
                 if j.state in _SAMPLED:
-                    self._series_of(snap.node, j.name).add(snap.t, job_tokens_per_s(j))
-                    self._sample_job(snap.node, j, snap.t)
-            for g in snap.gpus:
-                self._util_of(snap.node, g.index).add(snap.t, g.util_pct)
+                    p, e = j.progress, j.engine
+                    tps = p.tokens_per_s if p is not None else None
+                    if e is None:
+                        self._series_of(snap.node, j.name).add(t, tps, p.done if p is not None else None)
+                    else:
+                        self._series_of(snap.node, j.name).add(
+                            t, e.tokens_per_s if tps is None else tps, p.done if p is not None else None,
+                            e.running, e.queued, e.kv_usage)
+            self._util_of(snap.node).add(t, _utilization(snap.gpus))
         for d in snap.host.disks:
             trend = self._disk_trend.get((snap.node, d.path))
             if trend is None:
@@ -108,9 +118,8 @@ class FleetState:
             for job, tps in s.job_tokens_per_s.items():
                 self._series_of(history.node, job).add(s.t, tps)
             for job, done in s.job_done.items():
-                self._job_series_of(history.node, job, "done").add(s.t, done)
-            for i, util in enumerate(s.gpu_util):
-                self._util_of(history.node, i).add(s.t, util)
+                self._series_of(history.node, job).add(s.t, None, done)
+            self._util_of(history.node).add(s.t, s.gpu_util)
             newest = max(newest, s.t)
         self._last_t[history.node] = newest
         self.version += 1
@@ -124,36 +133,25 @@ class FleetState:
         view.told_at = self.clock()
         self.version += 1
 
-    def _sample_job(self, node: str, j: JobStatus, t: float) -> None:
-        if j.progress is not None and j.progress.done is not None:
-            self._job_series_of(node, j.name, "done").add(t, j.progress.done)
-        e = j.engine
-        if e is not None:
-            for what in ENGINE_SERIES:
-                self._job_series_of(node, j.name, what).add(t, getattr(e, what))
-
-    def _job_series_of(self, node: str, job: str, what: str) -> Series:
-        s = self._job_series.get((node, job, what))
-        if s is None:
-            s = self._job_series[(node, job, what)] = Series(self.spark_bucket_s)
-        return s
-
-    def _util_of(self, node: str, index: int) -> Recent:
-        r = self._gpu_util.get((node, index))
+    def _util_of(self, node: str) -> Recent:
+        r = self._gpu_util.get(node)
         if r is None:
-            r = self._gpu_util[(node, index)] = Recent(GPU_SPARK_BUCKET_S, GPU_SPARK)
+            r = self._gpu_util[node] = Recent(GPU_SPARK_BUCKET_S, GPU_SPARK)
         return r
 
     def _series_of(self, node: str, job: str) -> Series:
         s = self._series.get((node, job))
         if s is None:
-            s = self._series[(node, job)] = Series(self.spark_bucket_s)
+            s = self._series[(node, job)] = Series(self.spark_bucket_s, figures=len(FIGURES))
         return s
 
     # ------------------------------------------------------------ derived views
 
     def jobs(self) -> list[tuple[str, JobStatus]]:
-        """Every job of the fleet with its node; declared jobs on unreachable nodes included."""
+        """Every job of the fleet with its node; declared jobs on unreachable nodes included.
+        Built once per state version: callers read the list, never change it."""
+        if self._jobs is not None and self._jobs[0] == self.version:
+            return self._jobs[1]
         out: list[tuple[str, JobStatus]] = []
         seen: set[str] = set()
         for name, view in self.nodes.items():
@@ -165,6 +163,7 @@ class FleetState:
         for spec in self.fleet.jobs:
             if spec.name not in seen:
                 out.append((spec.node or LOCAL, _unknown(spec)))
+        self._jobs = (self.version, out)
         return out
 
     def alerts(self) -> list[tuple[str, Alert]]:
@@ -229,12 +228,15 @@ class FleetState:
         key = (self.version, int(now))
         if self._costs is not None and self._costs[0] == key:
             return self._costs[1], self._costs[2]
-        by_node: dict[str, list[JobStatus]] = {n: [] for n in self.nodes}
-        for node, j in self.jobs():
-            by_node.setdefault(node, []).append(j)
-        nodes, jobs = {}, {}
+        nodes: dict[str, cost.NodeCost] = dict.fromkeys(self.nodes, _UNPRICED)
+        jobs: dict[tuple[str, str], cost.JobCost] = {}
+        by_node: dict[str, list[JobStatus]] = {n: [] for n, price in self._prices.items() if price is not None}
+        if by_node:  # no node has a price: nothing to count
+            for node, j in self.jobs():
+                if node in by_node:
+                    by_node[node].append(j)
         for node, js in by_node.items():
-            price = self._prices.get(node)
+            price = self._prices[node]
             nodes[node] = cost.NodeCost(price, cost.node_spent(price, js, now), cost.node_to_finish(price, js))
             jobs.update(((node, name), c) for name, c in cost.generation_costs(price, js).items())
         self._costs = (key, nodes, jobs)
@@ -286,10 +288,9 @@ class FleetState:
             gpu_error=snap.gpu_error, error=view.error, since=view.unreachable_since, down_for_s=down_for,
             retry_in_s=retry)]
         stale = not view.reachable
-        util = self._gpu_util
+        recent = self._gpu_util.get(name)
         for g in snap.gpus:
-            recent = util.get((name, g.index))
-            rows.append(GpuRow.of(name, g, stale, recent.values() if recent is not None else ()))
+            rows.append(GpuRow.of(name, g, stale, recent.values(g.index) if recent is not None else ()))
             for p in g.processes:
                 rows.append(ProcRow(f"proc:{name}:{g.index}:{p.pid}", name, g.index, p.pid,
                                     round(p.used_mib / 1024, 1), p.job,
@@ -302,13 +303,16 @@ class FleetState:
 
     def _plan_and_cost(self, node: str, j: JobStatus) -> dict[str, Any]:
         """A job row's plan and cost cells, and the flags their alerts add."""
-        out: dict[str, Any] = {"priced": self._prices.get(node) is not None}
+        priced = self._prices.get(node) is not None
         plan = j.plan
+        if plan is None and not priced:
+            return _NO_PLAN_NO_PRICE
+        out: dict[str, Any] = {"priced": priced}
         if plan is not None:
             out.update(planned_s=round_eta(plan.planned_wall_s), projected_s=round_eta(plan.projected_wall_s),
                        drift_pct=None if plan.drift_pct is None else int(round(plan.drift_pct)),
                        plan_off=plan.drift_pct is not None and abs(plan.drift_pct) > self.fleet.alerts.plan_drift_pct)
-        c = self.costs()[1].get((node, j.name))
+        c = self.costs()[1].get((node, j.name)) if priced else None
         if c is not None:
             out.update(cost_per_m_tokens=cost.round_money(c.per_m_tokens),
                        cost_per_useful=cost.round_money(c.per_useful))
@@ -378,12 +382,9 @@ class FleetState:
         return None
 
     def _detail_series(self, node: str, job: str, width: int, now: float) -> dict[str, tuple]:
-        out = {}
-        for what, field_name in (("done", "done_series"), ("running", "running_series"),
-                                 ("queued", "queued_series"), ("kv_usage", "kv_series")):
-            s = self._job_series.get((node, job, what))
-            out[field_name] = s.last(width, now) if s is not None else ()
-        return out
+        s = self._series.get((node, job))
+        return {f"{what}_series": s.last(width, now, FIGURES.index(what)) if s is not None else ()
+                for what in ("done", "running", "queued", "kv")}
 
     def alert_rows(self) -> list[AlertRow]:
         now = self.clock()
@@ -474,6 +475,17 @@ def job_tokens_per_s(j: JobStatus) -> Optional[float]:
     if j.engine is not None:
         return j.engine.tokens_per_s
     return None
+
+
+def _utilization(gpus: list[Gpu]) -> list[Optional[float]]:
+    """A node's GPU utilization by GPU index (its GPUs are 0..n-1 in order, as a rule)."""
+    util = [g.util_pct for g in gpus]
+    if [g.index for g in gpus] == list(range(len(gpus))):
+        return util
+    out: list[Optional[float]] = [None] * (max(g.index for g in gpus) + 1)
+    for g, u in zip(gpus, util):
+        out[g.index] = u
+    return out
 
 
 def _unknown(spec: JobSpec) -> JobStatus:

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 
-from gpudeck.agents.protocol import Disk, History, Host, JobStatus, Progress, Sample, Snapshot
+from gpudeck.agents.protocol import Disk, Engine, Gpu, History, Host, JobStatus, Progress, Sample, Snapshot
 from gpudeck.console.messages import SnapshotReceived
 from gpudeck.console.actions import Confirm, JobOp, Refuse, RunNow, plan_job_action, target_job
 from gpudeck.console.formatting import human_duration
 from gpudeck.console.rows import GpuRow, NodeRow
 from gpudeck.console.selection import select_alerts, select_fleet, select_jobs
-from gpudeck.console.series import Series
+from gpudeck.console.series import Recent, Series
 from gpudeck.console.state import FleetState
 from support.tui import PINNED_NOW, pinned_events, pinned_fleet
 
@@ -79,6 +79,50 @@ def test_series_keeps_an_hour_of_buckets():
         s.add(15.0 * k, float(k))
     assert len(s) == 4
     assert s.last(4, 15.0 * 9) == (6.0, 7.0, 8.0, 9.0)
+
+
+def test_a_series_keeps_each_figure_apart():
+    s = Series(bucket_s=10.0, keep=8, figures=3)
+    s.add(0.0, 100.0, None, 4.0)
+    s.add(5.0, 300.0, 7.0)  # the third figure has no reading here: its mean is of its own readings
+    s.add(12.0, None, None, None)  # no reading at all: no bucket
+    assert len(s) == 1
+    assert s.last(2, 12.0) == (200.0, None) and s.last(2, 12.0, 1) == (7.0, None) and s.last(2, 12.0, 2) == (4.0, None)
+
+
+def test_gpu_utilization_history_per_gpu_with_gaps_and_missing_readings():
+    r = Recent(bucket_s=5.0, keep=3)
+    for t in range(10):  # two buckets of five readings; GPU 1 answers every other time
+        r.add(float(t), [10.0 * t, None if t % 2 else 50.0])
+    assert r.values(0) == (20, 70) and r.values(1) == (50, 50)
+    assert r.values(2) == ()  # no such GPU
+    r.add(15.0, [1.0, 2.0, 3.0])  # a bucket later, and a third GPU: the bucket with no reading is None
+    assert r.values(0) == (70, None, 1) and r.values(1) == (50, None, 2) and r.values(2) == (None, None, 3)
+
+
+def test_gpu_rows_carry_their_utilization_history():
+    state = FleetState(pinned_fleet(), clock=lambda: PINNED_NOW)
+    host = Host("gpu-a", 1.0, 1, 1, 2, 0.0, 0.0, 0.0)
+    for k in range(12):  # one snapshot a second: the 5 s buckets' means
+        gpus = [Gpu(0, "u0", "H200", 1.0, 2.0, float(10 * (k // 5)), None, None),
+                Gpu(2, "u2", "H200", 1.0, 2.0, 90.0, None, None)]  # GPU 1 not shown: indices, not positions
+        state.apply(Snapshot("gpu-a", k + 1, PINNED_NOW - 20 + k, host, gpus, []))
+    rows = {r.key: r for r in state.fleet_rows() if isinstance(r, GpuRow)}
+    assert rows["gpu:gpu-a:0"].util_spark[-2:] == (10, 20) and rows["gpu:gpu-a:2"].util_spark[-1] == 90
+
+
+def test_the_details_chart_series_follow_an_engine():
+    state = FleetState(pinned_fleet(), clock=lambda: PINNED_NOW)
+    host = Host("gpu-a", 1.0, 1, 1, 2, 0.0, 0.0, 0.0)
+    for k in range(4):
+        eng = Engine(url="http://127.0.0.1:30000/metrics", state="ready", flavor="sglang", tokens_per_s=1000.0 + k,
+                     running=8.0, queued=float(k), kv_usage=0.5)
+        job = JobStatus("sglang-0", "sglang-server", "running", engine=eng)
+        state.apply(Snapshot("gpu-a", k + 1, PINNED_NOW - 15 * (3 - k), host, [], [job]))
+    d = state.job_detail("gpu-a/sglang-0", spark_width=4)
+    assert d.spark == (1000.0, 1001.0, 1002.0, 1003.0)
+    assert d.running_series == (8.0,) * 4 and d.queued_series == (0.0, 1.0, 2.0, 3.0) and d.kv_series == (0.5,) * 4
+    assert d.done_series == (None,) * 4  # an engine counts no items
 
 
 def test_a_disk_filling_up_is_an_alert_before_it_is_full():

@@ -83,6 +83,7 @@ class MainScreen(Screen[None]):
         self.reversed: dict[str, bool] = {v: False for v in VIEWS}
         self.log_job: Optional[str] = None  # the job the logs view follows
         self._events_shown: tuple[int, str] = (-1, "")  # the timeline's version and the filter drawn last
+        self._status_shown: Optional[str] = None  # the line under the view, as drawn last
 
     def compose(self) -> ComposeResult:
         yield FleetHeader(self.fleet_name, self.read_only, id="header")
@@ -190,9 +191,13 @@ class MainScreen(Screen[None]):
             parts.append(f"sort {self.sorts[view]} {'▼' if self.reversed[view] else '▲'} (s next, S reverse)")
         if view == "logs" and self.query_one(LogPanel).term:
             parts.append(f"search {self.query_one(LogPanel).term!r} (n/N next/previous, esc clears)")
+        text = " · ".join(parts)
+        if text == self._status_shown:
+            return  # an update lays the screen out again: once a second at fleet scale is measurable
+        self._status_shown = text
         status = self.query_one("#view-status", Static)
         status.set_class(bool(parts), "-shown")
-        status.update(Content(" · ".join(parts)))
+        status.update(Content(text))
 
     def _label(self, view: str, text: str) -> None:
         extra = []
