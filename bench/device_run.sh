@@ -20,8 +20,8 @@ for what in "${@:-kill}"; do
                    GPUDECK_BENCH_TINY=1 PYTHONPATH=/tmp/gd:/tmp/fla python3 bench/extract_gpu.py --shape hybrid27b \
                      --samples 24 --naive-samples 2 ;;
     extract-dense) python3 bench/extract_gpu.py --shape dense27b --samples 240 --naive-samples 6 ;;
-    extract-hybrid) PYTHONPATH=/tmp/gd:/tmp/fla python3 bench/extract_gpu.py --shape hybrid27b --samples 200 \
-                      --naive-samples 4 ;;
+    extract-hybrid) PYTHONPATH=/tmp/gd:/tmp/fla TORCH_LOGS=recompiles python3 bench/extract_gpu.py --shape hybrid27b \
+                      --samples 400 --naive-samples 4 --profile ;;
     extract-hybrid-profile) PYTHONPATH=/tmp/gd:/tmp/fla python3 bench/extract_gpu.py --shape hybrid27b --samples 8 \
                               --skip naive --profile ;;
     extract-hybrid-torch) python3 bench/extract_gpu.py --shape hybrid27b --samples 80 --skip naive ;;

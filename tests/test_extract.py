@@ -110,31 +110,38 @@ def test_the_fast_path_runs_only_the_layers_it_needs(models):
     assert lm_head_calls == [], "the generic path must not run the LM head"
 
 
-def test_the_hybrid_path_runs_the_models_own_layers_up_to_the_deepest_kept(tmp_path, models):
-    """Gated DeltaNet + full attention (qwen3_5_text): the hybrid path, no mask, no LM head,
-    layer 4 never runs when layer 2 is the deepest kept; right-padded samples give the
-    states of a masked forward on their real tokens."""
+def test_the_hybrid_path_runs_the_models_own_layers_up_to_the_deepest_kept(tmp_path, models, monkeypatch):
+    """Gated DeltaNet + full attention (qwen3_5_text): the hybrid path, its DeltaNets taken
+    apart, no mask, no LM head, layer 4 never runs when layer 2 is the deepest kept;
+    right-padded samples give the states of a masked forward on their real tokens."""
     from transformers import AutoModelForCausalLM
 
+    from gpudeck.agents.workers.extract import hybrid
     from gpudeck.agents.workers.extract.model import HiddenStateRunner
     from gpudeck.agents.workers.extract.perf import CountedFlops
 
     model = AutoModelForCausalLM.from_pretrained(models["hybrid"], dtype=torch.float32).eval()
-    calls, lm_head_calls = [], []
-    for i, layer in enumerate(model.model.layers):  # each layer's token mixer: DeltaNet or attention
-        mixer = layer.linear_attn if hasattr(layer, "linear_attn") else layer.self_attn
-        mixer.register_forward_pre_hook(lambda m, a, i=i: calls.append(i))
+    calls, lm_head_calls, whole = [], [], []
+    index = {id(layer): i for i, layer in enumerate(model.model.layers)}
+    layer_call = hybrid.Parts.__call__
+    monkeypatch.setattr(hybrid.Parts, "__call__", lambda self, h, pe: calls.append(index[id(self.layer)])
+                        or layer_call(self, h, pe))
+    for layer in model.model.layers:  # the DeltaNet modules themselves never run: they are taken apart
+        if hasattr(layer, "linear_attn"):
+            layer.linear_attn.register_forward_pre_hook(lambda *a: whole.append(1))
     model.lm_head.register_forward_hook(lambda *a: lm_head_calls.append(1))
     runner = HiddenStateRunner(model, [0, 2])
     assert runner.path == "hybrid", runner.why_not_fast
     assert "gated_delta_rule=" in runner.why_not_fast  # which kernels run is said
+    assert all(isinstance(step.mixer, hybrid.DeltaNet) for step in runner._steps)
     ids = torch.randint(0, 500, (3, 40))
     mask = torch.ones(3, 40, dtype=torch.long)
     mask[1, 30:] = 0
     mask[2, 9:] = 0
     calls.clear()
+    whole.clear()
     out = runner(ids)
-    assert sorted(set(calls)) == [0, 1] and lm_head_calls == []
+    assert calls == [0, 1] and lm_head_calls == [] and whole == []
     with torch.no_grad():
         ref = model.model(input_ids=ids, attention_mask=mask, output_hidden_states=True).hidden_states
     for j, layer in enumerate([0, 2]):
@@ -142,6 +149,35 @@ def test_the_hybrid_path_runs_the_models_own_layers_up_to_the_deepest_kept(tmp_p
     flops = runner.flop_model()
     assert isinstance(flops, CountedFlops) and flops.attn_width == 0  # layers 1-2 are both linear attention
     assert HiddenStateRunner(model, [4]).flop_model().attn_width == 4 * 16  # layer 4 is full attention
+
+
+def test_the_deltanet_conv_as_shifted_multiply_adds_is_the_models_conv():
+    import transformers.models.qwen3_5.modeling_qwen3_5 as q35
+
+    from gpudeck.agents.workers.extract import hybrid
+
+    gen = torch.Generator().manual_seed(3)
+    x, w = torch.randn(2, 11, 6, generator=gen), torch.randn(6, 4, generator=gen)
+    ref = q35.causal_conv1d_fn(x.transpose(1, 2), w, None, activation="silu").transpose(1, 2)
+    assert rel_err(hybrid.conv_silu(x, w), ref) <= 1e-6
+    assert rel_err(hybrid.conv_silu(x[:, :1], w), ref[:, :1]) <= 1e-6  # one token: only its own tap
+
+
+def test_a_deltanet_of_another_layout_runs_its_own_module(models, monkeypatch):
+    from transformers import AutoModelForCausalLM
+
+    from gpudeck.agents.workers.extract import hybrid
+    from gpudeck.agents.workers.extract.model import HiddenStateRunner
+
+    model = AutoModelForCausalLM.from_pretrained(models["hybrid"], dtype=torch.float32).eval()
+    monkeypatch.setattr(hybrid, "DELTANET_PARTS", hybrid.DELTANET_PARTS + ("in_proj_qkvz",))
+    runner = HiddenStateRunner(model, [3])
+    assert runner.path == "hybrid" and "DeltaNet modules called whole" in runner.why_not_fast, runner.why_not_fast
+    assert all(step.mixer is None for step in runner._steps)
+    ids = torch.randint(0, 500, (2, 20))
+    with torch.no_grad():
+        ref = model.model(input_ids=ids, output_hidden_states=True).hidden_states[3]
+    assert rel_err(runner(ids), ref) <= 1e-5
 
 
 def test_a_hybrid_layer_taken_apart_wrongly_falls_back_to_the_models_own_layers(models, monkeypatch):

@@ -3,16 +3,19 @@ full-attention ones, as in Qwen3.5/3.6 (``qwen3_5_text``) and Qwen3-Next.
 
 Their layers differ too much from Llama's for the fused function of :mod:`model` (gated
 attention, zero-centred norms, partial rotary, the DeltaNet's conv and recurrence), so this
-path calls the model's own decoder layers and wins what can be won around them:
+path takes each layer apart around the model's own modules and wins what can be won:
 
 - it stops after the deepest layer kept, and never computes the LM head;
 - it passes no attention mask. Samples are right-padded: a real token's causal attention
   and the DeltaNet's causal conv and recurrence never see a pad, which only comes after
   it, so SDPA runs its flash/cuDNN kernels (``is_causal``) and no mask is ever built;
-- the DeltaNet's kernels: transformers takes flash-linear-attention's Triton kernels
-  (``chunk_gated_delta_rule``) and causal-conv1d's when they are installed (the
-  ``hybrid`` and ``conv1d`` extras), else its reference PyTorch code, which is correct and
-  much slower; :func:`kernels` says which ones run, and the worker logs it.
+- a Gated DeltaNet layer (Qwen3.5's layout) runs as :class:`DeltaNet`: its four input
+  projections in one matmul, the causal conv on the [B, S, D] layout (flash-linear-
+  attention's Triton kernel, else shifted multiply-adds that --compile makes one kernel),
+  the gates and the gated norm as small functions --compile fuses, and the delta rule's
+  chunked kernel (flash-linear-attention's ``chunk_gated_delta_rule``, the ``hybrid``
+  extra; else transformers' reference PyTorch code, correct and much slower). Another
+  layout runs the model's own module. :func:`kernels` says which ones run; the worker logs it.
 
 Before use it is checked layer by layer against the model's own forward on a right-padded
 batch with its attention mask, comparing the real tokens only (:func:`self_check`): that
@@ -29,18 +32,25 @@ import torch
 HYBRID_MODEL_TYPES = ("qwen3_5_text", "qwen3_5", "qwen3_next")
 
 
-def kernels() -> dict[str, str]:
-    """Which implementation the DeltaNet layers get: the kernel package's name, or "torch"
-    for transformers' reference code (what transformers itself falls back to when the
-    import fails)."""
-    def importable(module: str, name: str) -> bool:
-        try:
-            return hasattr(importlib.import_module(module), name)
-        except Exception:  # absent, or present and broken (no Triton, no CUDA): the reference code runs
-            return False
+def _kernel(module: str, name: str):
+    """``module.name`` when it imports, else None (absent, or present and broken: no Triton, no CUDA)."""
+    try:
+        return getattr(importlib.import_module(module), name, None)
+    except Exception:
+        return None
 
-    return {"gated_delta_rule": "fla" if importable("fla.ops.gated_delta_rule", "chunk_gated_delta_rule") else "torch",
-            "causal_conv1d": "causal_conv1d" if importable("causal_conv1d", "causal_conv1d_fn") else "torch"}
+
+def kernels(apart: bool = True) -> dict[str, str]:
+    """Which implementation the DeltaNet layers get: the kernel package's name, or "torch"
+    for PyTorch code (transformers' reference code, or :func:`conv_silu`). ``apart``: the
+    layers taken apart (:class:`DeltaNet`), else the model's own module, which takes
+    causal-conv1d's kernel when it is installed."""
+    fla_rule = _kernel("fla.ops.gated_delta_rule", "chunk_gated_delta_rule") is not None
+    if apart:
+        conv = "fla" if _kernel("fla.modules.causal_conv1d", "causal_conv1d") is not None else "torch"
+    else:
+        conv = "causal_conv1d" if _kernel("causal_conv1d", "causal_conv1d_fn") is not None else "torch"
+    return {"gated_delta_rule": "fla" if fla_rule else "torch", "causal_conv1d": conv}
 
 
 def hybrid_plan(cfg, decoder) -> tuple[bool, str]:
@@ -102,25 +112,141 @@ def mlp_block(h: torch.Tensor, mixed: torch.Tensor, w_post: torch.Tensor, w_gu: 
     return h + F.linear(F.silu(g) * u, w_down)
 
 
+# The Gated DeltaNet taken apart (Qwen3.5's layout). Each function matches the arithmetic of
+# transformers' Qwen3_5GatedDeltaNet; self_check holds them to it on the model itself.
+
+DELTANET_PARTS = ("in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a", "conv1d", "A_log", "dt_bias", "norm",
+                  "out_proj")
+
+
+def conv_silu(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """The causal depthwise conv and its SiLU on [B, S, D], ``w`` [D, W]: out[t] is the sum
+    over k of w[:, k] * x[t + k - W + 1], as shifted multiply-adds in float32; no transposes,
+    and one kernel once compiled."""
+    import torch.nn.functional as F
+
+    s, width = x.shape[1], w.shape[1]
+    xp = F.pad(x, (0, 0, width - 1, 0)).float()
+    w32 = w.float()
+    y = xp[:, 0:s] * w32[:, 0]
+    for k in range(1, width):
+        y = y + xp[:, k:k + s] * w32[:, k]
+    return F.silu(y).to(x.dtype)
+
+
+def gates(a: torch.Tensor, b: torch.Tensor, a_log: torch.Tensor, dt_bias: torch.Tensor):
+    """The delta rule's decay g (log space, float32) and its step size beta."""
+    import torch.nn.functional as F
+
+    return -a_log.float().exp() * F.softplus(a.float() + dt_bias), b.sigmoid()
+
+
+def gated_rms(o: torch.Tensor, z: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+    """Qwen3.5's RMSNormGated over each head: float32 norm, times the weight in the input
+    dtype, times SiLU(z) in float32, cast back."""
+    import torch.nn.functional as F
+
+    h = o.float()
+    h = (w * (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)).to(o.dtype)) * F.silu(z.float())
+    return h.to(o.dtype)
+
+
+def _fla_conv(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    from fla.modules.causal_conv1d import causal_conv1d
+
+    y = causal_conv1d(x=x, weight=w, activation="silu")
+    return y[0] if isinstance(y, tuple) else y
+
+
+def delta_rule_of(mixer):
+    """The chunked gated delta rule: flash-linear-attention's kernel, else the reference code
+    the model's own module would run; None when neither is found."""
+    fn = _kernel("fla.ops.gated_delta_rule", "chunk_gated_delta_rule")
+    if fn is None:
+        fn = getattr(mixer, "chunk_gated_delta_rule", None)
+    if fn is None:
+        import sys
+        fn = getattr(sys.modules.get(type(mixer).__module__), "torch_chunk_gated_delta_rule", None)
+    return fn
+
+
+def deltanet_apart(mixer) -> tuple[bool, str]:
+    """Whether :class:`DeltaNet` can run this linear-attention module."""
+    missing = [n for n in DELTANET_PARTS if not hasattr(mixer, n)]
+    if missing:
+        return False, f"a DeltaNet without {', '.join(missing)} (another layout)"
+    if mixer.conv1d.bias is not None or any(getattr(mixer, n).bias is not None for n in DELTANET_PARTS[:4]):
+        return False, "DeltaNet projections or conv with biases"
+    if getattr(mixer, "activation", "silu") != "silu":
+        return False, f"DeltaNet activation {mixer.activation!r} is not silu"
+    if delta_rule_of(mixer) is None:
+        return False, "no chunked gated delta rule found (neither fla nor transformers')"
+    return True, "ok"
+
+
+class DeltaNet:
+    """One Gated DeltaNet token mixer taken apart: x [B, S, hidden] -> its output."""
+
+    def __init__(self, mixer, w_in: torch.Tensor) -> None:
+        """``w_in``: in_proj_qkv, in_proj_z, in_proj_b and in_proj_a's weights in one (model._fuse)."""
+        self.m = mixer
+        self.w_in = w_in
+        self.splits = [getattr(mixer, n).weight.shape[0] for n in DELTANET_PARTS[:4]]
+        self.qkv_splits = [mixer.key_dim, mixer.key_dim, mixer.value_dim]
+        self.w_conv = mixer.conv1d.weight.squeeze(1)  # [D, W], a view
+        self.eps = float(getattr(mixer.norm, "variance_epsilon", getattr(mixer.norm, "eps", 1e-6)))
+        self.rule = delta_rule_of(mixer)
+        self.conv_fn = _fla_conv if kernels()["causal_conv1d"] == "fla" else conv_silu
+        self.gates_fn, self.norm_fn = gates, gated_rms
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        import torch.nn.functional as F
+
+        m = self.m
+        b_, s, _ = x.shape
+        qkv, z, b, a = F.linear(x, self.w_in).split(self.splits, dim=-1)
+        q, k, v = self.conv_fn(qkv, self.w_conv).split(self.qkv_splits, dim=-1)
+        g, beta = self.gates_fn(a, b, m.A_log, m.dt_bias)
+        o, _ = self.rule(q.reshape(b_, s, m.num_k_heads, m.head_k_dim), k.reshape(b_, s, m.num_k_heads, m.head_k_dim),
+                         v.reshape(b_, s, m.num_v_heads, m.head_v_dim), g=g, beta=beta, initial_state=None,
+                         output_final_state=False, use_qk_l2norm_in_kernel=True)
+        o = self.norm_fn(o, z.reshape(b_, s, m.num_v_heads, m.head_v_dim), m.norm.weight, self.eps)
+        return F.linear(o.reshape(b_, s, -1), m.out_proj.weight)
+
+
 class Parts:
     """The weights of one layer taken apart, and the functions that run it."""
 
-    def __init__(self, layer, w_gu: torch.Tensor, norm_fn=zc_rms, block_fn=mlp_block) -> None:
-        """``w_gu``: the gate and up projections' weights in one (model._fuse)."""
+    def __init__(self, layer, w_gu: torch.Tensor, mixer: Optional[DeltaNet] = None, norm_fn=zc_rms,
+                 block_fn=mlp_block) -> None:
+        """``w_gu``: the gate and up projections' weights in one (model._fuse); ``mixer``: the
+        layer's DeltaNet taken apart, else its own token mixer runs."""
         self.layer = layer
         self.eps = float(getattr(layer.input_layernorm, "eps", getattr(layer.input_layernorm, "variance_epsilon", 1e-6)))
         self.w_gu = w_gu
+        self.mixer = mixer
         self.norm_fn, self.block_fn = norm_fn, block_fn
 
     def __call__(self, h: torch.Tensor, pe) -> torch.Tensor:
         layer = self.layer
         x = self.norm_fn(h, layer.input_layernorm.weight, self.eps)
-        if hasattr(layer, "linear_attn"):
+        if self.mixer is not None:
+            mixed = self.mixer(x)
+        elif hasattr(layer, "linear_attn"):
             mixed = layer.linear_attn(hidden_states=x, attention_mask=None)
         else:
             mixed = layer.self_attn(hidden_states=x, position_embeddings=pe, attention_mask=None)[0]
         return self.block_fn(h, mixed, layer.post_attention_layernorm.weight, self.w_gu, layer.mlp.down_proj.weight,
                              self.eps)
+
+    def compile(self) -> None:
+        """Its small functions compiled (shared by every layer: compiled once per process)."""
+        c = compiled_parts()
+        self.norm_fn, self.block_fn = c["norm"], c["block"]
+        if self.mixer is not None:
+            self.mixer.gates_fn, self.mixer.norm_fn = c["gates"], c["gated_norm"]
+            if self.mixer.conv_fn is conv_silu:
+                self.mixer.conv_fn = c["conv"]
 
 
 def parts_apply(cfg, decoder) -> tuple[bool, str]:
@@ -140,12 +266,13 @@ def parts_apply(cfg, decoder) -> tuple[bool, str]:
 _COMPILED: dict = {}
 
 
-def compiled_parts() -> tuple:
-    """zc_rms and mlp_block compiled once per process, shapes dynamic."""
+def compiled_parts() -> dict:
+    """The layers' small functions compiled once per process, shapes dynamic."""
     if not _COMPILED:
-        _COMPILED["norm"] = torch.compile(zc_rms, dynamic=True)
-        _COMPILED["block"] = torch.compile(mlp_block, dynamic=True)
-    return _COMPILED["norm"], _COMPILED["block"]
+        for name, fn in (("norm", zc_rms), ("block", mlp_block), ("gates", gates), ("gated_norm", gated_rms),
+                         ("conv", conv_silu)):
+            _COMPILED[name] = torch.compile(fn, dynamic=True)
+    return _COMPILED
 
 
 def counted_flops(cfg, decoder, layers_run: int):

@@ -187,11 +187,31 @@ def compiled_decoder_layer():
     return _COMPILED
 
 
+def _adjacent(tensors: Sequence[torch.Tensor]) -> Optional[torch.Tensor]:
+    """The one tensor these contiguous tensors already are, back to back in one storage
+    (fused by an earlier runner on this model), else None."""
+    first = tensors[0]
+    end = first.storage_offset()
+    for t in tensors:
+        if not t.is_contiguous() or t.untyped_storage().data_ptr() != first.untyped_storage().data_ptr() \
+                or t.storage_offset() != end or t.shape[1:] != first.shape[1:] or t.dtype != first.dtype:
+            return None
+        end += t.numel()
+    rows = sum(t.shape[0] for t in tensors)
+    return torch.empty(0, dtype=first.dtype, device=first.device).set_(
+        first.untyped_storage(), first.storage_offset(), (rows, *first.shape[1:]))
+
+
 def _fuse(linears: Sequence[torch.nn.Linear]) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
     """One weight (and bias) for several linears that read the same input. The originals
-    become views into it, so the model's own modules keep working and no memory is added."""
-    w = torch.cat([m.weight.data for m in linears], dim=0)
+    become views into it, so the model's own modules keep working and no memory is added;
+    linears fused before (another runner on this model) are used as they are."""
     biases = [m.bias for m in linears]
+    if all(x is None for x in biases):
+        again = _adjacent([m.weight.data for m in linears])
+        if again is not None:
+            return again, None
+    w = torch.cat([m.weight.data for m in linears], dim=0)
     b = torch.cat([x.data for x in biases], dim=0) if all(x is not None for x in biases) else None
     if any(x is not None for x in biases) and b is None:
         raise ModelError("some projections have a bias and some do not")
@@ -273,6 +293,8 @@ class HiddenStateRunner:
         self._layer_fn = decoder_layer
         self._check_compiled = False
         self._hybrid = False
+        self._deltanet_apart = True  # every DeltaNet taken apart (hybrid.DeltaNet), else why not:
+        self.why_not_deltanet = ""
         if fast:
             plan, why = fast_path_plan(model)
             self.why_not_fast = why
@@ -309,8 +331,8 @@ class HiddenStateRunner:
         tried: list[tuple[str, list]] = []
         apart, why_not_apart = hybrid.parts_apply(self.cfg, self.decoder)
         if apart:
-            tried.append(("hybrid", [hybrid.Parts(layer, _fuse([layer.mlp.gate_proj, layer.mlp.up_proj])[0])
-                                     for layer in layers]))
+            tried.append(("hybrid", [hybrid.Parts(layer, _fuse([layer.mlp.gate_proj, layer.mlp.up_proj])[0],
+                                                  self._deltanet(layer)) for layer in layers]))
         tried.append(("hybrid-layers", [functools.partial(hybrid.run_layer, layer) for layer in layers]))
         for path, steps in tried:
             err = hybrid.self_check(self.decoder, steps, self.cfg.vocab_size, self.num_layers,
@@ -322,18 +344,33 @@ class HiddenStateRunner:
             self.why_not_fast = f"hybrid self-check failed: {err}"
             return
         if compile and path == "hybrid":
-            norm_fn, block_fn = hybrid.compiled_parts()
             for part in steps:
-                part.norm_fn, part.block_fn = norm_fn, block_fn
+                part.compile()
             path = "hybrid+compiled"
-        k = hybrid.kernels()
+        k = hybrid.kernels(apart=path != "hybrid-layers" and self._deltanet_apart)
         self._hybrid, self._steps, self.path = True, steps, path
         slow = [name for name, impl in k.items() if impl == "torch"]
         self.why_not_fast = "kernels: " + ", ".join(f"{n}={v}" for n, v in k.items()) \
-            + ("" if apart else f"; layers called whole: {why_not_apart}")
+            + ("" if apart else f"; layers called whole: {why_not_apart}") \
+            + (f"; DeltaNet modules called whole: {self.why_not_deltanet}" if apart and not self._deltanet_apart else "")
         if "gated_delta_rule" in slow and self.device.type == "cuda":
             log.warning("hybrid model: the DeltaNet layers run transformers' reference PyTorch code; pip install "
                         "'gpudeck[hybrid]' (flash-linear-attention) for the Triton kernels")
+
+    def _deltanet(self, layer):
+        """A linear-attention layer's DeltaNet taken apart (its input projections fused), or
+        None for a full-attention layer or a DeltaNet of another layout (its module runs)."""
+        from gpudeck.agents.workers.extract import hybrid
+
+        mixer = getattr(layer, "linear_attn", None)
+        if mixer is None:
+            return None
+        ok, why = hybrid.deltanet_apart(mixer)
+        if not ok:
+            self._deltanet_apart = False
+            self.why_not_deltanet = why
+            return None
+        return hybrid.DeltaNet(mixer, _fuse([getattr(mixer, n) for n in hybrid.DELTANET_PARTS[:4]])[0])
 
     def flop_model(self):
         """What one sample costs (perf.FlopModel, or perf.CountedFlops for a hybrid)."""
