@@ -92,14 +92,12 @@ class FleetState:
             self._last_t[snap.node] = t
             for j in snap.jobs:
                 if j.state in _SAMPLED:
-                    p, e = j.progress, j.engine
-                    tps = p.tokens_per_s if p is not None else None
+                    done = j.progress.done if j.progress is not None else None
+                    series, e = self._series_of(snap.node, j.name), j.engine
                     if e is None:
-                        self._series_of(snap.node, j.name).add(t, tps, p.done if p is not None else None)
+                        series.add(t, job_tokens_per_s(j), done)
                     else:
-                        self._series_of(snap.node, j.name).add(
-                            t, e.tokens_per_s if tps is None else tps, p.done if p is not None else None,
-                            e.running, e.queued, e.kv_usage)
+                        series.add(t, job_tokens_per_s(j), done, e.running, e.queued, e.kv_usage)
             self._util_of(snap.node).add(t, _utilization(snap.gpus))
         for d in snap.host.disks:
             trend = self._disk_trend.get((snap.node, d.path))

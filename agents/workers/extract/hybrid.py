@@ -24,10 +24,14 @@ checks the "no mask" reasoning on this very model.
 
 from __future__ import annotations
 
+import functools
 import importlib
+import logging
 from typing import Optional
 
 import torch
+
+log = logging.getLogger("gpudeck.extract")  # the worker's own log, as model.py
 
 HYBRID_MODEL_TYPES = ("qwen3_5_text", "qwen3_5", "qwen3_next")
 
@@ -151,9 +155,8 @@ def gated_rms(o: torch.Tensor, z: torch.Tensor, w: torch.Tensor, eps: float) -> 
     return h.to(o.dtype)
 
 
-def _fla_conv(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    from fla.modules.causal_conv1d import causal_conv1d
-
+def _fla_conv(causal_conv1d, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """flash-linear-attention's ``causal_conv1d`` with SiLU; it reads the strided [B, S, D] view as it is."""
     y = causal_conv1d(x=x, weight=w, activation="silu")
     return y[0] if isinstance(y, tuple) else y
 
@@ -170,33 +173,37 @@ def delta_rule_of(mixer):
     return fn
 
 
-def deltanet_apart(mixer) -> tuple[bool, str]:
-    """Whether :class:`DeltaNet` can run this linear-attention module."""
+def deltanet_of(mixer, fuse) -> tuple[Optional["DeltaNet"], str]:
+    """(:class:`DeltaNet` for this linear-attention module, "ok"), its input projections fused
+    with ``fuse`` (model._fuse); or (None, why it cannot run it)."""
     missing = [n for n in DELTANET_PARTS if not hasattr(mixer, n)]
     if missing:
-        return False, f"a DeltaNet without {', '.join(missing)} (another layout)"
+        return None, f"a DeltaNet without {', '.join(missing)} (another layout)"
     if mixer.conv1d.bias is not None or any(getattr(mixer, n).bias is not None for n in DELTANET_PARTS[:4]):
-        return False, "DeltaNet projections or conv with biases"
+        return None, "DeltaNet projections or conv with biases"
     if getattr(mixer, "activation", "silu") != "silu":
-        return False, f"DeltaNet activation {mixer.activation!r} is not silu"
-    if delta_rule_of(mixer) is None:
-        return False, "no chunked gated delta rule found (neither fla nor transformers')"
-    return True, "ok"
+        return None, f"DeltaNet activation {mixer.activation!r} is not silu"
+    rule = delta_rule_of(mixer)
+    if rule is None:
+        return None, "no chunked gated delta rule found (neither fla nor transformers')"
+    return DeltaNet(mixer, fuse([getattr(mixer, n) for n in DELTANET_PARTS[:4]])[0], rule), "ok"
 
 
 class DeltaNet:
     """One Gated DeltaNet token mixer taken apart: x [B, S, hidden] -> its output."""
 
-    def __init__(self, mixer, w_in: torch.Tensor) -> None:
-        """``w_in``: in_proj_qkv, in_proj_z, in_proj_b and in_proj_a's weights in one (model._fuse)."""
+    def __init__(self, mixer, w_in: torch.Tensor, rule) -> None:
+        """``w_in``: in_proj_qkv, in_proj_z, in_proj_b and in_proj_a's weights in one (model._fuse);
+        ``rule``: the chunked gated delta rule (:func:`delta_rule_of`)."""
         self.m = mixer
         self.w_in = w_in
         self.splits = [getattr(mixer, n).weight.shape[0] for n in DELTANET_PARTS[:4]]
         self.qkv_splits = [mixer.key_dim, mixer.key_dim, mixer.value_dim]
         self.w_conv = mixer.conv1d.weight.squeeze(1)  # [D, W], a view
         self.eps = float(getattr(mixer.norm, "variance_epsilon", getattr(mixer.norm, "eps", 1e-6)))
-        self.rule = delta_rule_of(mixer)
-        self.conv_fn = _fla_conv if kernels()["causal_conv1d"] == "fla" else conv_silu
+        self.rule = rule
+        fla_conv = _kernel("fla.modules.causal_conv1d", "causal_conv1d")
+        self.conv_fn = functools.partial(_fla_conv, fla_conv) if fla_conv is not None else conv_silu
         self.gates_fn, self.norm_fn = gates, gated_rms
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
@@ -273,6 +280,53 @@ def compiled_parts() -> dict:
                          ("conv", conv_silu)):
             _COMPILED[name] = torch.compile(fn, dynamic=True)
     return _COMPILED
+
+
+def layer_steps(cfg, decoder, layers_run: int, fuse, device, tol: Optional[float],
+                compile: bool) -> tuple[Optional[list], Optional[str], str]:
+    """The hybrid path for the first ``layers_run`` layers: (steps, path, what runs), with path
+    "hybrid" (taken apart: :class:`Parts`, their DeltaNets as :class:`DeltaNet` where the
+    layout allows; "hybrid+compiled" with ``compile``) when that agrees with the model's own
+    forward, else "hybrid-layers" (the model's own layers one by one). ``tol``: the
+    self-check's tolerance, None for no check. (None, None, why) when the model is not a
+    hybrid; (None, path, why) when no path agrees."""
+    ok, why = hybrid_plan(cfg, decoder)
+    if not ok:
+        return None, None, why
+    layers = decoder.layers[:layers_run]
+    tried: list[tuple[str, list]] = []
+    apart, why_not_apart = parts_apply(cfg, decoder)
+    why_whole = ""  # why a DeltaNet module runs whole
+    if apart:
+        steps = []
+        for layer in layers:
+            mixer = None
+            if hasattr(layer, "linear_attn"):
+                mixer, why = deltanet_of(layer.linear_attn, fuse)
+                why_whole = why_whole or (why if mixer is None else "")
+            steps.append(Parts(layer, fuse([layer.mlp.gate_proj, layer.mlp.up_proj])[0], mixer))
+        tried.append(("hybrid", steps))
+    tried.append(("hybrid-layers", [functools.partial(run_layer, layer) for layer in layers]))
+    for path, steps in tried:
+        err = self_check(decoder, steps, cfg.vocab_size, cfg.num_hidden_layers, tol, device) \
+            if tol is not None else None
+        if err is None:
+            break
+        log.warning("the %s path disagrees with the model's own forward (%s)", path, err)
+    else:
+        return None, "generic", f"hybrid self-check failed: {err}"
+    if compile and path == "hybrid":
+        for part in steps:
+            part.compile()
+        path = "hybrid+compiled"
+    k = kernels(apart=path != "hybrid-layers" and not why_whole)
+    said = "kernels: " + ", ".join(f"{n}={v}" for n, v in k.items()) \
+        + ("" if apart else f"; layers called whole: {why_not_apart}") \
+        + (f"; DeltaNet modules called whole: {why_whole}" if apart and why_whole else "")
+    if k["gated_delta_rule"] == "torch" and device.type == "cuda":
+        log.warning("hybrid model: the DeltaNet layers run transformers' reference PyTorch code; pip install "
+                    "'gpudeck[hybrid]' (flash-linear-attention) for the Triton kernels")
+    return steps, path, said
 
 
 def counted_flops(cfg, decoder, layers_run: int):

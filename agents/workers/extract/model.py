@@ -24,7 +24,6 @@ SDPA can use its flash kernels; the pads' outputs are dropped.
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 from dataclasses import dataclass
@@ -293,8 +292,6 @@ class HiddenStateRunner:
         self._layer_fn = decoder_layer
         self._check_compiled = False
         self._hybrid = False
-        self._deltanet_apart = True  # every DeltaNet taken apart (hybrid.DeltaNet), else why not:
-        self.why_not_deltanet = ""
         if fast:
             plan, why = fast_path_plan(model)
             self.why_not_fast = why
@@ -318,59 +315,15 @@ class HiddenStateRunner:
             self.layers_run = self.num_layers  # the generic path runs every layer
 
     def _try_hybrid(self, check: bool, compile: bool) -> None:
-        """The hybrid path (linear and full attention layers, :mod:`hybrid`) where it applies:
-        the layers taken apart (compiled with ``compile``) when that checks out, else the
-        model's own layers called one by one."""
+        """The hybrid path (linear and full attention layers, :mod:`hybrid`) where it applies."""
         from gpudeck.agents.workers.extract import hybrid
 
-        ok, why = hybrid.hybrid_plan(self.cfg, self.decoder)
-        if not ok:
-            self.why_not_fast += f"; not hybrid either: {why}"
+        steps, path, why = hybrid.layer_steps(self.cfg, self.decoder, self.layers_run, _fuse, self.device,
+                                              layer_tolerance(self.dtype) if check else None, compile)
+        if steps is None:
+            self.why_not_fast = f"{self.why_not_fast}; not hybrid either: {why}" if path is None else why
             return
-        layers = self.decoder.layers[:self.layers_run]
-        tried: list[tuple[str, list]] = []
-        apart, why_not_apart = hybrid.parts_apply(self.cfg, self.decoder)
-        if apart:
-            tried.append(("hybrid", [hybrid.Parts(layer, _fuse([layer.mlp.gate_proj, layer.mlp.up_proj])[0],
-                                                  self._deltanet(layer)) for layer in layers]))
-        tried.append(("hybrid-layers", [functools.partial(hybrid.run_layer, layer) for layer in layers]))
-        for path, steps in tried:
-            err = hybrid.self_check(self.decoder, steps, self.cfg.vocab_size, self.num_layers,
-                                    layer_tolerance(self.dtype), self.device) if check else None
-            if err is None:
-                break
-            log.warning("the %s path disagrees with the model's own forward (%s)", path, err)
-        else:
-            self.why_not_fast = f"hybrid self-check failed: {err}"
-            return
-        if compile and path == "hybrid":
-            for part in steps:
-                part.compile()
-            path = "hybrid+compiled"
-        k = hybrid.kernels(apart=path != "hybrid-layers" and self._deltanet_apart)
-        self._hybrid, self._steps, self.path = True, steps, path
-        slow = [name for name, impl in k.items() if impl == "torch"]
-        self.why_not_fast = "kernels: " + ", ".join(f"{n}={v}" for n, v in k.items()) \
-            + ("" if apart else f"; layers called whole: {why_not_apart}") \
-            + (f"; DeltaNet modules called whole: {self.why_not_deltanet}" if apart and not self._deltanet_apart else "")
-        if "gated_delta_rule" in slow and self.device.type == "cuda":
-            log.warning("hybrid model: the DeltaNet layers run transformers' reference PyTorch code; pip install "
-                        "'gpudeck[hybrid]' (flash-linear-attention) for the Triton kernels")
-
-    def _deltanet(self, layer):
-        """A linear-attention layer's DeltaNet taken apart (its input projections fused), or
-        None for a full-attention layer or a DeltaNet of another layout (its module runs)."""
-        from gpudeck.agents.workers.extract import hybrid
-
-        mixer = getattr(layer, "linear_attn", None)
-        if mixer is None:
-            return None
-        ok, why = hybrid.deltanet_apart(mixer)
-        if not ok:
-            self._deltanet_apart = False
-            self.why_not_deltanet = why
-            return None
-        return hybrid.DeltaNet(mixer, _fuse([getattr(mixer, n) for n in hybrid.DELTANET_PARTS[:4]])[0])
+        self._hybrid, self._steps, self.path, self.why_not_fast = True, steps, path, why
 
     def flop_model(self):
         """What one sample costs (perf.FlopModel, or perf.CountedFlops for a hybrid)."""
