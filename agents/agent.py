@@ -32,7 +32,7 @@ from gpudeck.agents.links import Consoles, Link, Listener
 from gpudeck.agents.lock import AgentLock, AgentLockError  # noqa: F401 (AgentLock: also imported from here)
 from gpudeck.agents.planwatch import PlanWatch
 from gpudeck.agents.progress import ProgressTracker
-from gpudeck.agents.codec import to_plain
+from gpudeck.agents.plain import to_plain
 from gpudeck.agents.protocol import Engine, JobStatus, Progress, Reply, Request, Snapshot
 from gpudeck.agents.supervisor import JobError, JobSupervisor
 

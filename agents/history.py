@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Optional
 
 from gpudeck.agents.jobs import JobState
-from gpudeck.agents.codec import ProtocolError, from_dict, to_plain
+from gpudeck.agents.plain import ProtocolError, from_dict, to_plain
 from gpudeck.agents.protocol import Sample, Snapshot
 
 log = logging.getLogger(__name__)

@@ -14,7 +14,7 @@ from typing import Any, Optional
 import psutil
 
 from gpudeck.agents.jobs import JobState
-from gpudeck.agents.codec import ProtocolError, from_dict, to_plain
+from gpudeck.agents.plain import ProtocolError, from_dict, to_plain
 from gpudeck.agents.protocol import KillVerdict
 
 

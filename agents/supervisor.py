@@ -34,7 +34,7 @@ from gpudeck.agents import joblog, killing
 from gpudeck.agents.contain import Containment, cgroup_path_of, token_of
 from gpudeck.agents.gpu import GpuSampler
 from gpudeck.agents.jobs import JobSpec, JobState, SpecError
-from gpudeck.agents.codec import to_plain
+from gpudeck.agents.plain import to_plain
 from gpudeck.agents.protocol import KillVerdict, LaunchResult, LogChunk
 from gpudeck.agents.records import (JobRecord, _Live, descendants as _descendants, first_start_of, group_members,
                                     leader_alive)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from gpudeck.agents.jobs import EventKind
-from gpudeck.agents.codec import to_plain
+from gpudeck.agents.plain import to_plain
 from gpudeck.agents.protocol import Event
 
 log = logging.getLogger("agents")

@@ -18,7 +18,7 @@ from typing import Any, Optional
 
 from gpudeck.agents.health import reader_for
 from gpudeck.agents.jobs import NOTIFY_EVENTS, AlertKind, EventKind, JobSpec, SpecError
-from gpudeck.agents.codec import to_plain
+from gpudeck.agents.plain import to_plain
 from gpudeck.agents.protocol import Alert, Gpu, Host, JobStatus
 from gpudeck.agents.watch.checks import Checks
 from gpudeck.agents.watch.conditions import Conditions

@@ -94,7 +94,7 @@ async def _relaunch(args) -> int:
 
 
 async def _kill(args) -> int:
-    from gpudeck.agents.codec import to_plain
+    from gpudeck.agents.plain import to_plain
     from gpudeck.remote.client import FleetClient
 
     if args.pid is not None or args.node is not None:
