@@ -192,6 +192,7 @@ class Agent:
             ended_at=rec.ended_at if rec else None, progress=progress, engine=engine,
             log_path=str(self.sup.job_file(name, "job.log")) if rec else None,
             argv=rec.argv if rec else [], last_kill=rec.last_kill if rec else None,
+            spec_changes=self.sup.spec_changes(name) if rec else [], fleet=self.sup.owned.owner(name),
             **self.watch.job_fields(name, spec), **self.plans.fields(name, spec, rec, progress, now))
 
     def _honest(self, name: str, progress: Progress, alive: bool, now: float) -> Progress:
@@ -283,10 +284,13 @@ class Agent:
             if not isinstance(jobs, list):
                 raise ValueError(f"'configure' needs 'jobs' as a list of job specs, got {type(jobs).__name__}")
             specs = [JobSpec.from_dict(d) for d in jobs]
+            fleet, take_over = a.get("fleet", ""), a.get("take_over", False)
+            if not isinstance(fleet, str) or not isinstance(take_over, bool):
+                raise ValueError("'configure': 'fleet' must be a string and 'take_over' true or false")
+            changed = self.sup.configure(specs, fleet, take_over)  # first: a refusal changes nothing
             self.watch.configure(a.get("watch"), jobs)
-            self.sup.configure(specs)
-            self.sup.audit("configure", None, jobs=[s.name for s in specs])
-            return {"jobs": [s.name for s in specs]}
+            self.sup.audit("configure", None, jobs=[s.name for s in specs], fleet=fleet)
+            return {"jobs": [s.name for s in specs], "changed": changed}
         if req.op == "history":
             return {"samples": to_plain(self.history.since(float(a.get("since", 0))))}
         if req.op in ("events", "watch"):

@@ -307,12 +307,29 @@ class SpecError(ValueError):
     """A job spec that cannot run; the message names the job and the field."""
 
 
+SHELL = "/bin/sh"
+
+
+def shell_command(text: str) -> list[str]:
+    """A ``command`` given as a string runs with ``/bin/sh -c``, as a Dockerfile's shell form
+    does: ``;``, ``&&``, pipes, redirections and ``$VARS`` mean what they mean in a shell. (A
+    list runs as it is, with no shell.) An unclosed quote is refused here, not at launch."""
+    try:
+        shlex.split(text)
+    except ValueError as exc:
+        raise ValueError(f"'command' is not a valid shell command line ({exc}); "
+                         f"write it as a list of strings to avoid quoting") from None
+    if not text.strip():
+        return []
+    return [SHELL, "-c", text]
+
+
 @dataclass(frozen=True)
 class JobSpec:
     name: str
     kind: JobKind = JobKind.COMMAND
     node: Optional[str] = None
-    command: list[str] = field(default_factory=list)  # for kind=command (argv)
+    command: list[str] = field(default_factory=list)  # argv; a string runs with /bin/sh -c (shell_command)
     gpus: list[int] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     cwd: Optional[str] = None
@@ -348,11 +365,11 @@ class JobSpec:
         if self.kind not in KINDS:
             raise SpecError(f"job {self.name!r}: kind {self.kind!r} is not one of {', '.join(KINDS)}")
         object.__setattr__(self, "kind", JobKind(self.kind))
-        if isinstance(self.command, str):  # as the fleet file does: split like a shell, never per character
+        if isinstance(self.command, str):
             try:
-                object.__setattr__(self, "command", shlex.split(self.command))
+                object.__setattr__(self, "command", shell_command(self.command))
             except ValueError as exc:
-                raise SpecError(f"job {self.name!r}: 'command' is not a valid shell command line ({exc})") from None
+                raise SpecError(f"job {self.name!r}: {exc}") from None
         for key in ("command", "args"):
             value = getattr(self, key)
             if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
@@ -453,3 +470,36 @@ class JobSpec:
 
     def describe(self) -> str:
         return shlex.join(self.argv("python3"))
+
+
+def spec_changes(old: JobSpec, new: JobSpec) -> list[str]:
+    """What differs between the spec a job last ran with and the fleet file's, one
+    ``field: old -> new`` each; for ``env`` the names of the variables only (values are secrets)."""
+    if old == new:
+        return []
+    a, b = old.to_dict(), new.to_dict()
+    out = []
+    for key in a:
+        if a[key] == b.get(key):
+            continue
+        if key == "env":
+            names = sorted(k for k in set(a[key]) | set(b[key]) if a[key].get(k) != b[key].get(k))
+            out.append(f"env: {', '.join(names)} changed")
+        elif key == "options":
+            for k in sorted(set(a[key]) | set(b[key])):
+                if a[key].get(k) != b[key].get(k):
+                    out.append(f"{k}: {_shown(a[key].get(k))} -> {_shown(b[key].get(k))}")
+        else:
+            out.append(f"{key}: {_shown(a[key])} -> {_shown(b[key])}")
+    return out
+
+
+def _shown(value: Any, width: int = 60) -> str:
+    if isinstance(value, list) and value[:2] == [SHELL, "-c"] and len(value) == 3:
+        text = repr(value[2])  # a shell-form command: its string, as the fleet file wrote it
+    elif isinstance(value, list) and all(isinstance(x, str) for x in value):
+        text = shlex.join(value) if value else "[]"
+    else:
+        text = repr(value)
+    return text if len(text) <= width else text[:width - 1] + "…"
+

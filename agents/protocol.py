@@ -158,6 +158,7 @@ class LaunchResult:
     log: str  # the job's log file on the node
     argv: list[str] = field(default_factory=list)  # the command line the node really ran
     kill: Optional[KillVerdict] = None  # a relaunch of a live job: the kill that came first
+    changed: list[str] = field(default_factory=list)  # a relaunch: what the fleet file changed since the last launch
 
 
 @dataclass(frozen=True)
@@ -200,6 +201,9 @@ class JobStatus:
     # code 0 (restarts and relaunches go on from it); and its plan against how it goes
     first_started_at: Optional[float] = None
     plan: Optional[JobPlan] = None
+    # the fleet file's spec differs from the one this attempt ran with: what a relaunch changes
+    spec_changes: list[str] = field(default_factory=list)
+    fleet: Optional[str] = None  # the fleet file that owns the job (agents/owners.py); None: not known
 
 
 @dataclass(frozen=True)
@@ -306,7 +310,7 @@ MESSAGE_TYPES: dict[str, type] = {
 # Requests the agent answers, with the arguments each takes.
 OPS = {
     "status": (),
-    "configure": ("jobs",),
+    "configure": ("jobs", "fleet", "take_over"),
     "launch": ("job",),
     "kill": ("job", "grace_s"),
     "relaunch": ("job",),

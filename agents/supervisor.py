@@ -5,7 +5,7 @@ under a small ``sh`` wrapper that records the exit code, so it survives the agen
 link and the operator's laptop. Everything the supervisor knows about a job lives in its
 state directory, ``<home>/jobs/<name>/``::
 
-    spec.json    the JobSpec it was launched with (relaunch reuses it)
+    spec.json    the JobSpec it was launched with (relaunch reuses it without a fleet file's)
     state.json   pid, pgid, process start time, attempt, state, exit code, last kill verdict
     exit_code    written by the wrapper when the command ends by itself
     job.log      stdout and stderr of every attempt, each headed by a marker line
@@ -21,6 +21,7 @@ import dataclasses
 import json
 import logging
 import os
+import shlex
 import subprocess
 import sys
 import threading
@@ -33,7 +34,9 @@ import psutil
 from gpudeck.agents import joblog, killing
 from gpudeck.agents.contain import Containment, cgroup_path_of, token_of
 from gpudeck.agents.gpu import GpuSampler
-from gpudeck.agents.jobs import JobSpec, JobState, SpecError
+from gpudeck.agents.jobs import JobSpec, JobState, SpecError, spec_changes
+from gpudeck.agents.owners import Declarations
+from gpudeck.agents.needs import fix_line, missing as missing_modules, needed_modules
 from gpudeck.agents.plain import to_plain
 from gpudeck.agents.protocol import KillVerdict, LaunchResult, LogChunk
 from gpudeck.agents.records import (JobRecord, _Live, descendants as _descendants, first_start_of, group_members,
@@ -66,7 +69,8 @@ class JobSupervisor:
         self.contain = Containment.detect()
         self.node = node
         self.python = python
-        self.declared: dict[str, JobSpec] = {}
+        self.declared: dict[str, JobSpec] = {}  # every fleet file's jobs (self.owned keeps them apart)
+        self.owned = Declarations(self.home, node)
         self.records: dict[str, JobRecord] = {}
         self._live: dict[str, _Live] = {}
         self._lock = threading.RLock()
@@ -172,9 +176,13 @@ class JobSupervisor:
 
         threading.Thread(target=finish, name=f"kill-{rec.name}", daemon=True).start()
 
-    def configure(self, specs: list[JobSpec]) -> None:
+    def configure(self, specs: list[JobSpec], fleet: str = "", take_over: bool = False) -> dict[str, list[str]]:
+        """``fleet``'s declarations (agents/owners.py: another fleet file's stay theirs); returns,
+        per job, what its fleet file changed since it last launched."""
         with self._lock:
-            self.declared = {s.name: s for s in specs}
+            self.declared = self.owned.declare(fleet, specs, take_over,
+                                               lambda n: (r := self.records.get(n)) is not None and r.state.alive)
+        return {s.name: changes for s in specs if (changes := self.spec_changes(s.name))}
 
     # ------------------------------------------------------------ liveness
 
@@ -294,15 +302,43 @@ class JobSupervisor:
             self._busy.add(name)
 
     def launch(self, name: str, *, relaunch: bool = False) -> LaunchResult:
-        spec = (self.stored_spec(name) or self.declared.get(name)) if relaunch else self.spec_of(name)
+        """Start ``name`` with the fleet file's spec (the declared one), else the one it last ran
+        with. A relaunch whose fleet file changed since says what changed (``changed``)."""
+        spec = self.spec_of(name)
         if spec is None:
             known = ", ".join(self.names()) or "none"
             raise JobError(f"unknown job {name!r} on node {self.node} (known: {known})")
+        self._check_needs(spec)
+        stored = self.stored_spec(name) if relaunch else None
+        changed = spec_changes(stored, spec) if stored is not None else []
         self._claim(name)
         try:
-            return self._launch(spec, relaunch)
+            result = self._launch(spec, relaunch)
         finally:
             self._busy.discard(name)
+        return dataclasses.replace(result, changed=changed) if changed else result
+
+    def spec_changes(self, name: str) -> list[str]:
+        """What the fleet file changed since ``name`` last launched (both specs are cached)."""
+        declared = self.declared.get(name)
+        stored = self.stored_spec(name) if declared is not None else None
+        return spec_changes(stored, declared) if stored is not None and declared is not None else []
+
+    def _check_needs(self, spec: JobSpec) -> None:
+        """Before anything starts: the job's interpreter imports what its kind needs (an engine
+        kind its engine, a worker its dependencies), else one line that names the fix."""
+        needs = needed_modules(spec)
+        if not needs:
+            return
+        python = spec.python or self.python
+        try:
+            absent = set(missing_modules(python, [n.module for n in needs]))
+        except OSError as exc:
+            raise JobError(f"job {spec.name!r} (kind {spec.kind}): its python cannot run: {exc}; set python = "
+                           f"\"/path/to/bin/python\" on the job") from None
+        for need in needs:
+            if need.module in absent:
+                raise JobError(fix_line(need, python, spec.name, spec.kind.value))
 
     def _launch(self, spec: JobSpec, relaunch: bool) -> LaunchResult:
         name = spec.name
@@ -328,7 +364,7 @@ class JobSupervisor:
             log_path = d / "job.log"
             with open(log_path, "ab") as logf:
                 logf.write(f"=== gpudeck: attempt {rec.attempt + 1} of {name} at "
-                           f"{time.strftime('%Y-%m-%d %H:%M:%S')}: {spec.describe()}\n".encode())
+                           f"{time.strftime('%Y-%m-%d %H:%M:%S')}: {shlex.join(argv)}\n".encode())
                 logf.flush()
                 try:
                     popen = subprocess.Popen(["/bin/sh", "-c", WRAPPER, "gpudeck-job", *argv],
@@ -430,7 +466,7 @@ class JobSupervisor:
         return verdict
 
     def relaunch(self, name: str, grace_s: float = 10.0) -> LaunchResult:
-        """Same spec, next attempt. A job still running is killed first."""
+        """The next attempt, with the fleet file's spec (see launch). A job still running is killed first."""
         rec = self.records.get(name)
         verdict = None
         if rec is not None and rec.state.alive:

@@ -156,6 +156,8 @@ class FleetState:
             if view.snapshot is None:
                 continue
             for j in view.snapshot.jobs:
+                if not self.fleet.owns(j.fleet):  # another fleet file's job on a shared home
+                    continue
                 out.append((name, j))
                 seen.add(j.name)
         for spec in self.fleet.jobs:
@@ -434,7 +436,7 @@ class FleetState:
                 "last_kill": dataclasses.asdict(j.last_kill) if j.last_kill else None,
                 "restart": j.restart, "restarts": j.restarts, "max_restarts": j.max_restarts,
                 "next_restart_at": j.next_restart_at, "restart_note": j.restart_note,
-                "argv": j.argv,
+                "argv": j.argv, "spec_changes": j.spec_changes,
                 "error": j.error,
                 **cost.job_json(j, job_costs.get((node, j.name))),
             })

@@ -91,8 +91,11 @@ ENGINE_WAIT_S = 7.0  # a one-shot status waits this long at most for the first s
 class FleetClient:
     """One link per node; every job operation goes to the job's node."""
 
-    def __init__(self, fleet: Fleet, transports: Optional[dict[str, Transport]] = None) -> None:
+    def __init__(self, fleet: Fleet, transports: Optional[dict[str, Transport]] = None,
+                 take_over: bool = False) -> None:
         self.fleet = fleet
+        self.take_over = take_over or fleet.take_over  # jobs another fleet file owns on a node become ours
+        self.spec_changes: dict[str, list[str]] = {}  # per job: what the fleet file changed since its launch
         self.links: dict[str, AgentLink] = {}
         # why each unreachable node is down: the text shown (as it was raised) and since when;
         # ``failures`` holds the same, typed (``.reason`` without the node's name)
@@ -118,7 +121,9 @@ class FleetClient:
             await link.start_explained()
             jobs = [j.to_dict() for j in self.fleet.jobs_on(node.name)]
             watch = self.fleet.watch_settings()
-            await link.request("configure", jobs=jobs, **({"watch": watch} if watch is not None else {}))
+            reply = await link.request("configure", jobs=jobs, fleet=self.fleet.identity, take_over=self.take_over,
+                                       **({"watch": watch} if watch is not None else {}))
+            self.spec_changes.update(reply.get("changed") or {})
             link.configured_seq = link.latest.seq if link.latest is not None else 0
         except BaseException:
             await link.close()

@@ -20,7 +20,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-from gpudeck.agents.jobs import KINDS, JobKind, JobSpec, SpecError
+from gpudeck.agents.jobs import KINDS, JobKind, JobSpec, SpecError, shell_command
 from gpudeck.agents.watch.config import AlertThresholds, NotifyTarget
 from gpudeck.remote.fleet_watch import parse_alerts, parse_notify
 
@@ -72,13 +72,28 @@ class Fleet:
     jobs: list[JobSpec] = field(default_factory=list)
     notify: list[NotifyTarget] = field(default_factory=list)  # [[notify]]: where the watcher sends events
     alerts: AlertThresholds = field(default_factory=AlertThresholds)  # [alerts]
+    take_over: bool = False  # not a key: `--take-over`, jobs another fleet file owns on a node become ours
+
+    @property
+    def identity(self) -> str:
+        """Which fleet file this is, for the nodes (agents/owners.py): ``host:/abs/path``; ""
+        without a fleet file."""
+        if self.path is None:
+            return ""
+        import socket
+        return f"{socket.gethostname()}:{Path(self.path).resolve()}"
+
+    def owns(self, owner: Optional[str]) -> bool:
+        """Whether a job a node says belongs to ``owner`` is this fleet's to show. A console
+        with no fleet file shows every job of the node."""
+        return owner is None or self.path is None or owner == self.identity
 
     def watch_settings(self) -> Optional[dict[str, Any]]:
         """What ``configure`` carries for the watcher (agents/watch/): None without a fleet file,
         so a bare `gpudeck status` never replaces a node's watch settings with nothing."""
         if self.path is None:
             return None
-        return {"fleet": str(Path(self.path).resolve()), "notify": [n.to_dict() for n in self.notify],
+        return {"fleet": self.identity, "notify": [n.to_dict() for n in self.notify],
                 "alerts": dataclasses.asdict(self.alerts)}
 
     def node(self, name: str) -> Node:
@@ -302,14 +317,11 @@ def _parse_jobs(raw_jobs: Any, defaults: dict[str, Any], names: set[str], path: 
                 allowed = sorted(set(_JOB_FIELDS) - {"options"} | option_keys)
                 raise FleetError(path, loc.key("jobs", i, k),
                                  f"{where} has no key {k!r} for kind {kind!r}; expected one of {', '.join(allowed)}")
-        if isinstance(values.get("command"), str):
-            import shlex
+        if isinstance(values.get("command"), str):  # runs with /bin/sh -c (agents/jobs.shell_command)
             try:
-                values["command"] = shlex.split(values["command"])
+                values["command"] = shell_command(values["command"])
             except ValueError as exc:  # an unclosed quote
-                raise FleetError(path, loc.key("jobs", i, "command"),
-                                 f"{where} 'command': not a valid shell command line ({exc}); "
-                                 f"write it as a list of strings to avoid quoting") from None
+                raise FleetError(path, loc.key("jobs", i, "command"), f"{where}: {exc}") from None
         if "python" not in values and "python" in defaults:
             values["python"] = defaults["python"]
         if "stall_after_s" not in values and stall_s is not None:  # [alerts] stall_s: every job's default

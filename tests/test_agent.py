@@ -297,8 +297,8 @@ def test_malformed_requests_get_a_reply_that_says_what_is_wrong(start_agent, rea
     assert not r["ok"] and "must be an object" in r["error"]
     r = a.request("configure", jobs=[{"name": "j", "command": ["sleep", 5]}])
     assert not r["ok"] and "'command' must be a list of strings" in r["error"]
-    # a string command is split like a shell does, never per character
+    # a string command runs with /bin/sh -c, as a Dockerfile's shell form; never per character
     a.ok("configure", jobs=[{"name": "j", "command": "sh -c 'echo two words'"}])
     launched = a.ok("launch", job="j")
-    assert launched["argv"] == ["sh", "-c", "echo two words"]
+    assert launched["argv"] == ["/bin/sh", "-c", "sh -c 'echo two words'"]
     assert a.ok("status")["node"] == "testnode"

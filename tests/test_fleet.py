@@ -55,7 +55,7 @@ def test_a_good_fleet():
     assert sg.scrape_url == "http://127.0.0.1:30000/metrics"
     assert f.job("gen").options["servers"] == ["http://127.0.0.1:30000"]  # same node: loopback
     local = f.job("local-script")
-    assert local.node is None and local.command == ["python3", "extract.py", "--shard", "3"]
+    assert local.node is None and local.command == ["/bin/sh", "-c", "python3 extract.py --shard 3"]
     assert [j.name for j in f.jobs_on(LOCAL)] == ["local-script"]
 
 

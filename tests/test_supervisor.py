@@ -107,19 +107,25 @@ def test_exit_code_failed_state_and_job_died_alert(start_agent):
     assert "boom" in logs["text"]
 
 
-def test_relaunch_increments_attempt_and_reuses_the_spec(start_agent, home):
+def test_relaunch_increments_attempt_and_runs_the_fleet_files_version(start_agent, home):
     a = start_agent()
     a.ok("configure", jobs=[command_job("again", "echo attempt $GPUDECK_ATTEMPT; exec sleep 60")])
     assert a.ok("launch", job="again")["attempt"] == 1
-    # a new declaration must not change what relaunch runs: it reuses the launched spec
-    a.ok("configure", jobs=[command_job("again", "echo changed; exec sleep 60")])
+    # the fleet file changed: the job's row says what a relaunch changes, and the relaunch runs
+    # the file's version (as launch does) and answers what changed
+    reply = a.ok("configure", jobs=[command_job("again", "echo changed; exec sleep 60")])
+    change = "command: sh -c 'echo attempt $GPUDECK_ATTEMPT; exec sleep 60' -> sh -c 'echo changed; exec sleep 60'"
+    assert reply["changed"] == {"again": [change]}
+    snap = a.wait_snapshot(lambda s: a.job(s, "again")["spec_changes"], what="the change on the job's row")
+    assert a.job(snap, "again")["spec_changes"] == [change]
     r = a.ok("relaunch", job="again", grace_s=1)
-    assert r["attempt"] == 2 and r["kill"]["ok"]
+    assert r["attempt"] == 2 and r["kill"]["ok"] and r["changed"] == [change]
     snap = a.wait_snapshot(lambda s: a.job(s, "again")["attempt"] == 2 and a.job(s, "again")["state"] == "running")
-    assert a.job(snap, "again")["pid"] == r["pid"]
-    log = wait_for(lambda: "attempt 2" in (t := (home / "jobs/again/job.log").read_text()) and t, what="log")
-    assert "changed" not in log
-    assert a.ok("relaunch", job="again", grace_s=1)["attempt"] == 3
+    assert a.job(snap, "again")["pid"] == r["pid"] and a.job(snap, "again")["spec_changes"] == []
+    wait_for(lambda: "changed" in (home / "jobs/again/job.log").read_text(), what="the new command's output")
+    # the same spec again: nothing changed, nothing said
+    again = a.ok("relaunch", job="again", grace_s=1)
+    assert again["attempt"] == 3 and again["changed"] == []
 
 
 def test_agent_killed_with_sigkill_and_restarted_readopts_the_job(start_agent, home):

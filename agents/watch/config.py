@@ -129,7 +129,7 @@ class AlertThresholds:
 class WatchConfig:
     watching: bool = False
     since: Optional[float] = None  # when `watch start` set the flag
-    fleet: Optional[str] = None  # the fleet file it came from (for the operator: which one)
+    fleet: Optional[str] = None  # the fleet file it came from, "host:/path" (remote.fleet.Fleet.identity)
     jobs: list[dict[str, Any]] = field(default_factory=list)  # the last `configure`'s job specs
     notify: list[NotifyTarget] = field(default_factory=list)
     alerts: AlertThresholds = field(default_factory=AlertThresholds)

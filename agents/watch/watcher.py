@@ -49,7 +49,7 @@ class Watcher:
         self.successor: Optional[Any] = None  # the detached agent this one started to take over
         if self.config.jobs and not sup.declared:  # the last console's fleet: known without a console
             try:
-                sup.configure([JobSpec.from_dict(d) for d in self.config.jobs])
+                sup.configure([JobSpec.from_dict(d) for d in self.config.jobs], self.config.fleet or "")
             except SpecError as exc:
                 log.warning("watch: the saved job specs in %s do not load: %s", self.home / "watch.json", exc)
         sup.on_audit = self._on_audit

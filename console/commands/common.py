@@ -20,12 +20,22 @@ EXIT_UNREACHABLE = 3  # `status`: some node did not answer (the report says whic
 EXIT_INTERRUPTED = 130  # ctrl-c
 
 
-def load_fleet(path: Optional[str]):
-    """The fleet file given, else $GPUDECK_FLEET, else this machine alone."""
+def load_fleet(path: Optional[str], take_over: bool = False):
+    """The fleet file given, else $GPUDECK_FLEET, else this machine alone. ``take_over``: jobs
+    of this file that another fleet file owns on a node become this one's (``--take-over``)."""
+    import dataclasses
+
     from gpudeck.remote.fleet import load_fleet as load, local_fleet
 
     path = path or os.environ.get("GPUDECK_FLEET")
-    return load(path) if path else local_fleet()
+    fleet = load(path) if path else local_fleet()
+    return dataclasses.replace(fleet, take_over=True) if take_over else fleet
+
+
+def take_over_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--take-over", action="store_true",
+                   help="jobs of this fleet file that another fleet file owns on a node (one home shared by "
+                        "two fleet files) become this file's; without it such a node is refused, naming the other")
 
 
 def err(msg: str) -> None:
@@ -61,6 +71,7 @@ def run_command(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except ModuleNotFoundError as exc:  # an extra that is not installed: the line that installs it
+        from gpudeck.agents.needs import EXTRAS
         extra = EXTRAS.get((exc.name or "").split(".")[0])
         if extra is None:
             raise
@@ -68,6 +79,3 @@ def run_command(args: argparse.Namespace) -> int:
         return EXIT_USAGE
 
 
-# what the extras bring (pyproject.toml's [project.optional-dependencies])
-EXTRAS = {"torch": "extract", "numpy": "extract", "transformers": "extract", "safetensors": "extract",
-          "zstandard": "extract", "boto3": "s3", "botocore": "s3", "sglang_router": "serve"}

@@ -9,15 +9,17 @@ import asyncio
 import json
 import sys
 
-from gpudeck.console.commands.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, err, fleet_arg, load_fleet
+from gpudeck.console.commands.common import take_over_arg, EXIT_FAIL, EXIT_OK, EXIT_USAGE, err, fleet_arg, load_fleet
 
 
 def register(sub) -> None:
     for name, fn, helptext in (("launch", _launch, "start a job"),
-                               ("relaunch", _relaunch, "start a job again with the same spec (kills it first)"),
+                               ("relaunch", _relaunch, "start a job again, resuming (kills it first); runs the "
+                                                           "fleet file's version and prints what changed"),
                                ("kill", _kill, "stop a job and verify its GPU memory came back")):
         p = sub.add_parser(name, help=helptext)
         fleet_arg(p)
+        take_over_arg(p)
         if name == "kill":
             p.add_argument("job", nargs="?", help="the job (or --node and --pid for a GPU process of no job)")
             p.add_argument("--node", help="with --pid: the node of the process")
@@ -66,7 +68,7 @@ def _client(args):
     fleet's jobs, before any connection)."""
     from gpudeck.remote.client import FleetClient
 
-    fleet = load_fleet(args.fleet)
+    fleet = load_fleet(args.fleet, getattr(args, "take_over", False))
     fleet.job(args.job)
     return FleetClient(fleet)
 
@@ -89,6 +91,10 @@ async def _relaunch(args) -> int:
         await client.close()
     if r.kill is not None:
         print(f"killed {r.job}: {r.kill.message}")
+    if r.changed:  # the fleet file's version ran, not the last launch's: say how they differ
+        print(f"relaunched {r.job} with the fleet file's version; changed since its last launch:")
+        for line in r.changed:
+            print(f"  {line}")
     print(f"relaunched {r.job}: pid {r.pid}, attempt {r.attempt}")
     return EXIT_OK
 
@@ -101,7 +107,7 @@ async def _kill(args) -> int:
         if args.job or args.pid is None or args.node is None:
             err("kill: give a JOB, or --node NODE --pid PID for a GPU process that belongs to no job")
             return EXIT_USAGE
-        fleet = load_fleet(args.fleet)
+        fleet = load_fleet(args.fleet, getattr(args, "take_over", False))
         fleet.node(args.node)  # an unknown node: KeyError naming the fleet's nodes
         client = FleetClient(fleet)
         try:

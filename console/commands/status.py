@@ -7,7 +7,7 @@ import time
 
 from gpudeck.agents.jobs import JobKind, JobState
 from gpudeck.agents.planwatch import drift_text
-from gpudeck.console.commands.common import EXIT_OK, EXIT_UNREACHABLE, fleet_arg, load_fleet
+from gpudeck.console.commands.common import take_over_arg, EXIT_OK, EXIT_UNREACHABLE, fleet_arg, load_fleet
 from gpudeck.console.cost import NO_PRICE, dollars
 
 ALIVE = frozenset(s for s in JobState if s.alive)
@@ -16,6 +16,7 @@ ALIVE = frozenset(s for s in JobState if s.alive)
 def register(sub) -> None:
     p = sub.add_parser("status", help="nodes, GPUs, jobs and alerts")
     fleet_arg(p)
+    take_over_arg(p)
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--timeout", type=float, default=15.0, help="seconds to wait for each node")
     p.set_defaults(run=_status)
@@ -25,7 +26,7 @@ async def _status(args) -> int:
     from gpudeck.console.state import FleetState
     from gpudeck.remote.client import FleetClient
 
-    fleet = load_fleet(args.fleet)
+    fleet = load_fleet(args.fleet, getattr(args, "take_over", False))
     client = FleetClient(fleet)
     try:
         state = FleetState(fleet)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from gpudeck.console.commands.common import EXIT_OK, fleet_arg, load_fleet
+from gpudeck.console.commands.common import take_over_arg, EXIT_OK, fleet_arg, load_fleet
 
 
 def register(sub) -> None:
     p = sub.add_parser("up", help="open the console (TUI) on a fleet")
     fleet_arg(p)
+    take_over_arg(p)
     p.add_argument("--read-only", action="store_true", help="watch only: kill, relaunch and launch are off")
     p.add_argument("--view", choices=("overview", "fleet", "jobs", "logs", "alerts", "events"), default="overview",
                    help="the view shown first (default: the overview of GPUs, jobs and alerts)")
@@ -18,6 +19,6 @@ def register(sub) -> None:
 def _up(args) -> int:
     from gpudeck.console.app import make_app
 
-    fleet = load_fleet(args.fleet)
+    fleet = load_fleet(args.fleet, getattr(args, "take_over", False))
     make_app(fleet, read_only=args.read_only, initial_view=args.view, bell=not args.no_bell).run()
     return EXIT_OK

@@ -2,7 +2,23 @@
 
 import sys
 
-from gpudeck.agents.workers.generate.cli import main
+from gpudeck.agents.workers.generate.options import EXIT_USAGE
+
+
+def _main() -> int:
+    try:
+        from gpudeck.agents.workers.generate.cli import main
+
+        return main()
+    except ModuleNotFoundError as exc:  # a dependency missing from this python: one line, the fix in it
+        from gpudeck.agents.needs import worker_import_error
+
+        line = worker_import_error(exc, "generate")
+        if line is None:
+            raise
+        print(line, file=sys.stderr)
+        return EXIT_USAGE
+
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_main())

@@ -1,0 +1,123 @@
+"""What a job's interpreter must import, and the one line that fixes it when it cannot.
+
+Two sorts of job run on a node:
+
+- gpudeck's own workers (``generate``, ``extract``) run with the python of the venv that
+  ``gpudeck deploy`` made; deploy installs what they need there (the base dependencies, and
+  the extras the fleet's jobs ask for: ``s3`` for an ``s3 =`` key, ``extract`` for an extract
+  job).
+- Engine kinds (``sglang-server``, ``router``) run with the interpreter that has the engine:
+  the job's ``python = "..."``. gpudeck never installs an engine.
+
+Deploy and launch both ask :func:`needed_modules` and check each module with
+``importlib.util.find_spec`` in that interpreter (nothing is imported: SGLang takes seconds
+to import), so a missing engine is one line *before* the launch, not a traceback after it.
+A job given its own ``command`` is the operator's program and is never checked.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import Any, Optional
+
+# modules of the extras (pyproject.toml's [project.optional-dependencies]) -> the extra
+EXTRAS = {"torch": "extract", "numpy": "extract", "transformers": "extract", "safetensors": "extract",
+          "zstandard": "extract", "boto3": "s3", "botocore": "s3", "sglang_router": "serve"}
+# gpudeck's base dependencies that its node-side code imports (deploy installs them)
+BASE = ("psutil", "httpx", "prometheus_client", "pynvml", "aiohttp")
+EXTRACT = ("torch", "transformers", "safetensors", "numpy")
+
+
+@dataclass(frozen=True)
+class Need:
+    module: str  # what must import
+    engine: bool  # an engine (the job's own python must have it) or a gpudeck dependency (deploy's)
+    what: str  # "SGLang", "aiohttp", ... as the message names it
+
+
+def needed_modules(spec: Any) -> list[Need]:
+    """What ``spec``'s interpreter must import for its kind, in the order to check; empty for
+    a job with its own ``command`` and for kind ``command``."""
+    from gpudeck.agents.jobs import JobKind
+
+    if spec.command:
+        return []
+    kind, options = spec.kind, spec.options or {}
+    if kind is JobKind.SGLANG_SERVER:
+        return [Need("sglang", True, "SGLang")]
+    if kind is JobKind.ROUTER:
+        return [Need("sglang_router", True, "sglang-router")]
+    needs: list[Need] = []
+    if kind is JobKind.GENERATE:
+        needs.append(Need("aiohttp", False, "aiohttp"))
+    if kind is JobKind.EXTRACT:
+        needs += [Need(m, False, m) for m in EXTRACT]
+    if options.get("s3"):
+        needs.append(Need("boto3", False, "boto3"))
+    return needs
+
+
+def extras_for(specs: list[Any]) -> list[str]:
+    """The gpudeck extras the node's venv needs for these jobs (deploy installs them)."""
+    wanted = {EXTRAS[n.module] for s in specs for n in needed_modules(s) if not n.engine and n.module in EXTRAS}
+    return sorted(wanted)
+
+
+def fix_line(need: Need, python: str, job: Optional[str] = None, kind: Optional[str] = None) -> str:
+    """One line: what is missing, for which interpreter, and what to do about it."""
+    who = f"job {job!r} (kind {kind}): " if job else ""
+    if need.engine:
+        install = "pip install sglang-router" if need.module == "sglang_router" else "pip install 'sglang[all]'"
+        return (f"{who}{python} cannot import {need.module} ({need.what}): set python = \"/path/to/bin/python\" "
+                f"on the job, the interpreter that has {need.what} (or {install} into {python})")
+    extra = EXTRAS.get(need.module)
+    package = f"'gpudeck[{extra}]'" if extra else need.module
+    return (f"{who}{python} cannot import {need.module}: run `gpudeck deploy` for this node (it installs what "
+            f"the fleet's jobs need), or {python} -m pip install {package}")
+
+
+def missing(python: str, modules: list[str], timeout: float = 60.0) -> list[str]:
+    """The modules of ``modules`` that ``python`` cannot find. This interpreter is asked
+    in-process; another one through a subprocess (find_spec only, no import). An interpreter
+    that cannot run at all raises OSError with what it said."""
+    import importlib.util
+    import subprocess
+
+    if not modules:
+        return []
+    if python == sys.executable:  # the agent's own: no subprocess
+        out = []
+        for m in modules:
+            try:
+                found = importlib.util.find_spec(m) is not None
+            except (ImportError, ValueError):
+                found = False
+            if not found:
+                out.append(m)
+        return out
+    script = ("import importlib.util as u, sys\n"
+              "for m in sys.argv[1:]:\n"
+              "    try: ok = u.find_spec(m) is not None\n"
+              "    except Exception: ok = False\n"
+              "    ok or print(m)\n")
+    try:
+        r = subprocess.run([python, "-c", script, *modules], capture_output=True, text=True, timeout=timeout,
+                           stdin=subprocess.DEVNULL)
+    except FileNotFoundError:
+        raise OSError(f"{python}: no such interpreter") from None
+    except subprocess.TimeoutExpired:
+        raise OSError(f"{python} did not answer within {timeout:g} s") from None
+    if r.returncode != 0:
+        said = (r.stderr or r.stdout).strip().splitlines()
+        raise OSError(f"{python} exited with {r.returncode}" + (f": {said[-1]}" if said else ""))
+    return [m for m in r.stdout.split() if m in modules]
+
+
+def worker_import_error(exc: ModuleNotFoundError, command: str) -> Optional[str]:
+    """For a worker's ``__main__``: the one line that replaces the traceback of a missing
+    dependency, or None when ``exc`` is not one gpudeck knows."""
+    top = (exc.name or "").split(".")[0]
+    if top not in EXTRAS and top not in BASE:
+        return None
+    return f"gpudeck {command}: " + fix_line(Need(top, False, top), sys.executable)
