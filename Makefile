@@ -8,12 +8,16 @@ LIGHT   := $(VENV)/.installed-light
 APT_GET := DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600
 APT_PKGS := openssh-server openssh-client tmux iproute2 cmake g++ make
 LLAMA   := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/gpudeck-test/llama-server
+# wheels of what a fresh node's venv needs, for tests/test_quickstart.py: its nodes install from
+# here (PIP_NO_INDEX, PIP_FIND_LINKS) as a real node installs from its index
+WHEELHOUSE := $(VENV)/wheelhouse
+NODE_WHEELS := psutil httpx prometheus_client nvidia-ml-py aiohttp
 PYTEST_ARGS ?=
 SGLANG_PKGS := sglang==0.5.23 triton==3.6.0 apache-tvm-ffi==0.1.11 compressed-tensors==0.18.0 \
                dill==0.4.1 gguf==0.19.0 ipython==9.18.1 traitlets==5.16.1 loguru==0.7.3 msgspec==0.23.0 \
                pillow==13.0.0 pybase64==1.5.1 pyzmq==27.3.0 sentencepiece==0.2.1
 
-.PHONY: test demo demo-setup screenshot apt venv llama-server bench lint clean
+.PHONY: test check demo demo-setup screenshot apt venv llama-server bench lint clean
 
 apt:
 	@missing=""; for c in sshd:openssh-server ssh:openssh-client tmux:tmux ip:iproute2 cmake:cmake g++:g++; do \
@@ -58,9 +62,20 @@ $(LLAMA): | $(STAMP) apt
 
 llama-server: $(LLAMA)
 
-test: $(STAMP) $(LLAMA)
+$(WHEELHOUSE)/.done: | $(STAMP)
+	$(BIN)/pip download --quiet --only-binary=:all: --dest $(WHEELHOUSE) $(NODE_WHEELS)
+	touch $@
+
+test: $(STAMP) $(LLAMA) $(WHEELHOUSE)/.done
 	$(BIN)/lint-imports
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+
+# the fast loop: the import contracts and the tests that start no server or node
+check: $(STAMP)
+	$(BIN)/lint-imports
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests/test_fleet.py tests/test_protocol.py tests/test_layers.py \
+	  tests/test_import_cycles.py tests/test_packaging.py tests/test_plan_drift.py tests/test_watch_units.py \
+	  tests/test_tui_state.py tests/test_cost.py
 
 demo: $(LIGHT)
 	$(BIN)/gpudeck demo

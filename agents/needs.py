@@ -77,6 +77,12 @@ def fix_line(need: Need, python: str, job: Optional[str] = None, kind: Optional[
             f"the fleet's jobs need), or {python} -m pip install {package}")
 
 
+def broken_python_line(python: str, why: str, job: str, kind: str) -> str:
+    """One line for a job whose interpreter does not run at all."""
+    return (f"job {job!r} (kind {kind}): its python {python} does not run here ({why}): set python = "
+            f"\"/path/to/bin/python\" on the job to an interpreter that exists on the node")
+
+
 def missing(python: str, modules: list[str], timeout: float = 60.0) -> list[str]:
     """The modules of ``modules`` that ``python`` cannot find. This interpreter is asked
     in-process; another one through a subprocess (find_spec only, no import). An interpreter

@@ -36,7 +36,7 @@ from gpudeck.agents.contain import Containment, cgroup_path_of, token_of
 from gpudeck.agents.gpu import GpuSampler
 from gpudeck.agents.jobs import JobSpec, JobState, SpecError, spec_changes
 from gpudeck.agents.owners import Declarations
-from gpudeck.agents.needs import fix_line, missing as missing_modules, needed_modules
+from gpudeck.agents.needs import broken_python_line, fix_line, missing as missing_modules, needed_modules
 from gpudeck.agents.plain import to_plain
 from gpudeck.agents.protocol import KillVerdict, LaunchResult, LogChunk
 from gpudeck.agents.records import (JobRecord, _Live, descendants as _descendants, first_start_of, group_members,
@@ -334,8 +334,7 @@ class JobSupervisor:
         try:
             absent = set(missing_modules(python, [n.module for n in needs]))
         except OSError as exc:
-            raise JobError(f"job {spec.name!r} (kind {spec.kind}): its python cannot run: {exc}; set python = "
-                           f"\"/path/to/bin/python\" on the job") from None
+            raise JobError(broken_python_line(python, str(exc), spec.name, spec.kind.value)) from None
         for need in needs:
             if need.module in absent:
                 raise JobError(fix_line(need, python, spec.name, spec.kind.value))

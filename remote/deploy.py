@@ -21,27 +21,31 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import re
 import shlex
 import shutil
 import sys
 import tempfile
 import time
+import uuid
 import zipfile
 from pathlib import Path
-from typing import Callable, Optional, Sequence, Union
+from typing import Any, Callable, Optional, Sequence, Union
 
 import asyncssh
 
 from gpudeck.agents import __version__
-from gpudeck.remote.fleet import Node
+from gpudeck.agents.jobs import JobSpec
+from gpudeck.agents.needs import BASE, broken_python_line, extras_for, fix_line, needed_modules
+from gpudeck.remote.fleet import Fleet, Node
 from gpudeck.remote.link import AgentError
 from gpudeck.remote.ssh import SshTransport, _shell_path
 
 # the distributions the agent imports on a node (the rest of the wheel's requirements serve
 # the console); their version bounds are read from the wheel's own metadata
-NODE_DISTRIBUTIONS = ("psutil", "httpx", "prometheus-client", "nvidia-ml-py")
-NODE_IMPORTS = ("psutil", "httpx", "prometheus_client", "pynvml")
+NODE_DISTRIBUTIONS = ("psutil", "httpx", "prometheus-client", "nvidia-ml-py", "aiohttp")
+NODE_IMPORTS = BASE  # agents/needs.py: what the agent and the generate worker import
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 PACKAGE_DIRS = ("agents", "remote", "console")  # pyproject's [tool.setuptools.packages.find]
 
@@ -62,6 +66,7 @@ class Deployed:
     python: str  # the agent's python from now on
     deps: str  # "present" (installed --no-deps --no-index) or "installed" (from the node's index)
     seconds: float
+    problems: tuple[str, ...] = ()  # jobs of the node that would fail at launch (agents/needs.py), one line each
 
     def describe(self) -> str:
         how = ("dependencies already there: pip --no-deps --no-index" if self.deps == "present"
@@ -137,8 +142,9 @@ def wheel_version(wheel: Path) -> str:
     return m.group(1)
 
 
-def node_requirements(wheel: Path) -> list[str]:
-    """The wheel's Requires-Dist lines for the distributions a node needs."""
+def node_requirements(wheel: Path, extras: Sequence[str] = ()) -> list[str]:
+    """The wheel's Requires-Dist lines for the distributions a node needs: the agent's, and
+    those of ``extras`` (the fleet's jobs on the node ask for them), without their markers."""
     with zipfile.ZipFile(wheel) as z:
         meta = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))
         text = z.read(meta).decode()
@@ -147,8 +153,11 @@ def node_requirements(wheel: Path) -> list[str]:
         if line.startswith("Requires-Dist:"):
             req = line.split(":", 1)[1].strip()
             name = re.split(r"[\s<>=!~;\[(]", req, 1)[0].lower().replace("_", "-")
-            if name in NODE_DISTRIBUTIONS and "extra ==" not in req:
+            extra = re.search(r"""extra\s*==\s*["']([^"']+)["']""", req)
+            if extra is None and name in NODE_DISTRIBUTIONS:
                 reqs.append(req)
+            elif extra is not None and extra.group(1) in extras:
+                reqs.append(req.split(";", 1)[0].strip())
     return reqs
 
 
@@ -175,12 +184,12 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 VPY="$VENV/bin/python"
 "$VPY" -m pip --version >/dev/null 2>&1 || "$VPY" -m ensurepip --default-pip >/dev/null
-if "$VPY" -c {check} 2>/dev/null; then
+if "$VPY" -c {find} {modules} 2>/dev/null; then
   "$VPY" -m pip install --quiet --disable-pip-version-check --no-deps --no-index --force-reinstall "$WHEEL"
   echo "deps=present"
 else
   "$VPY" -m pip install --quiet --disable-pip-version-check {requirements} || {{
-    echo "the agent's dependencies are missing from $VPY and pip could not install them" \
+    echo "what the node's jobs need is missing from $VPY and pip could not install it" \
          "(no package index reachable from the node?): install {names} into $PY, then deploy again" >&2
     exit 3; }}
   "$VPY" -m pip install --quiet --disable-pip-version-check --no-deps --force-reinstall "$WHEEL"
@@ -188,27 +197,58 @@ else
 fi
 "$VPY" -c 'import gpudeck.agents as a, sys; print("version=" + a.__version__); print("python=" + sys.executable)'
 """
+# exit 1 when one of argv's modules cannot be found (find_spec: nothing is imported); prints them
+_FIND = ("import importlib.util as u, sys\n"
+         "gone = [m for m in sys.argv[1:] if u.find_spec(m) is None]\n"
+         "print(' '.join(gone)); sys.exit(1 if gone else 0)")
+# runs argv[2] with /bin/sh under an exclusive lock on argv[1]: two deploys never pip into one venv at once
+_LOCKED = ("import fcntl, os, sys\n"
+           "f = open(sys.argv[1], 'a'); fcntl.flock(f, fcntl.LOCK_EX); os.set_inheritable(f.fileno(), True)\n"
+           "os.execv('/bin/sh', ['/bin/sh', '-c', sys.argv[2]])")
+# a probe file per node of this run (a shared home shows the others'), the marker of the node that
+# last deployed there, and this machine
+_PROBE = """
+set -e
+mkdir -p {home}
+printf '%s\\n' {node} > {probe}
+echo "machine=$(cat /etc/machine-id 2>/dev/null || hostname)"
+echo "marker=$(cat {marker} 2>/dev/null | tr -d '\\n' || true)"
+"""
+MARKER = "node.json"  # in the home: {"node", "fleet", "machine"} of the node deployed there
 
 
 Step = Callable[[str, str], None]  # (node, what it is doing now)
 
 
-async def deploy_node(transport: SshTransport, node: Node, wheel: Path,
-                      timeout: float = 600.0, on_step: Optional[Step] = None) -> Deployed:
+@dataclasses.dataclass
+class _Session:
+    """One node's part of a deploy: its connection and what the probe found."""
+
+    node: Node
+    conn: Any  # the node's asyncssh connection
+    run: Callable[[str, str], Any]
+    home: str
+    venv: str
+    probe: str
+    machine: str
+    marker: dict
+    t0: float
+
+
+async def _open(transport: SshTransport, node: Node, run_id: str, timeout: float, step: Step) -> _Session:
     t0 = time.monotonic()
-    step = on_step or (lambda _node, _what: None)
     step(node.name, "connecting over SSH")
     conn = await transport.connection(node)  # typed SshError: host key, auth, unreachable
 
-    async def run(step: str, command: str) -> str:
+    async def run(what: str, command: str) -> str:
         try:
             r = await asyncio.wait_for(conn.run(command, check=False), timeout)
         except asyncio.TimeoutError:
-            raise DeployError(node.name, step, f"no end within {timeout:g} s") from None
+            raise DeployError(node.name, what, f"no end within {timeout:g} s") from None
         except (asyncssh.Error, OSError) as exc:
-            raise DeployError(node.name, step, f"SSH: {getattr(exc, 'reason', None) or exc}") from None
+            raise DeployError(node.name, what, f"SSH: {getattr(exc, 'reason', None) or exc}") from None
         if r.exit_status != 0:
-            raise DeployError(node.name, step, f"exit {r.exit_status}: {_tail(r.stderr or r.stdout)}")
+            raise DeployError(node.name, what, f"exit {r.exit_status}: {_tail(r.stderr or r.stdout)}")
         return str(r.stdout or "")
 
     remote_home = (await run("login", 'printf "%s" "$HOME"')).strip()
@@ -217,13 +257,43 @@ async def deploy_node(transport: SshTransport, node: Node, wheel: Path,
         return remote_home + path[1:] if path == "~" or path.startswith("~/") else path
 
     home = absolute(node.home or "~/.gpudeck").rstrip("/")
-    venv = absolute(node.agent_venv).rstrip("/")
-    dist = f"{home}/dist"
+    probe = f"{home}/.deploy-{run_id}-{node.name}"
+    out = await run("probe", "/bin/sh -c " + shlex.quote(_PROBE.format(
+        home=shlex.quote(home), node=shlex.quote(node.name), probe=shlex.quote(probe),
+        marker=shlex.quote(f"{home}/{MARKER}"))))
+    facts = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+    try:
+        marker = json.loads(facts.get("marker") or "{}")
+    except ValueError:
+        marker = {}
+    return _Session(node, conn, run, home, absolute(node.agent_venv).rstrip("/"), probe, facts.get("machine", "?"),
+                    marker if isinstance(marker, dict) else {}, t0)
+
+
+async def _check_home(s: _Session, run_id: str, fleet_id: str, fleet_nodes: set[str]) -> None:
+    """Refuse a home another node of the fleet uses: one seen in this run (its probe file is
+    there), or the one deployed there last (the marker), while that node is still in the fleet."""
+    pattern = shlex.quote(f"{s.home}/.deploy-{run_id}-") + "*"
+    others = [ln.strip() for ln in (await s.run("probe", f"cat {pattern} 2>/dev/null || true")).splitlines()
+              if ln.strip() and ln.strip() != s.node.name]
+    owner = s.marker.get("node")
+    if not others and owner not in (None, s.node.name) and s.marker.get("fleet") == fleet_id \
+            and owner in fleet_nodes:
+        others = [str(owner)]
+    if others:
+        raise DeployError(s.node.name, "home", f"{s.home} is also the home of node {', '.join(sorted(others))} "
+                                               f"(one NFS home, or two names for one host): give each node its "
+                                               f"own `home` in the fleet file")
+
+
+async def _install(s: _Session, wheel: Path, jobs: list[JobSpec], fleet_id: str, step: Step) -> Deployed:
+    node, run = s.node, s.run
+    dist = f"{s.home}/dist"
     target = f"{dist}/{wheel.name}"
     await run("mkdir", f"mkdir -p {shlex.quote(dist)}")
     step(node.name, f"copying {wheel.name} ({wheel.stat().st_size / 1e6:.1f} MB) to {dist}")
     try:
-        async with conn.start_sftp_client() as sftp:
+        async with s.conn.start_sftp_client() as sftp:
             # a temporary name, then a rename: a half-copied wheel never has the real name (and a
             # home shared with this machine never sees its own wheel truncated)
             partial = f"{dist}/.{wheel.name}.{node.name}.partial"
@@ -237,20 +307,62 @@ async def deploy_node(transport: SshTransport, node: Node, wheel: Path,
     except (asyncssh.Error, OSError) as exc:
         raise DeployError(node.name, "sftp", f"cannot copy {wheel.name} to {target}: "
                                              f"{getattr(exc, 'reason', None) or exc}") from None
-    reqs = node_requirements(wheel)
+    extras = extras_for(jobs)
+    reqs = node_requirements(wheel, extras)
+    modules = list(NODE_IMPORTS) + [n.module for j in jobs if not j.python
+                                    for n in needed_modules(j) if not n.engine and n.module not in NODE_IMPORTS]
     script = _INSTALL.format(
-        python=_shell_path(node.python or "python3"), venv=shlex.quote(venv), wheel=shlex.quote(target),
-        layer=shlex.quote(_LAYER), check=shlex.quote("import " + ", ".join(NODE_IMPORTS)),
-        requirements=" ".join(shlex.quote(r) for r in reqs), names=", ".join(NODE_DISTRIBUTIONS))
-    step(node.name, f"installing into {venv} (pip; offline when the agent's dependencies are there)")
-    out = await run("pip install", "/bin/sh -c " + shlex.quote(script))
+        python=_shell_path(node.python or "python3"), venv=shlex.quote(s.venv), wheel=shlex.quote(target),
+        layer=shlex.quote(_LAYER), find=shlex.quote(_FIND),
+        modules=" ".join(sorted(set(modules))), requirements=" ".join(shlex.quote(r) for r in reqs),
+        names=", ".join(list(NODE_DISTRIBUTIONS) + [f"gpudeck[{e}]" for e in extras]))
+    with_extras = f" and the extras its jobs need ({', '.join(extras)})" if extras else ""
+    step(node.name, f"installing into {s.venv}{with_extras} (pip; offline when the dependencies are there)")
+    locked = f"{_shell_path(node.python or 'python3')} -c {shlex.quote(_LOCKED)} " \
+             f"{shlex.quote(s.home + '/deploy.lock')} {shlex.quote(script)}"
+    out = await run("pip install", locked)
     step(node.name, "handshake: the venv's python imports gpudeck.agents")
     facts = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
     if facts.get("version") != wheel_version(wheel):
         raise DeployError(node.name, "check", f"the venv's python imports agents {facts.get('version')}, "
                                               f"not {wheel_version(wheel)}")
-    return Deployed(node.name, facts["version"], venv, facts.get("python", f"{venv}/bin/python"),
-                    facts.get("deps", "?"), time.monotonic() - t0)
+    python = facts.get("python", f"{s.venv}/bin/python")
+    marker = json.dumps({"node": node.name, "fleet": fleet_id, "machine": s.machine})
+    await run("marker", f"printf '%s\\n' {shlex.quote(marker)} > {shlex.quote(s.home + '/' + MARKER)}")
+    problems = await _check_jobs(run, jobs, python)
+    return Deployed(node.name, facts["version"], s.venv, python, facts.get("deps", "?"),
+                    time.monotonic() - s.t0, tuple(problems))
+
+
+async def _check_jobs(run: Callable[[str, str], Any], jobs: list[JobSpec], venv_python: str) -> list[str]:
+    """Each job's interpreter finds what its kind needs (an engine kind its engine): one line
+    per job that would fail at launch, naming the fix."""
+    problems = []
+    for job in jobs:
+        needs = needed_modules(job)
+        if not needs:
+            continue
+        python = job.python or venv_python
+        try:
+            await run("check", f"{_shell_path(python)} -c {shlex.quote(_FIND)} "
+                               + " ".join(n.module for n in needs))
+        except DeployError as exc:
+            gone = set(str(exc).split()) & {n.module for n in needs}
+            if not gone:
+                why = str(exc).rsplit(": ", 1)[-1]
+                problems.append(broken_python_line(python, why, job.name, job.kind.value))
+            problems += [fix_line(n, python, job.name, job.kind.value) for n in needs if n.module in gone]
+    return problems
+
+
+async def deploy_node(transport: SshTransport, node: Node, wheel: Path, timeout: float = 600.0,
+                      on_step: Optional[Step] = None, jobs: Sequence[JobSpec] = ()) -> Deployed:
+    """One node alone (no other node of a run to compare homes with)."""
+    step = on_step or (lambda _node, _what: None)
+    run_id = uuid.uuid4().hex[:12]
+    s = await _open(transport, node, run_id, timeout, step)
+    await _check_home(s, run_id, "", set())
+    return await _install(s, wheel, list(jobs), "", step)
 
 
 # ---------------------------------------------------------------- many nodes
@@ -259,28 +371,65 @@ async def deploy_node(transport: SshTransport, node: Node, wheel: Path,
 async def deploy(nodes: Sequence[Node], transport: SshTransport, wheel: Optional[Path] = None,
                  timeout: float = 600.0,
                  on_result: Optional[Callable[[Union[Deployed, AgentError]], None]] = None,
-                 on_step: Optional[Step] = None) -> list[Union[Deployed, AgentError]]:
-    """Every node at once; one failure never stops the others. Returns, per node, what was
-    installed or the typed error saying why not."""
+                 on_step: Optional[Step] = None, fleet: Optional[Fleet] = None) -> list[Union[Deployed, AgentError]]:
+    """Every node at once; one failure never stops the others. Three rounds: every node is
+    probed, then every home is checked against the others (a shared home is refused), then
+    each node installs. Returns, per node, what was installed or the typed error saying why not."""
+    step = on_step or (lambda _node, _what: None)
+    fleet_id = fleet.identity if fleet is not None else ""
+    fleet_nodes = {n.name for n in fleet.nodes} if fleet is not None else {n.name for n in nodes}
+    run_id = uuid.uuid4().hex[:12]
+    results: dict[str, Union[Deployed, AgentError]] = {}
+
+    def failed(node: Node, exc: AgentError) -> None:
+        results[node.name] = exc
+        if on_result is not None:
+            on_result(exc)
+
     with tempfile.TemporaryDirectory(prefix="gpudeck-wheel-") as tmp:
         if wheel is None:
-            if on_step is not None:
-                on_step("local", "building the gpudeck wheel")
+            step("local", "building the gpudeck wheel")
             wheel = await build_wheel(Path(tmp))
         elif wheel_version(wheel) != __version__:
             raise DeployError("local", "wheel", f"{wheel.name} is version {wheel_version(wheel)}; this console "
                                                 f"is {__version__} and would refuse its agents")
+        sessions: list[_Session] = []
 
-        async def one(node: Node) -> Union[Deployed, AgentError]:
+        async def probe(node: Node) -> None:
             try:
-                result: Union[Deployed, AgentError] = await deploy_node(transport, node, wheel, timeout, on_step)
+                sessions.append(await _open(transport, node, run_id, timeout, step))
             except AgentError as exc:
-                result = exc
+                failed(node, exc)
+
+        async def check(s: _Session) -> None:
+            try:
+                await _check_home(s, run_id, fleet_id, fleet_nodes)
+            except AgentError as exc:
+                failed(s.node, exc)
+
+        async def install(s: _Session) -> None:
+            jobs = fleet.jobs_on(s.node.name) if fleet is not None else []
+            try:
+                result: Union[Deployed, AgentError] = await _install(s, wheel, jobs, fleet_id, step)
+            except AgentError as exc:
+                failed(s.node, exc)
+                return
+            results[s.node.name] = result
             if on_result is not None:
                 on_result(result)
-            return result
 
-        return list(await asyncio.gather(*(one(n) for n in nodes)))
+        await asyncio.gather(*(probe(n) for n in nodes))
+        await asyncio.gather(*(check(s) for s in sessions))
+        await asyncio.gather(*(install(s) for s in sessions if s.node.name not in results))
+        await asyncio.gather(*(_unprobe(s) for s in sessions))
+    return [results[n.name] for n in nodes]
+
+
+async def _unprobe(s: _Session) -> None:
+    try:
+        await s.run("probe", f"rm -f {shlex.quote(s.probe)}")
+    except AgentError:
+        pass  # the node went away: its probe file is a few bytes, named for this run only
 
 
 def _tail(data: Union[str, bytes, None], lines: int = 6) -> str:

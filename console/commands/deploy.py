@@ -53,6 +53,8 @@ async def _deploy(args) -> int:
     def show(result) -> None:
         if isinstance(result, Deployed):
             print(result.describe(), flush=True)
+            for line in result.problems:  # a job that would fail at launch: its fix, before any launch
+                print(f"{result.node}: {line}", file=sys.stderr, flush=True)
         else:
             print(f"FAILED {result}", file=sys.stderr, flush=True)
 
@@ -62,10 +64,11 @@ async def _deploy(args) -> int:
     transport = SshTransport(accept_new=args.accept_new_host_keys)
     t0 = time.monotonic()
     try:
-        results = await deploy(nodes, transport, Path(args.wheel) if args.wheel else None, args.timeout, show, step)
+        results = await deploy(nodes, transport, Path(args.wheel) if args.wheel else None, args.timeout, show, step,
+                               fleet=fleet)
     finally:
         await transport.close()
-    failed = [r for r in results if isinstance(r, AgentError)]
+    failed = [r for r in results if isinstance(r, AgentError) or r.problems]
     print(summary(results, time.monotonic() - t0), flush=True)
     return EXIT_FAIL if failed else EXIT_OK
 
@@ -77,6 +80,9 @@ def summary(results, seconds: float) -> str:
     ok = [r for r in results if isinstance(r, Deployed)]
     bad = [r for r in results if not isinstance(r, Deployed)]
     line = f"deployed gpudeck to {len(ok)} of {len(results)} node(s) in {seconds:.1f} s"
+    jobs = sum(len(r.problems) for r in ok)
+    if jobs:
+        line += f"; {jobs} job problem(s) to fix before launching (above)"
     if bad:
         line += "; failed: " + ", ".join(f"{getattr(r, 'node', '?')} (at {getattr(r, 'step', 'connect')})"
                                          for r in bad)

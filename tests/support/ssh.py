@@ -62,7 +62,8 @@ def host_key_line(name: str, pubkey: Path) -> str:
     return f"{name} {keytype} {blob}\n"
 
 
-def sshd_config(d: Path, listen: str, port: int, authorized_keys: Path, host_cert: Optional[Path] = None) -> Path:
+def sshd_config(d: Path, listen: str, port: int, authorized_keys: Path, host_cert: Optional[Path] = None,
+                extra: str = "") -> Path:
     cfg = d / "sshd_config"
     cert = f"HostCertificate {host_cert}\n" if host_cert else ""
     cfg.write_text(f"""\
@@ -81,7 +82,7 @@ MaxStartups 200
 MaxSessions 100
 LogLevel ERROR
 Subsystem sftp internal-sftp
-""")
+{extra}""")
     return cfg
 
 
@@ -106,8 +107,9 @@ class Sshd:
     """A real sshd on 127.0.0.1 with its own host key and config; a Popen child of the test."""
 
     def __init__(self, d: Path, authorized_keys: Path, ca: Optional[Path] = None, principals: str = "127.0.0.1",
-                 validity: str = "-5m:+1h") -> None:
-        """``ca``: sign the host key with this CA key (``ssh-keygen -s``) and serve the certificate."""
+                 validity: str = "-5m:+1h", extra_config: str = "") -> None:
+        """``ca``: sign the host key with this CA key (``ssh-keygen -s``) and serve the certificate;
+        ``extra_config``: more sshd_config lines (``SetEnv HOME=...``: a node of its own)."""
         self.dir = d
         d.mkdir(parents=True, exist_ok=True)
         d.chmod(0o700)
@@ -120,7 +122,7 @@ class Sshd:
                 str(d / "host_ed25519.pub"))
             cert = d / "host_ed25519-cert.pub"
         self.port = free_port()
-        self.config = sshd_config(d, "127.0.0.1", self.port, authorized_keys, cert)
+        self.config = sshd_config(d, "127.0.0.1", self.port, authorized_keys, cert, extra_config)
         self.known_hosts = d / "known_hosts"
         self.known_hosts.write_text(host_key_line(f"[127.0.0.1]:{self.port}", d / "host_ed25519.pub"))
         self.log = d / "sshd.log"

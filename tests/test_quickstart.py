@@ -1,0 +1,189 @@
+"""The README's quickstart, followed word for word on two real sshd nodes set up from nothing.
+
+Each node is a real sshd on loopback whose sessions get a home of their own and a bare
+``python3`` (a fresh venv: nothing installed) through ``SetEnv``, and whose package index is
+a local wheelhouse (``make test`` downloads it; PIP_NO_INDEX + PIP_FIND_LINKS), as a real
+node has its index. The laptop side has its own HOME with ``~/.ssh/config`` naming the nodes
+``gpu1`` and ``gpu2``. The fleet file is the README's, with only the placeholders the README
+says are yours replaced: the python that has SGLang (here a stand-in ``sglang`` module that
+serves gpudeck's simulated engine), the model, the port and the prompts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import venv
+from pathlib import Path
+
+import pytest
+
+from support import ROOT, wait_for
+from support.core import free_port
+from support.ssh import Sshd, keygen
+
+WHEELHOUSE = ROOT / ".venv" / "wheelhouse"
+pytestmark = pytest.mark.skipif(not (WHEELHOUSE / ".done").exists(),
+                                reason=f"no wheelhouse at {WHEELHOUSE}: `make test` downloads it")
+
+
+def quickstart() -> tuple[str, list[str]]:
+    """The README's quickstart: its fleet.toml and the commands it says to run, in order."""
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## Quickstart"):]
+    section = section[:section.index("\n## ", 1)]
+    toml = textwrap.dedent(re.search(r"```toml\n(.*?)```", section, re.S).group(1))
+    commands = re.findall(r"`(gpudeck [^`]*-f fleet\.toml[^`]*)`", section)
+    return toml, commands
+
+
+STANDIN = '''
+"""A stand-in for SGLang's launch_server: gpudeck's simulated engine on the same flags."""
+import argparse, os, sys
+p = argparse.ArgumentParser()
+p.add_argument("--model-path"); p.add_argument("--host"); p.add_argument("--port")
+p.add_argument("--enable-metrics", action="store_true")
+a, _ = p.parse_known_args()
+os.execv(sys.executable, [sys.executable, "-m", "gpudeck.console", "sim-engine", "--port", a.port])
+'''
+
+
+class Laptop:
+    """The operator's side: a HOME with ~/.ssh/config for gpu1 and gpu2, and the gpudeck CLI."""
+
+    def __init__(self, tmp: Path, homes: dict[str, Path]) -> None:
+        self.dir = tmp / "laptop"
+        ssh = self.dir / ".ssh"
+        ssh.mkdir(parents=True)
+        key = keygen(ssh / "id_ed25519")
+        bare = tmp / "node-python"  # a python3 with nothing installed, as on a fresh node
+        venv.EnvBuilder(with_pip=False).create(bare)
+        bindir = tmp / "node-bin"
+        bindir.mkdir()
+        (bindir / "python3").symlink_to(bare / "bin" / "python3")
+        self.sshds = {}
+        config = []
+        for name, home in homes.items():
+            home.mkdir(parents=True, exist_ok=True)
+            env = (f"SetEnv HOME={home} PATH={bindir}:/usr/bin:/bin PIP_NO_INDEX=1 "
+                   f"PIP_FIND_LINKS={WHEELHOUSE} PIP_DISABLE_PIP_VERSION_CHECK=1\n")
+            d = tmp / f"sshd-{name}"
+            self.sshds[name] = Sshd(d, Path(f"{key}.pub"), extra_config=env)
+            config.append(f"Host {name}\n  HostName 127.0.0.1\n  Port {self.sshds[name].port}\n  User root\n"
+                          f"  IdentityFile {key}\n  IdentitiesOnly yes\n")
+        (ssh / "config").write_text("\n".join(config))
+
+    def gpudeck(self, command: str, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess:
+        argv = command.split()
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUDECK_", "SSH_AUTH"))}
+        env.update(HOME=str(self.dir), XDG_STATE_HOME=str(self.dir / "state"))
+        exe = Path(sys.executable).with_name("gpudeck")
+        r = subprocess.run([str(exe), *argv[1:]], capture_output=True, text=True, timeout=timeout, cwd=self.dir,
+                           env=env, stdin=subprocess.DEVNULL)
+        if check and r.returncode != 0:
+            raise AssertionError(f"{command} -> {r.returncode}\n{r.stdout}\n{r.stderr}")
+        return r
+
+    def stop(self) -> None:
+        for s in self.sshds.values():
+            s.stop()
+
+
+@pytest.fixture
+def two_nodes(tmp_path):
+    laptop = Laptop(tmp_path, {"gpu1": tmp_path / "gpu1-home", "gpu2": tmp_path / "gpu2-home"})
+    yield laptop
+    laptop.gpudeck("gpudeck kill gen -f fleet.toml --grace 1", check=False, timeout=60)
+    laptop.gpudeck("gpudeck kill sglang-0 -f fleet.toml --grace 1", check=False, timeout=60)
+    laptop.stop()
+
+
+def _job(laptop: Laptop, name: str) -> dict:
+    doc = json.loads(laptop.gpudeck("gpudeck status --json -f fleet.toml").stdout)
+    return next(j for j in doc["jobs"] if j["name"] == name)
+
+
+def test_the_readme_quickstart_word_for_word_on_freshly_deployed_nodes(two_nodes, tmp_path):
+    laptop = two_nodes
+    toml, commands = quickstart()
+    assert commands[:3] == ["gpudeck deploy -f fleet.toml", "gpudeck status -f fleet.toml", "gpudeck up -f fleet.toml"]
+    # the placeholders the README says are the user's own
+    engine = tmp_path / "sglang-python"
+    (tmp_path / "standin" / "sglang").mkdir(parents=True)
+    (tmp_path / "standin" / "sglang" / "__init__.py").write_text("")
+    (tmp_path / "standin" / "sglang" / "launch_server.py").write_text(STANDIN)
+    engine.write_text(f"#!/bin/sh\nPYTHONPATH={tmp_path / 'standin'} exec {sys.executable} \"$@\"\n")
+    engine.chmod(0o755)
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": f"question {i}"}) + "\n" for i in range(6)))
+    port = free_port()
+    for placeholder, mine in (("/opt/sglang/bin/python", str(engine)), ("/models/Qwen3-8B", "/models/standin"),
+                              ("30000", str(port)), ("/data/prompts.jsonl", str(prompts)),
+                              ("/data/gen", str(tmp_path / "gen-out"))):
+        assert placeholder in toml
+        toml = toml.replace(placeholder, mine)
+    (laptop.dir / "fleet.toml").write_text(toml)
+
+    # 3. deploy: from a bare python3, the node's index gives the agent and the generate worker
+    # what they need; the engine job's python is checked
+    r = laptop.gpudeck("gpudeck deploy -f fleet.toml")
+    assert "deployed gpudeck to 2 of 2 node(s)" in r.stdout and "problem" not in r.stdout, r.stdout + r.stderr
+    assert "dependencies installed from the node's package index" in r.stdout
+    # 4. status: both nodes, the jobs not started
+    r = laptop.gpudeck("gpudeck status -f fleet.toml")
+    for word in ("gpu1", "gpu2", "sglang-0", "gen", "pending"):
+        assert word in r.stdout, r.stdout
+    # 5. the launches the README gives from the shell: the engine, then the generate job
+    laptop.gpudeck("gpudeck launch sglang-0 -f fleet.toml")
+    wait_for(lambda: (_job(laptop, "sglang-0").get("engine") or {}).get("state") == "ready", 120,
+             what="the engine ready")
+    log = (tmp_path / "gpu1-home" / ".gpudeck" / "jobs" / "sglang-0" / "job.log").read_text()
+    assert f"{engine} -m sglang.launch_server --model-path /models/standin" in log.splitlines()[0]  # what ran
+    laptop.gpudeck("gpudeck launch gen -f fleet.toml")
+    gen = wait_for(lambda: (j := _job(laptop, "gen"))["state"] in ("exited", "failed") and j, 180,
+                   what="the generate job ended")
+    text = (tmp_path / "gpu1-home" / ".gpudeck" / "jobs" / "gen" / "job.log").read_text()
+    assert gen["state"] == "exited" and gen["done"] == 6, text[-3000:]
+    assert "/.gpudeck/venv/bin/python -m gpudeck.agents.workers.generate" in text.splitlines()[0]
+    r = laptop.gpudeck("gpudeck kill sglang-0 -f fleet.toml --grace 2")
+    assert "killed" in r.stdout.lower() or "ok" in r.stdout.lower(), r.stdout
+
+
+def test_an_engine_python_without_its_engine_is_named_at_deploy_with_its_fix(two_nodes, tmp_path):
+    laptop = two_nodes
+    toml, _ = quickstart()
+    bare = tmp_path / "node-python" / "bin" / "python3"  # runs, but has no router
+    toml += f'\n[[jobs]]\nname = "router"\nnode = "gpu2"\nkind = "router"\nport = 30100\npython = "{bare}"\n' \
+            f'workers = ["sglang-0"]\n'
+    (laptop.dir / "fleet.toml").write_text(toml)  # /opt/sglang/bin/python: not on this machine
+    r = laptop.gpudeck("gpudeck deploy -f fleet.toml", check=False)
+    assert r.returncode == 1 and "deployed gpudeck to 2 of 2 node(s)" in r.stdout, r.stdout + r.stderr
+    line = next(ln for ln in r.stderr.splitlines() if "sglang-0" in ln)
+    assert "/opt/sglang/bin/python does not run here" in line and 'set python = "' in line, r.stderr
+    line = next(ln for ln in r.stderr.splitlines() if "'router'" in ln)
+    assert line.startswith("gpu2: ") and f"{bare} cannot import sglang_router" in line, r.stderr
+    assert "pip install sglang-router" in line and "2 job problem(s)" in r.stdout
+    r = laptop.gpudeck("gpudeck launch sglang-0 -f fleet.toml", check=False)
+    assert r.returncode != 0 and "/opt/sglang/bin/python" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_two_nodes_that_share_a_home_are_refused_at_deploy(tmp_path):
+    shared = tmp_path / "nfs-home"
+    laptop = Laptop(tmp_path, {"gpu1": shared, "gpu2": shared})
+    try:
+        (laptop.dir / "fleet.toml").write_text(
+            '[defaults]\nhost_keys = "accept-new"\n\n[[nodes]]\nname = "gpu1"\n\n[[nodes]]\nname = "gpu2"\n')
+        r = laptop.gpudeck("gpudeck deploy -f fleet.toml", check=False)
+        assert r.returncode == 1, r.stdout + r.stderr
+        assert "give each node its own `home`" in r.stderr and "Traceback" not in r.stderr, r.stderr
+        assert not (shared / ".gpudeck" / "venv").exists()  # no pip ran into the shared venv
+        # one at a time: the second is refused by the first one's marker
+        laptop.gpudeck("gpudeck deploy -f fleet.toml gpu1")
+        r = laptop.gpudeck("gpudeck deploy -f fleet.toml gpu2", check=False)
+        assert r.returncode == 1 and "also the home of node gpu1" in r.stderr, r.stdout + r.stderr
+    finally:
+        laptop.stop()
