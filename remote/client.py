@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import os
 import time
 from typing import Any, Callable, Optional
 
@@ -96,6 +97,10 @@ class FleetClient:
         self.fleet = fleet
         self.take_over = take_over or fleet.take_over  # jobs another fleet file owns on a node become ours
         self.spec_changes: dict[str, list[str]] = {}  # per job: what the fleet file changed since its launch
+        try:  # when the fleet file was read (reload_fleet reads it again once it changes)
+            self._fleet_stamp: Optional[int] = os.stat(fleet.path).st_mtime_ns if fleet.path else None
+        except OSError:
+            self._fleet_stamp = None
         self.links: dict[str, AgentLink] = {}
         # why each unreachable node is down: the text shown (as it was raised) and since when;
         # ``failures`` holds the same, typed (``.reason`` without the node's name)
@@ -131,6 +136,30 @@ class FleetClient:
         self.links[node.name] = link
         self._up(node.name)
         return link
+
+    async def reload_fleet(self) -> None:
+        """Read the fleet file again if it changed since it was read, and declare its jobs anew
+        on every connected node, so that a launch or relaunch runs what the file says now and
+        ``spec_changes`` tells what that changes. FleetError (nothing changed) for a broken file."""
+        from gpudeck.remote.fleet import load_fleet
+
+        if self.fleet.path is None:
+            return
+        try:
+            stamp = os.stat(self.fleet.path).st_mtime_ns
+        except OSError:
+            stamp = None
+        if stamp is not None and stamp == self._fleet_stamp:
+            return
+        fleet = load_fleet(self.fleet.path)
+        self.fleet, self._fleet_stamp = dataclasses.replace(fleet, take_over=self.take_over), stamp
+        for name, link in list(self.links.items()):
+            jobs = [j.to_dict() for j in fleet.jobs_on(name)]
+            watch = fleet.watch_settings()
+            reply = await link.request("configure", jobs=jobs, fleet=fleet.identity, take_over=self.take_over,
+                                       **({"watch": watch} if watch is not None else {}))
+            self.spec_changes.update({j["name"]: [] for j in jobs})
+            self.spec_changes.update(reply.get("changed") or {})
 
     async def connect_all(self, nodes: Optional[list[Node]] = None, timeout: Optional[float] = None) -> None:
         nodes = nodes if nodes is not None else self.nodes_in_use()
