@@ -53,8 +53,8 @@ class LiveTable(ScrollView, Generic[RowT], can_focus=True):
         Binding("down", "cursor(1)", "Down", show=False),
         Binding("pageup", "page(-1)", "Page up", show=False),
         Binding("pagedown", "page(1)", "Page down", show=False),
-        Binding("home", "cursor_to(0)", "First", show=False),
-        Binding("end", "cursor_to(-1)", "Last", show=False),
+        Binding("home,g", "cursor_to(0)", "First", show=False),
+        Binding("end,G", "cursor_to(-1)", "Last", show=False),  # g and G as in vim, less and k9s
         Binding("enter", "select_row", "Details", id="details"),
     ]
 
@@ -163,20 +163,33 @@ class LiveTable(ScrollView, Generic[RowT], can_focus=True):
         if not self._keys:
             return
         i = max(0, min(len(self._keys) - 1, i))
-        if i == self._cursor:
-            return
+        moved = i != self._cursor
+        if moved:
+            top = int(self.scroll_y)
+            for old in (self._cursor, i):
+                if 0 <= old < len(self._keys):
+                    self._lines.pop(self._keys[old], None)
+                    self.refresh(Region(0, old - top + 1, self.size.width, 1))
+            self._cursor = i
+        self.scroll_to_cursor()  # also when it stays: End on the last row must bring that row into view
+        if moved:
+            self.post_message(self.Highlighted(self, self.cursor_key))
+
+    def scroll_to_cursor(self) -> None:
+        """Scroll just enough that the cursor's row is on screen, under the header."""
         top = int(self.scroll_y)
-        for old in (self._cursor, i):
-            if 0 <= old < len(self._keys):
-                self._lines.pop(self._keys[old], None)
-                self.refresh(Region(0, old - top + 1, self.size.width, 1))
-        self._cursor = i
         rows_visible = max(1, self.size.height - 1)
+        i = self._cursor
         if i < top:
-            self.scroll_to(y=i, animate=False, immediate=True)
+            y = i
         elif i >= top + rows_visible:
-            self.scroll_to(y=i - rows_visible + 1, animate=False, immediate=True)
-        self.post_message(self.Highlighted(self, self.cursor_key))
+            y = i - rows_visible + 1
+        else:
+            return
+        # force: a ScrollView scrolls only once a layout has shown its scroll bar, and rows
+        # that just arrived have none yet (the newest events stayed below the screen); the
+        # position is clamped to the rows there are all the same
+        self.scroll_to(y=y, animate=False, force=True, immediate=True)
 
     def action_cursor(self, step: int) -> None:
         self._set_cursor(self._cursor + step)
@@ -223,6 +236,8 @@ class LiveTable(ScrollView, Generic[RowT], can_focus=True):
     def on_resize(self, event: events.Resize) -> None:
         self._widths = None
         self.virtual_size = Size(event.size.width, len(self._keys) + 1)
+        if self._keys:  # shorter now (a banner or a filter bar came up): the cursor's row stays in view
+            self.scroll_to_cursor()
 
     def style(self, name: str) -> Style:
         if self._styles is None:
