@@ -5,11 +5,13 @@ that cover no figures, the keys k9s users reach for."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import pytest
 
 from gpudeck.console.app import make_app
+from gpudeck.console.cost import dollars
 from gpudeck.console.messages import EventsFetched
 from gpudeck.console.timeline import event_row
 from support.tui import PINNED_NOW, feed_pinned, pinned_fleet, screen_text, wait_until
@@ -96,3 +98,44 @@ async def test_the_newest_event_is_on_screen_and_end_pagedown_and_g_reach_it(siz
                 await wait_until(pilot, lambda: table.cursor_key != before, what=f"{key} moving the cursor")
             await wait_until(pilot, lambda: on_screen(app, table, "running -> killed"),
                              what=f"{key}: the newest event on screen")
+
+
+# ---------------------------------------------------------------- item 8: 80x24
+
+
+def feed_simulated(app) -> None:
+    """The pinned fleet as the demo's nodes say it: GPUs simulated."""
+    from gpudeck.console.messages import SnapshotReceived
+
+    feed_pinned(app)
+    for ev in pinned_snapshots():
+        app.post_message(SnapshotReceived(dataclasses.replace(ev, gpus_simulated=True)))
+
+
+def pinned_snapshots():
+    from gpudeck.agents.protocol import Snapshot
+    from support.tui import pinned_events
+
+    return [ev for ev in pinned_events() if isinstance(ev, Snapshot) and ev.node == "gpu-a"]
+
+
+async def test_the_header_keeps_the_alert_count_and_the_dollars_at_80_columns():
+    """A priced fleet of simulated GPUs, read-only: the widest header there is. At 80 columns
+    the alerts and both dollar figures stay whole; the jobs count and the clock go first."""
+    app = pinned_app(fleet=pinned_fleet(price_per_hour=36), read_only=True, initial_view="jobs")
+    async with app.run_test(size=(80, 24)) as pilot:
+        feed_simulated(app)
+        await settle(pilot, lambda app: app.state.totals().gpus_simulated)
+        totals = app.state.totals()
+        assert totals.priced and totals.alerts == 4 and totals.spent and totals.to_finish
+        head = screen_text(app).splitlines()[0]
+        assert "RO" in head and "SIM" in head and "tok/s" in head
+        assert "▲4" in head and f"{dollars(totals.spent)} +{dollars(totals.to_finish)}" in head, head
+        assert "…" not in head and len(head.rstrip()) <= 80
+        wide = pinned_app(fleet=pinned_fleet(price_per_hour=36), read_only=True)
+    async with wide.run_test(size=(200, 24)) as pilot:  # room for it all: the long form and the clock
+        feed_simulated(wide)
+        await settle(pilot, lambda app: app.state.totals().gpus_simulated)
+        head = screen_text(wide).splitlines()[0]
+        assert "READ-ONLY" in head and "to finish" in head and "▲ 4 alerts" in head and "12:00:00" in head
+        assert "jobs 2/4" in head and "(simulated)" in head
