@@ -139,3 +139,49 @@ async def test_the_header_keeps_the_alert_count_and_the_dollars_at_80_columns():
         head = screen_text(wide).splitlines()[0]
         assert "READ-ONLY" in head and "to finish" in head and "▲ 4 alerts" in head and "12:00:00" in head
         assert "jobs 2/4" in head and "(simulated)" in head
+
+
+def table_head(app, table_id: str) -> str:
+    """The header line of a table as drawn."""
+    table = app.screen.query_one(f"#{table_id}")
+    return screen_text(app).splitlines()[table.region.y]
+
+
+async def test_at_80_columns_the_jobs_view_keeps_node_gpus_and_attempt():
+    app = pinned_app(initial_view="jobs")
+    async with app.run_test(size=(80, 24)) as pilot:
+        feed_pinned(app)
+        await settle(pilot)
+        head = table_head(app, "jobs-table")
+        assert head.split() == ["JOB▲", "NODE", "STATE", "GPUS", "ATT", "TOK/S", "DONE", "ETA", "FLAGS"], head
+        gen = next(ln for ln in screen_text(app).splitlines() if ln.startswith("gen "))
+        assert gen.split()[:5] == ["gen", "gpu-a", "running", "-", "2"]
+
+
+async def test_the_sorted_column_stays_on_a_narrow_screen_and_its_marker_says_up_or_down_as_k9s_does():
+    app = pinned_app(initial_view="jobs")
+    async with app.run_test(size=(80, 24)) as pilot:
+        feed_pinned(app)
+        await settle(pilot)
+        table = app.screen.table("jobs")
+        seen = {}
+        for _ in range(5):  # node, state, tokens/s, eta, progress
+            await pilot.press("s")
+            sort = app.screen.sorts["jobs"]
+            await wait_until(pilot, lambda: app.screen.sorts["jobs"] == sort and
+                             ("▲" in table_head(app, "jobs-table") or "▼" in table_head(app, "jobs-table")),
+                             what=f"the sort by {sort} marked")
+            seen[sort] = table_head(app, "jobs-table").split()
+        assert "NODE▲" in seen["node"]
+        assert "STATE▲" in seen["state"]
+        assert "TOK/S▼" in seen["tokens/s"]  # the fastest first: descending, as a spreadsheet marks it
+        assert "ETA▼" in seen["eta"]  # the longest ETA first
+        assert "PROGRES▲" in seen["progress"]  # kept on screen although narrow screens drop it first
+        assert "sort progress ▲" in screen_text(app)
+        await pilot.press("s", "s", "s")  # name, node, state
+        await pilot.press("s")  # tokens/s
+        await pilot.press("S")  # the slowest first now
+        await wait_until(pilot, lambda: "TOK/S▲" in table_head(app, "jobs-table"), what="tokens/s reversed: ▲")
+        assert "sort tokens/s ▲" in screen_text(app) and "by tokens/s ▲" in screen_text(app)
+        names = [r.name for r in table.rows()]
+        assert names.index("gen") < names.index("sglang-0")  # 2,390 before 2,412 tok/s: ascending
