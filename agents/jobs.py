@@ -102,7 +102,7 @@ class AlertKind(str, enum.Enum):
     GPU_IDLE = "gpu_idle"  # a running job's GPU at 0% use for idle_gpu_s
     GPU_HOT = "gpu_hot"  # at or above gpu_temp_c
     DEADLINE = "deadline"  # the projected finish passes the job's deadline, or slipped
-    PLAN_DRIFT = "plan_drift"  # the projected wall time is more than [alerts] plan_drift_pct off the job's plan.json
+    PLAN_DRIFT = "plan_drift"  # the projected wall time is more than [alerts] plan_drift_pct over the job's plan.json
     GAVE_UP = "gave_up"  # the restart policy stopped restarting the job
 
     def __str__(self) -> str:

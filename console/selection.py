@@ -10,6 +10,14 @@ from gpudeck.console.rows import AlertRow, EventRow, FleetRow, GpuRow, JobRow, N
 JOB_SORTS = ("name", "node", "state", "tokens/s", "eta", "progress")
 FLEET_SORTS = ("name", "memory", "util", "problems")
 ALERT_SORTS = ("newest", "node", "kind")
+# the keys whose natural order runs from the most down (the fastest, the longest ETA, the
+# newest): marked ▼, as a spreadsheet marks a descending column; the others run up (▲)
+DESCENDING_SORTS = frozenset({"tokens/s", "eta", "memory", "util", "newest"})
+
+
+def sorted_descending(how: str, reverse: bool) -> bool:
+    """Whether a view sorted by ``how`` (``reverse``: the other way round) runs down (▼)."""
+    return (how in DESCENDING_SORTS) != reverse
 
 # sorting by state: what needs the operator first, then what runs, then what is over
 STATE_ORDER = {ShownState.FAILED: 0, ShownState.LOST: 1, ShownState.STOPPING: 2, ShownState.STARTING: 3,

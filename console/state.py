@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional
 
 from gpudeck.agents.jobs import AlertKind, EngineState, JobKind, JobSpec, JobState, ShownState
+from gpudeck.agents.planwatch import over_plan
 from gpudeck.agents.protocol import Alert, Gpu, History, JobStatus, Snapshot
 from gpudeck.console import cost
 from gpudeck.console.formatting import human_duration, quality_flags, round_eta, round_figures
@@ -311,7 +312,7 @@ class FleetState:
         if plan is not None:
             out.update(planned_s=round_eta(plan.planned_wall_s), projected_s=round_eta(plan.projected_wall_s),
                        drift_pct=None if plan.drift_pct is None else int(round(plan.drift_pct)),
-                       plan_off=plan.drift_pct is not None and abs(plan.drift_pct) > self.fleet.alerts.plan_drift_pct)
+                       plan_off=over_plan(plan.drift_pct, self.fleet.alerts.plan_drift_pct))
         c = self.costs()[1].get((node, j.name)) if priced else None
         if c is not None:
             out.update(cost_per_m_tokens=cost.round_money(c.per_m_tokens),

@@ -70,12 +70,30 @@ def test_within_the_first_hour_a_job_at_a_third_of_its_planned_rate_is_an_alert(
     now_true, _ = Checks().evaluate(NOW, [], [job], None, [], [], AlertThresholds(), {})
     (drift,) = [c for c in now_true if c.key == "plan_drift:gen"]
     assert drift.alert == "plan_drift" and drift.event == "plan_drift" and drift.job == "gen"
-    assert "planned 5d 2h, now 16d 11h (+224%), more than 25% off its plan" in drift.message
+    assert "planned 5d 2h, now 16d 11h (+224%), more than 25% over its plan" in drift.message
     # back within 25% (a plan of 14 days): no condition, so the watcher resolves it
     back = JobStatus("gen", "generate", JobState.RUNNING, progress=progress,
                      plan=JobPlan(plan.path, 14 * 86400.0, plan.projected_wall_s, drift_pct(14 * 86400.0, REAL)))
     now_true, _ = Checks().evaluate(NOW, [], [back], None, [], [], AlertThresholds(), {})
     assert not [c for c in now_true if c.key.startswith("plan_drift")]
+
+
+def test_a_job_ahead_of_its_plan_is_no_alert_and_no_warning():
+    """Three times faster than planned: the figures say so (-67%), and nothing wakes anyone: no
+    plan_drift condition, no flag, no warning colour in the console."""
+    ahead = drift_pct(REAL, PLANNED)
+    assert ahead < -25 and drift_text(REAL, PLANNED) == "planned 16d 11h, now 5d 2h (-69%)"
+    progress = Progress(done=10, total=100, rate_per_s=1.0, eta_s=90.0)
+    job = JobStatus("gen", "generate", JobState.RUNNING, progress=progress,
+                    plan=JobPlan("/data/plan.json", REAL, PLANNED, ahead))
+    now_true, _ = Checks().evaluate(NOW, [], [job], None, [], [], AlertThresholds(), {})
+    assert not [c for c in now_true if c.key.startswith("plan_drift")]
+    state = FleetState(parse_fleet(PRICED, "priced.toml"), clock=lambda: NOW)
+    state.apply(Snapshot("gpu-a", 1, NOW, Host("h", 1.0, 1, 1, 2, 0.0, 0.0, 0.0), [], [job]))
+    (row,) = state.job_rows()
+    assert row.drift_pct == -69 and not row.plan_off and not any(f.startswith("plan") for f in row.flags)
+    assert not planwatch.over_plan(ahead, 25.0) and planwatch.over_plan(drift_pct(PLANNED, REAL), 25.0)
+    assert not planwatch.over_plan(25.0, 25.0) and not planwatch.over_plan(None, 25.0)
 
 
 def test_a_plan_made_mid_run_counts_from_when_it_was_written_and_a_finished_job_from_what_it_took(tmp_path):

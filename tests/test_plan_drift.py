@@ -60,7 +60,7 @@ def test_a_generate_job_at_a_third_of_its_planned_rate(tmp_path, sim_engines, st
         assert p["drift_pct"] >= 100, p  # a third of the planned rate at best: about +200%
         (alert,) = [al for al in snap["alerts"] if al["kind"] == "plan_drift"]
         assert alert["message"].startswith("job gen: planned 1m 23s, now ")
-        assert "more than 25% off its plan" in alert["message"]
+        assert "more than 25% over its plan" in alert["message"]
         rx.wait(lambda ms: any(m["kind"] == "plan_drift" and m["job"] == "gen" for m in ms), 30, what="plan_drift")
 
         # the console's view of the same snapshot, on a node that costs $36 an hour

@@ -9,7 +9,7 @@ from typing import Optional
 
 from gpudeck.agents.health import GpuHealth
 from gpudeck.agents.jobs import AlertKind, EventKind, JobSpec, JobState
-from gpudeck.agents.planwatch import drift_text
+from gpudeck.agents.planwatch import drift_text, over_plan
 from gpudeck.agents.protocol import Alert, Gpu, Host, JobStatus
 from gpudeck.agents.watch.conditions import Condition
 from gpudeck.agents.watch.config import AlertThresholds
@@ -144,16 +144,16 @@ class Checks:
 
 
 def _plan_drift(jobs: list[JobStatus], limits: AlertThresholds) -> list[Condition]:
-    """A live job heading for a wall time more than ``plan_drift_pct`` off its plan.json (either
-    way: a plan that far off misleads the budget too); it clears once back within."""
+    """A live job heading for a wall time more than ``plan_drift_pct`` over its plan.json; it
+    clears once back within. A job ahead of its plan raises nothing (``over_plan``)."""
     out = []
     for j in jobs:
         p = j.plan
-        if not j.state.alive or p is None or p.drift_pct is None or abs(p.drift_pct) <= limits.plan_drift_pct:
+        if not j.state.alive or p is None or not over_plan(p.drift_pct, limits.plan_drift_pct):
             continue
         out.append(Condition(f"plan_drift:{j.name}", EventKind.PLAN_DRIFT,
                              f"job {j.name}: {drift_text(p.planned_wall_s, p.projected_wall_s)}, more than "
-                             f"{limits.plan_drift_pct:g}% off its plan ({p.path})", AlertKind.PLAN_DRIFT, j.name))
+                             f"{limits.plan_drift_pct:g}% over its plan ({p.path})", AlertKind.PLAN_DRIFT, j.name))
     return out
 
 

@@ -106,7 +106,7 @@ class AlertThresholds:
     stall_s: float = 600.0  # a live job without progress this long (a job's stall_after_s wins)
     idle_gpu_s: float = 1800.0  # a running job's GPU at 0% use this long
     repeat_s: float = 900.0  # the same event for the same job or GPU is notified at most this often
-    plan_drift_pct: float = 25.0  # a live job heading for a wall time this far (%) off its plan.json
+    plan_drift_pct: float = 25.0  # a live job heading for a wall time this far (%) over its plan.json
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):

@@ -13,7 +13,7 @@ HELP = """\
   0 1 2 3 4   overview, fleet, jobs, logs, alerts (or click the tabs)
   e  (or 5)   events: the nodes' timeline, newest at the bottom
   ctrl+p      command palette: jump to a node or job by name, run any key's action
-  ↑ ↓ PgUp PgDn Home End    move in a table
+  ↑ ↓ PgUp PgDn Home End    move in a table (g and G: first and last row)
   enter       details and the log of the selected job
   k           kill the selected job: asks first, then shows the agent's verdict
               (how much GPU memory came back, or which pid still holds it)

@@ -22,7 +22,7 @@ from gpudeck.console.messages import (JobActionRequested, JobOpened, LogFollowCa
 from gpudeck.console.screens.bindings import job_bindings
 from gpudeck.console.screens.palette import FleetCommands
 from gpudeck.console.selection import (ALERT_SORTS, FLEET_SORTS, JOB_SORTS, select_alerts, select_events, select_fleet,
-                                       select_jobs)
+                                       select_jobs, sorted_descending)
 from gpudeck.console.state import FleetState
 from gpudeck.console.widgets.alerts_table import AlertsTable
 from gpudeck.console.widgets.events_table import EventsTable
@@ -40,8 +40,11 @@ SORTS = {"overview": JOB_SORTS, "fleet": FLEET_SORTS, "jobs": JOB_SORTS, "alerts
          "events": ()}  # the events stay in time order
 LABELS = {"overview": "Overview", "fleet": "Fleet", "jobs": "Jobs", "logs": "Logs", "alerts": "Alerts",
           "events": "Events"}
-SORT_COLUMNS = {"name": "JOB", "node": "NODE", "state": "STATE", "tokens/s": "TOK/S", "eta": "ETA",
-                "progress": "PROGRESS", "newest": "SINCE", "kind": "ALERT"}  # the header a sort marks
+_JOB_COLUMNS = {"name": "JOB", "node": "NODE", "state": "STATE", "tokens/s": "TOK/S", "eta": "ETA",
+                "progress": "PROGRESS"}
+SORT_COLUMNS = {"overview": _JOB_COLUMNS, "jobs": _JOB_COLUMNS,
+                "fleet": {"name": "NODE / GPU", "memory": "MEMORY", "util": "UTIL"},
+                "alerts": {"newest": "SINCE", "node": "NODE", "kind": "ALERT"}}  # the header a sort marks
 OVERVIEW_ALERTS = 3  # the newest alerts the overview shows
 
 
@@ -149,7 +152,7 @@ class MainScreen(Screen[None]):
             self._show_events(state, text)
         if view in TABLES or view == "overview":
             table = self.query_one("#overview-jobs" if view == "overview" else f"#{view}-table", LiveTable)
-            table.mark_sort(SORT_COLUMNS.get(sort), rev)
+            table.mark_sort(SORT_COLUMNS.get(view, {}).get(sort), sorted_descending(sort, rev))
         if self.log_job is None:
             jobs = state.jobs()
             if jobs:
@@ -188,7 +191,8 @@ class MainScreen(Screen[None]):
         if self.filters[view]:
             parts.append(f"filter {self.filters[view]!r} (esc clears)")
         if SORTS[view] and (self.sorts[view] != SORTS[view][0] or self.reversed[view]):
-            parts.append(f"sort {self.sorts[view]} {'▼' if self.reversed[view] else '▲'} (s next, S reverse)")
+            arrow = "▼" if sorted_descending(self.sorts[view], self.reversed[view]) else "▲"
+            parts.append(f"sort {self.sorts[view]} {arrow} (s next, S reverse)")
         if view == "logs" and self.query_one(LogPanel).term:
             parts.append(f"search {self.query_one(LogPanel).term!r} (n/N next/previous, esc clears)")
         text = " · ".join(parts)
@@ -204,7 +208,8 @@ class MainScreen(Screen[None]):
         if self.filters[view]:
             extra.append(f"/{self.filters[view]}")
         if SORTS[view] and (self.sorts[view] != SORTS[view][0] or self.reversed[view]):
-            extra.append(f"by {self.sorts[view]}{' ▼' if self.reversed[view] else ''}")
+            arrow = "▼" if sorted_descending(self.sorts[view], self.reversed[view]) else "▲"
+            extra.append(f"by {self.sorts[view]} {arrow}")
         label = text + (f" [{' '.join(extra)}]" if extra else "")
         tab = self.query_one("#views", TabbedContent).get_tab(view)
         if tab.label_text != label:

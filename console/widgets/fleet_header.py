@@ -31,59 +31,103 @@ class FleetHeader(Widget):
 
     def render(self) -> Text:
         st = self.get_component_rich_style
+        tot = self.totals
+        clock = cells.clock_time(self.now) + " " if self.now else ""
+        if tot is None:
+            t = self._title(short=False)
+            t.append("  waiting for the first snapshot…", st("fleet-header--muted"))
+            return self._with_clock(t, clock)
+        full = self._title(short=False)
+        _join(full, [text for _, text in self._fields(tot)], " │ ", st("fleet-header--muted"))
+        if full.cell_len + len(clock) + 1 <= self.size.width:
+            return self._with_clock(full, clock)
+        return self._narrow(tot, clock)
+
+    def _narrow(self, tot: Totals, clock: str) -> Text:
+        """Short labels and no fleet name; then the least needed figures go, the jobs count and
+        the clock first, so that the alert count and the dollars always stay; what was dropped
+        comes back where the room left over takes it."""
+        fields = self._fields(tot, short=True)
+        if clock:
+            fields.append((CLOCK_RANK, Text(clock)))
+        shown = set(range(len(fields)))
+
+        def line(which: set[int]) -> tuple[Text, str]:
+            t = self._title(short=True)
+            _join(t, [fields[i][1] for i in sorted(which) if fields[i][0] != CLOCK_RANK], "│",
+                  self.get_component_rich_style("fleet-header--muted"))
+            return t, clock if any(fields[i][0] == CLOCK_RANK for i in which) else ""
+
+        def fits(which: set[int]) -> bool:
+            t, c = line(which)
+            return t.cell_len + len(c) + 1 <= self.size.width
+
+        dropped = []
+        while not fits(shown):
+            droppable = [i for i in shown if fields[i][0] < KEPT_RANK]
+            if not droppable:
+                break
+            gone = min(droppable, key=lambda i: fields[i][0])
+            shown.discard(gone)
+            dropped.append(gone)
+        for i in reversed(dropped):
+            if fits(shown | {i}):
+                shown.add(i)
+        return self._with_clock(*line(shown))
+
+    def _title(self, short: bool) -> Text:
+        st = self.get_component_rich_style
         t = Text(no_wrap=True, overflow="ellipsis")
         t.append(" gpudeck ", st("fleet-header--title"))
-        t.append(f" {self.fleet_name} ", st("fleet-header--muted"))
+        if not short:
+            t.append(f" {self.fleet_name} ", st("fleet-header--muted"))
         if self.read_only:
-            t.append(" READ-ONLY ", st("fleet-header--badge"))
-        tot = self.totals
-        clock_len = 10 if self.now else 1
-        if tot is None:
-            t.append("  waiting for the first snapshot…", st("fleet-header--muted"))
-        else:
-            full = t.copy()
-            self._fields(full, tot)
-            if full.cell_len + clock_len <= self.size.width:
-                t = full
-            else:  # a narrow terminal: short labels, no fleet name, so the figures and the clock fit
-                t = Text(no_wrap=True, overflow="ellipsis")
-                t.append(" gpudeck ", st("fleet-header--title"))
-                if self.read_only:
-                    t.append(" RO ", st("fleet-header--badge"))
-                self._fields(t, tot, short=True)
-        t.append(" ")
-        clock = cells.clock_time(self.now) + " " if self.now else ""
-        pad = self.size.width - t.cell_len - len(clock)
-        if pad > 0:
-            t.append(" " * pad)
-            t.append(clock, st("fleet-header--muted"))
+            t.append(" RO " if short else " READ-ONLY ", st("fleet-header--badge"))
         return t
 
-    def _fields(self, t: Text, tot: Totals, short: bool = False) -> None:
-        """The figures, each its own field between separators: they never run together."""
+    def _with_clock(self, t: Text, clock: str) -> Text:
+        """``t`` and the clock at the right edge, when there is room for it."""
+        t.append(" ")
+        pad = self.size.width - t.cell_len - len(clock)
+        if pad > 0 and clock:
+            t.append(" " * pad)
+            t.append(clock, self.get_component_rich_style("fleet-header--muted"))
+        return t
+
+    def _fields(self, tot: Totals, short: bool = False) -> list[tuple[int, Text]]:
+        """The figures, each its own field between separators (they never run together), with
+        the rank that decides which stay on a narrow terminal (the higher, the longer)."""
         st = self.get_component_rich_style
-        sep, muted = ("│" if short else " │ "), st("fleet-header--muted")
-        t.append(" nodes ")
-        t.append(f"{tot.nodes_up}/{tot.nodes_total}",
-                 st("fleet-header--ok") if tot.nodes_up == tot.nodes_total else st("fleet-header--bad"))
-        t.append(sep, muted)
-        t.append(f"GPU {tot.gpus_busy}/{tot.gpus_total}" if short else f"GPUs {tot.gpus_busy}/{tot.gpus_total} busy")
+        muted = st("fleet-header--muted")
+        nodes = Text(" nodes ")
+        nodes.append(f"{tot.nodes_up}/{tot.nodes_total}",
+                     st("fleet-header--ok") if tot.nodes_up == tot.nodes_total else st("fleet-header--bad"))
+        gpus = Text(f"GPU {tot.gpus_busy}/{tot.gpus_total}" if short else f"GPUs {tot.gpus_busy}/{tot.gpus_total} busy")
         if tot.gpus_simulated:
-            t.append(" SIM" if short else " (simulated)", st("fleet-header--badge"))
-        t.append(sep, muted)
-        t.append(f"jobs {tot.jobs_running}/{tot.jobs_total}")
-        t.append(sep, muted)
-        t.append(f"{cells.rate(tot.tokens_per_s)} tok/s")
+            gpus.append(" SIM" if short else " (simulated)", st("fleet-header--badge"))
+        out = [(6, nodes), (3, gpus), (1, Text(f"jobs {tot.jobs_running}/{tot.jobs_total}")),
+               (5, Text(f"{cells.rate(tot.tokens_per_s)} tok/s"))]
         if tot.slowest_eta_s is not None:
-            t.append(sep, muted)
-            t.append(f"ETA {human_duration(tot.slowest_eta_s)}")
+            eta = Text(f"ETA {human_duration(tot.slowest_eta_s)}")
             if not short:
-                t.append(f" ({tot.slowest_job})", muted)
+                eta.append(f" ({tot.slowest_job})", muted)
+            out.append((4, eta))
         if tot.priced:  # dollars only where the fleet file gives prices
-            t.append(sep, muted)
-            t.append(f"{dollars(tot.spent)} +{dollars(tot.to_finish)}" if short else
-                     f"{dollars(tot.spent)} spent, {dollars(tot.to_finish)} to finish")
+            out.append((KEPT_RANK, Text(f"{dollars(tot.spent)} +{dollars(tot.to_finish)}" if short else
+                                        f"{dollars(tot.spent)} spent, {dollars(tot.to_finish)} to finish")))
         if tot.alerts:
-            t.append(sep, muted)
-            t.append(f"▲{tot.alerts}" if short else f"▲ {tot.alerts} alert{'s' if tot.alerts != 1 else ''}",
-                     st("fleet-header--bad"))
+            out.append((KEPT_RANK, Text(f"▲{tot.alerts}" if short else
+                                        f"▲ {tot.alerts} alert{'s' if tot.alerts != 1 else ''}",
+                                        st("fleet-header--bad"))))
+        return out
+
+
+CLOCK_RANK = 2  # the clock goes after the jobs count, before every other figure
+KEPT_RANK = 9  # the alert count and the dollars: never dropped
+
+
+def _join(t: Text, fields: list[Text], sep: str, sep_style) -> None:
+    for n, f in enumerate(fields):
+        if n:
+            t.append(sep, sep_style)
+        t.append_text(f)

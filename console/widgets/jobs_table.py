@@ -26,22 +26,24 @@ class JobsTable(LiveTable[JobRow]):
     projection, dollars per M tokens and per useful completion, and quality flags. An engine
     shows running/queued requests, KV-cache use and accept length instead."""
 
+    # On a narrow screen the plan and cost columns go first, then the bars and trends the
+    # figures beside them say in numbers; the job's node, GPUs and attempt stay longest: at
+    # 80 columns JOB NODE STATE GPUS ATT TOK/S DONE ETA FLAGS (and the sorted column, always).
     COLUMNS = (
         Column("JOB", 14),
-        Column("NODE", 8, drop=6),
-        Column("KIND", 6, drop=8),
+        Column("NODE", 8, drop=4),
+        Column("KIND", 6, drop=7),
         Column("STATE", 10),
-        Column("GPUS", 4, drop=9),
-        Column("ATT", 3, "right", drop=10),  # the attempt: 1 for the first launch
+        Column("GPUS", 4, drop=5),
+        Column("ATT", 3, "right", drop=6),  # the attempt: 1 for the first launch
         Column("TOK/S", 7, "right"),
-        Column("TREND", SPARK, drop=5),
+        Column("TREND", SPARK, drop=8),
         Column("DONE", 13, "right"),
-        Column("PROGRESS", PROGRESS_BAR, drop=4),
-        Column("RATE", 6, "right", drop=7),
+        Column("PROGRESS", PROGRESS_BAR, drop=10),
+        Column("RATE", 6, "right", drop=9),
         Column("ETA", 7, "right"),
-        # plan and cost: dropped first on a narrow screen (a drift past its limit is a flag too)
         Column("PLAN→NOW", 15, "right", drop=12),  # plan.json's wall time, and the one it heads for now
-        Column("DRIFT", 6, "right", drop=11),
+        Column("DRIFT", 6, "right", drop=11),  # (a drift past its limit is a flag too)
         Column("$/MTOK", 6, "right", drop=13),  # a generation job: dollars per million output tokens ...
         Column("$/USEFUL", 8, "right", drop=14),  # ... and per useful completion
         Column("FLAGS", 0, least=5),

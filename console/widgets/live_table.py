@@ -53,8 +53,8 @@ class LiveTable(ScrollView, Generic[RowT], can_focus=True):
         Binding("down", "cursor(1)", "Down", show=False),
         Binding("pageup", "page(-1)", "Page up", show=False),
         Binding("pagedown", "page(1)", "Page down", show=False),
-        Binding("home", "cursor_to(0)", "First", show=False),
-        Binding("end", "cursor_to(-1)", "Last", show=False),
+        Binding("home,g", "cursor_to(0)", "First", show=False),
+        Binding("end,G", "cursor_to(-1)", "Last", show=False),  # g and G as in vim, less and k9s
         Binding("enter", "select_row", "Details", id="details"),
     ]
 
@@ -93,7 +93,7 @@ class LiveTable(ScrollView, Generic[RowT], can_focus=True):
         self._widths: Optional[tuple[int, list[int]]] = None
         self._header: Optional[tuple[int, Strip]] = None
         self.shown = 0  # rows drawn since mount: what the benchmark counts
-        self.sort_mark: Optional[tuple[str, bool]] = None  # (column label, reversed): ▲ or ▼ in the header
+        self.sort_mark: Optional[tuple[str, bool]] = None  # (column label, descending): ▲ or ▼ in the header
 
     # ------------------------------------------------------------ data in
 
@@ -163,20 +163,33 @@ class LiveTable(ScrollView, Generic[RowT], can_focus=True):
         if not self._keys:
             return
         i = max(0, min(len(self._keys) - 1, i))
-        if i == self._cursor:
-            return
+        moved = i != self._cursor
+        if moved:
+            top = int(self.scroll_y)
+            for old in (self._cursor, i):
+                if 0 <= old < len(self._keys):
+                    self._lines.pop(self._keys[old], None)
+                    self.refresh(Region(0, old - top + 1, self.size.width, 1))
+            self._cursor = i
+        self.scroll_to_cursor()  # also when it stays: End on the last row must bring that row into view
+        if moved:
+            self.post_message(self.Highlighted(self, self.cursor_key))
+
+    def scroll_to_cursor(self) -> None:
+        """Scroll just enough that the cursor's row is on screen, under the header."""
         top = int(self.scroll_y)
-        for old in (self._cursor, i):
-            if 0 <= old < len(self._keys):
-                self._lines.pop(self._keys[old], None)
-                self.refresh(Region(0, old - top + 1, self.size.width, 1))
-        self._cursor = i
         rows_visible = max(1, self.size.height - 1)
+        i = self._cursor
         if i < top:
-            self.scroll_to(y=i, animate=False, immediate=True)
+            y = i
         elif i >= top + rows_visible:
-            self.scroll_to(y=i - rows_visible + 1, animate=False, immediate=True)
-        self.post_message(self.Highlighted(self, self.cursor_key))
+            y = i - rows_visible + 1
+        else:
+            return
+        # force: a ScrollView scrolls only once a layout has shown its scroll bar, and rows
+        # that just arrived have none yet (the newest events stayed below the screen); the
+        # position is clamped to the rows there are all the same
+        self.scroll_to(y=y, animate=False, force=True, immediate=True)
 
     def action_cursor(self, step: int) -> None:
         self._set_cursor(self._cursor + step)
@@ -223,6 +236,8 @@ class LiveTable(ScrollView, Generic[RowT], can_focus=True):
     def on_resize(self, event: events.Resize) -> None:
         self._widths = None
         self.virtual_size = Size(event.size.width, len(self._keys) + 1)
+        if self._keys:  # shorter now (a banner or a filter bar came up): the cursor's row stays in view
+            self.scroll_to_cursor()
 
     def style(self, name: str) -> Style:
         if self._styles is None:
@@ -233,7 +248,9 @@ class LiveTable(ScrollView, Generic[RowT], can_focus=True):
     def column_widths(self, width: int) -> list[int]:
         if self._widths is not None and self._widths[0] == width:
             return self._widths[1]
-        self._widths = (width, fit_columns(self.COLUMNS, width, self.GAP))
+        labels = [c.label for c in self.COLUMNS]
+        keep = labels.index(self.sort_mark[0]) if self.sort_mark and self.sort_mark[0] in labels else None
+        self._widths = (width, fit_columns(self.COLUMNS, width, self.GAP, keep))
         return self._widths[1]
 
     def render_cells(self, row: RowT) -> Sequence[Cell]:
@@ -286,17 +303,31 @@ class LiveTable(ScrollView, Generic[RowT], can_focus=True):
             out.append(Segment("".join(plain)))
         return out
 
-    def mark_sort(self, label: Optional[str], reverse: bool = False) -> None:
-        """Show the sort on its column's header: ▲ ascending, ▼ reversed."""
-        mark = (label, reverse) if label else None
+    def mark_sort(self, label: Optional[str], descending: bool = False) -> None:
+        """Show the sort on its column's header, as spreadsheets and k9s do: ▲ ascending (A to
+        Z, least first), ▼ descending. The sorted column is never the one a narrow screen drops:
+        sorting by what is not on screen would look like no order at all."""
+        mark = (label, descending) if label else None
         if mark != self.sort_mark:
+            kept = (mark or ("",))[0] != (self.sort_mark or ("",))[0]
             self.sort_mark, self._header = mark, None
-            self.refresh(Region(0, 0, self.size.width, 1))
+            if kept:  # another column is kept: the columns may change
+                self._widths = None
+                self._lines.clear()
+                self.refresh()
+            else:
+                self.refresh(Region(0, 0, self.size.width, 1))
 
     def render_header(self, width: int) -> list[Segment]:
         mark = self.sort_mark
-        return self.join_cells([c.label + (("▼" if mark[1] else "▲") if mark and mark[0] == c.label else "")
-                                for c in self.COLUMNS], width)
+        labels = []
+        for col, w in zip(self.COLUMNS, self.column_widths(width)):
+            label = col.label
+            if mark and mark[0] == label:
+                arrow = "▼" if mark[1] else "▲"
+                label = (label if cell_len(label) < w else set_cell_size(label, max(0, w - 1))) + arrow
+            labels.append(label)
+        return self.join_cells(labels, width)
 
     def row_style(self, row: RowT) -> Optional[Style]:
         """A style laid over the whole row (greyed, say); None for none."""
@@ -336,15 +367,16 @@ class LiveTable(ScrollView, Generic[RowT], can_focus=True):
         return Strip(segments).adjust_cell_length(width, base)
 
 
-def fit_columns(columns: Sequence[Column], width: int, gap: int = 1) -> list[int]:
+def fit_columns(columns: Sequence[Column], width: int, gap: int = 1, keep: Optional[int] = None) -> list[int]:
     """Each column's width in ``width`` cells: fixed ones as declared, flexible ones share
-    what is left; while they do not fit, the column with the highest ``drop`` gets 0."""
+    what is left; while they do not fit, the column with the highest ``drop`` gets 0, never
+    the column ``keep`` (the sorted one)."""
     shown = list(range(len(columns)))
     while True:
         fixed = sum(columns[i].width for i in shown) + gap * max(0, len(shown) - 1)
         flex = [i for i in shown if columns[i].width == 0]
         least = sum(columns[i].least for i in flex)
-        droppable = [i for i in shown if columns[i].drop]
+        droppable = [i for i in shown if columns[i].drop and i != keep]
         if fixed + least <= width or not droppable:
             break
         shown.remove(max(droppable, key=lambda i: (columns[i].drop, i)))

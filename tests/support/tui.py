@@ -100,12 +100,14 @@ def closed_port() -> int:
 PINNED_NOW = 1_764_504_000.0  # 2025-11-30 12:00:00 UTC
 
 
-def pinned_fleet() -> Fleet:
-    text = """
+def pinned_fleet(price_per_hour: Optional[float] = None) -> Fleet:
+    """The pinned fleet; with ``price_per_hour``, node gpu-a costs that (the dollars shown)."""
+    price = f"price_per_hour = {price_per_hour}\n" if price_per_hour is not None else ""
+    text = f"""
 [[nodes]]
 name = "gpu-a"
 host = "gpu-a.example"
-
+{price}
 [[nodes]]
 name = "gpu-b"
 host = "gpu-b.example"

@@ -1,0 +1,187 @@
+"""What the console shows at the sizes terminals come in (80x24 up), on the pinned fleet of
+the snapshot tests: nothing connected, the clock and every figure pinned. The newest event
+on screen, the header's figures at 80 columns, the sorted column kept and marked, notices
+that cover no figures, the keys k9s users reach for."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import pytest
+
+from gpudeck.console.app import make_app
+from gpudeck.console.cost import dollars
+from gpudeck.console.messages import EventsFetched
+from gpudeck.console.timeline import event_row
+from support.tui import PINNED_NOW, feed_pinned, pinned_fleet, screen_text, wait_until
+
+EVENT_SIZES = [(80, 24), (120, 40), (200, 60)]
+
+
+@pytest.fixture(autouse=True)
+def utc(monkeypatch):
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+def pinned_app(**kw):
+    app = make_app(kw.pop("fleet", None) or pinned_fleet(), connect=False, clock=lambda: PINNED_NOW, tick_s=0, **kw)
+    app.animation_level = "none"
+    return app
+
+
+async def settle(pilot, cond=lambda app: True, what="the pinned state on screen"):
+    await wait_until(pilot, lambda: pilot.app.state.totals().nodes_total == 2 and
+                     pilot.app.state.nodes["gpu-b"].error is not None and cond(pilot.app), what=what)
+    pilot.app.refresh_views()
+    await pilot.pause()
+
+
+def on_screen(app, widget, text: str) -> bool:
+    """``text`` is drawn inside ``widget``'s region, above the footer (the screen's last line)."""
+    lines = screen_text(app).splitlines()
+    top, bottom = widget.region.y, min(widget.region.bottom, len(lines) - 1)
+    return any(text in lines[y] for y in range(top, bottom))
+
+
+def state_events(n: int, start: float) -> tuple:
+    return tuple(event_row("gpu-a", {"t": start + i, "seq": i + 1, "kind": "state", "job": "gen",
+                                     "message": f"job gen: state change {i}"}) for i in range(n))
+
+
+# ---------------------------------------------------------------- item 2: the newest event
+
+
+@pytest.mark.parametrize("size", EVENT_SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+async def test_the_newest_event_is_on_screen_and_end_pagedown_and_g_reach_it(size):
+    """The backlog fills the view, its newest row the kill's verdict; the opening summary then
+    comes over the table, and a live event after it. The newest row is on screen, above the
+    footer, each time; after Home, each of End, PageDown (pressed until the cursor stops) and G
+    brings it back."""
+    app = pinned_app(initial_view="events")
+    async with app.run_test(size=size) as pilot:
+        feed_pinned(app)
+        await settle(pilot)
+        verdict = event_row("gpu-a", {"t": PINNED_NOW - 60, "seq": 151, "kind": "action", "job": "gen",
+                                      "message": "kill gen: freed 54.1 GiB in 1.8 s"})
+        app.post_message(EventsFetched("gpu-a", state_events(150, PINNED_NOW - 3600) + (verdict,), 151, True))
+        table = app.screen.query_one("#events-table")
+        await wait_until(pilot, lambda: table.row_count == 151, what="the backlog listed")
+        await wait_until(pilot, lambda: on_screen(app, table, "freed 54.1 GiB in 1.8 s"),
+                         what="the newest event on screen, followed")
+        app.state.timeline.summary = ("since 08:00: gen died twice and was restarted 3 times; GPU 3 on gpu-a throttled "
+                                      "for 40 min; GPU 0 on gpu-b hot for 15 min (still); audit finished")
+        app.state.version += 1
+        app.refresh_views()
+        summary = app.screen.query_one("#events-summary")
+        await wait_until(pilot, lambda: summary.region.height > 0 and table.region.y > summary.region.y,
+                         what="the summary over the table")
+        await wait_until(pilot, lambda: on_screen(app, table, "freed 54.1 GiB in 1.8 s"),
+                         what="the newest event still on screen under the summary")
+        await pilot.press("end")  # already on it: it stays in view
+        assert on_screen(app, table, "freed 54.1 GiB in 1.8 s")
+        live = event_row("gpu-a", {"t": PINNED_NOW, "seq": 152, "kind": "state", "job": "gen",
+                                   "message": "job gen: running -> killed (attempt 2)"})
+        app.post_message(EventsFetched("gpu-a", (live,), 152, False))
+        await wait_until(pilot, lambda: on_screen(app, table, "running -> killed"), what="a live event, followed")
+        for key in ("end", "pagedown", "G"):
+            await pilot.press("home")
+            await wait_until(pilot, lambda: not on_screen(app, table, "running -> killed"),
+                             what="Home: the first rows")
+            while table.cursor_key != live.key:
+                before = table.cursor_key
+                await pilot.press(key)
+                await wait_until(pilot, lambda: table.cursor_key != before, what=f"{key} moving the cursor")
+            await wait_until(pilot, lambda: on_screen(app, table, "running -> killed"),
+                             what=f"{key}: the newest event on screen")
+
+
+# ---------------------------------------------------------------- item 8: 80x24
+
+
+def feed_simulated(app) -> None:
+    """The pinned fleet as the demo's nodes say it: GPUs simulated."""
+    from gpudeck.console.messages import SnapshotReceived
+
+    feed_pinned(app)
+    for ev in pinned_snapshots():
+        app.post_message(SnapshotReceived(dataclasses.replace(ev, gpus_simulated=True)))
+
+
+def pinned_snapshots():
+    from gpudeck.agents.protocol import Snapshot
+    from support.tui import pinned_events
+
+    return [ev for ev in pinned_events() if isinstance(ev, Snapshot) and ev.node == "gpu-a"]
+
+
+async def test_the_header_keeps_the_alert_count_and_the_dollars_at_80_columns():
+    """A priced fleet of simulated GPUs, read-only: the widest header there is. At 80 columns
+    the alerts and both dollar figures stay whole; the jobs count and the clock go first."""
+    app = pinned_app(fleet=pinned_fleet(price_per_hour=36), read_only=True, initial_view="jobs")
+    async with app.run_test(size=(80, 24)) as pilot:
+        feed_simulated(app)
+        await settle(pilot, lambda app: app.state.totals().gpus_simulated)
+        totals = app.state.totals()
+        assert totals.priced and totals.alerts == 4 and totals.spent and totals.to_finish
+        head = screen_text(app).splitlines()[0]
+        assert "RO" in head and "SIM" in head and "tok/s" in head
+        assert "▲4" in head and f"{dollars(totals.spent)} +{dollars(totals.to_finish)}" in head, head
+        assert "…" not in head and len(head.rstrip()) <= 80
+        wide = pinned_app(fleet=pinned_fleet(price_per_hour=36), read_only=True)
+    async with wide.run_test(size=(200, 24)) as pilot:  # room for it all: the long form and the clock
+        feed_simulated(wide)
+        await settle(pilot, lambda app: app.state.totals().gpus_simulated)
+        head = screen_text(wide).splitlines()[0]
+        assert "READ-ONLY" in head and "to finish" in head and "▲ 4 alerts" in head and "12:00:00" in head
+        assert "jobs 2/4" in head and "(simulated)" in head
+
+
+def table_head(app, table_id: str) -> str:
+    """The header line of a table as drawn."""
+    table = app.screen.query_one(f"#{table_id}")
+    return screen_text(app).splitlines()[table.region.y]
+
+
+async def test_at_80_columns_the_jobs_view_keeps_node_gpus_and_attempt():
+    app = pinned_app(initial_view="jobs")
+    async with app.run_test(size=(80, 24)) as pilot:
+        feed_pinned(app)
+        await settle(pilot)
+        head = table_head(app, "jobs-table")
+        assert head.split() == ["JOB▲", "NODE", "STATE", "GPUS", "ATT", "TOK/S", "DONE", "ETA", "FLAGS"], head
+        gen = next(ln for ln in screen_text(app).splitlines() if ln.startswith("gen "))
+        assert gen.split()[:5] == ["gen", "gpu-a", "running", "-", "2"]
+
+
+async def test_the_sorted_column_stays_on_a_narrow_screen_and_its_marker_says_up_or_down_as_k9s_does():
+    app = pinned_app(initial_view="jobs")
+    async with app.run_test(size=(80, 24)) as pilot:
+        feed_pinned(app)
+        await settle(pilot)
+        table = app.screen.table("jobs")
+        seen = {}
+        for _ in range(5):  # node, state, tokens/s, eta, progress
+            await pilot.press("s")
+            sort = app.screen.sorts["jobs"]
+            await wait_until(pilot, lambda: app.screen.sorts["jobs"] == sort and
+                             ("▲" in table_head(app, "jobs-table") or "▼" in table_head(app, "jobs-table")),
+                             what=f"the sort by {sort} marked")
+            seen[sort] = table_head(app, "jobs-table").split()
+        assert "NODE▲" in seen["node"]
+        assert "STATE▲" in seen["state"]
+        assert "TOK/S▼" in seen["tokens/s"]  # the fastest first: descending, as a spreadsheet marks it
+        assert "ETA▼" in seen["eta"]  # the longest ETA first
+        assert "PROGRES▲" in seen["progress"]  # kept on screen although narrow screens drop it first
+        assert "sort progress ▲" in screen_text(app)
+        await pilot.press("s", "s", "s")  # name, node, state
+        await pilot.press("s")  # tokens/s
+        await pilot.press("S")  # the slowest first now
+        await wait_until(pilot, lambda: "TOK/S▲" in table_head(app, "jobs-table"), what="tokens/s reversed: ▲")
+        assert "sort tokens/s ▲" in screen_text(app) and "by tokens/s ▲" in screen_text(app)
+        names = [r.name for r in table.rows()]
+        assert names.index("gen") < names.index("sglang-0")  # 2,390 before 2,412 tok/s: ascending
