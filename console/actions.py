@@ -11,6 +11,8 @@ import enum
 from dataclasses import dataclass
 from typing import Optional, Union
 
+from rich.markup import escape
+
 from gpudeck.agents.protocol import KillVerdict, LaunchResult
 from gpudeck.agents.jobs import AlertKind
 from gpudeck.console.rows import AlertRow, EventRow, FleetRow, GpuRow, JobRow, ProcRow
@@ -95,12 +97,20 @@ class RunNow:
 Plan = Union[Refuse, Confirm, RunNow]
 
 
-def plan_job_action(op: JobOp, job: str, row: Optional[JobRow], *, read_only: bool, grace_s: float) -> Plan:
-    """Kill always asks; relaunch asks when the job runs (it is killed first); launch does not."""
+def plan_job_action(op: JobOp, job: str, row: Optional[JobRow], *, read_only: bool, grace_s: float,
+                    changes: tuple[str, ...] = ()) -> Plan:
+    """Kill always asks; relaunch asks when the job runs (it is killed first) or when the fleet
+    file changed since its last launch (``changes``: it runs the file's version); launch does not."""
     if read_only:
         return Refuse(f"read-only: {op} is off (started with --read-only)")
     where = f" on {row.node}" if row else ""
     grace = f"{grace_s:g}"
+    if op == JobOp.RELAUNCH and changes:
+        lines = "\n".join(f"  {escape(c)}" for c in changes)
+        killed = (f"It is running: it is killed first (SIGTERM, SIGKILL after {grace} s).\n\n"
+                  if row is not None and row.alive else "")
+        return Confirm(f"{op} {job}", f"The fleet file changed since [b]{job}[/b]{where} last launched:\n{lines}\n\n"
+                                      f"{killed}Relaunch it with the fleet file's version?", "Relaunch")
     if op == JobOp.KILL:
         return Confirm(f"{op} {job}", f"Kill job [b]{job}[/b]{where}?\n\nSIGTERM to its process group, SIGKILL after "
                                       f"{grace} s, then a check that its processes are gone and its GPU memory came "

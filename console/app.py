@@ -53,7 +53,7 @@ from gpudeck.console.state import FleetState
 from gpudeck.console.timeline import Timeline, event_row, live_notice
 from gpudeck.console.widgets.log_panel import LogPanel
 from gpudeck.remote.client import AgentError, FleetClient, NodeDown, NodeUp, RequestFailed
-from gpudeck.remote.fleet import Fleet
+from gpudeck.remote.fleet import Fleet, FleetError
 
 __all__ = ["ConsoleConfig", "GpuDeckApp", "describe_error", "make_app"]
 
@@ -297,10 +297,31 @@ class GpuDeckApp(App[None]):
         self.push_screen(JobScreen(self.state, message.job, row.key, self.fleet_name, self.config.read_only))
 
     def on_job_action_requested(self, message: JobActionRequested) -> None:
-        """Kill, relaunch or launch a job; destructive ones ask first."""
+        """Kill, relaunch or launch a job; destructive ones ask first. A launch or relaunch reads
+        the fleet file again first: it runs what the file says now, and a relaunch shows the change."""
         op, job = message.op, message.job
+        if op in (JobOp.RELAUNCH, JobOp.LAUNCH) and self.config.connect and not self.config.read_only:
+            self.reload_then_plan(op, job)
+        else:
+            self._plan_job_action(op, job)
+
+    @work(group="actions", exit_on_error=False, name="fleet reload")
+    async def reload_then_plan(self, op: JobOp, job: str) -> None:
+        try:
+            await self.client.reload_fleet()
+        except FleetError as exc:
+            self.notify(f"the fleet file has a mistake; nothing sent: {exc}", severity="error", timeout=8)
+            return
+        except OPERATOR_ERRORS as exc:
+            self.post_message(JobActionFailed(job, op, describe_error(exc)))
+            return
+        self.state.set_fleet(self.client.fleet)
+        self._plan_job_action(op, job, tuple(self.client.spec_changes.get(job, ())))
+
+    def _plan_job_action(self, op: JobOp, job: str, changes: tuple[str, ...] = ()) -> None:
         row = next((r for r in self.state.job_rows() if r.name == job), None)
-        plan = plan_job_action(op, job, row, read_only=self.config.read_only, grace_s=self.config.grace_s)
+        plan = plan_job_action(op, job, row, read_only=self.config.read_only, grace_s=self.config.grace_s,
+                               changes=changes)
         if isinstance(plan, Refuse):
             self.notify(plan.message, severity="warning", timeout=4)
         elif isinstance(plan, Confirm):

@@ -62,19 +62,25 @@ class FleetState:
     timeline: Timeline = field(default_factory=Timeline)  # the nodes' events, merged (the events view)
 
     def __post_init__(self) -> None:
-        self._specs: dict[str, JobSpec] = {j.name: j for j in self.fleet.jobs}
         self._series: dict[tuple[str, str], Series] = {}  # (node, job): its FIGURES
         self._gpu_util: dict[str, Recent] = {}  # node: its GPUs' utilization
         self._last_t: dict[str, float] = {}  # newest sample time per node, live or backfilled
         self._disk_trend: dict[tuple[str, str], DiskTrend] = {}
         self._first_seen: dict[tuple, float] = {}
         self._fleet_rows: dict[str, tuple[tuple, list[FleetRow]]] = {}
+        self._jobs: Optional[tuple[int, list[tuple[str, JobStatus]]]] = None
+        self.version = 0  # bumped on every change: views skip work when it has not moved
+        self.set_fleet(self.fleet)
+
+    def set_fleet(self, fleet: Fleet) -> None:
+        """The fleet file, read (again: the console re-reads it before a launch or relaunch)."""
+        self.fleet = fleet
+        self._specs: dict[str, JobSpec] = {j.name: j for j in self.fleet.jobs}
         engine_ports = {s.port for s in self.fleet.jobs if s.port and (s.scrape_url or s.kind == JobKind.SGLANG_SERVER)}
         self._engine_clients = frozenset(s.name for s in self.fleet.jobs if _client_of(s, engine_ports))
         self._prices = {n.name: n.price_per_hour for n in self.fleet.nodes}  # None: not priced
         self._costs: Optional[tuple[tuple, dict, dict]] = None
-        self._jobs: Optional[tuple[int, list[tuple[str, JobStatus]]]] = None
-        self.version = 0  # bumped on every change: views skip work when it has not moved
+        self.version += 1
 
     # ------------------------------------------------------------ input
 

@@ -299,3 +299,25 @@ async def test_the_command_palette_jumps_to_a_job_and_runs_its_keys(tmp_path, fl
         await pilot.press("enter")
         await wait_until(pilot, lambda: job_row(app, "other") is not None and job_row(app, "other").alive,
                          timeout=60, what="other launched through the palette")
+
+
+async def test_relaunch_after_an_edit_of_the_fleet_file_shows_the_change_and_runs_the_new_version(
+        tmp_path, fleet_home):
+    app = app_on(tmp_path, fleet_home, [shell_job("gen", "echo first; exit 3")])
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await wait_until(pilot, lambda: job_row(app, "gen") and job_row(app, "gen").state != "unknown",
+                         what="the agent's first snapshot")
+        app.run_job_action("launch", "gen", quiet=True)
+        await wait_until(pilot, lambda: job_row(app, "gen").state == "failed", what="the job failed")
+        write_fleet(tmp_path, fleet_home, [shell_job("gen", "echo fixed; exec sleep 60")])  # the fix, in the file
+        await pilot.press("2")
+        await pilot.press("r")
+        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the relaunch question")
+        text = screen_text(app)
+        assert "The fleet file changed since gen on local last launched" in text, text
+        assert "command: sh -c 'echo first; exit 3' -> sh -c 'echo fixed; exec" in text, text
+        await pilot.press("y")
+        await wait_until(pilot, lambda: job_row(app, "gen").attempt == 2 and job_row(app, "gen").state == "running",
+                         what="attempt 2 running")
+        log = fleet_home / "jobs" / "gen" / "job.log"
+        await wait_until(pilot, lambda: "fixed" in log.read_text(), what="the file's version ran")
