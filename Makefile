@@ -6,7 +6,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 LIGHT   := $(VENV)/.installed-light
 APT_GET := DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600
-APT_PKGS := openssh-server openssh-client tmux iproute2 cmake g++ make
+APT_PKGS := openssh-server openssh-client tmux iproute2 cmake g++ make cron
 LLAMA   := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/gpudeck-test/llama-server
 # wheels of what a fresh node's venv needs, for tests/test_quickstart.py: its nodes install from
 # here (PIP_NO_INDEX, PIP_FIND_LINKS) as a real node installs from its index
@@ -20,7 +20,7 @@ SGLANG_PKGS := sglang==0.5.23 triton==3.6.0 apache-tvm-ffi==0.1.11 compressed-te
 .PHONY: test check demo demo-setup screenshot apt venv llama-server bench lint clean
 
 apt:
-	@missing=""; for c in sshd:openssh-server ssh:openssh-client tmux:tmux ip:iproute2 cmake:cmake g++:g++; do \
+	@missing=""; for c in sshd:openssh-server ssh:openssh-client tmux:tmux ip:iproute2 cmake:cmake g++:g++ cron:cron; do \
 	  cmd=$${c%%:*}; pkg=$${c##*:}; \
 	  command -v $$cmd >/dev/null 2>&1 || [ -x /usr/sbin/$$cmd ] || missing="$$missing $$pkg"; done; \
 	if [ -n "$$missing" ]; then \

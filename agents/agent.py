@@ -447,9 +447,19 @@ def main(argv: Optional[list[str]] = None) -> int:
                     help="seconds an older agent on this node gets to exit before SIGKILL")
     ap.add_argument("--detached", action="store_true",
                     help="run as the node's watcher, with no console (`gpudeck watch start` sets it up)")
+    ap.add_argument("--ensure", action="store_true",
+                    help="start the node's watcher if the home is watched and no agent serves it, then exit "
+                         "(what cron runs; agents/watch/supervise.py)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="agent %(levelname)s %(message)s")
     home = Path(args.home or default_home()).expanduser()
+    if args.ensure:
+        from gpudeck.agents.watch.daemon import ensure
+        try:
+            return ensure(home, list(sys.argv[1:] if argv is None else argv))
+        except OSError as exc:
+            log.error("cannot use the state directory %s: %s", home, exc.strerror or exc)
+            return 3
     lock = listener = None
     if not args.once:
         # one agent per node: relay to the one serving this home, or take the node over from

@@ -318,7 +318,7 @@ OPS = {
     "logs": ("job", "lines", "offset"),
     "history": (),
     "events": ("since", "after_seq", "limit"),
-    "watch": ("on",),
+    "watch": ("on", "supervise"),
 }
 
 

@@ -12,21 +12,16 @@ serves gpudeck's simulated engine), the model, the port and the prompts.
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
 import sys
 import textwrap
-import venv
-from pathlib import Path
 
 import pytest
 
 from support import ROOT, wait_for
 from support.core import free_port
-from support.ssh import Sshd, keygen
+from support.nodes import WHEELHOUSE, Laptop
 
-WHEELHOUSE = ROOT / ".venv" / "wheelhouse"
 pytestmark = pytest.mark.skipif(not (WHEELHOUSE / ".done").exists(),
                                 reason=f"no wheelhouse at {WHEELHOUSE}: `make test` downloads it")
 
@@ -50,47 +45,6 @@ p.add_argument("--enable-metrics", action="store_true")
 a, _ = p.parse_known_args()
 os.execv(sys.executable, [sys.executable, "-m", "gpudeck.console", "sim-engine", "--port", a.port])
 '''
-
-
-class Laptop:
-    """The operator's side: a HOME with ~/.ssh/config for gpu1 and gpu2, and the gpudeck CLI."""
-
-    def __init__(self, tmp: Path, homes: dict[str, Path]) -> None:
-        self.dir = tmp / "laptop"
-        ssh = self.dir / ".ssh"
-        ssh.mkdir(parents=True)
-        key = keygen(ssh / "id_ed25519")
-        bare = tmp / "node-python"  # a python3 with nothing installed, as on a fresh node
-        venv.EnvBuilder(with_pip=False).create(bare)
-        bindir = tmp / "node-bin"
-        bindir.mkdir()
-        (bindir / "python3").symlink_to(bare / "bin" / "python3")
-        self.sshds = {}
-        config = []
-        for name, home in homes.items():
-            home.mkdir(parents=True, exist_ok=True)
-            env = (f"SetEnv HOME={home} PATH={bindir}:/usr/bin:/bin PIP_NO_INDEX=1 "
-                   f"PIP_FIND_LINKS={WHEELHOUSE} PIP_DISABLE_PIP_VERSION_CHECK=1\n")
-            d = tmp / f"sshd-{name}"
-            self.sshds[name] = Sshd(d, Path(f"{key}.pub"), extra_config=env)
-            config.append(f"Host {name}\n  HostName 127.0.0.1\n  Port {self.sshds[name].port}\n  User root\n"
-                          f"  IdentityFile {key}\n  IdentitiesOnly yes\n")
-        (ssh / "config").write_text("\n".join(config))
-
-    def gpudeck(self, command: str, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess:
-        argv = command.split()
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUDECK_", "SSH_AUTH"))}
-        env.update(HOME=str(self.dir), XDG_STATE_HOME=str(self.dir / "state"))
-        exe = Path(sys.executable).with_name("gpudeck")
-        r = subprocess.run([str(exe), *argv[1:]], capture_output=True, text=True, timeout=timeout, cwd=self.dir,
-                           env=env, stdin=subprocess.DEVNULL)
-        if check and r.returncode != 0:
-            raise AssertionError(f"{command} -> {r.returncode}\n{r.stdout}\n{r.stderr}")
-        return r
-
-    def stop(self) -> None:
-        for s in self.sshds.values():
-            s.stop()
 
 
 @pytest.fixture

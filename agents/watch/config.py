@@ -133,6 +133,7 @@ class WatchConfig:
     jobs: list[dict[str, Any]] = field(default_factory=list)  # the last `configure`'s job specs
     notify: list[NotifyTarget] = field(default_factory=list)
     alerts: AlertThresholds = field(default_factory=AlertThresholds)
+    supervisor: Optional[str] = None  # what `watch start` registered the watcher with (watch/supervise.py)
 
     @classmethod
     def load(cls, home: Path) -> "WatchConfig":
@@ -146,17 +147,19 @@ class WatchConfig:
             return cls()
         try:
             return cls(watching=bool(doc.get("watching")), since=doc.get("since"), fleet=doc.get("fleet"),
-                       jobs=list(doc.get("jobs") or []),
+                       jobs=list(doc.get("jobs") or []), supervisor=doc.get("supervisor"),
                        notify=[NotifyTarget.from_dict(n) for n in doc.get("notify") or []],
                        alerts=AlertThresholds.from_dict(doc.get("alerts") or {}))
         except (ConfigError, TypeError) as exc:
             log.warning("watch: %s in %s; its notify and alert settings are ignored", exc, path)
-            return cls(watching=bool(doc.get("watching")), jobs=list(doc.get("jobs") or []))
+            return cls(watching=bool(doc.get("watching")), jobs=list(doc.get("jobs") or []),
+                       supervisor=doc.get("supervisor"))
 
     def save(self, home: Path) -> None:
         atomic_write_json(Path(home) / WATCH_FILE, {
             "watching": self.watching, "since": self.since, "fleet": self.fleet, "jobs": self.jobs,
-            "notify": [n.to_dict() for n in self.notify], "alerts": dataclasses.asdict(self.alerts)})
+            "notify": [n.to_dict() for n in self.notify], "alerts": dataclasses.asdict(self.alerts),
+            "supervisor": self.supervisor})
         os.chmod(Path(home) / WATCH_FILE, 0o600)
 
     def apply(self, settings: dict[str, Any], jobs: list[dict[str, Any]]) -> None:

@@ -26,6 +26,7 @@ from gpudeck.agents.watch.config import ConfigError, WatchConfig
 from gpudeck.agents.watch.events import EventLog
 from gpudeck.agents.watch.outbox import Outbox
 from gpudeck.agents.watch.restarts import RestartEngine
+from gpudeck.agents.watch.supervise import state as supervise_state
 
 log = logging.getLogger("agents")
 
@@ -143,16 +144,37 @@ class Watcher:
                     raise ValueError(f"'events': {name!r} must be a number, got {v!r}")
             seq = self.events.seq  # before the read: a follower asks from here next time, missing nothing
             return {"node": self.node, "seq": seq, "events": self.events.read(float(since), int(after), int(limit))}
-        on = args.get("on")
+        on, supervise = args.get("on"), args.get("supervise")
         if on is not None:
             if not isinstance(on, bool):
                 raise ValueError(f"'watch': 'on' must be true or false, got {on!r}")
+            registered = self._supervise(on, supervise)
             if on != self.config.watching:
                 self.config.watching, self.config.since = on, time.time() if on else None
-                self.config.save(self.home)
-                self.emit(EventKind.WATCH, f"watch {'started' if on else 'stopped'} (agent pid {os.getpid()})",
-                          notify=False)
+                self.emit(EventKind.WATCH, f"watch {'started' if on else 'stopped'} (agent pid {os.getpid()})"
+                          + (f"; {registered}" if registered else ""), notify=False)
+            self.config.save(self.home)
         return self.status()
+
+    def _supervise(self, on: bool, wanted: Any) -> str:
+        """Register the watcher with the node's supervisor (on), or remove what was registered
+        (off); what was done, for the timeline. A supervisor asked for that does not work here is
+        a ValueError, and nothing changes."""
+        from gpudeck.agents.watch import supervise
+
+        if not on:
+            removed = supervise.remove(self.home)
+            self.config.supervisor = None
+            return f"removed its {' and '.join(removed)} entry" if removed else ""
+        kind, passed = supervise.choose(wanted if isinstance(wanted, str) else "auto")
+        if kind != self.config.supervisor:
+            supervise.remove(self.home)
+        try:
+            did = supervise.install(kind, self.home)
+        except OSError as exc:
+            raise ValueError(f"'watch': cannot register the watcher with {kind}: {exc}") from None
+        self.config.supervisor = kind
+        return f"supervised by {did}" + (f" ({passed})" if passed else "")
 
     def status(self) -> dict[str, Any]:
         jobs = []
@@ -164,6 +186,7 @@ class Watcher:
                          "deadline": spec.deadline if spec else None})
         return {"node": self.node, "pid": os.getpid(), "watching": self.config.watching, "detached": self.detached,
                 "since": self.config.since, "fleet": self.config.fleet, "log": str(self.home / "watch.log"),
+                "supervisor": to_plain(supervise_state(self.config.supervisor, self.home)),
                 "notify": [t.label for t in self.config.notify], "outbox": self.outbox.status(),
                 "alerts": to_plain(self.config.alerts), "active": sorted(self.conditions.active), "jobs": jobs}
 
@@ -178,6 +201,11 @@ class Watcher:
             return False
         if self.detached:
             return True
+        if self.config.supervisor == "systemd":  # the unit is the watcher: systemd starts it, not us
+            from gpudeck.agents.watch.supervise import systemd_start
+            if systemd_start(self.home):
+                log.info("the last console left; the systemd unit's watcher takes over")
+                return True
         if self.successor is None or self.successor.poll() is not None:
             from gpudeck.agents.watch.daemon import spawn_detached
             try:

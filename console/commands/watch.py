@@ -30,6 +30,11 @@ def register(sub) -> None:
         q.add_argument("nodes", nargs="*", metavar="NODE", help="nodes of the fleet (default: those in use)")
         q.add_argument("--json", action="store_true", help="machine-readable output")
         q.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for each node")
+        if name == "start":
+            q.add_argument("--supervise", choices=("auto", "systemd", "cron", "none"), default="auto",
+                           help="register the watcher with the node's supervisor so that it comes back after a "
+                                "kill -9 or a reboot: a systemd user unit (Restart=always), or the user's crontab "
+                                "(@reboot and every minute); auto: the first that works there (default)")
         if name == "status":
             q.add_argument("--follow", action="store_true",
                            help="keep watching the nodes; notify [[notify]] targets of a node that stops answering")
@@ -79,7 +84,7 @@ async def _start(args) -> int:
 
     fleet = _fleet(args.fleet)
     nodes = _nodes(fleet, args.nodes)
-    first = await _ask(fleet, nodes, "watch", args.timeout, on=True)
+    first = await _ask(fleet, nodes, "watch", args.timeout, on=True, supervise=args.supervise)
     # the links are closed: each node's agent hands over to its detached watcher; wait for it
     pending = [n for n in nodes if isinstance(first.get(n.name), dict)]
     results = {n: r for n, r in first.items() if not isinstance(r, dict)}
@@ -139,6 +144,10 @@ def render(node: str, r: Any, verb: Optional[str] = None) -> str:
         head = f"{node}: not watching" + (f" (agent pid {r['pid']} exits when its last console leaves)"
                                           if verb == "stopped" else "")
     lines = [head]
+    sup = r.get("supervisor") or {}
+    if r.get("watching") or sup.get("present"):
+        health = "healthy" if sup.get("healthy") else "NOT HEALTHY" if sup.get("kind") != "none" else "none"
+        lines.append(f"  supervisor: {sup.get('kind', 'none')} ({health}): {sup.get('detail', '')}")
     out = r.get("outbox") or {}
     if r.get("notify"):
         lines.append(f"  notify: {', '.join(r['notify'])}; {out.get('pending', 0)} message(s) pending")
