@@ -22,7 +22,8 @@ else:  # pragma: no cover
 
 from gpudeck.agents.jobs import KINDS, JobKind, JobSpec, SpecError, shell_command
 from gpudeck.agents.watch.config import AlertThresholds, NotifyTarget
-from gpudeck.remote.fleet_watch import parse_alerts, parse_notify
+from gpudeck.agents.watch.heartbeat import HeartbeatConfig
+from gpudeck.remote.fleet_watch import parse_alerts, parse_heartbeat, parse_notify
 
 LOCAL = "local"
 
@@ -72,6 +73,7 @@ class Fleet:
     jobs: list[JobSpec] = field(default_factory=list)
     notify: list[NotifyTarget] = field(default_factory=list)  # [[notify]]: where the watcher sends events
     alerts: AlertThresholds = field(default_factory=AlertThresholds)  # [alerts]
+    heartbeat: Optional[HeartbeatConfig] = None  # [heartbeat]: the watchers' pings to a push monitor
     take_over: bool = False  # not a key: `--take-over`, jobs another fleet file owns on a node become ours
 
     @property
@@ -94,7 +96,8 @@ class Fleet:
         if self.path is None:
             return None
         return {"fleet": self.identity, "notify": [n.to_dict() for n in self.notify],
-                "alerts": dataclasses.asdict(self.alerts)}
+                "alerts": dataclasses.asdict(self.alerts),
+                "heartbeat": self.heartbeat.to_dict() if self.heartbeat else None}
 
     def node(self, name: str) -> Node:
         for n in self.nodes:
@@ -169,11 +172,11 @@ def load_fleet(path: str | Path) -> Fleet:
 def parse_fleet(text: str, path: str = "<fleet>") -> Fleet:
     doc = _decode(text, path)
     loc = _Locator(text)
-    unknown = set(doc) - {"defaults", "nodes", "jobs", "notify", "alerts"}
+    unknown = set(doc) - {"defaults", "nodes", "jobs", "notify", "alerts", "heartbeat"}
     if unknown:
         key = sorted(unknown)[0]
         raise FleetError(path, loc.top(key), f"unknown section {key!r}; expected [defaults], [[nodes]], [[jobs]], "
-                                             f"[[notify]] or [alerts]")
+                                             f"[[notify]], [alerts] or [heartbeat]")
     defaults = doc.get("defaults", {})
     if not isinstance(defaults, dict):
         raise FleetError(path, loc.top("defaults"), "'defaults' must be a table: [defaults]")
@@ -191,10 +194,11 @@ def parse_fleet(text: str, path: str = "<fleet>") -> Fleet:
 
     alerts = parse_alerts(doc.get("alerts", {}), loc, fail)
     notify = parse_notify(doc.get("notify", []), loc, fail)
+    heartbeat = parse_heartbeat(doc.get("heartbeat"), loc, fail)
     jobs = _parse_jobs(doc.get("jobs", []), defaults, {n.name for n in nodes}, path, loc,
                        alerts.stall_s if "stall_s" in doc.get("alerts", {}) else None)
     jobs = _resolve_servers(jobs, {n.name: n for n in nodes}, path, loc)
-    return Fleet(path=path, nodes=nodes, jobs=jobs, notify=notify, alerts=alerts)
+    return Fleet(path=path, nodes=nodes, jobs=jobs, notify=notify, alerts=alerts, heartbeat=heartbeat)
 
 
 def _decode(text: str, path: str) -> dict[str, Any]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any, Callable, Optional
 
 from gpudeck.agents.watch.config import AlertThresholds, ConfigError, NotifyTarget
+from gpudeck.agents.watch.heartbeat import HeartbeatConfig, HeartbeatError
 
 Fail = Callable[[Optional[int], str], Exception]  # (line, message) -> the FleetError to raise
 
@@ -54,3 +55,27 @@ def parse_notify(raw: Any, loc: Any, fail: Fail) -> list[NotifyTarget]:
             raise fail(loc.table("notify", i), f"{where}: the same target as an earlier [[notify]]")
         out.append(target)
     return out
+
+
+def parse_heartbeat(raw: Any, loc: Any, fail: Fail) -> Optional[HeartbeatConfig]:
+    """[heartbeat]: an error names the key and its line, never the URL."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise fail(loc.top("heartbeat"), "'heartbeat' must be a table: [heartbeat]")
+    for k, v in raw.items():
+        expected = {"url": str, "url_env": str, "method": str}.get(k)
+        if expected is not None and not isinstance(v, expected):
+            raise fail(loc.key("heartbeat", None, k), f"[heartbeat] {k!r}: expected a string, got {_kind(v)}")
+    if isinstance(raw.get("every"), str):  # "5m", "60s": the one duration grammar
+        from gpudeck.agents.jobs import parse_duration
+        try:
+            raw = {**raw, "every": parse_duration(raw["every"])}
+        except ValueError as exc:
+            raise fail(loc.key("heartbeat", None, "every"), f"[heartbeat] 'every': {exc}") from None
+    try:
+        return HeartbeatConfig.from_dict(raw)
+    except (HeartbeatError, TypeError) as exc:
+        key = next((k for k in ("url_env", "url", "every", "method") if f"'{k}'" in str(exc)), None)
+        raise fail(loc.key("heartbeat", None, key) if key else loc.top("heartbeat"), str(exc)) from None
+

@@ -56,8 +56,8 @@ class NotifyTarget:
         if self.url is not None and (not isinstance(self.url, str) or not self.url.startswith(("http://", "https://"))):
             raise ConfigError("[[notify]] 'url': expected an http:// or https:// URL")
         if self.url_env is not None and (not isinstance(self.url_env, str) or not _ENV_NAME.fullmatch(self.url_env)):
-            raise ConfigError(f"[[notify]] 'url_env': expected the name of an environment variable, "
-                              f"got {self.url_env!r}")
+            raise ConfigError("[[notify]] 'url_env': expected the name of an environment variable (letters, "
+                              "digits and _); its value is not shown: it may be a URL, a secret")
         if self.format not in {f.value for f in NotifyFormat}:
             raise ConfigError(f"[[notify]] 'format': expected one of {', '.join(f.value for f in NotifyFormat)}, "
                               f"got {self.format!r}")
@@ -134,6 +134,7 @@ class WatchConfig:
     notify: list[NotifyTarget] = field(default_factory=list)
     alerts: AlertThresholds = field(default_factory=AlertThresholds)
     supervisor: Optional[str] = None  # what `watch start` registered the watcher with (watch/supervise.py)
+    heartbeat: Optional[Any] = None  # the fleet file's [heartbeat] (watch/heartbeat.py HeartbeatConfig)
 
     @classmethod
     def load(cls, home: Path) -> "WatchConfig":
@@ -148,9 +149,10 @@ class WatchConfig:
         try:
             return cls(watching=bool(doc.get("watching")), since=doc.get("since"), fleet=doc.get("fleet"),
                        jobs=list(doc.get("jobs") or []), supervisor=doc.get("supervisor"),
+                       heartbeat=_heartbeat(doc.get("heartbeat")),
                        notify=[NotifyTarget.from_dict(n) for n in doc.get("notify") or []],
                        alerts=AlertThresholds.from_dict(doc.get("alerts") or {}))
-        except (ConfigError, TypeError) as exc:
+        except (ConfigError, TypeError, ValueError) as exc:
             log.warning("watch: %s in %s; its notify and alert settings are ignored", exc, path)
             return cls(watching=bool(doc.get("watching")), jobs=list(doc.get("jobs") or []),
                        supervisor=doc.get("supervisor"))
@@ -159,7 +161,7 @@ class WatchConfig:
         atomic_write_json(Path(home) / WATCH_FILE, {
             "watching": self.watching, "since": self.since, "fleet": self.fleet, "jobs": self.jobs,
             "notify": [n.to_dict() for n in self.notify], "alerts": dataclasses.asdict(self.alerts),
-            "supervisor": self.supervisor})
+            "supervisor": self.supervisor, "heartbeat": self.heartbeat.to_dict() if self.heartbeat else None})
         os.chmod(Path(home) / WATCH_FILE, 0o600)
 
     def apply(self, settings: dict[str, Any], jobs: list[dict[str, Any]]) -> None:
@@ -169,5 +171,19 @@ class WatchConfig:
             raise ConfigError(f"'watch' must be an object, got {type(settings).__name__}")
         notify = [NotifyTarget.from_dict(n) for n in settings.get("notify") or []]
         alerts = AlertThresholds.from_dict(settings.get("alerts") or {})
-        self.notify, self.alerts, self.jobs = notify, alerts, list(jobs)
+        heartbeat = _heartbeat(settings.get("heartbeat"))
+        self.notify, self.alerts, self.jobs, self.heartbeat = notify, alerts, list(jobs), heartbeat
         self.fleet = settings.get("fleet") if isinstance(settings.get("fleet"), str) else None
+
+
+def _heartbeat(raw: Any) -> Optional[Any]:
+    """[heartbeat] from watch.json or configure; ConfigError (naming the key, never the URL)."""
+    from gpudeck.agents.watch.heartbeat import HeartbeatConfig, HeartbeatError
+
+    if raw is None:
+        return None
+    try:
+        return HeartbeatConfig.from_dict(raw)
+    except (HeartbeatError, TypeError) as exc:
+        raise ConfigError(str(exc)) from None
+

@@ -24,6 +24,7 @@ from gpudeck.agents.watch.checks import Checks
 from gpudeck.agents.watch.conditions import Conditions
 from gpudeck.agents.watch.config import ConfigError, WatchConfig
 from gpudeck.agents.watch.events import EventLog
+from gpudeck.agents.watch.heartbeat import Heartbeat, failing_reason
 from gpudeck.agents.watch.outbox import Outbox
 from gpudeck.agents.watch.restarts import RestartEngine
 from gpudeck.agents.watch.supervise import state as supervise_state
@@ -55,6 +56,8 @@ class Watcher:
                 log.warning("watch: the saved job specs in %s do not load: %s", self.home / "watch.json", exc)
         sup.on_audit = self._on_audit
         self.outbox.serve(self.config.notify)
+        self.heartbeat = Heartbeat(node)
+        self.heartbeat.serve(self.config.heartbeat, self.config.watching)
 
     # ------------------------------------------------------------ events
 
@@ -103,6 +106,7 @@ class Watcher:
             out = [Alert(c.alert, c.message, job=c.job, gpu=c.gpu) for c in shown]
             out += [Alert(AlertKind.GAVE_UP, f"job {n}: restarts given up ({self.restarts.state(n).note})", job=n)
                     for n in self.restarts.gave_up()]
+            self.heartbeat.set_failing(failing_reason(alerts + out))
             return out
         except Exception as exc:  # noqa: BLE001
             self._failure("checks", exc)
@@ -135,6 +139,7 @@ class Watcher:
             raise ValueError(f"configure: {exc}") from None
         self.config.save(self.home)
         self.outbox.serve(self.config.notify)
+        self.heartbeat.serve(self.config.heartbeat, self.config.watching)
 
     def request(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
         if op == "events":
@@ -154,6 +159,7 @@ class Watcher:
                 self.emit(EventKind.WATCH, f"watch {'started' if on else 'stopped'} (agent pid {os.getpid()})"
                           + (f"; {registered}" if registered else ""), notify=False)
             self.config.save(self.home)
+            self.heartbeat.serve(self.config.heartbeat, self.config.watching)
         return self.status()
 
     def _supervise(self, on: bool, wanted: Any) -> str:
@@ -187,6 +193,7 @@ class Watcher:
         return {"node": self.node, "pid": os.getpid(), "watching": self.config.watching, "detached": self.detached,
                 "since": self.config.since, "fleet": self.config.fleet, "log": str(self.home / "watch.log"),
                 "supervisor": to_plain(supervise_state(self.config.supervisor, self.home)),
+                "heartbeat": self.heartbeat.status(),
                 "notify": [t.label for t in self.config.notify], "outbox": self.outbox.status(),
                 "alerts": to_plain(self.config.alerts), "active": sorted(self.conditions.active), "jobs": jobs}
 
@@ -220,4 +227,5 @@ class Watcher:
 
     def close(self) -> None:
         self.outbox.stop()
+        self.heartbeat.stop()
 

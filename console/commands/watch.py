@@ -148,6 +148,14 @@ def render(node: str, r: Any, verb: Optional[str] = None) -> str:
     if r.get("watching") or sup.get("present"):
         health = "healthy" if sup.get("healthy") else "NOT HEALTHY" if sup.get("kind") != "none" else "none"
         lines.append(f"  supervisor: {sup.get('kind', 'none')} ({health}): {sup.get('detail', '')}")
+    hb = r.get("heartbeat")
+    if hb:
+        last = hb.get("last") or {}
+        when = time.strftime("%H:%M:%S", time.localtime(last["at"])) if last.get("at") else "never"
+        lines.append(f"  heartbeat: {hb['target']} every {hb['every']:g} s; last sent {when}"
+                     + (f" ({'/fail, ' if last.get('fail') else ''}{last.get('answer')})" if last else "")
+                     + (f"; failing: {hb['failing']}" if hb.get("failing") else "")
+                     + (f"; a ping in flight for {hb['in_flight_s']:g} s" if hb.get("in_flight_s") else ""))
     out = r.get("outbox") or {}
     if r.get("notify"):
         lines.append(f"  notify: {', '.join(r['notify'])}; {out.get('pending', 0)} message(s) pending")

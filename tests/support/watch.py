@@ -26,6 +26,7 @@ class Receiver:
 
     def __init__(self, port: int = 0) -> None:
         self.messages: list[dict] = []
+        self.gets: list[tuple[float, str]] = []  # (when, path) of every GET: a push monitor's pings
         self.raw: list[tuple[str, dict, bytes]] = []  # (path, headers, body) of every request, taken or not
         self.mode = "up"
         self._cv = threading.Condition()
@@ -39,6 +40,15 @@ class Receiver:
         class Handler(BaseHTTPRequestHandler):
             def log_message(self, *a) -> None:  # quiet
                 pass
+
+            def do_GET(self) -> None:  # noqa: N802
+                with outer._cv:
+                    outer.gets.append((time.time(), self.path))
+                    outer._cv.notify_all()
+                self.send_response(200)
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"OK")
 
             def do_POST(self) -> None:  # noqa: N802
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
