@@ -135,10 +135,10 @@ async def test_relaunch_resumes_where_the_job_stopped(tmp_path, fleet_home):
         stopped_at = job_row(app, "gen").done
         await pilot.press("r")  # not running: no question asked
         await wait_until(pilot, lambda: any(op == "relaunch" for _, op, _ in app.verdicts), what="the relaunch")
+        await wait_until(pilot, lambda: "relaunched gen" in notifications_text(app), what="the relaunch told")
         await wait_until(pilot, lambda: job_row(app, "gen").attempt == 2 and job_row(app, "gen").state == "running",
                          what="attempt 2 running")
         await wait_until(pilot, lambda: job_row(app, "gen").done > stopped_at, what="progress after the relaunch")
-        assert "relaunched gen" in notifications_text(app)
         # a running job is killed first: that asks
         await pilot.press("r")
         await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the relaunch question")
