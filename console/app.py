@@ -72,6 +72,8 @@ class GpuDeckApp(App[None]):
 
     BINDINGS = [
         Binding("q", "quit", "Quit", id="app.quit"),
+        # as in k9s and nvitop; a priority binding: Textual's own ctrl+c copies text or says to press ctrl+q
+        Binding("ctrl+c", "quit", "Quit", show=False, priority=True, id="app.quit_ctrl_c"),
         Binding("question_mark", "help", "Help", key_display="?", id="app.help"),
     ]
 

@@ -208,3 +208,19 @@ async def test_notices_cover_no_figures_one_at_a_time_on_the_footer_line():
         after = screen_text(app).splitlines()
         assert after[:-1] == before[:-1]  # the memory and HELD BY columns, every figure, uncovered
         assert "extract died" not in screen_text(app)  # one at a time: the newest replaced the others
+
+
+@pytest.mark.parametrize("where", ["jobs view", "filter bar", "help"])
+async def test_ctrl_c_quits_as_in_k9s_and_nvitop(where):
+    app = pinned_app(initial_view="jobs")
+    async with app.run_test(size=(80, 24)) as pilot:
+        feed_pinned(app)
+        await settle(pilot)
+        if where == "filter bar":
+            await pilot.press("slash", "g")
+            await wait_until(pilot, lambda: app.screen.filters["jobs"] == "g", what="typing a filter")
+        elif where == "help":
+            await pilot.press("question_mark")
+            await wait_until(pilot, lambda: "gpudeck help" in screen_text(app), what="the help")
+        await pilot.press("ctrl+c")
+        await wait_until(pilot, lambda: not app.is_running, what="ctrl+c quitting")
