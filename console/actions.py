@@ -37,7 +37,8 @@ class JobOp(str, enum.Enum):
         return _KEYS[self][1]
 
 
-_KEYS = {JobOp.KILL: ("k", "Kill"), JobOp.RELAUNCH: ("r", "Relaunch"), JobOp.LAUNCH: ("l", "Launch")}
+# launch is L (shift-l): k9s users press l for logs, and l opens the selected job's log here
+_KEYS = {JobOp.KILL: ("k", "Kill"), JobOp.RELAUNCH: ("r", "Relaunch"), JobOp.LAUNCH: ("L", "Launch")}
 JOB_OPS = tuple(JobOp)  # in the footer's order
 
 
@@ -99,8 +100,9 @@ Plan = Union[Refuse, Confirm, RunNow]
 
 def plan_job_action(op: JobOp, job: str, row: Optional[JobRow], *, read_only: bool, grace_s: float,
                     changes: tuple[str, ...] = ()) -> Plan:
-    """Kill always asks; relaunch asks when the job runs (it is killed first) or when the fleet
-    file changed since its last launch (``changes``: it runs the file's version); launch does not."""
+    """Kill and launch always ask (a launch takes GPUs and starts spending); relaunch asks when
+    the job runs (it is killed first) or when the fleet file changed since its last launch
+    (``changes``: it runs the file's version)."""
     if read_only:
         return Refuse(f"read-only: {op} is off (started with --read-only)")
     where = f" on {row.node}" if row else ""
@@ -119,6 +121,11 @@ def plan_job_action(op: JobOp, job: str, row: Optional[JobRow], *, read_only: bo
         return Confirm(f"{op} {job}", f"Relaunch job [b]{job}[/b]{where}?\n\nIt is running: it is killed first "
                                       f"(SIGTERM, SIGKILL after {grace} s), then started again as attempt "
                                       f"{row.attempt + 1} with the same spec.", "Relaunch")
+    if op == JobOp.LAUNCH:
+        attempt = f" as attempt {row.attempt + 1}" if row is not None else ""
+        gpus = f" on GPU {', '.join(map(str, row.gpus))}" if row is not None and row.gpus else ""
+        return Confirm(f"{op} {job}", f"Launch job [b]{job}[/b]{where}?\n\nIt starts{attempt}{gpus} with its spec from "
+                                      f"the fleet file.", "Launch")
     return RunNow()
 
 

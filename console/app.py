@@ -29,6 +29,8 @@ from typing import Any, Optional
 from textual import work
 from textual.app import App
 from textual.binding import Binding
+from textual.markup import escape
+from textual.notifications import Notify, SeverityLevel
 from textual.css.query import NoMatches
 from textual.worker import Worker, WorkerState
 
@@ -59,6 +61,8 @@ __all__ = ["ConsoleConfig", "GpuDeckApp", "describe_error", "make_app"]
 
 OPERATOR_ERRORS = (AgentError, RequestFailed, KeyError, asyncio.TimeoutError, OSError)
 LIVE_NOTICES = 5  # live events told one by one per read; past that, one notice counts the rest
+NOTICE_S = {"error": 10.0, "warning": 6.0, "information": 6.0}  # the longest a notice stays: it hides
+# the footer's key hints meanwhile, and the events view and the details keep what it said
 
 
 class GpuDeckApp(App[None]):
@@ -68,6 +72,8 @@ class GpuDeckApp(App[None]):
 
     BINDINGS = [
         Binding("q", "quit", "Quit", id="app.quit"),
+        # as in k9s and nvitop; a priority binding: Textual's own ctrl+c copies text or says to press ctrl+q
+        Binding("ctrl+c", "quit", "Quit", show=False, priority=True, id="app.quit_ctrl_c"),
         Binding("question_mark", "help", "Help", key_display="?", id="app.help"),
     ]
 
@@ -90,6 +96,23 @@ class GpuDeckApp(App[None]):
         self._backlog_from = 0.0  # the first read of each node asks for the events after this
         self._awaiting_backlog: set[str] = set()  # nodes whose first read the opening summary waits for
         self._events_failing: set[str] = set()
+
+    def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
+               timeout: Optional[float] = None, markup: bool = True) -> None:
+        """One notice at a time, on one line over the footer's key hints (app.tcss): stacked
+        toasts, 40 columns wide, covered the fleet view's memory and HELD BY columns for up to
+        20 s. The newest replaces the one shown; none stays longer than NOTICE_S says."""
+        text = " · ".join(line.strip() for line in message.splitlines() if line.strip())
+        if not markup:
+            text = escape(text)
+        if title:
+            text = f"[b]{escape(title)}:[/b] {text}"
+        longest = NOTICE_S.get(severity, NOTICE_S["information"])
+        super().notify(text, severity=severity, timeout=min(timeout or longest, longest), markup=True)
+
+    def on_notify(self, event: Notify) -> None:
+        """Runs before App's own handler adds the new notice: the one shown makes room for it."""
+        self.clear_notifications()
 
     def get_default_screen(self) -> MainScreen:
         return MainScreen(self.state, self.fleet_name, self.config.read_only, self.config.initial_view)

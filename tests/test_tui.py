@@ -135,10 +135,10 @@ async def test_relaunch_resumes_where_the_job_stopped(tmp_path, fleet_home):
         stopped_at = job_row(app, "gen").done
         await pilot.press("r")  # not running: no question asked
         await wait_until(pilot, lambda: any(op == "relaunch" for _, op, _ in app.verdicts), what="the relaunch")
+        await wait_until(pilot, lambda: "relaunched gen" in notifications_text(app), what="the relaunch told")
         await wait_until(pilot, lambda: job_row(app, "gen").attempt == 2 and job_row(app, "gen").state == "running",
                          what="attempt 2 running")
         await wait_until(pilot, lambda: job_row(app, "gen").done > stopped_at, what="progress after the relaunch")
-        assert "relaunched gen" in notifications_text(app)
         # a running job is killed first: that asks
         await pilot.press("r")
         await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the relaunch question")
@@ -147,16 +147,41 @@ async def test_relaunch_resumes_where_the_job_stopped(tmp_path, fleet_home):
         await pilot.press("escape")
 
 
-async def test_launch_key_starts_a_job_and_errors_are_shown(tmp_path, fleet_home):
+async def test_launch_key_asks_first_then_starts_the_job_and_errors_are_shown(tmp_path, fleet_home):
     app = app_on(tmp_path, fleet_home, [shell_job("idle", "sleep 600")])
     async with app.run_test(size=SIZE, notifications=True) as pilot:
         await wait_until(pilot, lambda: job_row(app, "idle") and job_row(app, "idle").state == "pending",
                          what="the job declared")
-        await pilot.press("l")
+        await pilot.press("L")  # shift-l: a launch takes GPUs and starts spending, so it asks, as kill does
+        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the launch question")
+        assert "Launch job idle on local?" in screen_text(app) and "attempt 1" in screen_text(app)
+        await pilot.press("n")
+        await wait_until(pilot, lambda: "launch of idle cancelled" in notifications_text(app), what="cancelled")
+        assert job_row(app, "idle").state == "pending"
+        await pilot.press("L")
+        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the launch question")
+        await pilot.press("y")
         await wait_until(pilot, lambda: job_row(app, "idle").state == "running", what="the job launched")
-        await pilot.press("l")  # already running: the agent refuses, and the operator reads why
+        await pilot.press("L")  # already running: the agent refuses, and the operator reads why
+        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the launch question")
+        await pilot.press("y")
         await wait_until(pilot, lambda: "launch idle failed" in notifications_text(app), what="the error shown")
         assert "already running" in notifications_text(app)
+
+
+async def test_l_opens_the_selected_jobs_log_as_in_k9s(tmp_path, fleet_home):
+    app = app_on(tmp_path, fleet_home, [shell_job("alpha", "echo alpha says hello; sleep 600"),
+                                        shell_job("beta", "echo beta says hello; sleep 600")], initial_view="jobs")
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await launched(pilot, "alpha", "beta")
+        table = app.screen.table("jobs")
+        await pilot.press("down")  # beta
+        await wait_until(pilot, lambda: getattr(table.cursor_row, "name", None) == "beta", what="the cursor on beta")
+        await pilot.press("l")  # the log, not a launch
+        await wait_until(pilot, lambda: app.screen.active == "logs", what="the logs view")
+        panel = app.screen.query_one("#log-panel")
+        await wait_until(pilot, lambda: "beta says hello" in panel.text, what="beta's log")
+        assert panel.job == "beta" and not isinstance(app.screen, ConfirmScreen)
 
 
 async def test_enter_opens_details_and_the_log(tmp_path, fleet_home):
@@ -221,16 +246,24 @@ async def test_read_only_turns_off_the_destructive_keys(tmp_path, fleet_home):
         await app.client.job_request("gen", "launch")
         await wait_until(pilot, lambda: job_row(app, "gen").state == "running", what="the job running")
         pid = job_row(app, "gen").pid
-        for key in ("k", "r", "l"):
+        for key in ("k", "r", "L"):
             await pilot.press(key)
             await pilot.pause()
             assert not isinstance(app.screen, ConfirmScreen)
         assert app.verdicts == []
         assert "READ-ONLY" in screen_text(app).splitlines()[0]
         assert job_row(app, "gen").state == "running" and pid_alive(pid)
-        # the keys are shown, and shown off
-        footer_keys = {b.binding.key: b.enabled for b in app.screen.active_bindings.values()}
-        assert footer_keys["k"] is False and footer_keys["r"] is False and footer_keys["l"] is False
+        # keys that do nothing are not offered: not in the footer, not in the help
+        app.clear_notifications()  # the notice line covers the footer meanwhile
+        footer = await wait_until(pilot, lambda: "Filter" in (ln := screen_text(app).splitlines()[-1]) and ln,
+                                  what="the footer")
+        assert "Filter" in footer and not any(word in footer for word in ("Kill", "Relaunch", "Launch"))
+        assert not {"k", "r", "L"} & set(app.screen.active_bindings)
+        await pilot.press("question_mark")
+        await wait_until(pilot, lambda: isinstance(app.screen, HelpScreen), what="the help")
+        text = screen_text(app)
+        assert "read-only" in text and "kill the selected job" not in text and "relaunch:" not in text
+        assert "launch a job" not in text
 
 
 async def test_sparkline_is_backfilled_from_the_agents_history_after_a_reconnect(tmp_path, fleet_home):
@@ -297,6 +330,8 @@ async def test_the_command_palette_jumps_to_a_job_and_runs_its_keys(tmp_path, fl
         await pilot.press(*"launch other")
         await wait_for_text(pilot, "launch other")
         await pilot.press("enter")
+        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the launch question")
+        await pilot.press("y")
         await wait_until(pilot, lambda: job_row(app, "other") is not None and job_row(app, "other").alive,
                          timeout=60, what="other launched through the palette")
 

@@ -185,3 +185,42 @@ async def test_the_sorted_column_stays_on_a_narrow_screen_and_its_marker_says_up
         assert "sort tokens/s ▲" in screen_text(app) and "by tokens/s ▲" in screen_text(app)
         names = [r.name for r in table.rows()]
         assert names.index("gen") < names.index("sglang-0")  # 2,390 before 2,412 tok/s: ascending
+
+
+async def test_notices_cover_no_figures_one_at_a_time_on_the_footer_line():
+    """A node going down, a job dying, a kill's verdict and the opening summary, told at once
+    over the fleet view at 80x24: everything above the footer line stays as it was, and the
+    newest notice is on that line, its title and text on one line."""
+    app = pinned_app(initial_view="fleet")
+    async with app.run_test(size=(80, 24), notifications=True) as pilot:
+        feed_pinned(app)
+        await settle(pilot)
+        before = screen_text(app).splitlines()
+        app.notify("node gpu-b: link lost: no word from the agent for 45 s", title="node gpu-b unreachable",
+                   severity="error", timeout=10)
+        app.notify("job extract died (exit code 137) on attempt 3", title="gpu-a: died (extract)", severity="error",
+                   timeout=10, markup=False)
+        app.notify("since 04:00: extract died twice, was restarted and gave up", title="since you last looked",
+                   timeout=15, markup=False)
+        app.notify("freed 54.1 GiB in 1.8 s", title="killed gen [b]", timeout=15)
+        await wait_until(pilot, lambda: "killed gen [b]: freed 54.1 GiB in 1.8 s" in screen_text(app).splitlines()[-1],
+                         what="the newest notice on the footer's line")
+        after = screen_text(app).splitlines()
+        assert after[:-1] == before[:-1]  # the memory and HELD BY columns, every figure, uncovered
+        assert "extract died" not in screen_text(app)  # one at a time: the newest replaced the others
+
+
+@pytest.mark.parametrize("where", ["jobs view", "filter bar", "help"])
+async def test_ctrl_c_quits_as_in_k9s_and_nvitop(where):
+    app = pinned_app(initial_view="jobs")
+    async with app.run_test(size=(80, 24)) as pilot:
+        feed_pinned(app)
+        await settle(pilot)
+        if where == "filter bar":
+            await pilot.press("slash", "g")
+            await wait_until(pilot, lambda: app.screen.filters["jobs"] == "g", what="typing a filter")
+        elif where == "help":
+            await pilot.press("question_mark")
+            await wait_until(pilot, lambda: "gpudeck help" in screen_text(app), what="the help")
+        await pilot.press("ctrl+c")
+        await wait_until(pilot, lambda: not app.is_running, what="ctrl+c quitting")

@@ -15,17 +15,16 @@ HELP = """\
   ctrl+p      command palette: jump to a node or job by name, run any key's action
   ↑ ↓ PgUp PgDn Home End    move in a table (g and G: first and last row)
   enter       details and the log of the selected job
-  k           kill the selected job: asks first, then shows the agent's verdict
-              (how much GPU memory came back, or which pid still holds it)
-  r           relaunch: same spec, next attempt; a running job is killed first
-  l           launch a job that is not running
-  /           filter the view (enter keeps it, escape clears it);
+  l           the selected job's log, in the logs view;  ← →  scroll a log sideways
+              (long lines are not wrapped)
+{job_keys}  /           filter the view (enter keeps it, escape clears it);
               in the logs view: search (n / N: next / previous match)
-  s  S        sort by the next key (marked ▲ in the header);  S reverses it (▼)
-  ?           this help;  q  quit (jobs keep running on their nodes)
+  s  S        sort by the next key; S reverses it.  The sorted column is marked:
+              ▲ ascending (A to Z, least first), ▼ descending (the fastest first)
+  ?           this help;  q or ctrl+c  quit (jobs keep running on their nodes)
 {read_only}
 [b]Jobs[/b]
-  #          attempt;  TOK/S and TREND: tokens per second, one cell per 15 s
+  ATT        attempt;  TOK/S and TREND: tokens per second, one cell per 15 s
   DONE       items done / total;  RATE items/s;  ETA at the current rate
   FLAGS      quality counters: empty answers, no reasoning, cut at max tokens, errors
   PLAN→NOW   the plan's finish (plan.json) and the projected one;  DRIFT  how far apart
@@ -52,6 +51,15 @@ HELP = """\
 """
 
 
+JOB_KEYS = """\
+  k           kill the selected job: asks first, then shows the agent's verdict
+              (how much GPU memory came back, or which pid still holds it)
+  r           relaunch: same spec, next attempt; a running job is killed first
+  L           launch a job that is not running (shift-l): asks first
+"""
+READ_ONLY = "\n  [b]read-only[/b]: started with --read-only: the keys that act on jobs are off and not shown.\n"
+
+
 class HelpScreen(ModalScreen[None]):
     BINDINGS = [Binding("escape,question_mark,q", "dismiss", "Close")]
 
@@ -60,11 +68,10 @@ class HelpScreen(ModalScreen[None]):
         self.read_only = read_only
 
     def compose(self) -> ComposeResult:
-        note = ("\n  [b]read-only[/b]: started with --read-only, so k, r and l are off.\n"
-                if self.read_only else "")
+        text = HELP.format(job_keys="" if self.read_only else JOB_KEYS, read_only=READ_ONLY if self.read_only else "")
         with Vertical(id="dialog"):
             with VerticalScroll():
-                yield Static(HELP.format(read_only=note), id="help-text")
+                yield Static(text, id="help-text")
 
     def on_mount(self) -> None:
         self.query_one("#dialog").border_title = "gpudeck help"

@@ -62,7 +62,7 @@ class JobScreen(Screen[None]):
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> Optional[bool]:
         if action == "job" and self.read_only:
-            return None
+            return False  # read-only: not in the footer, and they do nothing
         return True
 
     def action_job(self, op: str) -> None:

@@ -62,6 +62,7 @@ class Views(TabbedContent):
 class MainScreen(Screen[None]):
     COMMANDS = {FleetCommands}
     BINDINGS = [
+        Binding("l", "logs", "Logs", id="view.job_logs"),  # as in k9s: the selected job's log
         *job_bindings(),
         Binding("slash", "filter", "Filter", id="view.filter"),
         Binding("s", "sort", "Sort", id="view.sort"),
@@ -281,6 +282,18 @@ class MainScreen(Screen[None]):
     def action_view(self, view: str) -> None:
         self.query_one("#views", TabbedContent).active = view
 
+    def action_logs(self) -> None:
+        """`l`: the log of the job under the cursor, in the logs view (k9s's key for logs)."""
+        job = self.selected_job()
+        if job is None:
+            self.notify("select a job first (in the jobs view, or a GPU a job holds)", severity="warning", timeout=3)
+            return
+        self.log_job = job
+        if self.active == "logs":
+            self.sync_log_follow()
+        else:
+            self.action_view("logs")  # the view change follows its log
+
     def action_filter(self) -> None:
         """`/`: filter the view, or search the log in the logs view."""
         view = self.active
@@ -338,7 +351,7 @@ class MainScreen(Screen[None]):
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> Optional[bool]:
         if action == "job" and self.read_only:
-            return None  # shown greyed in the footer: read-only mode
+            return False  # read-only: kill, relaunch and launch are not in the footer, and do nothing
         if not self.is_mounted or not self.composed:
             return True
         view = self.active

@@ -34,11 +34,9 @@ def screen_text(app) -> str:
 
 
 def notifications_text(app) -> str:
-    """What the notifications in the lower right say, their wrapped lines joined."""
-    width = app.size.width
-    lines = screen_text(app).splitlines()
-    right = [ln[width // 2:].strip().strip("▌").strip() for ln in lines]
-    return " ".join(" ".join(r for r in right if r).split())
+    """What the notice on the bottom line says (the console shows one at a time, over the
+    footer); the footer's key hints when there is none."""
+    return " ".join(screen_text(app).splitlines()[-1].strip().strip("▌").split())
 
 
 async def wait_until(pilot, cond: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:
