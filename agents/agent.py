@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from gpudeck.agents import protocol
+from gpudeck.agents import protocol, writes
 from gpudeck.agents.alerts import node_alerts
 from gpudeck.agents.engines import EngineScraper
 from gpudeck.agents.gpu import GpuSampler
@@ -226,6 +226,7 @@ class Agent:
         specs = {n: s for n in self.sup.names() if (s := self.sup.spec_of(n))}
         alerts = node_alerts(gpus, jobs, specs, host, changes, now)
         alerts += self.watch.on_tick(now, gpus, jobs, host, changes, specs, alerts)
+        alerts += writes.alerts()  # files that could not be written: a full disk is an alert
         self.seq += 1
         snap = Snapshot(node=self.node, seq=self.seq, t=now, host=host, gpus=gpus, jobs=jobs,
                         alerts=alerts, gpu_error=self.gpu.error, containment=self.sup.contain.mode,

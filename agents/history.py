@@ -15,6 +15,7 @@ from collections import deque
 from pathlib import Path
 from typing import Optional
 
+from gpudeck.agents import writes
 from gpudeck.agents.jobs import JobState
 from gpudeck.agents.plain import ProtocolError, from_dict, to_plain
 from gpudeck.agents.protocol import Sample, Snapshot
@@ -71,8 +72,10 @@ class HistoryRing:
                 self._file = open(self.path, "a", buffering=1)
             self._file.write(json.dumps(to_plain(sample), separators=(",", ":")) + "\n")
             self._lines_in_file += 1
-        except OSError as exc:  # a full disk must not stop the agent
-            log.warning("history: cannot write %s: %s", self.path, exc)
+        except OSError as exc:  # a full disk must not stop the agent: an alert instead
+            writes.failed(self.path, exc)
+        else:
+            writes.ok(self.path)
 
     def _rewrite(self) -> None:
         if self._file is not None:

@@ -18,6 +18,7 @@ import logging
 from pathlib import Path
 from typing import Callable, Optional
 
+from gpudeck.agents import writes
 from gpudeck.agents.jobs import JobSpec
 from gpudeck.agents.workers.common.atomic import atomic_write_json
 
@@ -70,7 +71,9 @@ class Declarations:
         try:
             atomic_write_json(self.path, self.owners)
         except OSError as exc:  # a full disk: the owners stay in memory for this agent
-            log.warning("cannot write %s: %s", self.path, exc)
+            writes.failed(self.path, exc)
+        else:
+            writes.ok(self.path)
         merged: dict[str, JobSpec] = {}
         for declared in self.by_fleet.values():
             merged.update(declared)

@@ -31,7 +31,7 @@ from typing import Any, Callable, Optional
 
 import psutil
 
-from gpudeck.agents import joblog, killing
+from gpudeck.agents import joblog, killing, writes
 from gpudeck.agents.contain import Containment, cgroup_path_of, token_of
 from gpudeck.agents.gpu import GpuSampler
 from gpudeck.agents.jobs import JobSpec, JobState, SpecError, spec_changes
@@ -98,7 +98,15 @@ class JobSupervisor:
         return p
 
     def _save(self, rec: JobRecord) -> None:
-        write_json_atomic(self.job_dir(rec.name) / "state.json", rec.to_dict())
+        """state.json, atomically: on a full disk the last good version stays, the record in
+        memory goes on, and the failure is an alert (agents/writes.py)."""
+        path = self.job_file(rec.name, "state.json")
+        try:
+            write_json_atomic(path, rec.to_dict())
+        except OSError as exc:
+            writes.failed(path, exc)
+        else:
+            writes.ok(path)
 
     def spec_of(self, name: str) -> Optional[JobSpec]:
         """The declared spec, else the one the job was last launched with."""
@@ -129,8 +137,13 @@ class JobSupervisor:
         details = {**(details or {}), **kw}
         entry = {"t": round(time.time(), 3), "node": self.node, "action": action, "job": job}
         entry.update((k, v) for k, v in details.items() if k not in entry)
-        with open(self.audit_path, "a") as f:
-            f.write(json.dumps(entry, default=str) + "\n")
+        try:
+            with open(self.audit_path, "a") as f:
+                f.write(json.dumps(entry, default=str) + "\n")
+        except OSError as exc:  # a full disk: the action goes on, the failure is an alert
+            writes.failed(self.audit_path, exc)
+        else:
+            writes.ok(self.audit_path)
         if self.on_audit is not None:
             try:
                 self.on_audit(action, job, entry)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from gpudeck.agents import writes
 from gpudeck.agents.jobs import AlertKind, EventKind
 from gpudeck.agents.workers.common.atomic import atomic_write_json
 
@@ -93,5 +94,7 @@ class Conditions:
     def _save(self) -> None:
         try:
             atomic_write_json(self.path, {"active": self.active, "last_sent": self.last_sent}, fsync=False)
-        except OSError as exc:
-            log.warning("watch: cannot save %s: %s", self.path, exc)
+        except OSError as exc:  # a full disk: an alert (agents/writes.py), the state stays in memory
+            writes.failed(self.path, exc)
+        else:
+            writes.ok(self.path)

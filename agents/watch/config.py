@@ -158,11 +158,24 @@ class WatchConfig:
                        supervisor=doc.get("supervisor"))
 
     def save(self, home: Path) -> None:
-        atomic_write_json(Path(home) / WATCH_FILE, {
+        """watch.json (0600), atomically; on a full disk the settings stay in memory, the file
+        keeps its last good version and the failure is an alert (agents/writes.py)."""
+        from gpudeck.agents import writes
+
+        path = Path(home) / WATCH_FILE
+        try:
+            self._write(path)
+        except OSError as exc:
+            writes.failed(path, exc)
+        else:
+            writes.ok(path)
+
+    def _write(self, path: Path) -> None:
+        atomic_write_json(path, {
             "watching": self.watching, "since": self.since, "fleet": self.fleet, "jobs": self.jobs,
             "notify": [n.to_dict() for n in self.notify], "alerts": dataclasses.asdict(self.alerts),
             "supervisor": self.supervisor, "heartbeat": self.heartbeat.to_dict() if self.heartbeat else None})
-        os.chmod(Path(home) / WATCH_FILE, 0o600)
+        os.chmod(path, 0o600)
 
     def apply(self, settings: dict[str, Any], jobs: list[dict[str, Any]]) -> None:
         """A console's ``configure`` with its fleet file's watch settings: check everything

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
+from gpudeck.agents import writes
 from gpudeck.agents.jobs import EventKind
 from gpudeck.agents.plain import to_plain
 from gpudeck.agents.protocol import Event
@@ -64,8 +65,10 @@ class EventLog:
                     os.replace(self.path, self.old)
                 with open(self.path, "a") as f:
                     f.write(line)
-            except OSError as exc:  # a full disk must not stop the watcher
-                log.warning("events: cannot write %s: %s", self.path, exc)
+            except OSError as exc:  # a full disk must not stop the watcher: an alert instead
+                writes.failed(self.path, exc)
+            else:
+                writes.ok(self.path)
         return event
 
     def read(self, since: float = 0.0, after_seq: int = 0, limit: int = 5000) -> list[dict[str, Any]]:

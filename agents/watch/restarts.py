@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from gpudeck.agents import writes
 from gpudeck.agents.jobs import EventKind, JobSpec, JobState, RestartPolicy
 from gpudeck.agents.protocol import JobStatus
 from gpudeck.agents.workers.common.atomic import atomic_write_json
@@ -83,8 +84,10 @@ class RestartEngine:
         try:
             d.mkdir(parents=True, exist_ok=True, mode=0o700)
             atomic_write_json(d / STATE_FILE, dataclasses.asdict(st), fsync=False)
-        except OSError as exc:
-            log.warning("job %s: cannot save %s: %s", name, STATE_FILE, exc)
+        except OSError as exc:  # a full disk: an alert (agents/writes.py), the state stays in memory
+            writes.failed(d / STATE_FILE, exc)
+        else:
+            writes.ok(d / STATE_FILE)
 
     def fields(self, name: str, spec: Optional[JobSpec]) -> dict[str, Any]:
         """The restart fields of the job's JobStatus."""
