@@ -60,17 +60,13 @@ class UnreachableNotifier:
                              daemon=True).start()
 
     def _deliver(self, targets: list[NotifyTarget], event: dict[str, Any]) -> None:
-        from gpudeck.agents.watch.notify import deliver, http_client
+        from gpudeck.agents.watch.notify import deliver
 
-        client = http_client()
-        try:
-            mid = uuid.uuid4().hex
-            for target in targets:
-                for attempt in range(self.retries):
-                    why = deliver(client, target, event, mid)
-                    if why is None:
-                        break
-                    log.warning("node_unreachable to %s: %s", target.label, why)
-                    time.sleep(min(2 ** attempt, 30))
-        finally:
-            client.close()
+        mid = uuid.uuid4().hex
+        for target in targets:
+            for attempt in range(self.retries):
+                why = deliver(target, event, mid)
+                if why is None:
+                    break
+                log.warning("node_unreachable to %s: %s", target.label, why)
+                time.sleep(min(2 ** attempt, 30))

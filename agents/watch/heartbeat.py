@@ -28,7 +28,6 @@ from gpudeck.agents.jobs import AlertKind
 
 log = logging.getLogger("agents")
 
-ANSWER_BYTES = 4096  # what is read of an answer, at most
 DEADLINE_S = 10.0  # one ping, connect to last byte read
 FAILING = (AlertKind.GAVE_UP, AlertKind.GPU_XID, AlertKind.GPU_ECC, AlertKind.GPU_PAGES)
 
@@ -158,18 +157,11 @@ class Heartbeat:
 
 
 def _send(method: str, url: str, body: str) -> str:
-    """One ping with a total deadline, reading at most ANSWER_BYTES; the answer as text, never the URL."""
-    import httpx
+    """One ping within a total deadline, reading at most a few KiB (watch/http.py); the answer
+    as text, never the URL."""
+    from gpudeck.agents.watch.http import request
+    from gpudeck.agents.watch.notify import quiet_http_logs
 
-    deadline = time.monotonic() + DEADLINE_S
-    try:
-        with httpx.Client(timeout=DEADLINE_S, follow_redirects=True) as client:
-            with client.stream(method, url, content=body.encode() if method == "POST" else None) as r:
-                got = 0
-                for chunk in r.iter_raw():
-                    got += len(chunk)
-                    if got >= ANSWER_BYTES or time.monotonic() > deadline:
-                        break
-                return f"HTTP {r.status_code}"
-    except httpx.HTTPError as exc:
-        return f"failed: {type(exc).__name__}"
+    quiet_http_logs()
+    answer = request(method, url, DEADLINE_S, content=body.encode() if method == "POST" else None)
+    return f"HTTP {answer.status}" if answer.status is not None else f"failed: {answer.error}"

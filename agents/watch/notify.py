@@ -16,8 +16,7 @@ from urllib.parse import urlsplit
 from gpudeck.agents.jobs import EventKind, NotifyFormat
 from gpudeck.agents.watch.config import NotifyTarget, redact
 
-TIMEOUT_S = 5.0  # a slow receiver: the message is retried later, the watcher never waits for it
-CONNECT_TIMEOUT_S = 3.0
+DEADLINE_S = 15.0  # one attempt, connect to last byte read (watch/http.py); then it is retried later
 _URGENT = {EventKind.DIED.value, EventKind.GAVE_UP.value, EventKind.GPU_HEALTH.value,
            EventKind.NODE_UNREACHABLE.value, EventKind.DISK.value}
 
@@ -67,30 +66,21 @@ def body(fmt: str, event: dict[str, Any], message_id: str) -> tuple[bytes, dict[
     return json.dumps(doc, default=str).encode(), {"Content-Type": "application/json"}
 
 
-def deliver(client: Any, target: NotifyTarget, event: dict[str, Any], message_id: str) -> Optional[str]:
-    """POST one message; None when the receiver took it (2xx), else why not, never the URL."""
-    import httpx
+def deliver(target: NotifyTarget, event: dict[str, Any], message_id: str,
+            deadline_s: float = DEADLINE_S) -> Optional[str]:
+    """POST one message within a total deadline, reading at most a few KiB of the answer
+    (watch/http.py); None when the receiver took it (2xx), else why not, never the URL."""
+    from gpudeck.agents.watch.http import request
 
     url = target.resolve()
     if url is None:
         return f"${target.url_env} is not set in the watcher's environment on this node"
     data, headers = body(target.format, event, message_id)
     headers["X-Gpudeck-Message-Id"] = message_id
-    try:
-        r = client.post(url, content=data, headers=headers)
-    except httpx.TimeoutException:
-        return f"no answer within {TIMEOUT_S:g} s"
-    except httpx.HTTPError as exc:
-        return scrub(f"{type(exc).__name__}: {exc}", url)
-    except Exception as exc:  # noqa: BLE001 -- an odd URL, a socket error: say what, not where
-        return scrub(f"{type(exc).__name__}: {exc}", url)
-    if 200 <= r.status_code < 300:
-        return None
-    return f"the receiver answered HTTP {r.status_code}"
-
-
-def http_client() -> Any:
-    import httpx
-
     quiet_http_logs()
-    return httpx.Client(timeout=httpx.Timeout(TIMEOUT_S, connect=CONNECT_TIMEOUT_S), follow_redirects=False)
+    answer = request("POST", url, deadline_s, content=data, headers=headers)
+    if answer.status is None:
+        return scrub(str(answer.error), url)
+    if 200 <= answer.status < 300:
+        return None
+    return f"the receiver answered HTTP {answer.status}"

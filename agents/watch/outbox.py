@@ -25,7 +25,7 @@ from typing import Any, Callable, Optional
 
 from gpudeck.agents.jobs import EventKind
 from gpudeck.agents.watch.config import NotifyTarget
-from gpudeck.agents.watch.notify import deliver, http_client
+from gpudeck.agents.watch.notify import deliver
 from gpudeck.agents.workers.common.atomic import atomic_write_json, fsync_dir
 
 log = logging.getLogger("agents")
@@ -107,7 +107,8 @@ class Outbox:
     def status(self) -> dict[str, Any]:
         per = {tid: len(self.pending(tid)) for tid in self._senders}
         return {"pending": sum(per.values()),
-                "targets": [{"target": s.target.label, "pending": per.get(tid, 0), "failing": s.failing}
+                "targets": [{"target": s.target.label, "pending": per.get(tid, 0), "failing": s.failing,
+                             "in_flight_s": round(time.time() - s.in_flight_since, 1) if s.in_flight_since else None}
                             for tid, s in self._senders.items()]}
 
 
@@ -119,6 +120,7 @@ class Sender:
         self.wake = threading.Event()
         self._stop = threading.Event()
         self.failing: Optional[str] = None  # why the last attempt failed, while it does
+        self.in_flight_since: Optional[float] = None  # a request under way since
         self._thread = threading.Thread(target=self._run, name=f"notify-{target.id}", daemon=True)
         self._thread.start()
 
@@ -127,7 +129,6 @@ class Sender:
         self.wake.set()
 
     def _run(self) -> None:
-        client = None
         backoff = 0.0
         while not self._stop.is_set():
             files = self.outbox.pending(self.target.id)
@@ -143,9 +144,11 @@ class Sender:
                 log.warning("outbox: %s cannot be read (%s); dropped", path.name, exc)
                 path.unlink(missing_ok=True)
                 continue
-            if client is None:
-                client = http_client()
-            why = deliver(client, self.target, event, mid)
+            self.in_flight_since = time.time()
+            try:
+                why = deliver(self.target, event, mid)
+            finally:
+                self.in_flight_since = None
             if why is None:
                 self.outbox.done(path)
                 backoff, self.failing = 0.0, None
@@ -157,8 +160,6 @@ class Sender:
             self.failing = why
             backoff = min(max(BACKOFF_MIN_S, backoff * 2), BACKOFF_MAX_S)
             self._stop.wait(backoff)
-        if client is not None:
-            client.close()
 
     def _note(self, kind: EventKind, message: str, event: dict[str, Any]) -> None:
         if self.outbox.on_event is not None:
