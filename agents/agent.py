@@ -430,7 +430,7 @@ def _line_id(line: bytes) -> int:
     try:
         obj = json.loads(line)
         return int(obj["id"]) if isinstance(obj, dict) and isinstance(obj.get("id"), int) else -1
-    except ValueError:
+    except (ValueError, RecursionError):
         return -1
 
 

@@ -92,6 +92,8 @@ def read_plan(path: str) -> tuple[Optional[float], Optional[float]]:
         doc = json.loads(data)
     except (ValueError, UnicodeDecodeError) as exc:
         raise ValueError(f"not valid JSON ({exc})") from None
+    except RecursionError:
+        raise ValueError("JSON nested too deep: not a plan") from None
     if not isinstance(doc, dict):
         raise ValueError(f"expected a JSON object, got {type(doc).__name__}")
     wall, written = doc.get("projected_wall_s"), doc.get("written_at")

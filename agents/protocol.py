@@ -346,6 +346,8 @@ def decode(line: Union[bytes, str]) -> Message:
         obj = json.loads(line)
     except (ValueError, UnicodeDecodeError) as exc:
         raise ProtocolError(f"not JSON: {exc}") from None
+    except RecursionError:  # a hostile or broken peer: never a crash of the reader
+        raise ProtocolError("JSON nested too deep") from None
     if not isinstance(obj, dict):
         raise ProtocolError(f"expected a JSON object, got {type(obj).__name__}")
     kind = obj.get("type")
