@@ -13,6 +13,7 @@ import pytest
 from gpudeck.console.app import make_app
 from gpudeck.console.cost import dollars
 from gpudeck.console.messages import EventsFetched
+from gpudeck.console.since import summarize
 from gpudeck.console.timeline import event_row
 from support.tui import PINNED_NOW, feed_pinned, pinned_fleet, screen_text, wait_until
 
@@ -224,3 +225,33 @@ async def test_ctrl_c_quits_as_in_k9s_and_nvitop(where):
             await wait_until(pilot, lambda: "gpudeck help" in screen_text(app), what="the help")
         await pilot.press("ctrl+c")
         await wait_until(pilot, lambda: not app.is_running, what="ctrl+c quitting")
+
+
+async def test_the_events_banner_says_what_the_rows_under_it_show():
+    """Launches and kills since the last look, and no deaths: the line over the events says
+    them, counted, and what the table lists, never "nothing happened"."""
+    app = pinned_app(initial_view="events")
+    async with app.run_test(size=(120, 40)) as pilot:
+        feed_pinned(app)
+        await settle(pilot)
+        since = PINNED_NOW - 4 * 3600
+        said = [("launch", "launch gen: attempt 1, pid 4200"), ("kill", "kill gen: freed 54.1 GiB in 1.8 s"),
+                ("launch", "launch gen: attempt 2, pid 4321"), ("kill", "kill extract: stopped in 0.4 s")]
+        rows = tuple(event_row("gpu-a", {"t": since + 600 * (i + 1), "seq": i + 1, "kind": "action", "job": "gen",
+                                         "message": message, "details": {"action": action}})
+                     for i, (action, message) in enumerate(said))
+        rows += (event_row("gpu-a", {"t": since + 3000, "seq": 5, "kind": "state", "job": "gen",
+                                     "message": "job gen: running -> killed (attempt 2)"}),)
+        app.post_message(EventsFetched("gpu-a", rows, 5, True))
+        await wait_until(pilot, lambda: len(app.state.timeline) == 5, what="the events read")
+        app.state.timeline.summary = summarize(app.state.timeline.rows(), since, PINNED_NOW)  # as the app says it
+        app.refresh_views()
+        banner = await wait_until(pilot, lambda: (t := str(app.screen.query_one("#events-summary").content)) and t,
+                                  what="the banner")
+        assert "nothing happened" not in banner
+        assert banner.startswith("since 08:00: 4 operator actions and 1 state change"), banner
+        assert "listed: 5 events, 08:10 to 08:50: 4 operator actions and 1 state change" in banner
+        await wait_until(pilot, lambda: "listed: 5 events" in screen_text(app), what="the banner on screen")
+        await pilot.press("slash", *"extract", "enter")  # a filter: the banner counts what is left
+        await wait_until(pilot, lambda: "listed: 1 event, 08:40: 1 operator action" in screen_text(app),
+                         what="the banner counting the filtered rows")

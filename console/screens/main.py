@@ -24,6 +24,7 @@ from gpudeck.console.screens.palette import FleetCommands
 from gpudeck.console.selection import (ALERT_SORTS, FLEET_SORTS, JOB_SORTS, select_alerts, select_events, select_fleet,
                                        select_jobs, sorted_descending)
 from gpudeck.console.state import FleetState
+from gpudeck.console.timeline import listed
 from gpudeck.console.widgets.alerts_table import AlertsTable
 from gpudeck.console.widgets.events_table import EventsTable
 from gpudeck.console.widgets.filter_bar import FilterBar
@@ -87,6 +88,7 @@ class MainScreen(Screen[None]):
         self.reversed: dict[str, bool] = {v: False for v in VIEWS}
         self.log_job: Optional[str] = None  # the job the logs view follows
         self._events_shown: tuple[int, str] = (-1, "")  # the timeline's version and the filter drawn last
+        self._events_listed = ""  # what the events table lists, said over it
         self._status_shown: Optional[str] = None  # the line under the view, as drawn last
 
     def compose(self) -> ComposeResult:
@@ -175,15 +177,18 @@ class MainScreen(Screen[None]):
         chart.detail = state.job_detail(key, spark_width=max(12, chart.size.width - 2)) if key else None
 
     def _show_events(self, state: FleetState, text: str) -> None:
-        """The timeline, and over it what happened since the operator last looked."""
+        """The timeline, and over it what happened since the operator last looked and what the
+        table lists (so the line over the rows never says nothing happened above a list of it)."""
+        if self._events_shown != (state.timeline.version, text):  # 2,000 rows: compared only when they moved
+            self._events_shown = (state.timeline.version, text)
+            rows = select_events(state.timeline.rows(), text)
+            self._events_listed = listed(rows, state.clock())
+            self.table("events").show(rows)
         summary = self.query_one("#events-summary", Static)
-        said = state.timeline.summary or ""
+        said = "  ·  ".join(x for x in (state.timeline.summary, self._events_listed) if x)
         summary.set_class(bool(said), "-shown")
         if str(summary.content) != said:
             summary.update(said)
-        if self._events_shown != (state.timeline.version, text):  # 2,000 rows: compared only when they moved
-            self._events_shown = (state.timeline.version, text)
-            self.table("events").show(select_events(state.timeline.rows(), text))
 
     def _show_status(self) -> None:
         """The active view's filter and sort, said under it (the tab label is easy to miss)."""
