@@ -12,9 +12,11 @@ import pytest
 
 from gpudeck.console.app import make_app
 from gpudeck.console.cost import dollars
-from gpudeck.console.messages import EventsFetched
+from gpudeck.agents.protocol import LogChunk
+from gpudeck.console.messages import EventsFetched, LogFetched
 from gpudeck.console.since import summarize
 from gpudeck.console.timeline import event_row
+from gpudeck.console.widgets.cells import BLOCKS
 from support.tui import PINNED_NOW, feed_pinned, pinned_fleet, screen_text, wait_until
 
 EVENT_SIZES = [(80, 24), (120, 40), (200, 60)]
@@ -255,3 +257,92 @@ async def test_the_events_banner_says_what_the_rows_under_it_show():
         await pilot.press("slash", *"extract", "enter")  # a filter: the banner counts what is left
         await wait_until(pilot, lambda: "listed: 1 event, 08:40: 1 operator action" in screen_text(app),
                          what="the banner counting the filtered rows")
+
+
+def chart_columns(app, chart) -> dict[str, set[int]]:
+    """Per chart of a JobChart (by the start of its title), the columns its bars are drawn in."""
+    area = chart.content_region  # inside its padding and its bottom border
+    lines = screen_text(app).splitlines()[area.y:area.bottom]
+    out: dict[str, set[int]] = {}
+    title = None
+    for line in lines:
+        text = line[area.x:area.right]
+        if text.strip() and not set(text.strip()) <= set(BLOCKS):
+            title = "tokens/s" if text.startswith("gen ") else text.split()[0]
+            out[title] = set()
+        elif title is not None:
+            out[title] |= {x for x, ch in enumerate(text) if ch in BLOCKS[1:]}
+    return out
+
+
+async def open_details(pilot, job: str) -> str:
+    app = pilot.app
+    app.screen.table("jobs").move_cursor_to_key(f"gpu-a/{job}")
+    await pilot.press("enter")
+    await wait_until(pilot, lambda: app.screen.id == "job-screen", what="the details screen")
+    return await wait_until(pilot, lambda: "done  123.5k / 914.0k" in (t := screen_text(app)) and t,
+                            what="the done chart")
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)], ids=lambda s: f"{s[0]}x{s[1]}")
+async def test_the_charts_of_a_job_share_one_time_window(size):
+    """gen's tokens/s and done were read at the same moments (the pinned history): their bars
+    stand in the same columns."""
+    app = pinned_app(initial_view="jobs")
+    async with app.run_test(size=size) as pilot:
+        feed_pinned(app)
+        await settle(pilot)
+        await open_details(pilot, "gen")
+        charts = chart_columns(app, app.screen.query_one("#job-chart"))
+        assert set(charts) == {"tokens/s", "done"} and charts["tokens/s"], charts
+        assert charts["done"] == charts["tokens/s"]
+
+
+async def test_the_details_say_the_finish_in_words_with_no_literal_dim():
+    app = pinned_app(initial_view="jobs")
+    async with app.run_test(size=(120, 40)) as pilot:
+        feed_pinned(app)
+        await settle(pilot)
+        text = await open_details(pilot, "gen")
+        assert "(dim)" not in text
+        assert "done  123.5k / 914.0k  finish in 10h 16m at the current rate" in text
+
+
+async def test_the_overview_chart_opens_on_a_job_with_a_tokens_per_second_series():
+    """Sorted by name, the first jobs (audit, extract) never had a rate: the chart opens on gen,
+    the first that has; once the operator moves the cursor, the chart follows it."""
+    app = pinned_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        feed_pinned(app)
+        await settle(pilot)
+        await wait_until(pilot, lambda: "gen  tokens/s  now 2,390" in screen_text(app), what="gen's chart")
+        jobs = app.screen.table("overview")
+        assert jobs.cursor_key == "gpu-a/gen" and [r.name for r in jobs.rows()][0] == "audit"
+        await pilot.press("home")
+        await wait_until(pilot, lambda: "audit  tokens/s  now -" in screen_text(app), what="the chart following")
+        app.refresh_views()
+        await pilot.pause()
+        assert jobs.cursor_key == "gpu-b/audit"  # the operator's choice stays
+
+
+async def test_long_log_lines_scroll_sideways_with_the_arrow_keys_as_the_help_says():
+    app = pinned_app(initial_view="logs")
+    async with app.run_test(size=(80, 24)) as pilot:
+        feed_pinned(app)
+        await settle(pilot)
+        panel = app.screen.query_one("#log-panel")
+        await wait_until(pilot, lambda: panel.job is not None, what="the logs view on a job")
+        long = "step 1200 loss 1.234 " + "x" * 60 + " THE-END-OF-THE-LINE"
+        app.post_message(LogFetched(panel.job, LogChunk(panel.job, long + "\n", len(long) + 1, "/logs/gen.log"), reset=True))
+        await wait_until(pilot, lambda: "step 1200 loss" in screen_text(app), what="the long line")
+        assert "THE-END-OF-THE-LINE" not in screen_text(app)  # not wrapped: cut at the right edge
+        log = panel.log
+        for _ in range(300):  # one column a press: to the end of the line, and no further
+            if log.max_scroll_x and log.scroll_x >= log.max_scroll_x:
+                break
+            await pilot.press("right")
+        await pilot.pause()
+        assert "THE-END-OF-THE-LINE" in screen_text(app) and panel.log.scroll_x > 0
+        await pilot.press("question_mark")
+        text = await wait_until(pilot, lambda: "gpudeck help" in (t := screen_text(app)) and t, what="the help")
+        assert "← →         scroll a log sideways: long lines are not wrapped" in text

@@ -15,8 +15,8 @@ HELP = """\
   ctrl+p      command palette: jump to a node or job by name, run any key's action
   ↑ ↓ PgUp PgDn Home End    move in a table (g and G: first and last row)
   enter       details and the log of the selected job
-  l           the selected job's log, in the logs view;  ← →  scroll a log sideways
-              (long lines are not wrapped)
+  l           the selected job's log, in the logs view
+  ← →         scroll a log sideways: long lines are not wrapped
 {job_keys}  /           filter the view (enter keeps it, escape clears it);
               in the logs view: search (n / N: next / previous match)
   s  S        sort by the next key; S reverses it.  The sorted column is marked:

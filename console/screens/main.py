@@ -23,6 +23,7 @@ from gpudeck.console.screens.bindings import job_bindings
 from gpudeck.console.screens.palette import FleetCommands
 from gpudeck.console.selection import (ALERT_SORTS, FLEET_SORTS, JOB_SORTS, select_alerts, select_events, select_fleet,
                                        select_jobs, sorted_descending)
+from gpudeck.console.rows import JobRow
 from gpudeck.console.state import FleetState
 from gpudeck.console.timeline import listed
 from gpudeck.console.widgets.alerts_table import AlertsTable
@@ -89,6 +90,7 @@ class MainScreen(Screen[None]):
         self.log_job: Optional[str] = None  # the job the logs view follows
         self._events_shown: tuple[int, str] = (-1, "")  # the timeline's version and the filter drawn last
         self._events_listed = ""  # what the events table lists, said over it
+        self._chart_chosen = False  # the overview's chart was put on a job with a tokens/s series
         self._status_shown: Optional[str] = None  # the line under the view, as drawn last
 
     def compose(self) -> ComposeResult:
@@ -171,6 +173,8 @@ class MainScreen(Screen[None]):
         self.query_one("#overview-fleet", LiveTable).show(select_fleet(state.fleet_rows(), text, processes=False))
         jobs = self.query_one("#overview-jobs", LiveTable)
         jobs.show(select_jobs(state.job_rows(), text, sort, rev))
+        if not self._chart_chosen and not jobs.moved_by_operator:
+            self._chart_chosen = _cursor_on_a_rate(jobs)
         self.query_one("#overview-alerts", LiveTable).show(select_alerts(state.alert_rows())[:OVERVIEW_ALERTS])
         chart = self.query_one(JobChart)
         key = jobs.cursor_key
@@ -380,3 +384,19 @@ class MainScreen(Screen[None]):
             self.notify(n.text, severity=n.severity, timeout=n.timeout)  # type: ignore[arg-type]
             return
         self.post_message(JobActionRequested(job_op, job))
+
+
+def _cursor_on_a_rate(jobs: LiveTable) -> bool:
+    """Put the overview's cursor, and so its chart, on the first job with a tokens/s series: the
+    first row may be a job that never ran (a chart of nothing). False while no job has one yet."""
+    def has_rate(row: object) -> bool:
+        return isinstance(row, JobRow) and (row.tokens_per_s is not None or any(v is not None for v in row.spark))
+
+    if has_rate(jobs.cursor_row):
+        return True
+    pick = next((r for r in jobs.rows() if has_rate(r)), None)
+    if pick is None:
+        return False
+    jobs.move_cursor_to_key(pick.key)
+    jobs.moved_by_operator = False
+    return True
