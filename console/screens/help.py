@@ -34,13 +34,16 @@ HELP = """\
 
 [b]Overview[/b]
   the GPUs, the jobs, the newest alerts, and the chart of the job under the cursor
+  (at first, the first job with a tokens/s series); a job's charts share one window
 
 [b]Events[/b]
   every node's timeline merged in time order: jobs that died, were restarted, gave
   up, stalled or finished; GPU health, disks, temperatures, deadlines, and what
   cleared them.  Over it, what happened since this laptop last looked at this
-  fleet (also said when the console opens).  While the console is open, each new
-  one of those is a notification and a bell (gpudeck up --no-bell: no bell).
+  fleet (also said when the console opens), and what the view lists, counted.
+  While the console is open, each new one of those is a notification and a bell
+  (gpudeck up --no-bell: no bell).  Notifications come one at a time, on the
+  footer's line.
 
 [b]Fleet[/b]
   a node line, then each GPU: memory used/total, utilization and its trend,
