@@ -49,8 +49,15 @@ _CONDITION = {"temperature": "hot", "disk": "low on space", "stalled": "stalled"
 _RANK = {"gave_up": 0, "died": 0, "gpu_health": 1, "disk": 1, "node_unreachable": 1, "temperature": 2,
          "stalled": 2, "deadline": 2, "restarted": 3, "finished": 4}
 NEWS = frozenset(_RANK)
-# the rest of the timeline, counted when there is no news: (once, many)
-_OTHER = {"action": ("operator action", "operator actions"), "state": ("state change", "state changes"),
+# every kind of event, counted (the rest of the timeline when there is no news, and what the
+# events view lists): (once, many)
+_COUNTED = {"died": ("death", "deaths"), "restarted": ("restart", "restarts"), "gave_up": ("gave up", "gave up"),
+            "stalled": ("stall", "stalls"), "finished": ("finished", "finished"),
+            "gpu_health": ("GPU health alert", "GPU health alerts"), "disk": ("disk alert", "disk alerts"),
+            "temperature": ("temperature alert", "temperature alerts"),
+            "deadline": ("deadline alert", "deadline alerts"),
+            "node_unreachable": ("node unreachable", "nodes unreachable"),
+            "action": ("operator action", "operator actions"), "state": ("state change", "state changes"),
           "alert": ("alert", "alerts"), "plan_drift": ("plan drift", "plan drifts"),
           "notified": ("notification sent", "notifications sent"),
           "notify_failed": ("failed notification", "failed notifications"),
@@ -175,7 +182,7 @@ def _condition(verb: str, n: int, seconds: Optional[float], still: bool) -> str:
 
 def counted(kind: str, n: int) -> str:
     """``6 operator actions``, ``1 state change``: a kind of event of the timeline, counted."""
-    once, many = _OTHER.get(kind, (kind.replace("_", " "), kind.replace("_", " ")))
+    once, many = _COUNTED.get(kind, (kind.replace("_", " "), kind.replace("_", " ")))
     return f"{n} {once if n == 1 else many}"
 
 

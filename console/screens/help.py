@@ -13,7 +13,8 @@ HELP = """\
   0 1 2 3 4   overview, fleet, jobs, logs, alerts (or click the tabs)
   e  (or 5)   events: the nodes' timeline, newest at the bottom
   ctrl+p      command palette: jump to a node or job by name, run any key's action
-  ↑ ↓ PgUp PgDn Home End    move in a table (g and G: first and last row)
+  ↑ ↓ PgUp PgDn Home End    move in a table
+  g  G        the first and the last row of a table
   enter       details and the log of the selected job
   l           the selected job's log, in the logs view
   ← →         scroll a log sideways: long lines are not wrapped

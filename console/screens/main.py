@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from textual import on
+from textual import events, on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.content import Content
@@ -69,7 +69,7 @@ class MainScreen(Screen[None]):
         Binding("slash", "filter", "Filter", id="view.filter"),
         Binding("s", "sort", "Sort", id="view.sort"),
         Binding("S", "reverse", "Reverse", show=False, id="view.reverse", key_display="S"),
-        Binding("escape", "clear_filter", "Clear", id="view.clear"),
+        Binding("escape", "clear_filter", "Clear", show=False, id="view.clear"),  # the status line says it
         Binding("n", "next_match(1)", "Next match", show=False, id="logs.next"),
         Binding("N", "next_match(-1)", "Previous match", show=False, id="logs.previous"),
         Binding("0", "view('overview')", "Overview", show=False, id="view.overview"),
@@ -122,6 +122,11 @@ class MainScreen(Screen[None]):
     def on_mount(self) -> None:
         self.composed = True
         self._focus_view(self.active)
+
+    def on_resize(self, event: events.Resize) -> None:
+        # under 100 columns the palette's hint pushed `? Help` off the footer; ctrl+p is in the help
+        for footer in self.query(Footer):
+            footer.show_command_palette = event.size.width >= 100
 
     # ------------------------------------------------------------ rendering
 
