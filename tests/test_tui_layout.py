@@ -1,7 +1,8 @@
 """What the console shows at the sizes terminals come in (80x24 up), on the pinned fleet of
 the snapshot tests: nothing connected, the clock and every figure pinned. The newest event
 on screen, the header's figures at 80 columns, the sorted column kept and marked, notices
-that cover no figures, the keys k9s users reach for."""
+that cover no figures, ctrl+c, a banner that says what the events are, a job's charts on one
+time window, the overview's chart on a job with a rate, long log lines scrolled sideways."""
 
 from __future__ import annotations
 
@@ -10,14 +11,14 @@ import time
 
 import pytest
 
+from gpudeck.agents.protocol import LogChunk, Snapshot
 from gpudeck.console.app import make_app
 from gpudeck.console.cost import dollars
-from gpudeck.agents.protocol import LogChunk
-from gpudeck.console.messages import EventsFetched, LogFetched
+from gpudeck.console.messages import EventsFetched, LogFetched, SnapshotReceived
 from gpudeck.console.since import summarize
 from gpudeck.console.timeline import event_row
 from gpudeck.console.widgets.cells import BLOCKS
-from support.tui import PINNED_NOW, feed_pinned, pinned_fleet, screen_text, wait_until
+from support.tui import PINNED_NOW, feed_pinned, pinned_events, pinned_fleet, screen_text, wait_until
 
 EVENT_SIZES = [(80, 24), (120, 40), (200, 60)]
 
@@ -107,19 +108,11 @@ async def test_the_newest_event_is_on_screen_and_end_pagedown_and_g_reach_it(siz
 
 
 def feed_simulated(app) -> None:
-    """The pinned fleet as the demo's nodes say it: GPUs simulated."""
-    from gpudeck.console.messages import SnapshotReceived
-
+    """The pinned fleet as the demo's nodes say it: GPUs simulated (gpu-b stays down)."""
     feed_pinned(app)
-    for ev in pinned_snapshots():
-        app.post_message(SnapshotReceived(dataclasses.replace(ev, gpus_simulated=True)))
-
-
-def pinned_snapshots():
-    from gpudeck.agents.protocol import Snapshot
-    from support.tui import pinned_events
-
-    return [ev for ev in pinned_events() if isinstance(ev, Snapshot) and ev.node == "gpu-a"]
+    for ev in pinned_events():
+        if isinstance(ev, Snapshot) and ev.node == "gpu-a":
+            app.post_message(SnapshotReceived(dataclasses.replace(ev, gpus_simulated=True)))
 
 
 async def test_the_header_keeps_the_alert_count_and_the_dollars_at_80_columns():
@@ -135,7 +128,7 @@ async def test_the_header_keeps_the_alert_count_and_the_dollars_at_80_columns():
         assert "RO" in head and "SIM" in head and "tok/s" in head
         assert "▲4" in head and f"{dollars(totals.spent)} +{dollars(totals.to_finish)}" in head, head
         assert "…" not in head and len(head.rstrip()) <= 80
-        wide = pinned_app(fleet=pinned_fleet(price_per_hour=36), read_only=True)
+    wide = pinned_app(fleet=pinned_fleet(price_per_hour=36), read_only=True)
     async with wide.run_test(size=(200, 24)) as pilot:  # room for it all: the long form and the clock
         feed_simulated(wide)
         await settle(pilot, lambda app: app.state.totals().gpus_simulated)
@@ -333,7 +326,8 @@ async def test_long_log_lines_scroll_sideways_with_the_arrow_keys_as_the_help_sa
         panel = app.screen.query_one("#log-panel")
         await wait_until(pilot, lambda: panel.job is not None, what="the logs view on a job")
         long = "step 1200 loss 1.234 " + "x" * 60 + " THE-END-OF-THE-LINE"
-        app.post_message(LogFetched(panel.job, LogChunk(panel.job, long + "\n", len(long) + 1, "/logs/gen.log"), reset=True))
+        chunk = LogChunk(panel.job, long + "\n", len(long) + 1, "/logs/gen.log")
+        app.post_message(LogFetched(panel.job, chunk, reset=True))
         await wait_until(pilot, lambda: "step 1200 loss" in screen_text(app), what="the long line")
         assert "THE-END-OF-THE-LINE" not in screen_text(app)  # not wrapped: cut at the right edge
         log = panel.log
