@@ -10,10 +10,13 @@
   moment and is still on, or cleared after it, counts.
 - Problems first (a job that died or gave up, a sick GPU), then the rest; past ``max_chars``
   the line ends with "… and 4 more".
-- Nothing: ``nothing happened since 22:10``.
+- No news, but the rest of the timeline moved: what it was, counted (``since 22:10: 6
+  operator actions and 4 state changes``); the line never says nothing happened when the
+  events view lists what did.
+- Nothing at all: ``nothing happened since 22:10``.
 
-The rest of the timeline (state changes, launches and kills, notifications sent) is not
-news for this line: the events view lists it.
+The rest of the timeline (state changes, launches and kills, notifications sent) is named
+only when there is no news: the events view lists it.
 """
 
 from __future__ import annotations
@@ -46,6 +49,19 @@ _CONDITION = {"temperature": "hot", "disk": "low on space", "stalled": "stalled"
 _RANK = {"gave_up": 0, "died": 0, "gpu_health": 1, "disk": 1, "node_unreachable": 1, "temperature": 2,
          "stalled": 2, "deadline": 2, "restarted": 3, "finished": 4}
 NEWS = frozenset(_RANK)
+# every kind of event, counted (the rest of the timeline when there is no news, and what the
+# events view lists): (once, many)
+_COUNTED = {"died": ("death", "deaths"), "restarted": ("restart", "restarts"), "gave_up": ("gave up", "gave up"),
+            "stalled": ("stall", "stalls"), "finished": ("finished", "finished"),
+            "gpu_health": ("GPU health alert", "GPU health alerts"), "disk": ("disk alert", "disk alerts"),
+            "temperature": ("temperature alert", "temperature alerts"),
+            "deadline": ("deadline alert", "deadline alerts"),
+            "node_unreachable": ("node unreachable", "nodes unreachable"),
+            "action": ("operator action", "operator actions"), "state": ("state change", "state changes"),
+          "alert": ("alert", "alerts"), "plan_drift": ("plan drift", "plan drifts"),
+          "notified": ("notification sent", "notifications sent"),
+          "notify_failed": ("failed notification", "failed notifications"),
+          "watch": ("watcher start or stop", "watcher starts and stops"), "resolved": ("resolved", "resolved")}
 
 
 @dataclass
@@ -117,7 +133,10 @@ def summarize(events: Sequence[EventRow], since: float, now: float, max_chars: i
 
     when = since_label(since, now)
     if not subjects:
-        return f"nothing happened since {when}"
+        rest = Counter(e.kind for e in sorted(events, key=lambda e: e.t) if e.t > since)
+        if not rest:
+            return f"nothing happened since {when}"
+        return f"since {when}: " + _and([counted(kind, n) for kind, n in rest.items()])
     phrases = [s.phrase() for s in sorted(subjects.values(), key=lambda s: (s.rank, s.first, s.name))]
     head = f"since {when}: "
     taken = [phrases[0]]
@@ -159,6 +178,12 @@ def _condition(verb: str, n: int, seconds: Optional[float], still: bool) -> str:
     inside = ", ".join(x for x in (f"{span(seconds)} in all" if seconds is not None else "",
                                    "still" if still else "") if x)
     return f"{verb} {times(n)}" + (f" ({inside})" if inside else "")
+
+
+def counted(kind: str, n: int) -> str:
+    """``6 operator actions``, ``1 state change``: a kind of event of the timeline, counted."""
+    once, many = _COUNTED.get(kind, (kind.replace("_", " "), kind.replace("_", " ")))
+    return f"{n} {once if n == 1 else many}"
 
 
 def times(n: int) -> str:

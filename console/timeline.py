@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import bisect
 import re
-from typing import Any, Iterable, Optional
+from collections import Counter
+from typing import Any, Iterable, Optional, Sequence
 
 from gpudeck.agents.jobs import NOTIFY_EVENTS, EventKind
 from gpudeck.agents.watch.config import redact
 from gpudeck.console.actions import Notice
 from gpudeck.console.rows import EventRow
+from gpudeck.console.since import counted, since_label
 
 KEPT = 2000  # events the console keeps (the view lists them all)
 
@@ -121,3 +123,18 @@ def live_notice(row: EventRow) -> Optional[Notice]:
     where = " ".join(x for x in (row.job, f"GPU {row.gpu}" if row.gpu is not None else None) if x)
     title = f"{row.node}: {row.kind.replace('_', ' ')}" + (f" ({where})" if where else "")
     return Notice(row.message, title, level, timeout=10.0 if level == "error" else 6.0)
+
+
+def listed(rows: Sequence[EventRow], now: float, most: int = 4) -> str:
+    """What the events view lists, said over it with the summary, so the two never disagree:
+    ``listed: 151 events, 11:00 to 12:00: 150 state changes and 1 operator action``; "" for none."""
+    if not rows:
+        return ""
+    kinds = Counter(r.kind for r in rows).most_common()
+    said = [counted(kind, n) for kind, n in kinds[:most]]
+    if len(kinds) > most:
+        said.append(f"{sum(n for _, n in kinds[most:])} more")
+    first, last = since_label(rows[0].t, now), since_label(rows[-1].t, now)
+    span = first if first == last else f"{first} to {last}"
+    return f"listed: {len(rows)} event{'s' if len(rows) != 1 else ''}, {span}: " + \
+        (said[0] if len(said) == 1 else ", ".join(said[:-1]) + " and " + said[-1])

@@ -62,7 +62,9 @@ def test_a_condition_from_before_the_last_look_counts_while_it_lasts():
 def test_what_is_not_news_and_nothing_at_all():
     events = [ev(10, 1, "state", "gen"), ev(20, 2, "notified"), ev(30, 3, "alert", cond="alert:shared_gpu:gpu3"),
               ev(40, 4, "resolved", cond="alert:shared_gpu:gpu3", of="alert"), ev(50, 5, "watch")]
-    assert summarize(events, T, T + 60) == "nothing happened since 12:00"
+    assert summarize(events, T, T + 60) == ("since 12:00: 1 state change, 1 notification sent, 1 alert, 1 resolved "
+                                            "and 1 watcher start or stop")  # not news, but not nothing
+    assert summarize(events, T + 50, T + 60) == "nothing happened since 12:00"
     assert summarize([], T, T + 60) == "nothing happened since 12:00"
 
 

@@ -1,7 +1,8 @@
 """What the console shows at the sizes terminals come in (80x24 up), on the pinned fleet of
 the snapshot tests: nothing connected, the clock and every figure pinned. The newest event
 on screen, the header's figures at 80 columns, the sorted column kept and marked, notices
-that cover no figures, the keys k9s users reach for."""
+that cover no figures, ctrl+c, a banner that says what the events are, a job's charts on one
+time window, the overview's chart on a job with a rate, long log lines scrolled sideways."""
 
 from __future__ import annotations
 
@@ -10,11 +11,14 @@ import time
 
 import pytest
 
+from gpudeck.agents.protocol import LogChunk, Snapshot
 from gpudeck.console.app import make_app
 from gpudeck.console.cost import dollars
-from gpudeck.console.messages import EventsFetched
+from gpudeck.console.messages import EventsFetched, LogFetched, SnapshotReceived
+from gpudeck.console.since import summarize
 from gpudeck.console.timeline import event_row
-from support.tui import PINNED_NOW, feed_pinned, pinned_fleet, screen_text, wait_until
+from gpudeck.console.widgets.cells import BLOCKS
+from support.tui import PINNED_NOW, feed_pinned, pinned_events, pinned_fleet, screen_text, wait_until
 
 EVENT_SIZES = [(80, 24), (120, 40), (200, 60)]
 
@@ -104,19 +108,11 @@ async def test_the_newest_event_is_on_screen_and_end_pagedown_and_g_reach_it(siz
 
 
 def feed_simulated(app) -> None:
-    """The pinned fleet as the demo's nodes say it: GPUs simulated."""
-    from gpudeck.console.messages import SnapshotReceived
-
+    """The pinned fleet as the demo's nodes say it: GPUs simulated (gpu-b stays down)."""
     feed_pinned(app)
-    for ev in pinned_snapshots():
-        app.post_message(SnapshotReceived(dataclasses.replace(ev, gpus_simulated=True)))
-
-
-def pinned_snapshots():
-    from gpudeck.agents.protocol import Snapshot
-    from support.tui import pinned_events
-
-    return [ev for ev in pinned_events() if isinstance(ev, Snapshot) and ev.node == "gpu-a"]
+    for ev in pinned_events():
+        if isinstance(ev, Snapshot) and ev.node == "gpu-a":
+            app.post_message(SnapshotReceived(dataclasses.replace(ev, gpus_simulated=True)))
 
 
 async def test_the_header_keeps_the_alert_count_and_the_dollars_at_80_columns():
@@ -132,7 +128,7 @@ async def test_the_header_keeps_the_alert_count_and_the_dollars_at_80_columns():
         assert "RO" in head and "SIM" in head and "tok/s" in head
         assert "▲4" in head and f"{dollars(totals.spent)} +{dollars(totals.to_finish)}" in head, head
         assert "…" not in head and len(head.rstrip()) <= 80
-        wide = pinned_app(fleet=pinned_fleet(price_per_hour=36), read_only=True)
+    wide = pinned_app(fleet=pinned_fleet(price_per_hour=36), read_only=True)
     async with wide.run_test(size=(200, 24)) as pilot:  # room for it all: the long form and the clock
         feed_simulated(wide)
         await settle(pilot, lambda app: app.state.totals().gpus_simulated)
@@ -224,3 +220,123 @@ async def test_ctrl_c_quits_as_in_k9s_and_nvitop(where):
             await wait_until(pilot, lambda: "gpudeck help" in screen_text(app), what="the help")
         await pilot.press("ctrl+c")
         await wait_until(pilot, lambda: not app.is_running, what="ctrl+c quitting")
+
+
+async def test_the_events_banner_says_what_the_rows_under_it_show():
+    """Launches and kills since the last look, and no deaths: the line over the events says
+    them, counted, and what the table lists, never "nothing happened"."""
+    app = pinned_app(initial_view="events")
+    async with app.run_test(size=(120, 40)) as pilot:
+        feed_pinned(app)
+        await settle(pilot)
+        since = PINNED_NOW - 4 * 3600
+        said = [("launch", "launch gen: attempt 1, pid 4200"), ("kill", "kill gen: freed 54.1 GiB in 1.8 s"),
+                ("launch", "launch gen: attempt 2, pid 4321"), ("kill", "kill extract: stopped in 0.4 s")]
+        rows = tuple(event_row("gpu-a", {"t": since + 600 * (i + 1), "seq": i + 1, "kind": "action", "job": "gen",
+                                         "message": message, "details": {"action": action}})
+                     for i, (action, message) in enumerate(said))
+        rows += (event_row("gpu-a", {"t": since + 3000, "seq": 5, "kind": "state", "job": "gen",
+                                     "message": "job gen: running -> killed (attempt 2)"}),)
+        app.post_message(EventsFetched("gpu-a", rows, 5, True))
+        await wait_until(pilot, lambda: len(app.state.timeline) == 5, what="the events read")
+        app.state.timeline.summary = summarize(app.state.timeline.rows(), since, PINNED_NOW)  # as the app says it
+        app.refresh_views()
+        banner = await wait_until(pilot, lambda: (t := str(app.screen.query_one("#events-summary").content)) and t,
+                                  what="the banner")
+        assert "nothing happened" not in banner
+        assert banner.startswith("since 08:00: 4 operator actions and 1 state change"), banner
+        assert "listed: 5 events, 08:10 to 08:50: 4 operator actions and 1 state change" in banner
+        await wait_until(pilot, lambda: "listed: 5 events" in screen_text(app), what="the banner on screen")
+        await pilot.press("slash", *"extract", "enter")  # a filter: the banner counts what is left
+        await wait_until(pilot, lambda: "listed: 1 event, 08:40: 1 operator action" in screen_text(app),
+                         what="the banner counting the filtered rows")
+
+
+def chart_columns(app, chart) -> dict[str, set[int]]:
+    """Per chart of a JobChart (by the start of its title), the columns its bars are drawn in."""
+    area = chart.content_region  # inside its padding and its bottom border
+    lines = screen_text(app).splitlines()[area.y:area.bottom]
+    out: dict[str, set[int]] = {}
+    title = None
+    for line in lines:
+        text = line[area.x:area.right]
+        if text.strip() and not set(text.strip()) <= set(BLOCKS):
+            title = "tokens/s" if text.startswith("gen ") else text.split()[0]
+            out[title] = set()
+        elif title is not None:
+            out[title] |= {x for x, ch in enumerate(text) if ch in BLOCKS[1:]}
+    return out
+
+
+async def open_details(pilot, job: str) -> str:
+    app = pilot.app
+    app.screen.table("jobs").move_cursor_to_key(f"gpu-a/{job}")
+    await pilot.press("enter")
+    await wait_until(pilot, lambda: app.screen.id == "job-screen", what="the details screen")
+    return await wait_until(pilot, lambda: "done  123.5k / 914.0k" in (t := screen_text(app)) and t,
+                            what="the done chart")
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)], ids=lambda s: f"{s[0]}x{s[1]}")
+async def test_the_charts_of_a_job_share_one_time_window(size):
+    """gen's tokens/s and done were read at the same moments (the pinned history): their bars
+    stand in the same columns."""
+    app = pinned_app(initial_view="jobs")
+    async with app.run_test(size=size) as pilot:
+        feed_pinned(app)
+        await settle(pilot)
+        await open_details(pilot, "gen")
+        charts = chart_columns(app, app.screen.query_one("#job-chart"))
+        assert set(charts) == {"tokens/s", "done"} and charts["tokens/s"], charts
+        assert charts["done"] == charts["tokens/s"]
+
+
+async def test_the_details_say_the_finish_in_words_with_no_literal_dim():
+    app = pinned_app(initial_view="jobs")
+    async with app.run_test(size=(120, 40)) as pilot:
+        feed_pinned(app)
+        await settle(pilot)
+        text = await open_details(pilot, "gen")
+        assert "(dim)" not in text
+        assert "done  123.5k / 914.0k  finish in 10h 16m at the current rate" in text
+
+
+async def test_the_overview_chart_opens_on_a_job_with_a_tokens_per_second_series():
+    """Sorted by name, the first jobs (audit, extract) never had a rate: the chart opens on gen,
+    the first that has; once the operator moves the cursor, the chart follows it."""
+    app = pinned_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        feed_pinned(app)
+        await settle(pilot)
+        await wait_until(pilot, lambda: "gen  tokens/s  now 2,390" in screen_text(app), what="gen's chart")
+        jobs = app.screen.table("overview")
+        assert jobs.cursor_key == "gpu-a/gen" and [r.name for r in jobs.rows()][0] == "audit"
+        await pilot.press("home")
+        await wait_until(pilot, lambda: "audit  tokens/s  now -" in screen_text(app), what="the chart following")
+        app.refresh_views()
+        await pilot.pause()
+        assert jobs.cursor_key == "gpu-b/audit"  # the operator's choice stays
+
+
+async def test_long_log_lines_scroll_sideways_with_the_arrow_keys_as_the_help_says():
+    app = pinned_app(initial_view="logs")
+    async with app.run_test(size=(80, 24)) as pilot:
+        feed_pinned(app)
+        await settle(pilot)
+        panel = app.screen.query_one("#log-panel")
+        await wait_until(pilot, lambda: panel.job is not None, what="the logs view on a job")
+        long = "step 1200 loss 1.234 " + "x" * 60 + " THE-END-OF-THE-LINE"
+        chunk = LogChunk(panel.job, long + "\n", len(long) + 1, "/logs/gen.log")
+        app.post_message(LogFetched(panel.job, chunk, reset=True))
+        await wait_until(pilot, lambda: "step 1200 loss" in screen_text(app), what="the long line")
+        assert "THE-END-OF-THE-LINE" not in screen_text(app)  # not wrapped: cut at the right edge
+        log = panel.log
+        for _ in range(300):  # one column a press: to the end of the line, and no further
+            if log.max_scroll_x and log.scroll_x >= log.max_scroll_x:
+                break
+            await pilot.press("right")
+        await pilot.pause()
+        assert "THE-END-OF-THE-LINE" in screen_text(app) and panel.log.scroll_x > 0
+        await pilot.press("question_mark")
+        text = await wait_until(pilot, lambda: "gpudeck help" in (t := screen_text(app)) and t, what="the help")
+        assert "← →         scroll a log sideways: long lines are not wrapped" in text

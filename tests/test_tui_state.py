@@ -182,7 +182,12 @@ def test_what_a_job_key_does_is_data():
     rows = {r.name: r for r in pinned_state().job_rows()}
     kill = plan_job_action(JobOp.KILL, "gen", rows["gen"], read_only=False, grace_s=10.0)
     assert isinstance(kill, Confirm) and "SIGKILL after 10 s" in kill.question and kill.yes == "Kill"
-    assert isinstance(plan_job_action(JobOp.LAUNCH, "gen", rows["gen"], read_only=False, grace_s=10.0), RunNow)
+    launch = plan_job_action(JobOp.LAUNCH, "gen", rows["gen"], read_only=False, grace_s=10.0)
+    assert isinstance(launch, Confirm) and launch.yes == "Launch"  # it takes GPUs and starts spending: asks
+    assert "Launch job [b]gen[/b] on gpu-a?" in launch.question and "attempt 3" in launch.question
+    assert JobOp.LAUNCH.key == "L" and JobOp.KILL.key == "k"  # l is the log's key, as in k9s
+    assert isinstance(plan_job_action(JobOp.RELAUNCH, "extract", rows["extract"], read_only=False, grace_s=10.0),
+                      RunNow)  # not running: nothing to kill first
     assert isinstance(plan_job_action(JobOp.KILL, "gen", rows["gen"], read_only=True, grace_s=10.0), Refuse)
     gpus = {r.key: r for r in pinned_state().fleet_rows() if isinstance(r, GpuRow)}
     assert target_job(gpus["gpu:gpu-a:3"]) is None  # two jobs: the key cannot choose

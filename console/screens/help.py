@@ -13,10 +13,11 @@ HELP = """\
   0 1 2 3 4   overview, fleet, jobs, logs, alerts (or click the tabs)
   e  (or 5)   events: the nodes' timeline, newest at the bottom
   ctrl+p      command palette: jump to a node or job by name, run any key's action
-  ↑ ↓ PgUp PgDn Home End    move in a table (g and G: first and last row)
+  ↑ ↓ PgUp PgDn Home End    move in a table
+  g  G        the first and the last row of a table
   enter       details and the log of the selected job
-  l           the selected job's log, in the logs view;  ← →  scroll a log sideways
-              (long lines are not wrapped)
+  l           the selected job's log, in the logs view
+  ← →         scroll a log sideways: long lines are not wrapped
 {job_keys}  /           filter the view (enter keeps it, escape clears it);
               in the logs view: search (n / N: next / previous match)
   s  S        sort by the next key; S reverses it.  The sorted column is marked:
@@ -34,13 +35,16 @@ HELP = """\
 
 [b]Overview[/b]
   the GPUs, the jobs, the newest alerts, and the chart of the job under the cursor
+  (at first, the first job with a tokens/s series); a job's charts share one window
 
 [b]Events[/b]
   every node's timeline merged in time order: jobs that died, were restarted, gave
   up, stalled or finished; GPU health, disks, temperatures, deadlines, and what
   cleared them.  Over it, what happened since this laptop last looked at this
-  fleet (also said when the console opens).  While the console is open, each new
-  one of those is a notification and a bell (gpudeck up --no-bell: no bell).
+  fleet (also said when the console opens), and what the view lists, counted.
+  While the console is open, each new one of those is a notification and a bell
+  (gpudeck up --no-bell: no bell).  Notifications come one at a time, on the
+  footer's line.
 
 [b]Fleet[/b]
   a node line, then each GPU: memory used/total, utilization and its trend,

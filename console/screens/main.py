@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from textual import on
+from textual import events, on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.content import Content
@@ -23,7 +23,9 @@ from gpudeck.console.screens.bindings import job_bindings
 from gpudeck.console.screens.palette import FleetCommands
 from gpudeck.console.selection import (ALERT_SORTS, FLEET_SORTS, JOB_SORTS, select_alerts, select_events, select_fleet,
                                        select_jobs, sorted_descending)
+from gpudeck.console.rows import JobRow
 from gpudeck.console.state import FleetState
+from gpudeck.console.timeline import listed
 from gpudeck.console.widgets.alerts_table import AlertsTable
 from gpudeck.console.widgets.events_table import EventsTable
 from gpudeck.console.widgets.filter_bar import FilterBar
@@ -67,7 +69,7 @@ class MainScreen(Screen[None]):
         Binding("slash", "filter", "Filter", id="view.filter"),
         Binding("s", "sort", "Sort", id="view.sort"),
         Binding("S", "reverse", "Reverse", show=False, id="view.reverse", key_display="S"),
-        Binding("escape", "clear_filter", "Clear", id="view.clear"),
+        Binding("escape", "clear_filter", "Clear", show=False, id="view.clear"),  # the status line says it
         Binding("n", "next_match(1)", "Next match", show=False, id="logs.next"),
         Binding("N", "next_match(-1)", "Previous match", show=False, id="logs.previous"),
         Binding("0", "view('overview')", "Overview", show=False, id="view.overview"),
@@ -87,6 +89,8 @@ class MainScreen(Screen[None]):
         self.reversed: dict[str, bool] = {v: False for v in VIEWS}
         self.log_job: Optional[str] = None  # the job the logs view follows
         self._events_shown: tuple[int, str] = (-1, "")  # the timeline's version and the filter drawn last
+        self._events_listed = ""  # what the events table lists, said over it
+        self._chart_chosen = False  # the overview's chart was put on a job with a tokens/s series
         self._status_shown: Optional[str] = None  # the line under the view, as drawn last
 
     def compose(self) -> ComposeResult:
@@ -118,6 +122,11 @@ class MainScreen(Screen[None]):
     def on_mount(self) -> None:
         self.composed = True
         self._focus_view(self.active)
+
+    def on_resize(self, event: events.Resize) -> None:
+        # under 100 columns the palette's hint pushed `? Help` off the footer; ctrl+p is in the help
+        for footer in self.query(Footer):
+            footer.show_command_palette = event.size.width >= 100
 
     # ------------------------------------------------------------ rendering
 
@@ -169,21 +178,26 @@ class MainScreen(Screen[None]):
         self.query_one("#overview-fleet", LiveTable).show(select_fleet(state.fleet_rows(), text, processes=False))
         jobs = self.query_one("#overview-jobs", LiveTable)
         jobs.show(select_jobs(state.job_rows(), text, sort, rev))
+        if not self._chart_chosen and not jobs.moved_by_operator:
+            self._chart_chosen = _cursor_on_a_rate(jobs)
         self.query_one("#overview-alerts", LiveTable).show(select_alerts(state.alert_rows())[:OVERVIEW_ALERTS])
         chart = self.query_one(JobChart)
         key = jobs.cursor_key
         chart.detail = state.job_detail(key, spark_width=max(12, chart.size.width - 2)) if key else None
 
     def _show_events(self, state: FleetState, text: str) -> None:
-        """The timeline, and over it what happened since the operator last looked."""
+        """The timeline, and over it what happened since the operator last looked and what the
+        table lists (so the line over the rows never says nothing happened above a list of it)."""
+        if self._events_shown != (state.timeline.version, text):  # 2,000 rows: compared only when they moved
+            self._events_shown = (state.timeline.version, text)
+            rows = select_events(state.timeline.rows(), text)
+            self._events_listed = listed(rows, state.clock())
+            self.table("events").show(rows)
         summary = self.query_one("#events-summary", Static)
-        said = state.timeline.summary or ""
+        said = "  ·  ".join(x for x in (state.timeline.summary, self._events_listed) if x)
         summary.set_class(bool(said), "-shown")
         if str(summary.content) != said:
             summary.update(said)
-        if self._events_shown != (state.timeline.version, text):  # 2,000 rows: compared only when they moved
-            self._events_shown = (state.timeline.version, text)
-            self.table("events").show(select_events(state.timeline.rows(), text))
 
     def _show_status(self) -> None:
         """The active view's filter and sort, said under it (the tab label is easy to miss)."""
@@ -375,3 +389,19 @@ class MainScreen(Screen[None]):
             self.notify(n.text, severity=n.severity, timeout=n.timeout)  # type: ignore[arg-type]
             return
         self.post_message(JobActionRequested(job_op, job))
+
+
+def _cursor_on_a_rate(jobs: LiveTable) -> bool:
+    """Put the overview's cursor, and so its chart, on the first job with a tokens/s series: the
+    first row may be a job that never ran (a chart of nothing). False while no job has one yet."""
+    def has_rate(row: object) -> bool:
+        return isinstance(row, JobRow) and (row.tokens_per_s is not None or any(v is not None for v in row.spark))
+
+    if has_rate(jobs.cursor_row):
+        return True
+    pick = next((r for r in jobs.rows() if has_rate(r)), None)
+    if pick is None:
+        return False
+    jobs.move_cursor_to_key(pick.key)
+    jobs.moved_by_operator = False
+    return True

@@ -30,7 +30,7 @@ class EventsTable(LiveTable[EventRow]):
         following = self.row_count == 0 or self.cursor_key == self._keys[-1]
         super().show(rows)
         if following and self.row_count:
-            self.action_cursor_to(-1)
+            self._set_cursor(self.row_count - 1)
 
     def render_cells(self, e: EventRow) -> Sequence[Cell]:
         kind = ((e.kind.replace("_", " "), self.style(_STYLE[severity(e)])),)

@@ -1,8 +1,10 @@
 """JobChart: one job's history as block charts that fill the space they are given.
 
-tokens/s over the history; for a job that counts items, done over time with the line
-projected to the finish at the current rate; for an engine, running and queued requests
-and KV-cache use. Drawn from the JobDetail the state builds: no I/O here.
+tokens/s over the history; for a job that counts items, done over time, and when it will
+finish at the current rate said in words; for an engine, running and queued requests and
+KV-cache use. Every chart of a pane covers the same time window, the one the first title
+names, column for column: a column is the same moment in each. Drawn from the JobDetail the
+state builds: no I/O here.
 """
 
 from __future__ import annotations
@@ -22,8 +24,7 @@ Values = Sequence[Optional[float]]
 
 
 class JobChart(Widget):
-    COMPONENT_CLASSES = {"job-chart--title", "job-chart--muted", "job-chart--line", "job-chart--projected",
-                         "job-chart--warn"}
+    COMPONENT_CLASSES = {"job-chart--title", "job-chart--muted", "job-chart--line", "job-chart--warn"}
 
     detail: reactive[Optional[JobDetail]] = reactive(None)
     """The job to draw; None: no job selected (or not in any snapshot yet)."""
@@ -74,23 +75,16 @@ class JobChart(Widget):
         return out
 
     def _done_panel(self, d: JobDetail, width: int) -> tuple[str, list[tuple[Values, Style]], Optional[float]]:
-        st = self.get_component_rich_style
+        """Items done over the window of the other charts. The finish is said in words: drawn on
+        a time axis of its own (days, where the history is minutes), it squeezed the history
+        into a column and made three windows of one pane."""
         j = d.row
-        history = _filled(d.done_series)
-        while history and history[0] is None:
-            history.pop(0)  # before the first reading: no time the job was seen in
-        span_s = len(history) * d.bucket_s
         total = j.total
         title = f"done  {cells.count(j.done)}" + (f" / {cells.count(total)}" if total else "")
-        if total and j.eta_s is not None and j.eta_s > 0 and j.done is not None:
-            # the history, then the line to the finish at the current rate, on one time axis
-            hist_w = max(1, min(width - 1, int(width * span_s / (span_s + j.eta_s))))
-            proj_w = width - hist_w
-            proj = [j.done + (total - j.done) * (c + 1) / proj_w for c in range(proj_w)]
-            title += f"  projected: finish in {human_duration(j.eta_s)} (dim)"
-            return title, [(cells.resample(history, hist_w), st("job-chart--line")),
-                           (proj, st("job-chart--projected"))], float(total)
-        return title, [(cells.resample(history, width), st("job-chart--line"))], float(total) if total else None
+        if total and j.eta_s is not None and j.eta_s > 0:
+            title += f"  finish in {human_duration(j.eta_s)} at the current rate"
+        return title, [(cells.resample(_filled(d.done_series), width), self.get_component_rich_style(
+            "job-chart--line"))], float(total) if total else None
 
 
 def _filled(values: Values) -> list[Optional[float]]:

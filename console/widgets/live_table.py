@@ -94,6 +94,7 @@ class LiveTable(ScrollView, Generic[RowT], can_focus=True):
         self._header: Optional[tuple[int, Strip]] = None
         self.shown = 0  # rows drawn since mount: what the benchmark counts
         self.sort_mark: Optional[tuple[str, bool]] = None  # (column label, descending): ▲ or ▼ in the header
+        self.moved_by_operator = False  # the cursor was put somewhere by a key, a click or a jump
 
     # ------------------------------------------------------------ data in
 
@@ -154,6 +155,7 @@ class LiveTable(ScrollView, Generic[RowT], can_focus=True):
         i = self._index.get(key)
         if i is None:
             return False
+        self.moved_by_operator = True
         self._set_cursor(i)
         return True
 
@@ -192,12 +194,15 @@ class LiveTable(ScrollView, Generic[RowT], can_focus=True):
         self.scroll_to(y=y, animate=False, force=True, immediate=True)
 
     def action_cursor(self, step: int) -> None:
+        self.moved_by_operator = True
         self._set_cursor(self._cursor + step)
 
     def action_page(self, direction: int) -> None:
+        self.moved_by_operator = True
         self._set_cursor(self._cursor + direction * max(1, self.size.height - 2))
 
     def action_cursor_to(self, i: int) -> None:
+        self.moved_by_operator = True
         self._set_cursor(len(self._keys) - 1 if i < 0 else i)
 
     def action_select_row(self) -> None:
@@ -209,6 +214,7 @@ class LiveTable(ScrollView, Generic[RowT], can_focus=True):
             return
         i = int(self.scroll_y) + event.y - 1
         if i < len(self._keys):
+            self.moved_by_operator = True
             self._set_cursor(i)
             if event.chain >= 2:
                 self.action_select_row()
