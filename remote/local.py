@@ -72,7 +72,13 @@ class LocalTransport:
                 await asyncio.wait_for(proc.wait(), 5.0)
             except asyncio.TimeoutError:
                 proc.kill()
-                await proc.wait()
+                # asyncio's wait() also waits for the pipes' EOF, which a stdout left paused by an
+                # overlong line never reads: drain what the dead agent left, every wait bounded
+                for step in (proc.stdout.read(), proc.wait()):
+                    try:
+                        await asyncio.wait_for(step, 5.0)
+                    except (asyncio.TimeoutError, ValueError, OSError):
+                        pass
             try:
                 await asyncio.wait_for(stderr_task, 1.0)
             except asyncio.TimeoutError:
