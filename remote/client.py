@@ -120,13 +120,16 @@ class FleetClient:
         self.failures.pop(node, None)
 
     async def connect(self, node: Node, timeout: Optional[float] = None) -> AgentLink:
+        """Open, hello, configure: the whole within ``timeout`` (every wait gets what is left)."""
         timeout = timeout or node.connect_timeout + 15
+        deadline = time.monotonic() + timeout
         link = await asyncio.wait_for(self.transport_for(node).open(node), timeout)
         try:
-            await link.start_explained()
+            await link.start_explained(max(1.0, deadline - time.monotonic()))
             jobs = [j.to_dict() for j in self.fleet.jobs_on(node.name)]
             watch = self.fleet.watch_settings()
-            reply = await link.request("configure", jobs=jobs, fleet=self.fleet.identity, take_over=self.take_over,
+            reply = await link.request("configure", timeout=max(1.0, deadline - time.monotonic()), jobs=jobs,
+                                       fleet=self.fleet.identity, take_over=self.take_over,
                                        **({"watch": watch} if watch is not None else {}))
             self.spec_changes.update(reply.get("changed") or {})
             link.configured_seq = link.latest.seq if link.latest is not None else 0

@@ -74,11 +74,11 @@ class LocalTransport:
                 proc.kill()
                 # asyncio's wait() also waits for the pipes' EOF, which a stdout left paused by an
                 # overlong line never reads: drain what the dead agent left, every wait bounded
-                for step in (proc.stdout.read(), proc.wait()):
+                for step in (proc.stdout.read, proc.wait):
                     try:
-                        await asyncio.wait_for(step, 5.0)
-                    except (asyncio.TimeoutError, ValueError, OSError):
-                        pass
+                        await asyncio.wait_for(step(), 5.0)
+                    except (asyncio.TimeoutError, ValueError, OSError, RuntimeError):
+                        pass  # RuntimeError: the link's reader is on it, and sees the EOF itself
             try:
                 await asyncio.wait_for(stderr_task, 1.0)
             except asyncio.TimeoutError:
