@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import threading
 import time
@@ -35,6 +36,7 @@ class EventLog:
         self.node = node
         self.max_bytes = max_bytes
         self._lock = threading.Lock()
+        self._warned: set[tuple[str, int]] = set()
         self.seq = self._last_seq()
 
     def _last_seq(self) -> int:
@@ -47,10 +49,10 @@ class EventLog:
             except OSError:
                 continue
             for line in reversed(lines):
-                try:
-                    return int(json.loads(line)["seq"])
-                except (ValueError, KeyError, TypeError):
-                    continue  # a torn last line after a kill -9
+                ev, _ = _parse(line)
+                if ev is not None:
+                    return ev["seq"]
+                # a torn last line after a kill -9, or a broken one: the one before it
         return 0
 
     def add(self, kind: EventKind, message: str, job: Optional[str] = None, gpu: Optional[int] = None,
@@ -79,13 +81,39 @@ class EventLog:
         for path in (self.old, self.path):
             try:
                 with open(path, "rb") as f:
-                    for line in f:
-                        try:
-                            ev = json.loads(line)
-                        except ValueError:
-                            continue
-                        if isinstance(ev, dict) and ev.get("t", 0) > since and ev.get("seq", 0) > after_seq:
+                    for number, line in enumerate(f, 1):
+                        ev, problem = _parse(line)
+                        if ev is None:
+                            self._warn(path, number, problem)
+                        elif ev["t"] > since and ev["seq"] > after_seq:
                             out.append(ev)
             except OSError:
                 continue
         return out[-limit:] if limit > 0 else out
+
+    def _warn(self, path: Path, number: int, problem: str) -> None:
+        """A bad line is skipped, said once per file and line (a torn last line is no news)."""
+        key = (str(path), number)
+        if key not in self._warned and problem != "empty":
+            self._warned.add(key)
+            log.warning("events: %s line %d skipped: %s", path, number, problem)
+
+
+def _parse(line: bytes) -> tuple[Optional[dict[str, Any]], str]:
+    """One line of the timeline, or None and what is wrong with it: it must be an object with a
+    finite number ``t`` and an integer ``seq`` >= 0 (a line such as ``"seq": 1e999`` or
+    ``"t": "abc"`` is skipped, never a crash of the agent or of `gpudeck events`)."""
+    if not line.strip():
+        return None, "empty"
+    try:
+        ev = json.loads(line)
+    except (ValueError, RecursionError):
+        return None, "not JSON (a line torn by a kill -9?)"
+    if not isinstance(ev, dict):
+        return None, "not a JSON object"
+    t, seq = ev.get("t"), ev.get("seq")
+    if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t):
+        return None, f"'t' must be a finite number, got {str(t)[:40]!r}"
+    if isinstance(seq, bool) or not isinstance(seq, int) or seq < 0:
+        return None, f"'seq' must be an integer >= 0, got {str(seq)[:40]!r}"
+    return ev, ""
