@@ -123,6 +123,12 @@ class RestartEngine:
             if j.attempt != st.ours and st.attempt:  # an operator launched it: a fresh budget
                 st.restarts = st.count = 0
                 st.gave_up, st.note = False, None
+            elif j.attempt == st.ours and st.next_at is not None and j.name not in self._busy:
+                # our restart started this attempt, but its watcher died before it wrote so
+                # (a kill -9 between the relaunch and its save): count it now, never reset
+                st.count += 1
+                st.restarts += st.weight
+                st.note = f"restarted: {st.reason or 'restart'} (counted by the next watcher)"
             st.attempt, st.done_at_start, st.next_at = j.attempt, done, None
             dirty = True
         elif st.done_at_start is None and done is not None:
@@ -150,6 +156,11 @@ class RestartEngine:
     def _apply(self, j: JobStatus, spec: JobSpec, st: RestartState, now: float, changed: Optional[float]) -> bool:
         policy = spec.restart_policy
         done = j.progress.done if j.progress is not None else None
+        if st.next_at is not None and st.ours == j.attempt + 1 and not j.state.alive:
+            # a restart was under way (its kill done, by this watcher's adoption if the one that
+            # began it died in the kill's grace) and the relaunch never came: finish it
+            self._start(j.name, spec, st, j.attempt)
+            return True
         no_progress = done is not None and st.done_at_start is not None and done <= st.done_at_start
         if policy.wants(j.state):
             if st.next_at is None:
