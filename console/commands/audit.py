@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from gpudeck.console.commands.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE
+from gpudeck.console.commands.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, exit_codes
 
 
 def register(sub) -> None:
     p = sub.add_parser("audit", help="check a chat or tokenized JSONL dataset before a long launch",
                        description="Samples, roles, turns, target tokens per sample, placeholder answers and "
-                                   "duplicates. Exits 1 with a plain sentence when the data is degenerate.")
+                                   "duplicates. Exits 1 with a plain sentence when the data is degenerate.",
+                       epilog=exit_codes({EXIT_FAIL: "the data is degenerate (the report says why)",
+                                          EXIT_USAGE: "a mistake on the command line, or the file cannot be read"}))
     p.add_argument("file", help="JSONL: chat (messages / conversations), generated records, or tokenized "
                                 "(input_ids + loss_mask)")
     p.add_argument("--prompts", action="store_true",

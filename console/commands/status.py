@@ -7,14 +7,15 @@ import time
 
 from gpudeck.agents.jobs import JobKind, JobState
 from gpudeck.agents.planwatch import drift_text
-from gpudeck.console.commands.common import EXIT_OK, EXIT_UNREACHABLE, fleet_arg, load_fleet
+from gpudeck.console.commands.common import EXIT_OK, EXIT_UNREACHABLE, exit_codes, fleet_arg, load_fleet
 from gpudeck.console.cost import NO_PRICE, dollars
 
 ALIVE = frozenset(s for s in JobState if s.alive)
 
 
 def register(sub) -> None:
-    p = sub.add_parser("status", help="nodes, GPUs, jobs and alerts")
+    p = sub.add_parser("status", help="nodes, GPUs, jobs and alerts", epilog=exit_codes(
+        {EXIT_UNREACHABLE: "some node did not answer (the report says which and why)"}))
     fleet_arg(p)
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--timeout", type=float, default=15.0, help="seconds to wait for each node")
