@@ -70,7 +70,7 @@ def _node_lines(state) -> list[str]:
         if snap is None:
             since = (f" since {time.strftime('%H:%M:%S', time.localtime(view.unreachable_since))}"
                      if view.unreachable_since else "")
-            lines.append(f"{name}: UNREACHABLE{since} ({view.error})")
+            lines.append(f"{name}: UNREACHABLE{since} ({view.error})" + _node_money(costs.get(name), priced_only=True))
             continue
         h = snap.host
         lines.append(f"{name} ({h.hostname}): cpu {h.cpu_pct:.0f}% of {h.cpu_count}, "
@@ -124,9 +124,9 @@ def _job_lines(state) -> list[str]:
     return lines
 
 
-def _node_money(c) -> str:
+def _node_money(c, priced_only: bool = False) -> str:
     if c is None or c.price_per_hour is None:
-        return f", price {NO_PRICE}"
+        return "" if priced_only else f", price {NO_PRICE}"
     return (f", ${c.price_per_hour:g}/h: {dollars(c.spent)} spent, {dollars(c.to_finish)} to finish")
 
 
