@@ -1,5 +1,6 @@
 """Honest figures and light commands, run as a user would: dollars that are not known say so,
-arithmetic needs no torch, and a prompts file is audited as prompts."""
+arithmetic needs no torch, a prompts file is audited as prompts, and the demo's own fleet
+file works with the other commands."""
 
 from __future__ import annotations
 
@@ -99,3 +100,19 @@ def test_audit_recognizes_a_prompts_file_and_audits_it_as_prompts(tmp_path):
     r = gpudeck("audit", mixed, check=False)
     assert r.returncode == 1 and "(training)" in r.stdout and "`gpudeck audit --prompts`" in r.stdout
 
+
+def test_the_demo_fleet_file_works_with_status_events_and_watch(tmp_path):
+    from gpudeck.console.demo import build_demo  # what `gpudeck demo` writes, before it opens the console
+
+    path = build_demo(tmp_path / "demo", router=False, prompts=100)
+    f = ["-f", str(path)]
+    doc = json.loads(gpudeck("status", "--json", *f, timeout=120).stdout)
+    nodes = {n["name"]: n for n in doc["nodes"]}
+    assert set(nodes) == {"b200", "pro6000"}
+    assert all(n["reachable"] and n["gpus_simulated"] for n in nodes.values()), [n["error"] for n in nodes.values()]
+    assert (len(nodes["b200"]["gpus"]), len(nodes["pro6000"]["gpus"])) == (7, 4)
+    assert {j["name"] for j in doc["jobs"]} >= {"generate", "extract-sim", "sglang-0"}
+    r = gpudeck("events", *f)
+    assert "no events on b200, pro6000" in r.stderr, r.stderr
+    watch = gpudeck("watch", "status", *f).stdout
+    assert "b200: not watching" in watch and "pro6000: not watching" in watch, watch
