@@ -2,16 +2,22 @@
 module each in console/commands/ (each with ``register(sub)``); what they share (exit codes,
 fleet loading, error printing) lives in console/commands/common.py. Heavy imports (textual,
 asyncssh, torch, boto3) stay inside the command that needs them, so `gpudeck status` starts
-fast."""
+fast.
+
+Output into a pipe whose reader leaves early (`gpudeck status --json | head`) ends the
+command quietly with 141, as `cat` and `kubectl` do (128 + SIGPIPE): no traceback, and
+nothing more is written."""
 
 from __future__ import annotations
 
 import argparse
 import importlib
 import pkgutil
-from typing import Optional
+import sys
+from typing import Iterator, Optional
 
-from gpudeck.console.commands.common import run_command
+from gpudeck.console.commands.common import (EXIT_BROKEN_PIPE, EXIT_UNREACHABLE, HelpFormatter, exit_codes,
+                                             run_command, stdout_to_devnull)
 
 FIRST = ("status", "jobs")  # listed first in --help, in this order; the others follow by name
 NOT_COMMANDS = ("common",)
@@ -24,13 +30,45 @@ def command_modules() -> list[str]:
     return [n for n in FIRST if n in names] + sorted(names - set(FIRST))
 
 
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's, except that --help into a closed pipe ends as any other output does (141);
+    argparse's own would drop the error, or leave it to the interpreter's last flush. The
+    sub-commands' parsers are of this class too (add_subparsers makes its own type)."""
+
+    def _print_message(self, message: str, file=None) -> None:
+        if not message:
+            return
+        file = file or sys.stderr
+        try:
+            file.write(message)
+            file.flush()
+        except BrokenPipeError:
+            raise
+        except (AttributeError, OSError):  # no stream at all (pythonw): as argparse does
+            pass
+
+
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="gpudeck", description="A control console for LLM data pipelines on GPU nodes.")
+    ap = ArgumentParser(prog="gpudeck", description="A control console for LLM data pipelines on GPU nodes.",
+                        epilog=exit_codes({EXIT_UNREACHABLE: "`status`: some node did not answer"}))
     ap.add_argument("--version", action="version", version=_version())
     sub = ap.add_subparsers(dest="command", required=True)
     for name in command_modules():
         importlib.import_module(f"gpudeck.console.commands.{name}").register(sub)
+    for parser in parsers(ap):  # every command's --help ends with its exit codes
+        parser.formatter_class = HelpFormatter
+        if parser.epilog is None:
+            parser.epilog = exit_codes()
     return ap
+
+
+def parsers(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentParser]:
+    """``parser`` and every sub-command's parser under it."""
+    yield parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in dict.fromkeys(action.choices.values()):  # aliases share one parser
+                yield from parsers(child)
 
 
 def _version() -> str:
@@ -39,4 +77,25 @@ def _version() -> str:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    return run_command(build_parser().parse_args(argv))
+    try:
+        try:
+            return run_command(build_parser().parse_args(argv))
+        finally:
+            sys.stdout.flush()  # here, where a closed pipe can be caught, not in the interpreter's exit
+    except BrokenPipeError:
+        if not _stdout_gone():
+            raise  # some other pipe (not ours to hide)
+        stdout_to_devnull()
+        return EXIT_BROKEN_PIPE
+
+
+def _stdout_gone() -> bool:
+    """Whether stdout is a pipe that nobody reads any more."""
+    import select
+
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(ev & (select.POLLERR | select.POLLHUP) for _, ev in poller.poll(0))
+    except (AttributeError, OSError, ValueError):
+        return True  # no poll here, or no descriptor to ask: it was the output, as it nearly always is

@@ -10,6 +10,8 @@ as "—", never $0. The rules (README, "Cost on the dashboard"):
   relaunches go on from it.
 - **To finish**, per node: its price times the slowest ETA among its live jobs; $0 when none
   is live; unknown when live jobs have no ETA yet.
+- A node that does not answer has neither figure (unknown: None, "—"); the fleet's figures
+  are the sums over the priced nodes that know theirs.
 - **Per generation job**: dollars per million output tokens are the node's price over the
   output tokens per hour of the node's live generation jobs together (each job's share of the
   price is in proportion to its tokens, so the figure is the same for each of them); dollars
@@ -28,7 +30,7 @@ from gpudeck.agents.jobs import JobKind, JobState
 from gpudeck.agents.protocol import JobStatus, Progress
 
 HOUR_S = 3600.0
-NO_PRICE = "—"  # a node the fleet file gives no price: not $0, not known
+NO_PRICE = "—"  # a node the fleet file gives no price, or a figure not known (a node down): never $0
 _ALIVE = frozenset(s for s in JobState if s.alive)
 
 
@@ -123,11 +125,14 @@ def generation_costs(price: Optional[float], jobs: Iterable[JobStatus]) -> dict[
 
 
 def fleet_cost(nodes: Iterable[NodeCost]) -> FleetCost:
+    """The sums over the priced nodes that know their figures; None where none does (every
+    priced node unreachable, say): unknown, never $0."""
     priced = [n for n in nodes if n.price_per_hour is not None]
     if not priced:
         return FleetCost(None, None, 0)
+    spent = [n.spent for n in priced if n.spent is not None]
     left = [n.to_finish for n in priced if n.to_finish is not None]
-    return FleetCost(sum(n.spent or 0.0 for n in priced), sum(left) if left else None, len(priced))
+    return FleetCost(sum(spent) if spent else None, sum(left) if left else None, len(priced))
 
 
 def round_money(v: Optional[float]) -> Optional[float]:
@@ -136,9 +141,9 @@ def round_money(v: Optional[float]) -> Optional[float]:
 
 
 def dollars(v: Optional[float]) -> str:
-    """$12,345 / $123 / $3.10 / $0.0042; '-' when unknown (a node without a price is NO_PRICE)."""
+    """$12,345 / $123 / $3.10 / $0.0042; NO_PRICE ("—") when unknown, as for a node without a price."""
     if v is None:
-        return "-"
+        return NO_PRICE
     if v >= 1000:
         return f"${v:,.0f}"
     if v >= 100:

@@ -1,7 +1,8 @@
 """The demo fleet: two simulated GPU nodes on this machine, shaped like a real fleet.
 
-``build_demo(root)`` writes ``root/fleet.toml`` and what the jobs read; ``demo_fleet(path)``
-loads it with both nodes reached without SSH. Everything lives under ``root`` (default
+``build_demo(root)`` writes ``root/fleet.toml`` and what the jobs read; its two nodes say
+``local = true`` (agents on this machine, each with its own home, no SSH), so the file works
+with every command (`gpudeck status|events|watch -f root/fleet.toml`). Everything lives under ``root`` (default
 ``~/.cache/gpudeck-demo``), each node's agent home included, so the demo never sees or
 touches the operator's own jobs.
 
@@ -100,20 +101,19 @@ def build_demo(root: Path, *, python: str = sys.executable, reset: bool = False,
 
 
 def demo_fleet(path: Path):
-    """The demo's fleet file, loaded, with its two nodes on this machine (no SSH) and no
-    third node ``local``: the fleet file names them, the demo runs them here."""
+    """The demo's fleet file, loaded, without the implicit third node ``local``: the demo
+    shows its two nodes alone."""
     from gpudeck.remote.fleet import LOCAL, load_fleet
 
     fleet = load_fleet(path)
-    nodes = [dataclasses.replace(n, host=None) for n in fleet.nodes if n.name != LOCAL]
-    return dataclasses.replace(fleet, nodes=nodes)
+    return dataclasses.replace(fleet, nodes=[n for n in fleet.nodes if n.name != LOCAL])
 
 
 def _header(root: Path, interval_s: float) -> str:
-    nodes = "".join(f'\n[[nodes]]\nname = "{name}"\nhome = {_toml(str(root / f"home-{name}"))}\n'
+    nodes = "".join(f'\n[[nodes]]\nname = "{name}"\nlocal = true\nhome = {_toml(str(root / f"home-{name}"))}\n'
                     f'simulate_gpus = "{spec}"\nprice_per_hour = {PRICES[name]}\n' for name, spec in NODES.items())
     return (f"# The gpudeck demo: written by `gpudeck demo`, rewritten on every start. Both nodes run on\n"
-            f"# this machine (the demo loads them without SSH); their GPUs are simulated (agents/simgpu.py).\n"
+            f"# this machine (local = true: no SSH); their GPUs are simulated (agents/simgpu.py).\n"
             f"[defaults]\ninterval = {interval_s}\n{nodes}")
 
 
@@ -214,6 +214,24 @@ async def stop_demo_jobs(fleet, jobs) -> list[str]:
     return said
 
 
+def stop_demo(root: Path) -> list[str]:
+    """Stop everything the demo under ``root`` started: its jobs, then the process of no job.
+    What the console does when it ends, and ``python -m gpudeck.console.demo stop ROOT`` when
+    the console cannot (its terminal closed)."""
+    fleet = demo_fleet(Path(root) / "fleet.toml")
+    declared = {j.name for j in fleet.jobs}
+    said = asyncio.run(stop_demo_jobs(fleet, [j for j in demo_jobs(True) if j in declared]))
+    stop_stranger(Path(root))
+    return said
+
+
+def start_stopper(root: Path, python: str = sys.executable) -> None:
+    """``stop_demo(root)`` in a process of its own (its own session, no terminal), so that it
+    finishes whatever happens to the console that started it."""
+    subprocess.Popen([python, "-m", "gpudeck.console.demo", "stop", str(root)], start_new_session=True,
+                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
 def extract_sim(progress: str, total: int = 250_000, per_s: float = 180.0) -> int:
     """The ``extract-sim`` job: counts samples up at ``per_s`` into ``progress.json`` as the
     extraction worker does, resuming from the count already there. No torch, no model."""
@@ -279,5 +297,8 @@ if __name__ == "__main__":
             raise SystemExit(extract_sim(sys.argv[2]))
         except KeyboardInterrupt:
             raise SystemExit(130) from None
-    print("usage: python -m gpudeck.console.demo extract-sim PROGRESS_JSON", file=sys.stderr)
+    if sys.argv[1:2] == ["stop"] and len(sys.argv) == 3:
+        stop_demo(Path(sys.argv[2]))
+        raise SystemExit(0)
+    print("usage: python -m gpudeck.console.demo extract-sim PROGRESS_JSON | stop DEMO_DIR", file=sys.stderr)
     raise SystemExit(2)

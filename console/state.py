@@ -230,7 +230,8 @@ class FleetState:
 
     def costs(self) -> tuple[dict[str, cost.NodeCost], dict[tuple[str, str], cost.JobCost]]:
         """Each node's price, spent and to finish; each live generation job's dollars per M
-        tokens and per useful completion, by (node, job). Computed once per state and second."""
+        tokens and per useful completion, by (node, job). Computed once per state and second.
+        A priced node that does not answer has no figures (None: unknown, never $0)."""
         now = self.clock()
         key = (self.version, int(now))
         if self._costs is not None and self._costs[0] == key:
@@ -244,6 +245,12 @@ class FleetState:
                     by_node[node].append(j)
         for node, js in by_node.items():
             price = self._prices[node]
+            view = self.nodes.get(node)
+            if view is None:  # not in use (the implicit local node of a fleet of others): not counted
+                continue
+            if not view.reachable:
+                nodes[node] = cost.NodeCost(price, None, None)
+                continue
             nodes[node] = cost.NodeCost(price, cost.node_spent(price, js, now), cost.node_to_finish(price, js))
             jobs.update(((node, name), c) for name, c in cost.generation_costs(price, js).items())
         self._costs = (key, nodes, jobs)

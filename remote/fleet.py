@@ -23,17 +23,11 @@ else:  # pragma: no cover
 from gpudeck.agents.jobs import KINDS, JobKind, JobSpec, SpecError, shell_command
 from gpudeck.agents.watch.config import AlertThresholds, NotifyTarget
 from gpudeck.agents.watch.heartbeat import HeartbeatConfig
+from gpudeck.remote.fleet_check import (FleetError, check_host_keys, check_range, check_type, did_you_mean, show,
+                                        unknown_key)
 from gpudeck.remote.fleet_watch import parse_alerts, parse_heartbeat, parse_notify
 
 LOCAL = "local"
-
-
-class FleetError(ValueError):
-    """A fleet file mistake: ``str()`` is ``file:line: what was expected``."""
-
-    def __init__(self, path: str, line: Optional[int], message: str) -> None:
-        self.path, self.line, self.message = path, line, message
-        super().__init__(f"{path}:{line}: {message}" if line else f"{path}: {message}")
 
 
 @dataclass(frozen=True)
@@ -127,6 +121,7 @@ _JOB_FIELDS = {f.name: f for f in dataclasses.fields(JobSpec)}
 _DEFAULT_KEYS = {"python", "home", "nvml", "interval", "known_hosts", "host_keys", "user", "identity",
                  "connect_timeout", "venv", "jump", "price_per_hour"}
 NO_JUMP = "none"
+SECTIONS = ("defaults", "nodes", "jobs", "notify", "alerts", "heartbeat")
 
 
 def parse_destination(dest: str) -> tuple[Optional[str], str, Optional[int]]:
@@ -172,20 +167,22 @@ def load_fleet(path: str | Path) -> Fleet:
 def parse_fleet(text: str, path: str = "<fleet>") -> Fleet:
     doc = _decode(text, path)
     loc = _Locator(text)
-    unknown = set(doc) - {"defaults", "nodes", "jobs", "notify", "alerts", "heartbeat"}
+    unknown = set(doc) - set(SECTIONS)
     if unknown:
         key = sorted(unknown)[0]
-        raise FleetError(path, loc.top(key), f"unknown section {key!r}; expected [defaults], [[nodes]], [[jobs]], "
-                                             f"[[notify]], [alerts] or [heartbeat]")
+        raise FleetError(path, loc.top(key), f"unknown section {key!r}{did_you_mean(key, SECTIONS)}; expected "
+                                             f"[defaults], [[nodes]], [[jobs]], [[notify]], [alerts] or [heartbeat]")
     defaults = doc.get("defaults", {})
     if not isinstance(defaults, dict):
         raise FleetError(path, loc.top("defaults"), "'defaults' must be a table: [defaults]")
-    for k, v in defaults.items():
+    for k, v in defaults.items():  # each mistake against [defaults] itself, before any node takes the value
+        line = loc.key("defaults", None, k)
         if k not in _DEFAULT_KEYS:
-            raise FleetError(path, loc.key("defaults", None, k),
-                             f"[defaults] has no key {k!r}; expected one of {', '.join(sorted(_DEFAULT_KEYS))}")
-        _check_type(path, loc.key("defaults", None, k), f"[defaults] {k!r}", _NODE_FIELDS[k], v)
-        _check_range(path, loc.key("defaults", None, k), f"[defaults] {k!r}", k, v)
+            raise FleetError(path, line, unknown_key("[defaults]", k, sorted(_DEFAULT_KEYS)))
+        check_type(path, line, f"[defaults] {k!r}", _NODE_FIELDS[k], v)
+        check_range(path, line, f"[defaults] {k!r}", k, v)
+        if k == "host_keys":
+            check_host_keys(path, line, "[defaults] 'host_keys'", v)
     nodes = _parse_nodes(doc.get("nodes", []), defaults, path, loc)
     tables = {raw["name"]: i for i, raw in enumerate(doc.get("nodes", []))}
     nodes = _resolve_jumps(nodes, tables, "jump" in defaults, path, loc)
@@ -221,20 +218,21 @@ def _parse_nodes(raw_nodes: Any, defaults: dict[str, Any], path: str, loc: "_Loc
         where = f"[[nodes]] #{i + 1}"
         values = {k: v for k, v in defaults.items() if k in _NODE_FIELDS}
         for k, v in raw.items():
-            if k not in _NODE_FIELDS:
-                raise FleetError(path, loc.key("nodes", i, k),
-                                 f"{where} has no key {k!r}; expected one of {', '.join(_NODE_FIELDS)}")
+            if k not in _NODE_FIELDS and k != "local":
+                raise FleetError(path, loc.key("nodes", i, k), unknown_key(where, k, [*_NODE_FIELDS, "local"]))
             values[k] = v
         if "name" not in values:
             raise FleetError(path, loc.table("nodes", i), f"{where} needs a 'name'")
+        if _on_this_machine(raw, where, path, loc.key("nodes", i, "local")):
+            values["host"] = None
+        values.pop("local", None)
         values.setdefault("host", None if values["name"] == LOCAL else values["name"])
         for k, v in values.items():
             line = loc.key("nodes", i, k) or loc.table("nodes", i)
-            _check_type(path, line, f"{where} {k!r}", _NODE_FIELDS[k], v)
-            _check_range(path, line, f"{where} {k!r}", k, v)
-        if values.get("host_keys", "strict") not in ("strict", "accept-new"):
-            raise FleetError(path, loc.key("nodes", i, "host_keys"),
-                             f"{where} 'host_keys': expected \"strict\" or \"accept-new\"")
+            check_type(path, line, f"{where} {k!r}", _NODE_FIELDS[k], v)
+            check_range(path, line, f"{where} {k!r}", k, v)
+        if "host_keys" in raw:  # (one from [defaults] was checked there)
+            check_host_keys(path, loc.key("nodes", i, "host_keys"), f"{where} 'host_keys'", raw["host_keys"])
         if any(n.name == values["name"] for n in nodes):
             raise FleetError(path, loc.key("nodes", i, "name"), f"{where}: node {values['name']!r} is declared twice")
         nodes.append(Node(**values))
@@ -242,6 +240,19 @@ def _parse_nodes(raw_nodes: Any, defaults: dict[str, Any], path: str, loc: "_Loc
         nodes.insert(0, Node(name=LOCAL, **{k: v for k, v in defaults.items()
                                             if k in ("home", "nvml", "interval", "price_per_hour")}))
     return nodes
+
+
+def _on_this_machine(raw: dict[str, Any], where: str, path: str, line: Optional[int]) -> bool:
+    """``local = true``: the node is this machine, its agent a subprocess of the console with
+    the node's own home (no SSH; the demo's nodes)."""
+    if "local" not in raw:
+        return False
+    if not isinstance(raw["local"], bool):
+        raise FleetError(path, line, f"{where} 'local': expected true or false, got {show(raw['local'], 'local')}")
+    if raw["local"] and "host" in raw:
+        raise FleetError(path, line, f"{where}: 'local = true' and a 'host' contradict each other (a local node is "
+                                     f"reached without SSH)")
+    return raw["local"]
 
 
 def _resolve_jumps(nodes: list[Node], tables: dict[str, int], jump_is_default: bool, path: str,
@@ -303,8 +314,9 @@ def _parse_jobs(raw_jobs: Any, defaults: dict[str, Any], names: set[str], path: 
         where = f"[[jobs]] #{i + 1}" + (f" ({raw['name']!r})" if isinstance(raw.get("name"), str) else "")
         kind = raw.get("kind", JobKind.COMMAND.value)
         if not isinstance(kind, str) or kind not in KINDS:
+            hint = did_you_mean(kind, KINDS) if isinstance(kind, str) else ""
             raise FleetError(path, loc.key("jobs", i, "kind"),
-                             f"{where} 'kind': expected one of {', '.join(KINDS)}, got {kind!r}")
+                             f"{where} 'kind': expected one of {', '.join(KINDS)}, got {kind!r}{hint}")
         option_keys = JobKind(kind).options  # keys of built-in kinds that are not JobSpec fields
         values: dict[str, Any] = {}
         options: dict[str, Any] = {}
@@ -312,15 +324,16 @@ def _parse_jobs(raw_jobs: Any, defaults: dict[str, Any], names: set[str], path: 
             if k == "deadline" and hasattr(v, "isoformat"):  # a bare TOML date-time: the same as its string
                 v = v.isoformat() + ("Z" if getattr(v, "tzinfo", True) is None else "")
             if k in _JOB_FIELDS and k != "options":
-                _check_type(path, loc.key("jobs", i, k), f"{where} {k!r}", _JOB_FIELDS[k], v)
-                _check_range(path, loc.key("jobs", i, k), f"{where} {k!r}", k, v)
+                check_type(path, loc.key("jobs", i, k), f"{where} {k!r}", _JOB_FIELDS[k], v)
+                check_range(path, loc.key("jobs", i, k), f"{where} {k!r}", k, v)
                 values[k] = v
             elif k in option_keys:
                 options[k] = v
             else:
                 allowed = sorted(set(_JOB_FIELDS) - {"options"} | option_keys)
-                raise FleetError(path, loc.key("jobs", i, k),
-                                 f"{where} has no key {k!r} for kind {kind!r}; expected one of {', '.join(allowed)}")
+                raise FleetError(path, loc.key("jobs", i, k), f"{where} has no key {k!r} for kind {kind!r}"
+                                                              f"{did_you_mean(k, allowed)}; expected one of "
+                                                              f"{', '.join(allowed)}")
         if isinstance(values.get("command"), str):  # runs with /bin/sh -c (agents/jobs.shell_command)
             try:
                 values["command"] = shell_command(values["command"])
@@ -373,88 +386,6 @@ def _resolve_servers(jobs: list[JobSpec], nodes: dict[str, Node], path: str, loc
             opts[key] = urls
         out.append(dataclasses.replace(job, options=opts) if opts != job.options else job)
     return out
-
-
-# Ranges of numeric keys: (lowest, highest), either end None for open. An interval of 0 made
-# the agent busy-loop; NaN is refused by every range.
-_RANGES: dict[str, tuple[Optional[float], Optional[float]]] = {
-    "interval": (0.01, 3600.0), "connect_timeout": (0.1, 3600.0), "port": (1, 65535),
-    "stall_after_s": (1.0, None), "log_max_mb": (0.01, None), "total": (0, None), "tp": (1, None), "dp": (1, None),
-    "max_restarts": (0, 1000), "restart_backoff_s": (0.0, 86400.0), "price_per_hour": (0.0, None),
-}
-_FINITE = {"price_per_hour"}  # keys where TOML's inf means nothing
-
-
-def _check_range(path: str, line: Optional[int], where: str, key: str, v: Any) -> None:
-    bounds = _RANGES.get(key)
-    if bounds is None or not isinstance(v, (int, float)) or isinstance(v, bool):
-        return
-    low, high = bounds
-    if v != v or (low is not None and v < low) or (high is not None and v > high) or \
-            (key in _FINITE and v in (float("inf"), float("-inf"))):
-        span = (f"from {low:g} to {high:g}" if low is not None and high is not None
-                else f"at least {low:g}" if low is not None else f"at most {high:g}")
-        raise FleetError(path, line, f"{where}: expected a {'finite ' if key in _FINITE else ''}number {span}, "
-                                     f"got {v!r}")
-
-
-def _check_type(path: str, line: Optional[int], where: str, f: dataclasses.Field, v: Any) -> None:
-    tp = str(f.type)
-    if v is None and tp.startswith("Optional["):  # (TOML has no null: only our own defaults are None)
-        return
-    ok = True
-    if tp.startswith("list["):
-        inner = tp[5:-1]
-        if f.name == "command" and isinstance(v, str):
-            return
-        ok = isinstance(v, list) and all(_is(inner, x) for x in v)
-        expected = {"int": "a list of integers (GPU indices)", "str": "a list of strings"}.get(inner, "a list")
-    elif tp.startswith("dict["):
-        if isinstance(v, dict):  # name the key that is wrong, never a value: env holds secrets
-            bad = [k for k, x in v.items() if not isinstance(x, str)]
-            if bad:
-                raise FleetError(path, line, f"{where}: expected a table of strings; {bad[0]!r} is "
-                                             f"{_kind_of(v[bad[0]])}" + (f" (and {len(bad) - 1} more)" if len(bad) > 1
-                                                                          else ""))
-            return
-        ok, expected = False, "a table of strings"
-    else:
-        base = tp.replace("Optional[", "").rstrip("]")
-        ok = _is(base, v)
-        expected = {"int": "an integer", "float": "a number", "str": "a string", "bool": "true or false"}.get(base, base)
-    if not ok:
-        raise FleetError(path, line, f"{where}: expected {expected}, got {_show(v, f.name)}")
-
-
-_SECRET_WORDS = re.compile(r"env|url|secret|token|passw|key|auth|cred|identity", re.IGNORECASE)
-
-
-def _kind_of(v: Any) -> str:
-    return {bool: "true or false", int: "an integer", float: "a number", str: "a string", list: "a list",
-            dict: "a table"}.get(type(v), type(v).__name__)
-
-
-def _show(v: Any, key: str = "") -> str:
-    """A wrong value for an error message; for a key that may hold a secret, only its type."""
-    if _SECRET_WORDS.search(key) or isinstance(v, dict):
-        return _kind_of(v)
-    import json
-    try:
-        return json.dumps(v)
-    except (TypeError, ValueError):
-        return repr(v)
-
-
-def _is(tp: str, v: Any) -> bool:
-    if tp == "int":
-        return isinstance(v, int) and not isinstance(v, bool)
-    if tp == "float":
-        return isinstance(v, (int, float)) and not isinstance(v, bool)
-    if tp == "str":
-        return isinstance(v, str)
-    if tp == "bool":
-        return isinstance(v, bool)
-    return True
 
 
 class _Locator:

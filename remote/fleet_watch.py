@@ -4,10 +4,16 @@ a URL's value: webhook URLs are secrets."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable, Optional
 
 from gpudeck.agents.watch.config import AlertThresholds, ConfigError, NotifyTarget
 from gpudeck.agents.watch.heartbeat import HeartbeatConfig, HeartbeatError
+from gpudeck.remote.fleet_check import unknown_key
+
+ALERT_KEYS = [f.name for f in dataclasses.fields(AlertThresholds)]
+NOTIFY_KEYS = [f.name for f in dataclasses.fields(NotifyTarget)]
+HEARTBEAT_KEYS = [f.name for f in dataclasses.fields(HeartbeatConfig)]
 
 Fail = Callable[[Optional[int], str], Exception]  # (line, message) -> the FleetError to raise
 
@@ -21,6 +27,8 @@ def parse_alerts(raw: Any, loc: Any, fail: Fail) -> AlertThresholds:
     if not isinstance(raw, dict):
         raise fail(loc.top("alerts"), "'alerts' must be a table: [alerts]")
     for k, v in raw.items():
+        if k not in ALERT_KEYS:
+            raise fail(loc.key("alerts", None, k), unknown_key("[alerts]", k, ALERT_KEYS))
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0:
             shown = repr(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else _kind(v)
             raise fail(loc.key("alerts", None, k), f"[alerts] {k!r}: expected a number >= 0, got {shown}")
@@ -41,6 +49,8 @@ def parse_notify(raw: Any, loc: Any, fail: Fail) -> list[NotifyTarget]:
         if not isinstance(table, dict):
             raise fail(loc.table("notify", i), f"{where} must be a table")
         for k, v in table.items():
+            if k not in NOTIFY_KEYS:
+                raise fail(loc.key("notify", i, k), unknown_key(where, k, NOTIFY_KEYS))
             expected = {"url": str, "url_env": str, "format": str, "events": list}.get(k)
             if expected is not None and not isinstance(v, expected):
                 raise fail(loc.key("notify", i, k), f"{where} {k!r}: expected "
@@ -64,6 +74,8 @@ def parse_heartbeat(raw: Any, loc: Any, fail: Fail) -> Optional[HeartbeatConfig]
     if not isinstance(raw, dict):
         raise fail(loc.top("heartbeat"), "'heartbeat' must be a table: [heartbeat]")
     for k, v in raw.items():
+        if k not in HEARTBEAT_KEYS:
+            raise fail(loc.key("heartbeat", None, k), unknown_key("[heartbeat]", k, HEARTBEAT_KEYS))
         expected = {"url": str, "url_env": str, "method": str}.get(k)
         if expected is not None and not isinstance(v, expected):
             raise fail(loc.key("heartbeat", None, k), f"[heartbeat] {k!r}: expected a string, got {_kind(v)}")

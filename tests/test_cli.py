@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -12,19 +11,7 @@ import textwrap
 import pytest
 
 from support import ROOT, env_with_repo, pid_alive, wait_for
-
-
-def gpudeck_cmd() -> list[str]:
-    exe = shutil.which("gpudeck")
-    return [exe] if exe else [sys.executable, "-m", "gpudeck.console"]
-
-
-def gpudeck(*args, check=True, timeout=90, env=None):
-    cmd = [*gpudeck_cmd(), *args]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=env_with_repo(env))
-    if check and r.returncode != 0:
-        raise AssertionError(f"gpudeck {' '.join(args)} -> {r.returncode}\n{r.stdout}\n{r.stderr}")
-    return r
+from support.cli import gpudeck, gpudeck_cmd, without
 
 
 @pytest.fixture
@@ -283,25 +270,9 @@ def _answers(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
-def _without(tmp_path, *modules: str) -> dict:
-    """An environment whose python cannot import ``modules`` (as if the extra were not installed)."""
-    d = tmp_path / "hide"
-    d.mkdir(exist_ok=True)
-    (d / "sitecustomize.py").write_text(textwrap.dedent(f'''
-        import sys
-        class _Hide:
-            def find_spec(self, name, path=None, target=None):
-                if name.split(".")[0] in {set(modules)!r}:
-                    raise ModuleNotFoundError(f"No module named {{name!r}}")
-                return None
-        sys.meta_path.insert(0, _Hide())
-    '''))
-    return {"PYTHONPATH": f"{d}{os.pathsep}{ROOT}"}
-
-
 def test_extract_without_its_extra_names_the_pip_line(tmp_path):
     r = gpudeck("extract", "--model", str(tmp_path), "--data", "x.jsonl", "--out", str(tmp_path / "o"),
-                "--layers", "1", check=False, env=_without(tmp_path, "torch", "numpy"))
+                "--layers", "1", check=False, env=without(tmp_path, "torch", "numpy"))
     assert r.returncode == 2, r.stderr
     assert "needs torch, numpy" in r.stderr and "pip install 'gpudeck[extract]'" in r.stderr
     assert "Traceback" not in r.stderr

@@ -212,8 +212,12 @@ def test_spent_and_to_finish_per_node_and_for_the_fleet():
                              cost.NodeCost(4.0, 8.0, None)])
     assert (fleet.spent, fleet.to_finish, fleet.nodes_priced) == (58.0, 25.0, 2)
     assert cost.fleet_cost([cost.NodeCost(None, None, None)]) == cost.FleetCost(None, None, 0)
+    # a priced node that does not answer knows neither figure: the fleet's are unknown too, never $0
+    assert cost.fleet_cost([cost.NodeCost(10.0, None, None)]) == cost.FleetCost(None, None, 1)
+    assert cost.fleet_cost([cost.NodeCost(10.0, None, None), cost.NodeCost(4.0, 8.0, 2.0)]) == \
+        cost.FleetCost(8.0, 2.0, 2)
     assert [cost.dollars(v) for v in (12_345.6, 123.4, 3.1, 0.5, 0.0, None)] == \
-        ["$12,346", "$123", "$3.10", "$0.50", "$0.00", "-"]
+        ["$12,346", "$123", "$3.10", "$0.50", "$0.00", "—"]
 
 
 PRICED = '''

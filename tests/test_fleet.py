@@ -257,3 +257,52 @@ def test_the_plan_drift_limit_is_an_alerts_threshold():
     with pytest.raises(FleetError) as err:
         parse_fleet('[alerts]\nplan_drift_pct = -5\n', "f.toml")
     assert str(err.value).startswith("f.toml:2: [alerts] 'plan_drift_pct': expected a number >= 0")
+
+
+# ---------------------------------------------------------------- what a user trying a real fleet found
+
+def test_a_bad_default_is_reported_against_defaults_on_its_own_line_with_its_value():
+    text = '[defaults]\nuser = "ubuntu"\nhost_keys = "accept_new"\n\n[[nodes]]\nname = "gpu1"\n'
+    with pytest.raises(FleetError) as err:
+        parse_fleet(text, "f.toml")
+    assert str(err.value) == ("f.toml:3: [defaults] 'host_keys': expected \"strict\" or \"accept-new\", "
+                              "got \"accept_new\"")
+    with pytest.raises(FleetError) as err:  # no [[nodes]] to take it: still a mistake
+        parse_fleet('[defaults]\nhost_keys = "yes"\n', "f.toml")
+    assert str(err.value).startswith("f.toml:2: [defaults] 'host_keys'") and 'got "yes"' in str(err.value)
+    with pytest.raises(FleetError) as err:  # a node's own, with its value too
+        parse_fleet('[[nodes]]\nname = "a"\nhost_keys = "no"\n', "f.toml")
+    assert str(err.value) == "f.toml:3: [[nodes]] #1 'host_keys': expected \"strict\" or \"accept-new\", got \"no\""
+    secret = "/home/op/.ssh/id_ed25519_prod_gpu_fleet"
+    with pytest.raises(FleetError) as err:  # a secret-like key shows no value, only its type
+        parse_fleet(f'[defaults]\nidentity = ["{secret}"]\n\n[[nodes]]\nname = "a"\n', "f.toml")
+    assert str(err.value).startswith("f.toml:2: [defaults] 'identity': expected a string, got a list")
+    assert secret not in str(err.value)
+
+
+@pytest.mark.parametrize("text, line, says", [
+    ('[[nodes]]\nname = "a"\nprot = 22\n', 3, "[[nodes]] #1 has no key 'prot' (did you mean 'port'?)"),
+    ('[[nodes]]\nname = "a"\nhost_key = "accept-new"\n', 3, "has no key 'host_key' (did you mean 'host_keys'?)"),
+    ('[defaults]\nhost_key = "accept-new"\n', 2, "[defaults] has no key 'host_key' (did you mean 'host_keys'?)"),
+    ('[[jobs]]\nname = "j"\ncommand = ["x"]\ngpu = [0]\n', 4, "has no key 'gpu' for kind 'command' (did you mean "
+                                                              "'gpus'?)"),
+    ('[[jobs]]\nname = "g"\nkind = "generate"\nprompt = "p.jsonl"\n', 4, "(did you mean 'prompts'?)"),
+    ('[[jobs]]\nname = "s"\nkind = "sglang_server"\n', 3, "got 'sglang_server' (did you mean 'sglang-server'?)"),
+    ('[alerts]\ngpu_temp = 80\n', 2, "[alerts] has no key 'gpu_temp' (did you mean 'gpu_temp_c'?)"),
+    ('[[notify]]\nurl = "https://ntfy.sh/x"\nevent = ["died"]\n', 3, "[[notify]] #1 has no key 'event' (did you mean "
+                                                                   "'events'?)"),
+    ('[[job]]\nname = "j"\n', 1, "unknown section 'job' (did you mean 'jobs'?)"),
+    ('[[nodes]]\nname = "a"\nbananas = 1\n', 3, "[[nodes]] #1 has no key 'bananas'; expected one of"),
+])
+def test_a_near_miss_of_a_key_says_which_was_meant(text, line, says):
+    with pytest.raises(FleetError) as err:
+        parse_fleet(text, "f.toml")
+    assert str(err.value).startswith(f"f.toml:{line}: ") and says in str(err.value), str(err.value)
+
+
+def test_a_node_may_be_this_machine_under_its_own_name():
+    f = parse_fleet('[[nodes]]\nname = "b200"\nlocal = true\nhome = "/tmp/b200"\n\n[[nodes]]\nname = "gpu1"\n',
+                    "f.toml")
+    assert f.node("b200").local and f.node("b200").home == "/tmp/b200" and not f.node("gpu1").local
+    with pytest.raises(FleetError, match=r"f.toml:3: \[\[nodes\]\] #1: 'local = true' and a 'host' contradict"):
+        parse_fleet('[[nodes]]\nname = "a"\nlocal = true\nhost = "a.example"\n', "f.toml")

@@ -127,3 +127,84 @@ def test_demo_in_tmux_kill_then_relaunch_resumes(tmp_path, tmux):
     assert (demo / "out" / "done.txt").exists()
     done_lines = (demo / "out" / "done.txt").read_text().split()
     assert len(done_lines) == len(set(done_lines))  # resumed, not redone
+
+
+def demo_processes(demo, pids: tuple = ()) -> list:
+    """Every process of the demo under ``demo``: its console, its agents and the process of no
+    job (their command lines name the directory), its jobs (their process groups) and ``pids``
+    (the process of no job, once ``sleep``); not the test's terminal (tmux) nor the shell in it."""
+    import json
+
+    import psutil
+
+    groups = set()
+    for state in demo.glob("home-*/jobs/*/state.json"):
+        try:
+            groups.add(json.loads(state.read_text()).get("pgid"))
+        except (OSError, ValueError):
+            pass
+    found = []
+    for p in psutil.process_iter(["pid", "cmdline"]):
+        cmdline = p.info["cmdline"] or []
+        if cmdline and (os.path.basename(cmdline[0]) == "tmux" or "DEMO-EXITED" in " ".join(cmdline)):
+            continue
+        try:
+            if any(str(demo) in arg for arg in cmdline) or os.getpgid(p.pid) in groups or p.pid in pids:
+                found.append(p)
+        except (psutil.Error, OSError):
+            pass
+    return found
+
+
+@pytest.mark.parametrize("how", ["terminal closed", "SIGTERM"])
+def test_the_demos_processes_end_with_its_console(tmp_path, tmux, how):
+    """Closing the demo's terminal (SIGHUP) or a SIGTERM to its console stops what it started,
+    as `q` does: a laptop is left with nothing of the demo running."""
+    import contextlib
+    import json
+    import signal
+
+    import psutil
+
+    from gpudeck.console.demo import demo_jobs, has_router
+
+    demo = tmp_path / "demo"
+    env = f"PYTHONPATH={ROOT} TERM=xterm-256color"
+    tmux("new-session", "-d", "-s", "demo", "-x", "120", "-y", "40",
+         f"cd {ROOT} && env -u COLUMNS -u LINES {env} {sys.executable} -m gpudeck.console demo --dir {demo}; "
+         f"echo DEMO-EXITED $?; sleep 600")
+
+    def running(job: str) -> bool:
+        try:
+            rec = json.loads(next(demo.glob(f"home-*/jobs/{job}/state.json")).read_text())
+        except (StopIteration, OSError, ValueError):
+            return False
+        return rec.get("state") == "running" and rec.get("pgid") is not None
+
+    def stranger_pid() -> int:
+        try:
+            return int((demo / "stranger.pid").read_text())
+        except (OSError, ValueError):
+            return 0
+
+    jobs = demo_jobs(has_router())
+    tmux.wait(lambda s: all(running(j) for j in jobs) and stranger_pid(), "every demo job running", timeout=120)
+    stranger = stranger_pid()
+    started = demo_processes(demo, (stranger,))
+    assert len(started) > len(jobs) and stranger in {p.pid for p in started}, [p.info["cmdline"] for p in started]
+    if how == "SIGTERM":
+        (console,) = [p for p in started if "gpudeck.console" in p.info["cmdline"] and "demo" in p.info["cmdline"]]
+        console.send_signal(signal.SIGTERM)
+        tmux.wait(lambda s: "DEMO-EXITED 143" in s, "the demo exiting with 143", timeout=120)
+    else:
+        tmux("kill-server")  # the terminal goes away: its processes get SIGHUP
+    try:
+        wait_for(lambda: not demo_processes(demo, (stranger,)), timeout=120, interval=0.5,
+                 what="the demo's processes to end")
+    except AssertionError:
+        left = demo_processes(demo, (stranger,))
+        for p in left:  # the test's own leftovers: gone either way
+            with contextlib.suppress(psutil.Error):
+                p.kill()
+        raise AssertionError(f"{len(left)} processes of the demo left after its console ended ({how}):\n"
+                             + "\n".join(" ".join(p.info["cmdline"] or ())[:120] for p in left)) from None

@@ -8,9 +8,12 @@ Reads JSONL in any of these shapes, line by line:
 - tokenized: ``input_ids`` + ``loss_mask`` (or ``labels`` with -100 for ignored positions);
   the target is the positions the loss sees.
 
-Two modes. ``training`` (the default of ``gpudeck audit``): data about to be trained on or
-extracted from; the targets must be real answers. ``prompts`` (what ``generate`` runs before
-it starts): the answers will be generated again, so only the prompts must be usable.
+Two modes. ``training``: data about to be trained on or extracted from; the targets must be
+real answers. ``prompts`` (what ``generate`` runs before it starts): the answers will be
+generated again, so only the prompts must be usable. ``auto`` (the default of ``gpudeck
+audit``) is ``training``, unless no sample has an answer at all: that is a prompts file (one
+prompt or conversation ending in a user turn a line, as ``generate`` reads), audited as
+prompts.
 
 For chat data the target length is estimated (words and punctuation marks: close to a BPE
 token count for English, and exact enough to tell 6 from 600). Tokenized data is counted
@@ -84,6 +87,9 @@ class AuditReport:
     top_answers: collections.Counter = field(default_factory=collections.Counter)  # short answer text -> samples
     short_targets: collections.Counter = field(default_factory=collections.Counter)  # short target hash -> samples
     empty_prompts: int = 0
+    prompt_counts: collections.Counter = field(default_factory=collections.Counter)  # prompts: est. tokens -> samples
+    unanswered: int = 0  # chat samples without any answer (what a prompts file holds)
+    recognized: Optional[str] = None  # mode auto: why this mode was chosen
     duplicates: int = 0  # samples whose prompt appeared before
     duplicate_ids: int = 0  # lines whose "id" an earlier line has (a worker would take them for one record)
     first_duplicate_id: Optional[str] = None  # "file:line: id 'x'" of the first repeat
@@ -99,12 +105,7 @@ class AuditReport:
         return short / self.targets_measured if self.targets_measured else 0.0
 
     def histogram(self) -> list[tuple[str, int]]:
-        rows = []
-        for lo, hi in BUCKETS:
-            n = sum(c for k, c in self.target_counts.items() if k >= lo and (hi is None or k <= hi))
-            label = f"{lo}" if lo == hi else (f"{lo}-{hi}" if hi is not None else f">{lo - 1}")
-            rows.append((label, n))
-        return rows
+        return _histogram(self.target_counts)
 
     def to_json(self) -> dict:
         return {
@@ -113,11 +114,13 @@ class AuditReport:
             "bad_examples": self.bad_examples, "roles": dict(self.roles),
             "turns": {str(k): v for k, v in sorted(self.turns.items())},
             "target_tokens_histogram": dict(self.histogram()), "short_target_share": round(self.short_share, 4),
+            "prompt_tokens_histogram": dict(_histogram(self.prompt_counts)) if self.prompt_counts else None,
             "target_tokens_mean": round(self.target_tokens_total / self.targets_measured, 1)
             if self.targets_measured else None,
             "empty_answers": self.empty_answers, "placeholder_answers": self.placeholder_answers,
             "empty_prompts": self.empty_prompts, "duplicates": self.duplicates,
             "duplicate_ids": self.duplicate_ids, "first_duplicate_id": self.first_duplicate_id,
+            "unanswered": self.unanswered, "recognized": self.recognized,
             "degenerate": self.degenerate, "reasons": self.reasons,
         }
 
@@ -127,17 +130,15 @@ class AuditReport:
                + (f" (a sample of {self.lines:,} lines read)" if self.sampled else "")
                + f"; kinds: {kinds}; unreadable lines: {self.bad_lines:,}"]
         out += [f"  {e}" for e in self.bad_examples]
+        if self.recognized:
+            out.append(self.recognized)
         if self.targets_measured:
             est = " (chat: estimated from words and punctuation)" if self.kinds.get("chat") or \
                 self.kinds.get("generated") else ""
             what = "target tokens of the existing answers (generate replaces them)" if self.mode == "prompts" \
                 else "target tokens per sample"
             out.append(f"{what}{est}:")
-            width = 40
-            top = max((n for _, n in self.histogram()), default=0) or 1
-            for label, n in self.histogram():
-                share = n / self.targets_measured
-                out.append(f"  {label:>10} | {'#' * round(width * n / top):<{width}} {n:>10,} {share:6.1%}")
+            out += _histogram_lines(self.histogram(), self.targets_measured)
             common, common_n = self.target_counts.most_common(1)[0]
             out.append(f"  share with <= {SHORT_TARGET} target tokens: {self.short_share:.1%}; most common length: "
                        f"{common} tokens ({common_n / self.targets_measured:.1%}); mean "
@@ -155,6 +156,12 @@ class AuditReport:
                        + (f"; most common short answer {top[0][0]!r} x{top[0][1]:,}" if top else "")
                        + ("  (prompts mode: answers will be generated again)" if self.mode == "prompts" else ""))
         if self.mode == "prompts":
+            if self.prompt_counts:
+                measured = sum(self.prompt_counts.values())
+                total = sum(k * n for k, n in self.prompt_counts.items())
+                out.append("prompt tokens per sample (estimated from words and punctuation):")
+                out += _histogram_lines(_histogram(self.prompt_counts), measured)
+                out.append(f"  mean {total / measured:.1f}; longest {max(self.prompt_counts):,}")
             out.append(f"prompts with an empty last user turn: {self.empty_prompts:,}")
         out.append(f"duplicates: {self.duplicates:,} samples repeat an earlier prompt"
                    + (f" ({self.duplicates / self.samples:.1%})" if self.samples else ""))
@@ -166,6 +173,20 @@ class AuditReport:
         else:
             out.append("OK: nothing degenerate found.")
         return "\n".join(out)
+
+
+def _histogram(counts: collections.Counter) -> list[tuple[str, int]]:
+    rows = []
+    for lo, hi in BUCKETS:
+        n = sum(c for k, c in counts.items() if k >= lo and (hi is None or k <= hi))
+        label = f"{lo}" if lo == hi else (f"{lo}-{hi}" if hi is not None else f">{lo - 1}")
+        rows.append((label, n))
+    return rows
+
+
+def _histogram_lines(rows: list[tuple[str, int]], total: int, width: int = 40) -> list[str]:
+    top = max((n for _, n in rows), default=0) or 1
+    return [f"  {label:>10} | {'#' * round(width * n / top):<{width}} {n:>10,} {n / total:6.1%}" for label, n in rows]
 
 
 class _Auditor:
@@ -266,8 +287,10 @@ class _Auditor:
             context = msgs
         key = json.dumps([(m.get("role"), _text(m.get("content"))) for m in context], ensure_ascii=False)
         self.prompt_seen(key.encode())
-        if r.mode == "prompts" and not _text(context[-1].get("content")).strip():
-            r.empty_prompts += 1
+        if r.mode == "prompts":
+            r.prompt_counts[sum(estimate_tokens(_text(m.get("content"))) for m in context)] += 1
+            if not _text(context[-1].get("content")).strip():
+                r.empty_prompts += 1
         # the answers: the generated record's, or the assistant turns'
         if generated:
             answers = [(_text(obj.get("answer")), _text(obj.get("reasoning")))]
@@ -275,6 +298,7 @@ class _Auditor:
             answers = [(_text(m.get("content")), _text(m.get("reasoning_content")))
                        for m in msgs if m.get("role") == "assistant"]
         if not answers:
+            r.unanswered += 1
             if r.mode == "training":
                 self.target(0)
                 r.answers_seen += 1
@@ -326,7 +350,9 @@ class _Auditor:
                 top = r.top_answers.most_common(1)
                 what = f" (most common: {top[0][0]!r})" if top else ""
                 r.reasons.append(f"{bad / r.answers_seen:.0%} of answers ({bad:,} of {r.answers_seen:,}) are empty or "
-                                 f"placeholders{what}.")
+                                 f"placeholders{what}." + (
+                                     f" {r.unanswered:,} samples have no answer at all: prompts to generate answers "
+                                     f"for are audited with `gpudeck audit --prompts`." if r.unanswered else ""))
         if r.short_targets:
             h, same = r.short_targets.most_common(1)[0]
             if same / n > MAX_SAME_TARGET_SHARE and same > 1 and not any("placeholders" in x for x in r.reasons):
@@ -337,9 +363,17 @@ class _Auditor:
 def audit_file(path: str, mode: str = "training", sample: Optional[int] = None) -> AuditReport:
     """Audit the JSONL file at ``path``. ``sample``: read about that many lines spread evenly
     over the file instead of all of it (what ``generate`` does before a start). Raises
-    OSError when the file cannot be read."""
+    OSError when the file cannot be read. ``mode="auto"``: ``training``, unless no sample has
+    an answer (a prompts file): then ``prompts``, and the report says so."""
+    if mode == "auto":
+        report = audit_file(path, "training", sample)
+        if report.samples and report.unanswered == report.samples:
+            report = audit_file(path, "prompts", sample)
+            report.recognized = ("a prompts file (no sample has an answer): audited as prompts for `gpudeck "
+                                 "generate`, whose answers will be generated")
+        return report
     if mode not in ("training", "prompts"):
-        raise ValueError(f"mode must be 'training' or 'prompts', not {mode!r}")
+        raise ValueError(f"mode must be 'training', 'prompts' or 'auto', not {mode!r}")
     a = _Auditor(path, mode)
     with open(path, "rb") as f:
         every = 1

@@ -10,6 +10,7 @@ import argparse
 import asyncio
 import inspect
 import os
+import re
 import sys
 from typing import Optional
 
@@ -18,6 +19,51 @@ EXIT_FAIL = 1  # refused by a node, a kill that left processes or GPU memory beh
 EXIT_USAGE = 2  # a mistake on the command line or in the fleet file
 EXIT_UNREACHABLE = 3  # `status`: some node did not answer (the report says which and why)
 EXIT_INTERRUPTED = 130  # ctrl-c
+EXIT_BROKEN_PIPE = 141  # the reader of the output left (`| head`): 128 + SIGPIPE, what `cat` and `kubectl` give
+EXIT_TERMINATED = 143  # `generate`, `extract`: stopped by SIGTERM (a relaunch resumes)
+
+# what every command's --help says about its exit codes; a command adds or words its own
+EXIT_MEANINGS = {
+    EXIT_OK: "done",
+    EXIT_FAIL: "a node refused or failed the request",
+    EXIT_USAGE: "a mistake on the command line or in the fleet file, or a missing extra (the message says which)",
+    EXIT_INTERRUPTED: "interrupted (ctrl-c)",
+    EXIT_BROKEN_PIPE: "the reader of its output went away (`gpudeck ... | head`); nothing is printed about it",
+}
+
+
+def exit_codes(specific: Optional[dict[int, str]] = None) -> str:
+    """The ``--help`` epilog: each exit code and what it means for this command."""
+    codes = {**EXIT_MEANINGS, **(specific or {})}
+    return "exit codes:\n" + "\n".join(f"  {code:<4} {text}" for code, text in sorted(codes.items()))
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """argparse's, except that the epilog's list (the exit codes: a heading line ending in a
+    colon, then indented items) keeps one item a line, each wrapped under its text."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        import textwrap
+
+        out = []
+        for line in text.splitlines():
+            item = re.match(r"(\s+\S+\s+)(.*)", line)
+            if item:
+                out.append(textwrap.fill(item.group(2), width, initial_indent=indent + item.group(1),
+                                         subsequent_indent=indent + " " * len(item.group(1))))
+            elif line.endswith(":"):
+                out.append(indent + line)
+            else:
+                out.append(super()._fill_text(line, width, indent))
+        return "\n".join(out)
+
+
+def stdout_to_devnull() -> None:
+    """Point stdout at /dev/null: its reader is gone (a closed pipe, a closed terminal), and
+    the interpreter's last flush on the way out must not fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 def load_fleet(path: Optional[str], take_over: bool = False):

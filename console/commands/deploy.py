@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import time
 
-from gpudeck.console.commands.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, err, load_fleet
+from gpudeck.console.commands.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, err, exit_codes, load_fleet
 
 
 def register(sub) -> None:
@@ -13,7 +13,8 @@ def register(sub) -> None:
                        description="Build a wheel of this gpudeck, copy it to each node over SFTP and pip install "
                                    "it into a venv there (default <home>/venv, i.e. ~/.gpudeck/venv). With the "
                                    "agent's dependencies already on the node, nothing is downloaded. The agent "
-                                   "then runs with that venv's python.")
+                                   "then runs with that venv's python.",
+                       epilog=exit_codes({EXIT_FAIL: "some node was not deployed (the summary names it and the step)"}))
     p.add_argument("-f", "--fleet", help="fleet file (TOML); default $GPUDECK_FLEET")
     p.add_argument("nodes", nargs="*", metavar="NODE", help="nodes to deploy to (default: every SSH node)")
     p.add_argument("--wheel", help="install this gpudeck wheel instead of building one from this source tree")

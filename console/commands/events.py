@@ -11,9 +11,15 @@ from typing import Any
 
 
 def register(sub) -> None:
+    from gpudeck.console.commands.common import EXIT_FAIL, exit_codes, fleet_arg
+
     p = sub.add_parser("events", help="what happened on the nodes: alerts, state changes, restarts, kills, "
-                                      "notifications", description=__doc__)
-    p.add_argument("-f", "--fleet", help="fleet file (TOML); default $GPUDECK_FLEET, else this machine alone")
+                                      "notifications",
+                       description="The timeline of every node (alerts coming up and clearing, state changes, "
+                                   "launches, kills, restarts, notifications, GPU health), merged in time order. "
+                                   "Each node keeps its own in <home>/events.jsonl.",
+                       epilog=exit_codes({EXIT_FAIL: "no node answered"}))
+    fleet_arg(p)
     p.add_argument("nodes", nargs="*", metavar="NODE", help="nodes of the fleet (default: those in use)")
     p.add_argument("--since", default="8h", help='how far back: "8h", "30m", "2d" or "all" (default 8h)')
     p.add_argument("--json", action="store_true", help="one JSON object per line")
@@ -72,6 +78,7 @@ async def _events(args) -> int:
         after[node.name] = max([int(r.get("seq") or 0)] + [int(e.get("seq", 0)) for e in evs])
         return evs
 
+    first = True
     try:
         while True:
             batches = await asyncio.gather(*(one(n) for n in nodes))
@@ -79,9 +86,20 @@ async def _events(args) -> int:
                                                                              e.get("seq", 0)))
             for ev in merged:
                 print(json.dumps(ev, separators=(",", ":")) if args.json else line(ev), flush=args.follow)
+            if first and not merged and len(down) < len(nodes):
+                # nothing to show: say so, on stderr (--json's output stays JSON lines, here none)
+                print(f"gpudeck: {nothing_since([n.name for n in nodes if n.name not in down], since)}"
+                      + ("; waiting for new ones (ctrl-c to stop)" if args.follow else ""),
+                      file=sys.stderr, flush=True)
+            first = False
             if not args.follow:
                 break
             await asyncio.sleep(1.0)
     finally:
         await client.close()
     return 1 if down and not args.follow and len(down) == len(nodes) else 0
+
+
+def nothing_since(nodes: list[str], since: float) -> str:
+    when = "ever" if since <= 0 else f"since {time.strftime('%Y-%m-%d %H:%M', time.localtime(since))}"
+    return f"no events on {', '.join(nodes)} {when}"

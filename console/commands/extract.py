@@ -9,9 +9,15 @@ from __future__ import annotations
 
 def register(sub) -> None:
     from gpudeck.agents.workers.extract import add_arguments
+    from gpudeck.agents.workers.extract.options import EXIT_AUDIT, EXIT_DISK, EXIT_FAIL, EXIT_STOPPED
+    from gpudeck.console.commands.common import exit_codes
 
     p = sub.add_parser("extract", help="extract hidden states of chosen layers into safetensors shards",
-                       description="Extract hidden states of chosen layers into safetensors shards.")
+                       description="Extract hidden states of chosen layers into safetensors shards.",
+                       epilog=exit_codes({EXIT_FAIL: "the extraction failed (the message says where)",
+                                          EXIT_DISK: "the output will not fit the disk (--disk-check exit)",
+                                          EXIT_AUDIT: "the data audit found the data degenerate",
+                                          EXIT_STOPPED: "stopped by SIGTERM (a relaunch resumes)"}))
     add_arguments(p)
     p.set_defaults(run=_run)
 

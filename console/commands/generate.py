@@ -5,10 +5,16 @@ from __future__ import annotations
 
 def register(sub) -> None:
     from gpudeck.agents.workers.generate import add_arguments  # stdlib-only at import; aiohttp loads in run
+    from gpudeck.agents.workers.generate.options import EXIT_FAIL, EXIT_TERM
+    from gpudeck.console.commands.common import exit_codes
 
     p = sub.add_parser("generate", help="generate completions for a JSONL of prompts (resumable, S3)",
                        description="Send every prompt of a JSONL file to OpenAI-compatible servers and write the "
-                                   "completions to shards of 1,000 records; a relaunch resumes where it stopped.")
+                                   "completions to shards of 1,000 records; a relaunch resumes where it stopped.",
+                       epilog=exit_codes({EXIT_FAIL: "no server answered for --give-up-after, or the prompts are "
+                                                     "degenerate (without --force)",
+                                          EXIT_TERM: "stopped by SIGTERM (finished prompts are kept; a relaunch "
+                                                     "resumes)"}))
     add_arguments(p)
     p.set_defaults(run=_run)
 

@@ -9,7 +9,13 @@ import asyncio
 import json
 import sys
 
-from gpudeck.console.commands.common import take_over_arg, EXIT_FAIL, EXIT_OK, EXIT_USAGE, err, fleet_arg, load_fleet
+from gpudeck.console.commands.common import (EXIT_FAIL, EXIT_OK, EXIT_USAGE, err, exit_codes, fleet_arg, load_fleet,
+                                            take_over_arg)
+
+EXITS = {"launch": {EXIT_FAIL: "the agent refused (the job already runs, its command cannot start, ...)"},
+         "relaunch": {EXIT_FAIL: "the agent refused, or the kill before it did not complete"},
+         "kill": {EXIT_FAIL: "the agent refused, or the kill left processes or GPU memory behind (the verdict "
+                             "says which)"}}
 
 
 def register(sub) -> None:
@@ -17,16 +23,16 @@ def register(sub) -> None:
                                ("relaunch", _relaunch, "start a job again, resuming (kills it first); runs the "
                                                            "fleet file's version and prints what changed"),
                                ("kill", _kill, "stop a job and verify its GPU memory came back")):
-        p = sub.add_parser(name, help=helptext)
+        p = sub.add_parser(name, help=helptext, epilog=exit_codes(EXITS[name]))
         fleet_arg(p)
         take_over_arg(p)
         if name == "kill":
             p.add_argument("job", nargs="?", help="the job (or --node and --pid for a GPU process of no job)")
             p.add_argument("--node", help="with --pid: the node of the process")
             p.add_argument("--pid", type=_pid, help="kill a GPU process that belongs to no job, verified the same way")
-            p.add_argument("--json", action="store_true")
+            p.add_argument("--json", action="store_true", help="print the verdict as JSON")
         else:
-            p.add_argument("job")
+            p.add_argument("job", help="the job's name in the fleet file")
         if name in ("kill", "relaunch"):
             p.add_argument("--grace", type=seconds, default=10.0, help="seconds between SIGTERM and SIGKILL "
                                                                        "(0 to 3600)")
@@ -34,9 +40,9 @@ def register(sub) -> None:
 
     p = sub.add_parser("logs", help="a job's log")
     fleet_arg(p)
-    p.add_argument("job")
-    p.add_argument("-n", "--lines", type=_count, default=50)
-    p.add_argument("--follow", action="store_true")
+    p.add_argument("job", help="the job's name in the fleet file")
+    p.add_argument("-n", "--lines", type=_count, default=50, help="how many lines from the end (default 50)")
+    p.add_argument("--follow", action="store_true", help="keep printing what the job writes, until ctrl-c")
     p.set_defaults(run=_logs)
 
 

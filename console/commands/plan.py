@@ -3,6 +3,8 @@ it starts (agents/workers/plan)."""
 
 from __future__ import annotations
 
+from gpudeck.console.commands.common import exit_codes
+
 
 def register(sub) -> None:
     p = sub.add_parser("plan", help="project a generate or extract run (time, bytes, servers, cost) before it starts",
@@ -13,14 +15,18 @@ def register(sub) -> None:
     g = kinds.add_parser("generate", conflict_handler="resolve",
                          help="a pilot against the servers, then time, tokens, bytes, servers and cost of the run",
                          description="Run a pilot of the prompts at several concurrency levels through the generate "
-                                     "worker (its completions are kept), project the whole run, write OUT/plan.json.")
+                                     "worker (its completions are kept), project the whole run, write OUT/plan.json.",
+                         epilog=exit_codes({generate_plan.EXIT_NO_GO: "NO-GO (the verdict says why)"}))
     generate_plan.add_arguments(g)
     g.set_defaults(run=_generate)
 
     from gpudeck.agents.workers.plan import extract_plan  # stdlib-only at import; torch loads in run
     e = kinds.add_parser("extract", help="the output's size against the disk and S3, the time, and what would fit",
                          description="Count the data's tokens after the chat template, project the hidden states' "
-                                     "bytes from the model's config, against the free disk; write OUT/plan.json.")
+                                     "bytes from the model's config, against the free disk; write OUT/plan.json.",
+                         epilog=exit_codes({extract_plan.EXIT_FAIL: "the data or the disk cannot be read",
+                                            extract_plan.EXIT_NO_FIT: "the output does not fit the disk (the plan "
+                                                                      "says what would)"}))
     extract_plan.add_arguments(e)
     e.set_defaults(run=_extract)
 

@@ -7,14 +7,15 @@ import time
 
 from gpudeck.agents.jobs import JobKind, JobState
 from gpudeck.agents.planwatch import drift_text
-from gpudeck.console.commands.common import take_over_arg, EXIT_OK, EXIT_UNREACHABLE, fleet_arg, load_fleet
+from gpudeck.console.commands.common import EXIT_OK, EXIT_UNREACHABLE, exit_codes, fleet_arg, load_fleet, take_over_arg
 from gpudeck.console.cost import NO_PRICE, dollars
 
 ALIVE = frozenset(s for s in JobState if s.alive)
 
 
 def register(sub) -> None:
-    p = sub.add_parser("status", help="nodes, GPUs, jobs and alerts")
+    p = sub.add_parser("status", help="nodes, GPUs, jobs and alerts", epilog=exit_codes(
+        {EXIT_UNREACHABLE: "some node did not answer (the report says which and why)"}))
     fleet_arg(p)
     take_over_arg(p)
     p.add_argument("--json", action="store_true", help="machine-readable output")
@@ -70,7 +71,7 @@ def _node_lines(state) -> list[str]:
         if snap is None:
             since = (f" since {time.strftime('%H:%M:%S', time.localtime(view.unreachable_since))}"
                      if view.unreachable_since else "")
-            lines.append(f"{name}: UNREACHABLE{since} ({view.error})")
+            lines.append(f"{name}: UNREACHABLE{since} ({view.error})" + _node_money(costs.get(name), priced_only=True))
             continue
         h = snap.host
         lines.append(f"{name} ({h.hostname}): cpu {h.cpu_pct:.0f}% of {h.cpu_count}, "
@@ -124,9 +125,9 @@ def _job_lines(state) -> list[str]:
     return lines
 
 
-def _node_money(c) -> str:
+def _node_money(c, priced_only: bool = False) -> str:
     if c is None or c.price_per_hour is None:
-        return f", price {NO_PRICE}"
+        return "" if priced_only else f", price {NO_PRICE}"
     return (f", ${c.price_per_hour:g}/h: {dollars(c.spent)} spent, {dollars(c.to_finish)} to finish")
 
 

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 import time
 from typing import Any, Optional
 
 
 def register(sub) -> None:
+    from gpudeck.console.commands.common import EXIT_FAIL, exit_codes, fleet_arg
+
     p = sub.add_parser("watch", help="keep a watcher on the nodes when no console is connected",
                        description="A watcher samples, restarts jobs by their policy, raises alerts and sends "
                                    "notifications while no console is connected.")
@@ -25,8 +26,9 @@ def register(sub) -> None:
     for name, fn, text in (("start", _start, "start a watcher on each node (one per node)"),
                            ("stop", _stop, "stop watching: the agent exits when its last console leaves"),
                            ("status", _status, "show each node's watcher")):
-        q = wsub.add_parser(name, help=text)
-        q.add_argument("-f", "--fleet", help="fleet file (TOML); default $GPUDECK_FLEET, else this machine alone")
+        q = wsub.add_parser(name, help=text, description=text[0].upper() + text[1:] + ".",
+                            epilog=exit_codes({EXIT_FAIL: "some node did not answer (the report says which)"}))
+        fleet_arg(q)
         q.add_argument("nodes", nargs="*", metavar="NODE", help="nodes of the fleet (default: those in use)")
         q.add_argument("--json", action="store_true", help="machine-readable output")
         q.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for each node")
@@ -177,42 +179,51 @@ def render(node: str, r: Any, verb: Optional[str] = None) -> str:
 
 
 async def _follow(fleet, nodes, after_s: float) -> int:
-    """Keep every node connected (as the TUI does); a node down for ``after_s`` is notified."""
+    """Keep every node connected (as the TUI does) and print one line per node per change
+    (connected, unreachable, answering again); a node down for ``after_s`` is notified to the
+    ``[[notify]]`` targets, and a line says so. Runs until ctrl-c (asyncio.run turns it into
+    KeyboardInterrupt: exit 130, as every command)."""
+    from gpudeck.agents.jobs import EventKind
     from gpudeck.remote.client import FleetClient, NodeDown, NodeUp
     from gpudeck.remote.unreachable import UnreachableNotifier
 
     client = FleetClient(fleet)
     alarm = UnreachableNotifier(fleet.notify, after_s)
     wanted = {n.name for n in nodes}
+    shown: dict[str, str] = {}  # node: the last state printed ("up" or "down")
+
+    def say(node: str, text: str) -> None:
+        print(f"{time.strftime('%H:%M:%S')} {node}: {text}", flush=True)
 
     def on_event(node: str, event: Any) -> None:
         if node not in wanted:
             return
         if isinstance(event, NodeDown):
-            if node not in alarm.down_since:
-                print(f"{time.strftime('%H:%M:%S')} {node}: unreachable: {event.reason}", flush=True)
+            if shown.get(node) != "down":
+                reason = event.reason.removeprefix(f"node {node}: ")
+                say(node, f"unreachable: {reason}")
+                shown[node] = "down"
             alarm.down(node, event.reason, event.since)
         elif isinstance(event, NodeUp):
-            if node in alarm.down_since or node not in seen:
-                print(f"{time.strftime('%H:%M:%S')} {node}: connected (agent pid {event.hello.pid}"
-                      f"{', the detached watcher' if event.hello.detached else ''})", flush=True)
-            seen.add(node)
+            if shown.get(node) != "up":
+                say(node, f"connected (agent pid {event.hello.pid}"
+                          f"{', the detached watcher' if event.hello.detached else ''})")
+                shown[node] = "up"
             alarm.up(node)
 
-    seen: set[str] = set()
     task = asyncio.create_task(client.watch(on_event))
     try:
         while True:
-            await asyncio.sleep(1.0)
+            await asyncio.wait({task}, timeout=1.0)
+            if task.done():
+                task.result()  # what ended the watch (a closed output: BrokenPipeError) ends the command
             before = len(alarm.sent)
             alarm.check()
             for ev in alarm.sent[before:]:
-                print(f"{time.strftime('%H:%M:%S')} {ev['node']}: {ev['kind']}: {ev['message']}", flush=True)
-    except asyncio.CancelledError:
-        pass
+                targets = [t.label for t in alarm.targets if t.wants(EventKind(ev["kind"]))]
+                if targets:  # the node's line said why already; this one says who was told
+                    say(ev["node"], f"{ev['kind']} sent to {', '.join(targets)}")
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
         await client.close()
-        sys.stdout.flush()
-    return 0

@@ -61,7 +61,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="records that repeat an earlier id: keep the first (default: refuse the input)")
     p.add_argument("--compile", dest="compile", action="store_true", default=None,
                    help="torch.compile the decoder layers (default: on for CUDA)")
-    p.add_argument("--no-compile", dest="compile", action="store_false")
+    p.add_argument("--no-compile", dest="compile", action="store_false", help="run the decoder layers uncompiled")
     p.add_argument("--generic-forward", dest="fast", action="store_false",
                    help="use the model's own forward (all layers) instead of the fast path")
     p.add_argument("--host-buffers", type=int, default=4, help="pinned host buffers in flight (default 4)")

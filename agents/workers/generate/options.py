@@ -53,11 +53,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--server", action="append", required=True, dest="servers", metavar="URL",
                    help="an OpenAI-compatible server (repeat for several), e.g. http://127.0.0.1:30000")
     p.add_argument("--concurrency", type=int, default=64, help="requests in flight per server (default 64)")
-    p.add_argument("--max-tokens", type=int, default=4096)
+    p.add_argument("--max-tokens", type=int, default=4096, help="most tokens per completion (default 4096)")
     p.add_argument("--model", default=None,
                    help="the model name sent with each request (default: what the first server lists at /v1/models)")
-    p.add_argument("--temperature", type=float)
-    p.add_argument("--top-p", type=float)
+    p.add_argument("--temperature", type=float, help="sampling temperature (default: the server's)")
+    p.add_argument("--top-p", type=float, help="nucleus sampling's top_p (default: the server's)")
     p.add_argument("--thinking", action=argparse.BooleanOptionalAction, default=None,
                    help="chat_template_kwargs.enable_thinking (default: the server's own default)")
     p.add_argument("--extra-body", default=None, metavar="JSON", help="more request fields, e.g. '{\"top_k\": 20}'")
@@ -65,7 +65,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--s3-endpoint", metavar="URL", help="an S3-compatible endpoint (default: AWS)")
     p.add_argument("--force", action="store_true", help="go on even when the audit finds the prompts degenerate")
     p.add_argument("--progress", help="progress.json path (default $GPUDECK_PROGRESS_FILE, else OUT/progress.json)")
-    p.add_argument("--shard-size", type=int, default=1000)
+    p.add_argument("--shard-size", type=int, default=1000, help="records per output shard (default 1000)")
     p.add_argument("--request-timeout", type=float, default=1800.0, help="seconds for one completion")
     p.add_argument("--max-attempts", type=int, default=8, help="attempts per prompt before it counts as failed")
     p.add_argument("--max-prompt-bytes", type=int, default=MAX_PROMPT_BYTES,

@@ -130,10 +130,9 @@ def levers(p: dict, ratio: Optional[float]) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=os.environ.get("GPUDECK_LOG_LEVEL", "WARNING" if args.json else "INFO"),
                         stream=sys.stderr, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    from gpudeck.agents.workers.extract.data import DataError
     try:
         plan = make_plan(args)
-    except (UsageError, DataError) as exc:
+    except UsageError as exc:
         print(f"gpudeck plan extract: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except OSError as exc:
@@ -157,12 +156,10 @@ def make_plan(args: argparse.Namespace) -> dict:
     shape = model_shape(args.model)
     layers = parse_layers(args.layers, shape["num_layers"])
     os.makedirs(args.out, exist_ok=True)
-    if args.tokens is not None:
-        samples, tokens = (args.samples or 1), args.tokens
+    if args.tokens is not None:  # arithmetic alone: the data is not read, torch and numpy are not imported
+        samples, tokens, pil = (args.samples or 1), args.tokens, None
     else:
-        samples, tokens = count_tokens(args)
-    from gpudeck.agents.workers.plan.extract_pilot import pilot
-    pil = pilot(args, shape) if args.pilot_samples > 0 and args.tokens is None else None
+        samples, tokens, pil = read_data(args, shape)
     compression = None
     if args.compress:
         compression = ({"ratio": pil["ratio"], "measured": True, "pilot_tokens": pil["tokens"]}
@@ -191,6 +188,19 @@ def _speed(args, pil: Optional[dict]) -> tuple[Optional[float], str]:
     if args.tokens_per_s:
         return args.tokens_per_s, "--tokens-per-s"
     return None, "no GPU here for a pilot; give --tokens-per-s (README has the H200's figures)"
+
+
+def read_data(args, shape: dict) -> tuple[int, int, Optional[dict]]:
+    """(samples, tokens, pilot) from the data itself; a line the worker's reader refuses is a
+    UsageError naming the file and line."""
+    from gpudeck.agents.workers.extract.data import DataError
+    from gpudeck.agents.workers.plan.extract_pilot import pilot
+
+    try:
+        samples, tokens = count_tokens(args)
+        return samples, tokens, pilot(args, shape) if args.pilot_samples > 0 else None
+    except DataError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def count_tokens(args) -> tuple[int, int]:

@@ -19,7 +19,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, required=True, help="TCP port (0: a free one, printed at start)")
-    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--tok-s", type=float, default=0.0, help="decode speed per request in tokens/s (0: instant)")
     p.add_argument("--latency-ms", type=float, default=0.0, help="fixed time per request")
     p.add_argument("--jitter-ms", type=float, default=0.0, help="uniform +- spread around --latency-ms")
@@ -36,7 +36,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="log-normal completion lengths with this median (a heavy tail, like thinking models), "
                         "clipped to --out-tokens; default: uniform over --out-tokens")
     p.add_argument("--out-sigma", type=float, default=1.0, help="the log-normal's sigma (default 1.0)")
-    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--seed", type=int, default=None,
+                   help="seed of the random latency jitter and failures (default: a new one each run)")
 
 
 async def serve(args: argparse.Namespace) -> int:
