@@ -7,8 +7,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Optional
 
-from gpudeck.agents.watch.config import AlertThresholds, ConfigError, NotifyTarget
-from gpudeck.agents.watch.heartbeat import HeartbeatConfig, HeartbeatError
+from gpudeck.agents.watch.config import AlertThresholds, ConfigError, HeartbeatConfig, HeartbeatError, NotifyTarget
 from gpudeck.remote.fleet_check import unknown_key
 
 ALERT_KEYS = [f.name for f in dataclasses.fields(AlertThresholds)]

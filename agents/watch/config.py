@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
+from urllib.parse import quote
 
 from gpudeck.agents.jobs import NOTIFY_EVENTS, EventKind, NotifyFormat
 from gpudeck.agents.workers.common.atomic import atomic_write_json
@@ -97,6 +98,53 @@ class NotifyTarget:
         return cls(**d)
 
 
+class HeartbeatError(ConfigError):
+    """A [heartbeat] table that cannot be used; the text names the key, never the URL."""
+
+
+@dataclass(frozen=True)
+class HeartbeatConfig:
+    url: Optional[str] = dataclasses.field(default=None, repr=False)  # a secret: only in watch.json, never shown
+    url_env: Optional[str] = None  # or an environment variable of the agent on the node
+    every: float = 60.0  # seconds between pings
+    method: str = "GET"
+
+    def __post_init__(self) -> None:
+        if (self.url is None) == (self.url_env is None):
+            raise HeartbeatError("[heartbeat] needs exactly one of 'url' and 'url_env'")
+        if self.url is not None and (not isinstance(self.url, str) or not self.url.startswith(("http://", "https://"))):
+            raise HeartbeatError("[heartbeat] 'url': expected an http:// or https:// URL")
+        if self.url_env is not None and (not isinstance(self.url_env, str) or not _ENV_NAME.fullmatch(self.url_env)):
+            raise HeartbeatError("[heartbeat] 'url_env': expected the name of an environment variable (letters, "
+                                 "digits and _); its value is not shown: it may be a URL, a secret")
+        every = self.every
+        if isinstance(every, bool) or not isinstance(every, (int, float)) or not 1 <= every <= 86400:
+            raise HeartbeatError(f"[heartbeat] 'every': expected seconds from 1 to 86400, got {every!r}")
+        if self.method not in ("GET", "POST"):
+            raise HeartbeatError(f"[heartbeat] 'method': expected GET or POST, got {self.method!r}")
+
+    @property
+    def label(self) -> str:
+        return redact(self.url) if self.url else f"${self.url_env}"
+
+    def resolve(self, node: str) -> Optional[str]:
+        url = self.url or os.environ.get(self.url_env or "") or None
+        return url.replace("{node}", quote(node, safe="")) if url else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: Any) -> "HeartbeatConfig":
+        if not isinstance(d, dict):
+            raise HeartbeatError(f"[heartbeat] must be a table, got {type(d).__name__}")
+        unknown = set(d) - {f.name for f in dataclasses.fields(cls)}
+        if unknown:
+            raise HeartbeatError(f"[heartbeat] has no key {sorted(unknown)[0]!r}; expected url, url_env, every, "
+                                 f"method")
+        return cls(**d)
+
+
 @dataclass(frozen=True)
 class AlertThresholds:
     """The fleet file's ``[alerts]``; the defaults are in README.md ("Leaving a fleet unattended")."""
@@ -134,7 +182,7 @@ class WatchConfig:
     notify: list[NotifyTarget] = field(default_factory=list)
     alerts: AlertThresholds = field(default_factory=AlertThresholds)
     supervisor: Optional[str] = None  # what `watch start` registered the watcher with (watch/supervise.py)
-    heartbeat: Optional[Any] = None  # the fleet file's [heartbeat] (watch/heartbeat.py HeartbeatConfig)
+    heartbeat: Optional[HeartbeatConfig] = None  # the fleet file's [heartbeat] (watch/heartbeat.py pings it)
 
     @classmethod
     def load(cls, home: Path) -> "WatchConfig":
@@ -189,10 +237,8 @@ class WatchConfig:
         self.fleet = settings.get("fleet") if isinstance(settings.get("fleet"), str) else None
 
 
-def _heartbeat(raw: Any) -> Optional[Any]:
+def _heartbeat(raw: Any) -> Optional[HeartbeatConfig]:
     """[heartbeat] from watch.json or configure; ConfigError (naming the key, never the URL)."""
-    from gpudeck.agents.watch.heartbeat import HeartbeatConfig, HeartbeatError
-
     if raw is None:
         return None
     try:

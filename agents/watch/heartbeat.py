@@ -16,73 +16,18 @@ only redacted. Each ping has a total deadline (not a per-read timeout) and reads
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any, Optional
-from urllib.parse import quote
 
 from gpudeck.agents.jobs import AlertKind
+from gpudeck.agents.watch.config import HeartbeatConfig
 
 log = logging.getLogger("agents")
 
 DEADLINE_S = 10.0  # one ping, connect to last byte read
 FAILING = (AlertKind.GAVE_UP, AlertKind.GPU_XID, AlertKind.GPU_ECC, AlertKind.GPU_PAGES)
-
-
-class HeartbeatError(ValueError):
-    """A [heartbeat] table that cannot be used; the text names the key, never the URL."""
-
-
-@dataclass(frozen=True)
-class HeartbeatConfig:
-    url: Optional[str] = dataclasses.field(default=None, repr=False)  # a secret: only in watch.json, never shown
-    url_env: Optional[str] = None  # or an environment variable of the agent on the node
-    every: float = 60.0  # seconds between pings
-    method: str = "GET"
-
-    def __post_init__(self) -> None:
-        from gpudeck.agents.watch.config import _ENV_NAME
-
-        if (self.url is None) == (self.url_env is None):
-            raise HeartbeatError("[heartbeat] needs exactly one of 'url' and 'url_env'")
-        if self.url is not None and (not isinstance(self.url, str) or not self.url.startswith(("http://", "https://"))):
-            raise HeartbeatError("[heartbeat] 'url': expected an http:// or https:// URL")
-        if self.url_env is not None and (not isinstance(self.url_env, str) or not _ENV_NAME.fullmatch(self.url_env)):
-            raise HeartbeatError("[heartbeat] 'url_env': expected the name of an environment variable (letters, "
-                                 "digits and _); its value is not shown: it may be a URL, a secret")
-        every = self.every
-        if isinstance(every, bool) or not isinstance(every, (int, float)) or not 1 <= every <= 86400:
-            raise HeartbeatError(f"[heartbeat] 'every': expected seconds from 1 to 86400, got {every!r}")
-        if self.method not in ("GET", "POST"):
-            raise HeartbeatError(f"[heartbeat] 'method': expected GET or POST, got {self.method!r}")
-
-    @property
-    def label(self) -> str:
-        from gpudeck.agents.watch.config import redact
-
-        return redact(self.url) if self.url else f"${self.url_env}"
-
-    def resolve(self, node: str) -> Optional[str]:
-        import os
-
-        url = self.url or os.environ.get(self.url_env or "") or None
-        return url.replace("{node}", quote(node, safe="")) if url else None
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: Any) -> "HeartbeatConfig":
-        if not isinstance(d, dict):
-            raise HeartbeatError(f"[heartbeat] must be a table, got {type(d).__name__}")
-        unknown = set(d) - {f.name for f in dataclasses.fields(cls)}
-        if unknown:
-            raise HeartbeatError(f"[heartbeat] has no key {sorted(unknown)[0]!r}; expected url, url_env, every, "
-                                 f"method")
-        return cls(**d)
 
 
 def failing_reason(alerts: list[Any]) -> Optional[str]:
@@ -159,8 +104,7 @@ class Heartbeat:
 def _send(method: str, url: str, body: str) -> str:
     """One ping within a total deadline, reading at most a few KiB (watch/http.py); the answer
     as text, never the URL."""
-    from gpudeck.agents.watch.http import request
-    from gpudeck.agents.watch.notify import quiet_http_logs
+    from gpudeck.agents.watch.http import quiet_http_logs, request
 
     quiet_http_logs()
     answer = request(method, url, DEADLINE_S, content=body.encode() if method == "POST" else None)

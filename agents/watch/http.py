@@ -19,6 +19,14 @@ from typing import Optional
 ANSWER_BYTES = 4096
 
 
+def quiet_http_logs() -> None:
+    """httpx logs every request with its URL at INFO: never in the agent's log."""
+    import logging
+
+    for name in ("httpx", "httpcore"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
 @dataclass(frozen=True)
 class Answer:
     status: Optional[int]  # the HTTP status, None when the request failed

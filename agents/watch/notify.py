@@ -8,7 +8,6 @@ exception from the HTTP client) is scrubbed, and httpx's own request log is kept
 from __future__ import annotations
 
 import json
-import logging
 import time
 from typing import Any, Optional
 from urllib.parse import urlsplit
@@ -19,12 +18,6 @@ from gpudeck.agents.watch.config import NotifyTarget, redact
 DEADLINE_S = 15.0  # one attempt, connect to last byte read (watch/http.py); then it is retried later
 _URGENT = {EventKind.DIED.value, EventKind.GAVE_UP.value, EventKind.GPU_HEALTH.value,
            EventKind.NODE_UNREACHABLE.value, EventKind.DISK.value}
-
-
-def quiet_http_logs() -> None:
-    """httpx logs every request with its URL at INFO: never in the agent's log."""
-    for name in ("httpx", "httpcore"):
-        logging.getLogger(name).setLevel(logging.WARNING)
 
 
 def scrub(text: str, url: Optional[str]) -> str:
@@ -70,7 +63,7 @@ def deliver(target: NotifyTarget, event: dict[str, Any], message_id: str,
             deadline_s: float = DEADLINE_S) -> Optional[str]:
     """POST one message within a total deadline, reading at most a few KiB of the answer
     (watch/http.py); None when the receiver took it (2xx), else why not, never the URL."""
-    from gpudeck.agents.watch.http import request
+    from gpudeck.agents.watch.http import quiet_http_logs, request
 
     url = target.resolve()
     if url is None:
