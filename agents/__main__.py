@@ -1,5 +1,5 @@
 import sys
 
-from gpudeck.agents.agent import main
+from gpudeck.agents.start import main
 
 sys.exit(main())

@@ -22,7 +22,7 @@ The agent runs as ``<python> -m gpudeck.agents --node NAME ...``, where ``<pytho
 venv that ``gpudeck deploy`` made (``Node.agent_venv``) when it exists, else the node's
 ``python`` (default ``python3``). Closing the link closes the agent's stdin: it exits,
 its jobs keep running. A new agent takes over from an old one left behind by a dropped
-link (see ``agents.agent.AgentLock``).
+link (see ``agents.lock.AgentLock``).
 """
 
 from __future__ import annotations

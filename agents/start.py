@@ -1,0 +1,116 @@
+"""How an agent process starts (``python -m gpudeck.agents``): one agent per node home. It
+relays to the agent serving the home, or takes the node over from one that does not answer
+(or is another version) before touching any job; ``--detached`` is the node's watcher and
+``--ensure`` what the node's supervisor runs (agents/watch/)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import socket
+import sys
+from pathlib import Path
+from typing import Optional
+
+from gpudeck.agents import protocol
+from gpudeck.agents.agent import Agent
+from gpudeck.agents.lock import AgentLock, AgentLockError
+
+log = logging.getLogger("agents")
+
+
+def default_home() -> Path:
+    return Path(os.environ.get("GPUDECK_HOME") or Path.home() / ".gpudeck")
+
+
+def _interval(text: str) -> float:
+    """--interval: a number of seconds from 0.01 to 3600 (0 made the agent busy-loop)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not 0.01 <= value <= 3600:  # NaN fails this too
+        raise argparse.ArgumentTypeError(f"expected 0.01 to 3600 seconds, got {text!r}")
+    return value
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m gpudeck.agents", description="gpudeck node agent")
+    ap.add_argument("--home", type=Path, default=None, help="state directory (default ~/.gpudeck or $GPUDECK_HOME)")
+    ap.add_argument("--node", default=None, help="node name shown in the console (default: hostname)")
+    ap.add_argument("--interval", type=_interval, default=1.0, help="seconds between snapshots (0.01 to 3600)")
+    ap.add_argument("--no-nvml", action="store_true", help="do not poll GPUs")
+    ap.add_argument("--simulate-gpus", metavar="SPEC", default=None,
+                    help="stand-in GPUs for the demo and tests (COUNTxNAME:GIB, e.g. 4xRTX PRO 6000:96); "
+                         "never on a real node")
+    ap.add_argument("--once", action="store_true", help="print one snapshot and exit")
+    ap.add_argument("--takeover-grace", type=float, default=10.0,
+                    help="seconds an older agent on this node gets to exit before SIGKILL")
+    ap.add_argument("--detached", action="store_true",
+                    help="run as the node's watcher, with no console (`gpudeck watch start` sets it up)")
+    ap.add_argument("--ensure", action="store_true",
+                    help="start the node's watcher if the home is watched and no agent serves it, then exit "
+                         "(what cron runs; agents/watch/supervise.py)")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="agent %(levelname)s %(message)s")
+    home = Path(args.home or default_home()).expanduser()
+    if args.ensure:
+        from gpudeck.agents.watch.daemon import ensure
+        try:
+            return ensure(home, list(sys.argv[1:] if argv is None else argv))
+        except OSError as exc:
+            log.error("cannot use the state directory %s: %s", home, exc.strerror or exc)
+            return 3
+    lock = listener = None
+    if not args.once:
+        # one agent per node: relay to the one serving this home, or take the node over from
+        # an agent that does not answer (or is another version) before touching any job; agents
+        # starting together take turns until the winner's socket is bound
+        from gpudeck.agents.links import Listener, StartLock, find_agent, relay
+        try:
+            start = StartLock(home)
+        except OSError as exc:
+            log.error("cannot use the state directory %s: %s", home, exc.strerror or exc)
+            return 3
+        try:
+            found = find_agent(home, protocol.__version__, protocol.PROTOCOL)
+            if args.detached:  # the watcher takes over from a console's agent, never from a watcher
+                from gpudeck.agents.watch.daemon import detached_may_start
+                if not detached_may_start(home, found):
+                    return 0
+                found = None
+            if found is None:
+                lock = AgentLock.take_over(home, grace_s=args.takeover_grace)
+                try:
+                    listener = Listener(home)
+                except OSError as exc:
+                    log.warning("cannot serve other consoles on %s: %s", home / "agent.sock", exc)
+        except AgentLockError as exc:
+            log.error("%s", exc)
+            return 3
+        finally:
+            start.release()
+        if found is not None:
+            return relay(*found)
+    try:
+        agent = Agent(home, args.node or socket.gethostname(), args.interval, nvml=not args.no_nvml,
+                      simulate_gpus=args.simulate_gpus, detached=args.detached and not args.once)
+    except OSError as exc:  # an unwritable home, a full disk: say so, not a traceback
+        log.error("cannot start the agent in %s: %s", home, exc)
+        return 3
+    agent.listener = listener
+    agent.argv = list(sys.argv[1:] if argv is None else argv)
+    if lock is not None:
+        import signal
+        signal.signal(signal.SIGTERM, agent.on_takeover)
+    if args.once:
+        agent.history.path = None  # one look is not history
+        agent.send(agent.snapshot())
+        return 0
+    try:
+        asyncio.run(agent.run())
+    except (BrokenPipeError, KeyboardInterrupt):
+        pass
+    return 0
