@@ -120,6 +120,20 @@ def missing(python: str, modules: list[str], timeout: float = 60.0) -> list[str]
     return [m for m in r.stdout.split() if m in modules]
 
 
+def launch_problem(spec: Any, python: str) -> Optional[str]:
+    """Before a launch: the one line saying why ``spec`` would fail with ``python`` (an engine
+    kind without its engine, a worker without its dependencies, an interpreter that does not
+    run), or None."""
+    needs = needed_modules(spec)
+    if not needs:
+        return None
+    try:
+        absent = set(missing(python, [n.module for n in needs]))
+    except OSError as exc:
+        return broken_python_line(python, str(exc), spec.name, spec.kind.value)
+    return next((fix_line(n, python, spec.name, spec.kind.value) for n in needs if n.module in absent), None)
+
+
 def worker_import_error(exc: ModuleNotFoundError, command: str) -> Optional[str]:
     """For a worker's ``__main__``: the one line that replaces the traceback of a missing
     dependency, or None when ``exc`` is not one gpudeck knows."""

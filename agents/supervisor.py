@@ -36,7 +36,7 @@ from gpudeck.agents.contain import Containment, cgroup_path_of, token_of
 from gpudeck.agents.gpu import GpuSampler
 from gpudeck.agents.jobs import JobSpec, JobState, SpecError, spec_changes
 from gpudeck.agents.owners import Declarations
-from gpudeck.agents.needs import broken_python_line, fix_line, missing as missing_modules, needed_modules
+from gpudeck.agents.needs import launch_problem
 from gpudeck.agents.plain import to_plain
 from gpudeck.agents.protocol import KillVerdict, LaunchResult, LogChunk
 from gpudeck.agents.records import (JobRecord, _Live, descendants as _descendants, first_start_of, group_members,
@@ -321,7 +321,9 @@ class JobSupervisor:
         if spec is None:
             known = ", ".join(self.names()) or "none"
             raise JobError(f"unknown job {name!r} on node {self.node} (known: {known})")
-        self._check_needs(spec)
+        problem = launch_problem(spec, spec.python or self.python)  # before anything starts
+        if problem:
+            raise JobError(problem)
         stored = self.stored_spec(name) if relaunch else None
         changed = spec_changes(stored, spec) if stored is not None else []
         self._claim(name)
@@ -336,21 +338,6 @@ class JobSupervisor:
         declared = self.declared.get(name)
         stored = self.stored_spec(name) if declared is not None else None
         return spec_changes(stored, declared) if stored is not None and declared is not None else []
-
-    def _check_needs(self, spec: JobSpec) -> None:
-        """Before anything starts: the job's interpreter imports what its kind needs (an engine
-        kind its engine, a worker its dependencies), else one line that names the fix."""
-        needs = needed_modules(spec)
-        if not needs:
-            return
-        python = spec.python or self.python
-        try:
-            absent = set(missing_modules(python, [n.module for n in needs]))
-        except OSError as exc:
-            raise JobError(broken_python_line(python, str(exc), spec.name, spec.kind.value)) from None
-        for need in needs:
-            if need.module in absent:
-                raise JobError(fix_line(need, python, spec.name, spec.kind.value))
 
     def _launch(self, spec: JobSpec, relaunch: bool) -> LaunchResult:
         name = spec.name
