@@ -110,8 +110,12 @@ NOT_SECRET = {"host_keys"}  # "key" in its name, but its values are the two word
 
 def unknown_key(where: str, key: str, allowed: Iterable[str], what: str = "key") -> str:
     """``[[nodes]] #1 has no key 'prot' (did you mean 'port'?); expected one of ...``"""
+    from gpudeck.agents.watch.config import shown
+
     allowed = list(allowed)
-    return f"{where} has no {what} {key!r}{did_you_mean(key, allowed)}; expected one of {', '.join(allowed)}"
+    said = shown(key)  # a URL pasted as a key is a secret too
+    near = did_you_mean(key, allowed) if said == repr(key) else ""
+    return f"{where} has no {what} {said}{near}; expected one of {', '.join(allowed)}"
 
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str:

@@ -40,6 +40,15 @@ def redact(url: Optional[str]) -> str:
     return f"{scheme}://{host[:5]}…/…"
 
 
+def shown(value: Any) -> str:
+    """A wrong value for an error message, unless it may be a URL (a webhook's, a secret): a
+    value put in the wrong key (``format``, ``events``, ``url_env``) is shown by its kind only."""
+    text = value if isinstance(value, str) else repr(value)
+    if "://" in text or "/" in text or "@" in text or len(text) > 40:
+        return "a value not shown (it may be a URL, a secret)"
+    return repr(value)
+
+
 class ConfigError(ValueError):
     """A [[notify]] or [alerts] entry that cannot be used; the text names it, never its URL."""
 
@@ -61,11 +70,12 @@ class NotifyTarget:
                               "digits and _); its value is not shown: it may be a URL, a secret")
         if self.format not in {f.value for f in NotifyFormat}:
             raise ConfigError(f"[[notify]] 'format': expected one of {', '.join(f.value for f in NotifyFormat)}, "
-                              f"got {self.format!r}")
+                              f"got {shown(self.format)}")
         known = {e.value for e in NOTIFY_EVENTS}
         if not isinstance(self.events, list) or any(e not in known for e in self.events):
             bad = [e for e in self.events if e not in known] if isinstance(self.events, list) else self.events
-            raise ConfigError(f"[[notify]] 'events': {bad!r} is not an event; expected some of {', '.join(sorted(known))}")
+            raise ConfigError(f"[[notify]] 'events': {shown(bad)} is not an event; expected some of "
+                              f"{', '.join(sorted(known))}")
 
     @property
     def id(self) -> str:
@@ -121,7 +131,7 @@ class HeartbeatConfig:
         if isinstance(every, bool) or not isinstance(every, (int, float)) or not 1 <= every <= 86400:
             raise HeartbeatError(f"[heartbeat] 'every': expected seconds from 1 to 86400, got {every!r}")
         if self.method not in ("GET", "POST"):
-            raise HeartbeatError(f"[heartbeat] 'method': expected GET or POST, got {self.method!r}")
+            raise HeartbeatError(f"[heartbeat] 'method': expected GET or POST, got {shown(self.method)}")
 
     @property
     def label(self) -> str:
