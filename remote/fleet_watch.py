@@ -5,6 +5,7 @@ a URL's value: webhook URLs are secrets."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, Callable, Optional
 
 from gpudeck.agents.watch.config import AlertThresholds, ConfigError, HeartbeatConfig, HeartbeatError, NotifyTarget
@@ -28,9 +29,9 @@ def parse_alerts(raw: Any, loc: Any, fail: Fail) -> AlertThresholds:
     for k, v in raw.items():
         if k not in ALERT_KEYS:
             raise fail(loc.key("alerts", None, k), unknown_key("[alerts]", k, ALERT_KEYS))
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not (v >= 0 and math.isfinite(v)):
             shown = repr(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else _kind(v)
-            raise fail(loc.key("alerts", None, k), f"[alerts] {k!r}: expected a number >= 0, got {shown}")
+            raise fail(loc.key("alerts", None, k), f"[alerts] {k!r}: expected a finite number >= 0, got {shown}")
     try:
         return AlertThresholds.from_dict(raw)
     except ConfigError as exc:

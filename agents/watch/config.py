@@ -12,6 +12,7 @@ import dataclasses
 import hashlib
 import json
 import logging
+import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -169,8 +170,8 @@ class AlertThresholds:
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0:
-                raise ConfigError(f"[alerts] {f.name!r}: expected a number >= 0, got {v!r}")
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not (v >= 0 and math.isfinite(v)):
+                raise ConfigError(f"[alerts] {f.name!r}: expected a finite number >= 0, got {v!r}")
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "AlertThresholds":

@@ -24,6 +24,7 @@ from typing import Optional
 
 from gpudeck.agents.workers.common.atomic import atomic_write_json
 from gpudeck.agents.workers.extract.cli import add_arguments as add_extract_arguments
+from gpudeck.agents.workers.plan.numbers import number
 from gpudeck.agents.workers.plan.units import UsageError
 
 log = logging.getLogger("gpudeck.plan")
@@ -39,8 +40,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_extract_arguments(p)
     p.add_argument("--tokens", type=int, help="the dataset's token count, instead of counting it")
     p.add_argument("--samples", type=int, help="with --tokens: the number of samples")
-    p.add_argument("--tokens-per-s", type=float, help="the worker's speed, for the time projection without a GPU")
-    p.add_argument("--s3-price-per-gb-month", type=float, default=0.023, help="dollars per GB-month (default 0.023)")
+    p.add_argument("--tokens-per-s", type=number(0, above=True),
+                   help="the worker's speed, for the time projection without a GPU")
+    p.add_argument("--s3-price-per-gb-month", type=number(0), default=0.023,
+                   help="dollars per GB-month (default 0.023)")
     p.add_argument("--pilot-samples", type=int, default=64, help="samples in the pilot run (default 64; 0: none)")
     p.add_argument("--json", action="store_true", help="print the plan as JSON (the same as OUT/plan.json)")
 

@@ -21,6 +21,7 @@ from typing import Any, Optional
 
 from gpudeck.agents.workers.common.atomic import DirectoryBusy, atomic_write_json
 from gpudeck.agents.workers.common.doneset import DoneSetError
+from gpudeck.agents.workers.plan.numbers import number
 from gpudeck.agents.workers.generate.options import add_arguments as add_generate_arguments
 from gpudeck.agents.workers.generate.options import options_from_args
 from gpudeck.agents.workers.generate.servers import UsageError as GenerateUsageError
@@ -47,7 +48,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pilot", type=int, default=200, help="prompts in the pilot (default 200)")
     p.add_argument("--seed", type=int, default=0, help="seed of the pilot's sample (default 0)")
     p.add_argument("--deadline", help="when the run must be done: a duration (5d, 36h) or an ISO time")
-    p.add_argument("--price-per-hour", type=float, help="dollars per server-hour")
+    p.add_argument("--price-per-hour", type=number(0), help="dollars per server-hour")
     p.add_argument("--json", action="store_true", help="print the plan as JSON (the same as OUT/plan.json)")
 
 
