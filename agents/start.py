@@ -25,6 +25,21 @@ def default_home() -> Path:
     return Path(os.environ.get("GPUDECK_HOME") or Path.home() / ".gpudeck")
 
 
+def home_mode_problem(home: Path) -> Optional[str]:
+    """A home others may write to is refused: its job specs are commands this user runs."""
+    try:
+        mode = home.stat().st_mode & 0o777
+    except FileNotFoundError:
+        return None  # made 0700 by the agent
+    except OSError as exc:
+        return f"cannot use the state directory {home}: {exc.strerror or exc}"
+    if mode & 0o022:
+        who = "group and others" if mode & 0o022 == 0o022 else "its group" if mode & 0o020 else "others"
+        return (f"the state directory {home} is writable by {who} (mode {mode:04o}): anyone who can write there "
+                f"can make this user run a command; run `chmod 700 {home}`")
+    return None
+
+
 def _interval(text: str) -> float:
     """--interval: a number of seconds from 0.01 to 3600 (0 made the agent busy-loop)."""
     try:
@@ -56,6 +71,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="agent %(levelname)s %(message)s")
     home = Path(args.home or default_home()).expanduser()
+    problem = home_mode_problem(home)
+    if problem:
+        log.error("%s", problem)
+        return 3
     if args.ensure:
         from gpudeck.agents.watch.daemon import ensure
         try:

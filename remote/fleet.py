@@ -67,6 +67,7 @@ class Fleet:
     notify: list[NotifyTarget] = field(default_factory=list)  # [[notify]]: where the watcher sends events
     alerts: AlertThresholds = field(default_factory=AlertThresholds)  # [alerts]
     heartbeat: Optional[HeartbeatConfig] = None  # [heartbeat]: the watchers' pings to a push monitor
+    warnings: tuple[str, ...] = ()  # not a key: what is odd but allowed (a deadline in the past), file:line each
     take_over: bool = False  # not a key: `--take-over`, jobs another fleet file owns on a node become ours
 
     @property
@@ -191,10 +192,12 @@ def parse_fleet(text: str, path: str = "<fleet>") -> Fleet:
     alerts = parse_alerts(doc.get("alerts", {}), loc, fail)
     notify = parse_notify(doc.get("notify", []), loc, fail)
     heartbeat = parse_heartbeat(doc.get("heartbeat"), loc, fail)
+    warnings: list[str] = []
     jobs = _parse_jobs(doc.get("jobs", []), defaults, {n.name for n in nodes}, path, loc,
-                       alerts.stall_s if "stall_s" in doc.get("alerts", {}) else None)
+                       alerts.stall_s if "stall_s" in doc.get("alerts", {}) else None, warnings)
     jobs = _resolve_servers(jobs, {n.name: n for n in nodes}, path, loc)
-    return Fleet(path=path, nodes=nodes, jobs=jobs, notify=notify, alerts=alerts, heartbeat=heartbeat)
+    return Fleet(path=path, nodes=nodes, jobs=jobs, notify=notify, alerts=alerts, heartbeat=heartbeat,
+                 warnings=tuple(warnings))
 
 
 def _decode(text: str, path: str) -> dict[str, Any]:
@@ -305,12 +308,14 @@ def _resolve_jumps(nodes: list[Node], tables: dict[str, int], jump_is_default: b
 
 
 def _parse_jobs(raw_jobs: Any, defaults: dict[str, Any], names: set[str], path: str,
-                loc: "_Locator", stall_s: Optional[float] = None) -> list[JobSpec]:
+                loc: "_Locator", stall_s: Optional[float] = None, warnings: Optional[list[str]] = None) -> list[JobSpec]:
     jobs: list[JobSpec] = []
     if not isinstance(raw_jobs, list):
         raise FleetError(path, loc.top("jobs"), "'jobs' must be an array of tables: [[jobs]]")
     for i, raw in enumerate(raw_jobs):
-        where = f"[[jobs]] #{i + 1}" + (f" ({raw['name']!r})" if isinstance(raw.get("name"), str) else "")
+        name = raw.get("name")
+        shown_name = (name if len(name) <= 40 else name[:39] + "…") if isinstance(name, str) else None
+        where = f"[[jobs]] #{i + 1}" + (f" ({shown_name!r})" if shown_name is not None else "")
         kind = raw.get("kind", JobKind.COMMAND.value)
         if not isinstance(kind, str) or kind not in KINDS:
             hint = did_you_mean(kind, KINDS) if isinstance(kind, str) else ""
@@ -355,7 +360,25 @@ def _parse_jobs(raw_jobs: Any, defaults: dict[str, Any], names: set[str], path: 
             jobs.append(JobSpec(**values))
         except SpecError as exc:
             raise FleetError(path, loc.table("jobs", i), f"{where}: {exc}") from None
+        if warnings is not None and jobs[-1].deadline is not None:
+            warnings.extend(f"{path}:{loc.key('jobs', i, 'deadline')}: {where} 'deadline': {w}"
+                            for w in deadline_warnings(raw.get("deadline"), jobs[-1].deadline_t))
     return jobs
+
+
+def deadline_warnings(raw: Any, t: Optional[float]) -> list[str]:
+    """What is odd about a job's deadline that is still a deadline: a bare date, one in the past."""
+    import datetime as dt
+    import time
+
+    out = []
+    if isinstance(raw, dt.date) and not isinstance(raw, dt.datetime) or isinstance(raw, str) and "T" not in raw \
+            and ":" not in raw:
+        out.append("a date without a time: taken as 00:00 UTC of that day")
+    if t is not None and t < time.time():
+        out.append(f"{dt.datetime.fromtimestamp(t, dt.timezone.utc):%Y-%m-%d %H:%M} UTC is in the past: "
+                   f"every projection passes it")
+    return out
 
 
 def _resolve_servers(jobs: list[JobSpec], nodes: dict[str, Node], path: str, loc: "_Locator") -> list[JobSpec]:

@@ -233,8 +233,8 @@ class WatchConfig:
         atomic_write_json(path, {
             "watching": self.watching, "since": self.since, "fleet": self.fleet, "jobs": self.jobs,
             "notify": [n.to_dict() for n in self.notify], "alerts": dataclasses.asdict(self.alerts),
-            "supervisor": self.supervisor, "heartbeat": self.heartbeat.to_dict() if self.heartbeat else None})
-        os.chmod(path, 0o600)
+            "supervisor": self.supervisor, "heartbeat": self.heartbeat.to_dict() if self.heartbeat else None},
+            mode=0o600)  # it holds webhook URLs: 0600 from its first byte
 
     def apply(self, settings: dict[str, Any], jobs: list[dict[str, Any]]) -> None:
         """A console's ``configure`` with its fleet file's watch settings: check everything

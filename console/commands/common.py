@@ -75,6 +75,8 @@ def load_fleet(path: Optional[str], take_over: bool = False):
 
     path = path or os.environ.get("GPUDECK_FLEET")
     fleet = load(path) if path else local_fleet()
+    for warning in fleet.warnings:  # odd but allowed: said once, on stderr
+        err(f"warning: {warning}")
     return dataclasses.replace(fleet, take_over=True) if take_over else fleet
 
 

@@ -55,13 +55,14 @@ def append_or_undo(fd: int, data: bytes, size: int) -> None:
         raise
 
 
-def atomic_write_bytes(path: "str | os.PathLike[str]", data: bytes, fsync: bool = True) -> None:
-    """Replace ``path`` with ``data`` atomically. The temp name carries the pid, so two
-    writers never share one; a failed write removes its temp file and raises OSError."""
+def atomic_write_bytes(path: "str | os.PathLike[str]", data: bytes, fsync: bool = True, mode: int = 0o644) -> None:
+    """Replace ``path`` with ``data`` atomically, a file of ``mode`` from its first byte (0o600
+    for a file that holds secrets). The temp name carries the pid, so two writers never share
+    one; a failed write removes its temp file and raises OSError."""
     directory = os.path.dirname(os.path.abspath(path))
     tmp = f"{os.fspath(path)}.{os.getpid()}{TMP_SUFFIX}"
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
         try:
             write_all(fd, data)
             if fsync:
@@ -83,8 +84,8 @@ def atomic_write_text(path: str, text: str, fsync: bool = True) -> None:
     atomic_write_bytes(path, text.encode(), fsync=fsync)
 
 
-def atomic_write_json(path: "str | os.PathLike[str]", obj: Any, fsync: bool = True) -> None:
-    atomic_write_bytes(path, (json.dumps(obj, indent=1, sort_keys=True) + "\n").encode(), fsync=fsync)
+def atomic_write_json(path: "str | os.PathLike[str]", obj: Any, fsync: bool = True, mode: int = 0o644) -> None:
+    atomic_write_bytes(path, (json.dumps(obj, indent=1, sort_keys=True) + "\n").encode(), fsync=fsync, mode=mode)
 
 
 def rename_durably(src: str, dst: str) -> None:
