@@ -4,6 +4,7 @@ message arrives, in order, none twice, and the agent's tick never waits for the 
 from __future__ import annotations
 
 import json
+import time
 
 from support import command_job, wait_for
 from support.watch import TOKEN, Receiver, events
@@ -21,7 +22,10 @@ def test_a_receiver_down_for_a_while_gets_every_message_in_order_and_the_tick_ne
             a.ok("launch", job=j["name"])
         died = lambda: [e for e in events(home) if e["kind"] == "died"]  # noqa: E731
         wait_for(lambda: len(died()) == 6, 60, what="six jobs to die")
-        wait_for(lambda: len(rx.raw) >= 2, 60, what="two attempts on the hanging receiver")  # >= one 5 s timeout
+        wait_for(lambda: rx.raw, 60, what="a first attempt on the hanging receiver")
+        hang_from = time.time()  # the sender is stuck on that attempt until its deadline
+        wait_for(lambda: len(rx.raw) >= 2, 60, what="two attempts on the hanging receiver")  # >= one deadline
+        hang_to = time.time()
         rx.mode = "down"
         rx._release.set()
         n = len(rx.raw)
@@ -38,11 +42,12 @@ def test_a_receiver_down_for_a_while_gets_every_message_in_order_and_the_tick_ne
         assert len({m["id"] for m in rx.messages}) == 6 and sorted(m["job"] for m in rx.messages) == \
             [f"j{i}" for i in range(6)]
         wait_for(lambda: not list((home / "outbox").glob("*.json")), 10, what="an empty outbox")
-        first, last = died()[0]["t"], rx.messages and max(e["t"] for e in events(home) if e["kind"] == "notified")
+        # the tick never waits for a sender: while the sender sat on the hanging receiver (a
+        # deadline of 15 s), the agent went on ticking (at 0.2 s: ~75 ticks; a tick that waited
+        # on the sender would make none). Counted, not timed: a busy machine slows both alike.
         ticks = [json.loads(line)["t"] for line in (home / "history.jsonl").read_text().splitlines()]
-        during = [t for t in ticks if first - 1 <= t <= last + 1]
-        gaps = [b - a for a, b in zip(during, during[1:])]
-        assert len(during) > 20 and max(gaps) < 2.5, f"the tick waited: a gap of {max(gaps):.2f} s"
+        during = [t for t in ticks if hang_from <= t <= hang_to]
+        assert len(during) >= 10, f"{len(during)} ticks in the {hang_to - hang_from:.1f} s the sender was stuck"
         failed = [e for e in events(home) if e["kind"] == "notify_failed"]
         assert failed and all(TOKEN not in e["message"] for e in failed)
         assert TOKEN not in "".join(a.stderr)
