@@ -45,10 +45,17 @@ from gpudeck.agents.workers.common.atomic import atomic_write_json as write_json
 
 log = logging.getLogger(__name__)
 
-# The wrapper: runs the command as its child and records how it ended.
-# It first moves itself into the attempt's cgroup (contain.py), so every descendant is born there.
+# The wrapper: runs the command as its child and records how it ended. It first moves itself
+# into the attempt's cgroup (contain.py), so every descendant is born there. Its first two
+# arguments are the agent's python and the log cap in bytes: the cap's keeper (agents/logcap.py)
+# runs beside the command, in its group, so the cap holds with no agent alive.
 WRAPPER = ('{ [ -z "$GPUDECK_CGROUP" ] || echo $$ > "$GPUDECK_CGROUP/cgroup.procs"; } 2>/dev/null; '
+           'py=$1; cap=$2; shift 2; capper=; '
+           'if [ "$cap" -gt 0 ] 2>/dev/null; then '
+           '"$py" -m gpudeck.agents.logcap "$GPUDECK_JOB_DIR/job.log" "$cap" $$ </dev/null >/dev/null 2>&1 & '
+           'capper=$!; fi; '
            '"$@"; code=$?; '
+           '[ -z "$capper" ] || kill $capper 2>/dev/null; '
            'printf "%s\\n" "$code" > "$GPUDECK_JOB_DIR/exit_code.tmp" && '
            'mv -f "$GPUDECK_JOB_DIR/exit_code.tmp" "$GPUDECK_JOB_DIR/exit_code"; exit $code')
 MEMBERS_REFRESH_S = 5.0
@@ -366,7 +373,8 @@ class JobSupervisor:
                            f"{time.strftime('%Y-%m-%d %H:%M:%S')}: {shlex.join(argv)}\n".encode())
                 logf.flush()
                 try:
-                    popen = subprocess.Popen(["/bin/sh", "-c", WRAPPER, "gpudeck-job", *argv],
+                    popen = subprocess.Popen(["/bin/sh", "-c", WRAPPER, "gpudeck-job", sys.executable,
+                                              str(int(spec.log_max_mb * 2**20)), *argv],
                                              stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
                                              cwd=cwd, env=env, start_new_session=True, close_fds=True)
                 except OSError as exc:

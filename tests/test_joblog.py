@@ -71,3 +71,39 @@ def test_a_chatty_job_is_held_to_its_log_cap(start_agent, home, reap_jobs, tmp_p
         last_cut[0] = old.stat().st_mtime_ns
         (tmp_path / f"go{burst}").touch()
     assert a.ok("kill", job="chatty", grace_s=1)["ok"]
+
+
+def test_the_log_cap_holds_with_no_agent_alive(start_agent, home, reap_jobs, tmp_path):
+    """Launched, then left with no agent (no console, no watcher): the job writes 3 MiB bursts
+    into a 1 MiB cap, and the cap's keeper that lives with the job cuts job.log after each one;
+    on disk the logs stay within 1.5 times the cap."""
+    a = start_agent()
+    script = (f"i=0; while true; do i=$((i+1)); yes x | head -c 3145728; touch {tmp_path}/done$i; "
+              f"while [ ! -e {tmp_path}/go$i ]; do sleep 0.05; done; done")
+    a.ok("configure", jobs=[command_job("chatty", script, log_max_mb=1)])
+    a.ok("launch", job="chatty")
+    a.close()  # no agent from here on
+    assert not agents_alive(home)
+    log = home / "jobs" / "chatty" / "job.log"
+    old = log.with_name("job.log.1")
+    last_cut = [0]
+
+    def settled_after(burst: int) -> bool:
+        try:
+            return ((tmp_path / f"done{burst}").exists() and old.stat().st_mtime_ns > last_cut[0]
+                    and log.stat().st_size <= 2**20)
+        except FileNotFoundError:
+            return False
+
+    for burst in (1, 2, 3):
+        wait_for(lambda: settled_after(burst), timeout=60, what=f"job.log cut under its cap after burst {burst}")
+        assert log.stat().st_size + old.stat().st_size <= 1.5 * 2**20
+        last_cut[0] = old.stat().st_mtime_ns
+        (tmp_path / f"go{burst}").touch()
+
+
+def agents_alive(home) -> bool:
+    import psutil
+
+    return any("gpudeck.agents" in " ".join(p.info["cmdline"] or []) and str(home) in " ".join(p.info["cmdline"] or [])
+               and "logcap" not in " ".join(p.info["cmdline"] or []) for p in psutil.process_iter(["cmdline"]))

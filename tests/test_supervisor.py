@@ -30,7 +30,8 @@ def test_launch_reports_running_with_pid_and_log(start_agent, home):
     # detached: its own session and process group, not the agent's
     assert os.getsid(r["pid"]) == r["pid"] and os.getpgid(r["pid"]) == r["pid"]
     assert os.getsid(r["pid"]) != os.getsid(a.proc.pid)
-    child = wait_for(lambda: psutil.Process(r["pid"]).children(), what="child")[0]
+    child = wait_for(lambda: [k for k in psutil.Process(r["pid"]).children() if "logcap" not in " ".join(k.cmdline())],
+                     what="child")[0]
     env = child.environ()
     assert env["CUDA_VISIBLE_DEVICES"] == "0,1" and env["GREETING"] == "hi"
     assert env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
@@ -214,7 +215,8 @@ def test_a_kill_interrupted_by_the_agent_dying_is_finished_by_the_next_agent(sta
     a = start_agent()
     a.ok("configure", jobs=[command_job("stubborn", "trap '' TERM; while true; do sleep 0.1; done")])
     a.ok("launch", job="stubborn")
-    snap = a.wait_snapshot(lambda s: len(a.job(s, "stubborn")["pids"]) >= 2, what="the job running")
+    # the wrapper, the log cap's keeper and the script
+    snap = a.wait_snapshot(lambda s: len(a.job(s, "stubborn")["pids"]) >= 3, what="the job running")
     pids = a.job(snap, "stubborn")["pids"]
     a._ids += 1  # the kill's reply never comes: the agent dies during the grace period
     a.send_raw((json.dumps({"type": "request", "id": a._ids, "op": "kill",
@@ -238,7 +240,8 @@ def test_a_kill_outlives_the_console_that_asked_for_it(start_agent):
     a = start_agent()
     a.ok("configure", jobs=[command_job("slow", "trap '' TERM; while true; do sleep 0.1; done")])
     a.ok("launch", job="slow")
-    snap = a.wait_snapshot(lambda s: len(a.job(s, "slow")["pids"]) >= 2, what="the job running")
+    # the wrapper, the log cap's keeper and the script
+    snap = a.wait_snapshot(lambda s: len(a.job(s, "slow")["pids"]) >= 3, what="the job running")
     pids = a.job(snap, "slow")["pids"]
     a._ids += 1
     a.send_raw((json.dumps({"type": "request", "id": a._ids, "op": "kill",

@@ -61,7 +61,10 @@ def _worker(home, job: str, attempt: int):
         kids = psutil.Process(st["pid"]).children()
     except psutil.Error:
         return None
-    return kids[0] if kids and "gpudeck.agents.workers.generate" in " ".join(kids[0].cmdline()) else None
+    try:  # beside the log cap's keeper (agents/logcap.py), the wrapper's other child
+        return next((k for k in kids if "gpudeck.agents.workers.generate" in " ".join(k.cmdline())), None)
+    except psutil.Error:
+        return None
 
 
 @pytest.mark.timeout(400)
