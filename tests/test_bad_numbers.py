@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from test_cli import gpudeck
+from support.cli import gpudeck
 
 
 def test_an_infinite_alert_threshold_is_a_fleet_error_with_its_line(tmp_path):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from support import wait_for
-from test_cli import gpudeck
+from support.cli import gpudeck
 
 GOOD = {"t": 1_700_000_000.0, "seq": 1, "node": "testnode", "kind": "watch", "message": "watch started"}
 

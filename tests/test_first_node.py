@@ -11,7 +11,7 @@ import textwrap
 import pytest
 
 from support import command_job, wait_for
-from test_cli import gpudeck
+from support.cli import gpudeck
 
 pytestmark = pytest.mark.usefixtures("reap_jobs")
 

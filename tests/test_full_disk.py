@@ -13,7 +13,7 @@ import psutil
 import pytest
 
 from support import wait_for
-from test_cli import gpudeck
+from support.cli import gpudeck
 
 
 def _missing() -> str:

@@ -12,7 +12,7 @@ import textwrap
 import pytest
 
 from support import wait_for
-from test_cli import gpudeck
+from support.cli import gpudeck
 
 HOSTILE = '''
 import sys, time

@@ -49,28 +49,38 @@ def test_a_chatty_job_is_held_to_its_log_cap(start_agent, home, reap_jobs, tmp_p
     cap and job.log.1 holds at most the newest half of it. The job waits between bursts for the
     test's go-ahead, so what is on disk at each check does not depend on the machine's speed."""
     a = start_agent()
-    script = (f"i=0; while true; do i=$((i+1)); yes x | head -c 3145728; touch {tmp_path}/done$i; "
-              f"while [ ! -e {tmp_path}/go$i ]; do sleep 0.05; done; done")
+    script = CHATTY.format(d=tmp_path)
     a.ok("configure", jobs=[command_job("chatty", script, log_max_mb=1)])
     a.ok("launch", job="chatty")
+    for log, old in bursts_cut(home, tmp_path):
+        assert old.stat().st_size <= 2**19  # the newest half of the cap, no more
+    assert a.ok("kill", job="chatty", grace_s=1)["ok"]
+
+
+CHATTY = "i=0; while true; do i=$((i+1)); yes x | head -c 3145728; touch {d}/done$i; " \
+         "while [ ! -e {d}/go$i ]; do sleep 0.05; done; done"
+
+
+def bursts_cut(home, tmp_path, bursts: int = 3):
+    """After each 3 MiB burst of the chatty job into its 1 MiB cap: wait until job.log was cut
+    since the last burst and is under its cap, yield (job.log, job.log.1), then let the job go
+    on. The job waits for the go-ahead, so nothing here depends on the machine's speed."""
     log = home / "jobs" / "chatty" / "job.log"
     old = log.with_name("job.log.1")
-    last_cut = [0]  # job.log.1 is written anew at each cut: its mtime moves on
+    last_cut = 0  # job.log.1 is written anew at each cut: its mtime moves on
 
     def settled_after(burst: int) -> bool:
-        """Burst ``burst`` is written, job.log was cut since the last burst and is under its cap."""
         try:
-            return ((tmp_path / f"done{burst}").exists() and old.stat().st_mtime_ns > last_cut[0]
+            return ((tmp_path / f"done{burst}").exists() and old.stat().st_mtime_ns > last_cut
                     and log.stat().st_size <= 2**20)
         except FileNotFoundError:
             return False
 
-    for burst in (1, 2, 3):
+    for burst in range(1, bursts + 1):
         wait_for(lambda: settled_after(burst), timeout=60, what=f"job.log cut under its cap after burst {burst}")
-        assert old.stat().st_size <= 2**19  # the newest half of the cap, no more
-        last_cut[0] = old.stat().st_mtime_ns
+        yield log, old
+        last_cut = old.stat().st_mtime_ns
         (tmp_path / f"go{burst}").touch()
-    assert a.ok("kill", job="chatty", grace_s=1)["ok"]
 
 
 def test_the_log_cap_holds_with_no_agent_alive(start_agent, home, reap_jobs, tmp_path):
@@ -78,28 +88,13 @@ def test_the_log_cap_holds_with_no_agent_alive(start_agent, home, reap_jobs, tmp
     into a 1 MiB cap, and the cap's keeper that lives with the job cuts job.log after each one;
     on disk the logs stay within 1.5 times the cap."""
     a = start_agent()
-    script = (f"i=0; while true; do i=$((i+1)); yes x | head -c 3145728; touch {tmp_path}/done$i; "
-              f"while [ ! -e {tmp_path}/go$i ]; do sleep 0.05; done; done")
+    script = CHATTY.format(d=tmp_path)
     a.ok("configure", jobs=[command_job("chatty", script, log_max_mb=1)])
     a.ok("launch", job="chatty")
     a.close()  # no agent from here on
     assert not agents_alive(home)
-    log = home / "jobs" / "chatty" / "job.log"
-    old = log.with_name("job.log.1")
-    last_cut = [0]
-
-    def settled_after(burst: int) -> bool:
-        try:
-            return ((tmp_path / f"done{burst}").exists() and old.stat().st_mtime_ns > last_cut[0]
-                    and log.stat().st_size <= 2**20)
-        except FileNotFoundError:
-            return False
-
-    for burst in (1, 2, 3):
-        wait_for(lambda: settled_after(burst), timeout=60, what=f"job.log cut under its cap after burst {burst}")
+    for log, old in bursts_cut(home, tmp_path):
         assert log.stat().st_size + old.stat().st_size <= 1.5 * 2**20
-        last_cut[0] = old.stat().st_mtime_ns
-        (tmp_path / f"go{burst}").touch()
 
 
 def agents_alive(home) -> bool:

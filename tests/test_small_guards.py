@@ -10,7 +10,7 @@ import os
 import pytest
 
 from gpudeck.remote.fleet import FleetError, parse_fleet
-from test_cli import gpudeck
+from support.cli import gpudeck
 
 
 def test_a_fleet_error_cuts_a_long_job_name():

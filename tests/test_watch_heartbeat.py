@@ -14,7 +14,7 @@ import pytest
 
 from support import pid_alive, wait_for
 from support.watch import agent_pid, write_fleet
-from test_cli import gpudeck
+from support.cli import gpudeck
 
 pytestmark = pytest.mark.usefixtures("reap_jobs")
 

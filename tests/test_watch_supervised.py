@@ -146,7 +146,7 @@ def test_a_watcher_killed_or_rebooted_comes_back_through_cron_and_adopts_the_job
 def test_a_supervisor_that_does_not_work_here_is_refused_with_why(tmp_path, fleet_home):
     """systemd without a user manager (as in a container): `--supervise systemd` says so and
     changes nothing; auto falls through to the next that works."""
-    from test_cli import gpudeck
+    from support.cli import gpudeck
 
     fleet = tmp_path / "fleet.toml"
     fleet.write_text(f'[defaults]\nhome = "{fleet_home}"\nnvml = false\n')
