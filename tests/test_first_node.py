@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from support import command_job, wait_for
+from support import wait_for
 from support.cli import gpudeck
 
 pytestmark = pytest.mark.usefixtures("reap_jobs")

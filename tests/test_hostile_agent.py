@@ -5,9 +5,7 @@ costs a job its plan figures, not its row."""
 
 from __future__ import annotations
 
-import json
 import sys
-import textwrap
 
 import pytest
 
