@@ -12,7 +12,9 @@ serves gpudeck's simulated engine), the model, the port and the prompts.
 from __future__ import annotations
 
 import json
+import os
 import re
+import shlex
 import sys
 import textwrap
 
@@ -21,6 +23,7 @@ import pytest
 from support import ROOT, wait_for
 from support.core import free_port
 from support.nodes import WHEELHOUSE, Laptop
+from support.tmux import Tmux, select
 
 pytestmark = pytest.mark.skipif(not (WHEELHOUSE / ".done").exists(),
                                 reason=f"no wheelhouse at {WHEELHOUSE}: `make test` downloads it")
@@ -91,13 +94,30 @@ def test_the_readme_quickstart_word_for_word_on_freshly_deployed_nodes(two_nodes
     r = laptop.gpudeck("gpudeck status -f fleet.toml")
     for word in ("gpu1", "gpu2", "sglang-0", "gen", "pending"):
         assert word in r.stdout, r.stdout
-    # 5. the launches the README gives from the shell: the engine, then the generate job
-    laptop.gpudeck("gpudeck launch sglang-0 -f fleet.toml")
+    # 5. the console, in a real terminal: `2` for jobs, `L` to launch sglang-0 (it asks first)
+    tmux = Tmux(f"gpudeck-quickstart-{os.getpid()}", "up")
+    try:
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in laptop.env().items() if k in ("HOME", "XDG_STATE_HOME",
+                                                                                           "PATH"))
+        tmux("new-session", "-d", "-s", "up", "-x", "120", "-y", "40", "-c", str(laptop.dir),
+             f"env {env} {laptop.exe} up -f fleet.toml")
+        tmux.wait(lambda s: "gpu1" in s and "gpu2" in s, "the console on both nodes", timeout=120)
+        tmux.keys("2")
+        tmux.wait(lambda s: re.search(r"^sglang-0 ", s, re.M), "the jobs view")
+        select(tmux, "sglang-0")
+        tmux.keys("L")
+        tmux.wait(lambda s: "Launch job sglang-0" in s, "the launch question")
+        tmux.keys("y")
+        tmux.wait(lambda s: re.search(r"^sglang-0 .*\b(ready|running|starting)\b", s, re.M), "sglang-0 launched",
+                  timeout=120)
+        tmux.keys("q")
+    finally:
+        tmux("kill-server")
     wait_for(lambda: (_job(laptop, "sglang-0").get("engine") or {}).get("state") == "ready", 120,
              what="the engine ready")
     log = (tmp_path / "gpu1-home" / ".gpudeck" / "jobs" / "sglang-0" / "job.log").read_text()
     assert f"{engine} -m sglang.launch_server --model-path /models/standin" in log.splitlines()[0]  # what ran
-    laptop.gpudeck("gpudeck launch gen -f fleet.toml")
+    laptop.gpudeck("gpudeck launch gen -f fleet.toml")  # the README's shell form of the second launch
     gen = wait_for(lambda: (j := _job(laptop, "gen"))["state"] in ("exited", "failed") and j, 180,
                    what="the generate job ended")
     text = (tmp_path / "gpu1-home" / ".gpudeck" / "jobs" / "gen" / "job.log").read_text()

@@ -13,6 +13,7 @@ import sys
 import pytest
 
 from support import wait_for
+from support.tmux import Tmux, select
 from support.tui import ROOT, reap
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")]
@@ -25,40 +26,8 @@ def parse_count(text: str) -> int:
     return int(float(text[:-1]) * 1000) if text.endswith("k") else int(text.replace(",", ""))
 
 
-class Tmux:
-    def __init__(self, socket: str) -> None:
-        self.socket = socket
-
-    def __call__(self, *args: str) -> str:
-        return subprocess.run(["tmux", "-L", self.socket, *args], capture_output=True, text=True,
-                              check=True).stdout
-
-    def screen(self) -> str:
-        return self("capture-pane", "-p", "-t", "demo")
-
-    def wait(self, cond, what: str, timeout: float = 60.0):
-        """Poll the screen until ``cond(screen)`` is truthy; fail with the screen shown."""
-        try:
-            return wait_for(lambda: cond(self.screen()), timeout=timeout, interval=0.3, what=what)
-        except AssertionError as exc:
-            raise AssertionError(f"{exc}\n--- screen:\n{self.screen()}") from None
-
-    def keys(self, *keys: str) -> None:
-        self("send-keys", "-t", "demo", *keys)
-
-
 def gen_line(screen: str) -> str:
     return next((ln for ln in screen.splitlines() if ln.startswith("generate ")), "")
-
-
-def select(tmux: Tmux, job: str) -> None:
-    """Move the jobs table's cursor from its first row to ``job``'s row."""
-    lines = tmux.screen().splitlines()
-    head = next(i for i, ln in enumerate(lines) if re.match(r"JOB\W", ln))  # JOB, or JOB▲ when sorted by it
-    row = next(i for i, ln in enumerate(lines) if ln.startswith(job + " ")) - head - 1
-    tmux.keys("Home")
-    for _ in range(row):
-        tmux.keys("Down")
 
 
 def gen_done(screen: str) -> int:

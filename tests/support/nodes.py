@@ -56,13 +56,18 @@ class Laptop:
                           f"  IdentityFile {key}\n  IdentitiesOnly yes\n")
         (ssh / "config").write_text("\n".join(config))
 
-    def gpudeck(self, command: str, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess:
-        argv = command.split()
+    exe = Path(sys.executable).with_name("gpudeck")  # this checkout's program
+
+    def env(self) -> dict[str, str]:
+        """The operator's environment: this machine's, with the laptop's HOME (its ~/.ssh)."""
         env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUDECK_", "SSH_AUTH"))}
         env.update(HOME=str(self.dir), XDG_STATE_HOME=str(self.dir / "state"))
-        exe = Path(sys.executable).with_name("gpudeck")
-        r = subprocess.run([str(exe), *argv[1:]], capture_output=True, text=True, timeout=timeout, cwd=self.dir,
-                           env=env, stdin=subprocess.DEVNULL)
+        return env
+
+    def gpudeck(self, command: str, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess:
+        argv = command.split()
+        r = subprocess.run([str(self.exe), *argv[1:]], capture_output=True, text=True, timeout=timeout,
+                           cwd=self.dir, env=self.env(), stdin=subprocess.DEVNULL)
         if check and r.returncode != 0:
             raise AssertionError(f"{command} -> {r.returncode}\n{r.stdout}\n{r.stderr}")
         return r

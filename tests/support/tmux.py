@@ -1,0 +1,42 @@
+"""The real program in a real terminal: a tmux server of the test's own, keys sent, the
+screen read back with capture-pane."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+
+from support.core import wait_for
+
+
+class Tmux:
+    def __init__(self, socket: str, session: str = "demo") -> None:
+        self.socket, self.session = socket, session
+
+    def __call__(self, *args: str) -> str:
+        return subprocess.run(["tmux", "-L", self.socket, *args], capture_output=True, text=True,
+                              check=True).stdout
+
+    def screen(self) -> str:
+        return self("capture-pane", "-p", "-t", self.session)
+
+    def wait(self, cond, what: str, timeout: float = 60.0):
+        """Poll the screen until ``cond(screen)`` is truthy; fail with the screen shown."""
+        try:
+            return wait_for(lambda: cond(self.screen()), timeout=timeout, interval=0.3, what=what)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n--- screen:\n{self.screen()}") from None
+
+    def keys(self, *keys: str) -> None:
+        self("send-keys", "-t", self.session, *keys)
+
+
+
+def select(tmux: Tmux, job: str) -> None:
+    """Move the jobs table's cursor from its first row to ``job``'s row."""
+    lines = tmux.screen().splitlines()
+    head = next(i for i, ln in enumerate(lines) if re.match(r"JOB\W", ln))  # JOB, or JOB▲ when sorted by it
+    row = next(i for i, ln in enumerate(lines) if ln.startswith(job + " ")) - head - 1
+    tmux.keys("Home")
+    for _ in range(row):
+        tmux.keys("Down")
