@@ -53,15 +53,18 @@ class Declarations:
                 alive: Callable[[str], bool]) -> dict[str, JobSpec]:
         """Take ``fleet``'s declarations; returns every fleet's, merged. OwnedByAnother (and
         nothing changed) when another fleet owns one of the names and ``take_over`` is off."""
-        theirs = {s.name: self.owners[s.name] for s in specs if self.owners.get(s.name, fleet) != fleet}
+        # a job of no fleet file ("": a console or a client without one) is anyone's to claim
+        theirs = {s.name: self.owners[s.name] for s in specs if self.owners.get(s.name) not in (None, "", fleet)}
         if theirs and not take_over:
             name, owner = sorted(theirs.items())[0]
             more = f" (and {len(theirs) - 1} more job(s))" if len(theirs) > 1 else ""
             raise OwnedByAnother(
                 f"job {name!r}{more} on node {self.node} belongs to another fleet file, {owner or '(none)'}; "
                 f"give it another name in this fleet file, or take it over with --take-over")
-        for name, owner in theirs.items():
-            self.by_fleet.get(owner, {}).pop(name, None)
+        for spec in specs:  # taken from another fleet (or from none): no longer declared there
+            owner = self.owners.get(spec.name)
+            if owner not in (None, fleet):
+                self.by_fleet.get(owner, {}).pop(spec.name, None)
         mine = {s.name: s for s in specs}
         for name, owner in list(self.owners.items()):  # names this fleet dropped: free once they stop
             if owner == fleet and name not in mine and not alive(name):
@@ -80,4 +83,4 @@ class Declarations:
         return merged
 
     def owner(self, name: str) -> Optional[str]:
-        return self.owners.get(name)
+        return self.owners.get(name) or None

@@ -148,6 +148,7 @@ class ProgressTracker:
         except (OSError, ValueError) as exc:
             # keep the last good reading; say what is wrong with the file
             self._error = f"{self.progress_path}: {exc}"
+            return
         except RecursionError:  # a job's file: nested too deep is a bad file, never a crash
             self._error = f"{self.progress_path}: JSON nested too deep"
             return

@@ -82,7 +82,7 @@ class Fleet:
     def owns(self, owner: Optional[str]) -> bool:
         """Whether a job a node says belongs to ``owner`` is this fleet's to show. A console
         with no fleet file shows every job of the node."""
-        return owner is None or self.path is None or owner == self.identity
+        return not owner or self.path is None or owner == self.identity
 
     def watch_settings(self) -> Optional[dict[str, Any]]:
         """What ``configure`` carries for the watcher (agents/watch/): None without a fleet file,

@@ -94,7 +94,7 @@ def node_user():
         started.wait(10)
 
 
-def test_a_watcher_killed_or_rebooted_comes_back_through_cron_and_adopts_the_job(node_user, tmp_path):
+def test_a_watcher_killed_or_rebooted_comes_back_through_cron_and_adopts_the_job(node_user, tmp_path, receiver):
     user, user_home = node_user
     home = user_home / ".gpudeck"
     laptop = Laptop(tmp_path, {"w1": None}, user=user, python3=DEBIAN_PYTHON, keys_dir=user_home.parent)
@@ -102,7 +102,8 @@ def test_a_watcher_killed_or_rebooted_comes_back_through_cron_and_adopts_the_job
         (laptop.dir / "fleet.toml").write_text(
             '[defaults]\nhost_keys = "accept-new"\nnvml = false\n\n[[nodes]]\nname = "w1"\n\n'
             '[[jobs]]\nname = "sleeper"\nnode = "w1"\ncommand = "exec sleep 3600"\nrestart = "on-failure"\n'
-            'restart_backoff_s = 0\n')
+            'restart_backoff_s = 0\n\n'
+            f'[heartbeat]\nurl = "http://127.0.0.1:{receiver.port}/ping/{{node}}"\nevery = 2\n')
         laptop.gpudeck("gpudeck deploy -f fleet.toml")
         assert _as(user, "echo '0 3 * * * true # my own line' | crontab -").returncode == 0
         laptop.gpudeck("gpudeck launch sleeper -f fleet.toml")
@@ -120,6 +121,9 @@ def test_a_watcher_killed_or_rebooted_comes_back_through_cron_and_adopts_the_job
                           what="a new watcher started by cron")
         back_s = time.time() - killed_at
         wait_for(lambda: _audit(home, "adopt", "sleeper", killed_at), 30, what="the job adopted")
+        back_at = time.time()
+        wait_for(lambda: any(t > back_at and path == "/ping/w1" for t, path in list(receiver.gets)), 30,
+                 what="the heartbeat back with the watcher")
         assert psutil.pid_exists(job_pid)  # adopted, not relaunched
         print(f"\nwatcher back {back_s:.1f} s after kill -9 (cron's period: 60 s)")
 
