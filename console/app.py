@@ -29,8 +29,6 @@ from typing import Any, Optional
 from textual import work
 from textual.app import App
 from textual.binding import Binding
-from textual.markup import escape
-from textual.notifications import Notify, SeverityLevel
 from textual.css.query import NoMatches
 from textual.worker import Worker, WorkerState
 
@@ -40,6 +38,7 @@ from gpudeck.console.actions import (Confirm, JobOp, Notice, Refuse, failure_not
                                      plan_process_kill, request_options)
 from gpudeck.console.config import ConsoleConfig
 from gpudeck.console.looked import LookedStore, fleet_key
+from gpudeck.console.notices import NoticeLine
 from gpudeck.console.messages import (EventsFetched, EventsFetchFailed, HistoryReceived, JobActionFailed,
                                       JobActionFinished, JobActionRequested, JobOpened, LogFetched, LogFetchFailed,
                                       LogFollowCancelled, LogFollowRequested, NodeWentDown, NodeWentUp,
@@ -61,11 +60,9 @@ __all__ = ["ConsoleConfig", "GpuDeckApp", "describe_error", "make_app"]
 
 OPERATOR_ERRORS = (AgentError, RequestFailed, KeyError, asyncio.TimeoutError, OSError)
 LIVE_NOTICES = 5  # live events told one by one per read; past that, one notice counts the rest
-NOTICE_S = {"error": 10.0, "warning": 6.0, "information": 6.0}  # the longest a notice stays: it hides
-# the footer's key hints meanwhile, and the events view and the details keep what it said
 
 
-class GpuDeckApp(App[None]):
+class GpuDeckApp(NoticeLine, App[None]):
     CSS_PATH = "app.tcss"
     TITLE = "gpudeck"
     ENABLE_COMMAND_PALETTE = True  # ctrl+p: jump to a node or job, run what the keys run
@@ -96,23 +93,6 @@ class GpuDeckApp(App[None]):
         self._backlog_from = 0.0  # the first read of each node asks for the events after this
         self._awaiting_backlog: set[str] = set()  # nodes whose first read the opening summary waits for
         self._events_failing: set[str] = set()
-
-    def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
-               timeout: Optional[float] = None, markup: bool = True) -> None:
-        """One notice at a time, on one line over the footer's key hints (app.tcss): stacked
-        toasts, 40 columns wide, covered the fleet view's memory and HELD BY columns for up to
-        20 s. The newest replaces the one shown; none stays longer than NOTICE_S says."""
-        text = " · ".join(line.strip() for line in message.splitlines() if line.strip())
-        if not markup:
-            text = escape(text)
-        if title:
-            text = f"[b]{escape(title)}:[/b] {text}"
-        longest = NOTICE_S.get(severity, NOTICE_S["information"])
-        super().notify(text, severity=severity, timeout=min(timeout or longest, longest), markup=True)
-
-    def on_notify(self, event: Notify) -> None:
-        """Runs before App's own handler adds the new notice: the one shown makes room for it."""
-        self.clear_notifications()
 
     def get_default_screen(self) -> MainScreen:
         return MainScreen(self.state, self.fleet_name, self.config.read_only, self.config.initial_view)
@@ -418,7 +398,7 @@ class GpuDeckApp(App[None]):
     def _tell(self, job: str, op: JobOp, notice: Notice) -> None:
         self.verdicts.append((job, op, notice.text))
         self.notify(notice.text, title=notice.title or "", severity=notice.severity,  # type: ignore[arg-type]
-                    timeout=notice.timeout)
+                    timeout=notice.timeout, keep=True)
 
     def _start_demo_jobs(self, snap: Snapshot) -> None:
         for j in snap.jobs:

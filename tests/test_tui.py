@@ -356,3 +356,20 @@ async def test_relaunch_after_an_edit_of_the_fleet_file_shows_the_change_and_run
                          what="attempt 2 running")
         log = fleet_home / "jobs" / "gen" / "job.log"
         await wait_until(pilot, lambda: "fixed" in log.read_text(), what="the file's version ran")
+
+
+async def test_a_kill_verdict_stays_on_screen_over_news_of_the_fleet(tmp_path, fleet_home):
+    """The answer to the operator's own key is not replaced by an event's notice while it is
+    shown (the demo's plan-drift news used to push a kill's verdict off the footer line)."""
+    app = app_on(tmp_path, fleet_home, [shell_job("gen", progress_script())])
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await launched(pilot, "gen")
+        app.run_job_action("kill", "gen", quiet=True)
+        verdict = await wait_until(pilot, lambda: next((v for j, op, v in app.verdicts if op == "kill"), None),
+                                   what="the agent's verdict")
+        await wait_until(pilot, lambda: verdict in notifications_text(app), what="the verdict shown")
+        app.notify("job generate: planned 3h, now 10d", title="plan drift")  # news of the fleet
+        await pilot.pause()
+        assert verdict in notifications_text(app) and "planned 3h" not in notifications_text(app)
+        app.notify("node gpu-b unreachable", severity="error")  # an error still gets through
+        await wait_until(pilot, lambda: "gpu-b unreachable" in notifications_text(app), what="the error shown")
