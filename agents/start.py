@@ -120,7 +120,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         log.error("cannot start the agent in %s: %s", home, exc)
         return 3
     agent.listener = listener
-    agent.argv = list(sys.argv[1:] if argv is None else argv)
+    agent.argv = agent.watch.agent_argv = list(sys.argv[1:] if argv is None else argv)
     if lock is not None:
         import signal
         signal.signal(signal.SIGTERM, agent.on_takeover)

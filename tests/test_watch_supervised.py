@@ -122,8 +122,12 @@ def test_a_watcher_killed_or_rebooted_comes_back_through_cron_and_adopts_the_job
         back_s = time.time() - killed_at
         wait_for(lambda: _audit(home, "adopt", "sleeper", killed_at), 30, what="the job adopted")
         back_at = time.time()
-        wait_for(lambda: any(t > back_at and path == "/ping/w1" for t, path in list(receiver.gets)), 30,
-                 what="the heartbeat back with the watcher")
+        try:
+            wait_for(lambda: any(t > back_at and path == "/ping/w1" for t, path in list(receiver.gets)), 30,
+                     what="the heartbeat back with the watcher")
+        except AssertionError:
+            raise AssertionError(f"pings: {list(receiver.gets)[-5:]}; watch.log: "
+                                 f"{(home / 'watch.log').read_text()[-3000:]}") from None
         assert psutil.pid_exists(job_pid)  # adopted, not relaunched
         print(f"\nwatcher back {back_s:.1f} s after kill -9 (cron's period: 60 s)")
 

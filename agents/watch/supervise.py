@@ -61,9 +61,23 @@ def home_id(home: Path) -> str:
     return hashlib.sha256(str(Path(home).resolve()).encode()).hexdigest()[:10]
 
 
-def ensure_argv(home: Path, python: str = sys.executable) -> list[str]:
+def agent_args(argv: list[str]) -> list[str]:
+    """The agent's own arguments (``--node``, ``--interval``, ``--no-nvml``...) that the
+    supervisor's watcher must start with too, less the home and the mode."""
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a == "--home":
+            skip = True
+        elif a not in ("--detached", "--once", "--ensure"):
+            out.append(a)
+    return out
+
+
+def ensure_argv(home: Path, args: list[str], python: str = sys.executable) -> list[str]:
     """What the supervisor runs: start a watcher for ``home`` unless one is alive."""
-    return [python, "-m", "gpudeck.agents", "--home", str(Path(home).resolve()), "--ensure"]
+    return [python, "-m", "gpudeck.agents", *args, "--home", str(Path(home).resolve()), "--ensure"]
 
 
 # ---------------------------------------------------------------- systemd
@@ -83,10 +97,11 @@ def systemd_problem() -> Optional[str]:
     return None if r.returncode == 0 else f"systemctl --user does not work here ({_said(r)})"
 
 
-def systemd_install(home: Path, python: str = sys.executable) -> str:
+def systemd_install(home: Path, args: list[str], python: str = sys.executable) -> str:
     path = _unit_path(home)
     path.parent.mkdir(parents=True, exist_ok=True)
-    exec_start = shlex.join([python, "-m", "gpudeck.agents", "--home", str(Path(home).resolve()), "--detached"])
+    exec_start = shlex.join([python, "-m", "gpudeck.agents", *args, "--home", str(Path(home).resolve()),
+                             "--detached"])
     path.write_text(f"[Unit]\nDescription=gpudeck watcher for {home}\n\n[Service]\nExecStart={exec_start}\n"
                     f"Restart=always\nRestartSec=5\n\n[Install]\nWantedBy=default.target\n")
     for argv in (["systemctl", "--user", "daemon-reload"], ["systemctl", "--user", "enable", _unit(home)]):
@@ -159,8 +174,8 @@ def cron_problem() -> Optional[str]:
     return None
 
 
-def cron_lines(home: Path, python: str = sys.executable) -> list[str]:
-    cmd = shlex.join(ensure_argv(home, python)) + " >/dev/null 2>&1"
+def cron_lines(home: Path, args: list[str], python: str = sys.executable) -> list[str]:
+    cmd = shlex.join(ensure_argv(home, args, python)) + " >/dev/null 2>&1"
     return [f"@reboot {cmd} {_tag(home)}", f"* * * * * {cmd} {_tag(home)}"]
 
 
@@ -170,12 +185,12 @@ def _write_crontab(text: str) -> None:
         raise OSError(f"crontab -: {_said(r)}")
 
 
-def cron_install(home: Path, python: str = sys.executable) -> str:
+def cron_install(home: Path, args: list[str], python: str = sys.executable) -> str:
     text, why = _crontab()
     if text is None:
         raise OSError(f"crontab -l: {why}")
     kept = [ln for ln in text.splitlines() if not ln.endswith(_tag(home))]
-    _write_crontab("\n".join(kept + cron_lines(home, python)) + "\n")
+    _write_crontab("\n".join(kept + cron_lines(home, args, python)) + "\n")
     return "the user's crontab: @reboot and every minute, a watcher started when none is alive"
 
 
@@ -233,11 +248,12 @@ def choose(wanted: str) -> tuple[str, str]:
     return "none", "; ".join(passed)
 
 
-def install(kind: str, home: Path) -> str:
+def install(kind: str, home: Path, argv: list[str]) -> str:
+    """Register the watcher of ``home``, started with the agent's own arguments ``argv``."""
     if kind == "systemd":
-        return systemd_install(home)
+        return systemd_install(home, agent_args(argv))
     if kind == "cron":
-        return cron_install(home)
+        return cron_install(home, agent_args(argv))
     return "no supervisor: a watcher killed or lost in a reboot stays down until a console or `watch start`"
 
 

@@ -57,6 +57,7 @@ class Watcher:
         sup.on_audit = self._on_audit
         self.outbox.serve(self.config.notify)
         self.heartbeat = Heartbeat(node)
+        self.agent_argv: list[str] = ["--node", node]  # the agent's arguments (start.py sets them all)
         self.heartbeat.serve(self.config.heartbeat, self.config.watching)
 
     # ------------------------------------------------------------ events
@@ -176,7 +177,7 @@ class Watcher:
         if kind != self.config.supervisor:
             supervise.remove(self.home)
         try:
-            did = supervise.install(kind, self.home)
+            did = supervise.install(kind, self.home, self.agent_argv)
         except OSError as exc:
             raise ValueError(f"'watch': cannot register the watcher with {kind}: {exc}") from None
         self.config.supervisor = kind
