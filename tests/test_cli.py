@@ -11,7 +11,7 @@ import textwrap
 import pytest
 
 from support import ROOT, env_with_repo, pid_alive, wait_for
-from support.cli import gpudeck, gpudeck_cmd, without
+from support.cli import at_a_terminal, gpudeck, gpudeck_cmd, without
 
 
 @pytest.fixture
@@ -293,7 +293,7 @@ def test_extract_with_a_model_path_that_does_not_exist_says_the_path(tmp_path):
 def test_ctrl_c_exits_130(tmp_path):
     import signal
     proc = subprocess.Popen([*gpudeck_cmd(), "sim-engine", "--port", "0"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env_with_repo())
+                            stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env_with_repo(), preexec_fn=at_a_terminal)
     try:
         assert "listening on" in proc.stdout.readline()
         proc.send_signal(signal.SIGINT)
@@ -307,7 +307,8 @@ def test_ctrl_c_exits_130(tmp_path):
                                for i in range(50)))
     proc = subprocess.Popen([*gpudeck_cmd(), "generate", "--prompts", str(prompts), "--out", str(tmp_path / "o"),
                              "--server", "http://127.0.0.1:9", "--max-attempts", "100000"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env_with_repo())
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env_with_repo(),
+                            preexec_fn=at_a_terminal)
     try:
         wait_for(lambda: (tmp_path / "o" / "progress.json").exists(), 60, what="generate running")
         proc.send_signal(signal.SIGINT)

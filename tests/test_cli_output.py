@@ -13,7 +13,7 @@ import textwrap
 import pytest
 
 from support import ROOT, env_with_repo, free_port, wait_for
-from support.cli import NOISE, gpudeck, gpudeck_cmd, into_closed_pipe
+from support.cli import NOISE, at_a_terminal, gpudeck, gpudeck_cmd, into_closed_pipe
 from support.watch import TOKEN
 
 
@@ -95,7 +95,7 @@ def test_watch_status_follow_prints_each_change_once_and_exits_130_on_ctrl_c(tmp
     '''))
     proc = subprocess.Popen([*gpudeck_cmd(), "watch", "status", "-f", str(fleet), "--follow", "--unreachable-after",
                              "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
-                            env=env_with_repo())
+                            env=env_with_repo(), preexec_fn=at_a_terminal)
     try:
         receiver.wait(lambda ms: len(ms) == 1, 60, what="node_unreachable for ghost")
         proc.send_signal(signal.SIGINT)

@@ -256,7 +256,7 @@ def test_the_plan_drift_limit_is_an_alerts_threshold():
     assert parse_fleet('', "f.toml").alerts.plan_drift_pct == 25.0
     with pytest.raises(FleetError) as err:
         parse_fleet('[alerts]\nplan_drift_pct = -5\n', "f.toml")
-    assert str(err.value).startswith("f.toml:2: [alerts] 'plan_drift_pct': expected a number >= 0")
+    assert str(err.value).startswith("f.toml:2: [alerts] 'plan_drift_pct': expected a finite number >= 0")
 
 
 # ---------------------------------------------------------------- what a user trying a real fleet found

@@ -23,7 +23,7 @@ import pytest
 from support import ROOT, wait_for
 from support.core import free_port
 from support.nodes import WHEELHOUSE, Laptop
-from support.tmux import Tmux, select
+from support.tmux import Tmux
 
 pytestmark = pytest.mark.skipif(not (WHEELHOUSE / ".done").exists(),
                                 reason=f"no wheelhouse at {WHEELHOUSE}: `make test` downloads it")
@@ -102,12 +102,14 @@ def test_the_readme_quickstart_word_for_word_on_freshly_deployed_nodes(two_nodes
         tmux("new-session", "-d", "-s", "up", "-x", "120", "-y", "40", "-c", str(laptop.dir),
              f"env {env} {laptop.exe} up -f fleet.toml")
         tmux.wait(lambda s: "gpu1" in s and "gpu2" in s, "the console on both nodes", timeout=120)
-        tmux.keys("2")
-        tmux.wait(lambda s: re.search(r"^sglang-0 ", s, re.M), "the jobs view")
-        select(tmux, "sglang-0")
-        tmux.keys("L")
-        tmux.wait(lambda s: "Launch job sglang-0" in s, "the launch question")
-        tmux.keys("y")
+        tmux.press_until("2", lambda s: re.search(r"^JOB\W", s, re.M), "the jobs view")
+        # the filter: the cursor on sglang-0's row whatever the order
+        tmux.press_until("/", lambda s: "Close filter" in s, "the filter bar open")
+        tmux.keys("sglang", "Enter")
+        tmux.wait(lambda s: re.search(r"^sglang-0 ", s, re.M) and not re.search(r"^gen ", s, re.M),
+                  "the jobs filtered to sglang-0")
+        tmux.press_until("L", lambda s: "Launch job sglang-0" in s, "the launch question")
+        tmux.press_until("y", lambda s: "Launch job sglang-0" not in s, "the question answered")
         tmux.wait(lambda s: re.search(r"^sglang-0 .*\b(ready|running|starting)\b", s, re.M), "sglang-0 launched",
                   timeout=120)
         tmux.keys("q")

@@ -63,7 +63,7 @@ def test_the_fleet_file_carries_notify_alerts_and_restart_policies():
     ('[[jobs]]\nname = "a"\ncommand = ["x"]\nmax_restarts = -1\n', 4, "expected a number from 0 to 1000"),
     ('[[jobs]]\nname = "a"\ncommand = ["x"]\nrestart_on_stall = "soon"\n', 1, "expected a duration"),
     ('[[jobs]]\nname = "a"\ncommand = ["x"]\ndeadline = "friday"\n', 1, "expected a date and time"),
-    ('[alerts]\ngpu_temp_c = "hot"\n', 2, "expected a number >= 0"),
+    ('[alerts]\ngpu_temp_c = "hot"\n', 2, "expected a finite number >= 0"),
     ('[alerts]\nnoise_db = 3\n', 2, "has no key 'noise_db'"),
     ('[[notify]]\nformat = "slack"\n', 1, "exactly one of 'url' and 'url_env'"),
     (f'[[notify]]\nurl = "{SECRET}"\nformat = "email"\n', 3, "expected one of json, slack, ntfy"),

@@ -56,3 +56,13 @@ def without(tmp_path: Path, *modules: str) -> dict:
         sys.meta_path.insert(0, _Hide())
     '''))
     return {"PYTHONPATH": f"{d}{os.pathsep}{ROOT}"}
+
+
+def at_a_terminal() -> None:
+    """A Popen ``preexec_fn``: ctrl-c (SIGINT) reaches the program as at a terminal, even when
+    this test run was started in the background, where the shell ignores SIGINT for what it
+    starts and the child inherits that (Python then installs no KeyboardInterrupt handler)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+

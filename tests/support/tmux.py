@@ -27,6 +27,19 @@ class Tmux:
         except AssertionError as exc:
             raise AssertionError(f"{exc}\n--- screen:\n{self.screen()}") from None
 
+    def press_until(self, key: str, cond, what: str, tries: int = 6, each: float = 10.0):
+        """Press ``key`` until ``cond(screen)`` holds: a key sent while the app moves its focus
+        (a view switching on a busy machine) can be lost, and pressing it again is harmless
+        as long as ``cond`` is false."""
+        for _ in range(tries - 1):
+            self.keys(key)
+            try:
+                return wait_for(lambda: cond(self.screen()), timeout=each, interval=0.3, what=what)
+            except AssertionError:
+                continue
+        self.keys(key)
+        return self.wait(cond, what, timeout=each)
+
     def keys(self, *keys: str) -> None:
         self("send-keys", "-t", self.session, *keys)
 
