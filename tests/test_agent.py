@@ -230,7 +230,9 @@ def test_one_unreadable_job_shows_its_error_and_blinds_no_other(start_agent, rea
                             {"name": "bad", "command": ["sleep", "60"], "progress": "/tmp/no\u0000such"}])
     a.ok("launch", job="good")
     a.ok("launch", job="bad")
-    snap = a.wait_snapshot(lambda s: a.job(s, "bad").get("error") and a.job(s, "good")["state"] == "running",
+    # (a snapshot from before the second launch has the error too, with the job pending: wait for both running)
+    snap = a.wait_snapshot(lambda s: a.job(s, "bad").get("error") and a.job(s, "bad")["state"] == "running"
+                           and a.job(s, "good")["state"] == "running",
                            what="the bad job's error beside the good job's state")
     assert "null byte" in a.job(snap, "bad")["error"] and a.job(snap, "bad")["state"] == "running"
     assert a.job(snap, "good")["error"] is None and a.job(snap, "good")["pids"]
