@@ -1,5 +1,5 @@
 import sys
 
-from gpudeck.agents.start import main
+from .start import main
 
 sys.exit(main())

@@ -19,19 +19,19 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from gpudeck.agents import protocol, writes
-from gpudeck.agents.alerts import node_alerts
-from gpudeck.agents.engines import EngineScraper
-from gpudeck.agents.gpu import GpuSampler
-from gpudeck.agents.history import HistoryRing
-from gpudeck.agents.host import HostSampler
-from gpudeck.agents.jobs import EngineState, JobKind, JobSpec, JobState, SpecError
-from gpudeck.agents.links import Consoles, Link, Listener
-from gpudeck.agents.planwatch import PlanWatch
-from gpudeck.agents.progress import ProgressTracker
-from gpudeck.agents.plain import to_plain
-from gpudeck.agents.protocol import Engine, JobStatus, Progress, Reply, Request, Snapshot
-from gpudeck.agents.supervisor import JobError, JobSupervisor
+from . import protocol, writes
+from .alerts import node_alerts
+from .engines import EngineScraper
+from .gpu import GpuSampler
+from .history import HistoryRing
+from .host import HostSampler
+from .jobs import EngineState, JobKind, JobSpec, JobState, SpecError
+from .links import Consoles, Link, Listener
+from .planwatch import PlanWatch
+from .progress import ProgressTracker
+from .plain import to_plain
+from .protocol import Engine, JobStatus, Progress, Reply, Request, Snapshot
+from .supervisor import JobError, JobSupervisor
 
 log = logging.getLogger("agents")
 
@@ -67,7 +67,7 @@ class Agent:
         self.out = out if out is not None else sys.stdout.buffer
         self.started_at = time.time()
         if simulate_gpus:  # the demo's and the tests' stand-in: only ever by explicit request
-            from gpudeck.agents.simgpu import SimGpuSampler
+            from .simgpu import SimGpuSampler
             self.gpu = SimGpuSampler(self.home, simulate_gpus)
         else:
             self.gpu = GpuSampler(enabled=nvml)
@@ -92,7 +92,7 @@ class Agent:
         self.listener: Optional[Listener] = None  # relays on <home>/agent.sock (the lock holder's, bound early)
         self.detached = detached  # the node's watcher: no console of its own (agents/watch/daemon.py)
         self.argv: list[str] = []  # this agent's arguments, for the detached watcher it may start
-        from gpudeck.agents.watch import Watcher
+        from .watch import Watcher
         self.watch = Watcher(self.home, node, self.sup, self.gpu, detached=detached)
 
     # ------------------------------------------------------------ output

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Optional
 
-from gpudeck.agents.jobs import AlertKind, EngineState, JobSpec, JobState
-from gpudeck.agents.protocol import Alert, Gpu, Host, JobStatus
+from .jobs import AlertKind, EngineState, JobSpec, JobState
+from .protocol import Alert, Gpu, Host, JobStatus
 
 DISK_LOW_FRACTION = 0.05
 

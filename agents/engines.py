@@ -13,9 +13,9 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Optional
 
-from gpudeck.agents.jobs import EngineState
-from gpudeck.agents.protocol import Engine
-from gpudeck.agents.rates import CounterRate
+from .jobs import EngineState
+from .protocol import Engine
+from .rates import CounterRate
 
 if TYPE_CHECKING:
     import httpx

@@ -7,7 +7,7 @@ from typing import Optional
 
 import psutil
 
-from gpudeck.agents.protocol import Gpu, GpuProcess
+from .protocol import Gpu, GpuProcess
 
 log = logging.getLogger(__name__)
 

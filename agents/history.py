@@ -15,10 +15,10 @@ from collections import deque
 from pathlib import Path
 from typing import Optional
 
-from gpudeck.agents import writes
-from gpudeck.agents.jobs import JobState
-from gpudeck.agents.plain import ProtocolError, from_dict, to_plain
-from gpudeck.agents.protocol import Sample, Snapshot
+from . import writes
+from .jobs import JobState
+from .plain import ProtocolError, from_dict, to_plain
+from .protocol import Sample, Snapshot
 
 log = logging.getLogger(__name__)
 

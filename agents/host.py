@@ -7,7 +7,7 @@ import socket
 
 import psutil
 
-from gpudeck.agents.protocol import Disk, Host
+from .protocol import Disk, Host
 
 
 class HostSampler:

@@ -19,7 +19,7 @@ import threading
 from pathlib import Path
 from typing import Iterable
 
-from gpudeck.agents.protocol import LogChunk
+from .protocol import LogChunk
 
 BLOCK = 1 << 16
 log = logging.getLogger("agents")

@@ -26,7 +26,7 @@ from typing import Callable, Iterable, Optional
 
 import psutil
 
-from gpudeck.agents.protocol import GpuHolder, KillVerdict
+from .protocol import GpuHolder, KillVerdict
 
 
 

@@ -26,7 +26,7 @@ def main(argv: list[str]) -> int:
     except (IndexError, ValueError):
         print("usage: python -m gpudeck.agents.logcap LOG MAX_BYTES PARENT_PID", file=sys.stderr)
         return 2
-    from gpudeck.agents.joblog import cap
+    from .joblog import cap
 
     while os.getppid() == parent:
         try:

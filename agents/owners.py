@@ -18,9 +18,9 @@ import logging
 from pathlib import Path
 from typing import Callable, Optional
 
-from gpudeck.agents import writes
-from gpudeck.agents.jobs import JobSpec
-from gpudeck.agents.workers.common.atomic import atomic_write_json
+from . import writes
+from .jobs import JobSpec
+from .workers.common.atomic import atomic_write_json
 
 log = logging.getLogger(__name__)
 OWNERS_FILE = "owners.json"

@@ -27,9 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from gpudeck.agents.jobs import JobSpec, JobState, human_duration
-from gpudeck.agents.protocol import JobPlan, Progress
-from gpudeck.agents.records import JobRecord
+from .jobs import JobSpec, JobState, human_duration
+from .protocol import JobPlan, Progress
+from .records import JobRecord
 
 log = logging.getLogger("agents")
 

@@ -20,8 +20,8 @@ import os
 import time
 from typing import Optional
 
-from gpudeck.agents.protocol import Progress
-from gpudeck.agents.rates import CounterRate, eta_seconds
+from .protocol import Progress
+from .rates import CounterRate, eta_seconds
 
 
 class DoneSetCounter:

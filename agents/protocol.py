@@ -16,9 +16,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
-from gpudeck.agents import __version__
-from gpudeck.agents.plain import ProtocolError, from_dict, to_plain  # the wire's own API too
-from gpudeck.agents.jobs import AlertKind, EngineState, EventKind, JobKind, JobState, RestartPolicy
+from . import __version__
+from .plain import ProtocolError, from_dict, to_plain  # the wire's own API too
+from .jobs import AlertKind, EngineState, EventKind, JobKind, JobState, RestartPolicy
 
 PROTOCOL = 1
 

@@ -13,9 +13,9 @@ from typing import Any, Optional
 
 import psutil
 
-from gpudeck.agents.jobs import JobState
-from gpudeck.agents.plain import ProtocolError, from_dict, to_plain
-from gpudeck.agents.protocol import KillVerdict
+from .jobs import JobState
+from .plain import ProtocolError, from_dict, to_plain
+from .protocol import KillVerdict
 
 
 @dataclass

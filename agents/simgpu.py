@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-from gpudeck.agents.gpu import ProcInfo
-from gpudeck.agents.protocol import Gpu, GpuProcess
+from .gpu import ProcInfo
+from .protocol import Gpu, GpuProcess
 
 MIB = 1024 * 1024
 _SPEC = re.compile(r"\s*(\d+)\s*x\s*([^:+]+?)\s*:\s*(\d+(?:\.\d+)?)\s*$")
@@ -176,7 +176,7 @@ class SimHealth:
         self._xids_seen: dict[int, int] = {}
 
     def read(self, now: Optional[float] = None) -> list:
-        from gpudeck.agents.health import GpuHealth
+        from .health import GpuHealth
 
         try:
             st = os.stat(self.path)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from gpudeck.agents.jobs import SHELL, JobSpec
+from .jobs import SHELL, JobSpec
 
 
 def spec_changes(old: JobSpec, new: JobSpec) -> list[str]:

@@ -14,9 +14,9 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from gpudeck.agents import protocol
-from gpudeck.agents.agent import Agent
-from gpudeck.agents.lock import AgentLock, AgentLockError
+from . import protocol
+from .agent import Agent
+from .lock import AgentLock, AgentLockError
 
 log = logging.getLogger("agents")
 
@@ -76,7 +76,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         log.error("%s", problem)
         return 3
     if args.ensure:
-        from gpudeck.agents.watch.daemon import ensure
+        from .watch.daemon import ensure
         try:
             return ensure(home, list(sys.argv[1:] if argv is None else argv))
         except OSError as exc:
@@ -87,7 +87,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         # one agent per node: relay to the one serving this home, or take the node over from
         # an agent that does not answer (or is another version) before touching any job; agents
         # starting together take turns until the winner's socket is bound
-        from gpudeck.agents.links import Listener, StartLock, find_agent, relay
+        from .links import Listener, StartLock, find_agent, relay
         try:
             start = StartLock(home)
         except OSError as exc:
@@ -96,7 +96,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         try:
             found = find_agent(home, protocol.__version__, protocol.PROTOCOL)
             if args.detached:  # the watcher takes over from a console's agent, never from a watcher
-                from gpudeck.agents.watch.daemon import detached_may_start
+                from .watch.daemon import detached_may_start
                 if not detached_may_start(home, found):
                     return 0
                 found = None

@@ -31,18 +31,18 @@ from typing import Any, Callable, Optional
 
 import psutil
 
-from gpudeck.agents import joblog, killing, writes
-from gpudeck.agents.contain import Containment, cgroup_path_of, token_of
-from gpudeck.agents.gpu import GpuSampler
-from gpudeck.agents.jobs import JobSpec, JobState, SpecError
-from gpudeck.agents.needs import launch_problem
-from gpudeck.agents.owners import Declarations
-from gpudeck.agents.plain import to_plain
-from gpudeck.agents.protocol import KillVerdict, LaunchResult, LogChunk
-from gpudeck.agents.records import (JobRecord, _Live, descendants as _descendants, first_start_of, group_members,
+from . import joblog, killing, writes
+from .contain import Containment, cgroup_path_of, token_of
+from .gpu import GpuSampler
+from .jobs import JobSpec, JobState, SpecError
+from .needs import launch_problem
+from .owners import Declarations
+from .plain import to_plain
+from .protocol import KillVerdict, LaunchResult, LogChunk
+from .records import (JobRecord, _Live, descendants as _descendants, first_start_of, group_members,
                                     leader_alive)
-from gpudeck.agents.specdiff import spec_changes
-from gpudeck.agents.workers.common.atomic import atomic_write_json as write_json_atomic
+from .specdiff import spec_changes
+from .workers.common.atomic import atomic_write_json as write_json_atomic
 
 log = logging.getLogger(__name__)
 

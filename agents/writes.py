@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Union
 
-from gpudeck.agents.jobs import AlertKind
+from .jobs import AlertKind
 
 log = logging.getLogger("agents")
 
@@ -44,7 +44,7 @@ def ok(path: Union[str, Path]) -> None:
 
 
 def alerts() -> list:
-    from gpudeck.agents.protocol import Alert
+    from .protocol import Alert
 
     with _lock:
         items = sorted(_failed.items())

@@ -13,9 +13,9 @@ from typing import Optional, Union
 
 from rich.markup import escape
 
-from gpudeck.agents.protocol import KillVerdict, LaunchResult
-from gpudeck.agents.jobs import AlertKind
-from gpudeck.console.rows import AlertRow, EventRow, FleetRow, GpuRow, JobRow, ProcRow
+from ..agents.protocol import KillVerdict, LaunchResult
+from ..agents.jobs import AlertKind
+from .rows import AlertRow, EventRow, FleetRow, GpuRow, JobRow, ProcRow
 
 
 class JobOp(str, enum.Enum):

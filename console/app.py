@@ -32,29 +32,29 @@ from textual.binding import Binding
 from textual.css.query import NoMatches
 from textual.worker import Worker, WorkerState
 
-from gpudeck.agents.jobs import ShownState
-from gpudeck.agents.protocol import History, Snapshot
-from gpudeck.console.actions import (Confirm, JobOp, Notice, Refuse, failure_notice, outcome_notice, plan_job_action,
+from ..agents.jobs import ShownState
+from ..agents.protocol import History, Snapshot
+from .actions import (Confirm, JobOp, Notice, Refuse, failure_notice, outcome_notice, plan_job_action,
                                      plan_process_kill, request_options)
-from gpudeck.console.config import ConsoleConfig
-from gpudeck.console.looked import LookedStore, fleet_key
-from gpudeck.console.notices import NoticeLine
-from gpudeck.console.messages import (EventsFetched, EventsFetchFailed, HistoryReceived, JobActionFailed,
+from .config import ConsoleConfig
+from .looked import LookedStore, fleet_key
+from .notices import NoticeLine
+from .messages import (EventsFetched, EventsFetchFailed, HistoryReceived, JobActionFailed,
                                       JobActionFinished, JobActionRequested, JobOpened, LogFetched, LogFetchFailed,
                                       LogFollowCancelled, LogFollowRequested, NodeWentDown, NodeWentUp,
                                       ProcessKillRequested, SnapshotReceived)
-from gpudeck.console.screens.confirm import ConfirmScreen
-from gpudeck.console.screens.error import ErrorScreen
-from gpudeck.console.screens.help import HelpScreen
-from gpudeck.console.screens.job import JobScreen
-from gpudeck.console.screens.main import MainScreen
-from gpudeck.console.rows import EventRow
-from gpudeck.console.since import summarize
-from gpudeck.console.state import FleetState
-from gpudeck.console.timeline import Timeline, event_row, live_notice
-from gpudeck.console.widgets.log_panel import LogPanel
-from gpudeck.remote.client import AgentError, FleetClient, NodeDown, NodeUp, RequestFailed
-from gpudeck.remote.fleet import Fleet, FleetError
+from .screens.confirm import ConfirmScreen
+from .screens.error import ErrorScreen
+from .screens.help import HelpScreen
+from .screens.job import JobScreen
+from .screens.main import MainScreen
+from .rows import EventRow
+from .since import summarize
+from .state import FleetState
+from .timeline import Timeline, event_row, live_notice
+from .widgets.log_panel import LogPanel
+from ..remote.client import AgentError, FleetClient, NodeDown, NodeUp, RequestFailed
+from ..remote.fleet import Fleet, FleetError
 
 __all__ = ["ConsoleConfig", "GpuDeckApp", "describe_error", "make_app"]
 

@@ -16,7 +16,7 @@ import pkgutil
 import sys
 from typing import Iterator, Optional
 
-from gpudeck.console.commands.common import (EXIT_BROKEN_PIPE, EXIT_UNREACHABLE, HelpFormatter, exit_codes,
+from .commands.common import (EXIT_BROKEN_PIPE, EXIT_UNREACHABLE, HelpFormatter, exit_codes,
                                              run_command, stdout_to_devnull)
 
 FIRST = ("status", "jobs")  # listed first in --help, in this order; the others follow by name
@@ -24,9 +24,9 @@ NOT_COMMANDS = ("common",)
 
 
 def command_modules() -> list[str]:
-    import gpudeck.console.commands
+    from . import commands
 
-    names = {m.name for m in pkgutil.iter_modules(gpudeck.console.commands.__path__)} - set(NOT_COMMANDS)
+    names = {m.name for m in pkgutil.iter_modules(commands.__path__)} - set(NOT_COMMANDS)
     return [n for n in FIRST if n in names] + sorted(names - set(FIRST))
 
 
@@ -54,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--version", action="version", version=_version())
     sub = ap.add_subparsers(dest="command", required=True)
     for name in command_modules():
-        importlib.import_module(f"gpudeck.console.commands.{name}").register(sub)
+        importlib.import_module(f".commands.{name}", __package__).register(sub)
     for parser in parsers(ap):  # every command's --help ends with its exit codes
         parser.formatter_class = HelpFormatter
         if parser.epilog is None:
@@ -72,7 +72,7 @@ def parsers(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentParser
 
 
 def _version() -> str:
-    from gpudeck.agents import __version__
+    from ..agents import __version__
     return f"gpudeck {__version__}"
 
 

@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from gpudeck.remote.fleet import Fleet
+from ..remote.fleet import Fleet
 
 
 @dataclass(frozen=True)

@@ -26,8 +26,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Iterable, Optional
 
-from gpudeck.agents.jobs import JobKind, JobState
-from gpudeck.agents.protocol import JobStatus, Progress
+from ..agents.jobs import JobKind, JobState
+from ..agents.protocol import JobStatus, Progress
 
 HOUR_S = 3600.0
 NO_PRICE = "—"  # a node the fleet file gives no price, or a figure not known (a node down): never $0

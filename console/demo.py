@@ -36,7 +36,7 @@ import sys
 import time
 from pathlib import Path
 
-from gpudeck.agents.jobs import JobKind
+from ..agents.jobs import JobKind
 
 B200, PRO6000 = "b200", "pro6000"
 NODES = {B200: "7xB200:183", PRO6000: "4xRTX PRO 6000:96"}
@@ -103,7 +103,7 @@ def build_demo(root: Path, *, python: str = sys.executable, reset: bool = False,
 def demo_fleet(path: Path):
     """The demo's fleet file, loaded, without the implicit third node ``local``: the demo
     shows its two nodes alone."""
-    from gpudeck.remote.fleet import LOCAL, load_fleet
+    from ..remote.fleet import LOCAL, load_fleet
 
     fleet = load_fleet(path)
     return dataclasses.replace(fleet, nodes=[n for n in fleet.nodes if n.name != LOCAL])
@@ -198,7 +198,7 @@ def _live_pid(pid_file: Path) -> int:
 
 async def stop_demo_jobs(fleet, jobs) -> list[str]:
     """Kill the demo's jobs (the demo should not leave work running on a laptop)."""
-    from gpudeck.remote.client import AgentError, FleetClient, RequestFailed
+    from ..remote.client import AgentError, FleetClient, RequestFailed
 
     client = FleetClient(fleet)
     said = []

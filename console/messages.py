@@ -14,9 +14,9 @@ from typing import Union
 
 from textual.message import Message
 
-from gpudeck.agents.protocol import Hello, History, KillVerdict, LaunchResult, LogChunk, Snapshot
-from gpudeck.console.actions import JobOp
-from gpudeck.console.rows import EventRow
+from ..agents.protocol import Hello, History, KillVerdict, LaunchResult, LogChunk, Snapshot
+from .actions import JobOp
+from .rows import EventRow
 
 # ---------------------------------------------------------------- the transport
 

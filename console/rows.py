@@ -16,9 +16,9 @@ import enum
 from dataclasses import dataclass
 from typing import Optional, Union
 
-from gpudeck.agents.jobs import AlertKind, EngineState, JobKind, ShownState
-from gpudeck.agents.protocol import Gpu, JobPlan, KillVerdict
-from gpudeck.console.formatting import round_int
+from ..agents.jobs import AlertKind, EngineState, JobKind, ShownState
+from ..agents.protocol import Gpu, JobPlan, KillVerdict
+from .formatting import round_int
 
 SPARK_BUCKET_S = 15.0  # one sparkline cell: 15 s of tokens/s
 

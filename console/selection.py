@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
-from gpudeck.agents.jobs import ShownState
-from gpudeck.console.rows import AlertRow, EventRow, FleetRow, GpuRow, JobRow, NodeRow, NodeState, ProcRow
+from ..agents.jobs import ShownState
+from .rows import AlertRow, EventRow, FleetRow, GpuRow, JobRow, NodeRow, NodeState, ProcRow
 
 JOB_SORTS = ("name", "node", "state", "tokens/s", "eta", "progress")
 FLEET_SORTS = ("name", "memory", "util", "problems")

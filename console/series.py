@@ -7,8 +7,8 @@ from collections import deque
 from operator import add
 from typing import Optional, Sequence
 
-from gpudeck.console.formatting import round_figures
-from gpudeck.console.rows import SPARK_BUCKET_S
+from .formatting import round_figures
+from .rows import SPARK_BUCKET_S
 
 SPARK_KEEP = 240  # buckets kept per job: one hour
 DISK_FILL_WINDOW_S = 600.0  # free-space trend measured over ten minutes

@@ -26,7 +26,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
-from gpudeck.console.rows import EventRow
+from .rows import EventRow
 
 # the keys of one-off happenings, which no ``resolved`` follows: XID errors and deadline
 # slips (agents/watch/checks.py), stall restarts (agents/watch/restarts.py)

@@ -15,17 +15,17 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional
 
-from gpudeck.agents.jobs import AlertKind, EngineState, JobKind, JobSpec, JobState, ShownState
-from gpudeck.agents.planwatch import over_plan
-from gpudeck.agents.protocol import Alert, Gpu, History, JobStatus, Snapshot
-from gpudeck.console import cost
-from gpudeck.console.formatting import human_duration, quality_flags, round_eta, round_figures
-from gpudeck.console.rows import (SPARK_BUCKET_S, AlertRow, FleetRow, GpuRow, JobDetail, JobRow, NodeRow, NodeState,
+from ..agents.jobs import AlertKind, EngineState, JobKind, JobSpec, JobState, ShownState
+from ..agents.planwatch import over_plan
+from ..agents.protocol import Alert, Gpu, History, JobStatus, Snapshot
+from . import cost
+from .formatting import human_duration, quality_flags, round_eta, round_figures
+from .rows import (SPARK_BUCKET_S, AlertRow, FleetRow, GpuRow, JobDetail, JobRow, NodeRow, NodeState,
                                   ProcRow, Totals)
-from gpudeck.console.series import DiskTrend, Recent, Series
-from gpudeck.console.timeline import Timeline
-from gpudeck.remote.client import NodeView
-from gpudeck.remote.fleet import LOCAL, Fleet
+from .series import DiskTrend, Recent, Series
+from .timeline import Timeline
+from ..remote.client import NodeView
+from ..remote.fleet import LOCAL, Fleet
 
 DISK_FILL_HORIZON_S = 24 * 3600.0  # alert when a disk fills within a day
 BUSY_UTIL_PCT = 5.0

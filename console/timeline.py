@@ -16,11 +16,11 @@ import re
 from collections import Counter
 from typing import Any, Iterable, Optional, Sequence
 
-from gpudeck.agents.jobs import NOTIFY_EVENTS, EventKind
-from gpudeck.agents.watch.config import redact
-from gpudeck.console.actions import Notice
-from gpudeck.console.rows import EventRow
-from gpudeck.console.since import counted, since_label
+from ..agents.jobs import NOTIFY_EVENTS, EventKind
+from ..agents.watch.config import redact
+from .actions import Notice
+from .rows import EventRow
+from .since import counted, since_label
 
 KEPT = 2000  # events the console keeps (the view lists them all)
 

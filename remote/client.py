@@ -15,11 +15,11 @@ import os
 import time
 from typing import Any, Callable, Optional
 
-from gpudeck.agents import protocol
-from gpudeck.agents.protocol import Hello, KillVerdict, LaunchResult, LogChunk, Snapshot
-from gpudeck.remote.fleet import LOCAL, Fleet, Node
-from gpudeck.remote.transports import transport_for as choose_transport
-from gpudeck.remote.link import (LINE_LIMIT, AgentError, AgentLink, ByteWriter, NodeError, RequestFailed, Transport,
+from ..agents import protocol
+from ..agents.protocol import Hello, KillVerdict, LaunchResult, LogChunk, Snapshot
+from .fleet import LOCAL, Fleet, Node
+from .transports import transport_for as choose_transport
+from .link import (LINE_LIMIT, AgentError, AgentLink, ByteWriter, NodeError, RequestFailed, Transport,
                                  VersionMismatch)
 
 __all__ = ["LINE_LIMIT", "AgentError", "AgentLink", "ByteWriter", "FleetClient", "NodeDown", "NodeError",
@@ -144,7 +144,7 @@ class FleetClient:
         """Read the fleet file again if it changed since it was read, and declare its jobs anew
         on every connected node, so that a launch or relaunch runs what the file says now and
         ``spec_changes`` tells what that changes. FleetError (nothing changed) for a broken file."""
-        from gpudeck.remote.fleet import load_fleet
+        from .fleet import load_fleet
 
         if self.fleet.path is None:
             return

@@ -35,12 +35,12 @@ from typing import Any, Callable, Optional, Sequence, Union
 
 import asyncssh
 
-from gpudeck.agents import __version__
-from gpudeck.agents.jobs import JobSpec
-from gpudeck.agents.needs import BASE, broken_python_line, extras_for, fix_line, needed_modules
-from gpudeck.remote.fleet import Fleet, Node
-from gpudeck.remote.link import AgentError
-from gpudeck.remote.ssh import SshTransport, _shell_path
+from ..agents import __version__
+from ..agents.jobs import JobSpec
+from ..agents.needs import BASE, broken_python_line, extras_for, fix_line, needed_modules
+from .fleet import Fleet, Node
+from .link import AgentError
+from .ssh import SshTransport, _shell_path
 
 # the distributions the agent imports on a node (the rest of the wheel's requirements serve
 # the console); their version bounds are read from the wheel's own metadata

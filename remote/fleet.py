@@ -20,11 +20,11 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-from gpudeck.agents.jobs import KINDS, JobKind, JobSpec, SpecError, shell_command
-from gpudeck.agents.watch.config import AlertThresholds, HeartbeatConfig, NotifyTarget
-from gpudeck.remote.fleet_check import (FleetError, check_host_keys, check_range, check_type, did_you_mean, show,
+from ..agents.jobs import KINDS, JobKind, JobSpec, SpecError, shell_command
+from ..agents.watch.config import AlertThresholds, HeartbeatConfig, NotifyTarget
+from .fleet_check import (FleetError, check_host_keys, check_range, check_type, did_you_mean, show,
                                         unknown_key)
-from gpudeck.remote.fleet_watch import parse_alerts, parse_heartbeat, parse_notify
+from .fleet_watch import parse_alerts, parse_heartbeat, parse_notify
 
 LOCAL = "local"
 

@@ -8,8 +8,8 @@ import dataclasses
 import math
 from typing import Any, Callable, Optional
 
-from gpudeck.agents.watch.config import AlertThresholds, ConfigError, HeartbeatConfig, HeartbeatError, NotifyTarget
-from gpudeck.remote.fleet_check import unknown_key
+from ..agents.watch.config import AlertThresholds, ConfigError, HeartbeatConfig, HeartbeatError, NotifyTarget
+from .fleet_check import unknown_key
 
 ALERT_KEYS = [f.name for f in dataclasses.fields(AlertThresholds)]
 NOTIFY_KEYS = [f.name for f in dataclasses.fields(NotifyTarget)]
@@ -80,7 +80,7 @@ def parse_heartbeat(raw: Any, loc: Any, fail: Fail) -> Optional[HeartbeatConfig]
         if expected is not None and not isinstance(v, expected):
             raise fail(loc.key("heartbeat", None, k), f"[heartbeat] {k!r}: expected a string, got {_kind(v)}")
     if isinstance(raw.get("every"), str):  # "5m", "60s": the one duration grammar
-        from gpudeck.agents.jobs import parse_duration
+        from ..agents.jobs import parse_duration
         try:
             raw = {**raw, "every": parse_duration(raw["every"])}
         except ValueError as exc:

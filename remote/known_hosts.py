@@ -28,7 +28,7 @@ import asyncssh
 from asyncssh.public_key import (KeyImportError, decode_ssh_public_key, get_default_certificate_algs,
                                  get_default_public_key_algs)
 
-from gpudeck.remote.ssh_errors import HostCertificateRefused, HostKeyChanged, HostKeyError, HostKeyUnknown
+from .ssh_errors import HostCertificateRefused, HostKeyChanged, HostKeyError, HostKeyUnknown
 
 log = logging.getLogger(__name__)
 

@@ -16,9 +16,9 @@ import logging
 import time
 from typing import Any, Awaitable, Callable, Optional, Protocol
 
-from gpudeck.agents import __version__, protocol
-from gpudeck.agents.protocol import Hello, History, Reply, Request, Snapshot
-from gpudeck.remote.fleet import Node
+from ..agents import __version__, protocol
+from ..agents.protocol import Hello, History, Reply, Request, Snapshot
+from .fleet import Node
 
 log = logging.getLogger(__name__)
 

@@ -13,8 +13,8 @@ import os
 import signal
 import sys
 
-from gpudeck.remote.fleet import Node
-from gpudeck.remote.link import LINE_LIMIT, AgentLink, agent_argv, describe_end
+from .fleet import Node
+from .link import LINE_LIMIT, AgentLink, agent_argv, describe_end
 
 __all__ = ["LocalTransport", "agent_argv"]
 

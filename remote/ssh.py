@@ -38,10 +38,10 @@ from typing import Any, Optional, Sequence
 
 import asyncssh
 
-from gpudeck.remote.fleet import NO_JUMP, Node, jump_host_node
-from gpudeck.remote.known_hosts import DEFAULT_KNOWN_HOSTS, HostKeyPolicy
-from gpudeck.remote.link import LINE_LIMIT, AgentLink, agent_argv, describe_end
-from gpudeck.remote.ssh_errors import (AgentStartFailed, AuthFailed, ConnectFailed, HostCertificateRefused,
+from .fleet import NO_JUMP, Node, jump_host_node
+from .known_hosts import DEFAULT_KNOWN_HOSTS, HostKeyPolicy
+from .link import LINE_LIMIT, AgentLink, agent_argv, describe_end
+from .ssh_errors import (AgentStartFailed, AuthFailed, ConnectFailed, HostCertificateRefused,
                                        HostKeyChanged, HostKeyError, HostKeyUnknown, SshError)
 
 __all__ = ["AgentStartFailed", "AuthFailed", "ConnectFailed", "HostCertificateRefused", "HostKeyChanged",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpudeck.remote.link import AgentError
+from .link import AgentError
 
 
 class SshError(AgentError):

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Optional
 
-from gpudeck.remote.fleet import Node
-from gpudeck.remote.link import Transport
+from .fleet import Node
+from .link import Transport
 
 KIND_LOCAL = "local"  # the kinds of transport: keys of the transports a FleetClient holds
 KIND_SSH = "ssh"
@@ -23,10 +23,10 @@ def transport_kind(node: Node) -> str:
 def new_transport(kind: str) -> Transport:
     """A transport of ``kind`` with its default settings."""
     if kind == KIND_LOCAL:
-        from gpudeck.remote.local import LocalTransport
+        from .local import LocalTransport
         return LocalTransport()
     if kind == KIND_SSH:
-        from gpudeck.remote.ssh import SshTransport  # asyncssh only when a fleet has remote nodes
+        from .ssh import SshTransport  # asyncssh only when a fleet has remote nodes
         return SshTransport()
     raise ValueError(f"no transport of kind {kind!r}; expected {KIND_LOCAL!r} or {KIND_SSH!r}")
 

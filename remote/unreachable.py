@@ -15,8 +15,8 @@ import time
 import uuid
 from typing import Any, Optional
 
-from gpudeck.agents.jobs import EventKind
-from gpudeck.agents.watch.config import NotifyTarget
+from ..agents.jobs import EventKind
+from ..agents.watch.config import NotifyTarget
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ class UnreachableNotifier:
                              daemon=True).start()
 
     def _deliver(self, targets: list[NotifyTarget], event: dict[str, Any]) -> None:
-        from gpudeck.agents.watch.notify import deliver
+        from ..agents.watch.notify import deliver
 
         mid = uuid.uuid4().hex
         for target in targets:

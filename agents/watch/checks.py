@@ -7,12 +7,12 @@ from __future__ import annotations
 from collections import deque
 from typing import Optional
 
-from gpudeck.agents.health import GpuHealth
-from gpudeck.agents.jobs import AlertKind, EventKind, JobSpec, JobState
-from gpudeck.agents.planwatch import drift_text, over_plan
-from gpudeck.agents.protocol import Alert, Gpu, Host, JobStatus
-from gpudeck.agents.watch.conditions import Condition
-from gpudeck.agents.watch.config import AlertThresholds
+from ..health import GpuHealth
+from ..jobs import AlertKind, EventKind, JobSpec, JobState
+from ..planwatch import drift_text, over_plan
+from ..protocol import Alert, Gpu, Host, JobStatus
+from .conditions import Condition
+from .config import AlertThresholds
 
 XID_SHOWN_S = 600.0  # an XID error stays among the node's alerts this long
 SLIP_SAMPLE_S = 60.0  # a job's projected finish is remembered once a minute, for a day

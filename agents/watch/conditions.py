@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from gpudeck.agents import writes
-from gpudeck.agents.jobs import AlertKind, EventKind
-from gpudeck.agents.workers.common.atomic import atomic_write_json
+from .. import writes
+from ..jobs import AlertKind, EventKind
+from ..workers.common.atomic import atomic_write_json
 
 log = logging.getLogger("agents")
 

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any, Optional
 from urllib.parse import quote
 
-from gpudeck.agents.jobs import NOTIFY_EVENTS, EventKind, NotifyFormat
-from gpudeck.agents.workers.common.atomic import atomic_write_json
+from ..jobs import NOTIFY_EVENTS, EventKind, NotifyFormat
+from ..workers.common.atomic import atomic_write_json
 
 log = logging.getLogger("agents")
 
@@ -219,7 +219,7 @@ class WatchConfig:
     def save(self, home: Path) -> None:
         """watch.json (0600), atomically; on a full disk the settings stay in memory, the file
         keeps its last good version and the failure is an alert (agents/writes.py)."""
-        from gpudeck.agents import writes
+        from .. import writes
 
         path = Path(home) / WATCH_FILE
         try:

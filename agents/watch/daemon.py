@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gpudeck.agents.watch.config import WatchConfig
+from .config import WatchConfig
 
 log = logging.getLogger("agents")
 
@@ -54,7 +54,7 @@ def detached_may_start(home: Path, found: Any) -> bool:
     """For ``--detached``, before taking the node over: False when there is nothing to do (the
     node is not watched, or the agent serving it is the detached watcher already).
     ``found``: find_agent's answer, a connection that is closed here."""
-    from gpudeck.agents import protocol
+    from .. import protocol
 
     try:
         if not WatchConfig.load(home).watching:
@@ -76,8 +76,8 @@ def ensure(home: Path, argv: list[str]) -> int:
     """``--ensure``, what the node's supervisor runs (cron's @reboot and every minute): start a
     detached watcher when ``home`` is watched and no agent serves it; otherwise nothing. An
     agent of a console that is connected is left alone: it hands over when its console leaves."""
-    from gpudeck.agents import protocol
-    from gpudeck.agents.links import StartLock, find_agent
+    from .. import protocol
+    from ..links import StartLock, find_agent
 
     home = Path(home)
     if not WatchConfig.load(home).watching:

@@ -18,10 +18,10 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from gpudeck.agents import writes
-from gpudeck.agents.jobs import EventKind
-from gpudeck.agents.plain import to_plain
-from gpudeck.agents.protocol import Event
+from .. import writes
+from ..jobs import EventKind
+from ..plain import to_plain
+from ..protocol import Event
 
 log = logging.getLogger("agents")
 

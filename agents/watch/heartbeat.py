@@ -21,8 +21,8 @@ import threading
 import time
 from typing import Any, Optional
 
-from gpudeck.agents.jobs import AlertKind
-from gpudeck.agents.watch.config import HeartbeatConfig
+from ..jobs import AlertKind
+from .config import HeartbeatConfig
 
 log = logging.getLogger("agents")
 
@@ -104,7 +104,7 @@ class Heartbeat:
 def _send(method: str, url: str, body: str) -> str:
     """One ping within a total deadline, reading at most a few KiB (watch/http.py); the answer
     as text, never the URL."""
-    from gpudeck.agents.watch.http import quiet_http_logs, request
+    from .http import quiet_http_logs, request
 
     quiet_http_logs()
     answer = request(method, url, DEADLINE_S, content=body.encode() if method == "POST" else None)

@@ -12,8 +12,8 @@ import time
 from typing import Any, Optional
 from urllib.parse import urlsplit
 
-from gpudeck.agents.jobs import EventKind, NotifyFormat
-from gpudeck.agents.watch.config import NotifyTarget, redact
+from ..jobs import EventKind, NotifyFormat
+from .config import NotifyTarget, redact
 
 DEADLINE_S = 15.0  # one attempt, connect to last byte read (watch/http.py); then it is retried later
 _URGENT = {EventKind.DIED.value, EventKind.GAVE_UP.value, EventKind.GPU_HEALTH.value,
@@ -63,7 +63,7 @@ def deliver(target: NotifyTarget, event: dict[str, Any], message_id: str,
             deadline_s: float = DEADLINE_S) -> Optional[str]:
     """POST one message within a total deadline, reading at most a few KiB of the answer
     (watch/http.py); None when the receiver took it (2xx), else why not, never the URL."""
-    from gpudeck.agents.watch.http import quiet_http_logs, request
+    from .http import quiet_http_logs, request
 
     url = target.resolve()
     if url is None:

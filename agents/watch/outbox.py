@@ -23,10 +23,10 @@ import uuid
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from gpudeck.agents.jobs import EventKind
-from gpudeck.agents.watch.config import NotifyTarget
-from gpudeck.agents.watch.notify import deliver
-from gpudeck.agents.workers.common.atomic import atomic_write_json, fsync_dir
+from ..jobs import EventKind
+from .config import NotifyTarget
+from .notify import deliver
+from ..workers.common.atomic import atomic_write_json, fsync_dir
 
 log = logging.getLogger("agents")
 

@@ -28,10 +28,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from gpudeck.agents import writes
-from gpudeck.agents.jobs import EventKind, JobSpec, JobState, RestartPolicy
-from gpudeck.agents.protocol import JobStatus
-from gpudeck.agents.workers.common.atomic import atomic_write_json
+from .. import writes
+from ..jobs import EventKind, JobSpec, JobState, RestartPolicy
+from ..protocol import JobStatus
+from ..workers.common.atomic import atomic_write_json
 
 log = logging.getLogger("agents")
 
@@ -204,7 +204,7 @@ class RestartEngine:
         threading.Thread(target=self._relaunch, args=(name, spec, st), name=f"restart-{name}", daemon=True).start()
 
     def _relaunch(self, name: str, spec: JobSpec, st: RestartState) -> None:
-        from gpudeck.agents.supervisor import JobError
+        from ..supervisor import JobError
 
         reason = st.reason or "restart"
         try:

@@ -16,18 +16,18 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from gpudeck.agents.health import reader_for
-from gpudeck.agents.jobs import NOTIFY_EVENTS, AlertKind, EventKind, JobSpec, SpecError
-from gpudeck.agents.plain import to_plain
-from gpudeck.agents.protocol import Alert, Gpu, Host, JobStatus
-from gpudeck.agents.watch.checks import Checks
-from gpudeck.agents.watch.conditions import Conditions
-from gpudeck.agents.watch.config import ConfigError, WatchConfig
-from gpudeck.agents.watch.events import EventLog
-from gpudeck.agents.watch.heartbeat import Heartbeat, failing_reason
-from gpudeck.agents.watch.outbox import Outbox
-from gpudeck.agents.watch.restarts import RestartEngine
-from gpudeck.agents.watch.supervise import state as supervise_state
+from ..health import reader_for
+from ..jobs import NOTIFY_EVENTS, AlertKind, EventKind, JobSpec, SpecError
+from ..plain import to_plain
+from ..protocol import Alert, Gpu, Host, JobStatus
+from .checks import Checks
+from .conditions import Conditions
+from .config import ConfigError, WatchConfig
+from .events import EventLog
+from .heartbeat import Heartbeat, failing_reason
+from .outbox import Outbox
+from .restarts import RestartEngine
+from .supervise import state as supervise_state
 
 log = logging.getLogger("agents")
 
@@ -167,7 +167,7 @@ class Watcher:
         """Register the watcher with the node's supervisor (on), or remove what was registered
         (off); what was done, for the timeline. A supervisor asked for that does not work here is
         a ValueError, and nothing changes."""
-        from gpudeck.agents.watch import supervise
+        from . import supervise
 
         if not on:
             removed = supervise.remove(self.home)
@@ -210,12 +210,12 @@ class Watcher:
         if self.detached:
             return True
         if self.config.supervisor == "systemd":  # the unit is the watcher: systemd starts it, not us
-            from gpudeck.agents.watch.supervise import systemd_start
+            from .supervise import systemd_start
             if systemd_start(self.home):
                 log.info("the last console left; the systemd unit's watcher takes over")
                 return True
         if self.successor is None or self.successor.poll() is not None:
-            from gpudeck.agents.watch.daemon import spawn_detached
+            from .daemon import spawn_detached
             try:
                 self.successor = spawn_detached(self.home, argv)
             except OSError as exc:

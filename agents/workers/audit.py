@@ -34,7 +34,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from gpudeck.agents.workers.common.chat import ROLES, context_for_last_answer, to_messages
+from .common.chat import ROLES, context_for_last_answer, to_messages
 
 SHORT_TARGET = 8  # tokens; a "sample with almost no target"
 MAX_SHORT_SHARE = 0.20  # training: more samples than this with <= SHORT_TARGET target tokens is degenerate

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpudeck.console.commands.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, exit_codes
+from .common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, exit_codes
 
 
 def register(sub) -> None:
@@ -26,7 +26,7 @@ def _run(args) -> int:
     import json
     import sys
 
-    from gpudeck.agents.workers.audit import audit_file
+    from ...agents.workers.audit import audit_file
 
     try:
         report = audit_file(args.file, mode="prompts" if args.prompts else "auto", sample=args.sample)

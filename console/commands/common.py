@@ -71,7 +71,7 @@ def load_fleet(path: Optional[str], take_over: bool = False):
     of this file that another fleet file owns on a node become this one's (``--take-over``)."""
     import dataclasses
 
-    from gpudeck.remote.fleet import load_fleet as load, local_fleet
+    from ...remote.fleet import load_fleet as load, local_fleet
 
     path = path or os.environ.get("GPUDECK_FLEET")
     fleet = load(path) if path else local_fleet()
@@ -98,8 +98,8 @@ def fleet_arg(p: argparse.ArgumentParser, help: str = "fleet file (TOML); defaul
 def run_command(args: argparse.Namespace) -> int:
     """Run the command ``args.run`` (a plain function or a coroutine function returning an
     exit code); a fleet-file or node error is printed and becomes its exit code."""
-    from gpudeck.remote.client import AgentError, RequestFailed
-    from gpudeck.remote.fleet import FleetError
+    from ...remote.client import AgentError, RequestFailed
+    from ...remote.fleet import FleetError
 
     try:
         rv = args.run(args)
@@ -119,7 +119,7 @@ def run_command(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except ModuleNotFoundError as exc:  # an extra that is not installed: the line that installs it
-        from gpudeck.agents.needs import EXTRAS
+        from ...agents.needs import EXTRAS
         extra = EXTRAS.get((exc.name or "").split(".")[0])
         if extra is None:
             raise

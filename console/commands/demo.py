@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import signal
 
-from gpudeck.console.commands.common import EXIT_OK, stdout_to_devnull
+from .common import EXIT_OK, stdout_to_devnull
 
 
 def register(sub) -> None:
@@ -35,8 +35,8 @@ def register(sub) -> None:
 def _demo(args) -> int:
     from pathlib import Path
 
-    from gpudeck.console.app import make_app
-    from gpudeck.console.demo import build_demo, demo_dir, demo_fleet, demo_jobs, has_router, start_stranger, stop_demo
+    from ..app import make_app
+    from ..demo import build_demo, demo_dir, demo_fleet, demo_jobs, has_router, start_stranger, stop_demo
 
     root = Path(args.dir) if args.dir else demo_dir()
     router = has_router()
@@ -85,7 +85,7 @@ def _hang_up(root, keep: bool):
     def handler(signum, frame) -> None:
         import os
 
-        from gpudeck.console.demo import start_stopper
+        from ..demo import start_stopper
 
         if not keep:
             start_stopper(root)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import time
 
-from gpudeck.console.commands.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, err, exit_codes, load_fleet
+from .common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, err, exit_codes, load_fleet
 
 
 def register(sub) -> None:
@@ -28,9 +28,9 @@ def register(sub) -> None:
 async def _deploy(args) -> int:
     from pathlib import Path
 
-    from gpudeck.remote.client import AgentError
-    from gpudeck.remote.deploy import Deployed, deploy
-    from gpudeck.remote.ssh import SshTransport
+    from ...remote.client import AgentError
+    from ...remote.deploy import Deployed, deploy
+    from ...remote.ssh import SshTransport
 
     fleet = load_fleet(args.fleet)
     remote_nodes = [n for n in fleet.nodes if not n.local]
@@ -76,7 +76,7 @@ async def _deploy(args) -> int:
 
 def summary(results, seconds: float) -> str:
     """One line: how many nodes got this version, and which did not, at which step."""
-    from gpudeck.remote.deploy import Deployed
+    from ...remote.deploy import Deployed
 
     ok = [r for r in results if isinstance(r, Deployed)]
     bad = [r for r in results if not isinstance(r, Deployed)]

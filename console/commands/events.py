@@ -11,7 +11,7 @@ from typing import Any
 
 
 def register(sub) -> None:
-    from gpudeck.console.commands.common import EXIT_FAIL, exit_codes, fleet_arg
+    from .common import EXIT_FAIL, exit_codes, fleet_arg
 
     p = sub.add_parser("events", help="what happened on the nodes: alerts, state changes, restarts, kills, "
                                       "notifications",
@@ -29,7 +29,7 @@ def register(sub) -> None:
 
 
 def _since(text: str) -> float:
-    from gpudeck.agents.jobs import parse_duration
+    from ...agents.jobs import parse_duration
 
     if text == "all":
         return 0.0
@@ -47,9 +47,9 @@ def line(ev: dict[str, Any]) -> str:
 
 
 async def _events(args) -> int:
-    from gpudeck.console.commands.common import load_fleet as _fleet
-    from gpudeck.console.commands.watch import _nodes
-    from gpudeck.remote.client import AgentError, FleetClient, RequestFailed
+    from .common import load_fleet as _fleet
+    from .watch import _nodes
+    from ...remote.client import AgentError, FleetClient, RequestFailed
 
     fleet = _fleet(args.fleet)
     nodes = _nodes(fleet, args.nodes)

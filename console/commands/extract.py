@@ -8,9 +8,9 @@ from __future__ import annotations
 
 
 def register(sub) -> None:
-    from gpudeck.agents.workers.extract import add_arguments
-    from gpudeck.agents.workers.extract.options import EXIT_AUDIT, EXIT_DISK, EXIT_FAIL, EXIT_STOPPED
-    from gpudeck.console.commands.common import exit_codes
+    from ...agents.workers.extract import add_arguments
+    from ...agents.workers.extract.options import EXIT_AUDIT, EXIT_DISK, EXIT_FAIL, EXIT_STOPPED
+    from .common import exit_codes
 
     p = sub.add_parser("extract", help="extract hidden states of chosen layers into safetensors shards",
                        description="Extract hidden states of chosen layers into safetensors shards.",
@@ -23,5 +23,5 @@ def register(sub) -> None:
 
 
 def _run(args) -> int:
-    from gpudeck.agents.workers.extract import run_from_args
+    from ...agents.workers.extract import run_from_args
     return run_from_args(args)

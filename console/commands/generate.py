@@ -4,9 +4,9 @@ from __future__ import annotations
 
 
 def register(sub) -> None:
-    from gpudeck.agents.workers.generate import add_arguments  # stdlib-only at import; aiohttp loads in run
-    from gpudeck.agents.workers.generate.options import EXIT_FAIL, EXIT_TERM
-    from gpudeck.console.commands.common import exit_codes
+    from ...agents.workers.generate import add_arguments  # stdlib-only at import; aiohttp loads in run
+    from ...agents.workers.generate.options import EXIT_FAIL, EXIT_TERM
+    from .common import exit_codes
 
     p = sub.add_parser("generate", help="generate completions for a JSONL of prompts (resumable, S3)",
                        description="Send every prompt of a JSONL file to OpenAI-compatible servers and write the "
@@ -20,5 +20,5 @@ def register(sub) -> None:
 
 
 def _run(args) -> int:
-    from gpudeck.agents.workers.generate import run
+    from ...agents.workers.generate import run
     return run(args)

@@ -9,7 +9,7 @@ import asyncio
 import json
 import sys
 
-from gpudeck.console.commands.common import (EXIT_FAIL, EXIT_OK, EXIT_USAGE, err, exit_codes, fleet_arg, load_fleet,
+from .common import (EXIT_FAIL, EXIT_OK, EXIT_USAGE, err, exit_codes, fleet_arg, load_fleet,
                                             take_over_arg)
 
 EXITS = {"launch": {EXIT_FAIL: "the agent refused (the job already runs, its command cannot start, ...)"},
@@ -72,7 +72,7 @@ def _count(text: str) -> int:
 def _client(args):
     """A client of the fleet, once the job is known to it (an unknown job: KeyError with the
     fleet's jobs, before any connection)."""
-    from gpudeck.remote.client import FleetClient
+    from ...remote.client import FleetClient
 
     fleet = load_fleet(args.fleet, getattr(args, "take_over", False))
     fleet.job(args.job)
@@ -106,8 +106,8 @@ async def _relaunch(args) -> int:
 
 
 async def _kill(args) -> int:
-    from gpudeck.agents.plain import to_plain
-    from gpudeck.remote.client import FleetClient
+    from ...agents.plain import to_plain
+    from ...remote.client import FleetClient
 
     if args.pid is not None or args.node is not None:
         if args.job or args.pid is None or args.node is None:

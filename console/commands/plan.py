@@ -3,7 +3,7 @@ it starts (agents/workers/plan)."""
 
 from __future__ import annotations
 
-from gpudeck.console.commands.common import exit_codes
+from .common import exit_codes
 
 
 def register(sub) -> None:
@@ -11,7 +11,7 @@ def register(sub) -> None:
                        description="Plan before you spend: a pilot, then a projection of the whole run and a verdict.")
     kinds = p.add_subparsers(dest="plan_kind", required=True)
 
-    from gpudeck.agents.workers.plan import generate_plan  # stdlib-only at import; aiohttp loads in run
+    from ...agents.workers.plan import generate_plan  # stdlib-only at import; aiohttp loads in run
     g = kinds.add_parser("generate", conflict_handler="resolve",
                          help="a pilot against the servers, then time, tokens, bytes, servers and cost of the run",
                          description="Run a pilot of the prompts at several concurrency levels through the generate "
@@ -20,7 +20,7 @@ def register(sub) -> None:
     generate_plan.add_arguments(g)
     g.set_defaults(run=_generate)
 
-    from gpudeck.agents.workers.plan import extract_plan  # stdlib-only at import; torch loads in run
+    from ...agents.workers.plan import extract_plan  # stdlib-only at import; torch loads in run
     e = kinds.add_parser("extract", help="the output's size against the disk and S3, the time, and what would fit",
                          description="Count the data's tokens after the chat template, project the hidden states' "
                                      "bytes from the model's config, against the free disk; write OUT/plan.json.",
@@ -32,10 +32,10 @@ def register(sub) -> None:
 
 
 def _generate(args) -> int:
-    from gpudeck.agents.workers.plan.generate_plan import run
+    from ...agents.workers.plan.generate_plan import run
     return run(args)
 
 
 def _extract(args) -> int:
-    from gpudeck.agents.workers.plan.extract_plan import run
+    from ...agents.workers.plan.extract_plan import run
     return run(args)

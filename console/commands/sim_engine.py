@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from gpudeck.console.commands.common import EXIT_OK
+from .common import EXIT_OK
 
 
 def register(sub) -> None:
-    from gpudeck.agents.workers.sim_engine import add_arguments  # argparse only; aiohttp loads when serving
+    from ...agents.workers.sim_engine import add_arguments  # argparse only; aiohttp loads when serving
 
     p = sub.add_parser("sim-engine", help="a simulated SGLang server (real HTTP, SGLang metric names)",
                        description="Serve /v1/chat/completions (with reasoning_content), /metrics, /health, "
@@ -18,5 +18,5 @@ def register(sub) -> None:
 def _run(args) -> int:
     import asyncio
 
-    from gpudeck.agents.workers.sim_engine import serve
+    from ...agents.workers.sim_engine import serve
     return asyncio.run(serve(args)) or EXIT_OK

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 import time
 
-from gpudeck.agents.jobs import JobKind, JobState
-from gpudeck.agents.planwatch import drift_text
-from gpudeck.console.commands.common import EXIT_OK, EXIT_UNREACHABLE, exit_codes, fleet_arg, load_fleet, take_over_arg
-from gpudeck.console.cost import NO_PRICE, dollars
+from ...agents.jobs import JobKind, JobState
+from ...agents.planwatch import drift_text
+from .common import EXIT_OK, EXIT_UNREACHABLE, exit_codes, fleet_arg, load_fleet, take_over_arg
+from ..cost import NO_PRICE, dollars
 
 ALIVE = frozenset(s for s in JobState if s.alive)
 
@@ -24,8 +24,8 @@ def register(sub) -> None:
 
 
 async def _status(args) -> int:
-    from gpudeck.console.state import FleetState
-    from gpudeck.remote.client import FleetClient
+    from ..state import FleetState
+    from ...remote.client import FleetClient
 
     fleet = load_fleet(args.fleet, getattr(args, "take_over", False))
     client = FleetClient(fleet)
@@ -88,8 +88,8 @@ def _node_lines(state) -> list[str]:
 
 
 def _job_lines(state) -> list[str]:
-    from gpudeck.console.formatting import human_duration
-    from gpudeck.console.state import job_tokens_per_s
+    from ..formatting import human_duration
+    from ..state import job_tokens_per_s
 
     jobs = state.jobs()
     if not jobs:

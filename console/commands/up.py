@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpudeck.console.commands.common import take_over_arg, EXIT_OK, fleet_arg, load_fleet
+from .common import take_over_arg, EXIT_OK, fleet_arg, load_fleet
 
 
 def register(sub) -> None:
@@ -17,7 +17,7 @@ def register(sub) -> None:
 
 
 def _up(args) -> int:
-    from gpudeck.console.app import make_app
+    from ..app import make_app
 
     fleet = load_fleet(args.fleet, getattr(args, "take_over", False))
     make_app(fleet, read_only=args.read_only, initial_view=args.view, bell=not args.no_bell).run()

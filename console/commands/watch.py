@@ -17,7 +17,7 @@ from typing import Any, Optional
 
 
 def register(sub) -> None:
-    from gpudeck.console.commands.common import EXIT_FAIL, exit_codes, fleet_arg
+    from .common import EXIT_FAIL, exit_codes, fleet_arg
 
     p = sub.add_parser("watch", help="keep a watcher on the nodes when no console is connected",
                        description="A watcher samples, restarts jobs by their policy, raises alerts and sends "
@@ -46,7 +46,7 @@ def register(sub) -> None:
 
 
 def _nodes(fleet, names: list[str]):
-    from gpudeck.remote.client import FleetClient
+    from ...remote.client import FleetClient
 
     if not names:
         return FleetClient(fleet).nodes_in_use()
@@ -62,7 +62,7 @@ def _nodes(fleet, names: list[str]):
 
 async def _ask(fleet, nodes, op: str, timeout: float, **args: Any) -> dict[str, Any]:
     """``op`` on every node at once: node -> its result, or the error text."""
-    from gpudeck.remote.client import AgentError, FleetClient, RequestFailed
+    from ...remote.client import AgentError, FleetClient, RequestFailed
 
     client = FleetClient(fleet)
 
@@ -82,7 +82,7 @@ async def _ask(fleet, nodes, op: str, timeout: float, **args: Any) -> dict[str, 
 
 
 async def _start(args) -> int:
-    from gpudeck.console.commands.common import load_fleet as _fleet
+    from .common import load_fleet as _fleet
 
     fleet = _fleet(args.fleet)
     nodes = _nodes(fleet, args.nodes)
@@ -109,14 +109,14 @@ async def _start(args) -> int:
 
 
 async def _stop(args) -> int:
-    from gpudeck.console.commands.common import load_fleet as _fleet
+    from .common import load_fleet as _fleet
 
     fleet = _fleet(args.fleet)
     return _report(args, await _ask(fleet, _nodes(fleet, args.nodes), "watch", args.timeout, on=False), "stopped")
 
 
 async def _status(args) -> int:
-    from gpudeck.console.commands.common import load_fleet as _fleet
+    from .common import load_fleet as _fleet
 
     fleet = _fleet(args.fleet)
     nodes = _nodes(fleet, args.nodes)
@@ -183,9 +183,9 @@ async def _follow(fleet, nodes, after_s: float) -> int:
     (connected, unreachable, answering again); a node down for ``after_s`` is notified to the
     ``[[notify]]`` targets, and a line says so. Runs until ctrl-c (asyncio.run turns it into
     KeyboardInterrupt: exit 130, as every command)."""
-    from gpudeck.agents.jobs import EventKind
-    from gpudeck.remote.client import FleetClient, NodeDown, NodeUp
-    from gpudeck.remote.unreachable import UnreachableNotifier
+    from ...agents.jobs import EventKind
+    from ...remote.client import FleetClient, NodeDown, NodeUp
+    from ...remote.unreachable import UnreachableNotifier
 
     client = FleetClient(fleet)
     alarm = UnreachableNotifier(fleet.notify, after_s)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from textual.binding import Binding
 
-from gpudeck.console.actions import JOB_OPS
+from ..actions import JOB_OPS
 
 
 def job_bindings() -> list[Binding]:

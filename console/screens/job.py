@@ -12,14 +12,14 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import Footer
 
-from gpudeck.console.actions import JobOp
-from gpudeck.console.messages import JobActionRequested, LogFollowRequested
-from gpudeck.console.screens.bindings import job_bindings
-from gpudeck.console.state import FleetState
-from gpudeck.console.widgets.fleet_header import FleetHeader
-from gpudeck.console.widgets.job_chart import JobChart
-from gpudeck.console.widgets.job_details import JobDetails
-from gpudeck.console.widgets.log_panel import LogPanel
+from ..actions import JobOp
+from ..messages import JobActionRequested, LogFollowRequested
+from .bindings import job_bindings
+from ..state import FleetState
+from ..widgets.fleet_header import FleetHeader
+from ..widgets.job_chart import JobChart
+from ..widgets.job_details import JobDetails
+from ..widgets.log_panel import LogPanel
 
 
 class JobScreen(Screen[None]):

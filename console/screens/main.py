@@ -16,25 +16,25 @@ from textual.content import Content
 from textual.screen import Screen
 from textual.widgets import Footer, Input, Static, TabbedContent, TabPane
 
-from gpudeck.console.actions import JobOp, no_target_notice, target_job, target_process
-from gpudeck.console.messages import (JobActionRequested, JobOpened, LogFollowCancelled, LogFollowRequested,
+from ..actions import JobOp, no_target_notice, target_job, target_process
+from ..messages import (JobActionRequested, JobOpened, LogFollowCancelled, LogFollowRequested,
                                       ProcessKillRequested)
-from gpudeck.console.screens.bindings import job_bindings
-from gpudeck.console.screens.palette import FleetCommands
-from gpudeck.console.selection import (ALERT_SORTS, FLEET_SORTS, JOB_SORTS, select_alerts, select_events, select_fleet,
+from .bindings import job_bindings
+from .palette import FleetCommands
+from ..selection import (ALERT_SORTS, FLEET_SORTS, JOB_SORTS, select_alerts, select_events, select_fleet,
                                        select_jobs, sorted_descending)
-from gpudeck.console.rows import JobRow
-from gpudeck.console.state import FleetState
-from gpudeck.console.timeline import listed
-from gpudeck.console.widgets.alerts_table import AlertsTable
-from gpudeck.console.widgets.events_table import EventsTable
-from gpudeck.console.widgets.filter_bar import FilterBar
-from gpudeck.console.widgets.fleet_header import FleetHeader
-from gpudeck.console.widgets.fleet_table import FleetTable
-from gpudeck.console.widgets.job_chart import JobChart
-from gpudeck.console.widgets.jobs_table import JobsTable
-from gpudeck.console.widgets.live_table import LiveTable
-from gpudeck.console.widgets.log_panel import LogPanel
+from ..rows import JobRow
+from ..state import FleetState
+from ..timeline import listed
+from ..widgets.alerts_table import AlertsTable
+from ..widgets.events_table import EventsTable
+from ..widgets.filter_bar import FilterBar
+from ..widgets.fleet_header import FleetHeader
+from ..widgets.fleet_table import FleetTable
+from ..widgets.job_chart import JobChart
+from ..widgets.jobs_table import JobsTable
+from ..widgets.live_table import LiveTable
+from ..widgets.log_panel import LogPanel
 
 VIEWS = ("overview", "fleet", "jobs", "logs", "alerts", "events")
 TABLES = ("fleet", "jobs", "alerts", "events")  # the views that are one table

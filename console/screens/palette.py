@@ -10,8 +10,8 @@ from typing import Callable, Iterator
 
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
-from gpudeck.console.actions import JOB_OPS
-from gpudeck.console.messages import JobActionRequested, JobOpened
+from ..actions import JOB_OPS
+from ..messages import JobActionRequested, JobOpened
 
 Command = tuple[str, Callable[[], object], str]  # (what is typed, what runs, what it does)
 

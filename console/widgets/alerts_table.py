@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from gpudeck.console.rows import AlertRow
-from gpudeck.console.widgets import cells
-from gpudeck.console.widgets.live_table import Cell, Column, LiveTable
+from ..rows import AlertRow
+from . import cells
+from .live_table import Cell, Column, LiveTable
 
 class AlertsTable(LiveTable[AlertRow]):
     """Two jobs on one GPU, memory no job owns, dead and stalled jobs, unreachable nodes,

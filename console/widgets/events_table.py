@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from gpudeck.console.rows import EventRow
-from gpudeck.console.timeline import severity
-from gpudeck.console.widgets import cells
-from gpudeck.console.widgets.live_table import Cell, Column, LiveTable
+from ..rows import EventRow
+from ..timeline import severity
+from . import cells
+from .live_table import Cell, Column, LiveTable
 
 _STYLE = {"error": "bad", "warning": "warn", "information": "ok", "": "muted"}
 

@@ -8,10 +8,10 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
 
-from gpudeck.console.cost import dollars
-from gpudeck.console.formatting import human_duration
-from gpudeck.console.rows import Totals
-from gpudeck.console.widgets import cells
+from ..cost import dollars
+from ..formatting import human_duration
+from ..rows import Totals
+from . import cells
 
 
 class FleetHeader(Widget):

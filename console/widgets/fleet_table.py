@@ -8,10 +8,10 @@ from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
 
-from gpudeck.console.formatting import human_duration
-from gpudeck.console.rows import FleetRow, GpuRow, NodeRow, NodeState, ProcRow
-from gpudeck.console.widgets import cells
-from gpudeck.console.widgets.live_table import Cell, Column, Frag, LiveTable
+from ..formatting import human_duration
+from ..rows import FleetRow, GpuRow, NodeRow, NodeState, ProcRow
+from . import cells
+from .live_table import Cell, Column, Frag, LiveTable
 
 MEM_BAR = 14
 UTIL_SPARK = 10

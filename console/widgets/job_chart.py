@@ -16,9 +16,9 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
 
-from gpudeck.console.formatting import human_duration
-from gpudeck.console.rows import JobDetail
-from gpudeck.console.widgets import cells
+from ..formatting import human_duration
+from ..rows import JobDetail
+from . import cells
 
 Values = Sequence[Optional[float]]
 

@@ -10,13 +10,13 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
 
-from gpudeck.agents.jobs import EngineState, JobKind
-from gpudeck.agents.planwatch import drift_text
-from gpudeck.console.cost import dollars
-from gpudeck.console.formatting import human_duration
-from gpudeck.console.rows import JobDetail
-from gpudeck.console.widgets import cells
-from gpudeck.console.widgets.jobs_table import STATE_STYLE
+from ...agents.jobs import EngineState, JobKind
+from ...agents.planwatch import drift_text
+from ..cost import dollars
+from ..formatting import human_duration
+from ..rows import JobDetail
+from . import cells
+from .jobs_table import STATE_STYLE
 
 BAR = 30
 

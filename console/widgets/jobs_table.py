@@ -6,12 +6,12 @@ from typing import Optional, Sequence
 
 from rich.style import Style
 
-from gpudeck.agents.jobs import JobKind, ShownState
-from gpudeck.console.cost import NO_PRICE, dollars
-from gpudeck.console.formatting import human_duration
-from gpudeck.console.rows import JobRow
-from gpudeck.console.widgets import cells
-from gpudeck.console.widgets.live_table import Cell, Column, LiveTable
+from ...agents.jobs import JobKind, ShownState
+from ..cost import NO_PRICE, dollars
+from ..formatting import human_duration
+from ..rows import JobRow
+from . import cells
+from .live_table import Cell, Column, LiveTable
 
 PROGRESS_BAR = 8
 SPARK = 12

@@ -14,8 +14,8 @@ import logging
 import os
 from typing import Any, Callable, Optional
 
-from gpudeck.agents.workers.audit import AuditReport
-from gpudeck.agents.workers.common.atomic import atomic_write_json
+from ..audit import AuditReport
+from .atomic import atomic_write_json
 
 log = logging.getLogger("gpudeck.audit")
 

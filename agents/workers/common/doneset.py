@@ -31,7 +31,7 @@ import os
 import time
 from typing import Iterable, Optional
 
-from gpudeck.agents.workers.common.atomic import append_or_undo
+from .atomic import append_or_undo
 
 _NEEDS_QUOTING = ("\n", "\r")
 

@@ -17,7 +17,7 @@ import logging
 import os
 from typing import Optional
 
-from gpudeck.agents.workers.common.atomic import atomic_write_json
+from .atomic import atomic_write_json
 
 PROGRESS_FILE = "progress.json"
 

@@ -16,7 +16,7 @@ data.py (input), store.py (shards, index, resume), layout.py (names, format), co
 projection).
 """
 
-from gpudeck.agents.workers.extract.cli import add_arguments, build_argv, build_parser, main, run_from_args
-from gpudeck.agents.workers.extract.options import ExtractOptions
+from .cli import add_arguments, build_argv, build_parser, main, run_from_args
+from .options import ExtractOptions
 
 __all__ = ["ExtractOptions", "add_arguments", "build_argv", "build_parser", "main", "run_from_args"]

@@ -9,8 +9,8 @@ import logging
 import sys
 from typing import Optional
 
-from gpudeck.agents.jobs import JobKind, JobSpec, SpecError
-from gpudeck.agents.workers.extract.options import EXIT_FAIL, EXIT_USAGE, ExtractOptions
+from ...jobs import JobKind, JobSpec, SpecError
+from .options import EXIT_FAIL, EXIT_USAGE, ExtractOptions
 
 
 def _size(text: str) -> int:
@@ -99,13 +99,13 @@ def run_from_args(args: argparse.Namespace) -> int:
     if problem:
         print(f"extract: {problem}", file=sys.stderr)
         return EXIT_USAGE
-    from gpudeck.agents.workers.common.atomic import DirectoryBusy
-    from gpudeck.agents.workers.extract.data import DataError
-    from gpudeck.agents.workers.extract.layout import StoreError
-    from gpudeck.agents.workers.extract.run import run_extraction
+    from ..common.atomic import DirectoryBusy
+    from .data import DataError
+    from .layout import StoreError
+    from .run import run_extraction
 
     try:
-        from gpudeck.agents.workers.extract.model import ModelError
+        from .model import ModelError
         return run_extraction(options_from_args(args))
     except (DataError, ModelError, StoreError, DirectoryBusy) as exc:
         print(f"extract: {exc}", file=sys.stderr)

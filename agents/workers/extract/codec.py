@@ -10,7 +10,7 @@ import warnings
 
 import numpy as np
 
-from gpudeck.agents.workers.extract.layout import DTYPE_SIZES, StoreError
+from .layout import DTYPE_SIZES, StoreError
 
 
 class PlaneCodec:

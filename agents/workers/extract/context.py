@@ -11,9 +11,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from gpudeck.agents.workers.common.progress import EXTRACT_QUALITY, quality_counters
-from gpudeck.agents.workers.extract.options import EXIT_OK, ExtractOptions
-from gpudeck.agents.workers.extract.store import Resumed, header_reserve_for
+from ..common.progress import EXTRACT_QUALITY, quality_counters
+from .options import EXIT_OK, ExtractOptions
+from .store import Resumed, header_reserve_for
 
 
 @dataclass
@@ -132,7 +132,7 @@ class RunContext:
     def __post_init__(self) -> None:
         import torch
 
-        from gpudeck.agents.workers.extract.model import context_length, vocab_rows
+        from .model import context_length, vocab_rows
 
         self.width = self.runner.out_width
         self.itemsize = torch.empty(0, dtype=self.runner.dtype).element_size()

@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from gpudeck.agents.workers.extract.context import RunContext
-from gpudeck.agents.workers.extract.data import Batch, Prepared
-from gpudeck.agents.workers.extract.progress import ExtractProgress
+from .context import RunContext
+from .data import Batch, Prepared
+from .progress import ExtractProgress
 
 log = logging.getLogger("gpudeck.extract")
 

@@ -331,7 +331,7 @@ def layer_steps(cfg, decoder, layers_run: int, fuse, device, tol: Optional[float
 
 def counted_flops(cfg, decoder, layers_run: int):
     """perf.CountedFlops of the first ``layers_run`` layers, from their own linears."""
-    from gpudeck.agents.workers.extract.perf import CountedFlops
+    from .perf import CountedFlops
 
     heads = cfg.num_attention_heads
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import struct
 
-from gpudeck.agents.workers.common.shards import SAFETENSORS as NAMES
+from ..common.shards import SAFETENSORS as NAMES
 
 FORMAT = "gpudeck-hidden-states/1"
 CODEC_PLANES_ZSTD = "byteplanes-zstd/1"

@@ -316,7 +316,7 @@ class HiddenStateRunner:
 
     def _try_hybrid(self, check: bool, compile: bool) -> None:
         """The hybrid path (linear and full attention layers, :mod:`hybrid`) where it applies."""
-        from gpudeck.agents.workers.extract import hybrid
+        from . import hybrid
 
         steps, path, why = hybrid.layer_steps(self.cfg, self.decoder, self.layers_run, _fuse, self.device,
                                               layer_tolerance(self.dtype) if check else None, compile)
@@ -327,10 +327,10 @@ class HiddenStateRunner:
 
     def flop_model(self):
         """What one sample costs (perf.FlopModel, or perf.CountedFlops for a hybrid)."""
-        from gpudeck.agents.workers.extract.perf import FlopModel
+        from .perf import FlopModel
 
         if self._hybrid:
-            from gpudeck.agents.workers.extract import hybrid
+            from . import hybrid
             return hybrid.counted_flops(self.cfg, self.decoder, self.layers_run)
         return FlopModel.from_config(self.cfg, self.layers_run)
 
@@ -339,7 +339,7 @@ class HiddenStateRunner:
     def __call__(self, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor] = None,
                  out: Optional[torch.Tensor] = None) -> torch.Tensor:
         if self._hybrid:
-            from gpudeck.agents.workers.extract import hybrid
+            from . import hybrid
 
             b, s = input_ids.shape
             with self._attention():

@@ -27,14 +27,14 @@ import threading
 import time
 from typing import Optional
 
-from gpudeck.agents.workers.extract.context import RunContext
-from gpudeck.agents.workers.extract.data import (Batch, Batcher, DataError, Encoder, Prepared, in_part,
+from .context import RunContext
+from .data import (Batch, Batcher, DataError, Encoder, Prepared, in_part,
                                                  parse_object_line, record_id)
-from gpudeck.agents.workers.extract.forward import Forward, HostBuffers, WriteJob
-from gpudeck.agents.workers.extract.options import EXIT_DISK, EXIT_FAIL, EXIT_OK, EXIT_STOPPED
-from gpudeck.agents.workers.extract.perf import human_bytes
-from gpudeck.agents.workers.extract.progress import ExtractProgress
-from gpudeck.agents.workers.extract.store import ShardWriter, publish_many, seal
+from .forward import Forward, HostBuffers, WriteJob
+from .options import EXIT_DISK, EXIT_FAIL, EXIT_OK, EXIT_STOPPED
+from .perf import human_bytes
+from .progress import ExtractProgress
+from .store import ShardWriter, publish_many, seal
 
 log = logging.getLogger("gpudeck.extract")
 
@@ -340,7 +340,7 @@ class Pipeline:
             t.join()
         threads[0].join(timeout=5)
         if ctx.uploader is not None:
-            from gpudeck.agents.workers.common.s3sync.remote import drain_timeout_s
+            from ..common.s3sync.remote import drain_timeout_s
             if ctx.fail.exc is None and not ctx.uploader.drain(timeout=drain_timeout_s()):
                 st = ctx.uploader.status()
                 log.error("%d shard(s) or the done-set are not in S3 yet (last error: %s); a relaunch uploads them",

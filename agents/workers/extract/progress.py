@@ -13,11 +13,11 @@ import threading
 import time
 from typing import Optional
 
-from gpudeck.agents.workers.common.progress import write_progress
-from gpudeck.agents.workers.extract.context import RunContext
-from gpudeck.agents.workers.extract.data import count_records
-from gpudeck.agents.workers.extract.options import EXIT_DISK
-from gpudeck.agents.workers.extract.perf import RollingRate, disk_projection, peak_flops
+from ..common.progress import write_progress
+from .context import RunContext
+from .data import count_records
+from .options import EXIT_DISK
+from .perf import RollingRate, disk_projection, peak_flops
 
 log = logging.getLogger("gpudeck.extract")
 

@@ -14,9 +14,9 @@ import os
 from dataclasses import dataclass
 from typing import Iterator
 
-from gpudeck.agents.workers.extract.codec import decode_planes
-from gpudeck.agents.workers.extract.layout import CODEC_PLANES_ZSTD, FORMAT, INDEX, META, StoreError
-from gpudeck.agents.workers.extract.store import read_index
+from .codec import decode_planes
+from .layout import CODEC_PLANES_ZSTD, FORMAT, INDEX, META, StoreError
+from .store import read_index
 
 
 @dataclass

@@ -14,14 +14,14 @@ import threading
 import time
 from typing import Callable, Optional
 
-from gpudeck.agents.workers.common.atomic import DirLock, atomic_write_json
-from gpudeck.agents.workers.common.audit_gate import AUDIT_SAMPLE, audit_verdict
-from gpudeck.agents.workers.common.progress import progress_path
-from gpudeck.agents.workers.extract.context import RunContext, StageClock
-from gpudeck.agents.workers.extract.data import Encoder, input_files
-from gpudeck.agents.workers.extract.layout import DONESET, FORMAT, META, NAMES, StoreError, read_header
-from gpudeck.agents.workers.extract.options import EXIT_AUDIT, ExtractOptions
-from gpudeck.agents.workers.extract.store import reconcile
+from ..common.atomic import DirLock, atomic_write_json
+from ..common.audit_gate import AUDIT_SAMPLE, audit_verdict
+from ..common.progress import progress_path
+from .context import RunContext, StageClock
+from .data import Encoder, input_files
+from .layout import DONESET, FORMAT, META, NAMES, StoreError, read_header
+from .options import EXIT_AUDIT, ExtractOptions
+from .store import reconcile
 
 log = logging.getLogger("gpudeck.extract")
 
@@ -46,7 +46,7 @@ class Extraction:
 
     def run(self) -> int:
         if self.opts.compress:
-            from gpudeck.agents.workers.extract.codec import plane_codec
+            from .codec import plane_codec
             plane_codec()  # a missing zstandard fails now, not after the model has loaded
         os.makedirs(self.out_dir, exist_ok=True)
         lock = DirLock(self.out_dir).acquire()
@@ -57,7 +57,7 @@ class Extraction:
 
     def _run_locked(self) -> int:
         opts = self.opts
-        from gpudeck.agents.workers.extract.model import parse_dtype
+        from .model import parse_dtype
 
         progress = progress_path(opts.progress_file, self.out_dir)
         files = input_files(opts.data)
@@ -86,11 +86,11 @@ class Extraction:
                 signal.signal(sig, h)
 
     def _pipeline(self, ctx: RunContext) -> int:
-        from gpudeck.agents.workers.extract.pipeline import Pipeline
+        from .pipeline import Pipeline
 
         codec = None
         if self.opts.compress:
-            from gpudeck.agents.workers.extract.codec import plane_codec
+            from .codec import plane_codec
             codec = plane_codec()
         encoder = Encoder(ctx.tokenizer, _read_template(self.opts.chat_template))
         return Pipeline(ctx, encoder, codec).run()
@@ -100,7 +100,7 @@ class Extraction:
         the output's metadata."""
         import torch
 
-        from gpudeck.agents.workers.extract.model import HiddenStateRunner, load_model, parse_layers, text_config
+        from .model import HiddenStateRunner, load_model, parse_layers, text_config
 
         opts, device = self.opts, self.opts.device
         if device.startswith("cuda") and not torch.cuda.is_available():
@@ -197,8 +197,8 @@ def _check_or_write_meta(out_dir: str, meta: dict) -> None:
 
 def _s3_setup(opts: ExtractOptions, out_dir: str):
     """Restore the done-set from S3 on a fresh node; return (uploader, first free shard number)."""
-    from gpudeck.agents.workers.common.s3sync.remote import S3Location
-    from gpudeck.agents.workers.common.s3sync.start import start_s3
+    from ..common.s3sync.remote import S3Location
+    from ..common.s3sync.start import start_s3
 
     loc = S3Location.parse(opts.s3)
     if opts.part is not None:
@@ -220,7 +220,7 @@ def run_audit(opts: ExtractOptions, files: list[str], out_dir: str) -> Optional[
     keyed by the files' names, sizes and mtimes, so a relaunch does not read them again."""
     import hashlib
 
-    from gpudeck.agents.workers.audit import audit_file, audit_records
+    from ..audit import audit_file, audit_records
 
     h = hashlib.blake2b(digest_size=16)
     for path in files:
@@ -239,8 +239,8 @@ def check_ids(opts: ExtractOptions, files: list[str], out_dir: str) -> None:
     """Records that repeat an earlier record's id would be skipped as done: refuse the input
     (DataError, exit 2), or with --dedupe first say how many are dropped (the reader keeps
     the first of each id). The scan is cached in OUT/ids.json, keyed like the audit."""
-    from gpudeck.agents.workers.common.idscan import cached_scan, duplicate_message, scan_ids
-    from gpudeck.agents.workers.extract.data import DataError, parse_object_line, record_id
+    from ..common.idscan import cached_scan, duplicate_message, scan_ids
+    from .data import DataError, parse_object_line, record_id
 
     def fallback(path: str, lineno: int, raw: bytes) -> Optional[str]:
         try:

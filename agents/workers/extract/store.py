@@ -39,10 +39,10 @@ from typing import Optional
 
 import numpy as np
 
-from gpudeck.agents.workers.common.atomic import append_or_undo, fsync_dir, rename_all_durably, rename_durably
-from gpudeck.agents.workers.common.doneset import DoneSet
-from gpudeck.agents.workers.extract.codec import PlaneCodec
-from gpudeck.agents.workers.extract.layout import (CODEC_PLANES_ZSTD, DONESET, DTYPE_SIZES, FORMAT, INDEX, NAMES,
+from ..common.atomic import append_or_undo, fsync_dir, rename_all_durably, rename_durably
+from ..common.doneset import DoneSet
+from .codec import PlaneCodec
+from .layout import (CODEC_PLANES_ZSTD, DONESET, DTYPE_SIZES, FORMAT, INDEX, NAMES,
                                                    StoreError, read_header)
 
 log = logging.getLogger("gpudeck.extract")

@@ -2,16 +2,16 @@
 
 import sys
 
-from gpudeck.agents.workers.generate.options import EXIT_USAGE
+from .options import EXIT_USAGE
 
 
 def _main() -> int:
     try:
-        from gpudeck.agents.workers.generate.cli import main
+        from .cli import main
 
         return main()
     except ModuleNotFoundError as exc:  # a dependency missing from this python: one line, the fix in it
-        from gpudeck.agents.needs import worker_import_error
+        from ...needs import worker_import_error
 
         line = worker_import_error(exc, "generate")
         if line is None:

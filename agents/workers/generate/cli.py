@@ -10,11 +10,11 @@ import os
 import sys
 from typing import Optional
 
-from gpudeck.agents.jobs import JobKind, SpecError
-from gpudeck.agents.workers.common.atomic import DirectoryBusy
-from gpudeck.agents.workers.common.doneset import DoneSetError
-from gpudeck.agents.workers.generate.options import EXIT_FAIL, EXIT_USAGE, add_arguments, options_from_args
-from gpudeck.agents.workers.generate.servers import UsageError
+from ...jobs import JobKind, SpecError
+from ..common.atomic import DirectoryBusy
+from ..common.doneset import DoneSetError
+from .options import EXIT_FAIL, EXIT_USAGE, add_arguments, options_from_args
+from .servers import UsageError
 
 DESCRIPTION = ("``gpudeck generate``: completions for a JSONL of prompts from one or more\n"
                "OpenAI-compatible servers (SGLang, vLLM, llama.cpp, an sglang-router), written to numbered\n"
@@ -23,7 +23,7 @@ DESCRIPTION = ("``gpudeck generate``: completions for a JSONL of prompts from on
 
 def run(args: argparse.Namespace) -> int:
     """The command: returns the exit status."""
-    from gpudeck.agents.workers.generate.generator import Generator
+    from .generator import Generator
 
     logging.basicConfig(level=os.environ.get("GPUDECK_LOG_LEVEL", "INFO"), stream=sys.stderr,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"gpudeck generate: {exc}", file=sys.stderr)
         return EXIT_FAIL
     except Exception as exc:  # S3Error and friends: say what, never a traceback
-        from gpudeck.agents.workers.common.s3sync.remote import S3Error
+        from ..common.s3sync.remote import S3Error
         if isinstance(exc, S3Error):
             print(f"gpudeck generate: {exc}", file=sys.stderr)
             return EXIT_FAIL

@@ -22,16 +22,16 @@ import signal
 import time
 from typing import Any, Optional
 
-from gpudeck.agents.workers.common.atomic import DirLock
-from gpudeck.agents.workers.common.audit_gate import audit_verdict
-from gpudeck.agents.workers.common.doneset import DoneSet
-from gpudeck.agents.workers.common.progress import progress_path
-from gpudeck.agents.workers.generate.options import EXIT_FAIL, EXIT_OK, EXIT_TERM, Options
-from gpudeck.agents.workers.generate.progress import GenerateProgress, is_useful
-from gpudeck.agents.workers.generate.prompts import Prompt, PromptError, PromptReader
-from gpudeck.agents.workers.generate.resume import ResumeHint
-from gpudeck.agents.workers.generate.servers import AttemptFailed, ServerPool, UsageError
-from gpudeck.agents.workers.generate.shards import NAMES, ShardWriteError, ShardWriter, ids_in_jsonl
+from ..common.atomic import DirLock
+from ..common.audit_gate import audit_verdict
+from ..common.doneset import DoneSet
+from ..common.progress import progress_path
+from .options import EXIT_FAIL, EXIT_OK, EXIT_TERM, Options
+from .progress import GenerateProgress, is_useful
+from .prompts import Prompt, PromptError, PromptReader
+from .resume import ResumeHint
+from .servers import AttemptFailed, ServerPool, UsageError
+from .shards import NAMES, ShardWriteError, ShardWriter, ids_in_jsonl
 
 log = logging.getLogger("gpudeck.generate")
 
@@ -133,7 +133,7 @@ class Generator:
             self.uploader.start()
 
     def _audit(self) -> None:
-        from gpudeck.agents.workers.audit import audit_file
+        from ..audit import audit_file
         st = os.stat(self.o.prompts)
         key = {"path": os.path.abspath(self.o.prompts), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
         why = audit_verdict(self.out, key, lambda: audit_file(self.o.prompts, mode="prompts",
@@ -147,8 +147,8 @@ class Generator:
     def _check_ids(self) -> None:
         """Lines that repeat an earlier id would be skipped as done: refuse the file, or with
         --dedupe first say how many (the reader keeps the first line of each id)."""
-        from gpudeck.agents.workers.common.idscan import cached_scan, duplicate_message, scan_ids
-        from gpudeck.agents.workers.generate.prompts import line_id
+        from ..common.idscan import cached_scan, duplicate_message, scan_ids
+        from .prompts import line_id
         st = os.stat(self.o.prompts)
         key = {"path": os.path.abspath(self.o.prompts), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
         t0 = time.monotonic()
@@ -164,8 +164,8 @@ class Generator:
                     scan.duplicates, scan.first)
 
     def _s3_start(self) -> set[int]:
-        from gpudeck.agents.workers.common.s3sync.remote import S3Location
-        from gpudeck.agents.workers.common.s3sync.start import start_s3
+        from ..common.s3sync.remote import S3Location
+        from ..common.s3sync.start import start_s3
         s3 = start_s3(self.out, S3Location.parse(self.o.s3), endpoint_url=self.o.s3_endpoint, done_name=DONE_FILE,
                       names=NAMES, ids_of_file=ids_in_jsonl, restore_attempts=5, list_attempts=(5, 3),
                       local_numbers_on_failure=True)
@@ -274,7 +274,7 @@ class Generator:
         if self._terminated:
             self.uploader.stop()
             return True
-        from gpudeck.agents.workers.common.s3sync.remote import drain_timeout_s
+        from ..common.s3sync.remote import drain_timeout_s
         drain_s = self.o.s3_drain_timeout_s if self.o.s3_drain_timeout_s is not None else drain_timeout_s()
         log.info("waiting for uploads to S3 (up to %.0f s)", drain_s)
         deadline = time.monotonic() + drain_s

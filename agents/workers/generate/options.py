@@ -8,9 +8,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Optional
 
-from gpudeck.agents.workers.common.audit_gate import AUDIT_SAMPLE
-from gpudeck.agents.workers.generate.prompts import MAX_PROMPT_BYTES
-from gpudeck.agents.workers.generate.servers import UsageError, normalize_server
+from ..common.audit_gate import AUDIT_SAMPLE
+from .prompts import MAX_PROMPT_BYTES
+from .servers import UsageError, normalize_server
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_TERM = 0, 1, 2, 143
 
@@ -88,7 +88,7 @@ def options_from_args(args: argparse.Namespace) -> Options:
     if args.concurrency < 1 or args.shard_size < 1 or args.max_attempts < 1 or args.max_prompt_bytes < 1:
         raise UsageError("--concurrency, --shard-size, --max-attempts and --max-prompt-bytes must be at least 1")
     if args.s3:
-        from gpudeck.agents.workers.common.s3sync.remote import S3Location
+        from ..common.s3sync.remote import S3Location
         try:
             S3Location.parse(args.s3)
         except ValueError as exc:

@@ -23,7 +23,7 @@ import os
 import time
 from typing import Any, Optional
 
-from gpudeck.agents.workers.common.progress import (GENERATE_QUALITY, GENERATE_QUALITY_KEPT, quality_counters,
+from ..common.progress import (GENERATE_QUALITY, GENERATE_QUALITY_KEPT, quality_counters,
                                                     write_progress)
 
 log = logging.getLogger("gpudeck.generate")

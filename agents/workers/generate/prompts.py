@@ -21,8 +21,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Callable, Optional, Union
 
-from gpudeck.agents.workers.common.chat import context_for_last_answer, to_messages
-from gpudeck.agents.workers.common.idscan import bounded_lines
+from ..common.chat import context_for_last_answer, to_messages
+from ..common.idscan import bounded_lines
 
 MAX_PROMPT_BYTES = 1 << 20  # the default of --max-prompt-bytes
 

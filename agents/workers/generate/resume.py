@@ -23,7 +23,7 @@ import logging
 import os
 from typing import Optional
 
-from gpudeck.agents.workers.common.atomic import atomic_write_json
+from ..common.atomic import atomic_write_json
 
 log = logging.getLogger("gpudeck.generate")
 

@@ -42,9 +42,9 @@ import os
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Optional
 
-from gpudeck.agents.workers.common.atomic import append_or_undo, atomic_write_bytes, fsync_dir, rename_durably
-from gpudeck.agents.workers.common.doneset import DoneSet
-from gpudeck.agents.workers.common.shards import JSONL as NAMES
+from ..common.atomic import append_or_undo, atomic_write_bytes, fsync_dir, rename_durably
+from ..common.doneset import DoneSet
+from ..common.shards import JSONL as NAMES
 
 log = logging.getLogger("gpudeck.shards")
 

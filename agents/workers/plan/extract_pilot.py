@@ -35,7 +35,7 @@ def _device(args, shape: dict) -> tuple[Optional[str], str]:
 
 def _write_pilot_data(args, path: str) -> int:
     """The first samples of the data (of ``--part``), as they are, into ``path``."""
-    from gpudeck.agents.workers.extract.data import in_part, input_files, iter_lines, record_id
+    from ..extract.data import in_part, input_files, iter_lines, record_id
     import json
     n = 0
     with open(path, "w") as f:
@@ -52,7 +52,7 @@ def _write_pilot_data(args, path: str) -> int:
 
 def _measure(out_dir: str) -> tuple[int, int, int]:
     """(tokens, raw bytes, stored bytes) of the hidden states in the closed shards."""
-    from gpudeck.agents.workers.extract.layout import DTYPE_SIZES, read_header
+    from ..extract.layout import DTYPE_SIZES, read_header
     tokens = raw = stored = 0
     for path in glob.glob(os.path.join(out_dir, "shard-*.safetensors")):
         meta, table = read_header(path)
@@ -79,9 +79,9 @@ def pilot(args, shape: dict) -> Optional[dict]:
     device, why = _device(args, shape)
     if device is None:
         return {"why": why}
-    from gpudeck.agents.workers.extract.model import load_model, parse_dtype
-    from gpudeck.agents.workers.extract.options import ExtractOptions
-    from gpudeck.agents.workers.extract.run import run_extraction
+    from ..extract.model import load_model, parse_dtype
+    from ..extract.options import ExtractOptions
+    from ..extract.run import run_extraction
 
     with tempfile.TemporaryDirectory(prefix="gpudeck-plan-") as tmp:
         data = os.path.join(tmp, "pilot.jsonl")

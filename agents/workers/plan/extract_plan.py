@@ -22,10 +22,10 @@ import sys
 import time
 from typing import Optional
 
-from gpudeck.agents.workers.common.atomic import atomic_write_json
-from gpudeck.agents.workers.extract.cli import add_arguments as add_extract_arguments
-from gpudeck.agents.workers.plan.numbers import number
-from gpudeck.agents.workers.plan.units import UsageError
+from ..common.atomic import atomic_write_json
+from ..extract.cli import add_arguments as add_extract_arguments
+from .numbers import number
+from .units import UsageError
 
 log = logging.getLogger("gpudeck.plan")
 
@@ -109,7 +109,7 @@ def project(*, layers_kept: int, num_layers: int, hidden_size: int, dtype_bytes:
 
 def levers(p: dict, ratio: Optional[float]) -> list[str]:
     """What would make the output fit, each in a sentence."""
-    from gpudeck.agents.workers.plan.units import human_bytes
+    from .units import human_bytes
     free, tokens, total = p["free_bytes"], max(1, p["tokens"]), p["projected_bytes"]
     per_layer = p["hidden_size"] * p["dtype_bytes"] * (ratio or 1.0)
     k = int((free / tokens - TOKEN_EXTRA_BYTES) // per_layer) if free / tokens > TOKEN_EXTRA_BYTES else 0
@@ -145,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
         atomic_write_json(os.path.join(args.out, PLAN_FILE), plan)
     except OSError as exc:
         log.error("cannot write %s: %s", os.path.join(args.out, PLAN_FILE), exc.strerror or exc)
-    from gpudeck.agents.workers.plan.render import render_extract
+    from .render import render_extract
     print(json.dumps(plan, indent=1) if args.json else render_extract(plan))
     return EXIT_GO if plan["verdict"] == "go" else EXIT_NO_FIT
 
@@ -178,7 +178,7 @@ def make_plan(args: argparse.Namespace) -> dict:
                 disk_path=os.path.abspath(args.out), time={"tokens_per_s": tps, "source": source},
                 pilot=pil, written_at=time.time())
     plan["verdict"] = "go" if plan["fits"] else "no-go"
-    from gpudeck.agents.workers.plan.units import human_bytes
+    from .units import human_bytes
     plan["reasons"] = [] if plan["fits"] else [
         f"the output ({human_bytes(plan['projected_bytes'])}) does not fit the "
         f"{human_bytes(plan['free_bytes'])} free on {plan['disk_path']}"]
@@ -196,8 +196,8 @@ def _speed(args, pil: Optional[dict]) -> tuple[Optional[float], str]:
 def read_data(args, shape: dict) -> tuple[int, int, Optional[dict]]:
     """(samples, tokens, pilot) from the data itself; a line the worker's reader refuses is a
     UsageError naming the file and line."""
-    from gpudeck.agents.workers.extract.data import DataError
-    from gpudeck.agents.workers.plan.extract_pilot import pilot
+    from ..extract.data import DataError
+    from .extract_pilot import pilot
 
     try:
         samples, tokens = count_tokens(args)
@@ -209,8 +209,8 @@ def read_data(args, shape: dict) -> tuple[int, int, Optional[dict]]:
 def count_tokens(args) -> tuple[int, int]:
     """(samples, tokens) of the data as the worker will see it: after the chat template,
     ``--part`` and ``--max-seq-len``; streamed, a DataError names the file and line."""
-    from gpudeck.agents.workers.extract.data import DataError, Encoder, in_part, input_files, iter_lines, record_id
-    from gpudeck.agents.workers.extract.run import _load_tokenizer, _read_template
+    from ..extract.data import DataError, Encoder, in_part, input_files, iter_lines, record_id
+    from ..extract.run import _load_tokenizer, _read_template
 
     files = input_files(args.data)
     encoder = None

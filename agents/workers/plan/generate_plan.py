@@ -19,15 +19,15 @@ import sys
 import time
 from typing import Any, Optional
 
-from gpudeck.agents.workers.common.atomic import DirectoryBusy, atomic_write_json
-from gpudeck.agents.workers.common.doneset import DoneSetError
-from gpudeck.agents.workers.plan.numbers import number
-from gpudeck.agents.workers.generate.options import add_arguments as add_generate_arguments
-from gpudeck.agents.workers.generate.options import options_from_args
-from gpudeck.agents.workers.generate.servers import UsageError as GenerateUsageError
-from gpudeck.agents.workers.plan import stats
-from gpudeck.agents.workers.plan.render import render_generate
-from gpudeck.agents.workers.plan.units import UsageError, parse_deadline, parse_levels
+from ..common.atomic import DirectoryBusy, atomic_write_json
+from ..common.doneset import DoneSetError
+from .numbers import number
+from ..generate.options import add_arguments as add_generate_arguments
+from ..generate.options import options_from_args
+from ..generate.servers import UsageError as GenerateUsageError
+from . import stats
+from .render import render_generate
+from .units import UsageError, parse_deadline, parse_levels
 
 log = logging.getLogger("gpudeck.plan")
 
@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
         if args.price_per_hour is not None and args.price_per_hour < 0:
             raise UsageError("--price-per-hour must not be negative")
         opts = options_from_args(argparse.Namespace(**{**vars(args), "concurrency": max(levels)}))
-        from gpudeck.agents.workers.plan.pilot import PilotGenerator
+        from .pilot import PilotGenerator
         gen = PilotGenerator(opts, levels)
         gen.prepare()
     except (UsageError, GenerateUsageError, DirectoryBusy) as exc:
@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
 def _pilot_and_plan(args, gen, levels: list[int], deadline_s: Optional[float]) -> int:
     import asyncio
 
-    from gpudeck.agents.workers.plan.sample import sample_prompts, split_levels
+    from .sample import sample_prompts, split_levels
 
     t0 = time.monotonic()
     try:

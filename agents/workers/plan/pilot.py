@@ -17,9 +17,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Optional
 
-from gpudeck.agents.workers.generate.generator import Generator
-from gpudeck.agents.workers.generate.options import EXIT_OK, EXIT_TERM, Options
-from gpudeck.agents.workers.generate.prompts import Prompt
+from ..generate.generator import Generator
+from ..generate.options import EXIT_OK, EXIT_TERM, Options
+from ..generate.prompts import Prompt
 
 log = logging.getLogger("gpudeck.plan")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from gpudeck.agents.workers.plan.units import human_bytes, human_bytes_binary, human_duration
+from .units import human_bytes, human_bytes_binary, human_duration
 
 
 def _f(v: Optional[float], fmt: str = "{:.1f}") -> str:

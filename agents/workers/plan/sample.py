@@ -7,7 +7,7 @@ import random
 from array import array
 from typing import Callable
 
-from gpudeck.agents.workers.generate.prompts import Prompt, PromptError, PromptReader
+from ..generate.prompts import Prompt, PromptError, PromptReader
 
 
 def scan_lines(path: str) -> tuple[array, array, array]:

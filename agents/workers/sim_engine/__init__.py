@@ -25,7 +25,7 @@ prints ``listening on http://HOST:PORT`` once it accepts connections (``--port 0
 free port).
 """
 
-from gpudeck.agents.workers.sim_engine.cli import add_arguments, build_parser, main, serve
-from gpudeck.agents.workers.sim_engine.failures import FAIL_KINDS
+from .cli import add_arguments, build_parser, main, serve
+from .failures import FAIL_KINDS
 
 __all__ = ["FAIL_KINDS", "add_arguments", "build_parser", "main", "serve"]

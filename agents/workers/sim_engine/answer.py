@@ -10,7 +10,7 @@ import zlib
 from dataclasses import dataclass
 from typing import Iterator, Optional
 
-from gpudeck.agents.workers.sim_engine.decode import output_length
+from .decode import output_length
 
 _WORDS = ("the", "model", "token", "answer", "prompt", "data", "shard", "reason", "step", "check", "value",
           "result", "so", "we", "need", "first", "then", "compute", "because", "thus", "list", "sum", "code",

@@ -14,10 +14,10 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from gpudeck.agents.workers.sim_engine.answer import plan_answer
-from gpudeck.agents.workers.sim_engine.decode import SharedDecoder
-from gpudeck.agents.workers.sim_engine.failures import FAIL_KINDS
-from gpudeck.agents.workers.sim_engine.stream import stream_chat
+from .answer import plan_answer
+from .decode import SharedDecoder
+from .failures import FAIL_KINDS
+from .stream import stream_chat
 
 _SCHED_LABELS = ("engine_type", "model_name", "moe_ep_rank", "pp_rank", "tp_rank")
 _CAPACITY_TOKENS = 692480

@@ -8,7 +8,7 @@ import asyncio
 import signal
 from typing import Optional
 
-from gpudeck.agents.workers.sim_engine.failures import FAIL_KINDS
+from .failures import FAIL_KINDS
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -55,7 +55,7 @@ async def serve(args: argparse.Namespace) -> int:
     from aiohttp import web
     from prometheus_client import disable_created_metrics
 
-    from gpudeck.agents.workers.sim_engine.app import SimEngine
+    from .app import SimEngine
 
     disable_created_metrics()  # SGLang serves its metrics in multiprocess mode: no *_created series
     engine = SimEngine(tok_s=args.tok_s, latency_ms=args.latency_ms, jitter_ms=args.jitter_ms,

@@ -23,7 +23,7 @@ from typing import Any, Optional
 
 from aiohttp import web
 
-from gpudeck.agents.workers.sim_engine.answer import Answer
+from .answer import Answer
 
 SimEngine = Any  # app.py's SimEngine (which imports this module): its hold/prefilled/generated/finished
 

@@ -43,11 +43,11 @@ never appear in a message: errors name the bucket, key and the S3 error, nothing
 boto3 is imported inside the functions that need it.
 """
 
-from gpudeck.agents.workers.common.s3sync.remote import (MANIFEST, REMOTE_DONE, UPLOADED_DONE, Restored, S3Error,
+from .remote import (MANIFEST, REMOTE_DONE, UPLOADED_DONE, Restored, S3Error,
                                                          S3Location, _is_missing, describe_error, drain_timeout_s,
                                                          list_shard_numbers, list_shards, make_client, read_manifest,
                                                          redact_url, restore_done_set)
-from gpudeck.agents.workers.common.s3sync.uploader import ShardUploader, UploadStatus
+from .uploader import ShardUploader, UploadStatus
 
 __all__ = ["MANIFEST", "REMOTE_DONE", "UPLOADED_DONE", "Restored", "S3Error", "S3Location", "ShardUploader",
            "UploadStatus", "_is_missing", "describe_error", "drain_timeout_s", "list_shard_numbers", "list_shards",

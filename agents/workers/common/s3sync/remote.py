@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Optional
 from urllib.parse import urlsplit, urlunsplit
 
-from gpudeck.agents.workers.common.atomic import atomic_write_bytes
-from gpudeck.agents.workers.common.doneset import encode_id, read_ids
-from gpudeck.agents.workers.common.shards import ANY_SHARD_NUMBER
+from ..atomic import atomic_write_bytes
+from ..doneset import encode_id, read_ids
+from ..shards import ANY_SHARD_NUMBER
 
 log = logging.getLogger("gpudeck.s3")
 

@@ -16,10 +16,10 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Iterable, Optional, TypeVar
 
-from gpudeck.agents.workers.common.s3sync.remote import (Restored, S3Error, S3Location, list_shard_numbers,
+from .remote import (Restored, S3Error, S3Location, list_shard_numbers,
                                                          make_client, read_manifest, restore_done_set)
-from gpudeck.agents.workers.common.s3sync.uploader import ShardUploader
-from gpudeck.agents.workers.common.shards import ShardNames
+from .uploader import ShardUploader
+from ..shards import ShardNames
 
 log = logging.getLogger("gpudeck.s3")
 T = TypeVar("T")

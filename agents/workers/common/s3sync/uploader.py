@@ -17,9 +17,9 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Optional
 
-from gpudeck.agents.workers.common.atomic import fsync_dir
-from gpudeck.agents.workers.common.doneset import DoneLog
-from gpudeck.agents.workers.common.s3sync.remote import (MANIFEST, REMOTE_DONE, UPLOADED_DONE, S3Location,
+from ..atomic import fsync_dir
+from ..doneset import DoneLog
+from .remote import (MANIFEST, REMOTE_DONE, UPLOADED_DONE, S3Location,
                                                          describe_error, make_client, read_manifest)
 
 log = logging.getLogger("gpudeck.s3")
