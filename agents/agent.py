@@ -19,18 +19,20 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from . import protocol, writes
+from . import writes
+from .contract import wire
 from .alerts import node_alerts
 from .engines import EngineScraper
 from .gpu import GpuSampler
 from .history import HistoryRing
 from .host import HostSampler
-from .jobs import EngineState, JobKind, JobSpec, JobState, SpecError
+from .contract.vocab import EngineState, JobState
+from .contract.jobs import JobKind, JobSpec, SpecError
 from .links import Consoles, Link, Listener
 from .planwatch import PlanWatch
 from .progress import ProgressTracker
-from .plain import to_plain
-from .protocol import Engine, JobStatus, Progress, Reply, Request, Snapshot
+from .contract.plain import to_plain
+from .contract.wire import Engine, JobStatus, Progress, Reply, Request, Snapshot
 from .supervisor import JobError, JobSupervisor
 
 log = logging.getLogger("agents")
@@ -97,16 +99,16 @@ class Agent:
 
     # ------------------------------------------------------------ output
 
-    def send(self, msg: protocol.Message, to: Optional[Link] = None) -> None:
+    def send(self, msg: wire.Message, to: Optional[Link] = None) -> None:
         """To one link, to every link (the snapshots), or straight to ``out`` when no loop
         runs (``--once``). A watcher with no console encodes nothing: nobody would read it."""
         if to is not None:
-            to.send(protocol.encode(msg))
+            to.send(wire.encode(msg))
             return
         links = self.consoles.all() if self.consoles is not None else []
         if not links and self._running:
             return
-        data = protocol.encode(msg)
+        data = wire.encode(msg)
         if not links:
             with self._write_lock:
                 self.out.write(data)
@@ -114,8 +116,8 @@ class Agent:
         for link in links:
             link.send(data)
 
-    def hello(self) -> protocol.Hello:
-        return protocol.hello(self.node, os.getpid(), self.started_at, str(self.home), self.gpu.error,
+    def hello(self) -> wire.Hello:
+        return wire.hello(self.node, os.getpid(), self.started_at, str(self.home), self.gpu.error,
                               watching=self.watch.config.watching, detached=self.detached)
 
     # ------------------------------------------------------------ sampling
@@ -278,8 +280,8 @@ class Agent:
             return {"samples": to_plain(self.history.since(float(a.get("since", 0))))}
         if req.op in ("events", "watch"):
             return self.watch.request(req.op, a)
-        if req.op not in protocol.OPS:
-            raise ValueError(f"unknown op {req.op!r}; expected one of {', '.join(protocol.OPS)}")
+        if req.op not in wire.OPS:
+            raise ValueError(f"unknown op {req.op!r}; expected one of {', '.join(wire.OPS)}")
         if req.op == "kill_pid":
             pid = a.get("pid")
             if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
@@ -296,7 +298,7 @@ class Agent:
             return self.sup.relaunch(job, _grace(a))
         if req.op == "logs":
             return self.sup.logs(job, int(a.get("lines", 100)), a.get("offset"))
-        raise ValueError(f"unknown op {req.op!r}; expected one of {', '.join(protocol.OPS)}")
+        raise ValueError(f"unknown op {req.op!r}; expected one of {', '.join(wire.OPS)}")
 
     # ------------------------------------------------------------ the loop
 
@@ -353,7 +355,7 @@ class Agent:
     def _greet(self, link: Link) -> None:
         self.send(self.hello(), to=link)
         if len(self.history.samples):
-            self.send(protocol.History(node=self.node, samples=list(self.history.samples)), to=link)
+            self.send(wire.History(node=self.node, samples=list(self.history.samples)), to=link)
 
     def _request(self, line: bytes, link: Link) -> Optional[asyncio.Task]:
         """One request line from a console: answered in a task (a kill waits out a grace
@@ -361,10 +363,10 @@ class Agent:
         if not line.strip():
             return None
         try:
-            msg = protocol.decode(line)
+            msg = wire.decode(line)
             if not isinstance(msg, Request):
-                raise protocol.ProtocolError(f"expected a request, got a {msg.type}")
-        except protocol.ProtocolError as exc:
+                raise wire.ProtocolError(f"expected a request, got a {msg.type}")
+        except wire.ProtocolError as exc:
             log.warning("bad request line: %s", exc)
             self.send(Reply(id=_line_id(line), ok=False, error=f"malformed request: {exc}"), to=link)
             return None

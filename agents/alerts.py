@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Optional
 
-from .jobs import AlertKind, EngineState, JobSpec, JobState
-from .protocol import Alert, Gpu, Host, JobStatus
+from .contract.vocab import AlertKind, EngineState, JobState
+from .contract.jobs import JobSpec
+from .contract.wire import Alert, Gpu, Host, JobStatus
 
 DISK_LOW_FRACTION = 0.05
 

@@ -7,7 +7,7 @@ from typing import Optional
 
 import psutil
 
-from .protocol import Gpu, GpuProcess
+from .contract.wire import Gpu, GpuProcess
 
 log = logging.getLogger(__name__)
 

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Optional
 
 from . import writes
-from .jobs import JobState
-from .plain import ProtocolError, from_dict, to_plain
-from .protocol import Sample, Snapshot
+from .contract.vocab import JobState
+from .contract.plain import ProtocolError, from_dict, to_plain
+from .contract.wire import Sample, Snapshot
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ import socket
 
 import psutil
 
-from .protocol import Disk, Host
+from .contract.wire import Disk, Host
 
 
 class HostSampler:

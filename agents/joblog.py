@@ -19,7 +19,7 @@ import threading
 from pathlib import Path
 from typing import Iterable
 
-from .protocol import LogChunk
+from .contract.wire import LogChunk
 
 BLOCK = 1 << 16
 log = logging.getLogger("agents")

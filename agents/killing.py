@@ -26,7 +26,7 @@ from typing import Callable, Iterable, Optional
 
 import psutil
 
-from .protocol import GpuHolder, KillVerdict
+from .contract.wire import GpuHolder, KillVerdict
 
 
 

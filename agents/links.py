@@ -285,7 +285,7 @@ def find_agent(home: Path, version: str, protocol_version: int, timeout_s: float
     """A connection to the agent serving ``home`` that said hello at this version, as
     (socket, reader, hello line), or None (nothing listens, no hello in ``timeout_s``,
     another version)."""
-    from . import protocol
+    from .contract import wire
 
     path = home / SOCKET_NAME
     if not path.exists():
@@ -297,16 +297,16 @@ def find_agent(home: Path, version: str, protocol_version: int, timeout_s: float
         sock.connect(addr)
         reader = sock.makefile("rb")
         first = reader.readline()
-        hello = protocol.decode(first)
-    except (OSError, protocol.ProtocolError) as exc:
+        hello = wire.decode(first)
+    except (OSError, wire.ProtocolError) as exc:
         log.info("no agent answering on %s (%s): taking over", path, exc)
         sock.close()
         return None
     finally:
         if dfd is not None:
             os.close(dfd)
-    if not isinstance(hello, protocol.Hello) or (hello.version, hello.protocol) != (version, protocol_version):
-        got = f"{hello.version} (protocol {hello.protocol})" if isinstance(hello, protocol.Hello) else hello.type
+    if not isinstance(hello, wire.Hello) or (hello.version, hello.protocol) != (version, protocol_version):
+        got = f"{hello.version} (protocol {hello.protocol})" if isinstance(hello, wire.Hello) else hello.type
         log.info("the agent on %s is version %s, this one %s: taking over", path, got, version)
         sock.close()
         return None

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from . import writes
-from .jobs import JobSpec
+from .contract.jobs import JobSpec
 from .workers.common.atomic import atomic_write_json
 
 log = logging.getLogger(__name__)

@@ -27,8 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from .jobs import JobSpec, JobState, human_duration
-from .protocol import JobPlan, Progress
+from .contract.jobs import JobSpec
+from .contract.vocab import JobState
+from .contract.units import human_duration
+from .contract.wire import JobPlan, Progress
 from .records import JobRecord
 
 log = logging.getLogger("agents")

@@ -20,7 +20,7 @@ import os
 import time
 from typing import Optional
 
-from .protocol import Progress
+from .contract.wire import Progress
 from .rates import CounterRate, eta_seconds
 
 

@@ -13,9 +13,9 @@ from typing import Any, Optional
 
 import psutil
 
-from .jobs import JobState
-from .plain import ProtocolError, from_dict, to_plain
-from .protocol import KillVerdict
+from .contract.vocab import JobState
+from .contract.plain import ProtocolError, from_dict, to_plain
+from .contract.wire import KillVerdict
 
 
 @dataclass

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from .gpu import ProcInfo
-from .protocol import Gpu, GpuProcess
+from .contract.wire import Gpu, GpuProcess
 
 MIB = 1024 * 1024
 _SPEC = re.compile(r"\s*(\d+)\s*x\s*([^:+]+?)\s*:\s*(\d+(?:\.\d+)?)\s*$")

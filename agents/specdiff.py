@@ -6,7 +6,7 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from .jobs import SHELL, JobSpec
+from .contract.jobs import SHELL, JobSpec
 
 
 def spec_changes(old: JobSpec, new: JobSpec) -> list[str]:

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from . import protocol
+from .contract import wire
 from .agent import Agent
 from .lock import AgentLock, AgentLockError
 
@@ -94,7 +94,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             log.error("cannot use the state directory %s: %s", home, exc.strerror or exc)
             return 3
         try:
-            found = find_agent(home, protocol.__version__, protocol.PROTOCOL)
+            found = find_agent(home, wire.__version__, wire.PROTOCOL)
             if args.detached:  # the watcher takes over from a console's agent, never from a watcher
                 from .watch.daemon import detached_may_start
                 if not detached_may_start(home, found):

@@ -34,11 +34,12 @@ import psutil
 from . import joblog, killing, writes
 from .contain import Containment, cgroup_path_of, token_of
 from .gpu import GpuSampler
-from .jobs import JobSpec, JobState, SpecError
+from .contract.jobs import JobSpec, SpecError
+from .contract.vocab import JobState
 from .needs import launch_problem
 from .owners import Declarations
-from .plain import to_plain
-from .protocol import KillVerdict, LaunchResult, LogChunk
+from .contract.plain import to_plain
+from .contract.wire import KillVerdict, LaunchResult, LogChunk
 from .records import (JobRecord, _Live, descendants as _descendants, first_start_of, group_members,
                                     leader_alive)
 from .specdiff import spec_changes

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Union
 
-from .jobs import AlertKind
+from .contract.vocab import AlertKind
 
 log = logging.getLogger("agents")
 
@@ -44,7 +44,7 @@ def ok(path: Union[str, Path]) -> None:
 
 
 def alerts() -> list:
-    from .protocol import Alert
+    from .contract.wire import Alert
 
     with _lock:
         items = sorted(_failed.items())

@@ -31,9 +31,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from gpudeck.agents.jobs import JobSpec  # noqa: E402
-from gpudeck.agents.protocol import (Disk, Engine, Gpu, GpuProcess, Host, JobStatus, Progress,  # noqa: E402
-                             Snapshot)
+from gpudeck.agents.contract.jobs import JobSpec  # noqa: E402
+from gpudeck.agents.contract.wire import Disk, Engine, Gpu, GpuProcess, Host, JobStatus, Progress, Snapshot
 from gpudeck.remote.fleet import Fleet, Node  # noqa: E402
 
 SIZE = (160, 50)

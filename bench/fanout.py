@@ -35,8 +35,8 @@ from typing import Optional
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from gpudeck.agents import protocol  # noqa: E402
-from gpudeck.agents.protocol import Snapshot  # noqa: E402
+from gpudeck.agents.contract import wire  # noqa: E402
+from gpudeck.agents.contract.wire import Snapshot  # noqa: E402
 from gpudeck.remote.client import FleetClient  # noqa: E402
 from gpudeck.remote.fleet import Fleet, Node  # noqa: E402
 from gpudeck.remote.ssh import SshTransport  # noqa: E402
@@ -78,7 +78,7 @@ async def measure(label: str, fleet: Fleet, transports: dict, sweeps: int, strea
         links = list(client.links.values())
 
         async def one(link) -> Snapshot:
-            return protocol.from_dict(Snapshot, await link.request("status", timeout=60))
+            return wire.from_dict(Snapshot, await link.request("status", timeout=60))
 
         for _ in range(sweeps):
             c0, t0 = time.process_time(), time.monotonic()
@@ -128,7 +128,7 @@ def baseline(label: str, targets: list[tuple[str, int, str]], key: Path, known_h
         if bad:
             raise RuntimeError(f"{label} baseline: {len(bad)} ssh polls failed, first: {bad[0]}")
         for out, _ in outs:
-            protocol.decode(out)  # the console would still have to parse what came back
+            wire.decode(out)  # the console would still have to parse what came back
     return walls, cpus
 
 

@@ -13,8 +13,8 @@ from typing import Optional, Union
 
 from rich.markup import escape
 
-from ..agents.protocol import KillVerdict, LaunchResult
-from ..agents.jobs import AlertKind
+from ..agents.contract.wire import KillVerdict, LaunchResult
+from ..agents.contract.vocab import AlertKind
 from .rows import AlertRow, EventRow, FleetRow, GpuRow, JobRow, ProcRow
 
 

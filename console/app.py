@@ -32,8 +32,8 @@ from textual.binding import Binding
 from textual.css.query import NoMatches
 from textual.worker import Worker, WorkerState
 
-from ..agents.jobs import ShownState
-from ..agents.protocol import History, Snapshot
+from ..agents.contract.vocab import ShownState
+from ..agents.contract.wire import History, Snapshot
 from .actions import (Confirm, JobOp, Notice, Refuse, failure_notice, outcome_notice, plan_job_action,
                                      plan_process_kill, request_options)
 from .config import ConsoleConfig

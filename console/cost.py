@@ -26,8 +26,9 @@ import math
 from dataclasses import dataclass
 from typing import Any, Iterable, Optional
 
-from ..agents.jobs import JobKind, JobState
-from ..agents.protocol import JobStatus, Progress
+from ..agents.contract.jobs import JobKind
+from ..agents.contract.vocab import JobState
+from ..agents.contract.wire import JobStatus, Progress
 
 HOUR_S = 3600.0
 NO_PRICE = "—"  # a node the fleet file gives no price, or a figure not known (a node down): never $0

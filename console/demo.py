@@ -36,7 +36,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..agents.jobs import JobKind
+from ..agents.contract.jobs import JobKind
 
 B200, PRO6000 = "b200", "pro6000"
 NODES = {B200: "7xB200:183", PRO6000: "4xRTX PRO 6000:96"}

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ..agents.jobs import human_duration  # noqa: F401 -- the node's spelling, shared with every view
+from ..agents.contract.units import human_duration  # noqa: F401 -- the node's spelling, shared with every view
 
 QUALITY_NAMES = {"empty_answer": "empty", "no_reasoning": "no-reason", "cut_at_max_tokens": "cut",
                  "errors": "err", "error": "err"}

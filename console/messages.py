@@ -14,7 +14,7 @@ from typing import Union
 
 from textual.message import Message
 
-from ..agents.protocol import Hello, History, KillVerdict, LaunchResult, LogChunk, Snapshot
+from ..agents.contract.wire import Hello, History, KillVerdict, LaunchResult, LogChunk, Snapshot
 from .actions import JobOp
 from .rows import EventRow
 

@@ -16,8 +16,9 @@ import enum
 from dataclasses import dataclass
 from typing import Optional, Union
 
-from ..agents.jobs import AlertKind, EngineState, JobKind, ShownState
-from ..agents.protocol import Gpu, JobPlan, KillVerdict
+from ..agents.contract.vocab import AlertKind, EngineState, ShownState
+from ..agents.contract.jobs import JobKind
+from ..agents.contract.wire import Gpu, JobPlan, KillVerdict
 from .formatting import round_int
 
 SPARK_BUCKET_S = 15.0  # one sparkline cell: 15 s of tokens/s

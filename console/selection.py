@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
-from ..agents.jobs import ShownState
+from ..agents.contract.vocab import ShownState
 from .rows import AlertRow, EventRow, FleetRow, GpuRow, JobRow, NodeRow, NodeState, ProcRow
 
 JOB_SORTS = ("name", "node", "state", "tokens/s", "eta", "progress")

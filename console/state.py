@@ -15,9 +15,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional
 
-from ..agents.jobs import AlertKind, EngineState, JobKind, JobSpec, JobState, ShownState
+from ..agents.contract.vocab import AlertKind, EngineState, JobState, ShownState
+from ..agents.contract.jobs import JobKind, JobSpec
 from ..agents.planwatch import over_plan
-from ..agents.protocol import Alert, Gpu, History, JobStatus, Snapshot
+from ..agents.contract.wire import Alert, Gpu, History, JobStatus, Snapshot
 from . import cost
 from .formatting import human_duration, quality_flags, round_eta, round_figures
 from .rows import (SPARK_BUCKET_S, AlertRow, FleetRow, GpuRow, JobDetail, JobRow, NodeRow, NodeState,

@@ -16,7 +16,7 @@ import re
 from collections import Counter
 from typing import Any, Iterable, Optional, Sequence
 
-from ..agents.jobs import NOTIFY_EVENTS, EventKind
+from ..agents.contract.vocab import NOTIFY_EVENTS, EventKind
 from ..agents.watch.config import redact
 from .actions import Notice
 from .rows import EventRow

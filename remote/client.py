@@ -15,8 +15,8 @@ import os
 import time
 from typing import Any, Callable, Optional
 
-from ..agents import protocol
-from ..agents.protocol import Hello, KillVerdict, LaunchResult, LogChunk, Snapshot
+from ..agents.contract import wire
+from ..agents.contract.wire import Hello, KillVerdict, LaunchResult, LogChunk, Snapshot
 from .fleet import LOCAL, Fleet, Node
 from .transports import transport_for as choose_transport
 from .link import (LINE_LIMIT, AgentError, AgentLink, ByteWriter, NodeError, RequestFailed, Transport,
@@ -288,15 +288,15 @@ class FleetClient:
         return link
 
     async def job_request(self, job: str, op: str, timeout: float = 60.0, **args: Any) -> Any:
-        """``op`` on the job's node; the typed result (:func:`protocol.result_of`): a
+        """``op`` on the job's node; the typed result (:func:`wire.result_of`): a
         KillVerdict for kill, a LaunchResult for launch and relaunch, a LogChunk for logs."""
         node = self.fleet.job(job).node or LOCAL
         if node not in self.links:
             await self.connect_all([self.fleet.node(node)])
         result = await self.link_for_job(job).request(op, timeout=timeout, job=job, **args)
         try:
-            return protocol.result_of(op, result)
-        except protocol.ProtocolError as exc:
+            return wire.result_of(op, result)
+        except wire.ProtocolError as exc:
             raise RequestFailed(node, op, f"the agent's reply does not fit: {exc}") from None
 
     async def kill(self, job: str, grace_s: float = 10.0) -> KillVerdict:
@@ -311,7 +311,7 @@ class FleetClient:
             err = self.failures.get(node)
             raise err if err is not None else AgentError(node, "not connected")
         result = await link.request("kill_pid", timeout=grace_s + 60.0, pid=pid, grace_s=grace_s)
-        return protocol.result_of("kill_pid", result)
+        return wire.result_of("kill_pid", result)
 
     async def launch(self, job: str) -> LaunchResult:
         return await self.job_request(job, "launch", timeout=120.0)

@@ -36,7 +36,7 @@ from typing import Any, Callable, Optional, Sequence, Union
 import asyncssh
 
 from ..agents import __version__
-from ..agents.jobs import JobSpec
+from ..agents.contract.jobs import JobSpec
 from ..agents.needs import BASE, broken_python_line, extras_for, fix_line, needed_modules
 from .fleet import Fleet, Node
 from .link import AgentError

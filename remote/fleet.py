@@ -20,7 +20,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-from ..agents.jobs import KINDS, JobKind, JobSpec, SpecError, shell_command
+from ..agents.contract.jobs import KINDS, JobKind, JobSpec, SpecError, shell_command
 from ..agents.watch.config import AlertThresholds, HeartbeatConfig, NotifyTarget
 from .fleet_check import (FleetError, check_host_keys, check_range, check_type, did_you_mean, show,
                                         unknown_key)
@@ -338,7 +338,7 @@ def _parse_jobs(raw_jobs: Any, defaults: dict[str, Any], names: set[str], path: 
                 raise FleetError(path, loc.key("jobs", i, k), f"{where} has no key {k!r} for kind {kind!r}"
                                                               f"{did_you_mean(k, allowed)}; expected one of "
                                                               f"{', '.join(allowed)}")
-        if isinstance(values.get("command"), str):  # runs with /bin/sh -c (agents/jobs.shell_command)
+        if isinstance(values.get("command"), str):  # runs with /bin/sh -c (agents/contract/jobs.shell_command)
             try:
                 values["command"] = shell_command(values["command"])
             except ValueError as exc:  # an unclosed quote

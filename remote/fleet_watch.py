@@ -80,7 +80,7 @@ def parse_heartbeat(raw: Any, loc: Any, fail: Fail) -> Optional[HeartbeatConfig]
         if expected is not None and not isinstance(v, expected):
             raise fail(loc.key("heartbeat", None, k), f"[heartbeat] {k!r}: expected a string, got {_kind(v)}")
     if isinstance(raw.get("every"), str):  # "5m", "60s": the one duration grammar
-        from ..agents.jobs import parse_duration
+        from ..agents.contract.units import parse_duration
         try:
             raw = {**raw, "every": parse_duration(raw["every"])}
         except ValueError as exc:

@@ -16,8 +16,9 @@ import logging
 import time
 from typing import Any, Awaitable, Callable, Optional, Protocol
 
-from ..agents import __version__, protocol
-from ..agents.protocol import Hello, History, Reply, Request, Snapshot
+from ..agents import __version__
+from ..agents.contract import wire
+from ..agents.contract.wire import Hello, History, Reply, Request, Snapshot
 from .fleet import Node
 
 log = logging.getLogger(__name__)
@@ -47,7 +48,7 @@ class VersionMismatch(AgentError):
     def __init__(self, node: str, agent_version: str, agent_protocol: int) -> None:
         self.agent_version, self.agent_protocol = agent_version, agent_protocol
         super().__init__(node, f"agent version {agent_version} (protocol {agent_protocol}) does not "
-                               f"match the console's {__version__} (protocol {protocol.PROTOCOL}); "
+                               f"match the console's {__version__} (protocol {wire.PROTOCOL}); "
                                f"run `gpudeck deploy {node}`")
 
 
@@ -100,10 +101,10 @@ class AgentLink:
         self.history: Optional[History] = None
         self.closed: Optional[str] = None  # why the link ended
         self._snapshot_event = asyncio.Event()
-        self._on_message: list[Callable[[str, protocol.Message], None]] = []
+        self._on_message: list[Callable[[str, wire.Message], None]] = []
         self._pump: Optional[asyncio.Task] = None
 
-    def subscribe(self, callback: Callable[[str, protocol.Message], None]) -> None:
+    def subscribe(self, callback: Callable[[str, wire.Message], None]) -> None:
         """``callback(node_name, message)`` for every snapshot and history message."""
         self._on_message.append(callback)
 
@@ -136,13 +137,13 @@ class AgentLink:
             raise AgentError(self.node.name, "the agent exited before saying hello "
                                              "(is gpudeck installed there? run `gpudeck deploy`)")
         try:
-            msg = protocol.decode(line)
-        except protocol.ProtocolError as exc:
+            msg = wire.decode(line)
+        except wire.ProtocolError as exc:
             raise AgentError(self.node.name, f"the agent's first line is not a hello ({exc}): "
                                              f"{line[:200]!r}") from None
         if not isinstance(msg, Hello):
             raise AgentError(self.node.name, f"expected a hello, got a {msg.type}")
-        if msg.protocol != protocol.PROTOCOL or msg.version != __version__:
+        if msg.protocol != wire.PROTOCOL or msg.version != __version__:
             raise VersionMismatch(self.node.name, msg.version, msg.protocol)
         self.hello = msg
         self._pump = asyncio.get_running_loop().create_task(self._read_loop())
@@ -161,8 +162,8 @@ class AgentLink:
                 if not line:
                     break
                 try:
-                    msg = protocol.decode(line)
-                except protocol.ProtocolError as exc:
+                    msg = wire.decode(line)
+                except wire.ProtocolError as exc:
                     log.warning("node %s: ignoring a bad line from the agent: %s", self.node.name, exc)
                     continue
                 if isinstance(msg, Reply):
@@ -196,7 +197,7 @@ class AgentLink:
         fut = asyncio.get_running_loop().create_future()
         self._waiting[req.id] = fut
         try:
-            self._writer.write(protocol.encode(req))
+            self._writer.write(wire.encode(req))
             drain = getattr(self._writer, "drain", None)
             if drain is not None:
                 await drain()

@@ -15,7 +15,7 @@ import time
 import uuid
 from typing import Any, Optional
 
-from ..agents.jobs import EventKind
+from ..agents.contract.vocab import EventKind
 from ..agents.watch.config import NotifyTarget
 
 log = logging.getLogger(__name__)

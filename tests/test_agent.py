@@ -7,18 +7,19 @@ import subprocess
 
 import pytest
 
-from gpudeck.agents import __version__, protocol
+from gpudeck.agents import __version__
+from gpudeck.agents.contract import wire
 from support import PY, ROOT, command_job, env_with_repo, wait_for
 
 
 def test_hello_then_snapshots_at_the_configured_interval(start_agent, home):
     a = start_agent(interval=0.1)
-    assert a.hello["version"] == __version__ and a.hello["protocol"] == protocol.PROTOCOL
+    assert a.hello["version"] == __version__ and a.hello["protocol"] == wire.PROTOCOL
     assert a.hello["node"] == "testnode" and a.hello["home"] == str(home)
     wait_for(lambda: len(a.snapshots) >= 5, what="five snapshots")
     seqs = [s["seq"] for s in a.snapshots[:5]]
     assert seqs == sorted(seqs) and len(set(seqs)) == 5
-    snap = protocol.decode(json.dumps(a.snapshots[-1]))
+    snap = wire.decode(json.dumps(a.snapshots[-1]))
     assert snap.host.cpu_count >= 1 and snap.host.mem_total_bytes > 0
     assert any(d.path == str(home) and d.free_bytes > 0 for d in snap.host.disks)
 
@@ -41,7 +42,7 @@ def test_malformed_requests_get_an_error_and_the_agent_keeps_running(start_agent
 
     assert "malformed request: not JSON" in bad_line(b"this is not json\n")["error"]
     assert "expected a request, got a snapshot" in bad_line(
-        json.dumps(json.loads(protocol.encode(a_snapshot(a)))).encode() + b"\n")["error"]
+        json.dumps(json.loads(wire.encode(a_snapshot(a)))).encode() + b"\n")["error"]
     assert "Snapshot: missing field 'node'" in bad_line(b'{"type": "snapshot"}\n')["error"]
     assert "Request.op: expected str" in bad_line(b'{"type": "request", "id": 5, "op": 12}\n', 5)["error"]
     a.send_raw(b"\n")  # blank lines are ignored
@@ -59,7 +60,7 @@ def test_malformed_requests_get_an_error_and_the_agent_keeps_running(start_agent
 
 
 def a_snapshot(a):
-    return protocol.decode(json.dumps(a.wait_snapshot(lambda s: True)))
+    return wire.decode(json.dumps(a.wait_snapshot(lambda s: True)))
 
 
 def test_agent_exits_when_stdin_closes_and_jobs_keep_running(start_agent):
@@ -91,8 +92,8 @@ def test_once_prints_one_snapshot(home):
                          env=env_with_repo(), cwd=ROOT, timeout=60, check=True)
     lines = out.stdout.decode().splitlines()
     assert len(lines) == 1
-    snap = protocol.decode(lines[0])
-    assert isinstance(snap, protocol.Snapshot) and snap.seq == 1 and snap.gpus == []
+    snap = wire.decode(lines[0])
+    assert isinstance(snap, wire.Snapshot) and snap.seq == 1 and snap.gpus == []
 
 
 def test_a_new_agent_shows_rates_at_once_from_the_last_agents_history(start_agent, home, reap_jobs):
@@ -107,7 +108,7 @@ def test_a_new_agent_shows_rates_at_once_from_the_last_agents_history(start_agen
     a.close()
     out = subprocess.run([PY, "-m", "gpudeck.agents", "--once", "--no-nvml", "--home", str(home)], capture_output=True,
                          env=env_with_repo(), cwd=ROOT, timeout=60, check=True)
-    snap = protocol.decode(out.stdout.decode().splitlines()[0])
+    snap = wire.decode(out.stdout.decode().splitlines()[0])
     (job,) = [j for j in snap.jobs if j.name == "steady"]
     assert job.progress.rate_per_s and job.progress.rate_per_s > 0
     assert job.progress.tokens_per_s and job.progress.tokens_per_s > 0
@@ -243,8 +244,9 @@ def test_one_unreadable_job_shows_its_error_and_blinds_no_other(start_agent, rea
 
 def test_a_gpu_the_node_does_not_have_is_an_alert():
     from gpudeck.agents.alerts import node_alerts
-    from gpudeck.agents.jobs import AlertKind, JobKind, JobState
-    from gpudeck.agents.protocol import Gpu, JobStatus
+    from gpudeck.agents.contract.vocab import AlertKind, JobState
+    from gpudeck.agents.contract.jobs import JobKind
+    from gpudeck.agents.contract.wire import Gpu, JobStatus
     gpus = [Gpu(index=i, uuid=f"GPU-{i}", name="H200", mem_used_mib=0, mem_total_mib=1) for i in range(2)]
     jobs = [JobStatus(name="far", kind=JobKind.COMMAND, state=JobState.PENDING, gpus=[1, 99])]
     alerts = node_alerts(gpus, jobs, {}, None, {}, 0.0)

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from gpudeck.agents.jobs import EventKind
+from gpudeck.agents.contract.vocab import EventKind
 from gpudeck.agents.watch.events import EventLog
 from gpudeck.console.looked import LOOKBACK_S, LookedStore, default_path, fleet_key
 from gpudeck.console.rows import EventRow

@@ -12,9 +12,9 @@ import os
 import pytest
 
 from gpudeck.agents import planwatch
-from gpudeck.agents.jobs import JobState
+from gpudeck.agents.contract.vocab import JobState
 from gpudeck.agents.planwatch import PlanWatch, drift_pct, drift_text
-from gpudeck.agents.protocol import Host, JobPlan, JobStatus, Progress, Snapshot
+from gpudeck.agents.contract.wire import Host, JobPlan, JobStatus, Progress, Snapshot
 from gpudeck.agents.records import JobRecord, first_start_of
 from gpudeck.agents.watch.checks import Checks
 from gpudeck.agents.watch.config import AlertThresholds
@@ -48,7 +48,7 @@ def _plan_file(tmp_path, **doc) -> str:
 
 
 def _spec(tmp_path):
-    from gpudeck.agents.jobs import JobSpec
+    from gpudeck.agents.contract.jobs import JobSpec
     return JobSpec(name="gen", kind="generate", options={"out": str(tmp_path / "out"), "prompts": "p.jsonl",
                                                          "servers": ["http://127.0.0.1:1"]})
 

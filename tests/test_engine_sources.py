@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from gpudeck.agents.engines import EngineScraper, parse_metrics
-from gpudeck.agents.jobs import JobSpec
+from gpudeck.agents.contract.jobs import JobSpec
 from support import ROOT
 
 PROBE = ROOT / "tests" / "tools" / "sglang_probe.py"

@@ -420,7 +420,7 @@ def test_a_model_object_handed_over_is_not_looked_up_on_the_hub(tmp_path, models
 # ---------------------------------------------------------------- the job kind and the CLI
 
 def test_build_argv_from_the_fleet_file(tmp_path):
-    from gpudeck.agents.jobs import SpecError
+    from gpudeck.agents.contract.jobs import SpecError
     from gpudeck.remote.fleet import parse_fleet
 
     fleet = parse_fleet("""
@@ -446,7 +446,7 @@ args = ["--part", "0/4"]
         "--writers", "8", "--force", "--compress", "--part", "0/4"]
     bad = job.to_dict()
     bad["options"] = {"data": "/d", "out": "/o"}
-    from gpudeck.agents.jobs import JobSpec
+    from gpudeck.agents.contract.jobs import JobSpec
     with pytest.raises(SpecError, match="needs 'layers'"):
         JobSpec.from_dict(bad).argv("python3")
 

@@ -14,8 +14,8 @@ from support.cli import gpudeck
 
 HOSTILE = '''
 import sys, time
-from gpudeck.agents import protocol
-sys.stdout.buffer.write(protocol.encode(protocol.hello("local", 1, time.time(), "/tmp", None)))
+from gpudeck.agents.contract import wire
+sys.stdout.buffer.write(wire.encode(wire.hello("local", 1, time.time(), "/tmp", None)))
 sys.stdout.buffer.flush()
 mode = {mode!r}
 if mode == "longline":

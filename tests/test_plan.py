@@ -13,7 +13,8 @@ import pytest
 from gpudeck.agents.workers.plan import stats
 from gpudeck.agents.workers.plan.extract_plan import project as project_extract
 from gpudeck.agents.workers.plan.sample import split_levels
-from gpudeck.agents.workers.plan.units import UsageError, parse_deadline, parse_duration, parse_levels
+from gpudeck.agents.contract.units import parse_duration
+from gpudeck.agents.workers.plan.units import UsageError, parse_deadline, parse_levels
 from support.generate import (PY, ROOT, assert_exactly_once, child_env, generate_argv, read_done, read_shards,
                               run_generate)
 
@@ -44,7 +45,8 @@ def test_units_and_levels():
     assert parse_duration("5d") == 5 * 86400
     assert parse_duration("1d12h") == 36 * 3600
     assert parse_duration("90m") == 5400
-    assert parse_duration("soon") is None
+    with pytest.raises(ValueError, match="expected a duration"):
+        parse_duration("soon")
     assert parse_deadline("2030-01-01T00:00:00+00:00", now=1893456000 - 3600) == 3600
     for bad in ("yesterday", "2000-01-01T00:00", "0s"):
         with pytest.raises(UsageError, match="--deadline"):

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from gpudeck.agents.protocol import Snapshot, from_dict
+from gpudeck.agents.contract.wire import Snapshot, from_dict
 from gpudeck.console.state import FleetState
 from gpudeck.remote.fleet import parse_fleet
 from support.generate import write_prompts

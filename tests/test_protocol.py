@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from gpudeck.agents import __version__, protocol
-from gpudeck.agents.protocol import (Engine, Gpu, GpuProcess, Host, JobStatus, Progress, ProtocolError, Reply,
-                             Request, Snapshot)
+from gpudeck.agents import __version__
+from gpudeck.agents.contract import wire
+from gpudeck.agents.contract.wire import Engine, Gpu, GpuProcess, Host, JobStatus, Progress, ProtocolError, Reply, Request, Snapshot
 
 
 def _snapshot() -> Snapshot:
@@ -21,17 +21,17 @@ def _snapshot() -> Snapshot:
 
 
 def test_round_trip_of_every_message():
-    for msg in [protocol.hello("n1", 1, 2.0, "/h", "no NVML"), _snapshot(),
+    for msg in [wire.hello("n1", 1, 2.0, "/h", "no NVML"), _snapshot(),
                 Request(7, "kill", {"job": "gen", "grace_s": 3}), Reply(7, False, {}, "nope"),
-                protocol.History("n1", [protocol.Sample(1.0, [1.0], [None], {"a": 2.0}, {"a": 3})])]:
-        line = protocol.encode(msg)
+                wire.History("n1", [wire.Sample(1.0, [1.0], [None], {"a": 2.0}, {"a": 3})])]:
+        line = wire.encode(msg)
         assert line.endswith(b"\n") and line.count(b"\n") == 1
-        assert protocol.decode(line) == msg
+        assert wire.decode(line) == msg
 
 
 def test_hello_carries_versions():
-    h = protocol.hello("n", 1, 0.0, "/h", None)
-    assert h.version == __version__ and h.protocol == protocol.PROTOCOL
+    h = wire.hello("n", 1, 0.0, "/h", None)
+    assert h.version == __version__ and h.protocol == wire.PROTOCOL
 
 
 @pytest.mark.parametrize("line, expected", [
@@ -45,23 +45,23 @@ def test_hello_carries_versions():
 ])
 def test_malformed_lines(line, expected):
     with pytest.raises(ProtocolError, match=expected):
-        protocol.decode(line)
+        wire.decode(line)
 
 
 def test_nested_type_errors_name_the_path():
     import json
-    obj = json.loads(protocol.encode(_snapshot()))
+    obj = json.loads(wire.encode(_snapshot()))
     obj["gpus"][0]["processes"][0]["pid"] = "forty-two"
     with pytest.raises(ProtocolError, match=r"Snapshot.gpus\[0\].processes\[0\].pid: expected an integer"):
-        protocol.decode(json.dumps(obj))
+        wire.decode(json.dumps(obj))
 
 
 def test_non_finite_floats_are_sent_as_null_and_read_as_none():
     import math
-    from gpudeck.agents.protocol import Progress, decode, encode, to_plain
+    from gpudeck.agents.contract.wire import Progress, decode, encode, to_plain
     plain = to_plain(Progress(done=1, tokens_per_s=math.nan, eta_s=math.inf))
     assert plain["done"] == 1 and plain["tokens_per_s"] is None and plain["eta_s"] is None
-    line = encode(protocol.Hello(node="n", version="v", protocol=1, pid=1, started_at=math.nan, home="h"))
+    line = encode(wire.Hello(node="n", version="v", protocol=1, pid=1, started_at=math.nan, home="h"))
     assert b"NaN" not in line
     # an older agent's NaN on the wire is read as unknown
     snap = decode('{"type": "history", "node": "n", "samples": [{"t": 1.0, "gpu_util": [NaN]}]}')

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from gpudeck.agents.engines import EngineScraper, parse_metrics
-from gpudeck.agents.jobs import JobSpec
+from gpudeck.agents.contract.jobs import JobSpec
 from support.generate import (PY, ROOT, assert_exactly_once, child_env, free_port, generate_argv, read_shards,
                               run_generate, wait_until, write_prompts)
 

@@ -19,7 +19,7 @@ import psutil
 import pytest
 
 from gpudeck.agents import __version__
-from gpudeck.agents.protocol import Snapshot
+from gpudeck.agents.contract.wire import Snapshot
 from gpudeck.remote.client import FleetClient, NodeDown, NodeUp, VersionMismatch
 from gpudeck.remote.fleet import load_fleet
 from gpudeck.remote.ssh import AgentStartFailed, AuthFailed, HostKeyChanged, HostKeyUnknown, SshError, SshTransport

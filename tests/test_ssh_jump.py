@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from gpudeck.agents.protocol import Snapshot
+from gpudeck.agents.contract.wire import Snapshot
 from gpudeck.remote.client import FleetClient
 from gpudeck.remote.fleet import load_fleet
 from gpudeck.remote.ssh import ConnectFailed, HostCertificateRefused, HostKeyChanged, HostKeyUnknown, SshTransport

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from gpudeck.agents.protocol import LogChunk, Snapshot
+from gpudeck.agents.contract.wire import LogChunk, Snapshot
 from gpudeck.console.app import make_app
 from gpudeck.console.cost import dollars
 from gpudeck.console.messages import EventsFetched, LogFetched, SnapshotReceived

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from gpudeck.agents.protocol import Disk, Engine, Gpu, History, Host, JobStatus, Progress, Sample, Snapshot
+from gpudeck.agents.contract.wire import Disk, Engine, Gpu, History, Host, JobStatus, Progress, Sample, Snapshot
 from gpudeck.console.messages import SnapshotReceived
 from gpudeck.console.actions import Confirm, JobOp, Refuse, RunNow, plan_job_action, target_job
 from gpudeck.console.formatting import human_duration

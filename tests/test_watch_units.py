@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from gpudeck.agents.jobs import AlertKind, EventKind, JobSpec, JobState, SpecError
-from gpudeck.agents.protocol import JobStatus, Progress
+from gpudeck.agents.contract.vocab import AlertKind, EventKind, JobState
+from gpudeck.agents.contract.jobs import JobSpec, SpecError
+from gpudeck.agents.contract.wire import JobStatus, Progress
 from gpudeck.agents.watch.checks import Checks
 from gpudeck.agents.watch.conditions import Condition, Conditions
 from gpudeck.agents.watch.config import redact

@@ -8,9 +8,10 @@ from collections import deque
 from typing import Optional
 
 from ..health import GpuHealth
-from ..jobs import AlertKind, EventKind, JobSpec, JobState
+from ..contract.vocab import AlertKind, EventKind, JobState
+from ..contract.jobs import JobSpec
 from ..planwatch import drift_text, over_plan
-from ..protocol import Alert, Gpu, Host, JobStatus
+from ..contract.wire import Alert, Gpu, Host, JobStatus
 from .conditions import Condition
 from .config import AlertThresholds
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from .. import writes
-from ..jobs import AlertKind, EventKind
+from ..contract.vocab import AlertKind, EventKind
 from ..workers.common.atomic import atomic_write_json
 
 log = logging.getLogger("agents")

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Optional
 from urllib.parse import quote
 
-from ..jobs import NOTIFY_EVENTS, EventKind, NotifyFormat
+from ..contract.vocab import NOTIFY_EVENTS, EventKind, NotifyFormat
 from ..workers.common.atomic import atomic_write_json
 
 log = logging.getLogger("agents")

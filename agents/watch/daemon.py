@@ -54,7 +54,7 @@ def detached_may_start(home: Path, found: Any) -> bool:
     """For ``--detached``, before taking the node over: False when there is nothing to do (the
     node is not watched, or the agent serving it is the detached watcher already).
     ``found``: find_agent's answer, a connection that is closed here."""
-    from .. import protocol
+    from ..contract import wire
 
     try:
         if not WatchConfig.load(home).watching:
@@ -62,8 +62,8 @@ def detached_may_start(home: Path, found: Any) -> bool:
             return False
         if found is None:
             return True
-        hello = protocol.decode(found[2])
-        if isinstance(hello, protocol.Hello) and hello.detached:
+        hello = wire.decode(found[2])
+        if isinstance(hello, wire.Hello) and hello.detached:
             log.info("%s is watched already by the agent with pid %d", home, hello.pid)
             return False
         return True
@@ -76,7 +76,7 @@ def ensure(home: Path, argv: list[str]) -> int:
     """``--ensure``, what the node's supervisor runs (cron's @reboot and every minute): start a
     detached watcher when ``home`` is watched and no agent serves it; otherwise nothing. An
     agent of a console that is connected is left alone: it hands over when its console leaves."""
-    from .. import protocol
+    from ..contract import wire
     from ..links import StartLock, find_agent
 
     home = Path(home)
@@ -84,7 +84,7 @@ def ensure(home: Path, argv: list[str]) -> int:
         return 0
     start = StartLock(home)  # the start of agents is one at a time: two ensures never both spawn
     try:
-        found = find_agent(home, protocol.__version__, protocol.PROTOCOL)
+        found = find_agent(home, wire.__version__, wire.PROTOCOL)
         if found is not None:
             found[0].close()
             return 0

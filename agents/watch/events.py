@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any, Optional
 
 from .. import writes
-from ..jobs import EventKind
-from ..plain import to_plain
-from ..protocol import Event
+from ..contract.vocab import EventKind
+from ..contract.plain import to_plain
+from ..contract.wire import Event
 
 log = logging.getLogger("agents")
 

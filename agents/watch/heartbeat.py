@@ -21,7 +21,7 @@ import threading
 import time
 from typing import Any, Optional
 
-from ..jobs import AlertKind
+from ..contract.vocab import AlertKind
 from .config import HeartbeatConfig
 
 log = logging.getLogger("agents")

@@ -12,7 +12,7 @@ import time
 from typing import Any, Optional
 from urllib.parse import urlsplit
 
-from ..jobs import EventKind, NotifyFormat
+from ..contract.vocab import EventKind, NotifyFormat
 from .config import NotifyTarget, redact
 
 DEADLINE_S = 15.0  # one attempt, connect to last byte read (watch/http.py); then it is retried later

@@ -23,7 +23,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from ..jobs import EventKind
+from ..contract.vocab import EventKind
 from .config import NotifyTarget
 from .notify import deliver
 from ..workers.common.atomic import atomic_write_json, fsync_dir

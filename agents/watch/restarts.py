@@ -29,8 +29,9 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from .. import writes
-from ..jobs import EventKind, JobSpec, JobState, RestartPolicy
-from ..protocol import JobStatus
+from ..contract.vocab import EventKind, JobState, RestartPolicy
+from ..contract.jobs import JobSpec
+from ..contract.wire import JobStatus
 from ..workers.common.atomic import atomic_write_json
 
 log = logging.getLogger("agents")

@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ..health import reader_for
-from ..jobs import NOTIFY_EVENTS, AlertKind, EventKind, JobSpec, SpecError
-from ..plain import to_plain
-from ..protocol import Alert, Gpu, Host, JobStatus
+from ..contract.vocab import NOTIFY_EVENTS, AlertKind, EventKind
+from ..contract.jobs import JobSpec, SpecError
+from ..contract.plain import to_plain
+from ..contract.wire import Alert, Gpu, Host, JobStatus
 from .checks import Checks
 from .conditions import Conditions
 from .config import ConfigError, WatchConfig

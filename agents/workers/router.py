@@ -26,7 +26,7 @@ DEFAULT_PORT = 30000
 
 def build_argv(spec: Any, python: str) -> list[str]:
     """``python -m sglang_router.launch_router --worker-urls ...`` from the spec."""
-    from ..jobs import SpecError
+    from ..contract.jobs import SpecError
 
     o = spec.options
     workers = o.get("workers") or []

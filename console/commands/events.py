@@ -29,7 +29,7 @@ def register(sub) -> None:
 
 
 def _since(text: str) -> float:
-    from ...agents.jobs import parse_duration
+    from ...agents.contract.units import parse_duration
 
     if text == "all":
         return 0.0

@@ -106,7 +106,7 @@ async def _relaunch(args) -> int:
 
 
 async def _kill(args) -> int:
-    from ...agents.plain import to_plain
+    from ...agents.contract.plain import to_plain
     from ...remote.client import FleetClient
 
     if args.pid is not None or args.node is not None:

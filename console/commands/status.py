@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import time
 
-from ...agents.jobs import JobKind, JobState
+from ...agents.contract.jobs import JobKind
+from ...agents.contract.vocab import JobState
 from ...agents.planwatch import drift_text
 from .common import EXIT_OK, EXIT_UNREACHABLE, exit_codes, fleet_arg, load_fleet, take_over_arg
 from ..cost import NO_PRICE, dollars

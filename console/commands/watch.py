@@ -183,7 +183,7 @@ async def _follow(fleet, nodes, after_s: float) -> int:
     (connected, unreachable, answering again); a node down for ``after_s`` is notified to the
     ``[[notify]]`` targets, and a line says so. Runs until ctrl-c (asyncio.run turns it into
     KeyboardInterrupt: exit 130, as every command)."""
-    from ...agents.jobs import EventKind
+    from ...agents.contract.vocab import EventKind
     from ...remote.client import FleetClient, NodeDown, NodeUp
     from ...remote.unreachable import UnreachableNotifier
 

@@ -10,7 +10,8 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
 
-from ...agents.jobs import EngineState, JobKind
+from ...agents.contract.vocab import EngineState
+from ...agents.contract.jobs import JobKind
 from ...agents.planwatch import drift_text
 from ..cost import dollars
 from ..formatting import human_duration

@@ -6,7 +6,8 @@ from typing import Optional, Sequence
 
 from rich.style import Style
 
-from ...agents.jobs import JobKind, ShownState
+from ...agents.contract.jobs import JobKind
+from ...agents.contract.vocab import ShownState
 from ..cost import NO_PRICE, dollars
 from ..formatting import human_duration
 from ..rows import JobRow

@@ -13,8 +13,7 @@ from typing import Any, Callable, Optional
 from rich.console import Console
 
 from support.core import ROOT, reap, wait_for_async  # noqa: F401  (re-exported for the TUI tests)
-from gpudeck.agents.protocol import (Alert, Disk, Engine, Gpu, GpuProcess, History, Host, JobPlan, JobStatus, Progress,
-                             Sample, Snapshot)
+from gpudeck.agents.contract.wire import Alert, Disk, Engine, Gpu, GpuProcess, History, Host, JobPlan, JobStatus, Progress, Sample, Snapshot
 from gpudeck.remote.fleet import Fleet, parse_fleet
 
 SNAPSHOTS = Path(__file__).resolve().parent.parent / "snapshots"

@@ -9,7 +9,7 @@ import logging
 import sys
 from typing import Optional
 
-from ...jobs import JobKind, JobSpec, SpecError
+from ...contract.jobs import JobKind, JobSpec, SpecError
 from .options import EXIT_FAIL, EXIT_USAGE, ExtractOptions
 
 

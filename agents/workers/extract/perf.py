@@ -20,6 +20,8 @@ import time
 from dataclasses import dataclass
 from typing import Optional
 
+from ...contract.units import human_bytes
+
 # Dense bf16 tensor-core peaks (FLOP/s) from NVIDIA's datasheets. The datasheets print the
 # "with sparsity" figure; the dense one is half of it (H100 SXM: 1,979 TFLOPS sparse ->
 # 989.4 dense). Matched as a substring of the CUDA device name, most specific first.
@@ -143,11 +145,3 @@ def disk_projection(bytes_written: int, samples_written: int, samples_total: Opt
                              f"({samples_total - samples_written} samples x {human_bytes(per_sample)}), "
                              f"{human_bytes(free_bytes)} free")
     return out
-
-
-def human_bytes(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB", "PB"):
-        if abs(n) < 1000 or unit == "PB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000.0
-    return f"{n:.1f} PB"

@@ -32,7 +32,7 @@ from .data import (Batch, Batcher, DataError, Encoder, Prepared, in_part,
                                                  parse_object_line, record_id)
 from .forward import Forward, HostBuffers, WriteJob
 from .options import EXIT_DISK, EXIT_FAIL, EXIT_OK, EXIT_STOPPED
-from .perf import human_bytes
+from ...contract.units import human_bytes
 from .progress import ExtractProgress
 from .store import ShardWriter, publish_many, seal
 

@@ -3,7 +3,7 @@ one output directory or a directory of per-part ones, through their index files;
 :func:`read_shard` reads one shard alone.
 
 :class:`Sample` here is a stored sample (token ids, loss mask, hidden states); it shares its
-name, and nothing else, with agents/protocol.py's ``Sample``, a point of the agent's history.
+name, and nothing else, with agents/contract/wire.py's ``Sample``, a point of the agent's history.
 """
 
 from __future__ import annotations

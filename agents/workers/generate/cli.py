@@ -10,7 +10,7 @@ import os
 import sys
 from typing import Optional
 
-from ...jobs import JobKind, SpecError
+from ...contract.jobs import JobKind, SpecError
 from ..common.atomic import DirectoryBusy
 from ..common.doneset import DoneSetError
 from .options import EXIT_FAIL, EXIT_USAGE, add_arguments, options_from_args

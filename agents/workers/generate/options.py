@@ -8,6 +8,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Optional
 
+from ...contract.units import parse_duration
 from ..common.audit_gate import AUDIT_SAMPLE
 from .prompts import MAX_PROMPT_BYTES
 from .servers import UsageError, normalize_server
@@ -94,25 +95,13 @@ def options_from_args(args: argparse.Namespace) -> Options:
         except ValueError as exc:
             raise UsageError(f"--s3: {exc}") from None
     servers = list(dict.fromkeys(normalize_server(u) for u in args.servers))
-    give_up = parse_duration(str(getattr(args, "give_up_after", "10m")), "--give-up-after")
+    try:
+        give_up = parse_duration(str(getattr(args, "give_up_after", "10m")), never=True)
+    except ValueError as exc:
+        raise UsageError(f"--give-up-after: {exc}") from None
     return Options(prompts=args.prompts, out=args.out, servers=servers, concurrency=args.concurrency,
                    max_tokens=args.max_tokens, model=args.model, temperature=args.temperature, top_p=args.top_p,
                    thinking=args.thinking, extra_body=extra, s3=args.s3, s3_endpoint=args.s3_endpoint,
                    force=args.force, progress=args.progress, shard_size=args.shard_size,
                    request_timeout_s=args.request_timeout, max_attempts=args.max_attempts,
                    max_prompt_bytes=args.max_prompt_bytes, dedupe=args.dedupe, give_up_after_s=give_up)
-
-
-def parse_duration(text: str, flag: str) -> Optional[float]:
-    """``90``, ``90s``, ``10m``, ``2h`` as seconds; ``0`` or ``never`` as None (no limit)."""
-    t = text.strip().lower()
-    if t in ("never", "0", "0s", "0m", "0h"):
-        return None
-    scale = {"s": 1.0, "m": 60.0, "h": 3600.0}.get(t[-1:], None)
-    try:
-        value = float(t[:-1] if scale else t) * (scale or 1.0)
-    except ValueError:
-        value = -1.0
-    if not value > 0 or value == float("inf"):
-        raise UsageError(f"{flag} {text!r}: expected a time such as 90s, 10m or 2h, or 0 or 'never'")
-    return value

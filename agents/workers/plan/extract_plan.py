@@ -109,7 +109,7 @@ def project(*, layers_kept: int, num_layers: int, hidden_size: int, dtype_bytes:
 
 def levers(p: dict, ratio: Optional[float]) -> list[str]:
     """What would make the output fit, each in a sentence."""
-    from .units import human_bytes
+    from ...contract.units import human_bytes
     free, tokens, total = p["free_bytes"], max(1, p["tokens"]), p["projected_bytes"]
     per_layer = p["hidden_size"] * p["dtype_bytes"] * (ratio or 1.0)
     k = int((free / tokens - TOKEN_EXTRA_BYTES) // per_layer) if free / tokens > TOKEN_EXTRA_BYTES else 0
@@ -178,7 +178,7 @@ def make_plan(args: argparse.Namespace) -> dict:
                 disk_path=os.path.abspath(args.out), time={"tokens_per_s": tps, "source": source},
                 pilot=pil, written_at=time.time())
     plan["verdict"] = "go" if plan["fits"] else "no-go"
-    from .units import human_bytes
+    from ...contract.units import human_bytes
     plan["reasons"] = [] if plan["fits"] else [
         f"the output ({human_bytes(plan['projected_bytes'])}) does not fit the "
         f"{human_bytes(plan['free_bytes'])} free on {plan['disk_path']}"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from .units import human_bytes, human_bytes_binary, human_duration
+from ...contract.units import human_bytes, human_duration
 
 
 def _f(v: Optional[float], fmt: str = "{:.1f}") -> str:
@@ -62,7 +62,7 @@ def render_extract(plan: dict) -> str:
     c = plan["compression"]
     if c is not None:
         lines.append(f"--compress: x{c['ratio']:.3f} ({'measured on a pilot of ' + str(c['pilot_tokens']) + ' tokens' if c['measured'] else 'the documented ratio, not measured: ' + c['why']})")
-    lines += [f"output: {human_bytes(plan['projected_bytes'])} ({human_bytes_binary(plan['projected_bytes'])}); "
+    lines += [f"output: {human_bytes(plan['projected_bytes'])} ({human_bytes(plan['projected_bytes'], binary=True)}); "
               f"free on {plan['disk_path']}: {human_bytes(plan['free_bytes'])} -> "
               f"{'fits' if plan['fits'] else 'DOES NOT FIT'}",
               f"S3: ${plan['s3_cost_per_month']:,.2f} per month at ${plan['s3_price_per_gb_month']}/GB-month"]

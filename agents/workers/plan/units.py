@@ -1,4 +1,5 @@
-"""Durations, deadlines, sizes and lists on the command line (stdlib only)."""
+"""Deadlines and lists on the command line (stdlib only); durations and sizes are the
+contract's (agents/contract/units.py)."""
 
 from __future__ import annotations
 
@@ -7,33 +8,22 @@ import re
 import time
 from typing import Optional
 
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+from ...contract.units import parse_duration
 
 
 class UsageError(ValueError):
     """Bad input on the command line; ``str()`` names the option."""
 
 
-def parse_duration(text: str) -> Optional[float]:
-    """``5d``, ``36h``, ``1d12h``, ``90m``, ``3600`` (seconds) -> seconds; None when it is not one."""
-    t = text.strip().lower().replace(" ", "")
-    if re.fullmatch(r"\d+(\.\d+)?", t):
-        return float(t)
-    parts = re.findall(r"(\d+(?:\.\d+)?)([smhdw])", t)
-    if not parts or "".join(a + b for a, b in parts) != t:
-        return None
-    return sum(float(a) * _UNITS[b] for a, b in parts)
-
-
 def parse_deadline(text: str, now: Optional[float] = None) -> float:
     """Seconds from now until ``--deadline``: a duration (``5d``) or an ISO time
     (``2025-07-01T18:00``, local time unless it names its zone)."""
     now = time.time() if now is None else now
-    d = parse_duration(text)
-    if d is not None:
-        if d <= 0:
-            raise UsageError(f"--deadline {text!r}: must be more than zero")
-        return d
+    try:
+        return float(parse_duration(text))  # type: ignore[arg-type]
+    except ValueError as exc:
+        if re.fullmatch(r"[\d.\s]+[a-z]*", text.strip().lower()):  # a duration, wrong: say so
+            raise UsageError(f"--deadline {text!r}: {exc}") from None
     try:
         when = _dt.datetime.fromisoformat(text.strip())
     except ValueError:
@@ -54,34 +44,3 @@ def parse_levels(text: str) -> list[int]:
     if not levels or levels[0] < 1:
         raise UsageError(f"--concurrency {text!r}: give levels of at least 1")
     return levels
-
-
-def human_duration(s: Optional[float]) -> str:
-    if s is None:
-        return "-"
-    if s < 90:
-        return f"{s:.0f}s"
-    if s < 5400:
-        return f"{s / 60:.1f}m"
-    if s < 2 * 86400:
-        return f"{s / 3600:.1f}h"
-    return f"{s / 86400:.1f}d"
-
-
-def human_bytes(n: Optional[float]) -> str:
-    """Decimal units (TB = 10^12 bytes), as disks and S3 bills count."""
-    if n is None:
-        return "-"
-    for unit in ("B", "KB", "MB", "GB", "TB", "PB"):
-        if abs(n) < 1000 or unit == "PB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000.0
-    return f"{n:.1f} PB"
-
-
-def human_bytes_binary(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
-        if abs(n) < 1024 or unit == "PiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024.0
-    return f"{n:.1f} PiB"

@@ -16,9 +16,10 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
-from . import __version__
+from .. import __version__
 from .plain import ProtocolError, from_dict, to_plain  # the wire's own API too
-from .jobs import AlertKind, EngineState, EventKind, JobKind, JobState, RestartPolicy
+from .vocab import AlertKind, EngineState, EventKind, JobState, RestartPolicy
+from .jobs import JobKind
 
 PROTOCOL = 1
 

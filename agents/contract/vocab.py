@@ -1,0 +1,167 @@
+"""The job vocabulary: the states a job goes through, what an engine, an alert, an event or a
+restart policy can be. String enums: the JSON on the wire and on disk holds their plain values,
+and nothing else spells a state as a string."""
+
+from __future__ import annotations
+
+import enum
+
+
+class JobState(str, enum.Enum):
+    PENDING = "pending"  # declared, never launched on this node
+    STARTING = "starting"  # launched; an engine that does not answer yet
+    RUNNING = "running"
+    STOPPING = "stopping"  # a kill is under way
+    EXITED = "exited"  # ended by itself with code 0
+    FAILED = "failed"  # ended by itself with a non-zero code
+    KILLED = "killed"  # ended by a kill we sent
+    LOST = "lost"  # gone with no exit code and no kill: a reboot, an OOM of the wrapper...
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def alive(self) -> bool:
+        return self in _ALIVE
+
+
+_ALIVE = frozenset({JobState.STARTING, JobState.RUNNING, JobState.STOPPING})
+
+
+class ShownState(str, enum.Enum):
+    """What the console shows in a job's state column: its :class:`JobState`, or ``ready`` for
+    an engine job whose server answers, or ``unknown`` for a job on a node that cannot be read."""
+
+    PENDING = "pending"
+    STARTING = "starting"
+    RUNNING = "running"
+    STOPPING = "stopping"
+    EXITED = "exited"
+    FAILED = "failed"
+    KILLED = "killed"
+    LOST = "lost"
+    READY = "ready"
+    UNKNOWN = "unknown"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @classmethod
+    def of(cls, state: JobState) -> "ShownState":
+        return cls(state.value)
+
+    @property
+    def alive(self) -> bool:
+        return self in (ShownState.STARTING, ShownState.RUNNING, ShownState.STOPPING, ShownState.READY)
+
+
+class EngineState(str, enum.Enum):
+    """An inference server as its /metrics answers: not listening, listening but not serving,
+    serving, or answering in a way that says it is broken."""
+
+    LOADING = "loading"  # connection refused: the process loads the model
+    STARTING = "starting"  # 503, or health not yet 200
+    READY = "ready"
+    FAILED = "failed"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def answers(self) -> bool:
+        """Past start-up: a job whose engine is LOADING or STARTING shows as starting."""
+        return self in (EngineState.READY, EngineState.FAILED)
+
+
+class AlertKind(str, enum.Enum):
+    """What an alert is about. The node raises most; the console adds the ones only it can see."""
+
+    SHARED_GPU = "shared_gpu"  # two jobs on one GPU
+    UNOWNED_GPU_PROCESS = "unowned_gpu_process"  # GPU memory no job owns
+    JOB_DIED = "job_died"
+    STALLED = "stalled"  # alive, no progress
+    DISK_FULL = "disk_full"
+    ENGINE_FAILED = "engine_failed"
+    NO_SUCH_GPU = "no_such_gpu"  # a job declares a GPU index the node does not have
+    DISK_FILLING = "disk_filling"  # the console's trend: full within a day
+    UNREACHABLE = "unreachable"  # the console cannot read the node
+    # raised by the watcher (agents/watch/): GPU health, thresholds, deadlines, restarts
+    GPU_XID = "gpu_xid"  # an XID error reported by the driver
+    GPU_ECC = "gpu_ecc"  # volatile uncorrected ECC errors
+    GPU_PAGES = "gpu_pages"  # retired pages or row remapping pending (a reset is due)
+    GPU_THROTTLE = "gpu_throttle"  # thermal, power-brake or hardware slowdown
+    GPU_IDLE = "gpu_idle"  # a running job's GPU at 0% use for idle_gpu_s
+    GPU_HOT = "gpu_hot"  # at or above gpu_temp_c
+    DEADLINE = "deadline"  # the projected finish passes the job's deadline, or slipped
+    PLAN_DRIFT = "plan_drift"  # the projected wall time is more than [alerts] plan_drift_pct over the job's plan.json
+    GAVE_UP = "gave_up"  # the restart policy stopped restarting the job
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def severe(self) -> bool:
+        return self in (AlertKind.SHARED_GPU, AlertKind.JOB_DIED, AlertKind.UNREACHABLE, AlertKind.DISK_FULL,
+                        AlertKind.GPU_XID, AlertKind.GPU_ECC, AlertKind.GAVE_UP)
+
+
+class RestartPolicy(str, enum.Enum):
+    """A job's ``restart`` in the fleet file: what the watcher does when the job ends by itself."""
+
+    NEVER = "never"
+    ON_FAILURE = "on-failure"  # ended with a non-zero code, or lost
+    ALWAYS = "always"  # ended any way but by an operator's kill
+
+    def __str__(self) -> str:
+        return self.value
+
+    def wants(self, state: "JobState") -> bool:
+        """Whether a job that ended in ``state`` is to be started again."""
+        if self is RestartPolicy.ALWAYS:
+            return state in (JobState.EXITED, JobState.FAILED, JobState.LOST)
+        if self is RestartPolicy.ON_FAILURE:
+            return state in (JobState.FAILED, JobState.LOST)
+        return False
+
+
+class EventKind(str, enum.Enum):
+    """What a line of the node's timeline (``<home>/events.jsonl``) or a notification is about."""
+
+    DIED = "died"
+    RESTARTED = "restarted"
+    GAVE_UP = "gave_up"
+    STALLED = "stalled"
+    FINISHED = "finished"
+    GPU_HEALTH = "gpu_health"
+    DISK = "disk"
+    TEMPERATURE = "temperature"
+    DEADLINE = "deadline"
+    PLAN_DRIFT = "plan_drift"
+    NODE_UNREACHABLE = "node_unreachable"  # sent by a console, never by the node itself
+    RESOLVED = "resolved"  # a condition above that has cleared
+    # the timeline only, never notified
+    STATE = "state"  # a job changed state
+    ACTION = "action"  # a launch, kill, relaunch (the audit log's actions)
+    ALERT = "alert"  # any other alert that came up
+    NOTIFIED = "notified"  # a notification was delivered
+    NOTIFY_FAILED = "notify_failed"  # a delivery attempt failed (it is retried)
+    WATCH = "watch"  # the watcher started, stopped, took over
+
+    def __str__(self) -> str:
+        return self.value
+
+
+NOTIFY_EVENTS = (EventKind.DIED, EventKind.RESTARTED, EventKind.GAVE_UP, EventKind.STALLED, EventKind.FINISHED,
+                 EventKind.GPU_HEALTH, EventKind.DISK, EventKind.TEMPERATURE, EventKind.DEADLINE,
+                 EventKind.PLAN_DRIFT, EventKind.NODE_UNREACHABLE, EventKind.RESOLVED)
+
+
+class NotifyFormat(str, enum.Enum):
+    """The body a ``[[notify]]`` target gets."""
+
+    JSON = "json"  # the event as a JSON object
+    SLACK = "slack"  # {"text": ...} for a Slack (or Mattermost, Discord /slack) incoming webhook
+    NTFY = "ntfy"  # plain text with Title, Priority and Tags headers (ntfy.sh)
+
+    def __str__(self) -> str:
+        return self.value
