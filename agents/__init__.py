@@ -4,4 +4,4 @@ Imports neither textual nor asyncssh: a GPU node needs only psutil, httpx,
 prometheus_client and nvidia-ml-py.
 """
 
-__version__ = "0.2.0"
+from .contract import VERSION as __version__  # noqa: F401 -- the one version, in the contract

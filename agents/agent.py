@@ -17,10 +17,10 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from . import writes
-from .contract import wire
+from .contract import ops, wire
 from .alerts import node_alerts
 from .engines import EngineScraper
 from .gpu import GpuSampler
@@ -36,14 +36,6 @@ from .contract.wire import Engine, JobStatus, Progress, Reply, Request, Snapshot
 from .supervisor import JobError, JobSupervisor
 
 log = logging.getLogger("agents")
-
-
-def _grace(args: dict) -> float:
-    """A request's grace period: a number of seconds from 0 to 3600."""
-    value = args.get("grace_s", 10.0)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 3600:
-        raise ValueError(f"'grace_s' must be a number of seconds from 0 to 3600, got {value!r}")
-    return float(value)
 
 
 def _write_stderr_nowait(data: bytes) -> None:
@@ -96,6 +88,7 @@ class Agent:
         self.argv: list[str] = []  # this agent's arguments, for the detached watcher it may start
         from .watch import Watcher
         self.watch = Watcher(self.home, node, self.sup, self.gpu, detached=detached)
+        self.answers = self._table()
 
     # ------------------------------------------------------------ output
 
@@ -250,55 +243,40 @@ class Agent:
 
     # ------------------------------------------------------------ requests
 
-    def handle(self, req: Request) -> Reply:
+    def _table(self) -> dict[type, Callable[[Any], Any]]:
+        """The one table of what answers each op: the agent, its supervisor and its watcher."""
+        sup = self.sup
+        return {
+            ops.Status: lambda op: self.snapshot(),
+            ops.Configure: self._configure,
+            ops.ReadHistory: lambda op: ops.HistoryPage(samples=self.history.since(op.since)),
+            ops.ReadEvents: self.watch.events,
+            ops.Watch: self.watch.watch,
+            ops.Launch: lambda op: sup.launch(op.job),
+            ops.Kill: lambda op: sup.kill(op.job, op.grace_s),
+            ops.Relaunch: lambda op: sup.relaunch(op.job, op.grace_s),
+            ops.KillPid: lambda op: sup.kill_pid(op.pid, op.grace_s),
+            ops.Logs: lambda op: sup.logs(op.job, op.lines, op.offset),
+        }
+
+    def handle(self, req: Request, op: Optional[ops.Op] = None) -> Reply:
         try:
-            result = self._dispatch(req)
-            return Reply(id=req.id, ok=True, result=result if isinstance(result, dict) else to_plain(result))
+            op = op if op is not None else ops.op_of(req)
+            result = self.answers[type(op)](op)
+            if not isinstance(result, op.Result):  # a bug of ours, said as one
+                raise TypeError(f"{op.name!r} answered a {type(result).__name__}, not a {op.Result.__name__}")
+            return Reply(id=req.id, ok=True, result=to_plain(result))
         except (JobError, SpecError, ValueError, TypeError, OSError) as exc:
             return Reply(id=req.id, ok=False, error=str(exc))
         except Exception as exc:  # noqa: BLE001 -- a bug: still an answer, and the traceback in the log
             log.exception("request %s failed", req.op)
             return Reply(id=req.id, ok=False, error=f"the agent failed on {req.op!r}: {type(exc).__name__}: {exc}")
 
-    def _dispatch(self, req: Request) -> dict[str, Any]:
-        a = req.args
-        if req.op == "status":
-            return to_plain(self.snapshot())
-        if req.op == "configure":
-            jobs = a.get("jobs", [])
-            if not isinstance(jobs, list):
-                raise ValueError(f"'configure' needs 'jobs' as a list of job specs, got {type(jobs).__name__}")
-            specs = [JobSpec.from_dict(d) for d in jobs]
-            fleet, take_over = a.get("fleet", ""), a.get("take_over", False)
-            if not isinstance(fleet, str) or not isinstance(take_over, bool):
-                raise ValueError("'configure': 'fleet' must be a string and 'take_over' true or false")
-            changed = self.sup.configure(specs, fleet, take_over)  # first: a refusal changes nothing
-            self.watch.configure(a.get("watch"), jobs)
-            self.sup.audit("configure", None, jobs=[s.name for s in specs], fleet=fleet)
-            return {"jobs": [s.name for s in specs], "changed": changed}
-        if req.op == "history":
-            return {"samples": to_plain(self.history.since(float(a.get("since", 0))))}
-        if req.op in ("events", "watch"):
-            return self.watch.request(req.op, a)
-        if req.op not in wire.OPS:
-            raise ValueError(f"unknown op {req.op!r}; expected one of {', '.join(wire.OPS)}")
-        if req.op == "kill_pid":
-            pid = a.get("pid")
-            if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
-                raise ValueError("request 'kill_pid' needs a 'pid' (a positive integer)")
-            return self.sup.kill_pid(pid, _grace(a))
-        job = a.get("job")
-        if not isinstance(job, str):
-            raise ValueError(f"request {req.op!r} needs a 'job' name")
-        if req.op == "launch":
-            return self.sup.launch(job)
-        if req.op == "kill":
-            return self.sup.kill(job, _grace(a))
-        if req.op == "relaunch":
-            return self.sup.relaunch(job, _grace(a))
-        if req.op == "logs":
-            return self.sup.logs(job, int(a.get("lines", 100)), a.get("offset"))
-        raise ValueError(f"unknown op {req.op!r}; expected one of {', '.join(wire.OPS)}")
+    def _configure(self, op: ops.Configure) -> ops.Configured:
+        changed = self.sup.configure(op.jobs, op.fleet, op.take_over)  # first: a refusal changes nothing
+        self.watch.configure(op.watch, [s.to_dict() for s in op.jobs])
+        self.sup.audit("configure", None, jobs=[s.name for s in op.jobs], fleet=op.fleet)
+        return ops.Configured(jobs=[s.name for s in op.jobs], changed=changed)
 
     # ------------------------------------------------------------ the loop
 
@@ -383,12 +361,17 @@ class Agent:
         self._stop_reading()
 
     async def _answer(self, req: Request, link: Optional[Link] = None) -> None:
-        if req.op in ("status", "configure", "history", "watch"):
-            reply = self.handle(req)  # fast, and touches loop-owned state
+        try:
+            op: Optional[ops.Op] = ops.op_of(req)
+        except (ValueError, TypeError) as exc:  # bad arguments, an unknown op: said at once
+            self.send(Reply(id=req.id, ok=False, error=str(exc)), to=link)
+            return
+        if op.on_loop:
+            reply = self.handle(req, op)  # fast, and touches loop-owned state
         else:
-            reply = await asyncio.to_thread(self.handle, req)
+            reply = await asyncio.to_thread(self.handle, req, op)
         self.send(reply, to=link)
-        if req.op == "configure":
+        if isinstance(op, ops.Configure):
             self.send(self.snapshot())  # the client sees its jobs at once, not a tick later
 
     async def _tick_loop(self) -> None:

@@ -20,7 +20,7 @@ from typing import Callable, Optional
 
 from . import writes
 from .contract.jobs import JobSpec
-from .workers.common.atomic import atomic_write_json
+from .contract.atomic import atomic_write_json
 
 log = logging.getLogger(__name__)
 OWNERS_FILE = "owners.json"

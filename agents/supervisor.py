@@ -36,14 +36,14 @@ from .contain import Containment, cgroup_path_of, token_of
 from .gpu import GpuSampler
 from .contract.jobs import JobSpec, SpecError
 from .contract.vocab import JobState
-from .needs import launch_problem
+from .contract.needs import launch_problem
 from .owners import Declarations
 from .contract.plain import to_plain
 from .contract.wire import KillVerdict, LaunchResult, LogChunk
 from .records import (JobRecord, _Live, descendants as _descendants, first_start_of, group_members,
                                     leader_alive)
 from .specdiff import spec_changes
-from .workers.common.atomic import atomic_write_json as write_json_atomic
+from .contract.atomic import atomic_write_json as write_json_atomic
 
 log = logging.getLogger(__name__)
 

@@ -35,7 +35,7 @@ from typing import Optional
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from gpudeck.agents.contract import wire  # noqa: E402
+from gpudeck.agents.contract import ops, wire  # noqa: E402
 from gpudeck.agents.contract.wire import Snapshot  # noqa: E402
 from gpudeck.remote.client import FleetClient  # noqa: E402
 from gpudeck.remote.fleet import Fleet, Node  # noqa: E402
@@ -78,7 +78,7 @@ async def measure(label: str, fleet: Fleet, transports: dict, sweeps: int, strea
         links = list(client.links.values())
 
         async def one(link) -> Snapshot:
-            return wire.from_dict(Snapshot, await link.request("status", timeout=60))
+            return await link.request(ops.Status(), timeout=60)
 
         for _ in range(sweeps):
             c0, t0 = time.process_time(), time.monotonic()

@@ -13,6 +13,7 @@ from typing import Optional, Union
 
 from rich.markup import escape
 
+from ..agents.contract import ops
 from ..agents.contract.wire import KillVerdict, LaunchResult
 from ..agents.contract.vocab import AlertKind
 from .rows import AlertRow, EventRow, FleetRow, GpuRow, JobRow, ProcRow
@@ -21,9 +22,9 @@ from .rows import AlertRow, EventRow, FleetRow, GpuRow, JobRow, ProcRow
 class JobOp(str, enum.Enum):
     """What a job key asks of a job's node."""
 
-    KILL = "kill"
-    RELAUNCH = "relaunch"
-    LAUNCH = "launch"
+    KILL = ops.Kill.name
+    RELAUNCH = ops.Relaunch.name
+    LAUNCH = ops.Launch.name
 
     def __str__(self) -> str:
         return self.value
@@ -138,11 +139,13 @@ def plan_process_kill(node: str, pid: int, *, read_only: bool, grace_s: float) -
                                       f"and its GPU memory came back. The node's audit log keeps it.", "Kill")
 
 
-def request_options(op: JobOp, grace_s: float) -> dict[str, float]:
-    """The keyword arguments of ``FleetClient.job_request`` for ``op``: a kill waits out its grace."""
-    if op in (JobOp.KILL, JobOp.RELAUNCH):
-        return {"grace_s": grace_s, "timeout": grace_s + 60.0}
-    return {"timeout": 60.0}
+def job_request(op: JobOp, job: str, grace_s: float) -> ops.Op:
+    """The request a job key sends: a kill and a relaunch wait out ``grace_s``."""
+    if op is JobOp.KILL:
+        return ops.Kill(job=job, grace_s=grace_s)
+    if op is JobOp.RELAUNCH:
+        return ops.Relaunch(job=job, grace_s=grace_s)
+    return ops.Launch(job=job)
 
 
 # ---------------------------------------------------------------- telling the outcome

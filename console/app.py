@@ -32,10 +32,11 @@ from textual.binding import Binding
 from textual.css.query import NoMatches
 from textual.worker import Worker, WorkerState
 
+from ..agents.contract import ops
 from ..agents.contract.vocab import ShownState
 from ..agents.contract.wire import History, Snapshot
 from .actions import (Confirm, JobOp, Notice, Refuse, failure_notice, outcome_notice, plan_job_action,
-                                     plan_process_kill, request_options)
+                                     plan_process_kill, job_request)
 from .config import ConsoleConfig
 from .looked import LookedStore, fleet_key
 from .notices import NoticeLine
@@ -185,10 +186,10 @@ class GpuDeckApp(NoticeLine, App[None]):
         delay = self.config.events_poll_s
         while True:
             backlog = after is None
-            ask: dict[str, Any] = {"since": self._backlog_from} if after is None else {"after_seq": after}
+            ask = ops.ReadEvents(since=self._backlog_from, limit=self.config.events_kept) if after is None else \
+                ops.ReadEvents(after_seq=after, limit=self.config.events_kept)
             try:
-                reply = await self.client.node_request(node, "events", timeout=15.0, connect=False,
-                                                       limit=self.config.events_kept, **ask)
+                reply = await self.client.request(ask, node=node, timeout=15.0, connect=False)
             except (AgentError, RequestFailed, OSError, asyncio.TimeoutError) as exc:
                 link = self.client.links.get(node)
                 if link is None or link.closed:  # down: the node's next NodeWentUp starts a new follower
@@ -196,11 +197,9 @@ class GpuDeckApp(NoticeLine, App[None]):
                 self.post_message(EventsFetchFailed(node, describe_error(exc), backlog))
                 delay = min(delay * 2, 15.0)
             else:
-                rows = tuple(r for e in reply.get("events") or [] if (r := event_row(node, e)) is not None)
-                seq = reply.get("seq")
+                rows = tuple(event_row(node, e) for e in reply.events)
                 last = after
-                after = max([seq if isinstance(seq, int) and not isinstance(seq, bool) else 0, after or 0]
-                            + [r.seq for r in rows])
+                after = max([reply.seq, after or 0] + [r.seq for r in rows])
                 if backlog or rows or after != last:  # a quiet second posts nothing
                     self.post_message(EventsFetched(node, rows, after, backlog))
                 delay = self.config.events_poll_s
@@ -365,7 +364,7 @@ class GpuDeckApp(NoticeLine, App[None]):
             return
         self.notify(f"kill {what}…", timeout=3)
         try:
-            verdict = await self.client.kill_pid(node, pid, grace_s=self.config.grace_s)
+            verdict = await self.client.request(ops.KillPid(pid=pid, grace_s=self.config.grace_s), node=node)
         except OPERATOR_ERRORS as exc:
             self.post_message(JobActionFailed(what, JobOp.KILL, describe_error(exc)))
             return
@@ -380,9 +379,8 @@ class GpuDeckApp(NoticeLine, App[None]):
             return
         if not quiet:
             self.notify(f"{job_op} {job}…", timeout=3)
-        options = request_options(job_op, self.config.grace_s)
         try:
-            result = await self.client.job_request(job, job_op.value, **options)
+            result = await self.client.request(job_request(job_op, job, self.config.grace_s))
         except OPERATOR_ERRORS as exc:
             self.post_message(JobActionFailed(job, job_op, describe_error(exc)))
             return
@@ -427,10 +425,10 @@ class GpuDeckApp(NoticeLine, App[None]):
         while True:
             try:
                 if offset is None:
-                    chunk = await self.client.logs(job, lines=self.config.log_lines, timeout=15.0)
+                    chunk = await self.client.request(ops.Logs(job=job, lines=self.config.log_lines), timeout=15.0)
                     self.post_message(LogFetched(job, chunk, reset=True))
                 else:
-                    chunk = await self.client.logs(job, offset=offset, timeout=15.0)
+                    chunk = await self.client.request(ops.Logs(job=job, offset=offset), timeout=15.0)
                     if chunk.text:
                         self.post_message(LogFetched(job, chunk, reset=False))
                 offset, delay = chunk.offset, self.config.log_poll_s

@@ -72,7 +72,7 @@ def parsers(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentParser
 
 
 def _version() -> str:
-    from ..agents import __version__
+    from ..agents.contract import VERSION as __version__
     return f"gpudeck {__version__}"
 
 

@@ -198,6 +198,7 @@ def _live_pid(pid_file: Path) -> int:
 
 async def stop_demo_jobs(fleet, jobs) -> list[str]:
     """Kill the demo's jobs (the demo should not leave work running on a laptop)."""
+    from ..agents.contract.ops import Kill
     from ..remote.client import AgentError, FleetClient, RequestFailed
 
     client = FleetClient(fleet)
@@ -205,7 +206,7 @@ async def stop_demo_jobs(fleet, jobs) -> list[str]:
     try:
         for job in reversed(jobs):
             try:
-                r = await client.kill(job, grace_s=5.0)
+                r = await client.request(Kill(job=job, grace_s=5.0))
                 said.append(f"{job}: {r.message}")
             except (AgentError, RequestFailed, asyncio.TimeoutError, OSError) as exc:
                 said.append(f"{job}: not stopped: {exc}")

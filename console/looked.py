@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 from typing import Any, Optional
 
-from ..agents.workers.common.atomic import atomic_write_json
+from ..agents.contract.atomic import atomic_write_json
 
 FILE = "last-looked.json"
 LOOKBACK_S = 8 * 3600.0  # the first time: what happened in the last 8 hours

@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterable, Optional
 
 from ..agents.contract.vocab import AlertKind, EngineState, JobState, ShownState
 from ..agents.contract.jobs import JobKind, JobSpec
-from ..agents.planwatch import over_plan
+from ..agents.contract.documents import over_plan
 from ..agents.contract.wire import Alert, Gpu, History, JobStatus, Snapshot
 from . import cost
 from .formatting import human_duration, quality_flags, round_eta, round_figures

@@ -17,7 +17,7 @@ from collections import Counter
 from typing import Any, Iterable, Optional, Sequence
 
 from ..agents.contract.vocab import NOTIFY_EVENTS, EventKind
-from ..agents.watch.config import redact
+from ..agents.contract.watching import redact
 from .actions import Notice
 from .rows import EventRow
 from .since import counted, since_label

@@ -15,8 +15,8 @@ import os
 import time
 from typing import Any, Callable, Optional
 
-from ..agents.contract import wire
-from ..agents.contract.wire import Hello, KillVerdict, LaunchResult, LogChunk, Snapshot
+from ..agents.contract import ops
+from ..agents.contract.wire import Hello, Snapshot
 from .fleet import LOCAL, Fleet, Node
 from .transports import transport_for as choose_transport
 from .link import (LINE_LIMIT, AgentError, AgentLink, ByteWriter, NodeError, RequestFailed, Transport,
@@ -126,12 +126,10 @@ class FleetClient:
         link = await asyncio.wait_for(self.transport_for(node).open(node), timeout)
         try:
             await link.start_explained(max(1.0, deadline - time.monotonic()))
-            jobs = [j.to_dict() for j in self.fleet.jobs_on(node.name)]
-            watch = self.fleet.watch_settings()
-            reply = await link.request("configure", timeout=max(1.0, deadline - time.monotonic()), jobs=jobs,
-                                       fleet=self.fleet.identity, take_over=self.take_over,
-                                       **({"watch": watch} if watch is not None else {}))
-            self.spec_changes.update(reply.get("changed") or {})
+            configure = ops.Configure(jobs=self.fleet.jobs_on(node.name), fleet=self.fleet.identity,
+                                      take_over=self.take_over, watch=self.fleet.watch_settings())
+            reply = await link.request(configure, timeout=max(1.0, deadline - time.monotonic()))
+            self.spec_changes.update(reply.changed)
             link.configured_seq = link.latest.seq if link.latest is not None else 0
         except BaseException:
             await link.close()
@@ -157,12 +155,11 @@ class FleetClient:
         fleet = load_fleet(self.fleet.path)
         self.fleet, self._fleet_stamp = dataclasses.replace(fleet, take_over=self.take_over), stamp
         for name, link in list(self.links.items()):
-            jobs = [j.to_dict() for j in fleet.jobs_on(name)]
-            watch = fleet.watch_settings()
-            reply = await link.request("configure", jobs=jobs, fleet=fleet.identity, take_over=self.take_over,
-                                       **({"watch": watch} if watch is not None else {}))
-            self.spec_changes.update({j["name"]: [] for j in jobs})
-            self.spec_changes.update(reply.get("changed") or {})
+            jobs = fleet.jobs_on(name)
+            reply = await link.request(ops.Configure(jobs=jobs, fleet=fleet.identity, take_over=self.take_over,
+                                                     watch=fleet.watch_settings()))
+            self.spec_changes.update({j.name: [] for j in jobs})
+            self.spec_changes.update(reply.changed)
 
     async def connect_all(self, nodes: Optional[list[Node]] = None, timeout: Optional[float] = None) -> None:
         nodes = nodes if nodes is not None else self.nodes_in_use()
@@ -278,64 +275,27 @@ class FleetClient:
             await asyncio.sleep(wait)
             delay = min(delay * 2, backoff_max_s)
 
-    def link_for_job(self, job: str) -> AgentLink:
-        spec = self.fleet.job(job)  # KeyError names the fleet's jobs
-        node = spec.node or LOCAL
-        link = self.links.get(node)
-        if link is None:
-            failure = self.failures.get(node)
-            raise AgentError(node, failure.reason if failure is not None else "not connected")
-        return link
-
-    async def job_request(self, job: str, op: str, timeout: float = 60.0, **args: Any) -> Any:
-        """``op`` on the job's node; the typed result (:func:`wire.result_of`): a
-        KillVerdict for kill, a LaunchResult for launch and relaunch, a LogChunk for logs."""
-        node = self.fleet.job(job).node or LOCAL
-        if node not in self.links:
-            await self.connect_all([self.fleet.node(node)])
-        result = await self.link_for_job(job).request(op, timeout=timeout, job=job, **args)
-        try:
-            return wire.result_of(op, result)
-        except wire.ProtocolError as exc:
-            raise RequestFailed(node, op, f"the agent's reply does not fit: {exc}") from None
-
-    async def kill(self, job: str, grace_s: float = 10.0) -> KillVerdict:
-        return await self.job_request(job, "kill", timeout=grace_s + 60.0, grace_s=grace_s)
-
-    async def kill_pid(self, node: str, pid: int, grace_s: float = 10.0) -> KillVerdict:
-        """Kill a GPU process of ``node`` that belongs to no job, verified like a job's kill."""
-        if node not in self.links:
-            await self.connect_all([self.fleet.node(node)])
-        link = self.links.get(node)
-        if link is None:
-            err = self.failures.get(node)
-            raise err if err is not None else AgentError(node, "not connected")
-        result = await link.request("kill_pid", timeout=grace_s + 60.0, pid=pid, grace_s=grace_s)
-        return wire.result_of("kill_pid", result)
-
-    async def launch(self, job: str) -> LaunchResult:
-        return await self.job_request(job, "launch", timeout=120.0)
-
-    async def relaunch(self, job: str, grace_s: float = 10.0) -> LaunchResult:
-        return await self.job_request(job, "relaunch", timeout=grace_s + 60.0, grace_s=grace_s)
-
-    async def logs(self, job: str, lines: Optional[int] = None, offset: Optional[int] = None,
-                   timeout: float = 60.0) -> LogChunk:
-        args = {k: v for k, v in (("lines", lines), ("offset", offset)) if v is not None}
-        return await self.job_request(job, "logs", timeout=timeout, **args)
-
-    async def node_request(self, node: str, op: str, timeout: float = 60.0, connect: bool = True,
-                           **args: Any) -> dict[str, Any]:
-        """``op`` on ``node`` itself (``watch``, ``events``): connects when needed; raises
-        AgentError when the node cannot be reached. ``connect=False``: use the link there is,
-        and raise AgentError when there is none (the console: its watch loop owns the links)."""
+    async def request(self, op: ops.Op, node: Optional[str] = None, timeout: Optional[float] = None,
+                      connect: bool = True) -> Any:
+        """``op`` on ``node``, or on its job's node for an op with a ``job``; its ``op.Result``.
+        Connects when needed (``connect=False``: use the link there is: the console, whose watch
+        loop owns the links). AgentError when the node cannot be reached; RequestFailed when
+        the agent refuses; KeyError (naming the fleet's jobs) for a job the fleet lacks."""
+        if node is None:
+            job = getattr(op, "job", None)
+            if job is None:
+                raise TypeError(f"{op.name!r} needs a node")
+            node = self.fleet.job(job).node or LOCAL
         if node not in self.links and connect:
             await self.connect_all([self.fleet.node(node)])
         link = self.links.get(node)
         if link is None:
             failure = self.failures.get(node)
             raise AgentError(node, failure.reason if failure is not None else "not connected")
-        return await link.request(op, timeout=timeout, **args)
+        if timeout is None:  # a kill waits out its grace period; a launch may start a big process
+            grace = getattr(op, "grace_s", None)
+            timeout = grace + 60.0 if grace is not None else 120.0 if isinstance(op, ops.Launch) else 60.0
+        return await link.request(op, timeout=timeout)
 
     async def close(self) -> None:
         """Close every agent's stdin (they exit, their jobs keep running), then the transports

@@ -35,9 +35,9 @@ from typing import Any, Callable, Optional, Sequence, Union
 
 import asyncssh
 
-from ..agents import __version__
+from ..agents.contract import VERSION as __version__
 from ..agents.contract.jobs import JobSpec
-from ..agents.needs import BASE, broken_python_line, extras_for, fix_line, needed_modules
+from ..agents.contract.needs import BASE, broken_python_line, extras_for, fix_line, needed_modules
 from .fleet import Fleet, Node
 from .link import AgentError
 from .ssh import SshTransport, _shell_path

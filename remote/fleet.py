@@ -21,7 +21,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 from ..agents.contract.jobs import KINDS, JobKind, JobSpec, SpecError, shell_command
-from ..agents.watch.config import AlertThresholds, HeartbeatConfig, NotifyTarget
+from ..agents.contract.watching import AlertThresholds, HeartbeatConfig, NotifyTarget
 from .fleet_check import (FleetError, check_host_keys, check_range, check_type, did_you_mean, show,
                                         unknown_key)
 from .fleet_watch import parse_alerts, parse_heartbeat, parse_notify

@@ -110,7 +110,7 @@ NOT_SECRET = {"host_keys"}  # "key" in its name, but its values are the two word
 
 def unknown_key(where: str, key: str, allowed: Iterable[str], what: str = "key") -> str:
     """``[[nodes]] #1 has no key 'prot' (did you mean 'port'?); expected one of ...``"""
-    from ..agents.watch.config import shown
+    from ..agents.contract.watching import shown
 
     allowed = list(allowed)
     said = shown(key)  # a URL pasted as a key is a secret too

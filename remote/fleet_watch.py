@@ -8,7 +8,7 @@ import dataclasses
 import math
 from typing import Any, Callable, Optional
 
-from ..agents.watch.config import AlertThresholds, ConfigError, HeartbeatConfig, HeartbeatError, NotifyTarget
+from ..agents.contract.watching import AlertThresholds, ConfigError, HeartbeatConfig, HeartbeatError, NotifyTarget
 from .fleet_check import unknown_key
 
 ALERT_KEYS = [f.name for f in dataclasses.fields(AlertThresholds)]

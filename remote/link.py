@@ -16,9 +16,9 @@ import logging
 import time
 from typing import Any, Awaitable, Callable, Optional, Protocol
 
-from ..agents import __version__
-from ..agents.contract import wire
-from ..agents.contract.wire import Hello, History, Reply, Request, Snapshot
+from ..agents.contract import VERSION as __version__
+from ..agents.contract import ops, wire
+from ..agents.contract.wire import Hello, History, Reply, Snapshot
 from .fleet import Node
 
 log = logging.getLogger(__name__)
@@ -189,11 +189,14 @@ class AgentLink:
             self._waiting.clear()
             self._snapshot_event.set()
 
-    async def request(self, op: str, timeout: float = 30.0, **args: Any) -> dict[str, Any]:
+    async def request(self, op: ops.Op, timeout: float = 30.0) -> Any:
+        """``op`` answered: its ``op.Result``. AgentError when the link fails or the answer does
+        not come within ``timeout``; RequestFailed when the agent refuses, or answers something
+        that is not an ``op.Result``."""
         if self.closed:
             raise AgentError(self.node.name, self.closed)
         self._ids += 1
-        req = Request(id=self._ids, op=op, args=args)
+        req = ops.request(self._ids, op)
         fut = asyncio.get_running_loop().create_future()
         self._waiting[req.id] = fut
         try:
@@ -208,10 +211,13 @@ class AgentLink:
             reply: Reply = await asyncio.wait_for(fut, timeout)
         except asyncio.TimeoutError:
             self._waiting.pop(req.id, None)
-            raise AgentError(self.node.name, f"no answer to {op!r} within {timeout:.0f} s") from None
+            raise AgentError(self.node.name, f"no answer to {op.name!r} within {timeout:.0f} s") from None
         if not reply.ok:
-            raise RequestFailed(self.node.name, op, reply.error or "refused")
-        return reply.result
+            raise RequestFailed(self.node.name, op.name, reply.error or "refused")
+        try:
+            return op.answer(reply.result)
+        except wire.ProtocolError as exc:
+            raise RequestFailed(self.node.name, op.name, f"the agent's reply does not fit: {exc}") from None
 
     async def next_snapshot(self, after_seq: int = 0, timeout: float = 10.0) -> Snapshot:
         deadline = time.monotonic() + timeout

@@ -16,7 +16,7 @@ import uuid
 from typing import Any, Optional
 
 from ..agents.contract.vocab import EventKind
-from ..agents.watch.config import NotifyTarget
+from ..agents.contract.watching import NotifyTarget
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ class UnreachableNotifier:
                              daemon=True).start()
 
     def _deliver(self, targets: list[NotifyTarget], event: dict[str, Any]) -> None:
-        from ..agents.watch.notify import deliver
+        from ..agents.contract.notify import deliver
 
         mid = uuid.uuid4().hex
         for target in targets:

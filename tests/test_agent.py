@@ -296,7 +296,7 @@ def test_an_agent_from_before_the_gpudeck_namespace_is_taken_over(start_agent, h
 def test_malformed_requests_get_a_reply_that_says_what_is_wrong(start_agent, reap_jobs):
     a = start_agent()
     r = a.request("configure", jobs="notalist")
-    assert not r["ok"] and "'jobs' as a list" in r["error"]
+    assert not r["ok"] and "configure.jobs: expected a list, got str" in r["error"]
     r = a.request("configure", jobs=["notanobject"])
     assert not r["ok"] and "must be an object" in r["error"]
     r = a.request("configure", jobs=[{"name": "j", "command": ["sleep", 5]}])

@@ -208,11 +208,11 @@ def test_a_follower_asking_for_nothing_new_reads_no_file(tmp_path, monkeypatch):
     log = EventLog(tmp_path, "n")
     for i in range(3):
         log.add(EventKind.STATE, f"s{i}")
-    assert [e["message"] for e in log.read(after_seq=2)] == ["s2"]
+    assert [e.message for e in log.read(after_seq=2)] == ["s2"]
     opened = []
     real_open = open
     monkeypatch.setattr(events_module, "open", lambda *a, **kw: opened.append(a[0]) or real_open(*a, **kw),
                         raising=False)
     assert log.read(after_seq=3) == [] and opened == []  # asked every second by each console: no read
     log.add(EventKind.STATE, "s3")
-    assert [e["message"] for e in log.read(after_seq=3)] == ["s3"] and opened
+    assert [e.message for e in log.read(after_seq=3)] == ["s3"] and opened

@@ -13,11 +13,12 @@ import pytest
 
 from gpudeck.agents import planwatch
 from gpudeck.agents.contract.vocab import JobState
-from gpudeck.agents.planwatch import PlanWatch, drift_pct, drift_text
+from gpudeck.agents.planwatch import PlanWatch
+from gpudeck.agents.contract.documents import drift_pct, drift_text
 from gpudeck.agents.contract.wire import Host, JobPlan, JobStatus, Progress, Snapshot
 from gpudeck.agents.records import JobRecord, first_start_of
 from gpudeck.agents.watch.checks import Checks
-from gpudeck.agents.watch.config import AlertThresholds
+from gpudeck.agents.contract.watching import AlertThresholds
 from gpudeck.console import cost
 from gpudeck.console.state import FleetState
 from gpudeck.remote.fleet import parse_fleet

@@ -18,6 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from gpudeck.agents.contract import ops
 from gpudeck.agents import __version__
 from gpudeck.agents.contract.wire import Snapshot
 from gpudeck.remote.client import FleetClient, NodeDown, NodeUp, VersionMismatch
@@ -193,7 +194,7 @@ command = ["sleep", "600"]
     try:
         await events.wait(lambda: all(events.of(n, NodeUp) for n in ("node1", "node2", "node3")), 90,
                           "the three nodes up")
-        pid = (await client.launch("survivor")).pid
+        pid = (await client.request(ops.Launch(job="survivor"))).pid
         await events.wait(lambda: any((j := job_in(s, "survivor")) and j.state == "running"
                                       for s in events.of("node2", Snapshot)), 30, "survivor running")
         old_agent = events.of("node2", NodeUp)[-1].hello.pid
@@ -226,7 +227,7 @@ command = ["sleep", "600"]
         # reconnected first, the old one would serve it through a relay.
         assert lock_holder(node2.home) == new_agent
         await wait_until(lambda: new_agent == old_agent or not alive(old_agent), 20, "the old agent gone")
-        verdict = await client.kill("survivor", grace_s=5.0)
+        verdict = await client.request(ops.Kill(job="survivor", grace_s=5.0))
         assert verdict.ok, verdict
         assert not alive(pid)
     finally:
@@ -455,7 +456,7 @@ command = ["sleep", "600"]
     fleet = load_fleet(write_fleet(tmp_path, loopback_node(sshd, tmp_path) + jobs))
     client = FleetClient(fleet, {"ssh": transport()})
     try:
-        pid = (await client.launch("keeps")).pid
+        pid = (await client.request(ops.Launch(job="keeps"))).pid
         agent = client.links["lb"].hello.pid
     finally:
         await client.close()

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from gpudeck.agents.contract import ops
 from gpudeck.agents.contract.wire import Snapshot
 from gpudeck.remote.client import FleetClient
 from gpudeck.remote.fleet import load_fleet
@@ -48,7 +49,7 @@ command = ["sh", "-c", "echo spinning on $(hostname); exec sleep 600"]
 
 async def launch_and_see_it(client: FleetClient, job: str) -> None:
     """Launch ``job`` through the client; a status shows it running on inner1; kill it."""
-    result = await client.launch(job)
+    result = await client.request(ops.Launch(job=job))
     try:
         assert result.pid > 0
 
@@ -64,7 +65,7 @@ async def launch_and_see_it(client: FleetClient, job: str) -> None:
         else:
             raise AssertionError(f"job {job} never shown running on inner1")
     finally:
-        await client.kill(job, grace_s=5)
+        await client.request(ops.Kill(job=job, grace_s=5))
 
 
 async def test_the_inner_nodes_are_not_reachable_without_the_bastion(jump, tmp_path):

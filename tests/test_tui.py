@@ -7,6 +7,7 @@ over pipes, the jobs are processes, kill really kills.
 
 from __future__ import annotations
 
+from gpudeck.agents.contract import ops
 from gpudeck.console.app import make_app
 from gpudeck.console.screens.confirm import ConfirmScreen
 from gpudeck.console.screens.help import HelpScreen
@@ -243,7 +244,7 @@ async def test_read_only_turns_off_the_destructive_keys(tmp_path, fleet_home):
         # jobs launched by someone else (a console that is not read-only)
         await wait_until(pilot, lambda: job_row(app, "gen") and job_row(app, "gen").state == "pending",
                          what="the job declared")
-        await app.client.job_request("gen", "launch")
+        await app.client.request(ops.Launch(job="gen"))
         await wait_until(pilot, lambda: job_row(app, "gen").state == "running", what="the job running")
         pid = job_row(app, "gen").pid
         for key in ("k", "r", "L"):

@@ -10,7 +10,7 @@ from gpudeck.agents.contract.jobs import JobSpec, SpecError
 from gpudeck.agents.contract.wire import JobStatus, Progress
 from gpudeck.agents.watch.checks import Checks
 from gpudeck.agents.watch.conditions import Condition, Conditions
-from gpudeck.agents.watch.config import redact
+from gpudeck.agents.contract.watching import redact
 from gpudeck.remote.fleet import FleetError, parse_fleet
 
 SECRET = "https://hooks.slack.com/services/T000/B000/XyZsecret"

@@ -4,3 +4,5 @@ units), what a job is and the options of each kind (jobs, kinds), the documents 
 writes and another reads (documents), and the errors an operator reads (errors).
 
 The console (console/) and the SSH side (remote/) import nothing else of agents/."""
+
+VERSION = "0.2.0"  # gpudeck's version: the agent and the console check each other's (wire.Hello)

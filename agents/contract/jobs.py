@@ -223,6 +223,11 @@ class JobSpec:
         except TypeError as exc:
             raise SpecError(f"job {obj.get('name')!r}: {exc}") from None
 
+    @classmethod
+    def from_plain(cls, obj: Any) -> "JobSpec":
+        """How :func:`~gpudeck.agents.contract.plain.from_dict` reads a job spec inside an op."""
+        return cls.from_dict(obj)
+
     # -- what to run
     @property
     def scrape_url(self) -> Optional[str]:

@@ -142,7 +142,8 @@ def _convert(tp: Any, value: Any, where: str) -> Any:
             raise ProtocolError(f"{where}: expected one of {', '.join(str(m.value) for m in tp)}, "
                                 f"got {value!r}") from None
     if dataclasses.is_dataclass(tp):
-        return from_dict(tp, value, where)
+        own = getattr(tp, "from_plain", None)  # a type that checks itself (a job spec) says what is wrong its way
+        return own(value) if own is not None else from_dict(tp, value, where)
     if origin is list:
         if not isinstance(value, list):
             raise ProtocolError(f"{where}: expected a list, got {type(value).__name__}")

@@ -5,9 +5,8 @@ JSON object with a ``type`` field. The agent speaks first with a :class:`Hello`;
 console checks ``protocol`` and ``version`` before it sends anything.
 
 Console -> agent: :class:`Request`.  Agent -> console: :class:`Hello`, :class:`History`,
-:class:`Snapshot`, :class:`Reply`. A reply's ``result`` is one of the typed results below
-(:class:`KillVerdict`, :class:`LaunchResult`, :class:`LogChunk`) in plain form: :func:`result_of`
-reads it back into its type.
+:class:`Snapshot`, :class:`Reply`. A request carries one op (:mod:`.ops`: each op a class,
+its arguments typed) and a reply's ``result`` is that op's ``Result`` in plain form.
 """
 
 from __future__ import annotations
@@ -16,7 +15,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
-from .. import __version__
+from . import VERSION as __version__
 from .plain import ProtocolError, from_dict, to_plain  # the wire's own API too
 from .vocab import AlertKind, EngineState, EventKind, JobState, RestartPolicy
 from .jobs import JobKind
@@ -307,32 +306,6 @@ MESSAGE_TYPES: dict[str, type] = {
     "request": Request,
     "reply": Reply,
 }
-
-# Requests the agent answers, with the arguments each takes.
-OPS = {
-    "status": (),
-    "configure": ("jobs", "fleet", "take_over"),
-    "launch": ("job",),
-    "kill": ("job", "grace_s"),
-    "relaunch": ("job",),
-    "kill_pid": ("pid", "grace_s"),
-    "logs": ("job", "lines", "offset"),
-    "history": (),
-    "events": ("since", "after_seq", "limit"),
-    "watch": ("on", "supervise"),
-}
-
-
-RESULT_TYPES: dict[str, type] = {"kill": KillVerdict, "kill_pid": KillVerdict, "launch": LaunchResult,
-                                 "relaunch": LaunchResult, "logs": LogChunk}
-
-
-def result_of(op: str, result: dict[str, Any]) -> Any:
-    """A reply's ``result`` for ``op`` read back into its typed form (the dict itself for ops
-    without one); ProtocolError when it does not fit."""
-    cls = RESULT_TYPES.get(op)
-    return from_dict(cls, result) if cls is not None else result
-
 
 # ---------------------------------------------------------------- encoding
 

@@ -10,10 +10,10 @@ from typing import Optional
 from ..health import GpuHealth
 from ..contract.vocab import AlertKind, EventKind, JobState
 from ..contract.jobs import JobSpec
-from ..planwatch import drift_text, over_plan
+from ..contract.documents import drift_text, over_plan
 from ..contract.wire import Alert, Gpu, Host, JobStatus
 from .conditions import Condition
-from .config import AlertThresholds
+from ..contract.watching import AlertThresholds
 
 XID_SHOWN_S = 600.0  # an XID error stays among the node's alerts this long
 SLIP_SAMPLE_S = 60.0  # a job's projected finish is remembered once a minute, for a day

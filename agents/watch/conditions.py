@@ -18,7 +18,7 @@ from typing import Any, Callable, Optional
 
 from .. import writes
 from ..contract.vocab import AlertKind, EventKind
-from ..workers.common.atomic import atomic_write_json
+from ..contract.atomic import atomic_write_json
 
 log = logging.getLogger("agents")
 

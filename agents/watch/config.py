@@ -9,179 +9,19 @@ secrets, and nothing else ever prints them (:func:`redact`).
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import logging
-import math
-import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
-from urllib.parse import quote
 
-from ..contract.vocab import NOTIFY_EVENTS, EventKind, NotifyFormat
-from ..workers.common.atomic import atomic_write_json
+from ..contract.watching import (AlertThresholds, ConfigError, HeartbeatConfig, NotifyTarget,
+                                             heartbeat_from)
+from ..contract.atomic import atomic_write_json
 
 log = logging.getLogger("agents")
 
 WATCH_FILE = "watch.json"
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
-def redact(url: Optional[str]) -> str:
-    """A webhook URL as it may be shown: ``https://hooks…/…`` (its scheme and the start of its
-    host; never a path or a query, which is where the token is)."""
-    if not url:
-        return "-"
-    scheme, sep, rest = url.partition("://")
-    if not sep:
-        return "…"
-    host = re.split(r"[/?#@:]", rest, maxsplit=1)[0]
-    return f"{scheme}://{host[:5]}…/…"
-
-
-def shown(value: Any) -> str:
-    """A wrong value for an error message, unless it may be a URL (a webhook's, a secret): a
-    value put in the wrong key (``format``, ``events``, ``url_env``) is shown by its kind only."""
-    text = value if isinstance(value, str) else repr(value)
-    if "://" in text or "/" in text or "@" in text or len(text) > 40:
-        return "a value not shown (it may be a URL, a secret)"
-    return repr(value)
-
-
-class ConfigError(ValueError):
-    """A [[notify]] or [alerts] entry that cannot be used; the text names it, never its URL."""
-
-
-@dataclass(frozen=True)
-class NotifyTarget:
-    url: Optional[str] = None  # a secret: never shown, logged or written anywhere but watch.json
-    url_env: Optional[str] = None  # or the name of an environment variable of the agent on the node
-    format: str = NotifyFormat.JSON.value
-    events: list[str] = field(default_factory=lambda: [e.value for e in NOTIFY_EVENTS])
-
-    def __post_init__(self) -> None:
-        if (self.url is None) == (self.url_env is None):
-            raise ConfigError("[[notify]] needs exactly one of 'url' and 'url_env'")
-        if self.url is not None and (not isinstance(self.url, str) or not self.url.startswith(("http://", "https://"))):
-            raise ConfigError("[[notify]] 'url': expected an http:// or https:// URL")
-        if self.url_env is not None and (not isinstance(self.url_env, str) or not _ENV_NAME.fullmatch(self.url_env)):
-            raise ConfigError("[[notify]] 'url_env': expected the name of an environment variable (letters, "
-                              "digits and _); its value is not shown: it may be a URL, a secret")
-        if self.format not in {f.value for f in NotifyFormat}:
-            raise ConfigError(f"[[notify]] 'format': expected one of {', '.join(f.value for f in NotifyFormat)}, "
-                              f"got {shown(self.format)}")
-        known = {e.value for e in NOTIFY_EVENTS}
-        if not isinstance(self.events, list) or any(e not in known for e in self.events):
-            bad = [e for e in self.events if e not in known] if isinstance(self.events, list) else self.events
-            raise ConfigError(f"[[notify]] 'events': {shown(bad)} is not an event; expected some of "
-                              f"{', '.join(sorted(known))}")
-
-    @property
-    def id(self) -> str:
-        """A stable name for the outbox: a short hash, so the URL is in no file name."""
-        raw = f"{self.url or ''}|{self.url_env or ''}|{self.format}"
-        return hashlib.sha256(raw.encode()).hexdigest()[:12]
-
-    @property
-    def label(self) -> str:
-        where = redact(self.url) if self.url else f"${self.url_env}"
-        return f"{self.format} {where}"
-
-    def resolve(self) -> Optional[str]:
-        """The URL to post to, or None when ``url_env`` is not set on this node."""
-        return self.url if self.url else (os.environ.get(self.url_env or "") or None)
-
-    def wants(self, kind: EventKind) -> bool:
-        return kind.value in self.events
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "NotifyTarget":
-        if not isinstance(d, dict):
-            raise ConfigError(f"a [[notify]] entry must be a table, got {type(d).__name__}")
-        unknown = set(d) - {f.name for f in dataclasses.fields(cls)}
-        if unknown:
-            raise ConfigError(f"[[notify]] has no key {sorted(unknown)[0]!r}; expected url, url_env, format, events")
-        return cls(**d)
-
-
-class HeartbeatError(ConfigError):
-    """A [heartbeat] table that cannot be used; the text names the key, never the URL."""
-
-
-@dataclass(frozen=True)
-class HeartbeatConfig:
-    url: Optional[str] = dataclasses.field(default=None, repr=False)  # a secret: only in watch.json, never shown
-    url_env: Optional[str] = None  # or an environment variable of the agent on the node
-    every: float = 60.0  # seconds between pings
-    method: str = "GET"
-
-    def __post_init__(self) -> None:
-        if (self.url is None) == (self.url_env is None):
-            raise HeartbeatError("[heartbeat] needs exactly one of 'url' and 'url_env'")
-        if self.url is not None and (not isinstance(self.url, str) or not self.url.startswith(("http://", "https://"))):
-            raise HeartbeatError("[heartbeat] 'url': expected an http:// or https:// URL")
-        if self.url_env is not None and (not isinstance(self.url_env, str) or not _ENV_NAME.fullmatch(self.url_env)):
-            raise HeartbeatError("[heartbeat] 'url_env': expected the name of an environment variable (letters, "
-                                 "digits and _); its value is not shown: it may be a URL, a secret")
-        every = self.every
-        if isinstance(every, bool) or not isinstance(every, (int, float)) or not 1 <= every <= 86400:
-            raise HeartbeatError(f"[heartbeat] 'every': expected seconds from 1 to 86400, got {every!r}")
-        if self.method not in ("GET", "POST"):
-            raise HeartbeatError(f"[heartbeat] 'method': expected GET or POST, got {shown(self.method)}")
-
-    @property
-    def label(self) -> str:
-        return redact(self.url) if self.url else f"${self.url_env}"
-
-    def resolve(self, node: str) -> Optional[str]:
-        url = self.url or os.environ.get(self.url_env or "") or None
-        return url.replace("{node}", quote(node, safe="")) if url else None
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: Any) -> "HeartbeatConfig":
-        if not isinstance(d, dict):
-            raise HeartbeatError(f"[heartbeat] must be a table, got {type(d).__name__}")
-        unknown = set(d) - {f.name for f in dataclasses.fields(cls)}
-        if unknown:
-            raise HeartbeatError(f"[heartbeat] has no key {sorted(unknown)[0]!r}; expected url, url_env, every, "
-                                 f"method")
-        return cls(**d)
-
-
-@dataclass(frozen=True)
-class AlertThresholds:
-    """The fleet file's ``[alerts]``; the defaults are in README.md ("Leaving a fleet unattended")."""
-
-    gpu_temp_c: float = 85.0  # a GPU at or above this
-    disk_free_pct: float = 5.0  # a disk the jobs write to with less free than this
-    stall_s: float = 600.0  # a live job without progress this long (a job's stall_after_s wins)
-    idle_gpu_s: float = 1800.0  # a running job's GPU at 0% use this long
-    repeat_s: float = 900.0  # the same event for the same job or GPU is notified at most this often
-    plan_drift_pct: float = 25.0  # a live job heading for a wall time this far (%) over its plan.json
-
-    def __post_init__(self) -> None:
-        for f in dataclasses.fields(self):
-            v = getattr(self, f.name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not (v >= 0 and math.isfinite(v)):
-                raise ConfigError(f"[alerts] {f.name!r}: expected a finite number >= 0, got {v!r}")
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "AlertThresholds":
-        if not isinstance(d, dict):
-            raise ConfigError(f"[alerts] must be a table, got {type(d).__name__}")
-        names = [f.name for f in dataclasses.fields(cls)]
-        unknown = set(d) - set(names)
-        if unknown:
-            raise ConfigError(f"[alerts] has no key {sorted(unknown)[0]!r}; expected one of {', '.join(names)}")
-        return cls(**d)
 
 
 @dataclass
@@ -208,7 +48,7 @@ class WatchConfig:
         try:
             return cls(watching=bool(doc.get("watching")), since=doc.get("since"), fleet=doc.get("fleet"),
                        jobs=list(doc.get("jobs") or []), supervisor=doc.get("supervisor"),
-                       heartbeat=_heartbeat(doc.get("heartbeat")),
+                       heartbeat=heartbeat_from(doc.get("heartbeat")),
                        notify=[NotifyTarget.from_dict(n) for n in doc.get("notify") or []],
                        alerts=AlertThresholds.from_dict(doc.get("alerts") or {}))
         except (ConfigError, TypeError, ValueError) as exc:
@@ -243,17 +83,6 @@ class WatchConfig:
             raise ConfigError(f"'watch' must be an object, got {type(settings).__name__}")
         notify = [NotifyTarget.from_dict(n) for n in settings.get("notify") or []]
         alerts = AlertThresholds.from_dict(settings.get("alerts") or {})
-        heartbeat = _heartbeat(settings.get("heartbeat"))
+        heartbeat = heartbeat_from(settings.get("heartbeat"))
         self.notify, self.alerts, self.jobs, self.heartbeat = notify, alerts, list(jobs), heartbeat
         self.fleet = settings.get("fleet") if isinstance(settings.get("fleet"), str) else None
-
-
-def _heartbeat(raw: Any) -> Optional[HeartbeatConfig]:
-    """[heartbeat] from watch.json or configure; ConfigError (naming the key, never the URL)."""
-    if raw is None:
-        return None
-    try:
-        return HeartbeatConfig.from_dict(raw)
-    except (HeartbeatError, TypeError) as exc:
-        raise ConfigError(str(exc)) from None
-

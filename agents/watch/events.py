@@ -20,7 +20,7 @@ from typing import Any, Optional
 
 from .. import writes
 from ..contract.vocab import EventKind
-from ..contract.plain import to_plain
+from ..contract.plain import ProtocolError, from_dict, to_plain
 from ..contract.wire import Event
 
 log = logging.getLogger("agents")
@@ -51,7 +51,7 @@ class EventLog:
             for line in reversed(lines):
                 ev, _ = _parse(line)
                 if ev is not None:
-                    return ev["seq"]
+                    return ev.seq
                 # a torn last line after a kill -9, or a broken one: the one before it
         return 0
 
@@ -73,11 +73,11 @@ class EventLog:
                 writes.ok(self.path)
         return event
 
-    def read(self, since: float = 0.0, after_seq: int = 0, limit: int = 5000) -> list[dict[str, Any]]:
+    def read(self, since: float = 0.0, after_seq: int = 0, limit: int = 5000) -> list[Event]:
         """The newest ``limit`` events with ``t > since`` and ``seq > after_seq``, oldest first."""
         if after_seq and after_seq >= self.seq:
             return []  # nothing new: a follower asking every second costs no read of the files
-        out: list[dict[str, Any]] = []
+        out: list[Event] = []
         for path in (self.old, self.path):
             try:
                 with open(path, "rb") as f:
@@ -85,7 +85,7 @@ class EventLog:
                         ev, problem = _parse(line)
                         if ev is None:
                             self._warn(path, number, problem)
-                        elif ev["t"] > since and ev["seq"] > after_seq:
+                        elif ev.t > since and ev.seq > after_seq:
                             out.append(ev)
             except OSError:
                 continue
@@ -99,10 +99,11 @@ class EventLog:
             log.warning("events: %s line %d skipped: %s", path, number, problem)
 
 
-def _parse(line: bytes) -> tuple[Optional[dict[str, Any]], str]:
-    """One line of the timeline, or None and what is wrong with it: it must be an object with a
-    finite number ``t`` and an integer ``seq`` >= 0 (a line such as ``"seq": 1e999`` or
-    ``"t": "abc"`` is skipped, never a crash of the agent or of `gpudeck events`)."""
+def _parse(line: bytes) -> tuple[Optional[Event], str]:
+    """One line of the timeline, or None and what is wrong with it: it must be an
+    :class:`~gpudeck.agents.contract.wire.Event` with a finite number ``t`` and an integer
+    ``seq`` >= 0 (a line such as ``"seq": 1e999`` or ``"t": "abc"`` is skipped, never a crash of
+    the agent or of `gpudeck events`)."""
     if not line.strip():
         return None, "empty"
     try:
@@ -116,4 +117,7 @@ def _parse(line: bytes) -> tuple[Optional[dict[str, Any]], str]:
         return None, f"'t' must be a finite number, got {str(t)[:40]!r}"
     if isinstance(seq, bool) or not isinstance(seq, int) or seq < 0:
         return None, f"'seq' must be an integer >= 0, got {str(seq)[:40]!r}"
-    return ev, ""
+    try:
+        return from_dict(Event, ev), ""
+    except ProtocolError as exc:
+        return None, str(exc)[:200]

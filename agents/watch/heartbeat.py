@@ -21,8 +21,9 @@ import threading
 import time
 from typing import Any, Optional
 
+from ..contract.ops import HeartbeatStatus, Ping
 from ..contract.vocab import AlertKind
-from .config import HeartbeatConfig
+from ..contract.watching import HeartbeatConfig
 
 log = logging.getLogger("agents")
 
@@ -46,7 +47,7 @@ class Heartbeat:
         self.config: Optional[HeartbeatConfig] = None
         self.on = False  # the node is watched
         self.failing: Optional[str] = None
-        self.last: Optional[dict[str, Any]] = None  # the last ping: when, the answer, to /fail or not
+        self.last: Optional[Ping] = None  # the last ping: when, the answer, to /fail or not
         self.in_flight_since: Optional[float] = None
         self._wake = threading.Event()
         self._thread: Optional[threading.Thread] = None
@@ -70,12 +71,12 @@ class Heartbeat:
         self._stopped = True
         self._wake.set()
 
-    def status(self) -> Optional[dict[str, Any]]:
+    def status(self) -> Optional[HeartbeatStatus]:
         if self.config is None:
             return None
-        return {"target": self.config.label, "every": self.config.every, "on": self.on,
-                "failing": self.failing, "last": self.last,
-                "in_flight_s": round(time.time() - self.in_flight_since, 1) if self.in_flight_since else None}
+        return HeartbeatStatus(target=self.config.label, every=self.config.every, on=self.on, failing=self.failing,
+                               last=self.last, in_flight_s=round(time.time() - self.in_flight_since, 1)
+                               if self.in_flight_since else None)
 
     def _run(self) -> None:
         while not self._stopped:
@@ -89,7 +90,7 @@ class Heartbeat:
         url = cfg.resolve(self.node)
         fail = self.failing is not None
         if url is None:
-            self.last = {"at": time.time(), "fail": fail, "answer": f"${cfg.url_env} is not set on this node"}
+            self.last = Ping(at=time.time(), fail=fail, answer=f"${cfg.url_env} is not set on this node")
             return
         if fail:
             url = url.rstrip("/") + "/fail"
@@ -98,13 +99,13 @@ class Heartbeat:
             answer = _send(cfg.method, url, self.failing or "ok")
         finally:
             self.in_flight_since = None
-        self.last = {"at": time.time(), "fail": fail, "answer": answer}
+        self.last = Ping(at=time.time(), fail=fail, answer=str(answer))
 
 
 def _send(method: str, url: str, body: str) -> str:
     """One ping within a total deadline, reading at most a few KiB (watch/http.py); the answer
     as text, never the URL."""
-    from .http import quiet_http_logs, request
+    from ..contract.http import quiet_http_logs, request
 
     quiet_http_logs()
     answer = request(method, url, DEADLINE_S, content=body.encode() if method == "POST" else None)

@@ -23,10 +23,11 @@ import uuid
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from ..contract.ops import OutboxStatus, TargetStatus
 from ..contract.vocab import EventKind
-from .config import NotifyTarget
-from .notify import deliver
-from ..workers.common.atomic import atomic_write_json, fsync_dir
+from ..contract.watching import NotifyTarget
+from ..contract.notify import deliver
+from ..contract.atomic import atomic_write_json, fsync_dir
 
 log = logging.getLogger("agents")
 
@@ -104,12 +105,12 @@ class Outbox:
             sender.stop()
         self._senders.clear()
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> OutboxStatus:
         per = {tid: len(self.pending(tid)) for tid in self._senders}
-        return {"pending": sum(per.values()),
-                "targets": [{"target": s.target.label, "pending": per.get(tid, 0), "failing": s.failing,
-                             "in_flight_s": round(time.time() - s.in_flight_since, 1) if s.in_flight_since else None}
-                            for tid, s in self._senders.items()]}
+        return OutboxStatus(pending=sum(per.values()), targets=[
+            TargetStatus(target=s.target.label, pending=per.get(tid, 0), failing=s.failing,
+                         in_flight_s=round(time.time() - s.in_flight_since, 1) if s.in_flight_since else None)
+            for tid, s in self._senders.items()])
 
 
 class Sender:

@@ -32,7 +32,7 @@ from .. import writes
 from ..contract.vocab import EventKind, JobState, RestartPolicy
 from ..contract.jobs import JobSpec
 from ..contract.wire import JobStatus
-from ..workers.common.atomic import atomic_write_json
+from ..contract.atomic import atomic_write_json
 
 log = logging.getLogger("agents")
 

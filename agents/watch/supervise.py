@@ -25,22 +25,15 @@ import os
 import shlex
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
+
+from ..contract.ops import SupervisorState
 
 log = logging.getLogger(__name__)
 
 KINDS = ("systemd", "cron", "none")
 TAG = "# gpudeck-watch"
-
-
-@dataclass(frozen=True)
-class SupervisorState:
-    kind: str  # systemd | cron | none
-    present: bool  # its entry (unit, crontab lines) is there
-    healthy: bool  # and the supervisor runs it: the unit is active, a cron daemon is alive
-    detail: str  # what the operator reads: the unit's name and state, the lines, what an admin must run
 
 
 def _run(argv: list[str], stdin: Optional[str] = None, timeout: float = 10.0) -> subprocess.CompletedProcess:

@@ -18,12 +18,14 @@ from typing import Any, Optional
 
 from ..health import reader_for
 from ..contract.vocab import NOTIFY_EVENTS, AlertKind, EventKind
+from ..contract import ops
 from ..contract.jobs import JobSpec, SpecError
 from ..contract.plain import to_plain
 from ..contract.wire import Alert, Gpu, Host, JobStatus
 from .checks import Checks
 from .conditions import Conditions
-from .config import ConfigError, WatchConfig
+from ..contract.watching import ConfigError
+from .config import WatchConfig
 from .events import EventLog
 from .heartbeat import Heartbeat, failing_reason
 from .outbox import Outbox
@@ -42,7 +44,7 @@ class Watcher:
         self.home, self.node, self.sup, self.gpu = Path(home), node, sup, gpu
         self.detached = detached
         self.config = WatchConfig.load(self.home)
-        self.events = EventLog(self.home, node)
+        self.events_log = EventLog(self.home, node)
         self.outbox = Outbox(self.home, on_event=self._note)
         self.restarts = RestartEngine(sup, self.emit)
         self.conditions = Conditions(self.home, self.emit)
@@ -66,7 +68,7 @@ class Watcher:
     def emit(self, kind: EventKind, message: str, job: Optional[str] = None, gpu: Optional[int] = None,
              key: Optional[str] = None, notify: bool = True, **details: Any) -> None:
         """One line in the timeline; queued for every target that wants it when ``notify``."""
-        event = self.events.add(kind, message, job=job, gpu=gpu, key=key, **details)
+        event = self.events_log.add(kind, message, job=job, gpu=gpu, key=key, **details)
         if notify and kind in NOTIFY_EVENTS and self.config.notify:
             self.outbox.put(self.config.notify, to_plain(event))
 
@@ -143,22 +145,16 @@ class Watcher:
         self.outbox.serve(self.config.notify)
         self.heartbeat.serve(self.config.heartbeat, self.config.watching)
 
-    def request(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
-        if op == "events":
-            since, after, limit = args.get("since", 0), args.get("after_seq", 0), args.get("limit", 5000)
-            for name, v in (("since", since), ("after_seq", after), ("limit", limit)):
-                if isinstance(v, bool) or not isinstance(v, (int, float)):
-                    raise ValueError(f"'events': {name!r} must be a number, got {v!r}")
-            seq = self.events.seq  # before the read: a follower asks from here next time, missing nothing
-            return {"node": self.node, "seq": seq, "events": self.events.read(float(since), int(after), int(limit))}
-        on, supervise = args.get("on"), args.get("supervise")
-        if on is not None:
-            if not isinstance(on, bool):
-                raise ValueError(f"'watch': 'on' must be true or false, got {on!r}")
-            registered = self._supervise(on, supervise)
-            if on != self.config.watching:
-                self.config.watching, self.config.since = on, time.time() if on else None
-                self.emit(EventKind.WATCH, f"watch {'started' if on else 'stopped'} (agent pid {os.getpid()})"
+    def events(self, op: ops.ReadEvents) -> ops.EventPage:
+        seq = self.events_log.seq  # before the read: a follower asks from here next time, missing nothing
+        return ops.EventPage(node=self.node, seq=seq, events=self.events_log.read(op.since, op.after_seq, op.limit))
+
+    def watch(self, op: ops.Watch) -> ops.WatchStatus:
+        if op.on is not None:
+            registered = self._supervise(op.on, op.supervise)
+            if op.on != self.config.watching:
+                self.config.watching, self.config.since = op.on, time.time() if op.on else None
+                self.emit(EventKind.WATCH, f"watch {'started' if op.on else 'stopped'} (agent pid {os.getpid()})"
                           + (f"; {registered}" if registered else ""), notify=False)
             self.config.save(self.home)
             self.heartbeat.serve(self.config.heartbeat, self.config.watching)
@@ -184,20 +180,19 @@ class Watcher:
         self.config.supervisor = kind
         return f"supervised by {did}" + (f" ({passed})" if passed else "")
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> ops.WatchStatus:
         jobs = []
         for name in self.sup.names():
             spec = self.sup.spec_of(name)
             fields = self.restarts.fields(name, spec) if spec is not None else {}
-            jobs.append({"name": name, **{k: (v.value if hasattr(v, "value") else v) for k, v in fields.items()},
-                         "restart_on_stall": spec.restart_on_stall if spec else None,
-                         "deadline": spec.deadline if spec else None})
-        return {"node": self.node, "pid": os.getpid(), "watching": self.config.watching, "detached": self.detached,
-                "since": self.config.since, "fleet": self.config.fleet, "log": str(self.home / "watch.log"),
-                "supervisor": to_plain(supervise_state(self.config.supervisor, self.home)),
-                "heartbeat": self.heartbeat.status(),
-                "notify": [t.label for t in self.config.notify], "outbox": self.outbox.status(),
-                "alerts": to_plain(self.config.alerts), "active": sorted(self.conditions.active), "jobs": jobs}
+            jobs.append(ops.WatchedJob(name=name, **fields, restart_on_stall=spec.restart_on_stall if spec else None,
+                                       deadline=spec.deadline if spec else None))
+        return ops.WatchStatus(
+            node=self.node, pid=os.getpid(), watching=self.config.watching, detached=self.detached,
+            since=self.config.since, fleet=self.config.fleet, log=str(self.home / "watch.log"),
+            supervisor=supervise_state(self.config.supervisor, self.home), heartbeat=self.heartbeat.status(),
+            notify=[t.label for t in self.config.notify], outbox=self.outbox.status(), alerts=self.config.alerts,
+            active=sorted(self.conditions.active), jobs=jobs)
 
     # ------------------------------------------------------------ lingering
 

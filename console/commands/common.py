@@ -119,7 +119,7 @@ def run_command(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except ModuleNotFoundError as exc:  # an extra that is not installed: the line that installs it
-        from ...agents.needs import EXTRAS
+        from ...agents.contract.needs import EXTRAS
         extra = EXTRAS.get((exc.name or "").split(".")[0])
         if extra is None:
             raise

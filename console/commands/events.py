@@ -7,7 +7,10 @@ import asyncio
 import json
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ...agents.contract.wire import Event
 
 
 def register(sub) -> None:
@@ -39,16 +42,17 @@ def _since(text: str) -> float:
         raise KeyError(f"--since: {exc}") from None
 
 
-def line(ev: dict[str, Any]) -> str:
-    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ev.get("t", 0)))
-    where = " ".join(x for x in (ev.get("job") and f"job={ev['job']}",
-                                 ev.get("gpu") is not None and f"gpu={ev['gpu']}") if x)
-    return f"{when} {ev.get('node', '?'):<12} {ev.get('kind', '?'):<14} {where + ' ' if where else ''}{ev.get('message')}"
+def line(ev: Event) -> str:
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ev.t))
+    where = " ".join(x for x in (ev.job and f"job={ev.job}", ev.gpu is not None and f"gpu={ev.gpu}") if x)
+    return f"{when} {ev.node:<12} {ev.kind.value:<14} {where + ' ' if where else ''}{ev.message}"
 
 
 async def _events(args) -> int:
     from .common import load_fleet as _fleet
     from .watch import _nodes
+    from ...agents.contract import ops
+    from ...agents.contract.plain import to_plain
     from ...remote.client import AgentError, FleetClient, RequestFailed
 
     fleet = _fleet(args.fleet)
@@ -58,11 +62,10 @@ async def _events(args) -> int:
     after: dict[str, int] = {}
     down: dict[str, str] = {}
 
-    async def one(node) -> list[dict[str, Any]]:
-        req = {"after_seq": after[node.name]} if node.name in after else {"since": since}
+    async def one(node) -> list[Event]:
+        req = ops.ReadEvents(after_seq=after[node.name]) if node.name in after else ops.ReadEvents(since=since)
         try:
-            r = await asyncio.wait_for(client.node_request(node.name, "events", timeout=args.timeout, **req),
-                                       args.timeout)
+            r = await asyncio.wait_for(client.request(req, node=node.name, timeout=args.timeout), args.timeout)
         except (AgentError, RequestFailed, OSError, asyncio.TimeoutError) as exc:
             why = str(exc) or "no answer"
             if down.get(node.name) != why:
@@ -73,19 +76,17 @@ async def _events(args) -> int:
                 await link.close()
             return []
         down.pop(node.name, None)
-        evs = r.get("events") or []
         # follow on from here: the node's last seq when it was asked, or the newest event read
-        after[node.name] = max([int(r.get("seq") or 0)] + [int(e.get("seq", 0)) for e in evs])
-        return evs
+        after[node.name] = max([r.seq] + [e.seq for e in r.events])
+        return r.events
 
     first = True
     try:
         while True:
             batches = await asyncio.gather(*(one(n) for n in nodes))
-            merged = sorted((e for b in batches for e in b), key=lambda e: (e.get("t", 0), e.get("node", ""),
-                                                                             e.get("seq", 0)))
+            merged = sorted((e for b in batches for e in b), key=lambda e: (e.t, e.node, e.seq))
             for ev in merged:
-                print(json.dumps(ev, separators=(",", ":")) if args.json else line(ev), flush=args.follow)
+                print(json.dumps(to_plain(ev), separators=(",", ":")) if args.json else line(ev), flush=args.follow)
             if first and not merged and len(down) < len(nodes):
                 # nothing to show: say so, on stderr (--json's output stays JSON lines, here none)
                 print(f"gpudeck: {nothing_since([n.name for n in nodes if n.name not in down], since)}"

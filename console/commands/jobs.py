@@ -9,6 +9,7 @@ import asyncio
 import json
 import sys
 
+from ...agents.contract import ops
 from .common import (EXIT_FAIL, EXIT_OK, EXIT_USAGE, err, exit_codes, fleet_arg, load_fleet,
                                             take_over_arg)
 
@@ -82,7 +83,7 @@ def _client(args):
 async def _launch(args) -> int:
     client = _client(args)
     try:
-        r = await client.launch(args.job)
+        r = await client.request(ops.Launch(job=args.job))
     finally:
         await client.close()
     print(f"launched {r.job}: pid {r.pid}, attempt {r.attempt}, log {r.log}")
@@ -92,7 +93,7 @@ async def _launch(args) -> int:
 async def _relaunch(args) -> int:
     client = _client(args)
     try:
-        r = await client.relaunch(args.job, grace_s=args.grace)
+        r = await client.request(ops.Relaunch(job=args.job, grace_s=args.grace))
     finally:
         await client.close()
     if r.kill is not None:
@@ -117,7 +118,7 @@ async def _kill(args) -> int:
         fleet.node(args.node)  # an unknown node: KeyError naming the fleet's nodes
         client = FleetClient(fleet)
         try:
-            r = await client.kill_pid(args.node, args.pid, grace_s=args.grace)
+            r = await client.request(ops.KillPid(pid=args.pid, grace_s=args.grace), node=args.node)
         finally:
             await client.close()
     else:
@@ -126,7 +127,7 @@ async def _kill(args) -> int:
             return EXIT_USAGE
         client = _client(args)
         try:
-            r = await client.kill(args.job, grace_s=args.grace)
+            r = await client.request(ops.Kill(job=args.job, grace_s=args.grace))
         finally:
             await client.close()
     if args.json:
@@ -139,13 +140,13 @@ async def _kill(args) -> int:
 async def _logs(args) -> int:
     client = _client(args)
     try:
-        r = await client.logs(args.job, lines=args.lines)
+        r = await client.request(ops.Logs(job=args.job, lines=args.lines))
         sys.stdout.write(r.text)
         sys.stdout.flush()
         offset = r.offset
         while args.follow:
             await asyncio.sleep(0.5)
-            r = await client.logs(args.job, offset=offset)
+            r = await client.request(ops.Logs(job=args.job, offset=offset))
             if r.skipped:
                 sys.stderr.write(f"[gpudeck: skipped {r.skipped / 2**20:.1f} MiB of log to keep up with the job]\n")
             if r.text:

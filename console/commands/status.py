@@ -7,7 +7,7 @@ import time
 
 from ...agents.contract.jobs import JobKind
 from ...agents.contract.vocab import JobState
-from ...agents.planwatch import drift_text
+from ...agents.contract.documents import drift_text
 from .common import EXIT_OK, EXIT_UNREACHABLE, exit_codes, fleet_arg, load_fleet, take_over_arg
 from ..cost import NO_PRICE, dollars
 

@@ -15,6 +15,10 @@ import json
 import time
 from typing import Any, Optional
 
+from ...agents.contract.ops import Watch, WatchStatus
+from ...agents.contract.plain import to_plain
+from ...agents.contract.vocab import RestartPolicy
+
 
 def register(sub) -> None:
     from .common import EXIT_FAIL, exit_codes, fleet_arg
@@ -60,16 +64,15 @@ def _nodes(fleet, names: list[str]):
     return out
 
 
-async def _ask(fleet, nodes, op: str, timeout: float, **args: Any) -> dict[str, Any]:
-    """``op`` on every node at once: node -> its result, or the error text."""
+async def _ask(fleet, nodes, op: Watch, timeout: float) -> dict[str, Any]:
+    """``op`` on every node at once: node -> its WatchStatus, or the error text."""
     from ...remote.client import AgentError, FleetClient, RequestFailed
 
     client = FleetClient(fleet)
 
     async def one(node) -> tuple[str, Any]:
         try:
-            return node.name, await asyncio.wait_for(client.node_request(node.name, op, timeout=timeout, **args),
-                                                     timeout)
+            return node.name, await asyncio.wait_for(client.request(op, node=node.name, timeout=timeout), timeout)
         except (AgentError, RequestFailed, OSError) as exc:
             return node.name, f"{exc}"
         except asyncio.TimeoutError:
@@ -86,22 +89,22 @@ async def _start(args) -> int:
 
     fleet = _fleet(args.fleet)
     nodes = _nodes(fleet, args.nodes)
-    first = await _ask(fleet, nodes, "watch", args.timeout, on=True, supervise=args.supervise)
+    first = await _ask(fleet, nodes, Watch(on=True, supervise=args.supervise), args.timeout)
     # the links are closed: each node's agent hands over to its detached watcher; wait for it
-    pending = [n for n in nodes if isinstance(first.get(n.name), dict)]
-    results = {n: r for n, r in first.items() if not isinstance(r, dict)}
+    pending = [n for n in nodes if isinstance(first.get(n.name), WatchStatus)]
+    results = {n: r for n, r in first.items() if not isinstance(r, WatchStatus)}
     deadline = time.monotonic() + args.timeout
     while pending:
-        got = await _ask(fleet, pending, "watch", max(5.0, min(30.0, deadline - time.monotonic())))
+        got = await _ask(fleet, pending, Watch(), max(5.0, min(30.0, deadline - time.monotonic())))
         for n in list(pending):
             r = got.get(n.name)
-            if isinstance(r, dict) and r.get("detached"):
+            if isinstance(r, WatchStatus) and r.detached:
                 results[n.name] = r
                 pending.remove(n)
         if pending and time.monotonic() > deadline:
             for n in pending:
                 results[n.name] = f"the detached watcher did not answer within {args.timeout:g} s; see " \
-                                  f"{(first.get(n.name) or {}).get('log', 'watch.log in the node home')}"
+                                  f"{first[n.name].log}"
             break
         if pending:
             await asyncio.sleep(0.5)
@@ -112,7 +115,7 @@ async def _stop(args) -> int:
     from .common import load_fleet as _fleet
 
     fleet = _fleet(args.fleet)
-    return _report(args, await _ask(fleet, _nodes(fleet, args.nodes), "watch", args.timeout, on=False), "stopped")
+    return _report(args, await _ask(fleet, _nodes(fleet, args.nodes), Watch(on=False), args.timeout), "stopped")
 
 
 async def _status(args) -> int:
@@ -122,59 +125,59 @@ async def _status(args) -> int:
     nodes = _nodes(fleet, args.nodes)
     if args.follow:
         return await _follow(fleet, nodes, args.unreachable_after)
-    return _report(args, await _ask(fleet, nodes, "watch", args.timeout), None)
+    return _report(args, await _ask(fleet, nodes, Watch(), args.timeout), None)
 
 
 def _report(args, results: dict[str, Any], verb: Optional[str]) -> int:
     if args.json:
-        print(json.dumps({n: (r if isinstance(r, dict) else {"error": r}) for n, r in results.items()}, indent=1))
+        print(json.dumps({n: (to_plain(r) if isinstance(r, WatchStatus) else {"error": r})
+                          for n, r in results.items()}, indent=1))
     else:
         for node, r in results.items():
             print(render(node, r, verb))
-    return 0 if all(isinstance(r, dict) for r in results.values()) else 1
+    return 0 if all(isinstance(r, WatchStatus) for r in results.values()) else 1
 
 
 def render(node: str, r: Any, verb: Optional[str] = None) -> str:
-    if not isinstance(r, dict):
+    if not isinstance(r, WatchStatus):
         return f"{node}: UNREACHABLE ({r})"
-    if r.get("watching"):
-        who = f"detached watcher pid {r['pid']}" if r.get("detached") else \
-            f"agent pid {r['pid']} (hands over to a detached watcher when its last console leaves)"
-        since = time.strftime("%Y-%m-%d %H:%M", time.localtime(r["since"])) if r.get("since") else "?"
-        head = f"{node}: watching since {since}: {who}; log {r.get('log')}"
+    if r.watching:
+        who = f"detached watcher pid {r.pid}" if r.detached else \
+            f"agent pid {r.pid} (hands over to a detached watcher when its last console leaves)"
+        since = time.strftime("%Y-%m-%d %H:%M", time.localtime(r.since)) if r.since else "?"
+        head = f"{node}: watching since {since}: {who}; log {r.log}"
     else:
-        head = f"{node}: not watching" + (f" (agent pid {r['pid']} exits when its last console leaves)"
+        head = f"{node}: not watching" + (f" (agent pid {r.pid} exits when its last console leaves)"
                                           if verb == "stopped" else "")
     lines = [head]
-    sup = r.get("supervisor") or {}
-    if r.get("watching") or sup.get("present"):
-        health = "healthy" if sup.get("healthy") else "NOT HEALTHY" if sup.get("kind") != "none" else "none"
-        lines.append(f"  supervisor: {sup.get('kind', 'none')} ({health}): {sup.get('detail', '')}")
-    hb = r.get("heartbeat")
+    sup = r.supervisor
+    if r.watching or sup.present:
+        health = "healthy" if sup.healthy else "NOT HEALTHY" if sup.kind != "none" else "none"
+        lines.append(f"  supervisor: {sup.kind} ({health}): {sup.detail}")
+    hb = r.heartbeat
     if hb:
-        last = hb.get("last") or {}
-        when = time.strftime("%H:%M:%S", time.localtime(last["at"])) if last.get("at") else "never"
-        lines.append(f"  heartbeat: {hb['target']} every {hb['every']:g} s; last sent {when}"
-                     + (f" ({'/fail, ' if last.get('fail') else ''}{last.get('answer')})" if last else "")
-                     + (f"; failing: {hb['failing']}" if hb.get("failing") else "")
-                     + (f"; a ping in flight for {hb['in_flight_s']:g} s" if hb.get("in_flight_s") else ""))
-    out = r.get("outbox") or {}
-    if r.get("notify"):
-        lines.append(f"  notify: {', '.join(r['notify'])}; {out.get('pending', 0)} message(s) pending")
-    for t in out.get("targets") or []:
-        if t.get("failing"):
-            lines.append(f"  ! {t['target']}: {t['failing']}")
-    for j in r.get("jobs") or []:
-        if j.get("restart") and j["restart"] != "never" or j.get("restart_on_stall") or j.get("deadline"):
-            nxt = (f", next at {time.strftime('%H:%M:%S', time.localtime(j['next_restart_at']))}"
-                   if j.get("next_restart_at") else "")
-            lines.append(f"  job {j['name']}: restart {j.get('restart')}, {j.get('restarts', 0)}/"
-                         f"{j.get('max_restarts', '-')} restarts{nxt}"
-                         + (f", on stall {j['restart_on_stall']}" if j.get("restart_on_stall") else "")
-                         + (f", deadline {j['deadline']}" if j.get("deadline") else "")
-                         + (f" — {j['restart_note']}" if j.get("restart_note") else ""))
-    if r.get("active"):
-        lines.append(f"  active: {', '.join(r['active'])}")
+        last = hb.last
+        when = time.strftime("%H:%M:%S", time.localtime(last.at)) if last else "never"
+        lines.append(f"  heartbeat: {hb.target} every {hb.every:g} s; last sent {when}"
+                     + (f" ({'/fail, ' if last.fail else ''}{last.answer})" if last else "")
+                     + (f"; failing: {hb.failing}" if hb.failing else "")
+                     + (f"; a ping in flight for {hb.in_flight_s:g} s" if hb.in_flight_s else ""))
+    if r.notify:
+        lines.append(f"  notify: {', '.join(r.notify)}; {r.outbox.pending} message(s) pending")
+    for t in r.outbox.targets:
+        if t.failing:
+            lines.append(f"  ! {t.target}: {t.failing}")
+    for j in r.jobs:
+        if j.restart and j.restart is not RestartPolicy.NEVER or j.restart_on_stall or j.deadline:
+            nxt = (f", next at {time.strftime('%H:%M:%S', time.localtime(j.next_restart_at))}"
+                   if j.next_restart_at else "")
+            lines.append(f"  job {j.name}: restart {j.restart}, {j.restarts}/"
+                         f"{j.max_restarts if j.max_restarts is not None else '-'} restarts{nxt}"
+                         + (f", on stall {j.restart_on_stall}" if j.restart_on_stall else "")
+                         + (f", deadline {j.deadline}" if j.deadline else "")
+                         + (f" — {j.restart_note}" if j.restart_note else ""))
+    if r.active:
+        lines.append(f"  active: {', '.join(r.active)}")
     return "\n".join(lines)
 
 

@@ -12,7 +12,7 @@ from textual.widget import Widget
 
 from ...agents.contract.vocab import EngineState
 from ...agents.contract.jobs import JobKind
-from ...agents.planwatch import drift_text
+from ...agents.contract.documents import drift_text
 from ..cost import dollars
 from ..formatting import human_duration
 from ..rows import JobDetail

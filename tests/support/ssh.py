@@ -98,8 +98,10 @@ def old_version_python(d: Path, version: str = "0.0.1") -> Path:
     pkg = d / "old" / "gpudeck" / "agents"  # a regular gpudeck package first on the path wins
     shutil.copytree(ROOT / "agents", pkg, ignore=shutil.ignore_patterns("__pycache__"))
     (pkg.parent / "__init__.py").write_text("")
-    init = pkg / "__init__.py"
-    init.write_text(re.sub(r'__version__ = "[^"]*"', f'__version__ = "{version}"', init.read_text()))
+    init = pkg / "contract" / "__init__.py"
+    text = init.read_text()
+    assert re.search(r'VERSION = "[^"]*"', text), f"{init}: no VERSION to change"
+    init.write_text(re.sub(r'VERSION = "[^"]*"', f'VERSION = "{version}"', text))
     return node_python(d / "python-old", d / "old")
 
 

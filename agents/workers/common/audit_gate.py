@@ -15,7 +15,7 @@ import os
 from typing import Any, Callable, Optional
 
 from ..audit import AuditReport
-from .atomic import atomic_write_json
+from ...contract.atomic import atomic_write_json
 
 log = logging.getLogger("gpudeck.audit")
 

@@ -31,7 +31,7 @@ import os
 import time
 from typing import Iterable, Optional
 
-from .atomic import append_or_undo
+from ...contract.atomic import append_or_undo
 
 _NEEDS_QUOTING = ("\n", "\r")
 

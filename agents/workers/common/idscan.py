@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import BinaryIO, Callable, Iterable, Iterator, Optional
 
-from .atomic import atomic_write_json
+from ...contract.atomic import atomic_write_json
 
 IDS_FILE = "ids.json"
 _ID_AT_START = re.compile(rb'\s*\{\s*"id"\s*:\s*("(?:[^"\\\n]|\\.)*"|-?\d+)\s*[,}]')

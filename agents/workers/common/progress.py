@@ -17,7 +17,7 @@ import logging
 import os
 from typing import Optional
 
-from .atomic import atomic_write_json
+from ...contract.atomic import atomic_write_json
 
 PROGRESS_FILE = "progress.json"
 

@@ -99,7 +99,7 @@ def run_from_args(args: argparse.Namespace) -> int:
     if problem:
         print(f"extract: {problem}", file=sys.stderr)
         return EXIT_USAGE
-    from ..common.atomic import DirectoryBusy
+    from ..common.dirlock import DirectoryBusy
     from .data import DataError
     from .layout import StoreError
     from .run import run_extraction

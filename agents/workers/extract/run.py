@@ -14,7 +14,8 @@ import threading
 import time
 from typing import Callable, Optional
 
-from ..common.atomic import DirLock, atomic_write_json
+from ..common.dirlock import DirLock
+from ...contract.atomic import atomic_write_json
 from ..common.audit_gate import AUDIT_SAMPLE, audit_verdict
 from ..common.progress import progress_path
 from .context import RunContext, StageClock

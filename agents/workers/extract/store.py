@@ -39,7 +39,7 @@ from typing import Optional
 
 import numpy as np
 
-from ..common.atomic import append_or_undo, fsync_dir, rename_all_durably, rename_durably
+from ...contract.atomic import append_or_undo, fsync_dir, rename_all_durably, rename_durably
 from ..common.doneset import DoneSet
 from .codec import PlaneCodec
 from .layout import (CODEC_PLANES_ZSTD, DONESET, DTYPE_SIZES, FORMAT, INDEX, NAMES,

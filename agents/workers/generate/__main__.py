@@ -11,7 +11,7 @@ def _main() -> int:
 
         return main()
     except ModuleNotFoundError as exc:  # a dependency missing from this python: one line, the fix in it
-        from ...needs import worker_import_error
+        from ...contract.needs import worker_import_error
 
         line = worker_import_error(exc, "generate")
         if line is None:

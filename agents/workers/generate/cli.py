@@ -11,7 +11,7 @@ import sys
 from typing import Optional
 
 from ...contract.jobs import JobKind, SpecError
-from ..common.atomic import DirectoryBusy
+from ..common.dirlock import DirectoryBusy
 from ..common.doneset import DoneSetError
 from .options import EXIT_FAIL, EXIT_USAGE, add_arguments, options_from_args
 from .servers import UsageError

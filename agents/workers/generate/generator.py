@@ -22,7 +22,7 @@ import signal
 import time
 from typing import Any, Optional
 
-from ..common.atomic import DirLock
+from ..common.dirlock import DirLock
 from ..common.audit_gate import audit_verdict
 from ..common.doneset import DoneSet
 from ..common.progress import progress_path

@@ -23,7 +23,7 @@ import logging
 import os
 from typing import Optional
 
-from ..common.atomic import atomic_write_json
+from ...contract.atomic import atomic_write_json
 
 log = logging.getLogger("gpudeck.generate")
 

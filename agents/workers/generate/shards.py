@@ -42,7 +42,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Optional
 
-from ..common.atomic import append_or_undo, atomic_write_bytes, fsync_dir, rename_durably
+from ...contract.atomic import append_or_undo, atomic_write_bytes, fsync_dir, rename_durably
 from ..common.doneset import DoneSet
 from ..common.shards import JSONL as NAMES
 

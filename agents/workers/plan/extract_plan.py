@@ -22,7 +22,7 @@ import sys
 import time
 from typing import Optional
 
-from ..common.atomic import atomic_write_json
+from ...contract.atomic import atomic_write_json
 from ..extract.cli import add_arguments as add_extract_arguments
 from .numbers import number
 from .units import UsageError

@@ -19,7 +19,8 @@ import sys
 import time
 from typing import Any, Optional
 
-from ..common.atomic import DirectoryBusy, atomic_write_json
+from ..common.dirlock import DirectoryBusy
+from ...contract.atomic import atomic_write_json
 from ..common.doneset import DoneSetError
 from .numbers import number
 from ..generate.options import add_arguments as add_generate_arguments

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Optional
 from urllib.parse import urlsplit, urlunsplit
 
-from ..atomic import atomic_write_bytes
+from ....contract.atomic import atomic_write_bytes
 from ..doneset import encode_id, read_ids
 from ..shards import ANY_SHARD_NUMBER
 

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Optional
 
-from ..atomic import fsync_dir
+from ....contract.atomic import fsync_dir
 from ..doneset import DoneLog
 from .remote import (MANIFEST, REMOTE_DONE, UPLOADED_DONE, S3Location,
                                                          describe_error, make_client, read_manifest)

@@ -12,8 +12,8 @@ import time
 from typing import Any, Optional
 from urllib.parse import urlsplit
 
-from ..contract.vocab import EventKind, NotifyFormat
-from .config import NotifyTarget, redact
+from .vocab import EventKind, NotifyFormat
+from .watching import NotifyTarget, redact
 
 DEADLINE_S = 15.0  # one attempt, connect to last byte read (watch/http.py); then it is retried later
 _URGENT = {EventKind.DIED.value, EventKind.GAVE_UP.value, EventKind.GPU_HEALTH.value,

@@ -39,7 +39,7 @@ class Need:
 def needed_modules(spec: Any) -> list[Need]:
     """What ``spec``'s interpreter must import for its kind, in the order to check; empty for
     a job with its own ``command`` and for kind ``command``."""
-    from .contract.jobs import JobKind
+    from .jobs import JobKind
 
     if spec.command:
         return []

@@ -1,0 +1,283 @@
+"""The ops: what a console asks of a node agent, each one a class.
+
+An op's fields are its arguments, typed; its ``Result`` is the type of its answer; ``on_loop``
+says that the agent answers it on its event loop (fast, and it touches state the loop owns)
+rather than in a thread (a kill waits out a grace period). The op's name on the wire is
+``name``, spelled here and nowhere else.
+
+    request = ops.Kill(job="gen", grace_s=5.0)        # the console
+    line = wire.encode(ops.request(7, request))       # -> {"type": "request", "op": "kill", ...}
+    op = ops.op_of(wire.decode(line))                 # the agent: an ops.Kill, its arguments checked
+    verdict = op.answer(plain_result)                 # the console again: a KillVerdict
+
+The agent and the watcher answer through one table keyed by op class (agents/agent.py);
+``FleetClient.request(op)`` returns ``op.Result`` (remote/client.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Optional
+
+from .jobs import JobSpec
+from .plain import ProtocolError, from_dict, to_plain
+from .vocab import RestartPolicy
+from .watching import AlertThresholds
+from .wire import Event, KillVerdict, LaunchResult, LogChunk, Request, Sample, Snapshot
+
+GRACE_MAX_S = 3600.0
+
+
+class Op:
+    """The base of every op; see the module's docstring."""
+
+    name: ClassVar[str]
+    Result: ClassVar[type]
+    on_loop: ClassVar[bool] = False
+
+    def check(self) -> None:
+        """Raise ProtocolError when an argument is out of its range (types are checked on decode)."""
+
+    def args(self) -> dict[str, Any]:
+        return to_plain(self)
+
+    def answer(self, result: Any) -> Any:
+        """A reply's plain ``result`` read back into ``Result``; ProtocolError when it does not fit."""
+        return from_dict(self.Result, result, f"the reply to {self.name!r}")
+
+
+def _grace(op: Any) -> None:
+    if not 0 <= op.grace_s <= GRACE_MAX_S:
+        raise ProtocolError(f"{op.name!r}: 'grace_s' must be a number of seconds from 0 to {GRACE_MAX_S:g}, "
+                            f"got {op.grace_s!r}")
+
+
+# ---------------------------------------------------------------- typed results
+
+
+@dataclass(frozen=True)
+class Configured:
+    jobs: list[str]  # the jobs the node now holds, in the fleet file's order
+    changed: dict[str, list[str]] = field(default_factory=dict)  # job -> what its relaunch would change
+
+
+@dataclass(frozen=True)
+class HistoryPage:
+    samples: list[Sample] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class EventPage:
+    node: str
+    seq: int  # the newest event's seq when the page was read: a follower asks after it next time
+    events: list[Event] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class SupervisorState:
+    """What the node's supervisor knows of the watcher (agents/watch/supervise.py)."""
+
+    kind: str = "none"  # systemd | cron | none
+    present: bool = False  # its entry (unit, crontab lines) is there
+    healthy: bool = False  # and the supervisor runs it: the unit is active, a cron daemon is alive
+    detail: str = ""  # what the operator reads: the unit's name and state, the lines, what an admin must run
+
+
+@dataclass(frozen=True)
+class Ping:
+    at: float
+    fail: bool = False  # sent to the URL's /fail
+    answer: str = ""
+
+
+@dataclass(frozen=True)
+class HeartbeatStatus:
+    target: str  # the URL, redacted
+    every: float
+    on: bool
+    failing: Optional[str] = None
+    last: Optional[Ping] = None
+    in_flight_s: Optional[float] = None
+
+
+@dataclass(frozen=True)
+class TargetStatus:
+    target: str
+    pending: int = 0
+    failing: Optional[str] = None
+    in_flight_s: Optional[float] = None
+
+
+@dataclass(frozen=True)
+class OutboxStatus:
+    pending: int = 0
+    targets: list[TargetStatus] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class WatchedJob:
+    name: str
+    restart: Optional[RestartPolicy] = None
+    restarts: int = 0
+    max_restarts: Optional[int] = None
+    next_restart_at: Optional[float] = None
+    restart_note: Optional[str] = None
+    restart_on_stall: Optional[str] = None
+    deadline: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class WatchStatus:
+    node: str
+    pid: int
+    watching: bool
+    detached: bool
+    log: str
+    since: Optional[float] = None
+    fleet: Optional[str] = None
+    supervisor: SupervisorState = field(default_factory=SupervisorState)
+    heartbeat: Optional[HeartbeatStatus] = None
+    notify: list[str] = field(default_factory=list)
+    outbox: OutboxStatus = field(default_factory=OutboxStatus)
+    alerts: AlertThresholds = field(default_factory=AlertThresholds)
+    active: list[str] = field(default_factory=list)
+    jobs: list[WatchedJob] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------- the ops
+
+
+@dataclass(frozen=True)
+class Status(Op):
+    """The node now: a snapshot, at once."""
+
+    name: ClassVar[str] = "status"
+    Result: ClassVar[type] = Snapshot
+    on_loop: ClassVar[bool] = True
+
+
+@dataclass(frozen=True)
+class Configure(Op):
+    """The fleet file's jobs for this node (and its watch settings); a relaunch's changes."""
+
+    name: ClassVar[str] = "configure"
+    Result: ClassVar[type] = Configured
+    on_loop: ClassVar[bool] = True
+    jobs: list[JobSpec] = field(default_factory=list)
+    fleet: str = ""  # the fleet file's identity, "host:/path" (agents/owners.py)
+    take_over: bool = False  # jobs another fleet file declared become this one's
+    watch: Optional[dict[str, Any]] = None  # [[notify]], [alerts], [heartbeat]; None: unchanged
+
+
+@dataclass(frozen=True)
+class ReadHistory(Op):
+    name: ClassVar[str] = "history"
+    Result: ClassVar[type] = HistoryPage
+    on_loop: ClassVar[bool] = True
+    since: float = 0.0
+
+
+@dataclass(frozen=True)
+class ReadEvents(Op):
+    """The node's timeline: the newest ``limit`` events after ``since`` and ``after_seq``."""
+
+    name: ClassVar[str] = "events"
+    Result: ClassVar[type] = EventPage
+    since: float = 0.0
+    after_seq: int = 0
+    limit: int = 5000
+
+
+@dataclass(frozen=True)
+class Watch(Op):
+    """The watcher's state; ``on`` starts or stops watching, registered with ``supervise``."""
+
+    name: ClassVar[str] = "watch"
+    Result: ClassVar[type] = WatchStatus
+    on_loop: ClassVar[bool] = True
+    on: Optional[bool] = None
+    supervise: Optional[str] = None  # auto | systemd | cron | none
+
+
+@dataclass(frozen=True)
+class Launch(Op):
+    name: ClassVar[str] = "launch"
+    Result: ClassVar[type] = LaunchResult
+    job: str
+
+
+@dataclass(frozen=True)
+class Kill(Op):
+    """SIGTERM to the job's processes, SIGKILL after ``grace_s``, then proof that its GPU memory
+    came back."""
+
+    name: ClassVar[str] = "kill"
+    Result: ClassVar[type] = KillVerdict
+    job: str
+    grace_s: float = 10.0
+
+    def check(self) -> None:
+        _grace(self)
+
+
+@dataclass(frozen=True)
+class Relaunch(Op):
+    name: ClassVar[str] = "relaunch"
+    Result: ClassVar[type] = LaunchResult
+    job: str
+    grace_s: float = 10.0
+
+    def check(self) -> None:
+        _grace(self)
+
+
+@dataclass(frozen=True)
+class KillPid(Op):
+    """A process no job owns (an unowned GPU process), killed as a job is."""
+
+    name: ClassVar[str] = "kill_pid"
+    Result: ClassVar[type] = KillVerdict
+    pid: int
+    grace_s: float = 10.0
+
+    def check(self) -> None:
+        if self.pid <= 0:
+            raise ProtocolError(f"'kill_pid' needs a 'pid' (a positive integer), got {self.pid!r}")
+        _grace(self)
+
+
+@dataclass(frozen=True)
+class Logs(Op):
+    """The job's log: its last ``lines`` lines, or what follows byte ``offset``."""
+
+    name: ClassVar[str] = "logs"
+    Result: ClassVar[type] = LogChunk
+    job: str
+    lines: int = 100
+    offset: Optional[int] = None
+
+
+ALL: tuple[type[Op], ...] = (Status, Configure, ReadHistory, ReadEvents, Watch, Launch, Kill, Relaunch, KillPid,
+                             Logs)
+OPS: dict[str, type[Op]] = {cls.name: cls for cls in ALL}
+
+
+def request(id: int, op: Op) -> Request:
+    return Request(id=id, op=op.name, args=op.args())
+
+
+def op_of(req: Request) -> Op:
+    """The op a request asks for, its arguments checked by the op's own types; ProtocolError
+    (or a job spec's SpecError) says what is wrong."""
+    cls = OPS.get(req.op)
+    if cls is None:
+        raise ProtocolError(f"unknown op {req.op!r}; expected one of {', '.join(OPS)}")
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(req.args) - known)
+    if unknown:
+        raise ProtocolError(f"{req.op!r} takes no argument {unknown[0]!r}"
+                            + (f"; it takes {', '.join(sorted(known))}" if known else "; it takes none"))
+    op = from_dict(cls, req.args, req.op)
+    op.check()
+    return op
