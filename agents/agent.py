@@ -196,7 +196,7 @@ class Agent:
         jobs = self.job_statuses(now)
         paths = [str(self.home)]
         for s in self.sup.declared.values():  # where jobs write: free disk is shown for each
-            out = s.options.get("out") if isinstance(s.options.get("out"), str) else None
+            out = getattr(s.options, "out", None)
             paths += [os.path.expanduser(p) for p in (s.cwd, out, s.done_set, s.progress) if p]
         host = self.host.sample(paths)
         changes = {name: t.last_change for name, (_, t) in self._trackers.items()}

@@ -89,7 +89,7 @@ class PlanWatch:
         cached = self._paths.get(name)
         if cached is not None and cached[0] is spec:
             return cached[1]
-        out = spec.options.get("out")
+        out = getattr(spec.options, "out", None)
         path = None
         if isinstance(out, str) and out:
             out = os.path.expanduser(out)

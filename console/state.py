@@ -474,9 +474,9 @@ def _port(url: str) -> Optional[int]:
 
 def _client_of(spec: JobSpec, engine_ports: set[Optional[int]]) -> bool:
     """``spec`` sends its requests to one of these ports: an engine of this fleet."""
-    if not (spec.kind.engine_client or spec.options.get("servers")):
+    if not (spec.kind.engine_client or getattr(spec.options, "servers", None)):
         return False
-    ports = {_port(u) for u in spec.options.get("servers", []) + spec.options.get("workers", [])}
+    ports = {_port(u) for u in getattr(spec.options, "servers", []) + getattr(spec.options, "workers", [])}
     return bool(ports & engine_ports)
 
 

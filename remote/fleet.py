@@ -21,6 +21,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 from ..agents.contract.jobs import KINDS, JobKind, JobSpec, SpecError, shell_command
+from ..agents.contract.kinds import OptionError
 from ..agents.contract.watching import AlertThresholds, HeartbeatConfig, NotifyTarget
 from .fleet_check import (FleetError, check_host_keys, check_range, check_type, did_you_mean, show,
                                         unknown_key)
@@ -347,7 +348,14 @@ def _parse_jobs(raw_jobs: Any, defaults: dict[str, Any], names: set[str], path: 
             values["python"] = defaults["python"]
         if "stall_after_s" not in values and stall_s is not None:  # [alerts] stall_s: every job's default
             values["stall_after_s"] = max(1.0, float(stall_s))
-        values["options"] = options
+        kind_options = JobKind(kind).options_class
+        if kind_options is not None:  # the kind's own keys, read by its dataclass (agents/contract/kinds.py)
+            try:
+                values["options"] = kind_options.from_fleet(options, where, said=warnings,
+                                                            required=not values.get("command"))
+            except OptionError as exc:
+                raise FleetError(path, loc.key("jobs", i, exc.key) if exc.key else loc.table("jobs", i),
+                                 str(exc)) from None
         node = values.get("node")
         if node is not None and node not in names:
             raise FleetError(path, loc.key("jobs", i, "node"),
@@ -387,12 +395,13 @@ def _resolve_servers(jobs: list[JobSpec], nodes: dict[str, Node], path: str, loc
     by_name = {j.name: j for j in jobs}
     out = []
     for i, job in enumerate(jobs):
-        opts = dict(job.options)
+        resolved: dict[str, list[str]] = {}
         for key in ("servers", "workers"):
-            if key not in opts:
+            refs = getattr(job.options, key, None)
+            if not refs:
                 continue
             urls = []
-            for ref in opts[key] if isinstance(opts[key], list) else [opts[key]]:
+            for ref in refs:
                 if isinstance(ref, str) and ref.startswith(("http://", "https://")):
                     urls.append(ref.rstrip("/"))
                     continue
@@ -405,8 +414,8 @@ def _resolve_servers(jobs: list[JobSpec], nodes: dict[str, Node], path: str, loc
                 host = target.host if same or target.host not in ("127.0.0.1", "localhost", "0.0.0.0") \
                     else (nodes[target.node or LOCAL].host or "127.0.0.1")
                 urls.append(f"http://{host}:{target.port}")
-            opts[key] = urls
-        out.append(dataclasses.replace(job, options=opts) if opts != job.options else job)
+            resolved[key] = urls
+        out.append(dataclasses.replace(job, options=dataclasses.replace(job.options, **resolved)) if resolved else job)
     return out
 
 

@@ -14,7 +14,8 @@ import pytest
 from gpudeck.agents import planwatch
 from gpudeck.agents.contract.vocab import JobState
 from gpudeck.agents.planwatch import PlanWatch
-from gpudeck.agents.contract.documents import drift_pct, drift_text
+from gpudeck.agents.contract import documents
+from gpudeck.agents.contract.documents import drift_pct, drift_text, over_plan
 from gpudeck.agents.contract.wire import Host, JobPlan, JobStatus, Progress, Snapshot
 from gpudeck.agents.records import JobRecord, first_start_of
 from gpudeck.agents.watch.checks import Checks
@@ -93,8 +94,8 @@ def test_a_job_ahead_of_its_plan_is_no_alert_and_no_warning():
     state.apply(Snapshot("gpu-a", 1, NOW, Host("h", 1.0, 1, 1, 2, 0.0, 0.0, 0.0), [], [job]))
     (row,) = state.job_rows()
     assert row.drift_pct == -69 and not row.plan_off and not any(f.startswith("plan") for f in row.flags)
-    assert not planwatch.over_plan(ahead, 25.0) and planwatch.over_plan(drift_pct(PLANNED, REAL), 25.0)
-    assert not planwatch.over_plan(25.0, 25.0) and not planwatch.over_plan(None, 25.0)
+    assert not over_plan(ahead, 25.0) and over_plan(drift_pct(PLANNED, REAL), 25.0)
+    assert not over_plan(25.0, 25.0) and not over_plan(None, 25.0)
 
 
 def test_a_plan_made_mid_run_counts_from_when_it_was_written_and_a_finished_job_from_what_it_took(tmp_path):
@@ -114,7 +115,7 @@ def test_a_plan_made_mid_run_counts_from_when_it_was_written_and_a_finished_job_
 def test_plan_json_is_read_again_only_when_its_mtime_changes(tmp_path, monkeypatch):
     path = _plan_file(tmp_path)
     reads = []
-    real = planwatch.read_plan
+    real = documents.read_plan
     monkeypatch.setattr(planwatch, "read_plan", lambda p: reads.append(p) or real(p))
     watch = PlanWatch(lambda name: tmp_path)
     rec = JobRecord(name="gen", state=JobState.RUNNING, started_at=NOW - HOUR)

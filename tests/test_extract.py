@@ -443,7 +443,7 @@ args = ["--part", "0/4"]
     assert job.argv("/venv/bin/python") == [
         "/venv/bin/python", "-m", "gpudeck.agents.workers.extract", "--model", "/models/q", "--data", "/data/gen",
         "--out", "/data/hs", "--layers", "1,7,14,21,27", "--max-tokens-per-batch", "65536", "--s3", "s3://b/hs",
-        "--writers", "8", "--force", "--compress", "--part", "0/4"]
+        "--force", "--compress", "--part", "0/4"]  # writers = 8 is the default: no flag needed
     bad = job.to_dict()
     bad["options"] = {"data": "/d", "out": "/o"}
     from gpudeck.agents.contract.jobs import JobSpec

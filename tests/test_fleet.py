@@ -53,7 +53,7 @@ def test_a_good_fleet():
     assert argv[:3] == ["/workspace/venv/bin/python3", "-m", "sglang.launch_server"]
     assert argv[-1] == "--enable-metrics" and "--reasoning-parser" in argv
     assert sg.scrape_url == "http://127.0.0.1:30000/metrics"
-    assert f.job("gen").options["servers"] == ["http://127.0.0.1:30000"]  # same node: loopback
+    assert f.job("gen").options.servers == ["http://127.0.0.1:30000"]  # same node: loopback
     local = f.job("local-script")
     assert local.node is None and local.command == ["/bin/sh", "-c", "python3 extract.py --shard 3"]
     assert [j.name for j in f.jobs_on(LOCAL)] == ["local-script"]
@@ -79,7 +79,11 @@ def test_no_fleet_file_is_this_machine_alone():
     ('[[nodes]]\nname = "x"\nport = "22"\n', 3, "'port': expected an integer"),
     ('[defaults]\npyhton = "x"\n', 2, "[defaults] has no key 'pyhton'"),
     ('[jobz]\n', 1, "unknown section 'jobz'"),
-    ('[[jobs]]\nname = "g"\nkind = "generate"\nservers = ["nowhere"]\n', 4, "neither a URL nor an engine job"),
+    ('[[jobs]]\nname = "g"\nkind = "generate"\nprompts = "p"\nout = "o"\nservers = ["nowhere"]\n', 6,
+     "neither a URL nor an engine job"),
+    ('[[jobs]]\nname = "g"\nkind = "generate"\nprompts = "p"\nout = "o"\nservers = ["http://h:1"]\nconcurrency = "many"\n',
+     7, "'concurrency': expected an integer, got 'many'"),
+    ('[[jobs]]\nname = "g"\nkind = "generate"\nservers = ["http://h:1"]\n', 1, "kind 'generate' needs 'prompts', 'out'"),
 ])
 def test_mistakes_name_file_line_and_expectation(text, line, expected):
     with pytest.raises(FleetError) as err:

@@ -4,6 +4,7 @@ declared once, in :data:`KIND_INFO` beside the kind."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import enum
 import re
@@ -11,6 +12,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from .kinds import ExtractOptions, GenerateOptions, KindOptions, OptionError, RouterOptions
 from .units import parse_deadline, parse_duration
 from .vocab import RestartPolicy
 
@@ -34,40 +36,34 @@ class JobKind(str, enum.Enum):
         return KIND_INFO[self].short
 
     @property
-    def options(self) -> frozenset[str]:
+    def options_class(self) -> Optional[type[KindOptions]]:
+        """The dataclass of this kind's options (agents/contract/kinds.py); None: it has none."""
         return KIND_INFO[self].options
+
+    @property
+    def options(self) -> frozenset[str]:
+        """The fleet keys of this kind besides the JobSpec's own (old spellings included)."""
+        cls = KIND_INFO[self].options
+        return frozenset(cls.fleet_keys()) | frozenset(cls.old_keys()) if cls is not None else frozenset()
 
     @property
     def engine_client(self) -> bool:
         return KIND_INFO[self].engine_client
 
-    @property
-    def worker_module(self) -> Optional[str]:
-        """The module whose ``build_argv(spec, python)`` makes this kind's command line."""
-        return KIND_INFO[self].worker_module
-
 
 @dataclass(frozen=True)
 class KindInfo:
     short: str  # the console's KIND column
-    options: frozenset[str] = frozenset()  # fleet-file keys of this kind kept in JobSpec.options
+    options: Optional[type[KindOptions]] = None  # the kind's options, kept in JobSpec.options
     engine_client: bool = False  # it talks to engines: the console shows their figures on it
-    worker_module: Optional[str] = None  # see JobKind.worker_module
 
 
 KIND_INFO: dict[JobKind, KindInfo] = {
     JobKind.COMMAND: KindInfo(short="cmd"),
     JobKind.SGLANG_SERVER: KindInfo(short="sglang"),
-    JobKind.GENERATE: KindInfo(
-        short="gen", engine_client=True, worker_module="gpudeck.agents.workers.generate",
-        options=frozenset({"servers", "prompts", "out", "s3", "concurrency", "max_tokens", "model_name",
-                           "temperature", "top_p", "thinking", "force", "s3_endpoint", "give_up_after"})),
-    JobKind.EXTRACT: KindInfo(
-        short="extract", worker_module="gpudeck.agents.workers.extract",
-        options=frozenset({"data", "out", "layers", "max_tokens_per_batch", "device", "dtype", "s3", "force",
-                           "s3_endpoint", "chat_template", "part", "writers", "compress"})),
-    JobKind.ROUTER: KindInfo(short="router", engine_client=True, worker_module="gpudeck.agents.workers.router",
-                             options=frozenset({"workers", "router_args"})),
+    JobKind.GENERATE: KindInfo(short="gen", options=GenerateOptions, engine_client=True),
+    JobKind.EXTRACT: KindInfo(short="extract", options=ExtractOptions),
+    JobKind.ROUTER: KindInfo(short="router", options=RouterOptions, engine_client=True),
 }
 KINDS = tuple(k.value for k in JobKind)
 
@@ -141,8 +137,9 @@ class JobSpec:
     restart_backoff_s: float = 10.0  # before the first restart; doubling, at most 10 minutes
     restart_on_stall: Optional[str] = None  # "30m": a live job without progress that long is killed and restarted
     deadline: Optional[str] = None  # "2026-12-05T00:00:00Z": alert when the projected finish passes it
-    # generate / extract / router (used by later kinds; carried through untouched)
-    options: dict[str, Any] = field(default_factory=dict)
+    # generate / extract / router: the kind's options (agents/contract/kinds.py); None for the others.
+    # Given as a dict (a fleet file's keys, the wire's form), it is read into the kind's dataclass.
+    options: Optional[KindOptions] = None
 
     def __post_init__(self) -> None:
         problem = job_name_problem(self.name)
@@ -174,6 +171,28 @@ class JobSpec:
         if any(not isinstance(g, int) or isinstance(g, bool) or g < 0 for g in self.gpus):
             raise SpecError(f"job {self.name!r}: 'gpus' must be GPU indices (integers >= 0)")
         self._check_watch_fields()
+        self._read_options()
+
+    def _read_options(self) -> None:
+        cls, raw = self.kind.options_class, self.options
+        if raw is None or (cls is not None and isinstance(raw, cls)):
+            if cls is not None and raw is None:
+                raw = {}
+            else:
+                return
+        if not isinstance(raw, dict):
+            raise SpecError(f"job {self.name!r}: 'options' must be a table, got {type(raw).__name__}")
+        if cls is None:
+            if raw:
+                raise SpecError(f"job {self.name!r}: kind {self.kind.value!r} takes no options; got "
+                                f"{', '.join(sorted(raw))}")
+            object.__setattr__(self, "options", None)
+            return
+        try:  # a job given its own command runs that: the kind's required options are not needed
+            opts = cls.from_fleet(raw, f"job {self.name!r}", required=not self.command)
+        except OptionError as exc:
+            raise SpecError(str(exc)) from None
+        object.__setattr__(self, "options", opts)
 
     def _check_watch_fields(self) -> None:
         policies = ", ".join(p.value for p in RestartPolicy)
@@ -206,9 +225,14 @@ class JobSpec:
 
     # -- wire form
     def to_dict(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
+        """The spec as plain data: the wire's form, the one kept on disk."""
+        d = {f.name: copy.deepcopy(getattr(self, f.name)) for f in dataclasses.fields(self)}
         d["kind"] = self.kind.value
+        d["options"] = self.options.fleet_dict() if self.options is not None else {}
         return d
+
+    def __plain__(self) -> dict[str, Any]:
+        return self.to_dict()
 
     @classmethod
     def from_dict(cls, obj: dict[str, Any]) -> "JobSpec":
@@ -255,10 +279,12 @@ class JobSpec:
             if "--enable-metrics" not in argv:
                 argv.append("--enable-metrics")
             return argv
-        # built-in workers build their own command line from the spec's options
-        import importlib
-        module = importlib.import_module(self.kind.worker_module)
-        return module.build_argv(self, py)
+        if self.options is None:
+            raise SpecError(f"job {self.name!r}: kind {self.kind.value!r} needs a 'command'")
+        try:  # built-in kinds: the command line comes from the kind's options (agents/contract/kinds.py)
+            return self.options.argv(self, py)
+        except OptionError as exc:
+            raise SpecError(str(exc)) from None
 
     def describe(self) -> str:
         return shlex.join(self.argv("python3"))

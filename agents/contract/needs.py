@@ -43,7 +43,7 @@ def needed_modules(spec: Any) -> list[Need]:
 
     if spec.command:
         return []
-    kind, options = spec.kind, spec.options or {}
+    kind = spec.kind
     if kind is JobKind.SGLANG_SERVER:
         return [Need("sglang", True, "SGLang")]
     if kind is JobKind.ROUTER:
@@ -53,7 +53,7 @@ def needed_modules(spec: Any) -> list[Need]:
         needs.append(Need("aiohttp", False, "aiohttp"))
     if kind is JobKind.EXTRACT:
         needs += [Need(m, False, m) for m in EXTRACT]
-    if options.get("s3"):
+    if getattr(spec.options, "s3", None):
         needs.append(Need("boto3", False, "boto3"))
     return needs
 

@@ -67,7 +67,8 @@ def _encoder(cls: type) -> Callable[[Any], dict]:
 
 def _kind(cls: type) -> int:
     if dataclasses.is_dataclass(cls):
-        _ENCODERS[cls] = _encoder(cls)
+        own = getattr(cls, "__plain__", None)  # a type with a plain form of its own (a job spec)
+        _ENCODERS[cls] = (lambda obj: to_plain(obj.__plain__())) if own is not None else _encoder(cls)
         k = _DATACLASS
     elif issubclass(cls, (str, int)):
         k = _SCALAR

@@ -9,6 +9,8 @@ that cannot be read or written only costs a new audit.
 
 from __future__ import annotations
 
+from ...contract.kinds import DEFAULT_AUDIT_SAMPLE
+
 import json
 import logging
 import os
@@ -20,7 +22,7 @@ from ...contract.atomic import atomic_write_json
 log = logging.getLogger("gpudeck.audit")
 
 AUDIT_FILE = "audit.json"
-AUDIT_SAMPLE = 20000  # lines read by the audit before a start, spread over the whole input
+AUDIT_SAMPLE = DEFAULT_AUDIT_SAMPLE  # lines read by the audit before a start, spread over the whole input
 
 
 def audit_verdict(out_dir: str, key: Any, audit: Callable[[], AuditReport], what: str,

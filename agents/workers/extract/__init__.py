@@ -4,7 +4,7 @@
         [--max-tokens-per-batch N] [--device cuda|cpu] [--dtype bfloat16] [--s3 URI]
 
 Also ``python -m gpudeck.agents.workers.extract ...``, and the ``extract`` job kind of the fleet file
-(:func:`build_argv`; one job per GPU, each with ``gpus = [i]`` and, to split one dataset,
+(agents/contract/kinds.py; one job per GPU, each with ``gpus = [i]`` and, to split one dataset,
 ``args = ["--part", "i/N"]``).
 
 This package stays light on import (no torch): the agent imports it to build command
@@ -16,7 +16,7 @@ data.py (input), store.py (shards, index, resume), layout.py (names, format), co
 projection).
 """
 
-from .cli import add_arguments, build_argv, build_parser, main, run_from_args
+from .cli import add_arguments, build_parser, main, run_from_args
 from .options import ExtractOptions
 
-__all__ = ["ExtractOptions", "add_arguments", "build_argv", "build_parser", "main", "run_from_args"]
+__all__ = ["ExtractOptions", "add_arguments", "build_parser", "main", "run_from_args"]

@@ -117,7 +117,7 @@ class Extraction:
         cfg = text_config(self.model)
         layers = parse_layers(opts.layers, cfg.num_hidden_layers)
         use_compile = opts.compile if opts.compile is not None else device.startswith("cuda")
-        runner = HiddenStateRunner(self.model, layers, fast=opts.fast, compile=use_compile)
+        runner = HiddenStateRunner(self.model, layers, fast=not opts.generic_forward, compile=use_compile)
         log.info("forward path: %s%s", runner.path,
                  "" if runner.path.startswith("fast") else f" ({runner.why_not_fast})")
         st_dtype = {torch.bfloat16: "BF16", torch.float16: "F16", torch.float32: "F32"}[runner.dtype]

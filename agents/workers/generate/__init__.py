@@ -35,7 +35,7 @@ prompt reader), shards.py (the JSONL shard writer), resume.py (the resume hint),
 :func:`run`.
 """
 
-from .cli import build_argv, build_parser, main, run
+from .cli import build_parser, main, run
 from .options import Options, add_arguments, options_from_args
 
-__all__ = ["Options", "add_arguments", "build_argv", "build_parser", "main", "options_from_args", "run"]
+__all__ = ["Options", "add_arguments", "build_parser", "main", "options_from_args", "run"]

@@ -1,5 +1,6 @@
-"""The ``generate`` command (``gpudeck generate``, ``python -m gpudeck.agents.workers.generate``)
-and the command line of the fleet's ``generate`` job kind."""
+"""The ``generate`` command (``gpudeck generate``, ``python -m gpudeck.agents.workers.generate``);
+its flags, like a fleet job's keys and argv, come from the kind's options
+(agents/contract/kinds.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ import os
 import sys
 from typing import Optional
 
-from ...contract.jobs import JobKind, SpecError
 from ..common.dirlock import DirectoryBusy
 from ..common.doneset import DoneSetError
 from .options import EXIT_FAIL, EXIT_USAGE, add_arguments, options_from_args
@@ -55,28 +55,3 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[list[str]] = None) -> int:
     return run(build_parser().parse_args(argv))
-
-
-# ---------------------------------------------------------------- the fleet's job kind
-
-def build_argv(spec, python: str) -> list[str]:
-    """The command line of a ``kind = "generate"`` job, from its options (JobKind.GENERATE.options;
-    ``servers`` already resolved to URLs)."""
-    o = spec.options
-    missing = [k for k in ("prompts", "out", "servers") if not o.get(k)]
-    if missing:
-        raise SpecError(f"job {spec.name!r}: kind 'generate' needs {', '.join(repr(k) for k in missing)}")
-    servers = o["servers"] if isinstance(o["servers"], list) else [o["servers"]]
-    argv = [python, "-m", JobKind.GENERATE.worker_module, "--prompts", str(o["prompts"]), "--out", str(o["out"])]
-    for url in servers:
-        argv += ["--server", str(url)]
-    for key, flag in (("concurrency", "--concurrency"), ("max_tokens", "--max-tokens"), ("model_name", "--model"),
-                      ("temperature", "--temperature"), ("top_p", "--top-p"), ("s3", "--s3"),
-                      ("s3_endpoint", "--s3-endpoint"), ("give_up_after", "--give-up-after")):
-        if o.get(key) is not None:
-            argv += [flag, str(o[key])]
-    if o.get("thinking") is not None:
-        argv.append("--thinking" if o["thinking"] else "--no-thinking")
-    if o.get("force"):
-        argv.append("--force")
-    return argv + list(spec.args)

@@ -44,7 +44,7 @@ class Generator:
         self.o = opts
         self.out = os.path.abspath(opts.out)
         self.pool = ServerPool(opts.servers, opts.concurrency, opts.fail_threshold, opts.rest_s, opts.max_rest_s,
-                               opts.request_timeout_s)
+                               opts.request_timeout)
         self.progress = GenerateProgress(progress_path(opts.progress, self.out), opts.prompts, self.out)
         self.hint = ResumeHint(opts.prompts, self.out)
         self.done: Optional[DoneSet] = None
@@ -68,7 +68,7 @@ class Generator:
 
     def _request_base(self) -> dict:
         o = self.o
-        body: dict[str, Any] = {"model": o.model or "default", "max_tokens": o.max_tokens}
+        body: dict[str, Any] = {"model": o.model_name or "default", "max_tokens": o.max_tokens}
         if o.temperature is not None:
             body["temperature"] = o.temperature
         if o.top_p is not None:
@@ -202,12 +202,12 @@ class Generator:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._on_signal, sig)
-        timeout = aiohttp.ClientTimeout(total=o.request_timeout_s, sock_connect=o.connect_timeout_s)
+        timeout = aiohttp.ClientTimeout(total=o.request_timeout, sock_connect=o.connect_timeout_s)
         connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, keepalive_timeout=60)
         async with aiohttp.ClientSession(timeout=timeout, connector=connector, skip_auto_headers=("User-Agent",),
                                          headers={"Content-Type": "application/json"}) as session:
             self.pool.session = session
-            if o.model is None:
+            if o.model_name is None:
                 await self._discover_model()
             workers = [asyncio.ensure_future(self._worker()) for _ in range(self.pool.capacity)]
             ticker = asyncio.ensure_future(self._ticker())
@@ -231,9 +231,9 @@ class Generator:
     async def _discover_model(self) -> None:
         """No --model: ask the servers what they serve."""
         name = await self.pool.discover_model()
-        self.o.model = name or "default"
-        self._body_base["model"] = self.o.model
-        log.info("model: %s%s", self.o.model, " (from /v1/models)" if name else
+        self.o.model_name = name or "default"
+        self._body_base["model"] = self.o.model_name
+        log.info("model: %s%s", self.o.model_name, " (from /v1/models)" if name else
                  " (no server listed a model; pass --model if the server needs its name)")
 
     def _on_signal(self, sig: int = signal.SIGTERM) -> None:
@@ -447,13 +447,13 @@ class Generator:
 
     def _check_give_up(self, now: float) -> None:
         dead = self.pool.dead_for(now)
-        if self.o.give_up_after_s is None or dead < self.o.give_up_after_s or self.gave_up:
+        if self.o.give_up_after is None or dead < self.o.give_up_after or self.gave_up:
             return
         self.gave_up = True
         errors = "; ".join(f"{s.url}: {s.last_error}" for s in self.pool.servers)
         log.error("giving up: no server has answered for %.0f s (--give-up-after %.0f s): %s. Relaunch once they "
                   "are back (finished prompts are kept), or pass --give-up-after never to wait for them", dead,
-                  self.o.give_up_after_s, errors)
+                  self.o.give_up_after, errors)
         self._stop.set()
 
     # -------------------------------------------------------------- progress

@@ -16,6 +16,8 @@ are read by common/chat.py (the audit reads them too).
 
 from __future__ import annotations
 
+from ...contract.kinds import DEFAULT_PROMPT_BYTES
+
 import json
 import re
 from dataclasses import dataclass
@@ -24,7 +26,7 @@ from typing import Any, BinaryIO, Callable, Optional, Union
 from ..common.chat import context_for_last_answer, to_messages
 from ..common.idscan import bounded_lines
 
-MAX_PROMPT_BYTES = 1 << 20  # the default of --max-prompt-bytes
+MAX_PROMPT_BYTES = DEFAULT_PROMPT_BYTES  # the default of --max-prompt-bytes
 
 _ID_AT_START = re.compile(rb'\s*\{\s*"id"\s*:\s*(?:"([^"\\\n]*)"|(-?\d+))\s*[,}]')
 

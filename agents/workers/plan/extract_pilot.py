@@ -94,7 +94,7 @@ def pilot(args, shape: dict) -> Optional[dict]:
                               shard_samples=max(1, args.pilot_samples // 8),
                               max_tokens_per_batch=args.max_tokens_per_batch, device=device, dtype=args.dtype,
                               chat_template=args.chat_template, max_seq_len=args.max_seq_len,
-                              compile=False, fast=args.fast, compress=args.compress, disk_check="off",
+                              compile=False, generic_forward=args.generic_forward, compress=args.compress, disk_check="off",
                               audit=False, progress_file=os.path.join(tmp, "progress.json"))
         marks: list[tuple[float, int]] = []  # (when, tokens) of each durable shard
         t0 = time.monotonic()
