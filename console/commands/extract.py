@@ -8,8 +8,7 @@ from __future__ import annotations
 
 
 def register(sub) -> None:
-    from ...agents.workers.extract import add_arguments
-    from ...agents.workers.extract.options import EXIT_AUDIT, EXIT_DISK, EXIT_FAIL, EXIT_STOPPED
+    from ...agents.workers.extract import EXIT_AUDIT, EXIT_DISK, EXIT_FAIL, EXIT_STOPPED, add_arguments
     from .common import exit_codes
 
     p = sub.add_parser("extract", help="extract hidden states of chosen layers into safetensors shards",

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 
 def register(sub) -> None:
-    from ...agents.workers.generate import add_arguments  # stdlib-only at import; aiohttp loads in run
-    from ...agents.workers.generate.options import EXIT_FAIL, EXIT_TERM
+    from ...agents.workers.generate import EXIT_FAIL, EXIT_TERM, add_arguments  # stdlib-only at import; aiohttp loads in run
     from .common import exit_codes
 
     p = sub.add_parser("generate", help="generate completions for a JSONL of prompts (resumable, S3)",

@@ -17,6 +17,6 @@ projection).
 """
 
 from .cli import add_arguments, build_parser, main, run_from_args
-from .options import ExtractOptions
+from .options import EXIT_AUDIT, EXIT_DISK, EXIT_FAIL, EXIT_OK, EXIT_STOPPED, EXIT_USAGE, ExtractOptions
 
-__all__ = ["ExtractOptions", "add_arguments", "build_parser", "main", "run_from_args"]
+__all__ = ["EXIT_AUDIT", "EXIT_DISK", "EXIT_FAIL", "EXIT_OK", "EXIT_STOPPED", "EXIT_USAGE", "ExtractOptions", "add_arguments", "build_parser", "main", "run_from_args"]

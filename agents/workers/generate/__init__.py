@@ -36,6 +36,6 @@ prompt reader), shards.py (the JSONL shard writer), resume.py (the resume hint),
 """
 
 from .cli import build_parser, main, run
-from .options import Options, add_arguments, options_from_args
+from .options import EXIT_FAIL, EXIT_OK, EXIT_TERM, EXIT_USAGE, Options, add_arguments, options_from_args
 
-__all__ = ["Options", "add_arguments", "build_parser", "main", "options_from_args", "run"]
+__all__ = ["EXIT_FAIL", "EXIT_OK", "EXIT_TERM", "EXIT_USAGE", "Options", "add_arguments", "build_parser", "main", "options_from_args", "run"]
