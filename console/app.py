@@ -33,6 +33,7 @@ from textual.css.query import NoMatches
 from textual.worker import Worker, WorkerState
 
 from ..agents.contract import ops
+from ..agents.contract.errors import OperatorError
 from ..agents.contract.vocab import ShownState
 from ..agents.contract.wire import History, Snapshot
 from .actions import (Confirm, JobOp, Notice, Refuse, failure_notice, outcome_notice, plan_job_action,
@@ -59,7 +60,7 @@ from ..remote.fleet import Fleet, FleetError
 
 __all__ = ["ConsoleConfig", "GpuDeckApp", "describe_error", "make_app"]
 
-OPERATOR_ERRORS = (AgentError, RequestFailed, KeyError, asyncio.TimeoutError, OSError)
+OPERATOR_ERRORS = (OperatorError, RequestFailed, asyncio.TimeoutError, OSError)
 LIVE_NOTICES = 5  # live events told one by one per read; past that, one notice counts the rest
 
 
@@ -138,7 +139,7 @@ class GpuDeckApp(NoticeLine, App[None]):
         elif isinstance(event, NodeUp):
             self.post_message(NodeWentUp(event.node, event.hello))
         elif isinstance(event, NodeDown):
-            self.post_message(NodeWentDown(event.node, event.reason, event.since, event.retry_in_s))
+            self.post_message(NodeWentDown(event.node, event.error, event.since, event.retry_in_s))
 
     def on_snapshot_received(self, message: SnapshotReceived) -> None:
         self.state.apply(message.snapshot)
@@ -158,10 +159,10 @@ class GpuDeckApp(NoticeLine, App[None]):
 
     def on_node_went_down(self, message: NodeWentDown) -> None:
         self._backlog_read(message.node)  # the opening summary does not wait for a node that is down
-        self.state.mark_unreachable(message.node, message.reason, message.since, message.retry_in_s)
+        self.state.mark_unreachable(message.node, message.error, message.since, message.retry_in_s)
         if message.node not in self._down:
             self._down.add(message.node)
-            self.notify(message.reason, title=f"node {message.node} unreachable", severity="error", timeout=10)
+            self.notify(message.error.reason, title=f"node {message.node} unreachable", severity="error", timeout=10)
         self.schedule_refresh()
 
     # ------------------------------------------------------------ the nodes' timelines
@@ -464,8 +465,6 @@ def describe_error(exc: BaseException) -> str:
     """What the operator reads: the node, and what went wrong there."""
     if isinstance(exc, RequestFailed):
         return f"node {exc.node}: {exc}"
-    if isinstance(exc, KeyError):
-        return str(exc.args[0]) if exc.args else "unknown job"
     if isinstance(exc, asyncio.TimeoutError):
         return "no answer in time"
     return str(exc) or type(exc).__name__

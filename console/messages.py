@@ -15,6 +15,7 @@ from typing import Union
 from textual.message import Message
 
 from ..agents.contract.wire import Hello, History, KillVerdict, LaunchResult, LogChunk, Snapshot
+from ..remote.link import NodeError
 from .actions import JobOp
 from .rows import EventRow
 
@@ -51,7 +52,7 @@ class NodeWentDown(Message):
     """A node cannot be read; the reconnect loop tries again in ``retry_in_s``."""
 
     node: str
-    reason: str
+    error: NodeError  # ``.reason``: why, without the node's name
     since: float
     retry_in_s: float
 

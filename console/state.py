@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Callable, Iterable, Optional, Union
 
 from ..agents.contract.vocab import AlertKind, EngineState, JobState, ShownState
 from ..agents.contract.jobs import JobKind, JobSpec
@@ -25,7 +25,7 @@ from .rows import (SPARK_BUCKET_S, AlertRow, FleetRow, GpuRow, JobDetail, JobRow
                                   ProcRow, Totals)
 from .series import DiskTrend, Recent, Series
 from .timeline import Timeline
-from ..remote.client import NodeView
+from ..remote.client import NodeError, NodeView
 from ..remote.fleet import LOCAL, Fleet
 
 DISK_FILL_HORIZON_S = 24 * 3600.0  # alert when a disk fills within a day
@@ -130,10 +130,10 @@ class FleetState:
         self._last_t[history.node] = newest
         self.version += 1
 
-    def mark_unreachable(self, node: str, error: str, since: Optional[float] = None,
+    def mark_unreachable(self, node: str, error: Union[NodeError, str], since: Optional[float] = None,
                          retry_in_s: Optional[float] = None) -> None:
         view = self.nodes.setdefault(node, NodeView(node))
-        view.error = error
+        view.error = error if isinstance(error, NodeError) else NodeError(node, error)
         view.unreachable_since = view.unreachable_since or since or self.clock()
         view.retry_in_s = retry_in_s
         view.told_at = self.clock()
@@ -179,8 +179,7 @@ class FleetState:
         now = self.clock()
         for name, view in self.nodes.items():
             if view.error is not None:
-                reason = view.error.removeprefix(f"node {name}: ")
-                out.append((name, Alert(AlertKind.UNREACHABLE, f"node {name} unreachable: {reason}")))
+                out.append((name, Alert(AlertKind.UNREACHABLE, f"node {name} unreachable: {view.error.reason}")))
             if view.snapshot is not None:
                 out.extend((name, a) for a in view.snapshot.alerts)
                 if view.error is None:
@@ -278,7 +277,7 @@ class FleetState:
             retry = None
             if view.retry_in_s is not None and view.told_at is not None:
                 retry = max(0, int(round(view.told_at + view.retry_in_s - now)))
-            key = (snap.seq if snap else None, snap.t if snap else None, view.error, down_for, retry)
+            key = (snap.seq if snap else None, snap.t if snap else None, str(view.error), down_for, retry)
             cached = self._fleet_rows.get(name)
             if cached is not None and cached[0] == key:
                 out.extend(cached[1])
@@ -293,14 +292,14 @@ class FleetState:
         name = view.name
         state = NodeState.UP if view.reachable else (NodeState.UNREACHABLE if view.error else NodeState.CONNECTING)
         if snap is None:
-            return [NodeRow(key=f"node:{name}", node=name, state=state, error=view.error,
+            return [NodeRow(key=f"node:{name}", node=name, state=state, error=_reason(view),
                             since=view.unreachable_since, down_for_s=down_for, retry_in_s=retry)]
         h = snap.host
         rows: list[FleetRow] = [NodeRow(
             key=f"node:{name}", node=name, state=state, hostname=h.hostname, cpu_pct=int(round(h.cpu_pct)),
             cpu_count=h.cpu_count, mem_used_gib=round(h.mem_used_bytes / 2**30, 1),
             mem_total_gib=round(h.mem_total_bytes / 2**30, 1), load1=round(h.load1, 1), gpu_count=len(snap.gpus),
-            gpu_error=snap.gpu_error, error=view.error, since=view.unreachable_since, down_for_s=down_for,
+            gpu_error=snap.gpu_error, error=_reason(view), since=view.unreachable_since, down_for_s=down_for,
             retry_in_s=retry)]
         stale = not view.reachable
         recent = self._gpu_util.get(name)
@@ -426,7 +425,7 @@ class FleetState:
             nodes.append({
                 "name": name,
                 "reachable": view.reachable,
-                "error": view.error,
+                "error": str(view.error) if view.error is not None else None,
                 "unreachable_since": view.unreachable_since,
                 "gpus": [dataclasses.asdict(g) for g in snap.gpus] if snap else [],
                 "gpu_error": snap.gpu_error if snap else None,
@@ -507,3 +506,8 @@ def _unknown(spec: JobSpec) -> JobStatus:
     """A declared job on a node the console cannot read: no node reports its state."""
     return JobStatus(name=spec.name, kind=spec.kind, state=ShownState.UNKNOWN,  # type: ignore[arg-type]
                      gpus=list(spec.gpus))
+
+
+def _reason(view: NodeView) -> Optional[str]:
+    """Why a node cannot be read, as its row shows it (the row names the node)."""
+    return view.error.reason if view.error is not None else None

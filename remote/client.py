@@ -28,16 +28,12 @@ __all__ = ["LINE_LIMIT", "AgentError", "AgentLink", "ByteWriter", "FleetClient",
 log = logging.getLogger(__name__)
 
 
-def _failure(node: str, exc: BaseException, fallback: Optional[str] = None) -> tuple[AgentError, str]:
-    """Why ``node`` is down, typed, and the text shown for it. An AgentError shows as itself;
-    another error (an OSError, a refused request) shows its own text, as it always has, and
-    becomes the reason of an AgentError; an error without text has ``fallback`` for reason."""
+def _failure(node: str, exc: BaseException, fallback: Optional[str] = None) -> AgentError:
+    """Why ``node`` is down, typed: an AgentError as it is; another error (an OSError, a refused
+    request) becomes the reason of one; an error without text has ``fallback`` for reason."""
     if isinstance(exc, AgentError):
-        return exc, str(exc)
-    if not str(exc) and fallback:
-        err = AgentError(node, fallback)
-        return err, str(err)
-    return AgentError(node, str(exc)), str(exc)
+        return exc
+    return AgentError(node, str(exc) or fallback or type(exc).__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,7 +41,7 @@ class NodeDown:
     """Delivered by :meth:`FleetClient.watch` when a node cannot be read."""
 
     node: str
-    reason: str
+    error: AgentError  # its ``.reason`` is the reason alone; ``str()`` names the node too
     since: float
     retry_in_s: float
 
@@ -68,7 +64,7 @@ class NodeView:
 
     name: str
     snapshot: Optional[Snapshot] = None
-    error: Optional[str] = None
+    error: Optional[NodeError] = None  # why it cannot be read: ``.reason`` alone, or ``str()`` with the node
     unreachable_since: Optional[float] = None
     retry_in_s: Optional[float] = None  # the reconnect loop's next try, when it said
     told_at: Optional[float] = None  # when the error was recorded
@@ -102,22 +98,18 @@ class FleetClient:
         except OSError:
             self._fleet_stamp = None
         self.links: dict[str, AgentLink] = {}
-        # why each unreachable node is down: the text shown (as it was raised) and since when;
-        # ``failures`` holds the same, typed (``.reason`` without the node's name)
-        self.errors: dict[str, tuple[str, float]] = {}
-        self.failures: dict[str, AgentError] = {}
+        # why each unreachable node is down, and since when
+        self.errors: dict[str, tuple[AgentError, float]] = {}
         self._transports = transports or {}  # by kind ("local", "ssh"); more are made on demand
 
     def transport_for(self, node: Node) -> Transport:
         return choose_transport(node, self._transports)
 
-    def _down(self, node: str, error: AgentError, shown: str, since: float) -> None:
-        self.errors[node] = (shown, since)
-        self.failures[node] = error
+    def _down(self, node: str, error: AgentError, since: float) -> None:
+        self.errors[node] = (error, since)
 
     def _up(self, node: str) -> None:
         self.errors.pop(node, None)
-        self.failures.pop(node, None)
 
     async def connect(self, node: Node, timeout: Optional[float] = None) -> AgentLink:
         """Open, hello, configure: the whole within ``timeout`` (every wait gets what is left)."""
@@ -170,11 +162,11 @@ class FleetClient:
         try:
             return await self.connect(node, timeout)
         except (AgentError, RequestFailed, OSError) as exc:
-            self._down(node.name, *_failure(node.name, exc), time.time())
+            self._down(node.name, _failure(node.name, exc), time.time())
         except asyncio.TimeoutError:
             limit = timeout or node.connect_timeout + 15
             err = AgentError(node.name, f"no answer within {limit:g} s")
-            self._down(node.name, err, str(err), time.time())
+            self._down(node.name, err, time.time())
         return None
 
     def nodes_in_use(self) -> list[Node]:
@@ -193,7 +185,7 @@ class FleetClient:
                 await self._try_connect(node, timeout)
             link = self.links.get(node.name)
             if link is None:
-                err, since = self.errors.get(node.name, (str(AgentError(node.name, "not connected")), time.time()))
+                err, since = self.errors.get(node.name, (AgentError(node.name, "not connected"), time.time()))
                 return NodeView(node.name, error=err, unreachable_since=since, node=node)
             try:
                 left = max(deadline - time.monotonic(), min(timeout, 1.0))
@@ -214,7 +206,7 @@ class FleetClient:
                         break
                 return NodeView(node.name, snapshot=snap, node=node)
             except AgentError as exc:
-                return NodeView(node.name, error=str(exc), unreachable_since=time.time(), node=node)
+                return NodeView(node.name, error=exc, unreachable_since=time.time(), node=node)
 
         return list(await asyncio.gather(*(one(n) for n in self.nodes_in_use())))
 
@@ -244,11 +236,10 @@ class FleetClient:
             try:
                 link = await self.connect(node)
             except (AgentError, RequestFailed, OSError, asyncio.TimeoutError) as exc:
-                error, reason = _failure(node.name, exc, "connect timed out")
+                error = _failure(node.name, exc, "connect timed out")
             except Exception as exc:  # untyped: show it on the node and keep the loop alive
                 log.exception("node %s: connect failed", node.name)
                 error = AgentError(node.name, f"{type(exc).__name__}: {exc}")
-                reason = str(error)
             else:
                 delay, down_since = backoff_s, None
                 on_event(node.name, NodeUp(node.name, link.hello))
@@ -263,13 +254,12 @@ class FleetClient:
                 except Exception as exc:  # a transport error the link did not type: still a lost link
                     link.lost, link.closed = True, link.closed or f"link lost: {type(exc).__name__}: {exc}"
                 error = AgentError(node.name, link.closed or "the agent closed the link")
-                reason = str(error)
                 self.links.pop(node.name, None)
                 ended = link
             down_since = down_since or time.time()
-            self._down(node.name, error, reason, down_since)
+            self._down(node.name, error, down_since)
             wait = min(delay, backoff_max_s) * random.uniform(0.7, 1.3)
-            on_event(node.name, NodeDown(node.name, reason, down_since, wait))
+            on_event(node.name, NodeDown(node.name, error, down_since, wait))
             if ended is not None:
                 await ended.close()  # after NodeDown: closing a dead link takes its own time
             await asyncio.sleep(wait)
@@ -280,7 +270,7 @@ class FleetClient:
         """``op`` on ``node``, or on its job's node for an op with a ``job``; its ``op.Result``.
         Connects when needed (``connect=False``: use the link there is: the console, whose watch
         loop owns the links). AgentError when the node cannot be reached; RequestFailed when
-        the agent refuses; KeyError (naming the fleet's jobs) for a job the fleet lacks."""
+        the agent refuses; UnknownName (naming the fleet's jobs) for a job the fleet lacks."""
         if node is None:
             job = getattr(op, "job", None)
             if job is None:
@@ -290,8 +280,8 @@ class FleetClient:
             await self.connect_all([self.fleet.node(node)])
         link = self.links.get(node)
         if link is None:
-            failure = self.failures.get(node)
-            raise AgentError(node, failure.reason if failure is not None else "not connected")
+            failure = self.errors.get(node)
+            raise failure[0] if failure is not None else AgentError(node, "not connected")
         if timeout is None:  # a kill waits out its grace period; a launch may start a big process
             grace = getattr(op, "grace_s", None)
             timeout = grace + 60.0 if grace is not None else 120.0 if isinstance(op, ops.Launch) else 60.0

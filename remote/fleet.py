@@ -21,6 +21,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 from ..agents.contract.jobs import KINDS, JobKind, JobSpec, SpecError, shell_command
+from ..agents.contract.errors import UnknownName
 from ..agents.contract.kinds import OptionError
 from ..agents.contract.watching import AlertThresholds, HeartbeatConfig, NotifyTarget
 from .fleet_check import (FleetError, check_host_keys, check_range, check_type, did_you_mean, show,
@@ -99,14 +100,14 @@ class Fleet:
             if n.name == name:
                 return n
         known = ", ".join(n.name for n in self.nodes)
-        raise KeyError(f"unknown node {name!r} (nodes in {self.path or 'the local fleet'}: {known})")
+        raise UnknownName(f"unknown node {name!r}", self.path or "the local fleet", f"its nodes: {known}")
 
     def job(self, name: str) -> JobSpec:
         for j in self.jobs:
             if j.name == name:
                 return j
         known = ", ".join(j.name for j in self.jobs) or "none"
-        raise KeyError(f"unknown job {name!r} (jobs in {self.path or 'the local fleet'}: {known})")
+        raise UnknownName(f"unknown job {name!r}", self.path or "the local fleet", f"its jobs: {known}")
 
     def jobs_on(self, node: str) -> list[JobSpec]:
         return [j for j in self.jobs if (j.node or LOCAL) == node]

@@ -13,13 +13,15 @@ import difflib
 import re
 from typing import Any, Iterable, Optional
 
+from ..agents.contract.errors import OperatorError
 
-class FleetError(ValueError):
+
+class FleetError(OperatorError, ValueError):
     """A fleet file mistake: ``str()`` is ``file:line: what was expected``."""
 
     def __init__(self, path: str, line: Optional[int], message: str) -> None:
         self.path, self.line, self.message = path, line, message
-        super().__init__(f"{path}:{line}: {message}" if line else f"{path}: {message}")
+        super().__init__(message, f"{path}:{line}" if line else path)
 
 
 # Ranges of numeric keys: (lowest, highest), either end None for open. An interval of 0 made

@@ -18,6 +18,7 @@ from typing import Any, Awaitable, Callable, Optional, Protocol
 
 from ..agents.contract import VERSION as __version__
 from ..agents.contract import ops, wire
+from ..agents.contract.errors import OperatorError
 from ..agents.contract.wire import Hello, History, Reply, Snapshot
 from .fleet import Node
 
@@ -29,12 +30,13 @@ LINE_LIMIT = 64 * 1024 * 1024  # a history message after a long sleep is large
 # ---------------------------------------------------------------- errors
 
 
-class NodeError(Exception):
-    """Something went wrong on, or on the way to, one node: ``str()`` is ``node NODE: REASON``."""
+class NodeError(OperatorError):
+    """Something went wrong on, or on the way to, one node: ``str()`` is ``node NODE: REASON``;
+    ``.reason`` is the reason alone (what a row that names the node already shows)."""
 
     def __init__(self, node: str, reason: str) -> None:
         self.node, self.reason = node, reason
-        super().__init__(f"node {node}: {reason}")
+        super().__init__(reason, f"node {node}")
 
 
 class AgentError(NodeError):

@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 
+from gpudeck.agents.contract import ops
 from gpudeck.remote import client, link, local, ssh, ssh_errors, transports
 from gpudeck.remote.fleet import Node, parse_fleet
 from gpudeck.remote.link import AgentError, NodeError, RequestFailed, VersionMismatch
@@ -61,7 +62,7 @@ def test_a_job_on_a_down_node_says_why_once():
     fleet = parse_fleet('[[nodes]]\nname = "gpu-a"\n[[jobs]]\nname = "j"\nnode = "gpu-a"\ncommand = "true"\n')
     fc = client.FleetClient(fleet)
     with pytest.raises(AgentError) as err:
-        fc.link_for_job("j")
+        asyncio.run(fc.request(ops.Launch(job="j"), connect=False))
     assert (str(err.value), err.value.reason) == ("node gpu-a: not connected", "not connected")
 
     class Down:
@@ -70,7 +71,7 @@ def test_a_job_on_a_down_node_says_why_once():
 
     fc = client.FleetClient(fleet, {"ssh": Down()})
     asyncio.run(fc.connect_all())
-    assert fc.errors["gpu-a"][0] == "node gpu-a: authentication failed for user u"
+    assert str(fc.errors["gpu-a"][0]) == "node gpu-a: authentication failed for user u"
     with pytest.raises(AgentError) as err:
-        fc.link_for_job("j")
+        asyncio.run(fc.request(ops.Launch(job="j"), connect=False))
     assert str(err.value) == "node gpu-a: authentication failed for user u"

@@ -98,24 +98,21 @@ def fleet_arg(p: argparse.ArgumentParser, help: str = "fleet file (TOML); defaul
 def run_command(args: argparse.Namespace) -> int:
     """Run the command ``args.run`` (a plain function or a coroutine function returning an
     exit code); a fleet-file or node error is printed and becomes its exit code."""
+    from ...agents.contract.errors import OperatorError
     from ...remote.client import AgentError, RequestFailed
-    from ...remote.fleet import FleetError
 
     try:
         rv = args.run(args)
         return asyncio.run(rv) if inspect.iscoroutine(rv) else rv
-    except FleetError as exc:
-        err(str(exc))
-        return EXIT_USAGE
-    except KeyError as exc:
-        err(exc.args[0] if exc.args else str(exc))
-        return EXIT_USAGE
     except RequestFailed as exc:
         err(f"{exc.node}: {exc}")
         return EXIT_FAIL
-    except AgentError as exc:
+    except AgentError as exc:  # a node that cannot be reached or used
         err(str(exc))
         return EXIT_FAIL
+    except OperatorError as exc:  # a fleet file's mistake, a job or node it lacks, a bad argument
+        err(str(exc))
+        return EXIT_USAGE
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except ModuleNotFoundError as exc:  # an extra that is not installed: the line that installs it

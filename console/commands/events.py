@@ -32,6 +32,7 @@ def register(sub) -> None:
 
 
 def _since(text: str) -> float:
+    from ...agents.contract.errors import OperatorError
     from ...agents.contract.units import parse_duration
 
     if text == "all":
@@ -39,7 +40,7 @@ def _since(text: str) -> float:
     try:
         return time.time() - parse_duration(text)
     except ValueError as exc:
-        raise KeyError(f"--since: {exc}") from None
+        raise OperatorError(str(exc), "--since") from None
 
 
 def line(ev: Event) -> str:

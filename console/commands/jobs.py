@@ -71,7 +71,7 @@ def _count(text: str) -> int:
 
 
 def _client(args):
-    """A client of the fleet, once the job is known to it (an unknown job: KeyError with the
+    """A client of the fleet, once the job is known to it (an unknown job: UnknownName with the
     fleet's jobs, before any connection)."""
     from ...remote.client import FleetClient
 
@@ -115,7 +115,7 @@ async def _kill(args) -> int:
             err("kill: give a JOB, or --node NODE --pid PID for a GPU process that belongs to no job")
             return EXIT_USAGE
         fleet = load_fleet(args.fleet, getattr(args, "take_over", False))
-        fleet.node(args.node)  # an unknown node: KeyError naming the fleet's nodes
+        fleet.node(args.node)  # an unknown node: UnknownName naming the fleet's nodes
         client = FleetClient(fleet)
         try:
             r = await client.request(ops.KillPid(pid=args.pid, grace_s=args.grace), node=args.node)

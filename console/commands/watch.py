@@ -56,11 +56,7 @@ def _nodes(fleet, names: list[str]):
         return FleetClient(fleet).nodes_in_use()
     out = []
     for n in names:
-        try:
-            out.append(fleet.node(n))
-        except KeyError:
-            raise KeyError(f"no node {n!r} in {fleet.path or 'the local fleet'} "
-                           f"(nodes: {', '.join(x.name for x in fleet.nodes)})") from None
+        out.append(fleet.node(n))  # an unknown node: UnknownName, naming the fleet's nodes
     return out
 
 
@@ -203,10 +199,9 @@ async def _follow(fleet, nodes, after_s: float) -> int:
             return
         if isinstance(event, NodeDown):
             if shown.get(node) != "down":
-                reason = event.reason.removeprefix(f"node {node}: ")
-                say(node, f"unreachable: {reason}")
+                say(node, f"unreachable: {event.error.reason}")
                 shown[node] = "down"
-            alarm.down(node, event.reason, event.since)
+            alarm.down(node, str(event.error), event.since)
         elif isinstance(event, NodeUp):
             if shown.get(node) != "up":
                 say(node, f"connected (agent pid {event.hello.pid}"

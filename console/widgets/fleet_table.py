@@ -106,6 +106,4 @@ class FleetTable(LiveTable[FleetRow]):
 
 
 def _reason(n: NodeRow) -> str:
-    err = n.error or ""
-    prefix = f"node {n.node}: "
-    return err[len(prefix):] if err.startswith(prefix) else err
+    return n.error or ""

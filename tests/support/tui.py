@@ -226,6 +226,7 @@ def pinned_timeline() -> dict[str, list[dict]]:
 def feed_pinned(app) -> None:
     """Post the pinned events to the app as the transport would."""
     from gpudeck.console.messages import HistoryReceived, NodeWentDown, SnapshotReceived
+    from gpudeck.remote.link import NodeError
 
     for ev in pinned_events():
         if isinstance(ev, History):
@@ -234,7 +235,7 @@ def feed_pinned(app) -> None:
             app.post_message(SnapshotReceived(ev))
         else:
             _, node, reason, since, retry = ev
-            app.post_message(NodeWentDown(node, reason, since, retry))
+            app.post_message(NodeWentDown(node, NodeError(node, reason), since, retry))
 
 
 def compare_snapshot(name: str, text: str, svg: Optional[str] = None) -> None:

@@ -20,7 +20,7 @@ import os
 import shutil
 import sys
 import time
-from typing import Optional
+from typing import Optional, Union
 
 from ...contract.atomic import atomic_write_json
 from ..extract.cli import add_arguments as add_extract_arguments
@@ -71,10 +71,11 @@ def model_shape(model_dir: str) -> dict:
             "params": layers * (4 * hidden * hidden + 3 * hidden * inter) + 2 * vocab * hidden}
 
 
-def parse_layers(spec: str, num_layers: int) -> list[int]:
-    """Like the worker's (0 = embeddings ... L = the last layer), without importing torch."""
+def parse_layers(spec: Union[str, list[int]], num_layers: int) -> list[int]:
+    """Like the worker's (0 = embeddings ... L = the last layer), without importing torch; the
+    flag's parser (agents/contract/kinds.py) gives a list already."""
     try:
-        layers = [int(x) for x in spec.replace(" ", "").split(",") if x != ""]
+        layers = list(spec) if isinstance(spec, list) else [int(x) for x in spec.replace(" ", "").split(",") if x != ""]
     except ValueError:
         raise UsageError(f"--layers {spec!r}: expected comma-separated integers like 1,7,14") from None
     if not layers or len(set(layers)) != len(layers):

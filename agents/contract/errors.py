@@ -1,0 +1,24 @@
+"""The one base of what an operator must read: what went wrong, where, and the fix.
+
+``str()`` is ``where: what; fix``. Fleet file mistakes (``where`` is ``file:line``), a node
+that cannot be reached (``where`` is ``node NAME``), a name the fleet does not have: each is an
+:class:`OperatorError`, so a command prints one line and a screen shows one notice for any of
+them, and no message travels as a ``KeyError``'s quoted repr."""
+
+from __future__ import annotations
+
+
+class OperatorError(Exception):
+    def __init__(self, what: str, where: str = "", fix: str = "") -> None:
+        self.what, self.where, self.fix = what, where, fix
+        super().__init__(self.text())
+
+    def text(self) -> str:
+        return (f"{self.where}: " if self.where else "") + self.what + (f"; {self.fix}" if self.fix else "")
+
+    def __str__(self) -> str:
+        return self.text()
+
+
+class UnknownName(OperatorError):
+    """A job or node the fleet file does not declare; ``fix`` lists those it does."""
