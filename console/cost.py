@@ -2,7 +2,7 @@
 
 Pure functions, no I/O; FleetState calls them, and the header, the jobs view and
 `status --json` show what they return. A node without a price has no figures: None, shown
-as "—", never $0. The rules (README, "Cost on the dashboard"):
+as "—", never $0. The rules (docs/console.md, "Dollars"):
 
 - **Spent**, per node: its price times the hours from the earliest first start of its live
   jobs to now; when none is live, from the earliest first start of its jobs to their last

@@ -148,7 +148,7 @@ class HeartbeatConfig:
 
 @dataclass(frozen=True)
 class AlertThresholds:
-    """The fleet file's ``[alerts]``; the defaults are in README.md ("Leaving a fleet unattended")."""
+    """The fleet file's ``[alerts]``; the defaults are in docs/fleet-file.md ("[alerts]")."""
 
     gpu_temp_c: float = 85.0  # a GPU at or above this
     disk_free_pct: float = 5.0  # a disk the jobs write to with less free than this

@@ -6,7 +6,7 @@ A shard is a valid safetensors file written as a stream: the writer reserves roo
 header, streams each sample's hidden states straight from the pinned host buffer, appends
 the small input_ids and loss_mask tensors at the end, then writes the header (padded with
 spaces, which the format allows), fsyncs and renames the temp file to its final name. See
-the README ("Hidden-state extraction") for the layout.
+docs/extract-format.md for the layout.
 
 Order of a shard's close, which makes a kill -9 at any moment harmless:
 

@@ -31,7 +31,7 @@ log = logging.getLogger("gpudeck.plan")
 
 EXIT_GO, EXIT_FAIL, EXIT_USAGE, EXIT_NO_FIT = 0, 1, 2, 3
 PLAN_FILE = "plan.json"
-DOCUMENTED_RATIO = 0.67  # --compress on bf16 hidden states of real models (README, codec.py)
+DOCUMENTED_RATIO = 0.67  # --compress on bf16 hidden states of real models (docs/workers.md, codec.py)
 TOKEN_EXTRA_BYTES = 5  # its input id (int32) and loss mask (uint8), stored beside the states
 DTYPE_BYTES = {"bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2, "float32": 4, "fp32": 4}
 
@@ -191,7 +191,7 @@ def _speed(args, pil: Optional[dict]) -> tuple[Optional[float], str]:
         return pil["tokens_per_s"], f"measured on a pilot of {pil['tokens']} tokens on {pil['device']}"
     if args.tokens_per_s:
         return args.tokens_per_s, "--tokens-per-s"
-    return None, "no GPU here for a pilot; give --tokens-per-s (README has the H200's figures)"
+    return None, "no GPU here for a pilot; give --tokens-per-s (docs/workers.md has the H200's figures)"
 
 
 def read_data(args, shape: dict) -> tuple[int, int, Optional[dict]]:
