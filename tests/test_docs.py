@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from gpudeck.agents.jobs import KIND_INFO, KINDS
+from gpudeck.agents.contract.jobs import KINDS, JobKind
 from gpudeck.remote.fleet import SECTIONS, parse_fleet
 from gpudeck.remote.fleet_check import FleetError
 
@@ -49,11 +49,10 @@ def accepted_fleet_keys() -> dict[str, frozenset[str]]:
         "notify": frozenset(fleet_watch.NOTIFY_KEYS),
         "heartbeat": frozenset(fleet_watch.HEARTBEAT_KEYS),
     }
-    # Each job kind's options: today KIND_INFO[kind].options (agents/jobs.py), the set that
-    # _parse_jobs checks a kind's keys against. When they move (one options dataclass per
-    # kind, say), point these two lines at their new home; nothing else here changes.
-    for kind, info in KIND_INFO.items():
-        keys[f"kind={kind.value}"] = frozenset(info.options)
+    # Each job kind's options: the fleet keys of its dataclass (agents/contract/kinds.py), the
+    # set that _parse_jobs checks a kind's keys against
+    for kind in JobKind:
+        keys[f"kind={kind.value}"] = frozenset(kind.options)
     return keys
 
 

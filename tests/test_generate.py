@@ -175,7 +175,7 @@ def test_a_prompt_that_keeps_failing_counts_as_an_error_and_exits_1(tmp_path, si
     write_prompts(prompts, 3)
     out = tmp_path / "out"
     log = tmp_path / "gen.log"
-    rc = run_generate(generate_argv(prompts, out, [sim.url], "--max-attempts", "2", "--model", "m"), log)
+    rc = run_generate(generate_argv(prompts, out, [sim.url], "--max-attempts", "2", "--model-name", "m"), log)
     assert rc == 1
     text = log.read_text()
     assert "failed after 2 attempt(s)" in text and said in text
