@@ -70,6 +70,12 @@ test: $(STAMP) $(LLAMA) $(WHEELHOUSE)/.done
 	$(BIN)/lint-imports
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
+# lint: the import contracts, pyflakes on the product, the type checker ([tool.mypy] in pyproject.toml)
+lint: $(STAMP)
+	$(BIN)/lint-imports
+	$(BIN)/python -m pyflakes agents console remote
+	$(BIN)/mypy
+
 # the fast loop: the import contracts and the tests that start no server or node
 check: $(STAMP)
 	$(BIN)/lint-imports

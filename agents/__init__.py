@@ -5,3 +5,5 @@ prometheus_client and nvidia-ml-py.
 """
 
 from .contract import VERSION as __version__  # noqa: F401 -- the one version, in the contract
+
+__all__ = ["__version__"]

@@ -10,6 +10,8 @@ from typing import Optional
 
 from ..agents.contract.units import human_duration  # noqa: F401 -- the node's spelling, shared with every view
 
+__all__ = ["QUALITY_NAMES", "human_duration", "quality_flags", "round_eta", "round_figures", "round_int"]
+
 QUALITY_NAMES = {"empty_answer": "empty", "no_reasoning": "no-reason", "cut_at_max_tokens": "cut",
                  "errors": "err", "error": "err"}
 

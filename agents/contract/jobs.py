@@ -174,12 +174,12 @@ class JobSpec:
         self._read_options()
 
     def _read_options(self) -> None:
-        cls, raw = self.kind.options_class, self.options
-        if raw is None or (cls is not None and isinstance(raw, cls)):
-            if cls is not None and raw is None:
-                raw = {}
-            else:
-                return
+        cls, given = self.kind.options_class, self.options
+        if cls is not None and isinstance(given, cls):
+            return
+        if given is None and cls is None:
+            return
+        raw: Any = {} if given is None else given
         if not isinstance(raw, dict):
             raise SpecError(f"job {self.name!r}: 'options' must be a table, got {type(raw).__name__}")
         if cls is None:

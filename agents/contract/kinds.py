@@ -65,7 +65,7 @@ def option(default: Any = MISSING, *, help: str = "", flag: Optional[str] = None
     return field(default=None if default is MISSING else default, metadata=meta)  # a required one: None until set
 
 
-def _flag(f: dataclasses.Field) -> str:
+def _flag(f: dataclasses.Field[Any]) -> str:
     return f.metadata.get("flag") or "--" + f.name.replace("_", "-")
 
 
@@ -86,9 +86,9 @@ class KindOptions:
     # ------------------------------------------------------------ the fields
 
     @classmethod
-    def _fields(cls) -> list[tuple[dataclasses.Field, Any]]:
+    def _fields(cls) -> list[tuple[dataclasses.Field[Any], Any]]:
         hints = typing.get_type_hints(cls)
-        return [(f, hints[f.name]) for f in dataclasses.fields(cls)]
+        return [(f, hints[f.name]) for f in dataclasses.fields(typing.cast(Any, cls))]
 
     @classmethod
     def fleet_keys(cls) -> tuple[str, ...]:
@@ -231,7 +231,8 @@ class KindOptions:
 
 def _warn_old(old: str, new: str, append: bool) -> type:
     class OldFlag(argparse.Action):
-        def __call__(self, parser, namespace, values, option_string=None):  # noqa: ANN001
+        def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                     option_string: Optional[str] = None) -> None:
             if option_string == old:
                 print(f"warning: {old} is the old spelling of {new}; it is read for one more release", file=sys.stderr)
             if append:
@@ -240,7 +241,7 @@ def _warn_old(old: str, new: str, append: bool) -> type:
     return OldFlag
 
 
-def _fleet_value(f: dataclasses.Field, tp: Any, value: Any, where: str) -> Any:
+def _fleet_value(f: dataclasses.Field[Any], tp: Any, value: Any, where: str) -> Any:
     base, optional = _base(tp)
     m = f.metadata
     if value is None and optional:

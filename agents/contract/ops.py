@@ -17,6 +17,7 @@ The agent and the watcher answer through one table keyed by op class (agents/age
 from __future__ import annotations
 
 import dataclasses
+import typing
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Optional
 
@@ -40,7 +41,8 @@ class Op:
         """Raise ProtocolError when an argument is out of its range (types are checked on decode)."""
 
     def args(self) -> dict[str, Any]:
-        return to_plain(self)
+        plain: dict[str, Any] = to_plain(self)
+        return plain
 
     def answer(self, result: Any) -> Any:
         """A reply's plain ``result`` read back into ``Result``; ProtocolError when it does not fit."""
@@ -273,11 +275,11 @@ def op_of(req: Request) -> Op:
     cls = OPS.get(req.op)
     if cls is None:
         raise ProtocolError(f"unknown op {req.op!r}; expected one of {', '.join(OPS)}")
-    known = {f.name for f in dataclasses.fields(cls)}
+    known = {f.name for f in dataclasses.fields(typing.cast(Any, cls))}
     unknown = sorted(set(req.args) - known)
     if unknown:
         raise ProtocolError(f"{req.op!r} takes no argument {unknown[0]!r}"
                             + (f"; it takes {', '.join(sorted(known))}" if known else "; it takes none"))
-    op = from_dict(cls, req.args, req.op)
+    op: Op = from_dict(cls, req.args, req.op)
     op.check()
     return op

@@ -24,7 +24,7 @@ class ProtocolError(ValueError):
 # dataclass (its encoder in _ENCODERS), a list, a dict; one dict lookup per value after that
 _SCALAR, _DATACLASS, _LIST, _DICT, _OTHER = range(5)
 _KINDS: dict[type, int] = {str: _SCALAR, int: _SCALAR, bool: _SCALAR, type(None): _SCALAR, list: _LIST, dict: _DICT}
-_ENCODERS: dict[type, Callable[[Any], dict]] = {}
+_ENCODERS: dict[type, Callable[[Any], dict[str, Any]]] = {}
 # fields whose declared type says they hold a scalar are copied as they are (None, or a
 # float checked for NaN), without a call per field: most of a snapshot's fields
 _COPY, _FLOAT, _DEEP = range(3)
@@ -40,7 +40,7 @@ def _field_way(hint: Any) -> int:
     return _DEEP
 
 
-def _encoder(cls: type) -> Callable[[Any], dict]:
+def _encoder(cls: type) -> Callable[[Any], dict[str, Any]]:
     """A function that turns one ``cls`` into a dict, each field the way its type says."""
     try:
         hints = typing.get_type_hints(cls)
@@ -48,7 +48,7 @@ def _encoder(cls: type) -> Callable[[Any], dict]:
         hints = {}
     plan = tuple((f.name, _field_way(hints.get(f.name, Any))) for f in dataclasses.fields(cls))
 
-    def encode_one(obj: Any) -> dict:
+    def encode_one(obj: Any) -> dict[str, Any]:
         out = {}
         for name, way in plan:
             v = getattr(obj, name)
@@ -144,7 +144,7 @@ def _convert(tp: Any, value: Any, where: str) -> Any:
                                 f"got {value!r}") from None
     if dataclasses.is_dataclass(tp):
         own = getattr(tp, "from_plain", None)  # a type that checks itself (a job spec) says what is wrong its way
-        return own(value) if own is not None else from_dict(tp, value, where)
+        return own(value) if own is not None else from_dict(typing.cast(type, tp), value, where)
     if origin is list:
         if not isinstance(value, list):
             raise ProtocolError(f"{where}: expected a list, got {type(value).__name__}")

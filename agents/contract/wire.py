@@ -328,7 +328,8 @@ def decode(line: Union[bytes, str]) -> Message:
     cls = MESSAGE_TYPES.get(kind)  # type: ignore[arg-type]
     if cls is None:
         raise ProtocolError(f"unknown message type {kind!r}; expected one of {sorted(MESSAGE_TYPES)}")
-    return from_dict(cls, obj)
+    msg: Message = from_dict(cls, obj)
+    return msg
 
 
 def hello(node: str, pid: int, started_at: float, home: str, gpu_error: Optional[str],
