@@ -1,25 +1,17 @@
-"""How far a job is: its progress.json, or a done-set file counted incrementally.
-
-progress.json (written by the job, atomically: temp file + rename)::
-
-    {"done": 1234, "total": 914000, "tokens": 5678901, "updated_at": 1764500000.0,
-     "quality": {"empty_answer": 3, "no_reasoning": 0, "cut_at_max_tokens": 12, "errors": 1},
-     "useful": 1190, "useful_of": 1210}
-
-``done`` is required; everything else is optional. ``useful`` of ``useful_of`` records are
-neither cut at max_tokens, nor empty, nor failed (the console's dollars per useful completion).
-A done-set file holds one finished id per line; the agent remembers the byte offset it has
+"""How far a job is: its progress.json (agents/contract/documents.py, ``ProgressDoc``, says what
+it holds), or a done-set file counted incrementally: the agent remembers the byte offset it has
 counted up to and reads only what was appended since.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import time
 from typing import Optional
 
+from .contract.documents import read_progress
+from .contract.plain import to_plain
 from .contract.wire import Progress
 from .rates import CounterRate, eta_seconds
 
@@ -137,20 +129,10 @@ class ProgressTracker:
             return
         self._mtime = key
         try:
-            with open(self.progress_path, "rb") as f:
-                doc = json.load(f)
-            if not isinstance(doc, dict) or not isinstance(doc.get("done"), int):
-                raise ValueError("expected an object with an integer 'done'")
-            if doc.get("total") is not None and not isinstance(doc["total"], int):
-                raise ValueError("'total' must be an integer or null")
-            if doc.get("tokens") is not None and not isinstance(doc["tokens"], int):
-                raise ValueError("'tokens' must be an integer or null")
+            doc = to_plain(read_progress(self.progress_path))  # its fields checked (agents/contract/documents.py)
         except (OSError, ValueError) as exc:
             # keep the last good reading; say what is wrong with the file
             self._error = f"{self.progress_path}: {exc}"
-            return
-        except RecursionError:  # a job's file: nested too deep is a bad file, never a crash
-            self._error = f"{self.progress_path}: JSON nested too deep"
             return
         self._doc, self._error = doc, None
 

@@ -138,9 +138,9 @@ def test_plan_json_is_read_again_only_when_its_mtime_changes(tmp_path, monkeypat
 @pytest.mark.parametrize("text, says", [
     ("{not json", "not valid JSON"),
     ("[1, 2]", "expected a JSON object, got list"),
-    ('{"projected_wall_s": "5d"}', "'projected_wall_s' must be seconds above 0 (or null), got '5d'"),
-    ('{"projected_wall_s": -3}', "'projected_wall_s' must be seconds above 0"),
-    ('{"projected_wall_s": 10, "written_at": "yesterday"}', "'written_at' must be a unix time"),
+    ('{"projected_wall_s": "5d"}', "projected_wall_s: expected a number, got '5d'"),
+    ('{"projected_wall_s": -3}', "projected_wall_s: must be seconds above 0 (or null), got -3"),
+    ('{"projected_wall_s": 10, "written_at": "yesterday"}', "written_at: expected a number, got 'yesterday'"),
 ])
 def test_a_broken_plan_is_named_on_the_job_and_in_the_log_once_and_the_last_good_one_kept(tmp_path, caplog,
                                                                                           text, says):

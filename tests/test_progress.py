@@ -75,7 +75,7 @@ def test_progress_json_rate_eta_and_a_bad_file(tmp_path):
     assert p.done == 200, "the last good reading is kept"
     assert p.error and "progress.json" in p.error
     path.write_text(json.dumps({"done": "many"}))
-    assert "integer 'done'" in t.poll(now=112.0).error
+    assert "done: expected an integer, got 'many'" in t.poll(now=112.0).error
 
 
 def test_counter_rate_handles_a_reset():

@@ -6,10 +6,85 @@ written by the one atomic writer (:mod:`.atomic`)."""
 from __future__ import annotations
 
 import json
-import math
-from typing import Any, Optional
+import os
+from dataclasses import dataclass, field
+from typing import Any, Optional, TypeVar
 
+from .atomic import atomic_write_json
+from .plain import ProtocolError, from_dict, to_plain
 from .units import human_duration
+
+D = TypeVar("D")
+
+
+def read_document(cls: type[D], path: "str | os.PathLike[str]", max_bytes: int) -> D:
+    """The document at ``path``, its fields checked by its type; ValueError says what is wrong
+    (OSError: it cannot be read). Fields the type does not know are the writer's own: left."""
+    with open(path, "rb") as f:
+        data = f.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise ValueError(f"larger than {max_bytes // 2**20} MiB: not a {cls.__name__}")
+    try:
+        doc = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ValueError(f"not valid JSON ({exc})") from None
+    except RecursionError:
+        raise ValueError("JSON nested too deep") from None
+    if not isinstance(doc, dict):
+        raise ValueError(f"expected a JSON object, got {type(doc).__name__}")
+    try:
+        out: D = from_dict(cls, doc)
+    except ProtocolError as exc:  # "ProgressDoc.total: expected an integer, got 'x'": the field, without the type
+        text = str(exc)
+        for head in (f"{cls.__name__}.", f"{cls.__name__}: "):
+            text = text.removeprefix(head)
+        raise ValueError(text) from None
+    return out
+
+
+def write_document(path: "str | os.PathLike[str]", doc: Any, extra: Optional[dict[str, Any]] = None,
+                   fsync: bool = True, mode: int = 0o644) -> None:
+    """The one writer of a document: its fields, then the writer's ``extra`` ones (which may
+    not reuse a field's name), replaced atomically (agents/contract/atomic.py)."""
+    body: dict[str, Any] = to_plain(doc)
+    clash = sorted(set(body) & set(extra or {}))
+    if clash:
+        raise ValueError(f"{type(doc).__name__}: extra fields {clash} are the document's own")
+    atomic_write_json(path, {**body, **(extra or {})}, fsync=fsync, mode=mode)
+
+
+# ---------------------------------------------------------------- progress.json
+
+PROGRESS_FILE = "progress.json"
+MAX_PROGRESS_BYTES = 16 * 2**20
+
+
+@dataclass(frozen=True)
+class ProgressDoc:
+    """A job's progress.json: written by its worker every second or two (atomically, without
+    fsync: a report, never a source of truth), read by the agent each tick. ``done`` is
+    required. ``useful`` of ``useful_of`` records are neither cut at max_tokens, nor empty,
+    nor failed (the console's dollars per useful completion). A worker adds fields of its own
+    (``servers``, ``uploads``, ``state``...) for whoever reads the file; the agent skips them."""
+
+    done: int
+    total: Optional[int] = None
+    tokens: Optional[int] = None
+    tokens_per_s: Optional[float] = None  # the job's own figures, shown until the agent has its own rates
+    rate_per_s: Optional[float] = None
+    eta_s: Optional[float] = None
+    updated_at: Optional[float] = None
+    quality: dict[str, Any] = field(default_factory=dict)  # counts a human should look at, by name
+    useful: Optional[int] = None
+    useful_of: Optional[int] = None
+
+    def __post_init__(self) -> None:
+        if self.done < 0:
+            raise ProtocolError(f"ProgressDoc.done: expected an integer >= 0, got {self.done}")
+
+
+def read_progress(path: "str | os.PathLike[str]") -> ProgressDoc:
+    return read_document(ProgressDoc, path, MAX_PROGRESS_BYTES)
 
 # ---------------------------------------------------------------- plan.json
 
@@ -17,30 +92,31 @@ PLAN_FILE = "plan.json"
 MAX_PLAN_BYTES = 4 * 2**20  # a plan is a few KiB; anything this big is not one
 
 
+@dataclass(frozen=True)
+class PlanDoc:
+    """What the agent reads of a plan.json (`gpudeck plan` writes it beside the output, with
+    the whole plan as fields of its own): the wall time the run was planned for, and when."""
+
+    projected_wall_s: Optional[float] = None
+    written_at: Optional[float] = None
+
+    def __post_init__(self) -> None:
+        if self.projected_wall_s is not None and not self.projected_wall_s > 0:
+            raise ProtocolError(f"PlanDoc.projected_wall_s: must be seconds above 0 (or null), "
+                                f"got {self.projected_wall_s!r}")
+
+
+def write_plan(path: str, plan: dict[str, Any]) -> None:
+    """A plan.json: the fields the agent reads, then the rest of the plan."""
+    rest = dict(plan)
+    doc = PlanDoc(projected_wall_s=rest.pop("projected_wall_s", None), written_at=rest.pop("written_at", None))
+    write_document(path, doc, rest)
+
+
 def read_plan(path: str) -> tuple[Optional[float], Optional[float]]:
     """(projected_wall_s, written_at) of a plan.json; ValueError says what is wrong with it."""
-    with open(path, "rb") as f:
-        data = f.read(MAX_PLAN_BYTES + 1)
-    if len(data) > MAX_PLAN_BYTES:
-        raise ValueError(f"larger than {MAX_PLAN_BYTES // 2**20} MiB: not a plan")
-    try:
-        doc = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ValueError(f"not valid JSON ({exc})") from None
-    except RecursionError:
-        raise ValueError("JSON nested too deep: not a plan") from None
-    if not isinstance(doc, dict):
-        raise ValueError(f"expected a JSON object, got {type(doc).__name__}")
-    wall, written = doc.get("projected_wall_s"), doc.get("written_at")
-    if wall is not None and not (_finite(wall) and wall > 0):
-        raise ValueError(f"'projected_wall_s' must be seconds above 0 (or null), got {wall!r}")
-    if written is not None and not _finite(written):
-        raise ValueError(f"'written_at' must be a unix time (or null), got {written!r}")
-    return (float(wall) if wall is not None else None), (float(written) if written is not None else None)
-
-
-def _finite(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    doc = read_document(PlanDoc, path, MAX_PLAN_BYTES)
+    return doc.projected_wall_s, doc.written_at
 
 
 def drift_pct(planned_s: Optional[float], projected_s: Optional[float]) -> Optional[float]:

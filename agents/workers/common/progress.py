@@ -6,8 +6,8 @@ supervisor sets it for a job), else ``OUT/progress.json``. How: replaced atomica
 (common/atomic.py) every second or two, without fsync: it is a report, rebuilt on every
 start, never a source of truth (the done-set is). A write that fails is logged, never fatal.
 
-``done`` is required; ``total``, ``tokens``, ``tokens_per_s``, ``updated_at`` and ``quality``
-are what the agent and the console read. ``quality`` counts what a human should look at,
+Its fields are :class:`~gpudeck.agents.contract.documents.ProgressDoc`'s, which the agent
+reads; a worker adds its own beside them. ``quality`` counts what a human should look at,
 under the keys below; the console shows each non-zero one.
 """
 
@@ -15,11 +15,9 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Optional
+from typing import Any, Optional
 
-from ...contract.atomic import atomic_write_json
-
-PROGRESS_FILE = "progress.json"
+from ...contract.documents import PROGRESS_FILE, ProgressDoc, write_document
 
 # generate: answers that came back empty, without reasoning, cut at --max-tokens; prompts
 # that failed every attempt; prompt lines that could not be read (or were too long); lines
@@ -40,10 +38,11 @@ def progress_path(given: Optional[str], out_dir: str) -> str:
     return given or os.environ.get("GPUDECK_PROGRESS_FILE") or os.path.join(out_dir, PROGRESS_FILE)
 
 
-def write_progress(path: str, doc: dict, log: logging.Logger) -> bool:
-    """Replace the progress document; a failure is logged as a warning. False when it failed."""
+def write_progress(path: str, doc: ProgressDoc, log: logging.Logger, **extra: Any) -> bool:
+    """Replace the progress document (its fields, then the worker's ``extra`` ones); a failure
+    is logged as a warning. False when it failed."""
     try:
-        atomic_write_json(path, doc, fsync=False)
+        write_document(path, doc, extra, fsync=False)
         return True
     except OSError as exc:
         log.warning("cannot write %s: %s", path, exc.strerror or exc)

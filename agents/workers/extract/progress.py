@@ -13,6 +13,7 @@ import threading
 import time
 from typing import Optional
 
+from ...contract.documents import ProgressDoc
 from ..common.progress import write_progress
 from .context import RunContext
 from .data import count_records
@@ -92,20 +93,21 @@ class ExtractProgress:
         tps, fps, bps = r if r else (None, None, None)
         proj = self._projection(snap)
         peak = self.peak
-        doc = {"done": snap["done"], "total": self.total, "tokens": snap["tokens"], "state": state,
-               "tokens_per_s": tps, "tflops": fps / 1e12 if fps else None,
+        doc = ProgressDoc(done=snap["done"], total=self.total, tokens=snap["tokens"], tokens_per_s=tps,
+                          updated_at=time.time(), quality=snap["quality"])
+        extra = {"state": state, "tflops": fps / 1e12 if fps else None,
                "mfu": (fps / peak) if (fps and peak) else None, "peak_tflops": peak / 1e12 if peak else None,
                "peak_source": self.peak_source, "device": self.device_name, "forward": ctx.runner.path,
                "write_bytes_per_s": bps, "compress": opts.compress,
                "compression": round(snap["compression"], 3) if snap["compression"] else None,
                "shards": snap["shards"], "computed_tokens": snap["computed_tokens"],
-               "skipped_done": snap["skipped_done"], "quality": snap["quality"], "layers": ctx.layers,
-               "elapsed_s": round(now - self.started, 1), "updated_at": time.time(), **proj}
+               "skipped_done": snap["skipped_done"], "layers": ctx.layers,
+               "elapsed_s": round(now - self.started, 1), **proj}
         if opts.part is not None:
-            doc["total_is_estimate"] = True
+            extra["total_is_estimate"] = True
         if ctx.uploader is not None:
-            doc["s3"] = ctx.uploader.status().to_json()
-        write_progress(ctx.progress_path, doc, log)
+            extra["s3"] = ctx.uploader.status().to_json()
+        write_progress(ctx.progress_path, doc, log, **extra)
 
     # ------------------------------------------------------------ the disk check
 

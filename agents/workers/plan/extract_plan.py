@@ -22,7 +22,7 @@ import sys
 import time
 from typing import Optional, Union
 
-from ...contract.atomic import atomic_write_json
+from ...contract.documents import PLAN_FILE, write_plan
 from ..extract.cli import add_arguments as add_extract_arguments
 from .numbers import number
 from .units import UsageError
@@ -30,7 +30,7 @@ from .units import UsageError
 log = logging.getLogger("gpudeck.plan")
 
 EXIT_GO, EXIT_FAIL, EXIT_USAGE, EXIT_NO_FIT = 0, 1, 2, 3
-PLAN_FILE = "plan.json"
+
 DOCUMENTED_RATIO = 0.67  # --compress on bf16 hidden states of real models (docs/workers.md, codec.py)
 TOKEN_EXTRA_BYTES = 5  # its input id (int32) and loss mask (uint8), stored beside the states
 DTYPE_BYTES = {"bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2, "float32": 4, "fp32": 4}
@@ -143,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"gpudeck plan extract: {exc}", file=sys.stderr)
         return EXIT_FAIL
     try:
-        atomic_write_json(os.path.join(args.out, PLAN_FILE), plan)
+        write_plan(os.path.join(args.out, PLAN_FILE), plan)
     except OSError as exc:
         log.error("cannot write %s: %s", os.path.join(args.out, PLAN_FILE), exc.strerror or exc)
     from .render import render_extract

@@ -20,7 +20,7 @@ import time
 from typing import Any, Optional
 
 from ..common.dirlock import DirectoryBusy
-from ...contract.atomic import atomic_write_json
+from ...contract.documents import PLAN_FILE, write_plan
 from ..common.doneset import DoneSetError
 from .numbers import number
 from ..generate.options import add_arguments as add_generate_arguments
@@ -33,7 +33,7 @@ from .units import UsageError, parse_deadline, parse_levels
 log = logging.getLogger("gpudeck.plan")
 
 EXIT_GO, EXIT_NO_GO, EXIT_USAGE = 0, 1, 2
-PLAN_FILE = "plan.json"
+
 BEST_WITHIN = 0.03  # the lowest level within 3% of the fastest is the best: as fast, less memory
 MAX_FAILED = 0.05  # no-go thresholds, shares of the pilot
 MAX_EMPTY = 0.05
@@ -105,7 +105,7 @@ def _pilot_and_plan(args, gen, levels: list[int], deadline_s: Optional[float]) -
     plan.update(out=gen.out, prompts_file=os.path.abspath(gen.o.prompts), pilot_s=round(time.monotonic() - t0, 1),
                 written_at=time.time())
     try:
-        atomic_write_json(os.path.join(gen.out, PLAN_FILE), plan)
+        write_plan(os.path.join(gen.out, PLAN_FILE), plan)
     except OSError as exc:
         log.error("cannot write %s: %s", os.path.join(gen.out, PLAN_FILE), exc.strerror or exc)
     print(json.dumps(plan, indent=1) if args.json else render_generate(plan))
