@@ -22,9 +22,11 @@ import grimp
 PRODUCT = ("gpudeck.agents", "gpudeck.remote", "gpudeck.console")
 CONTRACT = "gpudeck.agents.contract"
 WORKERS = "gpudeck.agents.workers"
-# what the console runs in-process for `gpudeck audit|plan|...`: the workers' entry points
-PASSTHROUGH = ("gpudeck.agents.workers.audit", "gpudeck.agents.workers.plan.cli",
-               "gpudeck.agents.workers.generate.cli", "gpudeck.agents.workers.extract.cli")
+# what the console runs in-process for `gpudeck generate|extract|plan|audit|sim-engine`: the
+# workers' entry points, the same list as pyproject.toml's import contract
+PASSTHROUGH = ("gpudeck.agents.workers.generate", "gpudeck.agents.workers.extract",
+               "gpudeck.agents.workers.plan.generate_plan", "gpudeck.agents.workers.plan.extract_plan",
+               "gpudeck.agents.workers.audit", "gpudeck.agents.workers.sim_engine")
 
 
 def _under(module: str, package: str) -> bool:
