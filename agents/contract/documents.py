@@ -1,7 +1,9 @@
 """The documents one process writes and another reads: a job's progress.json (written by a
-worker, read by the agent), plan.json (written by `gpudeck plan`, read by the agent), the
-watcher's watch.json and the node's events file; each read back with its fields checked, each
-written by the one atomic writer (:mod:`.atomic`)."""
+worker, read by the agent) and plan.json (written by `gpudeck plan`, read by the agent), each
+read back with its fields checked (:func:`read_document`) and written by the one writer
+(:func:`write_document`, over :mod:`.atomic`). The node's events file holds ``wire.Event``
+lines, read the same way (agents/watch/events.py); watch.json is the watcher's own
+(agents/watch/config.py)."""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 from .vocab import EventKind, NotifyFormat
 from .watching import NotifyTarget, redact
 
-DEADLINE_S = 15.0  # one attempt, connect to last byte read (watch/http.py); then it is retried later
+DEADLINE_S = 15.0  # one attempt, connect to last byte read (http.py); then it is retried later
 _URGENT = {EventKind.DIED.value, EventKind.GAVE_UP.value, EventKind.GPU_HEALTH.value,
            EventKind.NODE_UNREACHABLE.value, EventKind.DISK.value}
 
@@ -62,7 +62,7 @@ def body(fmt: str, event: dict[str, Any], message_id: str) -> tuple[bytes, dict[
 def deliver(target: NotifyTarget, event: dict[str, Any], message_id: str,
             deadline_s: float = DEADLINE_S) -> Optional[str]:
     """POST one message within a total deadline, reading at most a few KiB of the answer
-    (watch/http.py); None when the receiver took it (2xx), else why not, never the URL."""
+    (http.py); None when the receiver took it (2xx), else why not, never the URL."""
     from .http import quiet_http_logs, request
 
     url = target.resolve()

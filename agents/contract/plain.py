@@ -1,9 +1,9 @@
 """Dataclasses to plain JSON data and back, checking types on the way in.
 
-The wire (``protocol``), the agent's files (kept verdicts, history) and the watcher's
+The wire (``wire``, ``ops``), the agent's files (kept verdicts, history) and the watcher's
 events use it: ``to_plain`` turns a dataclass into dicts, lists and scalars; ``from_dict``
 builds one from what ``json.loads`` gave, and says where and what is wrong when it does not
-fit (:class:`ProtocolError`). No message type lives here: see ``protocol``.
+fit (:class:`ProtocolError`). No message type lives here: see ``wire``.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""What the worker programs share: the done-set (doneset.py), files replaced atomically and
-the output directory's lock (atomic.py), shard names and the durable close of a shard
+"""What the worker programs share: the done-set (doneset.py), the output directory's lock
+(dirlock.py; files replaced atomically are the contract's, agents/contract/atomic.py), shard names and the durable close of a shard
 (shards.py), S3 sync (s3sync/), the pre-launch audit gate (audit_gate.py), the progress
 document and its quality keys (progress.py), and the chat shapes of records (chat.py).
 

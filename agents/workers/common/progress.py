@@ -3,7 +3,7 @@ and for whoever looks at the output directory.
 
 Where: ``--progress`` / ``--progress-file`` when given, else ``$GPUDECK_PROGRESS_FILE`` (the
 supervisor sets it for a job), else ``OUT/progress.json``. How: replaced atomically
-(common/atomic.py) every second or two, without fsync: it is a report, rebuilt on every
+(agents/contract/documents.py, its one writer) every second or two, without fsync: it is a report, rebuilt on every
 start, never a source of truth (the done-set is). A write that fails is logged, never fatal.
 
 Its fields are :class:`~gpudeck.agents.contract.documents.ProgressDoc`'s, which the agent
