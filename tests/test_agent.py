@@ -8,7 +8,8 @@ import subprocess
 import pytest
 
 from gpudeck.agents import __version__, protocol
-from support import PY, ROOT, command_job, env_with_repo, wait_for
+from support import PY, ROOT, command_job, env_with_repo
+from support.wait import wait_for
 
 
 def test_hello_then_snapshots_at_the_configured_interval(start_agent, home):

@@ -10,8 +10,9 @@ import textwrap
 
 import pytest
 
-from support import ROOT, env_with_repo, pid_alive, wait_for
+from support import ROOT, env_with_repo, pid_alive
 from support.cli import at_a_terminal, gpudeck, gpudeck_cmd, without
+from support.wait import wait_for
 
 
 @pytest.fixture

@@ -12,8 +12,9 @@ import textwrap
 
 import pytest
 
-from support import ROOT, env_with_repo, free_port, wait_for
+from support import ROOT, env_with_repo, free_port
 from support.cli import NOISE, at_a_terminal, gpudeck, gpudeck_cmd, into_closed_pipe
+from support.wait import wait_for
 from support.watch import TOKEN
 
 

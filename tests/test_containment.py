@@ -11,7 +11,8 @@ import sys
 import psutil
 import pytest
 
-from support import command_job, wait_for
+from support import command_job
+from support.wait import wait_for
 from gpudeck.agents.contain import Containment
 
 CGROUP = Containment.detect().mode == "cgroup"

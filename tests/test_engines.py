@@ -14,7 +14,8 @@ import httpx
 import pytest
 
 from gpudeck.agents.engines import EngineScraper, MetricsParseError, parse_metrics
-from support import FIXTURES, ROOT, wait_for
+from support import FIXTURES, ROOT
+from support.wait import wait_for
 
 LLAMA = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gpudeck-test" / "llama-server"
 

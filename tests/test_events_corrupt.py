@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
-from support import wait_for
 from support.cli import gpudeck
+from support.wait import wait_for
 
 GOOD = {"t": 1_700_000_000.0, "seq": 1, "node": "testnode", "kind": "watch", "message": "watch started"}
 

@@ -13,10 +13,10 @@ import time
 
 import pytest
 
-from support import wait_for
 
 from support.extract import (ROOT, build_model, extract_argv, reference_hidden_states, rel_err, run_extract,
                              shard_ids, write_tokenized)
+from support.wait import wait_for
 
 pytest.importorskip("torch", reason="torch is needed by the extraction worker (pip install '.[extract]')")
 pytest.importorskip("transformers", reason="transformers is needed by the extraction worker")

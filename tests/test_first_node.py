@@ -10,8 +10,8 @@ import textwrap
 
 import pytest
 
-from support import wait_for
 from support.cli import gpudeck
+from support.wait import wait_for
 
 pytestmark = pytest.mark.usefixtures("reap_jobs")
 

@@ -12,8 +12,8 @@ import subprocess
 import psutil
 import pytest
 
-from support import wait_for
 from support.cli import gpudeck
+from support.wait import wait_for
 
 
 def _missing() -> str:

@@ -10,7 +10,8 @@ import subprocess
 import pytest
 
 from support.generate import (GenerateProc, assert_exactly_once, generate_argv, read_done, read_shards,
-                              run_generate, wait_until, write_prompts)
+                              run_generate, write_prompts)
+from support.wait import wait_for
 
 
 def test_generates_every_prompt_once_with_the_record_fields(tmp_path, sim_engines):
@@ -111,7 +112,7 @@ def test_a_server_that_dies_mid_run(tmp_path, sim_engines):
     out = tmp_path / "out"
     gen = GenerateProc(generate_argv(prompts, out, [steady.url, doomed.url], "--concurrency", "16"),
                        tmp_path / "gen.log")
-    wait_until(lambda: doomed.metric("sglang:num_requests_total") >= 200, what="the second server to get work")
+    wait_for(lambda: doomed.metric("sglang:num_requests_total") >= 200, what="the second server to get work")
     doomed.kill()
     assert gen.wait() == 0, gen.text()[-3000:]
     assert_exactly_once(read_shards(out), ids)
@@ -129,9 +130,9 @@ def test_waits_for_a_server_that_comes_back(tmp_path, sim_engines):
     ids = write_prompts(prompts, 1500)
     out = tmp_path / "out"
     gen = GenerateProc(generate_argv(prompts, out, [sim.url], "--concurrency", "8"), tmp_path / "gen.log")
-    wait_until(lambda: sim.metric("sglang:num_requests_total") >= 100, what="progress")
+    wait_for(lambda: sim.metric("sglang:num_requests_total") >= 100, what="progress")
     sim.kill()
-    wait_until(lambda: "resting it" in gen.text(), what="the server to be rested")
+    wait_for(lambda: "resting it" in gen.text(), what="the server to be rested")
     assert gen.proc.poll() is None, "generate gave up while its only server was down"
     sim.start(port)  # same port, like a restarted engine
     assert gen.wait() == 0, gen.text()[-3000:]
@@ -205,7 +206,7 @@ def test_two_workers_on_one_output_directory_are_refused(tmp_path, sim_engines):
     write_prompts(prompts, 2000)
     out = tmp_path / "out"
     first = GenerateProc(generate_argv(prompts, out, [sim.url], "--concurrency", "4"), tmp_path / "a.log")
-    wait_until(lambda: (out / "progress.json").exists(), what="the first worker to start")
+    wait_for(lambda: (out / "progress.json").exists(), what="the first worker to start")
     second = GenerateProc(generate_argv(prompts, out, [sim.url]), tmp_path / "b.log")
     assert second.wait(60) == 2
     assert "in use by another worker (pid" in second.text()
@@ -236,9 +237,9 @@ def test_a_full_disk_pauses_generation_and_loses_nothing(tmp_path, sim_engines, 
     progress = tmp_path / "progress.json"  # on the big disk, so it can say what is wrong
     gen = GenerateProc(generate_argv(prompts, out, [sim.url], "--concurrency", "8", "--progress", str(progress)),
                        tmp_path / "gen.log")
-    wait_until(lambda: "No space left on device" in gen.text(), timeout=60, what="the disk to fill up")
+    wait_for(lambda: "No space left on device" in gen.text(), timeout=60, what="the disk to fill up")
     assert f"cannot write {out}" in gen.text() or f"done-set {out}" in gen.text()
-    wait_until(lambda: progress.exists() and json.loads(progress.read_text())["blocked"], what="blocked in progress")
+    wait_for(lambda: progress.exists() and json.loads(progress.read_text())["blocked"], what="blocked in progress")
     assert gen.proc.poll() is None, "generate died on a full disk"
     sent = sim.metric("sglang:num_requests_total")
     assert sent < len(ids), "generation did not pause"
@@ -260,8 +261,8 @@ def test_runs_as_a_fleet_job_and_the_agent_reads_its_progress(tmp_path, sim_engi
     a.ok("launch", job="gen")
     snap = a.wait_snapshot(lambda s: a.job(s, "gen")["state"] == "exited", timeout=120, what="the job to finish")
     job = a.job(snap, "gen")
-    p = wait_until(lambda: (a.job(a.latest(), "gen").get("progress") or {}).get("done") == 1500 and
-                   a.job(a.latest(), "gen")["progress"], what="the agent to read progress.json")
+    p = wait_for(lambda: (a.job(a.latest(), "gen").get("progress") or {}).get("done") == 1500 and
+                 a.job(a.latest(), "gen")["progress"], what="the agent to read progress.json")
     assert p["total"] == 1500 and p["tokens"] > 0
     assert set(p["quality"]) >= {"empty_answer", "no_reasoning", "cut_at_max_tokens", "errors"}
     assert job["state"] == "exited"
@@ -276,7 +277,7 @@ def test_sigterm_stops_cleanly_and_a_relaunch_finishes(tmp_path, sim_engines):
     out = tmp_path / "out"
     log = tmp_path / "gen.log"
     gen = GenerateProc(generate_argv(prompts, out, [sim.url], "--concurrency", "16"), log)
-    wait_until(lambda: sim.metric("sglang:num_requests_total") >= 500, what="progress")
+    wait_for(lambda: sim.metric("sglang:num_requests_total") >= 500, what="progress")
     gen.proc.send_signal(signal.SIGTERM)
     assert gen.wait(60) == 143
     assert "stopped:" in gen.text()

@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from support import wait_for
 from support.cli import gpudeck
+from support.wait import wait_for
 
 HOSTILE = '''
 import sys, time

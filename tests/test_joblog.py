@@ -6,7 +6,8 @@ from __future__ import annotations
 import os
 
 from gpudeck.agents import joblog
-from support import command_job, wait_for
+from support import command_job
+from support.wait import wait_for
 
 
 def test_the_tail_of_a_million_lines(tmp_path, start_agent, home):

@@ -13,7 +13,8 @@ import time
 import psutil
 import pytest
 
-from support import command_job, pid_alive, wait_for
+from support import command_job, pid_alive
+from support.wait import wait_for
 
 pytestmark = pytest.mark.usefixtures("reap_jobs")
 

@@ -12,9 +12,9 @@ import sys
 
 import pytest
 
-from support import wait_for
 from support.tmux import Tmux, select
 from support.tui import ROOT, reap
+from support.wait import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")]
 

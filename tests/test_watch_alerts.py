@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import time
 
-from support import command_job, wait_for
+from support import command_job
 from support.watch import Receiver, events
 
 PROGRESS = 'printf \'{"done": %d, "total": %d}\' $1 $2 > "$GPUDECK_PROGRESS_FILE.tmp"; ' \

@@ -11,7 +11,8 @@ import time
 import psutil
 import pytest
 
-from support import command_job, wait_for
+from support import command_job
+from support.wait import wait_for
 
 pytestmark = pytest.mark.usefixtures("reap_jobs")
 

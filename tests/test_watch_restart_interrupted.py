@@ -10,7 +10,8 @@ import signal
 
 import pytest
 
-from support import pid_alive, wait_for
+from support import pid_alive
+from support.wait import wait_for
 
 pytestmark = pytest.mark.usefixtures("reap_jobs")
 

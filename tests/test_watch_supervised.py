@@ -22,8 +22,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from support import wait_for
 from support.nodes import WHEELHOUSE, Laptop
+from support.wait import wait_for
 
 CRON = shutil.which("cron") or "/usr/sbin/cron"
 DEBIAN_PYTHON = Path("/usr/bin/python3")
