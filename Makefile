@@ -70,12 +70,11 @@ test: $(STAMP) $(LLAMA) $(WHEELHOUSE)/.done
 	$(BIN)/lint-imports
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
-# the fast loop: the import contracts and the tests that start no server or node
+# the fast loop (under a minute): the import contracts and every test not marked `system`,
+# that is every test that starts no process and no server
 check: $(STAMP)
 	$(BIN)/lint-imports
-	$(BIN)/python -m pytest -q -p no:cacheprovider tests/test_fleet.py tests/test_protocol.py tests/test_layers.py \
-	  tests/test_import_cycles.py tests/test_packaging.py tests/test_plan_drift.py tests/test_watch_units.py \
-	  tests/test_tui_state.py tests/test_cost.py
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not system" $(PYTEST_ARGS)
 
 demo: $(LIGHT)
 	$(BIN)/gpudeck demo

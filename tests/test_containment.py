@@ -15,6 +15,8 @@ from support import command_job
 from support.wait import wait_for
 from gpudeck.agents.contain import Containment
 
+pytestmark = pytest.mark.system  # a real agent and its jobs
+
 CGROUP = Containment.detect().mode == "cgroup"
 MODES = [pytest.param("cgroup", marks=pytest.mark.skipif(not CGROUP, reason="no writable cgroup v2 here: "
                                                                              "the agent is not root or not delegated")),

@@ -451,6 +451,7 @@ args = ["--part", "0/4"]
         JobSpec.from_dict(bad).argv("python3")
 
 
+@pytest.mark.system
 def test_importing_the_worker_module_does_not_import_torch():
     code = ("import sys, agents.workers.extract, agents.workers.extract.perf; "
             "print('torch' in sys.modules, 'transformers' in sys.modules)")
@@ -458,6 +459,7 @@ def test_importing_the_worker_module_does_not_import_torch():
     assert out.stdout.split() == ["False", "False"]
 
 
+@pytest.mark.system
 def test_gpudeck_extract_runs_the_worker(tmp_path, models):
     write_tokenized(str(tmp_path / "d.jsonl"), 6)
     env = dict(os.environ, PYTHONPATH=str(ROOT))

@@ -24,7 +24,7 @@ def _missing() -> str:
     return ""
 
 
-pytestmark = pytest.mark.skipif(bool(_missing()), reason=_missing() or "-")
+pytestmark = [pytest.mark.system, pytest.mark.skipif(bool(_missing()), reason=_missing() or "-")]
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ from support.generate import (GenerateProc, assert_exactly_once, generate_argv, 
 from support.wait import wait_for
 
 
+@pytest.mark.system
 def test_generates_every_prompt_once_with_the_record_fields(tmp_path, sim_engines):
     sim = sim_engines("--out-tokens", "8-40")
     prompts = tmp_path / "prompts.jsonl"
@@ -51,6 +52,7 @@ def test_generates_every_prompt_once_with_the_record_fields(tmp_path, sim_engine
     assert sim.metric("sglang:num_requests_total") == 2500
 
 
+@pytest.mark.system
 def test_no_thinking_is_sent_as_chat_template_kwargs(tmp_path, sim_engines):
     sim = sim_engines()
     prompts = tmp_path / "prompts.jsonl"
@@ -64,6 +66,7 @@ def test_no_thinking_is_sent_as_chat_template_kwargs(tmp_path, sim_engines):
     assert json.loads((out / "progress.json").read_text())["quality"]["no_reasoning"] == 0
 
 
+@pytest.mark.system
 def test_a_relaunch_sends_nothing_that_is_done(tmp_path, sim_engines):
     sim = sim_engines()
     prompts = tmp_path / "prompts.jsonl"
@@ -81,6 +84,7 @@ def test_a_relaunch_sends_nothing_that_is_done(tmp_path, sim_engines):
     assert_exactly_once(read_shards(out), ids)
 
 
+@pytest.mark.system
 def test_bad_lines_are_named_and_the_rest_goes_on(tmp_path, sim_engines):
     sim = sim_engines()
     prompts = tmp_path / "prompts.jsonl"
@@ -104,6 +108,7 @@ def test_bad_lines_are_named_and_the_rest_goes_on(tmp_path, sim_engines):
     assert quality["bad_prompts"] == 3 and quality["duplicate_ids"] == 1
 
 
+@pytest.mark.system
 def test_a_server_that_dies_mid_run(tmp_path, sim_engines):
     steady = sim_engines("--latency-ms", "20")
     doomed = sim_engines("--latency-ms", "20")
@@ -123,6 +128,7 @@ def test_a_server_that_dies_mid_run(tmp_path, sim_engines):
     assert progress["quality"]["errors"] == 0, "a dead server must not make prompts fail"
 
 
+@pytest.mark.system
 def test_waits_for_a_server_that_comes_back(tmp_path, sim_engines):
     sim = sim_engines("--latency-ms", "10")
     port = sim.port
@@ -140,6 +146,7 @@ def test_waits_for_a_server_that_comes_back(tmp_path, sim_engines):
     assert json.loads((out / "progress.json").read_text())["quality"]["errors"] == 0
 
 
+@pytest.mark.system
 def test_a_server_still_starting_is_rested_once_not_once_per_request(tmp_path, sim_engines):
     # every request of the first wave gets 503 while the engine loads; one outage, one rest
     sim = sim_engines("--startup-s", "2", "--latency-ms", "10")
@@ -154,6 +161,7 @@ def test_a_server_still_starting_is_rested_once_not_once_per_request(tmp_path, s
     assert_exactly_once(read_shards(out), ids)
 
 
+@pytest.mark.system
 def test_failing_answers_are_retried(tmp_path, sim_engines):
     sim = sim_engines("--fail-rate", "0.2", "--seed", "7")
     prompts = tmp_path / "prompts.jsonl"
@@ -167,6 +175,7 @@ def test_failing_answers_are_retried(tmp_path, sim_engines):
     assert progress["retries"] >= 80  # about 20% of 800 attempts failed: 500s, garbage, dropped connections
 
 
+@pytest.mark.system
 @pytest.mark.parametrize("kind,said", [("500", "HTTP 500: {\"object\": \"error\""),
                                        ("garbage", "the answer is not JSON: b'<html><body>upstream garbage'"),
                                        ("disconnect", "ServerDisconnectedError")])
@@ -185,6 +194,7 @@ def test_a_prompt_that_keeps_failing_counts_as_an_error_and_exits_1(tmp_path, si
     assert not (out / "done.txt").exists() or read_done(out / "done.txt") == []
 
 
+@pytest.mark.system
 def test_refuses_degenerate_prompts_unless_forced(tmp_path, sim_engines):
     sim = sim_engines()
     prompts = tmp_path / "prompts.jsonl"
@@ -200,6 +210,7 @@ def test_refuses_degenerate_prompts_unless_forced(tmp_path, sim_engines):
     assert sim.metric("sglang:num_requests_total") == 100
 
 
+@pytest.mark.system
 def test_two_workers_on_one_output_directory_are_refused(tmp_path, sim_engines):
     sim = sim_engines("--latency-ms", "50")
     prompts = tmp_path / "prompts.jsonl"
@@ -227,6 +238,7 @@ def tiny_disk(tmp_path):
     subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
+@pytest.mark.system
 def test_a_full_disk_pauses_generation_and_loses_nothing(tmp_path, sim_engines, tiny_disk):
     sim = sim_engines("--latency-ms", "5", "--out-tokens", "60-90")
     prompts = tmp_path / "prompts.jsonl"
@@ -249,6 +261,7 @@ def test_a_full_disk_pauses_generation_and_loses_nothing(tmp_path, sim_engines, 
     assert_exactly_once(read_shards(out), ids)
 
 
+@pytest.mark.system
 def test_runs_as_a_fleet_job_and_the_agent_reads_its_progress(tmp_path, sim_engines, start_agent, reap_jobs):
     sim = sim_engines("--latency-ms", "2")
     prompts = tmp_path / "prompts.jsonl"
@@ -269,6 +282,7 @@ def test_runs_as_a_fleet_job_and_the_agent_reads_its_progress(tmp_path, sim_engi
     assert_exactly_once(read_shards(out), ids)
 
 
+@pytest.mark.system
 def test_sigterm_stops_cleanly_and_a_relaunch_finishes(tmp_path, sim_engines):
     import signal
     sim = sim_engines("--latency-ms", "20")
@@ -288,6 +302,7 @@ def test_sigterm_stops_cleanly_and_a_relaunch_finishes(tmp_path, sim_engines):
     assert "model: sim-model (from /v1/models)" in log.read_text()
 
 
+@pytest.mark.system
 def test_a_lost_done_set_is_rebuilt_from_the_shards(tmp_path, sim_engines):
     sim = sim_engines()
     prompts = tmp_path / "prompts.jsonl"
@@ -309,6 +324,7 @@ def _p(pid: str, text: str) -> str:
     return json.dumps({"id": pid, "messages": [{"role": "user", "content": text}]}) + "\n"
 
 
+@pytest.mark.system
 def test_duplicate_ids_are_refused_unless_dedupe_first(tmp_path, sim_engines):
     sim = sim_engines()
     prompts = tmp_path / "prompts.jsonl"
@@ -326,6 +342,7 @@ def test_duplicate_ids_are_refused_unless_dedupe_first(tmp_path, sim_engines):
     assert json.loads((out / "progress.json").read_text())["quality"]["duplicate_ids"] == 1
 
 
+@pytest.mark.system
 def test_a_prompt_line_over_max_prompt_bytes_is_a_bad_line(tmp_path, sim_engines):
     sim = sim_engines()
     prompts = tmp_path / "prompts.jsonl"
@@ -364,6 +381,7 @@ def test_the_prompt_reader_never_holds_a_huge_line(tmp_path):
     assert peak < 8 << 20, f"reading a 50 MB line peaked at {peak / 2**20:.1f} MiB"
 
 
+@pytest.mark.system
 def test_servers_dead_past_give_up_after_stop_the_run_with_exit_1(tmp_path):
     from support.generate import free_port
     prompts = tmp_path / "prompts.jsonl"
@@ -377,6 +395,7 @@ def test_servers_dead_past_give_up_after_stop_the_run_with_exit_1(tmp_path):
     assert "--give-up-after never" in text and "Traceback" not in text
 
 
+@pytest.mark.system
 def test_give_up_after_reads_times_and_never(tmp_path):
     from gpudeck.agents.workers.generate.options import parse_duration
     from gpudeck.agents.workers.generate.servers import UsageError

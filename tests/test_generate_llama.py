@@ -23,7 +23,7 @@ CACHE = Path(os.environ.get("CACHE") or Path(os.environ.get("XDG_CACHE_HOME") or
              / "gpudeck-test")
 BINARY = CACHE / "llama-server"
 
-pytestmark = [pytest.mark.slow,
+pytestmark = [pytest.mark.system, pytest.mark.slow,
               pytest.mark.skipif(not BINARY.exists(), reason=f"llama-server is not built ({BINARY} is missing): run "
                                                              f"`make llama-server` or tests/tools/llama_server.sh build")]
 

@@ -12,6 +12,8 @@ import pytest
 from support.cli import gpudeck
 from support.wait import wait_for
 
+pytestmark = pytest.mark.system  # real agents and the gpudeck CLI
+
 HOSTILE = '''
 import sys, time
 from gpudeck.agents import protocol

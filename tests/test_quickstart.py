@@ -26,8 +26,9 @@ from support.nodes import WHEELHOUSE, Laptop
 from support.tmux import Tmux
 from support.wait import wait_for
 
-pytestmark = pytest.mark.skipif(not (WHEELHOUSE / ".done").exists(),
-                                reason=f"no wheelhouse at {WHEELHOUSE}: `make test` downloads it")
+pytestmark = [pytest.mark.system,
+              pytest.mark.skipif(not (WHEELHOUSE / ".done").exists(),
+                                 reason=f"no wheelhouse at {WHEELHOUSE}: `make test` downloads it")]
 
 
 def quickstart() -> tuple[str, list[str]]:

@@ -66,6 +66,7 @@ thinking = true
     assert "--thinking" in gen and gen[gen.index("--concurrency") + 1] == "256"
 
 
+@pytest.mark.system
 def test_generate_through_a_router_to_two_engines(tmp_path, sim_engines):
     # a model path that is a local directory keeps the router from asking the Hub for a tokenizer
     model_dir = tmp_path / "model"

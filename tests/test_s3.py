@@ -30,6 +30,7 @@ def uploader(out, s3: MotoS3, prefix: str = "run-1") -> s3sync.ShardUploader:
                                 backoff_s=0.05, max_backoff_s=0.3, done_interval_s=0.2)
 
 
+@pytest.mark.system
 def test_an_upload_that_fails_is_retried_until_it_succeeds(tmp_path, moto_s3):
     write_shard(tmp_path, "shard-000000.jsonl", ["a", "b"])
     up = uploader(tmp_path, moto_s3).start()
@@ -46,6 +47,7 @@ def test_an_upload_that_fails_is_retried_until_it_succeeds(tmp_path, moto_s3):
     assert (tmp_path / "uploaded.txt").read_text() == "shard-000000.jsonl\n"
 
 
+@pytest.mark.system
 def test_the_done_set_in_s3_holds_only_ids_of_shards_in_s3(tmp_path, moto_s3):
     moto_s3.client().create_bucket(Bucket=BUCKET)
     write_shard(tmp_path, "shard-000000.jsonl", ["a", "b"])
@@ -62,6 +64,7 @@ def test_the_done_set_in_s3_holds_only_ids_of_shards_in_s3(tmp_path, moto_s3):
     assert moto_s3.done_ids(BUCKET, "run-1") == {"a", "b", "c", "d"}
 
 
+@pytest.mark.system
 def test_a_restart_queues_again_only_what_was_not_uploaded(tmp_path, moto_s3):
     moto_s3.client().create_bucket(Bucket=BUCKET)
     for n, ids in enumerate((["a"], ["b"], ["c"])):
@@ -76,6 +79,7 @@ def test_a_restart_queues_again_only_what_was_not_uploaded(tmp_path, moto_s3):
     assert sorted(moto_s3.shards(BUCKET, "run-1")) == ["shard-000001.jsonl", "shard-000002.jsonl"]
 
 
+@pytest.mark.system
 def test_restore_on_a_fresh_node_includes_orphan_shards(tmp_path, moto_s3):
     c = moto_s3.client()
     c.create_bucket(Bucket=BUCKET)
@@ -100,6 +104,7 @@ def test_restore_on_a_fresh_node_includes_orphan_shards(tmp_path, moto_s3):
                                    ids_in_jsonl) is None
 
 
+@pytest.mark.system
 def test_generate_uploads_never_block_and_a_fresh_node_continues(tmp_path, moto_s3, sim_engines):
     secret = "wJalrXUtnFEMI-do-not-print-me"
     sim = sim_engines("--latency-ms", "5")
@@ -176,6 +181,7 @@ def quick_client(endpoint: str):
                       s3={"addressing_style": "path"}))
 
 
+@pytest.mark.system
 def test_uploads_go_on_after_resets_hangs_and_refusals(tmp_path, moto_s3, s3_proxy):
     moto_s3.client().create_bucket(Bucket=BUCKET)
     up = s3sync.ShardUploader(str(tmp_path), s3sync.S3Location(BUCKET, "run-1"),
@@ -208,6 +214,7 @@ def test_uploads_go_on_after_resets_hangs_and_refusals(tmp_path, moto_s3, s3_pro
     assert moto_s3.done_ids(BUCKET, "run-1") == set(ids)
 
 
+@pytest.mark.system
 def test_the_upload_thread_outlives_an_unexpected_error(tmp_path, moto_s3, monkeypatch):
     moto_s3.client().create_bucket(Bucket=BUCKET)
     write_shard(tmp_path, "shard-000000.jsonl", ["a", "b"])
@@ -231,6 +238,7 @@ def test_the_upload_thread_outlives_an_unexpected_error(tmp_path, moto_s3, monke
     assert moto_s3.done_ids(BUCKET, "run-1") == {"a", "b"}
 
 
+@pytest.mark.system
 def test_generate_through_a_link_that_drops_uploads_every_shard(tmp_path, moto_s3, s3_proxy, sim_engines):
     """The adversarial run's case: uploads through a proxy that resets every connection for 2 s
     after two shards went up. Every shard reaches S3, and the worker finishes with exit 0."""
@@ -257,6 +265,7 @@ def test_generate_through_a_link_that_drops_uploads_every_shard(tmp_path, moto_s
     assert doc["finished"] is True and doc["uploads"]["pending"] == 0
 
 
+@pytest.mark.system
 def test_a_worker_that_gives_up_on_s3_is_not_finished(tmp_path, moto_s3, s3_proxy, sim_engines):
     """S3 refuses once the worker runs: the worker retries, then, past its drain time, exits 1
     with the last error, and progress.json says not finished, uploads pending."""

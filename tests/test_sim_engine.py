@@ -8,9 +8,12 @@ import json
 import time
 
 import httpx
+import pytest
 
 from gpudeck.agents.engines import EngineScraper, parse_metrics
 from support.wait import wait_for
+
+pytestmark = pytest.mark.system  # sim-engine processes
 
 
 FIXTURE_NAMES = ("sglang:generation_tokens_total", "sglang:prompt_tokens_total", "sglang:num_requests_total",

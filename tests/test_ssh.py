@@ -27,6 +27,8 @@ from support.ssh import (PY, ROOT, Events, NetnsFleet, Sshd, agents_of, host_key
                          netns_unavailable, node_python, old_version_python, run)
 from support.wait import wait_for_async
 
+pytestmark = pytest.mark.system  # sshd, network namespaces and agents on them
+
 KEEPALIVE_S = 3.0  # short, so a dropped link shows in seconds; the agent ticks every 0.5 s
 TAKEOVER = ["--takeover-grace", "3"]
 

@@ -18,6 +18,8 @@ from support.watch import (TOKEN, agent_pid, events, gpudeck_watch, job_state, s
                            watcher_pid, write_fleet)
 from support.wait import wait_for
 
+pytestmark = pytest.mark.system  # watchers, agents, sim-engines and a webhook receiver
+
 HOOK_ENV = "GPUDECK_TEST_HOOK"
 
 

@@ -17,7 +17,7 @@ from support.watch import agent_pid, write_fleet
 from support.cli import gpudeck
 from support.wait import wait_for
 
-pytestmark = pytest.mark.usefixtures("reap_jobs")
+pytestmark = [pytest.mark.system, pytest.mark.usefixtures("reap_jobs")]
 
 EVERY = 1.0
 

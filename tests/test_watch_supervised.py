@@ -40,7 +40,7 @@ def _missing() -> str:
     return ""
 
 
-pytestmark = pytest.mark.skipif(bool(_missing()), reason=_missing() or "-")
+pytestmark = [pytest.mark.system, pytest.mark.skipif(bool(_missing()), reason=_missing() or "-")]
 
 
 def _as(user: str, command: str, timeout: float = 60) -> subprocess.CompletedProcess:
