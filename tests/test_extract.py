@@ -35,6 +35,16 @@ def _offline(monkeypatch):
     monkeypatch.delenv("GPUDECK_PROGRESS_FILE", raising=False)
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _one_torch_thread():
+    """These models are tiny: a second thread buys nothing, and on a busy 2-core machine two
+    OpenMP threads spin against each other (the module's forwards then take 3 to 5 times as long)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
     root = tmp_path_factory.mktemp("models")
