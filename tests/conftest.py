@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -22,6 +24,35 @@ def state_home(tmp_path, monkeypatch) -> Path:
     # test asks for one (tests/test_watch_supervised.py)
     monkeypatch.setenv("GPUDECK_SUPERVISE", "none")
     return path
+
+
+@pytest.fixture(autouse=True)
+def unmarked_tests_start_nothing(request, monkeypatch):
+    """`make check` runs every test not marked `system`, and stays fast only if none of them
+    starts a process or a server. So such a test is watched: each process it starts (through
+    subprocess.Popen, which subprocess.run and asyncio's subprocesses use too) and each socket
+    it listens on is noted, and the test fails after it ran, naming them. Nothing is refused
+    while it runs (a server refused in its own thread would hang the test instead)."""
+    if request.node.get_closest_marker("system"):
+        yield
+        return
+    started: list[str] = []
+    popen_init, listen = subprocess.Popen.__init__, socket.socket.listen
+
+    def noting_popen_init(self, args, *a, **kw):
+        started.append(f"the process {str(args)[:200]}")
+        popen_init(self, args, *a, **kw)
+
+    def noting_listen(self, *a):
+        started.append(f"a server on {self.getsockname()}")
+        return listen(self, *a)
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", noting_popen_init)
+    monkeypatch.setattr(socket.socket, "listen", noting_listen)
+    yield
+    if started:
+        pytest.fail("a test that starts a process or a server must be marked @pytest.mark.system; this one started "
+                    + "; ".join(started), pytrace=False)
 
 
 @pytest.fixture

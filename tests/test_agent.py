@@ -9,9 +9,11 @@ import pytest
 
 from gpudeck.agents import __version__
 from gpudeck.agents.contract import wire
-from support import PY, ROOT, command_job, env_with_repo, wait_for
+from support import PY, ROOT, command_job, env_with_repo
+from support.wait import wait_for
 
 
+@pytest.mark.system
 def test_hello_then_snapshots_at_the_configured_interval(start_agent, home):
     a = start_agent(interval=0.1)
     assert a.hello["version"] == __version__ and a.hello["protocol"] == wire.PROTOCOL
@@ -24,6 +26,7 @@ def test_hello_then_snapshots_at_the_configured_interval(start_agent, home):
     assert any(d.path == str(home) and d.free_bytes > 0 for d in snap.host.disks)
 
 
+@pytest.mark.system
 def test_no_nvml_reports_no_gpus_with_the_reason(start_agent):
     a = start_agent()
     snap = a.wait_snapshot(lambda s: True)
@@ -31,6 +34,7 @@ def test_no_nvml_reports_no_gpus_with_the_reason(start_agent):
     assert a.hello["gpu_error"] == snap["gpu_error"]
 
 
+@pytest.mark.system
 def test_malformed_requests_get_an_error_and_the_agent_keeps_running(start_agent):
     a = start_agent()
     def bad_line(data: bytes, rid: int = -1) -> dict:
@@ -63,6 +67,7 @@ def a_snapshot(a):
     return wire.decode(json.dumps(a.wait_snapshot(lambda s: True)))
 
 
+@pytest.mark.system
 def test_agent_exits_when_stdin_closes_and_jobs_keep_running(start_agent):
     a = start_agent()
     a.ok("configure", jobs=[command_job("stay", "exec sleep 120")])
@@ -72,6 +77,7 @@ def test_agent_exits_when_stdin_closes_and_jobs_keep_running(start_agent):
     assert pid_alive(pid)
 
 
+@pytest.mark.system
 def test_history_survives_a_new_agent(start_agent, home):
     a = start_agent(interval=0.05)
     a.ok("configure", jobs=[command_job("hist", 'echo \'{"done": 7}\' > "$GPUDECK_PROGRESS_FILE"; exec sleep 60')])
@@ -87,6 +93,7 @@ def test_history_survives_a_new_agent(start_agent, home):
     assert ts == sorted(ts)
 
 
+@pytest.mark.system
 def test_once_prints_one_snapshot(home):
     out = subprocess.run([PY, "-m", "gpudeck.agents", "--once", "--no-nvml", "--home", str(home)], capture_output=True,
                          env=env_with_repo(), cwd=ROOT, timeout=60, check=True)
@@ -96,6 +103,7 @@ def test_once_prints_one_snapshot(home):
     assert isinstance(snap, wire.Snapshot) and snap.seq == 1 and snap.gpus == []
 
 
+@pytest.mark.system
 def test_a_new_agent_shows_rates_at_once_from_the_last_agents_history(start_agent, home, reap_jobs):
     script = ('i=0; while true; do i=$((i+1)); printf \'{"done": %d, "total": 100000, "tokens": %d}\' $i $((i*100)) '
               '> "$GPUDECK_PROGRESS_FILE.tmp"; mv "$GPUDECK_PROGRESS_FILE.tmp" "$GPUDECK_PROGRESS_FILE"; sleep 0.1; done')
@@ -115,6 +123,7 @@ def test_a_new_agent_shows_rates_at_once_from_the_last_agents_history(start_agen
     assert job.progress.eta_s is not None
 
 
+@pytest.mark.system
 def test_a_second_console_shares_the_agent_and_the_last_to_leave_stops_it(start_agent, home, reap_jobs):
     """Two `python -m gpudeck.agents` on one home (the TUI and a CLI command): the second relays to
     the first through <home>/agent.sock; both see the node, each gets its own replies, and
@@ -158,6 +167,7 @@ def test_a_second_console_shares_the_agent_and_the_last_to_leave_stops_it(start_
     assert not sock.exists()
 
 
+@pytest.mark.system
 def test_an_agent_of_another_version_is_taken_over_not_relayed_to(start_agent, home, tmp_path):
     """After `gpudeck deploy`, the new version must not relay to the old agent still serving
     another console: it takes the node over (SIGTERM, the old one exits) and serves it."""
@@ -183,6 +193,7 @@ def test_an_agent_of_another_version_is_taken_over_not_relayed_to(start_agent, h
             old.wait()
 
 
+@pytest.mark.system
 def test_a_relay_ends_with_its_agent_and_a_stale_socket_is_replaced(start_agent, home):
     """kill -9 of the agent: the relay's console sees its link close (it reconnects), and the
     next agent finds only a dead socket file, takes the node and serves it."""
@@ -202,6 +213,7 @@ def test_a_relay_ends_with_its_agent_and_a_stale_socket_is_replaced(start_agent,
     assert d.ok("status")["node"] == "testnode"
 
 
+@pytest.mark.system
 def test_a_console_that_stops_reading_is_dropped_and_holds_up_no_one(start_agent, home, monkeypatch):
     """A console that reads nothing (a laptop asleep): its messages pile up in the socket, its
     relay and then the agent's queue for it; the agent drops it and the other console goes
@@ -222,6 +234,7 @@ def test_a_console_that_stops_reading_is_dropped_and_holds_up_no_one(start_agent
         asleep.wait()
 
 
+@pytest.mark.system
 def test_one_unreadable_job_shows_its_error_and_blinds_no_other(start_agent, reap_jobs):
     a = start_agent()
     too_long = "j" * 300  # 255 bytes is the file-name limit: the agent used to fail every tick
@@ -255,6 +268,7 @@ def test_a_gpu_the_node_does_not_have_is_an_alert():
     assert node_alerts([], jobs, {}, None, {}, 0.0) == []  # no NVML: nothing to check against
 
 
+@pytest.mark.system
 @pytest.mark.parametrize("interval", ["0", "-1", "nan", "fast"])
 def test_the_agent_refuses_an_interval_that_would_busy_loop(home, interval):
     r = subprocess.run([PY, "-m", "gpudeck.agents", "--once", "--no-nvml", "--home", str(home),
@@ -263,6 +277,7 @@ def test_the_agent_refuses_an_interval_that_would_busy_loop(home, interval):
     assert r.returncode == 2 and "--interval" in r.stderr
 
 
+@pytest.mark.system
 def test_an_agent_from_before_the_gpudeck_namespace_is_taken_over(start_agent, home, tmp_path):
     """A node deployed before 0.2 runs `python -m agents` (top-level packages). After the
     deploy of this version the new agent takes that node over and adopts its jobs."""
@@ -293,6 +308,7 @@ def test_an_agent_from_before_the_gpudeck_namespace_is_taken_over(start_agent, h
             old.wait()
 
 
+@pytest.mark.system
 def test_malformed_requests_get_a_reply_that_says_what_is_wrong(start_agent, reap_jobs):
     a = start_agent()
     r = a.request("configure", jobs="notalist")

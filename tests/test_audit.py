@@ -7,6 +7,8 @@ import random
 import re
 import subprocess
 
+import pytest
+
 from gpudeck.agents.workers.audit import audit_file, audit_records
 from support.generate import PY, ROOT, child_env
 
@@ -29,6 +31,7 @@ def write_tokenized(path, n: int, placeholder_share: float, seed: int = 0) -> No
                     + "\n")
 
 
+@pytest.mark.system
 def test_the_87_percent_six_token_dataset_fails_loudly(tmp_path):
     data = tmp_path / "tokenized.jsonl"
     write_tokenized(data, 3000, 0.87)
@@ -42,6 +45,7 @@ def test_the_87_percent_six_token_dataset_fails_loudly(tmp_path):
     assert report.target_counts.most_common(1)[0][0] == 6
 
 
+@pytest.mark.system
 def test_good_tokenized_data_passes(tmp_path):
     data = tmp_path / "tokenized.jsonl"
     write_tokenized(data, 2000, 0.02)
@@ -51,6 +55,7 @@ def test_good_tokenized_data_passes(tmp_path):
     assert re.search(r"share with <= 8 target tokens: [0-3]\.\d%", r.stdout), r.stdout
 
 
+@pytest.mark.system
 def test_chat_data_with_placeholder_answers_fails_and_is_fine_as_prompts(tmp_path):
     data = tmp_path / "sharegpt.jsonl"
     with open(data, "w") as f:
@@ -82,6 +87,7 @@ def test_generated_records_roles_turns_and_duplicates(tmp_path):
     assert "duplicates: 100 samples repeat an earlier prompt (33.3%)" in text
 
 
+@pytest.mark.system
 def test_mostly_duplicates_and_unreadable_lines_are_degenerate(tmp_path):
     data = tmp_path / "dups.jsonl"
     with open(data, "w") as f:
@@ -96,6 +102,7 @@ def test_mostly_duplicates_and_unreadable_lines_are_degenerate(tmp_path):
     assert "20 of 120 lines cannot be read" in r.stdout and f"{data}:101: not JSON" in r.stdout
 
 
+@pytest.mark.system
 def test_labels_format_json_output_and_a_sample(tmp_path):
     data = tmp_path / "labels.jsonl"
     with open(data, "w") as f:
@@ -110,6 +117,7 @@ def test_labels_format_json_output_and_a_sample(tmp_path):
     assert doc["target_tokens_histogram"]["1-8"] > 150
 
 
+@pytest.mark.system
 def test_an_unreadable_file_is_a_usage_error(tmp_path):
     r = audit_cli(str(tmp_path / "missing.jsonl"))
     assert r.returncode == 2 and "cannot read" in r.stderr

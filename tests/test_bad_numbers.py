@@ -9,6 +9,8 @@ import pytest
 
 from support.cli import gpudeck
 
+pytestmark = pytest.mark.system  # runs the gpudeck CLI as a process
+
 
 def test_an_infinite_alert_threshold_is_a_fleet_error_with_its_line(tmp_path):
     fleet = tmp_path / "fleet.toml"

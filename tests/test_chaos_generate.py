@@ -12,6 +12,8 @@ import pytest
 from support.generate import (GenerateProc, assert_exactly_once, generate_argv, read_done,
                               read_jsonl_strict, read_shards, write_prompts)
 
+pytestmark = pytest.mark.system  # sim-engines, moto and generate processes
+
 
 KILLS = 20
 

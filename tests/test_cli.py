@@ -10,8 +10,9 @@ import textwrap
 
 import pytest
 
-from support import ROOT, env_with_repo, pid_alive, wait_for
+from support import ROOT, env_with_repo, pid_alive
 from support.cli import at_a_terminal, gpudeck, gpudeck_cmd, without
+from support.wait import wait_for
 
 
 @pytest.fixture
@@ -31,6 +32,7 @@ def fleet(tmp_path, home):
     return path
 
 
+@pytest.mark.system
 def test_status_json_with_no_fleet_file(home):
     r = gpudeck("status", "--json", env={"GPUDECK_HOME": str(home)})
     doc = json.loads(r.stdout)
@@ -42,6 +44,7 @@ def test_status_json_with_no_fleet_file(home):
     assert node["host"]["cpu_count"] >= 1 and doc["jobs"] == []
 
 
+@pytest.mark.system
 @pytest.mark.usefixtures("reap_jobs")
 def test_launch_status_logs_kill_relaunch(fleet, home):
     f = ["-f", str(fleet)]
@@ -95,6 +98,7 @@ FAKE_GENERATE = ("i=0; while true; do i=$((i+1)); "
                  "> $GPUDECK_PROGRESS_FILE.tmp; mv $GPUDECK_PROGRESS_FILE.tmp $GPUDECK_PROGRESS_FILE; sleep 0.1; done")
 
 
+@pytest.mark.system
 @pytest.mark.usefixtures("reap_jobs")
 def test_status_shows_dollars_and_the_plan_against_the_projection(tmp_path, home):
     out = tmp_path / "out"
@@ -144,6 +148,7 @@ def test_status_shows_dollars_and_the_plan_against_the_projection(tmp_path, home
     assert "  cost: $" in plain and " per M output tokens, $" in plain and "fleet: $" in plain
 
 
+@pytest.mark.system
 def test_bad_input_from_the_command_line(tmp_path, fleet):
     broken = tmp_path / "broken.toml"
     broken.write_text('[[jobs]]\nname = "a"\ncommand = ["x"]\ngpus = "0"\n')
@@ -165,6 +170,7 @@ def test_bad_input_from_the_command_line(tmp_path, fleet):
     assert r.returncode == 2 and "--lines" in r.stderr
 
 
+@pytest.mark.system
 def test_consoles_starting_at_the_same_moment_share_one_agent(tmp_path):
     """Four `gpudeck status` at once on an idle node, eight times: every one reads the node
     (the losers of the start relay to the winner; none takes the node over from another)."""
@@ -181,6 +187,7 @@ def test_consoles_starting_at_the_same_moment_share_one_agent(tmp_path):
             assert node["reachable"] and node["error"] is None, (round_, node)
 
 
+@pytest.mark.system
 def test_an_agent_that_cannot_start_says_why(tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("")
@@ -194,6 +201,7 @@ def test_an_agent_that_cannot_start_says_why(tmp_path):
     assert r.returncode == 3  # some node did not answer
 
 
+@pytest.mark.system
 def test_kill_by_pid_of_a_gpu_process_of_no_job_and_a_kept_verdict(tmp_path, home):
     fleet = tmp_path / "fleet.toml"
     fleet.write_text(textwrap.dedent(f'''
@@ -234,6 +242,7 @@ def test_kill_by_pid_of_a_gpu_process_of_no_job_and_a_kept_verdict(tmp_path, hom
             stranger.kill()
 
 
+@pytest.mark.system
 def test_a_one_shot_status_shows_the_engines(tmp_path, home):
     import httpx
 
@@ -270,6 +279,7 @@ def _answers(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
+@pytest.mark.system
 def test_extract_without_its_extra_names_the_pip_line(tmp_path):
     r = gpudeck("extract", "--model", str(tmp_path), "--data", "x.jsonl", "--out", str(tmp_path / "o"),
                 "--layers", "1", check=False, env=without(tmp_path, "torch", "numpy"))
@@ -278,6 +288,7 @@ def test_extract_without_its_extra_names_the_pip_line(tmp_path):
     assert "Traceback" not in r.stderr
 
 
+@pytest.mark.system
 def test_extract_with_a_model_path_that_does_not_exist_says_the_path(tmp_path):
     missing = tmp_path / "models" / "Qwen3-8B"
     r = gpudeck("extract", "--model", str(missing), "--data", "x.jsonl", "--out", str(tmp_path / "o"),
@@ -290,6 +301,7 @@ def test_extract_with_a_model_path_that_does_not_exist_says_the_path(tmp_path):
     assert r.returncode == 2 and "has no config.json" in r.stderr
 
 
+@pytest.mark.system
 def test_ctrl_c_exits_130(tmp_path):
     import signal
     proc = subprocess.Popen([*gpudeck_cmd(), "sim-engine", "--port", "0"], stdout=subprocess.PIPE,

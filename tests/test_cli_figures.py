@@ -7,8 +7,12 @@ from __future__ import annotations
 import json
 import textwrap
 
+import pytest
+
 from support import free_port
 from support.cli import gpudeck, without
+
+pytestmark = pytest.mark.system  # runs the gpudeck CLI as a process
 
 
 def test_an_unreachable_priced_node_has_unknown_dollars_never_zero(tmp_path, home):

@@ -12,8 +12,9 @@ import textwrap
 
 import pytest
 
-from support import ROOT, env_with_repo, free_port, wait_for
+from support import ROOT, env_with_repo, free_port
 from support.cli import NOISE, at_a_terminal, gpudeck, gpudeck_cmd, into_closed_pipe
+from support.wait import wait_for
 from support.watch import TOKEN
 
 
@@ -33,6 +34,7 @@ def fleet(tmp_path, home):
     return path
 
 
+@pytest.mark.system
 @pytest.mark.usefixtures("reap_jobs")
 def test_output_into_a_closed_pipe_ends_quietly_with_141(tmp_path, fleet):
     f = ["-f", str(fleet)]
@@ -59,6 +61,7 @@ def test_output_into_a_closed_pipe_ends_quietly_with_141(tmp_path, fleet):
             assert r.returncode == 141 and not any(n in r.stderr for n in NOISE), (args, buffered, r.stderr)
 
 
+@pytest.mark.system
 def test_events_with_nothing_to_show_say_so(tmp_path, home):
     fleet = tmp_path / "fleet.toml"
     fleet.write_text(f'[defaults]\nhome = "{home}"\nnvml = false\ninterval = 0.2\n')
@@ -68,6 +71,7 @@ def test_events_with_nothing_to_show_say_so(tmp_path, home):
     assert r.stdout == "" and r.stderr == "gpudeck: no events on local ever\n"  # JSON lines: none
 
 
+@pytest.mark.system
 def test_watch_status_follow_prints_each_change_once_and_exits_130_on_ctrl_c(tmp_path, home, receiver):
     fleet = tmp_path / "fleet.toml"
     fleet.write_text(textwrap.dedent(f'''
@@ -135,6 +139,7 @@ def test_every_argument_and_option_of_every_command_has_a_help_text():
     assert missing == []
 
 
+@pytest.mark.system
 def test_every_help_ends_with_the_exit_codes():
     from gpudeck.console.cli import build_parser
     from gpudeck.console.commands.common import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
@@ -151,6 +156,7 @@ def test_every_help_ends_with_the_exit_codes():
     assert "\n  3    some node did not answer" in gpudeck("status", "--help").stdout
 
 
+@pytest.mark.system
 def test_events_help_says_what_it_shows_not_where_the_code_is():
     text = gpudeck("events", "--help").stdout
     assert "events.jsonl" in text and ".py" not in text and "agents/" not in text, text

@@ -11,8 +11,11 @@ import sys
 import psutil
 import pytest
 
-from support import command_job, wait_for
+from support import command_job
+from support.wait import wait_for
 from gpudeck.agents.contain import Containment
+
+pytestmark = pytest.mark.system  # a real agent and its jobs
 
 CGROUP = Containment.detect().mode == "cgroup"
 MODES = [pytest.param("cgroup", marks=pytest.mark.skipif(not CGROUP, reason="no writable cgroup v2 here: "

@@ -64,6 +64,7 @@ def pages(tmp_path_factory):
     return probe(tmp_path_factory, "page", {"hybrid": HYBRID, "swa": SWA, "plain": PLAIN})
 
 
+@pytest.mark.system  # pages: SGLang's collectors served by a probe process
 @needs_sglang
 def test_sglang_pages_carry_the_families_gpudeck_reads(pages):
     page = pages["hybrid"][-1]
@@ -74,6 +75,7 @@ def test_sglang_pages_carry_the_families_gpudeck_reads(pages):
     assert 'dp_rank=' not in pages["plain"][0]  # no DP: no dp_rank label
 
 
+@pytest.mark.system
 @needs_sglang
 def test_hybrid_model_figures_equal_what_sglang_was_given(pages):
     first, second = (parse_metrics(p) for p in pages["hybrid"])
@@ -85,6 +87,7 @@ def test_hybrid_model_figures_equal_what_sglang_was_given(pages):
     assert second.accept_length == pytest.approx((2.75 + 3.25) / 2)
 
 
+@pytest.mark.system
 @needs_sglang
 def test_swa_and_plain_servers(pages):
     swa = parse_metrics(pages["swa"][0])
@@ -123,6 +126,7 @@ class PageServer:
         self.server.server_close()
 
 
+@pytest.mark.system
 @needs_sglang
 async def test_scraper_over_http_shows_what_sglang_was_given(pages):
     srv = PageServer()
@@ -164,6 +168,7 @@ def parsed(tmp_path_factory):
     return probe(tmp_path_factory, "args", [per_gpu, dp_mtp, tp_eagle])
 
 
+@pytest.mark.system  # parsed: SGLang's argument parser in a probe process
 @needs_sglang
 def test_sglang_parses_the_one_server_per_gpu_line(parsed):
     a = parsed[0]
@@ -173,6 +178,7 @@ def test_sglang_parses_the_one_server_per_gpu_line(parsed):
     assert a["speculative_algorithm"] is None
 
 
+@pytest.mark.system
 @needs_sglang
 def test_sglang_parses_the_dp_and_mtp_lines(parsed):
     dp, tp = parsed[1], parsed[2]
@@ -226,6 +232,7 @@ def test_vllm_names_file_is_what_the_wheel_says():
     assert engine_metric_names.engine_metrics(Path(wheel)) == json.loads(VLLM_NAMES.read_text())["metrics"]
 
 
+@pytest.mark.system
 @needs_sglang
 def test_sglang_source_defines_every_name_the_scraper_reads(pages):
     from pathlib import Path

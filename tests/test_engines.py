@@ -14,7 +14,8 @@ import httpx
 import pytest
 
 from gpudeck.agents.engines import EngineScraper, MetricsParseError, parse_metrics
-from support import FIXTURES, ROOT, wait_for
+from support import FIXTURES, ROOT
+from support.wait import wait_for
 
 LLAMA = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gpudeck-test" / "llama-server"
 
@@ -112,6 +113,7 @@ def fake_engine():
     e.close()
 
 
+@pytest.mark.system  # fake_engine: an HTTP server on loopback
 async def test_scraper_states_rates_and_counter_reset(fake_engine):
     url = f"http://127.0.0.1:{fake_engine.port}/metrics"
     s = EngineScraper(url, window_s=1000)
@@ -173,6 +175,7 @@ def llama_server():
         proc.wait(10)
 
 
+@pytest.mark.system
 async def test_real_llama_server_metrics(llama_server):
     s = EngineScraper(llama_server + "/metrics", window_s=600)
     async with httpx.AsyncClient(timeout=30) as client:
@@ -190,6 +193,7 @@ async def test_real_llama_server_metrics(llama_server):
         assert e.running is not None and e.queued is not None
 
 
+@pytest.mark.system
 def test_agent_reports_a_garbage_metrics_page_on_the_job_and_keeps_going(start_agent, fake_engine, reap_jobs):
     fake_engine.body = "<html>this is not prometheus</html>"
     a = start_agent()
@@ -205,6 +209,7 @@ def test_agent_reports_a_garbage_metrics_page_on_the_job_and_keeps_going(start_a
     assert a.proc.poll() is None
 
 
+@pytest.mark.system
 def test_agent_scrapes_a_real_llama_server_for_a_job(start_agent, llama_server, reap_jobs):
     a = start_agent()
     a.ok("configure", jobs=[{"name": "llama", "command": ["sleep", "120"], "metrics_url": llama_server + "/metrics"}])
@@ -265,6 +270,7 @@ class FloodEngine:
         self.server.server_close()
 
 
+@pytest.mark.system
 @pytest.mark.parametrize("mode, reason", [("huge", "MiB limit"), ("drip", "did not arrive whole")])
 def test_a_huge_or_endless_metrics_page_fails_the_engine_not_the_agent(start_agent, reap_jobs, mode, reason):
     import psutil
@@ -286,6 +292,7 @@ def test_a_huge_or_endless_metrics_page_fails_the_engine_not_the_agent(start_age
         flood.close()
 
 
+@pytest.mark.system
 def test_non_finite_numbers_become_null_on_the_wire(start_agent, fake_engine, reap_jobs, tmp_path):
     fake_engine.body = ("# TYPE sglang:num_running_reqs gauge\n"
                         'sglang:num_running_reqs{dp_rank="0"} NaN\n'

@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import json
 
-from support import wait_for
+import pytest
+
 from support.cli import gpudeck
+from support.wait import wait_for
+
+pytestmark = pytest.mark.system  # a real agent and the gpudeck CLI
 
 GOOD = {"t": 1_700_000_000.0, "seq": 1, "node": "testnode", "kind": "watch", "message": "watch started"}
 

@@ -35,6 +35,16 @@ def _offline(monkeypatch):
     monkeypatch.delenv("GPUDECK_PROGRESS_FILE", raising=False)
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _one_torch_thread():
+    """These models are tiny: a second thread buys nothing, and on a busy 2-core machine two
+    OpenMP threads spin against each other (the module's forwards then take 3 to 5 times as long)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
     root = tmp_path_factory.mktemp("models")
@@ -451,6 +461,7 @@ args = ["--part", "0/4"]
         JobSpec.from_dict(bad).argv("python3")
 
 
+@pytest.mark.system
 def test_importing_the_worker_module_does_not_import_torch():
     code = ("import sys, agents.workers.extract, agents.workers.extract.perf; "
             "print('torch' in sys.modules, 'transformers' in sys.modules)")
@@ -458,6 +469,7 @@ def test_importing_the_worker_module_does_not_import_torch():
     assert out.stdout.split() == ["False", "False"]
 
 
+@pytest.mark.system
 def test_gpudeck_extract_runs_the_worker(tmp_path, models):
     write_tokenized(str(tmp_path / "d.jsonl"), 6)
     env = dict(os.environ, PYTHONPATH=str(ROOT))

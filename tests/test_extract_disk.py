@@ -11,6 +11,8 @@ import pytest
 
 from support.extract import build_model, run_extract, shard_ids, write_tokenized
 
+pytestmark = pytest.mark.system  # runs the extraction worker as a process
+
 pytest.importorskip("torch", reason="torch is needed by the extraction worker (pip install '.[extract]')")
 pytest.importorskip("transformers", reason="transformers is needed by the extraction worker")
 

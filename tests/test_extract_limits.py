@@ -12,6 +12,8 @@ import pytest
 
 from support.extract import WORDS, build_model, run_extract, write_tokenized
 
+pytestmark = pytest.mark.system  # runs the extraction worker as a process
+
 pytest.importorskip("torch", reason="torch is needed by the extraction worker (pip install '.[extract]')")
 pytest.importorskip("transformers", reason="transformers is needed by the extraction worker")
 

@@ -13,10 +13,10 @@ import time
 
 import pytest
 
-from support import wait_for
 
 from support.extract import (ROOT, build_model, extract_argv, reference_hidden_states, rel_err, run_extract,
                              shard_ids, write_tokenized)
+from support.wait import wait_for
 
 pytest.importorskip("torch", reason="torch is needed by the extraction worker (pip install '.[extract]')")
 pytest.importorskip("transformers", reason="transformers is needed by the extraction worker")
@@ -49,6 +49,7 @@ def assert_consistent(out: str) -> set[str]:
     return set(seen)
 
 
+@pytest.mark.system
 @pytest.mark.parametrize("compress", [False, True], ids=["plain", "compressed"])
 def test_kill_9_at_random_points_leaves_no_duplicate_and_loses_nothing(tmp_path, compress):
     model = build_model(str(tmp_path / "model"), "qwen3")
@@ -105,6 +106,7 @@ def test_kill_9_at_random_points_leaves_no_duplicate_and_loses_nothing(tmp_path,
         assert max(rel_err(s.layer(layer), ref[layer]) for layer in (1, 3, 4)) <= 1e-5
 
 
+@pytest.mark.system
 def test_every_state_a_crash_can_leave_is_repaired(tmp_path):
     """The steps of a shard's close, cut at each point by hand: temp file written, renamed
     but not indexed, indexed but not in the done-set, a half-written index line."""
@@ -143,6 +145,7 @@ def test_every_state_a_crash_can_leave_is_repaired(tmp_path):
     assert len([json.loads(line) for line in open(out / INDEX)]) == n_shards, "nothing was computed again"
 
 
+@pytest.mark.system
 def test_sigterm_closes_the_open_shard_and_stops(tmp_path):
     model = build_model(str(tmp_path / "model"), "qwen3")
     # far more samples than get done before the signal, however slow this machine is today

@@ -11,6 +11,8 @@ import pytest
 
 from support.extract import MotoS3, build_model, run_extract, write_tokenized
 
+pytestmark = pytest.mark.system  # moto and the extraction worker as a process
+
 pytest.importorskip("torch", reason="torch is needed by the extraction worker (pip install '.[extract]')")
 pytest.importorskip("transformers", reason="transformers is needed by the extraction worker")
 pytest.importorskip("moto", reason="moto is needed for the S3 tests (pip install '.[dev]')")

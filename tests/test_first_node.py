@@ -10,10 +10,10 @@ import textwrap
 
 import pytest
 
-from support import wait_for
 from support.cli import gpudeck
+from support.wait import wait_for
 
-pytestmark = pytest.mark.usefixtures("reap_jobs")
+pytestmark = [pytest.mark.system, pytest.mark.usefixtures("reap_jobs")]
 
 
 # ---------------------------------------------------------------- a command string (item 4)

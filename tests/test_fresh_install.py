@@ -15,7 +15,7 @@ import pytest
 
 from support import ROOT
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.system, pytest.mark.slow]
 
 LIGHT = ("textual", "asyncssh", "aiohttp", "httpx", "psutil", "prometheus_client", "pynvml")
 HEAVY = ("torch", "boto3", "moto", "transformers", "sglang_router")

@@ -12,8 +12,8 @@ import subprocess
 import psutil
 import pytest
 
-from support import wait_for
 from support.cli import gpudeck
+from support.wait import wait_for
 
 
 def _missing() -> str:
@@ -24,7 +24,7 @@ def _missing() -> str:
     return ""
 
 
-pytestmark = pytest.mark.skipif(bool(_missing()), reason=_missing() or "-")
+pytestmark = [pytest.mark.system, pytest.mark.skipif(bool(_missing()), reason=_missing() or "-")]
 
 
 @pytest.fixture

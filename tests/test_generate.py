@@ -10,9 +10,11 @@ import subprocess
 import pytest
 
 from support.generate import (GenerateProc, assert_exactly_once, generate_argv, read_done, read_shards,
-                              run_generate, wait_until, write_prompts)
+                              run_generate, write_prompts)
+from support.wait import wait_for
 
 
+@pytest.mark.system
 def test_generates_every_prompt_once_with_the_record_fields(tmp_path, sim_engines):
     sim = sim_engines("--out-tokens", "8-40")
     prompts = tmp_path / "prompts.jsonl"
@@ -50,6 +52,7 @@ def test_generates_every_prompt_once_with_the_record_fields(tmp_path, sim_engine
     assert sim.metric("sglang:num_requests_total") == 2500
 
 
+@pytest.mark.system
 def test_no_thinking_is_sent_as_chat_template_kwargs(tmp_path, sim_engines):
     sim = sim_engines()
     prompts = tmp_path / "prompts.jsonl"
@@ -63,6 +66,7 @@ def test_no_thinking_is_sent_as_chat_template_kwargs(tmp_path, sim_engines):
     assert json.loads((out / "progress.json").read_text())["quality"]["no_reasoning"] == 0
 
 
+@pytest.mark.system
 def test_a_relaunch_sends_nothing_that_is_done(tmp_path, sim_engines):
     sim = sim_engines()
     prompts = tmp_path / "prompts.jsonl"
@@ -80,6 +84,7 @@ def test_a_relaunch_sends_nothing_that_is_done(tmp_path, sim_engines):
     assert_exactly_once(read_shards(out), ids)
 
 
+@pytest.mark.system
 def test_bad_lines_are_named_and_the_rest_goes_on(tmp_path, sim_engines):
     sim = sim_engines()
     prompts = tmp_path / "prompts.jsonl"
@@ -103,6 +108,7 @@ def test_bad_lines_are_named_and_the_rest_goes_on(tmp_path, sim_engines):
     assert quality["bad_prompts"] == 3 and quality["duplicate_ids"] == 1
 
 
+@pytest.mark.system
 def test_a_server_that_dies_mid_run(tmp_path, sim_engines):
     steady = sim_engines("--latency-ms", "20")
     doomed = sim_engines("--latency-ms", "20")
@@ -111,7 +117,7 @@ def test_a_server_that_dies_mid_run(tmp_path, sim_engines):
     out = tmp_path / "out"
     gen = GenerateProc(generate_argv(prompts, out, [steady.url, doomed.url], "--concurrency", "16"),
                        tmp_path / "gen.log")
-    wait_until(lambda: doomed.metric("sglang:num_requests_total") >= 200, what="the second server to get work")
+    wait_for(lambda: doomed.metric("sglang:num_requests_total") >= 200, what="the second server to get work")
     doomed.kill()
     assert gen.wait() == 0, gen.text()[-3000:]
     assert_exactly_once(read_shards(out), ids)
@@ -122,6 +128,7 @@ def test_a_server_that_dies_mid_run(tmp_path, sim_engines):
     assert progress["quality"]["errors"] == 0, "a dead server must not make prompts fail"
 
 
+@pytest.mark.system
 def test_waits_for_a_server_that_comes_back(tmp_path, sim_engines):
     sim = sim_engines("--latency-ms", "10")
     port = sim.port
@@ -129,9 +136,9 @@ def test_waits_for_a_server_that_comes_back(tmp_path, sim_engines):
     ids = write_prompts(prompts, 1500)
     out = tmp_path / "out"
     gen = GenerateProc(generate_argv(prompts, out, [sim.url], "--concurrency", "8"), tmp_path / "gen.log")
-    wait_until(lambda: sim.metric("sglang:num_requests_total") >= 100, what="progress")
+    wait_for(lambda: sim.metric("sglang:num_requests_total") >= 100, what="progress")
     sim.kill()
-    wait_until(lambda: "resting it" in gen.text(), what="the server to be rested")
+    wait_for(lambda: "resting it" in gen.text(), what="the server to be rested")
     assert gen.proc.poll() is None, "generate gave up while its only server was down"
     sim.start(port)  # same port, like a restarted engine
     assert gen.wait() == 0, gen.text()[-3000:]
@@ -139,6 +146,7 @@ def test_waits_for_a_server_that_comes_back(tmp_path, sim_engines):
     assert json.loads((out / "progress.json").read_text())["quality"]["errors"] == 0
 
 
+@pytest.mark.system
 def test_a_server_still_starting_is_rested_once_not_once_per_request(tmp_path, sim_engines):
     # every request of the first wave gets 503 while the engine loads; one outage, one rest
     sim = sim_engines("--startup-s", "2", "--latency-ms", "10")
@@ -153,6 +161,7 @@ def test_a_server_still_starting_is_rested_once_not_once_per_request(tmp_path, s
     assert_exactly_once(read_shards(out), ids)
 
 
+@pytest.mark.system
 def test_failing_answers_are_retried(tmp_path, sim_engines):
     sim = sim_engines("--fail-rate", "0.2", "--seed", "7")
     prompts = tmp_path / "prompts.jsonl"
@@ -166,6 +175,7 @@ def test_failing_answers_are_retried(tmp_path, sim_engines):
     assert progress["retries"] >= 80  # about 20% of 800 attempts failed: 500s, garbage, dropped connections
 
 
+@pytest.mark.system
 @pytest.mark.parametrize("kind,said", [("500", "HTTP 500: {\"object\": \"error\""),
                                        ("garbage", "the answer is not JSON: b'<html><body>upstream garbage'"),
                                        ("disconnect", "ServerDisconnectedError")])
@@ -184,6 +194,7 @@ def test_a_prompt_that_keeps_failing_counts_as_an_error_and_exits_1(tmp_path, si
     assert not (out / "done.txt").exists() or read_done(out / "done.txt") == []
 
 
+@pytest.mark.system
 def test_refuses_degenerate_prompts_unless_forced(tmp_path, sim_engines):
     sim = sim_engines()
     prompts = tmp_path / "prompts.jsonl"
@@ -199,13 +210,14 @@ def test_refuses_degenerate_prompts_unless_forced(tmp_path, sim_engines):
     assert sim.metric("sglang:num_requests_total") == 100
 
 
+@pytest.mark.system
 def test_two_workers_on_one_output_directory_are_refused(tmp_path, sim_engines):
     sim = sim_engines("--latency-ms", "50")
     prompts = tmp_path / "prompts.jsonl"
     write_prompts(prompts, 2000)
     out = tmp_path / "out"
     first = GenerateProc(generate_argv(prompts, out, [sim.url], "--concurrency", "4"), tmp_path / "a.log")
-    wait_until(lambda: (out / "progress.json").exists(), what="the first worker to start")
+    wait_for(lambda: (out / "progress.json").exists(), what="the first worker to start")
     second = GenerateProc(generate_argv(prompts, out, [sim.url]), tmp_path / "b.log")
     assert second.wait(60) == 2
     assert "in use by another worker (pid" in second.text()
@@ -226,6 +238,7 @@ def tiny_disk(tmp_path):
     subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
+@pytest.mark.system
 def test_a_full_disk_pauses_generation_and_loses_nothing(tmp_path, sim_engines, tiny_disk):
     sim = sim_engines("--latency-ms", "5", "--out-tokens", "60-90")
     prompts = tmp_path / "prompts.jsonl"
@@ -236,9 +249,9 @@ def test_a_full_disk_pauses_generation_and_loses_nothing(tmp_path, sim_engines, 
     progress = tmp_path / "progress.json"  # on the big disk, so it can say what is wrong
     gen = GenerateProc(generate_argv(prompts, out, [sim.url], "--concurrency", "8", "--progress", str(progress)),
                        tmp_path / "gen.log")
-    wait_until(lambda: "No space left on device" in gen.text(), timeout=60, what="the disk to fill up")
+    wait_for(lambda: "No space left on device" in gen.text(), timeout=60, what="the disk to fill up")
     assert f"cannot write {out}" in gen.text() or f"done-set {out}" in gen.text()
-    wait_until(lambda: progress.exists() and json.loads(progress.read_text())["blocked"], what="blocked in progress")
+    wait_for(lambda: progress.exists() and json.loads(progress.read_text())["blocked"], what="blocked in progress")
     assert gen.proc.poll() is None, "generate died on a full disk"
     sent = sim.metric("sglang:num_requests_total")
     assert sent < len(ids), "generation did not pause"
@@ -248,6 +261,7 @@ def test_a_full_disk_pauses_generation_and_loses_nothing(tmp_path, sim_engines, 
     assert_exactly_once(read_shards(out), ids)
 
 
+@pytest.mark.system
 def test_runs_as_a_fleet_job_and_the_agent_reads_its_progress(tmp_path, sim_engines, start_agent, reap_jobs):
     sim = sim_engines("--latency-ms", "2")
     prompts = tmp_path / "prompts.jsonl"
@@ -260,14 +274,15 @@ def test_runs_as_a_fleet_job_and_the_agent_reads_its_progress(tmp_path, sim_engi
     a.ok("launch", job="gen")
     snap = a.wait_snapshot(lambda s: a.job(s, "gen")["state"] == "exited", timeout=120, what="the job to finish")
     job = a.job(snap, "gen")
-    p = wait_until(lambda: (a.job(a.latest(), "gen").get("progress") or {}).get("done") == 1500 and
-                   a.job(a.latest(), "gen")["progress"], what="the agent to read progress.json")
+    p = wait_for(lambda: (a.job(a.latest(), "gen").get("progress") or {}).get("done") == 1500 and
+                 a.job(a.latest(), "gen")["progress"], what="the agent to read progress.json")
     assert p["total"] == 1500 and p["tokens"] > 0
     assert set(p["quality"]) >= {"empty_answer", "no_reasoning", "cut_at_max_tokens", "errors"}
     assert job["state"] == "exited"
     assert_exactly_once(read_shards(out), ids)
 
 
+@pytest.mark.system
 def test_sigterm_stops_cleanly_and_a_relaunch_finishes(tmp_path, sim_engines):
     import signal
     sim = sim_engines("--latency-ms", "20")
@@ -276,7 +291,7 @@ def test_sigterm_stops_cleanly_and_a_relaunch_finishes(tmp_path, sim_engines):
     out = tmp_path / "out"
     log = tmp_path / "gen.log"
     gen = GenerateProc(generate_argv(prompts, out, [sim.url], "--concurrency", "16"), log)
-    wait_until(lambda: sim.metric("sglang:num_requests_total") >= 500, what="progress")
+    wait_for(lambda: sim.metric("sglang:num_requests_total") >= 500, what="progress")
     gen.proc.send_signal(signal.SIGTERM)
     assert gen.wait(60) == 143
     assert "stopped:" in gen.text()
@@ -287,6 +302,7 @@ def test_sigterm_stops_cleanly_and_a_relaunch_finishes(tmp_path, sim_engines):
     assert "model: sim-model (from /v1/models)" in log.read_text()
 
 
+@pytest.mark.system
 def test_a_lost_done_set_is_rebuilt_from_the_shards(tmp_path, sim_engines):
     sim = sim_engines()
     prompts = tmp_path / "prompts.jsonl"
@@ -308,6 +324,7 @@ def _p(pid: str, text: str) -> str:
     return json.dumps({"id": pid, "messages": [{"role": "user", "content": text}]}) + "\n"
 
 
+@pytest.mark.system
 def test_duplicate_ids_are_refused_unless_dedupe_first(tmp_path, sim_engines):
     sim = sim_engines()
     prompts = tmp_path / "prompts.jsonl"
@@ -325,6 +342,7 @@ def test_duplicate_ids_are_refused_unless_dedupe_first(tmp_path, sim_engines):
     assert json.loads((out / "progress.json").read_text())["quality"]["duplicate_ids"] == 1
 
 
+@pytest.mark.system
 def test_a_prompt_line_over_max_prompt_bytes_is_a_bad_line(tmp_path, sim_engines):
     sim = sim_engines()
     prompts = tmp_path / "prompts.jsonl"
@@ -363,6 +381,7 @@ def test_the_prompt_reader_never_holds_a_huge_line(tmp_path):
     assert peak < 8 << 20, f"reading a 50 MB line peaked at {peak / 2**20:.1f} MiB"
 
 
+@pytest.mark.system
 def test_servers_dead_past_give_up_after_stop_the_run_with_exit_1(tmp_path):
     from support.generate import free_port
     prompts = tmp_path / "prompts.jsonl"
@@ -376,6 +395,7 @@ def test_servers_dead_past_give_up_after_stop_the_run_with_exit_1(tmp_path):
     assert "--give-up-after never" in text and "Traceback" not in text
 
 
+@pytest.mark.system
 def test_give_up_after_reads_times_and_never(tmp_path):
     # the contract's one grammar (tests/test_units.py), with 'never' for no limit
     from gpudeck.agents.contract.units import parse_duration

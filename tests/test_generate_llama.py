@@ -15,14 +15,15 @@ import pytest
 
 from gpudeck.agents.engines import parse_metrics
 from support.generate import (ROOT, assert_exactly_once, child_env, free_port, generate_argv, read_shards,
-                              run_generate, wait_until)
+                              run_generate)
+from support.wait import wait_for
 
 SCRIPT = ROOT / "tests" / "tools" / "llama_server.sh"
 CACHE = Path(os.environ.get("CACHE") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
              / "gpudeck-test")
 BINARY = CACHE / "llama-server"
 
-pytestmark = [pytest.mark.slow,
+pytestmark = [pytest.mark.system, pytest.mark.slow,
               pytest.mark.skipif(not BINARY.exists(), reason=f"llama-server is not built ({BINARY} is missing): run "
                                                              f"`make llama-server` or tests/tools/llama_server.sh build")]
 
@@ -47,7 +48,7 @@ def llama_server(tmp_path):
         except httpx.HTTPError:
             return False
     try:
-        wait_until(ready, timeout=120, interval=0.2, what="llama-server to load SmolLM2")
+        wait_for(ready, timeout=120, interval=0.2, what="llama-server to load SmolLM2")
         yield url
     finally:
         proc.terminate()

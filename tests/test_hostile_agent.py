@@ -9,8 +9,10 @@ import sys
 
 import pytest
 
-from support import wait_for
 from support.cli import gpudeck
+from support.wait import wait_for
+
+pytestmark = pytest.mark.system  # real agents and the gpudeck CLI
 
 HOSTILE = '''
 import sys, time

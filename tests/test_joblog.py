@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 from gpudeck.agents import joblog
-from support import command_job, wait_for
+from support import command_job
+from support.wait import wait_for
 
 
+@pytest.mark.system
 def test_the_tail_of_a_million_lines(tmp_path, start_agent, home):
     log = home / "jobs" / "j" / "job.log"
     log.parent.mkdir(parents=True)
@@ -44,6 +48,7 @@ def test_a_follower_far_behind_skips_to_the_live_end_and_is_told(tmp_path):
     assert joblog.read_on("j", log, nxt.offset).text == "after the cut\n"
 
 
+@pytest.mark.system
 def test_a_chatty_job_is_held_to_its_log_cap(start_agent, home, reap_jobs, tmp_path):
     """A job writes 3 MiB bursts into a 1 MiB cap; after each burst job.log is back under the
     cap and job.log.1 holds at most the newest half of it. The job waits between bursts for the
@@ -83,6 +88,7 @@ def bursts_cut(home, tmp_path, bursts: int = 3):
         (tmp_path / f"go{burst}").touch()
 
 
+@pytest.mark.system
 def test_the_log_cap_holds_with_no_agent_alive(start_agent, home, reap_jobs, tmp_path):
     """Launched, then left with no agent (no console, no watcher): the job writes 3 MiB bursts
     into a 1 MiB cap, and the cap's keeper that lives with the job cuts job.log after each one;

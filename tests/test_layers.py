@@ -21,6 +21,7 @@ def _modules(package: str) -> list[str]:
                         if not m.name.rsplit(".", 1)[1].startswith("_")]
 
 
+@pytest.mark.system
 @pytest.mark.parametrize("package, forbidden", [
     ("gpudeck.agents", ("textual", "asyncssh", "gpudeck.console", "gpudeck.remote")),
     ("gpudeck.remote", ("textual", "gpudeck.console"))])
@@ -44,6 +45,7 @@ CONSOLE_CORE = ["gpudeck.console.state", "gpudeck.console.rows", "gpudeck.consol
                 "gpudeck.console.since", "gpudeck.console.looked", "gpudeck.console.cost", "gpudeck.console.cli"]
 
 
+@pytest.mark.system
 def test_the_console_core_and_headless_commands_run_without_textual():
     # the core modules and every command module imported in a fresh interpreter, the parser
     # built (each command registers), a FleetState turned into rows, selections and the
@@ -72,6 +74,7 @@ def test_the_console_core_and_headless_commands_run_without_textual():
     assert r.stdout.strip() == "", f"the console's core imported {r.stdout.strip()}"
 
 
+@pytest.mark.system
 def test_import_linter_contracts_hold():
     exe = shutil.which("lint-imports") or str(ROOT / ".venv/bin/lint-imports")
     r = subprocess.run([exe], capture_output=True, text=True, cwd=ROOT, env=env_with_repo(), timeout=120)

@@ -11,6 +11,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.system  # runs python and the gpudeck CLI as processes
+
 
 @pytest.fixture
 def foreign_env(tmp_path):

@@ -135,6 +135,7 @@ def _config_only_model(tmp_path):
     return d
 
 
+@pytest.mark.system
 def test_plan_extract_refuses_the_seed_figures_against_this_disk(tmp_path):
     model = _config_only_model(tmp_path)
     out = tmp_path / "out"
@@ -149,6 +150,7 @@ def test_plan_extract_refuses_the_seed_figures_against_this_disk(tmp_path):
     assert plan["compression"] is None
 
 
+@pytest.mark.system
 def test_plan_extract_bad_input_says_where(tmp_path):
     model = _config_only_model(tmp_path)
     r = plan_cli("extract", "--model", str(model), "--data", "x", "--out", str(tmp_path / "o"),
@@ -159,6 +161,7 @@ def test_plan_extract_bad_input_says_where(tmp_path):
     assert r.returncode == 2 and "config.json" in r.stderr
 
 
+@pytest.mark.system
 @pytest.mark.timeout(600)
 def test_plan_extract_counts_a_real_dataset_and_measures_compression(tmp_path):
     from support.extract import build_model, write_chat_shards
@@ -194,6 +197,7 @@ SIM_SHARED = ("--tok-s", "400", "--batch-tok-s", "3200", "--latency-ms", "5", "-
               "--out-sigma", "0.8", "--out-tokens", "1-2000")
 
 
+@pytest.mark.system
 @pytest.mark.timeout(300)
 def test_plan_generate_against_the_sim_engine_then_the_run_skips_the_pilot(tmp_path, sim_engines):
     sim = sim_engines(*SIM_SHARED)
@@ -222,6 +226,7 @@ def test_plan_generate_against_the_sim_engine_then_the_run_skips_the_pilot(tmp_p
     assert sim.metric("sglang:num_requests_total") == 300
 
 
+@pytest.mark.system
 def test_plan_generate_json_no_go_and_bad_input(tmp_path, sim_engines):
     sim = sim_engines("--out-tokens", "50-60", "--tok-s", "2000")
     prompts = tmp_path / "prompts.jsonl"
@@ -238,6 +243,7 @@ def test_plan_generate_json_no_go_and_bad_input(tmp_path, sim_engines):
         assert r.returncode == 2 and where in r.stderr and "Traceback" not in r.stderr
 
 
+@pytest.mark.system
 def test_plan_generate_runs_the_audit_first(tmp_path, sim_engines):
     sim = sim_engines()
     prompts = tmp_path / "prompts.jsonl"
@@ -249,6 +255,7 @@ def test_plan_generate_runs_the_audit_first(tmp_path, sim_engines):
     assert sim.metric("sglang:num_requests_total") == 0
 
 
+@pytest.mark.system
 @pytest.mark.slow
 @pytest.mark.timeout(900)  # two shared CPU cores decode ~25-135 tokens/s
 @pytest.mark.skipif(not BINARY.exists(), reason=f"llama-server is not built ({BINARY} is missing)")

@@ -18,6 +18,8 @@ from gpudeck.remote.fleet import parse_fleet
 from support.generate import write_prompts
 from support.watch import Receiver, events
 
+pytestmark = pytest.mark.system  # a sim-engine, a real agent and a webhook receiver
+
 PROMPTS = 5000
 CONCURRENCY = 2
 LATENCY_S = 0.1  # per request: the server gives at most CONCURRENCY / LATENCY_S = 20 completions a second

@@ -7,10 +7,13 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from gpudeck.agents.progress import DoneSetCounter, ProgressTracker
 from gpudeck.agents.rates import CounterRate, eta_seconds
 
 
+@pytest.mark.system
 def test_done_set_counted_incrementally_while_a_process_appends(tmp_path):
     path = tmp_path / "done.txt"
     writer = subprocess.Popen([sys.executable, "-c", f"""

@@ -20,13 +20,15 @@ import textwrap
 
 import pytest
 
-from support import ROOT, wait_for
+from support import ROOT
 from support.core import free_port
 from support.nodes import WHEELHOUSE, Laptop
 from support.tmux import Tmux
+from support.wait import wait_for
 
-pytestmark = pytest.mark.skipif(not (WHEELHOUSE / ".done").exists(),
-                                reason=f"no wheelhouse at {WHEELHOUSE}: `make test` downloads it")
+pytestmark = [pytest.mark.system,
+              pytest.mark.skipif(not (WHEELHOUSE / ".done").exists(),
+                                 reason=f"no wheelhouse at {WHEELHOUSE}: `make test` downloads it")]
 
 
 def quickstart() -> tuple[str, list[str]]:

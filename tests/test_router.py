@@ -13,7 +13,8 @@ import pytest
 from gpudeck.agents.engines import EngineScraper, parse_metrics
 from gpudeck.agents.contract.jobs import JobSpec
 from support.generate import (PY, ROOT, assert_exactly_once, child_env, free_port, generate_argv, read_shards,
-                              run_generate, wait_until, write_prompts)
+                              run_generate, write_prompts)
+from support.wait import wait_for
 
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("sglang_router") is None,
@@ -65,6 +66,7 @@ thinking = true
     assert "--thinking" in gen and gen[gen.index("--concurrency") + 1] == "256"
 
 
+@pytest.mark.system
 def test_generate_through_a_router_to_two_engines(tmp_path, sim_engines):
     # a model path that is a local directory keeps the router from asking the Hub for a tokenizer
     model_dir = tmp_path / "model"
@@ -88,7 +90,7 @@ def test_generate_through_a_router_to_two_engines(tmp_path, sim_engines):
                     "smg_worker_health" in httpx.get(spec.metrics_url, timeout=2).text
             except httpx.HTTPError:
                 return False
-        wait_until(ready, timeout=60, what="the router to be ready")
+        wait_for(ready, timeout=60, what="the router to be ready")
         prompts = tmp_path / "prompts.jsonl"
         ids = write_prompts(prompts, 600)
         out = tmp_path / "out"
@@ -111,7 +113,7 @@ def test_generate_through_a_router_to_two_engines(tmp_path, sim_engines):
         def unhealthy():
             engine = asyncio.run(_scrape(spec.metrics_url))
             return engine if engine.error and b.url in engine.error else None
-        engine = wait_until(unhealthy, timeout=60, interval=1.0, what="the router to report the dead worker")
+        engine = wait_for(unhealthy, timeout=60, interval=1.0, what="the router to report the dead worker")
         assert engine.flavor == "router" and engine.state == "ready"
         assert "1 of 2 workers unhealthy" in engine.error or "circuit breaker open" in engine.error
     finally:

@@ -13,7 +13,8 @@ from gpudeck.agents.workers.common import s3sync
 from gpudeck.agents.workers.generate.shards import ids_in_jsonl
 from support.fault_proxy import FaultProxy
 from support.generate import (GenerateProc, MotoS3, assert_exactly_once, generate_argv, id_counts, read_shards,
-                              run_generate, wait_until, write_prompts)
+                              run_generate, write_prompts)
+from support.wait import wait_for
 
 
 BUCKET = "runs"
@@ -29,11 +30,12 @@ def uploader(out, s3: MotoS3, prefix: str = "run-1") -> s3sync.ShardUploader:
                                 backoff_s=0.05, max_backoff_s=0.3, done_interval_s=0.2)
 
 
+@pytest.mark.system
 def test_an_upload_that_fails_is_retried_until_it_succeeds(tmp_path, moto_s3):
     write_shard(tmp_path, "shard-000000.jsonl", ["a", "b"])
     up = uploader(tmp_path, moto_s3).start()
     up.submit("shard-000000.jsonl", ["a", "b"])  # the bucket does not exist yet
-    wait_until(lambda: up.status().failures >= 2, what="failed attempts")
+    wait_for(lambda: up.status().failures >= 2, what="failed attempts")
     st = up.status()
     assert st.pending == 1 and "NoSuchBucket" in st.last_error and "s3://runs/run-1/shard-000000.jsonl" in st.last_error
     assert moto_s3.done_ids(BUCKET, "run-1") is None
@@ -45,14 +47,15 @@ def test_an_upload_that_fails_is_retried_until_it_succeeds(tmp_path, moto_s3):
     assert (tmp_path / "uploaded.txt").read_text() == "shard-000000.jsonl\n"
 
 
+@pytest.mark.system
 def test_the_done_set_in_s3_holds_only_ids_of_shards_in_s3(tmp_path, moto_s3):
     moto_s3.client().create_bucket(Bucket=BUCKET)
     write_shard(tmp_path, "shard-000000.jsonl", ["a", "b"])
     up = uploader(tmp_path, moto_s3).start()
     up.submit("shard-000000.jsonl", None)
     up.submit("shard-000001.jsonl", ["c", "d"])  # its file is not there yet: that upload fails
-    wait_until(lambda: moto_s3.done_ids(BUCKET, "run-1") == {"a", "b"}, what="done.txt for the first shard")
-    wait_until(lambda: up.status().failures >= 2, what="the second shard to fail")
+    wait_for(lambda: moto_s3.done_ids(BUCKET, "run-1") == {"a", "b"}, what="done.txt for the first shard")
+    wait_for(lambda: up.status().failures >= 2, what="the second shard to fail")
     assert "the local file is gone" in up.status().last_error
     assert moto_s3.done_ids(BUCKET, "run-1") == {"a", "b"}, "ids of a shard that is not in S3 reached done.txt"
     write_shard(tmp_path, "shard-000001.jsonl", ["c", "d"])
@@ -61,6 +64,7 @@ def test_the_done_set_in_s3_holds_only_ids_of_shards_in_s3(tmp_path, moto_s3):
     assert moto_s3.done_ids(BUCKET, "run-1") == {"a", "b", "c", "d"}
 
 
+@pytest.mark.system
 def test_a_restart_queues_again_only_what_was_not_uploaded(tmp_path, moto_s3):
     moto_s3.client().create_bucket(Bucket=BUCKET)
     for n, ids in enumerate((["a"], ["b"], ["c"])):
@@ -75,6 +79,7 @@ def test_a_restart_queues_again_only_what_was_not_uploaded(tmp_path, moto_s3):
     assert sorted(moto_s3.shards(BUCKET, "run-1")) == ["shard-000001.jsonl", "shard-000002.jsonl"]
 
 
+@pytest.mark.system
 def test_restore_on_a_fresh_node_includes_orphan_shards(tmp_path, moto_s3):
     c = moto_s3.client()
     c.create_bucket(Bucket=BUCKET)
@@ -99,6 +104,7 @@ def test_restore_on_a_fresh_node_includes_orphan_shards(tmp_path, moto_s3):
                                    ids_in_jsonl) is None
 
 
+@pytest.mark.system
 def test_generate_uploads_never_block_and_a_fresh_node_continues(tmp_path, moto_s3, sim_engines):
     secret = "wJalrXUtnFEMI-do-not-print-me"
     sim = sim_engines("--latency-ms", "5")
@@ -118,9 +124,9 @@ def test_generate_uploads_never_block_and_a_fresh_node_continues(tmp_path, moto_
         except (OSError, ValueError):
             return None
 
-    wait_until(lambda: (p := progress()) and p["done"] == 3500 and p["uploads"]["failures"] > 0
-               and p["uploads"]["pending"] == 4, timeout=120,
-               what="all prompts done while uploads fail (shards 0..3 waiting for the bucket)")
+    wait_for(lambda: (p := progress()) and p["done"] == 3500 and p["uploads"]["failures"] > 0
+             and p["uploads"]["pending"] == 4, timeout=120,
+             what="all prompts done while uploads fail (shards 0..3 waiting for the bucket)")
     assert gen.proc.poll() is None  # it waits for the uploads, it did not give up
     moto_s3.client().create_bucket(Bucket=BUCKET)
     assert gen.wait() == 0, gen.text()[-3000:]
@@ -175,6 +181,7 @@ def quick_client(endpoint: str):
                       s3={"addressing_style": "path"}))
 
 
+@pytest.mark.system
 def test_uploads_go_on_after_resets_hangs_and_refusals(tmp_path, moto_s3, s3_proxy):
     moto_s3.client().create_bucket(Bucket=BUCKET)
     up = s3sync.ShardUploader(str(tmp_path), s3sync.S3Location(BUCKET, "run-1"),
@@ -197,7 +204,7 @@ def test_uploads_go_on_after_resets_hangs_and_refusals(tmp_path, moto_s3, s3_pro
         s3_proxy.mode = mode
         failures = up.status().failures
         shard(n)
-        wait_until(lambda: up.status().failures >= failures + 2, timeout=60, what=f"failed attempts while {mode}")
+        wait_for(lambda: up.status().failures >= failures + 2, timeout=60, what=f"failed attempts while {mode}")
         assert up.status().pending == 1 and up.status().last_error
         assert up._thread.is_alive(), f"the upload thread died while S3 was {mode}"
         s3_proxy.mode = "pass"
@@ -207,6 +214,7 @@ def test_uploads_go_on_after_resets_hangs_and_refusals(tmp_path, moto_s3, s3_pro
     assert moto_s3.done_ids(BUCKET, "run-1") == set(ids)
 
 
+@pytest.mark.system
 def test_the_upload_thread_outlives_an_unexpected_error(tmp_path, moto_s3, monkeypatch):
     moto_s3.client().create_bucket(Bucket=BUCKET)
     write_shard(tmp_path, "shard-000000.jsonl", ["a", "b"])
@@ -230,6 +238,7 @@ def test_the_upload_thread_outlives_an_unexpected_error(tmp_path, moto_s3, monke
     assert moto_s3.done_ids(BUCKET, "run-1") == {"a", "b"}
 
 
+@pytest.mark.system
 def test_generate_through_a_link_that_drops_uploads_every_shard(tmp_path, moto_s3, s3_proxy, sim_engines):
     """The adversarial run's case: uploads through a proxy that resets every connection for 2 s
     after two shards went up. Every shard reaches S3, and the worker finishes with exit 0."""
@@ -241,12 +250,12 @@ def test_generate_through_a_link_that_drops_uploads_every_shard(tmp_path, moto_s
     gen = GenerateProc(generate_argv(prompts, out, [sim.url], "--concurrency", "8", "--shard-size", "100",
                                      "--s3", f"s3://{BUCKET}/run-1", "--s3-endpoint", s3_proxy.url),
                        tmp_path / "gen.log")
-    wait_until(lambda: len(moto_s3.shards(BUCKET, "run-1")) >= 2, timeout=120, what="two shards in S3")
+    wait_for(lambda: len(moto_s3.shards(BUCKET, "run-1")) >= 2, timeout=120, what="two shards in S3")
     s3_proxy.mode = "reset"
-    wait_until(lambda: gen.proc.poll() is None and
-               (out / "progress.json").exists() and
-               json.loads((out / "progress.json").read_text())["uploads"]["failures"] > 0,
-               timeout=120, what="an upload to fail on a reset")
+    wait_for(lambda: gen.proc.poll() is None and
+             (out / "progress.json").exists() and
+             json.loads((out / "progress.json").read_text())["uploads"]["failures"] > 0,
+             timeout=120, what="an upload to fail on a reset")
     time.sleep(2)  # the outage itself: S3 stays unreachable for two seconds
     s3_proxy.mode = "pass"
     assert gen.wait(240) == 0, gen.text()[-3000:]
@@ -256,6 +265,7 @@ def test_generate_through_a_link_that_drops_uploads_every_shard(tmp_path, moto_s
     assert doc["finished"] is True and doc["uploads"]["pending"] == 0
 
 
+@pytest.mark.system
 def test_a_worker_that_gives_up_on_s3_is_not_finished(tmp_path, moto_s3, s3_proxy, sim_engines):
     """S3 refuses once the worker runs: the worker retries, then, past its drain time, exits 1
     with the last error, and progress.json says not finished, uploads pending."""
@@ -267,7 +277,7 @@ def test_a_worker_that_gives_up_on_s3_is_not_finished(tmp_path, moto_s3, s3_prox
     gen = GenerateProc(generate_argv(prompts, out, [sim.url], "--shard-size", "100", "--concurrency", "4",
                                      "--s3", f"s3://{BUCKET}/run-1", "--s3-endpoint", s3_proxy.url),
                        tmp_path / "gen.log", {"GPUDECK_S3_DRAIN_S": "3"})
-    wait_until(lambda: (out / "progress.json").exists(), timeout=120, what="the worker to start")
+    wait_for(lambda: (out / "progress.json").exists(), timeout=120, what="the worker to start")
     s3_proxy.mode = "refuse"
     assert gen.wait(240) == 1, gen.text()[-3000:]
     doc = json.loads((out / "progress.json").read_text())

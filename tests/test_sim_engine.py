@@ -8,9 +8,12 @@ import json
 import time
 
 import httpx
+import pytest
 
 from gpudeck.agents.engines import EngineScraper, parse_metrics
-from support.generate import wait_until
+from support.wait import wait_for
+
+pytestmark = pytest.mark.system  # sim-engine processes
 
 
 FIXTURE_NAMES = ("sglang:generation_tokens_total", "sglang:prompt_tokens_total", "sglang:num_requests_total",
@@ -83,7 +86,7 @@ def test_startup_health_info_and_models(sim_engines):
     sim = sim_engines("--startup-s", "1.0", "--model", "Qwen/Qwen3-8B")
     assert httpx.get(sim.url + "/health").status_code == 503
     assert chat(sim.url).status_code == 503
-    wait_until(lambda: httpx.get(sim.url + "/health").status_code == 200, timeout=10, what="ready")
+    wait_for(lambda: httpx.get(sim.url + "/health").status_code == 200, timeout=10, what="ready")
     info = httpx.get(sim.url + "/get_server_info").json()
     assert info["internal_states"][0]["last_gen_throughput"] == 0.0
     assert httpx.get(sim.url + "/server_info").json()["model_path"] == "Qwen/Qwen3-8B"

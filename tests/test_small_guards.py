@@ -20,6 +20,7 @@ def test_a_fleet_error_cuts_a_long_job_name():
     assert "x" * 64 not in str(e.value) and "…" in str(e.value) and len(str(e.value)) < 600, str(e.value)
 
 
+@pytest.mark.system
 def test_a_deadline_in_the_past_or_without_a_time_is_said_with_its_line(tmp_path, home):
     fleet = tmp_path / "fleet.toml"
     fleet.write_text(f'[defaults]\nhome = "{home}"\nnvml = false\n\n'
@@ -30,6 +31,7 @@ def test_a_deadline_in_the_past_or_without_a_time_is_said_with_its_line(tmp_path
     assert "a date without a time" in r.stderr and "is in the past" in r.stderr
 
 
+@pytest.mark.system
 def test_a_home_others_may_write_to_is_refused(tmp_path):
     home = tmp_path / "open-home"
     home.mkdir()

@@ -25,7 +25,10 @@ from gpudeck.remote.client import FleetClient, NodeDown, NodeUp, VersionMismatch
 from gpudeck.remote.fleet import load_fleet
 from gpudeck.remote.ssh import AgentStartFailed, AuthFailed, HostKeyChanged, HostKeyUnknown, SshError, SshTransport
 from support.ssh import (PY, ROOT, Events, NetnsFleet, Sshd, agents_of, host_key_line, keygen, lock_holder,
-                         netns_unavailable, node_python, old_version_python, run, wait_until)
+                         netns_unavailable, node_python, old_version_python, run)
+from support.wait import wait_for_async
+
+pytestmark = pytest.mark.system  # sshd, network namespaces and agents on them
 
 KEEPALIVE_S = 3.0  # short, so a dropped link shows in seconds; the agent ticks every 0.5 s
 TAKEOVER = ["--takeover-grace", "3"]
@@ -226,7 +229,7 @@ command = ["sleep", "600"]
         # back, the console's reset reaches sshd) and a new one takes the node; had the console
         # reconnected first, the old one would serve it through a relay.
         assert lock_holder(node2.home) == new_agent
-        await wait_until(lambda: new_agent == old_agent or not alive(old_agent), 20, "the old agent gone")
+        await wait_for_async(lambda: new_agent == old_agent or not alive(old_agent), 20, "the old agent gone")
         verdict = await client.request(ops.Kill(job="survivor", grace_s=5.0))
         assert verdict.ok, verdict
         assert not alive(pid)
@@ -301,7 +304,7 @@ home = "{tmp_path / 'old-home'}"
     assert re.search(r"oldnode: UNREACHABLE since [\d:]+ \(node oldnode: agent version 0\.0\.1", r.stdout), r.stdout
     assert "node3 (gdn3):" in r.stdout  # the other nodes are not held up by it
     # the refused agent was told to go (stdin closed): none is left behind
-    await wait_until(lambda: not agents_of(tmp_path / "old-home"), 15, "the old agent gone")
+    await wait_for_async(lambda: not agents_of(tmp_path / "old-home"), 15, "the old agent gone")
 
 
 @pytest.mark.parametrize("wrong", ["user", "key"])
@@ -434,7 +437,7 @@ async def test_two_consoles_share_one_agent_and_there_is_never_two(sshd, tmp_pat
     finally:
         await first.close()
         await second.close()
-    await wait_until(lambda: not agents_of(home), 15, "no agent once the last console closed")
+    await wait_for_async(lambda: not agents_of(home), 15, "no agent once the last console closed")
 
 
 async def test_missing_python_says_exit_127_and_what_to_do(sshd, tmp_path):
@@ -461,7 +464,7 @@ command = ["sleep", "600"]
     finally:
         await client.close()
     try:
-        await wait_until(lambda: not alive(agent), 15, "the agent to exit when its stdin closed")
+        await wait_for_async(lambda: not alive(agent), 15, "the agent to exit when its stdin closed")
         assert alive(pid)
     finally:
         psutil.Process(pid).kill()
@@ -518,7 +521,7 @@ def test_a_watcher_started_over_ssh_outlives_the_session_and_a_kill9_is_replaced
     """`gpudeck watch start` over SSH: the agent hands the node to a detached watcher that
     outlives the SSH session; a console's command relays to it; the watcher killed with
     kill -9 is replaced by the next `watch start`, which adopts the job, never relaunches it."""
-    from support import wait_for
+    from support.wait import wait_for
     from support.watch import job_state, stop_watch, watcher_pid
 
     jobs = '\n[[jobs]]\nname = "w"\nnode = "lb"\ncommand = ["sleep", "600"]\n'

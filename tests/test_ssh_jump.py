@@ -25,6 +25,8 @@ from support.ssh import (BastionFleet, Sshd, host_key_line, keygen, netns_unavai
                          ssh_connections_to)
 from test_ssh import KEEPALIVE_S, TAKEOVER, cli, hello_from, job_in, transport, write_fleet
 
+pytestmark = pytest.mark.system  # sshd (a bastion and its nodes) and agents behind it
+
 
 @pytest.fixture(scope="module")
 def jump(tmp_path_factory):

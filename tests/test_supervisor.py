@@ -13,9 +13,10 @@ import time
 import psutil
 import pytest
 
-from support import command_job, pid_alive, wait_for
+from support import command_job, pid_alive
+from support.wait import wait_for
 
-pytestmark = pytest.mark.usefixtures("reap_jobs")
+pytestmark = [pytest.mark.system, pytest.mark.usefixtures("reap_jobs")]
 
 
 def test_launch_reports_running_with_pid_and_log(start_agent, home):

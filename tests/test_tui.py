@@ -7,6 +7,8 @@ over pipes, the jobs are processes, kill really kills.
 
 from __future__ import annotations
 
+import pytest
+
 from gpudeck.agents.contract import ops
 from gpudeck.console.app import make_app
 from gpudeck.console.screens.confirm import ConfirmScreen
@@ -15,6 +17,8 @@ from gpudeck.console.screens.job import JobScreen
 from support.tui import (closed_port, job_row, notifications_text, progress_script, screen_text, shell_job, wait_for_text,
                          wait_until, write_fleet)
 from support import pid_alive
+
+pytestmark = pytest.mark.system  # the console over real agents and their jobs
 
 SIZE = (120, 40)
 

@@ -12,11 +12,11 @@ import sys
 
 import pytest
 
-from support import wait_for
 from support.tmux import Tmux, select
 from support.tui import ROOT, reap
+from support.wait import wait_for
 
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")]
+pytestmark = [pytest.mark.system, pytest.mark.slow, pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")]
 
 DONE = re.compile(r"([\d,.]+k?)/100\.0k")
 GPU_ROW = re.compile(r"^  GPU\d+ .*[━╸].* [\d.]+/[\d.]+G", re.M)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 
+import pytest
 
 from gpudeck.console.app import make_app
 from gpudeck.console.looked import LookedStore, fleet_key
@@ -13,6 +14,8 @@ from gpudeck.console.since import since_label
 from support.tui import (job_row, notifications_text, shell_job, wait_for_text, wait_until,
                          write_fleet)
 from support.watch import TOKEN
+
+pytestmark = pytest.mark.system  # the console over real agents, and a webhook receiver
 
 SIZE = (120, 40)
 

@@ -13,10 +13,12 @@ import signal
 import psutil
 import pytest
 
-from support import wait_for
 from support.generate import assert_exactly_once, read_shards, write_prompts
 from support.watch import (TOKEN, agent_pid, events, gpudeck_watch, job_state, stop_watch, wait_state,
                            watcher_pid, write_fleet)
+from support.wait import wait_for
+
+pytestmark = pytest.mark.system  # watchers, agents, sim-engines and a webhook receiver
 
 HOOK_ENV = "GPUDECK_TEST_HOOK"
 

@@ -6,8 +6,12 @@ from __future__ import annotations
 import json
 import time
 
-from support import command_job, wait_for
+import pytest
+
+from support import command_job
 from support.watch import Receiver, events
+
+pytestmark = pytest.mark.system  # a real agent and a webhook receiver
 
 PROGRESS = 'printf \'{"done": %d, "total": %d}\' $1 $2 > "$GPUDECK_PROGRESS_FILE.tmp"; ' \
            'mv "$GPUDECK_PROGRESS_FILE.tmp" "$GPUDECK_PROGRESS_FILE"'

@@ -8,7 +8,7 @@ import pytest
 
 from support import command_job
 
-pytestmark = pytest.mark.usefixtures("reap_jobs")
+pytestmark = [pytest.mark.system, pytest.mark.usefixtures("reap_jobs")]
 
 STUCK = "echo '{\"done\": 1, \"total\": 100}' > $GPUDECK_PROGRESS_FILE; sleep 0.3; exit 1"
 

@@ -12,11 +12,12 @@ import time
 
 import pytest
 
-from support import pid_alive, wait_for
+from support import pid_alive
 from support.watch import agent_pid, write_fleet
 from support.cli import gpudeck
+from support.wait import wait_for
 
-pytestmark = pytest.mark.usefixtures("reap_jobs")
+pytestmark = [pytest.mark.system, pytest.mark.usefixtures("reap_jobs")]
 
 EVERY = 1.0
 

@@ -11,9 +11,10 @@ import time
 import psutil
 import pytest
 
-from support import command_job, wait_for
+from support import command_job
+from support.wait import wait_for
 
-pytestmark = pytest.mark.usefixtures("reap_jobs")
+pytestmark = [pytest.mark.system, pytest.mark.usefixtures("reap_jobs")]
 
 BIG = 500 * 2**20
 

@@ -6,8 +6,13 @@ from __future__ import annotations
 import json
 import time
 
-from support import command_job, wait_for
+import pytest
+
+from support import command_job
 from support.watch import TOKEN, Receiver, events
+from support.wait import wait_for
+
+pytestmark = pytest.mark.system  # a real agent and a webhook receiver
 
 
 def test_a_receiver_down_for_a_while_gets_every_message_in_order_and_the_tick_never_slows(home, start_agent,

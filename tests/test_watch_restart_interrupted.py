@@ -10,9 +10,10 @@ import signal
 
 import pytest
 
-from support import pid_alive, wait_for
+from support import pid_alive
+from support.wait import wait_for
 
-pytestmark = pytest.mark.usefixtures("reap_jobs")
+pytestmark = [pytest.mark.system, pytest.mark.usefixtures("reap_jobs")]
 
 # progress once, then nothing: a stall; SIGTERM ignored, so the restart's kill waits out its grace
 STUBBORN = ("trap '' TERM; echo '{\"done\": 1, \"total\": 100}' > $GPUDECK_PROGRESS_FILE; "

@@ -22,8 +22,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from support import wait_for
 from support.nodes import WHEELHOUSE, Laptop
+from support.wait import wait_for
 
 CRON = shutil.which("cron") or "/usr/sbin/cron"
 DEBIAN_PYTHON = Path("/usr/bin/python3")
@@ -40,7 +40,7 @@ def _missing() -> str:
     return ""
 
 
-pytestmark = pytest.mark.skipif(bool(_missing()), reason=_missing() or "-")
+pytestmark = [pytest.mark.system, pytest.mark.skipif(bool(_missing()), reason=_missing() or "-")]
 
 
 def _as(user: str, command: str, timeout: float = 60) -> subprocess.CompletedProcess:

@@ -9,7 +9,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from gpudeck.agents.watch import supervise
+
+pytestmark = pytest.mark.system  # systemctl and loginctl stand-ins run as processes
 
 STANDIN = '''#!/bin/sh
 echo "$(basename "$0") $*" >> "{log}"

@@ -1,5 +1,5 @@
-"""The helpers every test file shares: paths, waiting on conditions (never on sleeps), a real
-agent process over pipes, job specs, process checks, a free loopback port."""
+"""The helpers every test file shares: paths, a real agent process over pipes, job specs,
+process checks, a free loopback port (waiting on conditions is support.wait)."""
 
 from __future__ import annotations
 
@@ -9,44 +9,15 @@ import queue
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Optional
+
+from support.wait import wait_for
 
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 PY = sys.executable
-
-
-def wait_for(cond: Callable[[], Any], timeout: float = 15.0, what: str = "condition", interval: float = 0.05):
-    """Poll ``cond`` until it returns something truthy; fail the test after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(interval)
-
-
-async def wait_for_async(cond: Callable[[], Any], timeout: float = 15.0, what: str = "condition",
-                         interval: float = 0.05, pause: Optional[Callable] = None,
-                         detail: Optional[Callable[[], str]] = None):
-    """``wait_for`` for async tests: ``pause`` (default asyncio.sleep; a Pilot's pause in TUI
-    tests) lets the loop run between polls; ``detail()`` is added to the failure message."""
-    import asyncio
-
-    deadline = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            extra = f"\n{detail()}" if detail else ""
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}{extra}")
-        await (pause or asyncio.sleep)(interval)
 
 
 def env_with_repo(extra: Optional[dict] = None) -> dict:

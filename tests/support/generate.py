@@ -13,17 +13,13 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Optional
 
 import pytest
 
-from support.core import PY, ROOT, free_port, read_jsonl_strict, wait_for  # noqa: F401 (re-exported)
+from support.core import PY, ROOT, free_port, read_jsonl_strict  # noqa: F401 (re-exported)
 from support.s3 import DROP_ENV as _DROP_ENV, S3_ENV, MotoS3  # noqa: F401 (re-exported)
 
-
-
-def wait_until(cond: Callable[[], Any], timeout: float = 30.0, interval: float = 0.05, what: str = "condition"):
-    return wait_for(cond, timeout, what, interval)
 
 
 def child_env(extra: Optional[dict] = None) -> dict:

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from support.core import PY, ROOT, free_port, wait_for_async  # noqa: F401 (re-exported)
+from support.core import PY, ROOT, free_port  # noqa: F401 (re-exported)
 
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
 
@@ -427,10 +427,6 @@ class Events:
                 await asyncio.wait_for(self._changed.wait(), min(left, 0.5))
             except asyncio.TimeoutError:
                 pass
-
-
-async def wait_until(cond: Callable[[], Any], timeout: float, what: str, interval: float = 0.05) -> Any:
-    return await wait_for_async(cond, timeout, what, interval)
 
 
 def lock_holder(home: Path) -> Optional[int]:

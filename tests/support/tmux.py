@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 import subprocess
 
-from support.core import wait_for
+from support.wait import wait_for
 
 
 class Tmux:
@@ -22,10 +22,8 @@ class Tmux:
 
     def wait(self, cond, what: str, timeout: float = 60.0):
         """Poll the screen until ``cond(screen)`` is truthy; fail with the screen shown."""
-        try:
-            return wait_for(lambda: cond(self.screen()), timeout=timeout, interval=0.3, what=what)
-        except AssertionError as exc:
-            raise AssertionError(f"{exc}\n--- screen:\n{self.screen()}") from None
+        return wait_for(lambda: cond(self.screen()), timeout=timeout, interval=0.3, what=what,
+                        detail=lambda: f"--- screen:\n{self.screen()}")
 
     def press_until(self, key: str, cond, what: str, tries: int = 6, each: float = 10.0):
         """Press ``key`` until ``cond(screen)`` holds: a key sent while the app moves its focus

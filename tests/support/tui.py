@@ -12,8 +12,10 @@ from typing import Any, Callable, Optional
 
 from rich.console import Console
 
-from support.core import ROOT, reap, wait_for_async  # noqa: F401  (re-exported for the TUI tests)
-from gpudeck.agents.contract.wire import Alert, Disk, Engine, Gpu, GpuProcess, History, Host, JobPlan, JobStatus, Progress, Sample, Snapshot
+from support.core import ROOT, reap  # noqa: F401  (re-exported for the TUI tests)
+from support.wait import wait_for_async
+from gpudeck.agents.contract.wire import (Alert, Disk, Engine, Gpu, GpuProcess, History, Host, JobPlan, JobStatus,
+                                          Progress, Sample, Snapshot)
 from gpudeck.remote.fleet import Fleet, parse_fleet
 
 SNAPSHOTS = Path(__file__).resolve().parent.parent / "snapshots"
@@ -39,7 +41,8 @@ def notifications_text(app) -> str:
 
 
 async def wait_until(pilot, cond: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:
-    """Let the app run until ``cond()`` is truthy; fail after ``timeout`` seconds."""
+    """``wait_for_async`` for a Textual app: the app runs between polls (``pilot.pause``), and a
+    failure shows what was on the screen."""
     return await wait_for_async(cond, timeout, what, pause=pilot.pause,
                                 detail=lambda: f"--- screen:\n{screen_text(pilot.app)}")
 

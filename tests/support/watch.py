@@ -15,7 +15,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Optional
 
-from support import ROOT, env_with_repo, reap, wait_for
+from support import ROOT, env_with_repo, reap
+from support.wait import wait_for
 
 TOKEN = "T0KEN-s3cr3t-9f8e7d6c5b4a"  # in every webhook URL of these tests: it must never be printed
 
@@ -92,7 +93,7 @@ class Receiver:
             return [m.get("kind") for m in self.messages if job is None or m.get("job") == job]
 
     def wait(self, pred, timeout: float = 60.0, what: str = "messages"):
-        return wait_for(lambda: pred(list(self.messages)), timeout, what=f"{what}; got {self.kinds()}")
+        return wait_for(lambda: pred(list(self.messages)), timeout, what=what, detail=lambda: f"got {self.kinds()}")
 
 
 def free_port() -> int:
