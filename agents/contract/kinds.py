@@ -48,18 +48,19 @@ def option(default: Any = MISSING, *, help: str = "", flag: Optional[str] = None
            cli: bool = True, required: bool = False, parse: Optional[Callable[[str], Any]] = None,
            show: Optional[Callable[[Any], str]] = None, metavar: Optional[str] = None,
            choices: Optional[tuple[str, ...]] = None, old_key: Optional[str] = None, old_flag: Optional[str] = None,
-           from_spec: Optional[str] = None, default_factory: Any = MISSING) -> Any:
+           from_spec: Optional[str] = None, body: Optional[str] = None, default_factory: Any = MISSING) -> Any:
     """One option of a kind.
 
     ``flag``: its command-line flag (default: ``--`` and the name with dashes). ``fleet``: the
     fleet file may set it (under its name). ``cli``: the worker takes it on its command line.
     ``parse``: text (a flag's value, or a fleet value given as a string) to the value; ``show``:
     the value back to a flag's text. ``from_spec``: a fleet job gives it as this field of its
-    JobSpec (``model``, ``progress``), not as an option of the kind.
+    JobSpec (``model``, ``progress``), not as an option of the kind. ``body``: the worker sends it
+    in each request's body under this name (generate's sampling options), when it is set.
     """
     meta = {"help": help, "flag": flag, "fleet": fleet and from_spec is None, "cli": cli, "required": required,
             "parse": parse, "show": show, "metavar": metavar, "choices": choices, "old_key": old_key,
-            "old_flag": old_flag, "from_spec": from_spec}
+            "old_flag": old_flag, "from_spec": from_spec, "body": body}
     if default_factory is not MISSING:
         return field(default_factory=default_factory, metadata=meta)
     return field(default=None if default is MISSING else default, metadata=meta)  # a required one: None until set
@@ -151,6 +152,11 @@ class KindOptions:
 
     def __plain__(self) -> dict[str, Any]:
         return self.fleet_dict()
+
+    def request_fields(self) -> dict[str, Any]:
+        """The options a worker sends in each request's body (``body=``), those that are set."""
+        return {f.metadata["body"]: getattr(self, f.name) for f, _ in self._fields()
+                if f.metadata.get("body") and getattr(self, f.name) is not None}
 
     # ------------------------------------------------------------ the command line
 
@@ -376,8 +382,8 @@ class GenerateOptions(KindOptions):
     model_name: Optional[str] = option(None, old_flag="--model",
                                        help="the model name sent with each request (default: what the first server "
                                             "lists at /v1/models)")
-    temperature: Optional[float] = option(None, help="sampling temperature (default: the server's)")
-    top_p: Optional[float] = option(None, help="nucleus sampling's top_p (default: the server's)")
+    temperature: Optional[float] = option(None, body="temperature", help="sampling temperature (default: the server's)")
+    top_p: Optional[float] = option(None, body="top_p", help="nucleus sampling's top_p (default: the server's)")
     thinking: Optional[bool] = option(None, help="chat_template_kwargs.enable_thinking (default: the server's own "
                                                  "default)")
     extra_body: dict[str, Any] = option(default_factory=dict, parse=json_object, show=json.dumps, metavar="JSON",

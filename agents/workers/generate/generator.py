@@ -69,10 +69,7 @@ class Generator:
     def _request_base(self) -> dict:
         o = self.o
         body: dict[str, Any] = {"model": o.model_name or "default", "max_tokens": o.max_tokens}
-        if o.temperature is not None:
-            body["temperature"] = o.temperature
-        if o.top_p is not None:
-            body["top_p"] = o.top_p
+        body.update(o.request_fields())  # the sampling options (agents/contract/kinds.py, body=)
         if o.thinking is not None:
             body["chat_template_kwargs"] = {"enable_thinking": o.thinking}
         body.update(o.extra_body)
