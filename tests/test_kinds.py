@@ -14,7 +14,7 @@ from gpudeck.agents.contract.kinds import BY_KIND, ExtractOptions, GenerateOptio
 
 # every fleet key of each kind set to a value other than its default
 GENERATE = {"prompts": "/data/p.jsonl", "out": "/data/out", "servers": ["http://10.0.0.1:30000", "http://10.0.0.2:30000"],
-            "concurrency": 32, "max_tokens": 2048, "model_name": "qwen", "temperature": 0.6, "top_p": 0.95,
+            "concurrency": 32, "max_tokens": 2048, "model_name": "qwen", "temperature": 0.6, "top_p": 0.95, "top_k": 20,
             "thinking": False, "extra_body": {"top_k": 20}, "s3": "s3://b/gen", "s3_endpoint": "http://s3:9000",
             "force": True, "shard_size": 500, "request_timeout": 600.0, "max_attempts": 3, "max_prompt_bytes": 4096,
             "give_up_after": None, "dedupe": "first"}
@@ -56,6 +56,11 @@ def test_the_wire_form_reads_back_into_the_same_spec():
     for kind, options, extra in (("generate", GENERATE, {}), ("extract", EXTRACT, {"model": "/m"})):
         spec = JobSpec(name="j", kind=kind, options=dict(options), **extra)
         assert JobSpec.from_dict(spec.to_dict()) == spec
+
+
+def test_the_sampling_options_go_into_each_request_s_body():
+    spec = JobSpec(name="g", kind="generate", options={**GENERATE, "temperature": 0.6, "top_k": 20})
+    assert spec.options.request_fields() == {"temperature": 0.6, "top_p": 0.95, "top_k": 20}
 
 
 def test_defaults_give_no_flags_and_never_is_said():

@@ -384,6 +384,7 @@ class GenerateOptions(KindOptions):
                                             "lists at /v1/models)")
     temperature: Optional[float] = option(None, body="temperature", help="sampling temperature (default: the server's)")
     top_p: Optional[float] = option(None, body="top_p", help="nucleus sampling's top_p (default: the server's)")
+    top_k: Optional[int] = option(None, body="top_k", help="top-k sampling (default: the server's)")
     thinking: Optional[bool] = option(None, help="chat_template_kwargs.enable_thinking (default: the server's own "
                                                  "default)")
     extra_body: dict[str, Any] = option(default_factory=dict, parse=json_object, show=json.dumps, metavar="JSON",
