@@ -18,6 +18,7 @@ from typing import Any, Iterable, Optional, Sequence
 
 from ..agents.contract.vocab import NOTIFY_EVENTS, EventKind
 from ..agents.contract.watching import redact
+from ..agents.contract.wire import Event
 from .actions import Notice
 from .rows import EventRow
 from .since import counted, since_label
@@ -44,20 +45,12 @@ def _opt_str(v: Any) -> Optional[str]:
     return v if isinstance(v, str) and v else None
 
 
-def event_row(node: str, ev: Any) -> Optional[EventRow]:
-    """One event of ``node``'s answer as a row, named by the fleet's name of the node (the
-    agent's own may differ); None for a line that is not an event."""
-    if not isinstance(ev, dict):
-        return None
-    t, seq = ev.get("t"), ev.get("seq")
-    if isinstance(t, bool) or not isinstance(t, (int, float)) or isinstance(seq, bool) or not isinstance(seq, int):
-        return None
-    gpu = ev.get("gpu")
-    details = ev.get("details") if isinstance(ev.get("details"), dict) else {}
-    return EventRow(key=f"{node}:{seq}", t=float(t), seq=seq, node=node, kind=str(ev.get("kind") or "?"),
-                    message=redact_urls(str(ev.get("message") or "")), job=_opt_str(ev.get("job")),
-                    gpu=gpu if isinstance(gpu, int) and not isinstance(gpu, bool) else None,
-                    cond=_opt_str(ev.get("key")), of=_opt_str(details.get("of")))
+def event_row(node: str, ev: Event) -> EventRow:
+    """One event of ``node``'s answer (an ``ops.EventPage``'s, its fields checked on the way in)
+    as a row, named by the fleet's name of the node (the agent's own may differ)."""
+    return EventRow(key=f"{node}:{ev.seq}", t=ev.t, seq=ev.seq, node=node, kind=ev.kind.value,
+                    message=redact_urls(ev.message), job=_opt_str(ev.job), gpu=ev.gpu,
+                    cond=_opt_str(ev.key), of=_opt_str(ev.details.get("of")))
 
 
 def _order(r: EventRow) -> tuple[float, str, int]:

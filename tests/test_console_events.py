@@ -10,7 +10,10 @@ import time
 
 import pytest
 
+from gpudeck.agents.contract import ops
+from gpudeck.agents.contract.plain import ProtocolError, from_dict
 from gpudeck.agents.contract.vocab import EventKind
+from gpudeck.agents.contract.wire import Event
 from gpudeck.agents.watch.events import EventLog
 from gpudeck.console.looked import LOOKBACK_S, LookedStore, default_path, fleet_key
 from gpudeck.console.rows import EventRow
@@ -193,13 +196,14 @@ def test_no_url_reaches_the_screen_with_its_token():
            "message": f"died to slack https://hooks.slack.com/services/{token}?x=1: ConnectError "
                       f"(also https://ntfy.sh/{token} and http://user:{token}@10.0.0.1:8080/a)",
            "key": None, "details": {"of": 3}}
-    row = event_row("gpu-a", raw)
-    assert row is not None and token not in row.message
+    row = event_row("gpu-a", from_dict(Event, raw))
+    assert token not in row.message
     assert all(shown in row.message for shown in ("https://hooks…/…", "https://ntfy.…/…", "http://user…/…"))
     assert row.node == "gpu-a" and row.key == "gpu-a:4"  # the fleet's name of the node
     assert redact_urls("no url here: 3 GiB free on /data") == "no url here: 3 GiB free on /data"
-    for bad in (None, [], {"t": "x", "seq": 1}, {"t": 1.0, "seq": True}, {"t": 1.0}):
-        assert event_row("gpu-a", bad) is None
+    for bad in (None, [], {"t": "x", "seq": 1}, {"t": 1.0, "seq": True}, {"t": 1.0}):  # refused on the way in
+        with pytest.raises(ProtocolError):
+            ops.ReadEvents().answer({"node": "n", "seq": 1, "events": [bad]})
 
 
 def test_a_follower_asking_for_nothing_new_reads_no_file(tmp_path, monkeypatch):

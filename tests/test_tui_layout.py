@@ -16,7 +16,7 @@ from gpudeck.console.app import make_app
 from gpudeck.console.cost import dollars
 from gpudeck.console.messages import EventsFetched, LogFetched, SnapshotReceived
 from gpudeck.console.since import summarize
-from gpudeck.console.timeline import event_row
+from support.tui import event_of as event_row
 from gpudeck.console.widgets.cells import BLOCKS
 from support.tui import PINNED_NOW, feed_pinned, pinned_events, pinned_fleet, screen_text, wait_until
 

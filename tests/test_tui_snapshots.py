@@ -11,7 +11,7 @@ import pytest
 from gpudeck.console.app import make_app
 from gpudeck.console.messages import EventsFetched
 from gpudeck.console.since import summarize
-from gpudeck.console.timeline import event_row
+from support.tui import event_of as event_row
 from support.tui import (PINNED_NOW, compare_snapshot, feed_pinned, pinned_fleet, pinned_timeline, screen_text,
                          wait_until)
 

@@ -192,7 +192,7 @@ def pinned_events() -> list[Any]:
         Snapshot("gpu-a", 10, t, host_a, a_gpus, a_jobs, a_alerts),
         Snapshot("gpu-b", 4, t - 300, host_b, [Gpu(0, "GPU-b0", "NVIDIA L40S", 0.0, 46_068.0, 0.0, 30.0, 35.0, [])],
                  b_jobs, []),
-        ("down", "gpu-b", "node gpu-b: link lost: no word from the agent for 45 s", t - 240, 8.0),
+        ("down", "gpu-b", "link lost: no word from the agent for 45 s", t - 240, 8.0),
     ]
 
 
@@ -262,3 +262,13 @@ def compare_snapshot(name: str, text: str, svg: Optional[str] = None) -> None:
         if svg_path.exists() and svg_path.read_text() != svg:
             (SNAPSHOTS / f"{name}.actual.svg").write_text(svg)
             raise AssertionError(f"colours differ from {svg_path} (text is the same); see {name}.actual.svg")
+
+
+def event_of(node: str, d: dict) -> Any:
+    """A row of the events view from an event as a node's answer holds it (its fields checked
+    as ``ops.ReadEvents().answer`` checks them)."""
+    from gpudeck.agents.contract.plain import from_dict
+    from gpudeck.agents.contract.wire import Event
+    from gpudeck.console.timeline import event_row
+
+    return event_row(node, from_dict(Event, {"node": node, "message": "", **d}))
