@@ -328,7 +328,7 @@ async def test_wrong_user_or_key_is_an_auth_error_naming_the_node(netns, tmp_pat
     node2 = netns.node("node2")
     assert str(err.value) == (f"node node2: authentication failed {expect} "
                               f"({'gdnouser' if wrong == 'user' else 'root'}@{node2.ip}:22)")
-    assert all(s.snapshot is None and s.error.startswith(f"node {s.node.name}: authentication failed")
+    assert all(s.snapshot is None and str(s.error).startswith(f"node {s.node.name}: authentication failed")
                for s in statuses)
     assert "PRIVATE KEY" not in str(err.value)
 
