@@ -23,7 +23,7 @@ else:  # pragma: no cover
 from ..agents.contract.jobs import KINDS, JobKind, JobSpec, SpecError, shell_command
 from ..agents.contract.errors import UnknownName
 from ..agents.contract.kinds import OptionError
-from ..agents.contract.watching import AlertThresholds, HeartbeatConfig, NotifyTarget
+from ..agents.contract.watching import AlertThresholds, HeartbeatConfig, NotifyTarget, WatchSettings
 from .fleet_check import (FleetError, check_host_keys, check_range, check_type, did_you_mean, show,
                                         unknown_key)
 from .fleet_watch import parse_alerts, parse_heartbeat, parse_notify
@@ -86,14 +86,13 @@ class Fleet:
         with no fleet file shows every job of the node."""
         return not owner or self.path is None or owner == self.identity
 
-    def watch_settings(self) -> Optional[dict[str, Any]]:
+    def watch_settings(self) -> Optional[WatchSettings]:
         """What ``configure`` carries for the watcher (agents/watch/): None without a fleet file,
         so a bare `gpudeck status` never replaces a node's watch settings with nothing."""
         if self.path is None:
             return None
-        return {"fleet": self.identity, "notify": [n.to_dict() for n in self.notify],
-                "alerts": dataclasses.asdict(self.alerts),
-                "heartbeat": self.heartbeat.to_dict() if self.heartbeat else None}
+        return WatchSettings(fleet=self.identity, notify=list(self.notify), alerts=self.alerts,
+                             heartbeat=self.heartbeat)
 
     def node(self, name: str) -> Node:
         for n in self.nodes:

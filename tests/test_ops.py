@@ -11,10 +11,11 @@ import pytest
 from gpudeck.agents.contract import ops, wire
 from gpudeck.agents.contract.jobs import JobSpec
 from gpudeck.agents.contract.plain import ProtocolError
+from gpudeck.agents.contract.watching import WatchSettings
 from support import ROOT
 
 EXAMPLES = [ops.Status(), ops.Configure(jobs=[JobSpec(name="j", command=["true"])], fleet="h:/f.toml", take_over=True,
-                                        watch={"notify": []}),
+                                        watch=WatchSettings(fleet="h:/f.toml")),
             ops.ReadHistory(since=5.0), ops.ReadEvents(after_seq=3, limit=10), ops.Watch(on=True, supervise="cron"),
             ops.Launch(job="j"), ops.Kill(job="j", grace_s=2.5), ops.Relaunch(job="j"), ops.KillPid(pid=42),
             ops.Logs(job="j", offset=100)]
@@ -42,11 +43,16 @@ def test_an_op_crosses_the_wire_whole(op):
     ("events", {"limit": "many"}, "events.limit: expected an integer"),
     ("watch", {"on": "yes"}, "watch.on: expected bool"),
     ("configure", {"jobs": "notalist"}, "configure.jobs: expected a list"),
+    ("configure", {"watch": {"notify": [{"url": "https://hooks.example/T0KEN", "format": "carrier-pigeon"}]}},
+     "format"),
+    ("configure", {"watch": {"alerts": {"gpu_temp_c": "hot"}}}, "gpu_temp_c"),
+    ("configure", {"watch": {"notyfy": []}}, "'watch' has no key 'notyfy'"),
     ("status", {"verbose": True}, "'status' takes no argument 'verbose'; it takes none"),
 ])
 def test_bad_arguments_are_refused_by_the_op_s_own_types(op, args, message):
-    with pytest.raises(ProtocolError, match=message):
+    with pytest.raises(ValueError, match=message) as err:  # ProtocolError, or the watch settings' ConfigError
         ops.op_of(wire.Request(id=1, op=op, args=args))
+    assert "T0KEN" not in str(err.value)
 
 
 def test_a_reply_is_read_into_the_op_s_result():

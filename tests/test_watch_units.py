@@ -54,7 +54,7 @@ def test_the_fleet_file_carries_notify_alerts_and_restart_policies():
     assert (gen.restart, gen.max_restarts, gen.restart_backoff_s, gen.stall_restart_s) == ("on-failure", 3, 30, 1800)
     assert gen.deadline_t == 1796428800.0 and gen.stall_after_s == 1200 and own.stall_after_s == 60
     settings = fleet.watch_settings()
-    assert settings["notify"][0]["url"] == SECRET and settings["alerts"]["idle_gpu_s"] == 600
+    assert settings.notify[0].url == SECRET and settings.alerts.idle_gpu_s == 600
     assert JobSpec.from_dict(gen.to_dict()) == gen
     assert parse_fleet('[[jobs]]\nname = "a"\ncommand = ["x"]\n').watch_settings() is not None
 

@@ -24,7 +24,7 @@ from typing import Any, ClassVar, Optional
 from .jobs import JobSpec
 from .plain import ProtocolError, from_dict, to_plain
 from .vocab import RestartPolicy
-from .watching import AlertThresholds
+from .watching import AlertThresholds, WatchSettings
 from .wire import Event, KillVerdict, LaunchResult, LogChunk, Request, Sample, Snapshot
 
 GRACE_MAX_S = 3600.0
@@ -169,7 +169,7 @@ class Configure(Op):
     jobs: list[JobSpec] = field(default_factory=list)
     fleet: str = ""  # the fleet file's identity, "host:/path" (agents/owners.py)
     take_over: bool = False  # jobs another fleet file declared become this one's
-    watch: Optional[dict[str, Any]] = None  # [[notify]], [alerts], [heartbeat]; None: unchanged
+    watch: Optional[WatchSettings] = None  # [[notify]], [alerts], [heartbeat]; None: unchanged
 
 
 @dataclass(frozen=True)

@@ -183,3 +183,32 @@ def heartbeat_from(raw: Any) -> Optional[HeartbeatConfig]:
     except (HeartbeatError, TypeError) as exc:
         raise ConfigError(str(exc)) from None
 
+
+@dataclass(frozen=True)
+class WatchSettings:
+    """``configure``'s ``watch``: a fleet file's [[notify]], [alerts] and [heartbeat], and which
+    fleet file they came from; each part checked as the fleet parser checks it, the URLs never
+    in a message."""
+
+    fleet: Optional[str] = None
+    notify: list[NotifyTarget] = field(default_factory=list)
+    alerts: AlertThresholds = field(default_factory=AlertThresholds)
+    heartbeat: Optional[HeartbeatConfig] = None
+
+    @classmethod
+    def from_plain(cls, d: Any) -> "WatchSettings":
+        """How :func:`~gpudeck.agents.contract.plain.from_dict` reads it inside an op."""
+        if not isinstance(d, dict):
+            raise ConfigError(f"'watch' must be an object, got {type(d).__name__}")
+        unknown = set(d) - {f.name for f in dataclasses.fields(cls)}
+        if unknown:
+            raise ConfigError(f"'watch' has no key {sorted(unknown)[0]!r}; expected fleet, notify, alerts, heartbeat")
+        notify = d.get("notify") or []
+        if not isinstance(notify, list):
+            raise ConfigError(f"'watch': 'notify' must be a list of [[notify]] entries, got {type(notify).__name__}")
+        try:
+            return cls(fleet=d["fleet"] if isinstance(d.get("fleet"), str) else None,
+                       notify=[NotifyTarget.from_dict(n) for n in notify],
+                       alerts=AlertThresholds.from_dict(d.get("alerts") or {}), heartbeat=heartbeat_from(d.get("heartbeat")))
+        except TypeError as exc:  # a value of the wrong type: the dataclass's own words, never a URL
+            raise ConfigError(f"'watch': {exc}") from None

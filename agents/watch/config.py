@@ -8,16 +8,15 @@ secrets, and nothing else ever prints them (:func:`redact`).
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from ..contract.watching import (AlertThresholds, ConfigError, HeartbeatConfig, NotifyTarget,
-                                             heartbeat_from)
-from ..contract.atomic import atomic_write_json
+from ..contract.watching import (AlertThresholds, ConfigError, HeartbeatConfig, NotifyTarget, WatchSettings,
+                                heartbeat_from)
+from ..contract.documents import write_document
 
 log = logging.getLogger("agents")
 
@@ -70,19 +69,12 @@ class WatchConfig:
             writes.ok(path)
 
     def _write(self, path: Path) -> None:
-        atomic_write_json(path, {
-            "watching": self.watching, "since": self.since, "fleet": self.fleet, "jobs": self.jobs,
-            "notify": [n.to_dict() for n in self.notify], "alerts": dataclasses.asdict(self.alerts),
-            "supervisor": self.supervisor, "heartbeat": self.heartbeat.to_dict() if self.heartbeat else None},
-            mode=0o600)  # it holds webhook URLs: 0600 from its first byte
+        # the one writer of documents (agents/contract/documents.py); it holds webhook URLs: 0600
+        # from its first byte
+        write_document(path, self, mode=0o600)
 
-    def apply(self, settings: dict[str, Any], jobs: list[dict[str, Any]]) -> None:
-        """A console's ``configure`` with its fleet file's watch settings: check everything
-        first (a ConfigError changes nothing), then take them."""
-        if not isinstance(settings, dict):
-            raise ConfigError(f"'watch' must be an object, got {type(settings).__name__}")
-        notify = [NotifyTarget.from_dict(n) for n in settings.get("notify") or []]
-        alerts = AlertThresholds.from_dict(settings.get("alerts") or {})
-        heartbeat = heartbeat_from(settings.get("heartbeat"))
-        self.notify, self.alerts, self.jobs, self.heartbeat = notify, alerts, list(jobs), heartbeat
-        self.fleet = settings.get("fleet") if isinstance(settings.get("fleet"), str) else None
+    def apply(self, settings: WatchSettings, jobs: list[dict[str, Any]]) -> None:
+        """A console's ``configure`` with its fleet file's watch settings, checked on their way
+        in (ops.Configure, WatchSettings.from_plain)."""
+        self.notify, self.alerts, self.jobs = list(settings.notify), settings.alerts, list(jobs)
+        self.heartbeat, self.fleet = settings.heartbeat, settings.fleet

@@ -24,7 +24,7 @@ from ..contract.plain import to_plain
 from ..contract.wire import Alert, Gpu, Host, JobStatus
 from .checks import Checks
 from .conditions import Conditions
-from ..contract.watching import ConfigError
+from ..contract.watching import WatchSettings
 from .config import WatchConfig
 from .events import EventLog
 from .heartbeat import Heartbeat, failing_reason
@@ -132,15 +132,12 @@ class Watcher:
 
     # ------------------------------------------------------------ requests
 
-    def configure(self, settings: Optional[dict[str, Any]], jobs: list[dict[str, Any]]) -> None:
+    def configure(self, settings: Optional[WatchSettings], jobs: list[dict[str, Any]]) -> None:
         """``configure``'s ``watch`` part (a fleet file's [[notify]] and [alerts]); a console
         without a fleet file sends none and changes nothing here."""
         if settings is None:
             return
-        try:
-            self.config.apply(settings, jobs)
-        except (ConfigError, TypeError) as exc:
-            raise ValueError(f"configure: {exc}") from None
+        self.config.apply(settings, jobs)
         self.config.save(self.home)
         self.outbox.serve(self.config.notify)
         self.heartbeat.serve(self.config.heartbeat, self.config.watching)
