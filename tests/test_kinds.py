@@ -102,7 +102,7 @@ def test_an_old_fleet_key_is_read_and_said():
     assert opts.batch == 4 and said == ["job 'x': 'batch_size' is the old spelling of 'batch'; it is read for one "
                                         "more release"]
     with pytest.raises(OptionError, match="one option"):
-        Renamed.from_fleet({"prompts": "p", "out": "o", "servers": ["u"], "batch_size": 4, "batch": 4})
+        Renamed.from_fleet({"prompts": "p", "out": "o", "servers": ["u"], "batch_size": 4, "batch": 4}, said=[])
 
 
 def test_adding_an_option_is_adding_a_field():
