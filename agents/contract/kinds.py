@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import shlex
 import sys
 import types
 import typing
@@ -498,7 +499,7 @@ class RouterOptions(KindOptions):
 
     workers: list[str] = option(required=True, cli=False, default_factory=list,
                                 help="the engine servers: URLs, or names of engine jobs of the fleet")
-    router_args: list[str] = option(default_factory=list, cli=False, parse=lambda s: __import__("shlex").split(s),
+    router_args: list[str] = option(default_factory=list, cli=False, parse=shlex.split,
                                     help="more arguments for sglang_router.launch_router")
 
     DEFAULT_PORT: ClassVar[int] = 30000

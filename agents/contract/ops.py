@@ -38,7 +38,12 @@ class Op:
     on_loop: ClassVar[bool] = False
 
     def check(self) -> None:
-        """Raise ProtocolError when an argument is out of its range (types are checked on decode)."""
+        """Raise ProtocolError when an argument is out of its range (types are checked on decode):
+        an op that waits out a grace period (``grace_s``) waits 0 to GRACE_MAX_S seconds."""
+        grace = getattr(self, "grace_s", None)
+        if grace is not None and not 0 <= grace <= GRACE_MAX_S:
+            raise ProtocolError(f"{self.name!r}: 'grace_s' must be a number of seconds from 0 to {GRACE_MAX_S:g}, "
+                                f"got {grace!r}")
 
     def args(self) -> dict[str, Any]:
         plain: dict[str, Any] = to_plain(self)
@@ -47,12 +52,6 @@ class Op:
     def answer(self, result: Any) -> Any:
         """A reply's plain ``result`` read back into ``Result``; ProtocolError when it does not fit."""
         return from_dict(self.Result, result, f"the reply to {self.name!r}")
-
-
-def _grace(op: Any) -> None:
-    if not 0 <= op.grace_s <= GRACE_MAX_S:
-        raise ProtocolError(f"{op.name!r}: 'grace_s' must be a number of seconds from 0 to {GRACE_MAX_S:g}, "
-                            f"got {op.grace_s!r}")
 
 
 # ---------------------------------------------------------------- typed results
@@ -219,9 +218,6 @@ class Kill(Op):
     job: str
     grace_s: float = 10.0
 
-    def check(self) -> None:
-        _grace(self)
-
 
 @dataclass(frozen=True)
 class Relaunch(Op):
@@ -229,9 +225,6 @@ class Relaunch(Op):
     Result: ClassVar[type] = LaunchResult
     job: str
     grace_s: float = 10.0
-
-    def check(self) -> None:
-        _grace(self)
 
 
 @dataclass(frozen=True)
@@ -246,7 +239,7 @@ class KillPid(Op):
     def check(self) -> None:
         if self.pid <= 0:
             raise ProtocolError(f"'kill_pid' needs a 'pid' (a positive integer), got {self.pid!r}")
-        _grace(self)
+        super().check()
 
 
 @dataclass(frozen=True)

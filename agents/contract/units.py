@@ -23,11 +23,9 @@ def parse_duration(text: Any, *, never: bool = False) -> Optional[float]:
         value = float(text)
     elif isinstance(text, str):
         t = text.strip().lower().replace(" ", "")
-        try:
-            value = float(t) if re.fullmatch(r"\d+(\.\d+)?", t) else float("nan")
-        except ValueError:
-            value = float("nan")
-        if value != value:
+        if re.fullmatch(r"\d+(\.\d+)?", t):  # a number of seconds
+            value = float(t)
+        else:
             parts = _PART.findall(t)
             if not parts or "".join(a + b for a, b in parts) != t:
                 raise ValueError(f"expected {DURATION_EXAMPLES}" + (", or 'never'" if never else "") + f", got {text!r}")
