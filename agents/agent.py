@@ -259,9 +259,9 @@ class Agent:
             ops.Logs: lambda op: sup.logs(op.job, op.lines, op.offset),
         }
 
-    def handle(self, req: Request, op: Optional[ops.Op] = None) -> Reply:
+    def handle(self, req: Request, op: ops.Op) -> Reply:
+        """``op`` (``req``'s, its arguments checked by ``ops.op_of``) answered from the table."""
         try:
-            op = op if op is not None else ops.op_of(req)
             result = self.answers[type(op)](op)
             if not isinstance(result, op.Result):  # a bug of ours, said as one
                 raise TypeError(f"{op.name!r} answered a {type(result).__name__}, not a {op.Result.__name__}")

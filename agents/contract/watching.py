@@ -86,9 +86,6 @@ class NotifyTarget:
     def wants(self, kind: EventKind) -> bool:
         return kind.value in self.events
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "NotifyTarget":
         if not isinstance(d, dict):
@@ -131,9 +128,6 @@ class HeartbeatConfig:
     def resolve(self, node: str) -> Optional[str]:
         url = self.url or os.environ.get(self.url_env or "") or None
         return url.replace("{node}", quote(node, safe="")) if url else None
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, d: Any) -> "HeartbeatConfig":
