@@ -21,6 +21,7 @@ from typing import Any, Callable, Optional
 
 from . import writes
 from .contract import ops, wire
+from .contract.errors import Refusal
 from .alerts import node_alerts
 from .engines import EngineScraper
 from .gpu import GpuSampler
@@ -267,7 +268,7 @@ class Agent:
                 raise TypeError(f"{op.name!r} answered a {type(result).__name__}, not a {op.Result.__name__}")
             return Reply(id=req.id, ok=True, result=to_plain(result))
         except (JobError, SpecError, ValueError, TypeError, OSError) as exc:
-            return Reply(id=req.id, ok=False, error=str(exc))
+            return Reply(id=req.id, ok=False, error=str(exc), usage=isinstance(exc, Refusal))
         except Exception as exc:  # noqa: BLE001 -- a bug: still an answer, and the traceback in the log
             log.exception("request %s failed", req.op)
             return Reply(id=req.id, ok=False, error=f"the agent failed on {req.op!r}: {type(exc).__name__}: {exc}")

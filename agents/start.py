@@ -68,9 +68,29 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--ensure", action="store_true",
                     help="start the node's watcher if the home is watched and no agent serves it, then exit "
                          "(what cron runs; agents/watch/supervise.py)")
+    ap.add_argument("--cluster", metavar="JSON", default=None,
+                    help="run as a cluster's agent on its login node: the fleet file's [[clusters]] table as JSON "
+                         "(the console passes it)")
+    ap.add_argument("--observe", action="store_true",
+                    help="report this node's GPUs and host as snapshots on stdout until stdin closes; launch "
+                         "nothing (a cluster agent runs it beside a task, with srun --overlap)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="agent %(levelname)s %(message)s")
-    home = Path(args.home or default_home()).expanduser()
+    import getpass
+    home = Path(str(args.home or default_home()).replace("{user}", getpass.getuser())).expanduser()
+    if args.observe:
+        from .cluster.observe import observe
+        return observe(args.node or socket.gethostname(), home, args.interval, args.simulate_gpus,
+                       nvml=not args.no_nvml)
+    cluster = None
+    if args.cluster:
+        from .contract.cluster import ClusterSpec
+        try:
+            import json
+            cluster = ClusterSpec.from_dict(json.loads(args.cluster))
+        except (ValueError, TypeError) as exc:
+            log.error("--cluster: %s", exc)
+            return 2
     problem = home_mode_problem(home)
     if problem:
         log.error("%s", problem)
@@ -114,8 +134,13 @@ def main(argv: Optional[list[str]] = None) -> int:
         if found is not None:
             return relay(*found)
     try:
-        agent = Agent(home, args.node or socket.gethostname(), args.interval, nvml=not args.no_nvml,
-                      simulate_gpus=args.simulate_gpus, detached=args.detached and not args.once)
+        if cluster is not None:
+            from .cluster.agent import ClusterAgent
+            agent: Agent = ClusterAgent(home, args.node or cluster.name, cluster, args.interval,
+                                        nvml=not args.no_nvml, simulate_gpus=args.simulate_gpus)
+        else:
+            agent = Agent(home, args.node or socket.gethostname(), args.interval, nvml=not args.no_nvml,
+                          simulate_gpus=args.simulate_gpus, detached=args.detached and not args.once)
     except OSError as exc:  # an unwritable home, a full disk: say so, not a traceback
         log.error("cannot start the agent in %s: %s", home, exc)
         return 3

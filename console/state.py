@@ -168,9 +168,11 @@ class FleetState:
                     continue
                 out.append((name, j))
                 seen.add(j.name)
+                if j.task is not None:  # a cluster job's task row stands for its job
+                    seen.add(j.task.job)
         for spec in self.fleet.jobs:
             if spec.name not in seen:
-                out.append((spec.node or LOCAL, _unknown(spec)))
+                out.append((spec.target or LOCAL, _unknown(spec)))
         self._jobs = (self.version, out)
         return out
 
@@ -432,6 +434,7 @@ class FleetState:
                 "gpus_simulated": snap.gpus_simulated if snap else False,
                 "containment": snap.containment if snap else None,
                 "host": dataclasses.asdict(snap.host) if snap else None,
+                "cluster": dataclasses.asdict(snap.cluster) if snap and snap.cluster else None,
                 **cost.node_json(node_costs.get(name)),
             })
         jobs = []
@@ -452,6 +455,7 @@ class FleetState:
                 "next_restart_at": j.next_restart_at, "restart_note": j.restart_note,
                 "argv": j.argv, "spec_changes": j.spec_changes,
                 "error": j.error,
+                "task": dataclasses.asdict(j.task) if j.task else None,
                 **cost.job_json(j, job_costs.get((node, j.name))),
             })
         alerts = [{"node": n, **dataclasses.asdict(a)} for n, a in self.alerts()]

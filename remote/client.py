@@ -171,7 +171,7 @@ class FleetClient:
 
     def nodes_in_use(self) -> list[Node]:
         """Nodes declared in the fleet file; the local node only when it has jobs or is alone."""
-        used = {j.node or LOCAL for j in self.fleet.jobs}
+        used = {j.target or LOCAL for j in self.fleet.jobs}
         nodes = [n for n in self.fleet.nodes if n.name != LOCAL or LOCAL in used or len(self.fleet.nodes) == 1]
         return nodes
 
@@ -275,7 +275,7 @@ class FleetClient:
             job = getattr(op, "job", None)
             if job is None:
                 raise TypeError(f"{op.name!r} needs a node")
-            node = self.fleet.job(job).node or LOCAL
+            node = self.fleet.job(job).target or LOCAL
         if node not in self.links and connect:
             await self.connect_all([self.fleet.node(node)])
         link = self.links.get(node)

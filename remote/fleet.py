@@ -21,11 +21,13 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 from ..agents.contract.jobs import KINDS, JobKind, JobSpec, SpecError, shell_command
+from ..agents.contract.cluster import ClusterSpec, split_task
 from ..agents.contract.errors import UnknownName
 from ..agents.contract.kinds import OptionError
 from ..agents.contract.watching import AlertThresholds, HeartbeatConfig, NotifyTarget, WatchSettings
 from .fleet_check import (FleetError, check_host_keys, check_range, check_type, did_you_mean, show,
                                         unknown_key)
+from .fleet_cluster import hint_unknown_cluster, parse_clusters, pull_resources
 from .fleet_watch import parse_alerts, parse_heartbeat, parse_notify
 
 LOCAL = "local"
@@ -50,6 +52,7 @@ class Node:
     jump: Optional[str] = None  # a bastion: a node of the fleet, or [user@]host[:port]; "none": not even ProxyJump
     price_per_hour: Optional[float] = None  # dollars per hour for the node (>= 0); None: not priced, never $0
     via: Optional["Node"] = None  # the bastion's Node, resolved from `jump` (not a fleet-file key)
+    cluster: Optional[ClusterSpec] = None  # a [[clusters]] table: this "node" is its login (not a [[nodes]] key)
 
     @property
     def local(self) -> bool:
@@ -102,14 +105,23 @@ class Fleet:
         raise UnknownName(f"unknown node {name!r}", self.path or "the local fleet", f"its nodes: {known}")
 
     def job(self, name: str) -> JobSpec:
+        """A job by name; a cluster job's task (``extract/7``) is its job."""
         for j in self.jobs:
             if j.name == name:
+                return j
+        base, index = split_task(name)
+        for j in self.jobs:
+            if index is not None and j.name == base and j.cluster is not None and index < j.shards:
                 return j
         known = ", ".join(j.name for j in self.jobs) or "none"
         raise UnknownName(f"unknown job {name!r}", self.path or "the local fleet", f"its jobs: {known}")
 
     def jobs_on(self, node: str) -> list[JobSpec]:
-        return [j for j in self.jobs if (j.node or LOCAL) == node]
+        return [j for j in self.jobs if (j.cluster == node if j.cluster is not None else (j.node or LOCAL) == node)]
+
+    @property
+    def clusters(self) -> list[Node]:
+        return [n for n in self.nodes if n.cluster is not None]
 
 
 def local_fleet() -> Fleet:
@@ -117,12 +129,12 @@ def local_fleet() -> Fleet:
     return Fleet(path=None, nodes=[Node(name=LOCAL)])
 
 
-_NODE_FIELDS = {f.name: f for f in dataclasses.fields(Node) if f.name != "via"}
+_NODE_FIELDS = {f.name: f for f in dataclasses.fields(Node) if f.name not in ("via", "cluster")}
 _JOB_FIELDS = {f.name: f for f in dataclasses.fields(JobSpec)}
 _DEFAULT_KEYS = {"python", "home", "nvml", "interval", "known_hosts", "host_keys", "user", "identity",
                  "connect_timeout", "venv", "jump", "price_per_hour"}
 NO_JUMP = "none"
-SECTIONS = ("defaults", "nodes", "jobs", "notify", "alerts", "heartbeat")
+SECTIONS = ("defaults", "nodes", "clusters", "jobs", "notify", "alerts", "heartbeat")
 
 
 def parse_destination(dest: str) -> tuple[Optional[str], str, Optional[int]]:
@@ -172,7 +184,7 @@ def parse_fleet(text: str, path: str = "<fleet>") -> Fleet:
     if unknown:
         key = sorted(unknown)[0]
         raise FleetError(path, loc.top(key), f"unknown section {key!r}{did_you_mean(key, SECTIONS)}; expected "
-                                             f"[defaults], [[nodes]], [[jobs]], [[notify]], [alerts] or [heartbeat]")
+                                             f"[defaults], [[nodes]], [[clusters]], [[jobs]], [[notify]], [alerts] or [heartbeat]")
     defaults = doc.get("defaults", {})
     if not isinstance(defaults, dict):
         raise FleetError(path, loc.top("defaults"), "'defaults' must be a table: [defaults]")
@@ -187,6 +199,8 @@ def parse_fleet(text: str, path: str = "<fleet>") -> Fleet:
     nodes = _parse_nodes(doc.get("nodes", []), defaults, path, loc)
     tables = {raw["name"]: i for i, raw in enumerate(doc.get("nodes", []))}
     nodes = _resolve_jumps(nodes, tables, "jump" in defaults, path, loc)
+    clusters = parse_clusters(doc.get("clusters", []), defaults, {n.name for n in nodes}, path, loc)
+    nodes += [cluster_node(spec, ssh, path, loc.table("clusters", i)) for i, (spec, ssh) in enumerate(clusters)]
     def fail(line: Optional[int], message: str) -> FleetError:
         return FleetError(path, line, message)
 
@@ -194,11 +208,26 @@ def parse_fleet(text: str, path: str = "<fleet>") -> Fleet:
     notify = parse_notify(doc.get("notify", []), loc, fail)
     heartbeat = parse_heartbeat(doc.get("heartbeat"), loc, fail)
     warnings: list[str] = []
-    jobs = _parse_jobs(doc.get("jobs", []), defaults, {n.name for n in nodes}, path, loc,
-                       alerts.stall_s if "stall_s" in doc.get("alerts", {}) else None, warnings)
+    jobs = _parse_jobs(doc.get("jobs", []), defaults, {n.name for n in nodes if n.cluster is None}, path, loc,
+                       alerts.stall_s if "stall_s" in doc.get("alerts", {}) else None, warnings,
+                       tuple(n.name for n in nodes if n.cluster is not None))
     jobs = _resolve_servers(jobs, {n.name: n for n in nodes}, path, loc)
     return Fleet(path=path, nodes=nodes, jobs=jobs, notify=notify, alerts=alerts, heartbeat=heartbeat,
                  warnings=tuple(warnings))
+
+
+def cluster_node(spec: ClusterSpec, ssh: dict[str, Any], path: str, line: Optional[int]) -> Node:
+    """The login of a cluster as the node its agent runs on: reached over SSH (or locally),
+    its home node-local, its venv in the shared directory."""
+    user = host = None
+    port = None
+    if spec.login != LOCAL:
+        try:
+            user, host, port = parse_destination(spec.login)
+        except ValueError as exc:
+            raise FleetError(path, line, f"[[clusters]] {spec.name!r} 'login': {exc}") from None
+    return Node(name=spec.name, host=host, user=user, port=port, python=spec.python, home=spec.agent_home,
+                venv=spec.venv, simulate_gpus=spec.simulate_gpus, cluster=spec, **ssh)
 
 
 def _decode(text: str, path: str) -> dict[str, Any]:
@@ -309,7 +338,8 @@ def _resolve_jumps(nodes: list[Node], tables: dict[str, int], jump_is_default: b
 
 
 def _parse_jobs(raw_jobs: Any, defaults: dict[str, Any], names: set[str], path: str,
-                loc: "_Locator", stall_s: Optional[float] = None, warnings: Optional[list[str]] = None) -> list[JobSpec]:
+                loc: "_Locator", stall_s: Optional[float] = None, warnings: Optional[list[str]] = None,
+                clusters: tuple[str, ...] = ()) -> list[JobSpec]:
     jobs: list[JobSpec] = []
     if not isinstance(raw_jobs, list):
         raise FleetError(path, loc.top("jobs"), "'jobs' must be an array of tables: [[jobs]]")
@@ -325,17 +355,20 @@ def _parse_jobs(raw_jobs: Any, defaults: dict[str, Any], names: set[str], path: 
         option_keys = JobKind(kind).options  # keys of built-in kinds that are not JobSpec fields
         values: dict[str, Any] = {}
         options: dict[str, Any] = {}
+        raw, resources = pull_resources(raw, where, path, lambda key, i=i: loc.key("jobs", i, key))
+        if resources is not None:
+            values["resources"] = resources
         for k, v in raw.items():
             if k == "deadline" and hasattr(v, "isoformat"):  # a bare TOML date-time: the same as its string
                 v = v.isoformat() + ("Z" if getattr(v, "tzinfo", True) is None else "")
-            if k in _JOB_FIELDS and k != "options":
+            if k in _JOB_FIELDS and k not in ("options", "resources"):
                 check_type(path, loc.key("jobs", i, k), f"{where} {k!r}", _JOB_FIELDS[k], v)
                 check_range(path, loc.key("jobs", i, k), f"{where} {k!r}", k, v)
                 values[k] = v
             elif k in option_keys:
                 options[k] = v
             else:
-                allowed = sorted(set(_JOB_FIELDS) - {"options"} | option_keys)
+                allowed = sorted(set(_JOB_FIELDS) - {"options", "resources"} | option_keys)
                 raise FleetError(path, loc.key("jobs", i, k), f"{where} has no key {k!r} for kind {kind!r}"
                                                               f"{did_you_mean(k, allowed)}; expected one of "
                                                               f"{', '.join(allowed)}")
@@ -357,6 +390,9 @@ def _parse_jobs(raw_jobs: Any, defaults: dict[str, Any], names: set[str], path: 
                 raise FleetError(path, loc.key("jobs", i, exc.key) if exc.key else loc.table("jobs", i),
                                  str(exc)) from None
         node = values.get("node")
+        if values.get("cluster") is not None and values["cluster"] not in clusters:
+            raise FleetError(path, loc.key("jobs", i, "cluster"),
+                             f"{where} 'cluster': {hint_unknown_cluster(values['cluster'], clusters)}")
         if node is not None and node not in names:
             raise FleetError(path, loc.key("jobs", i, "node"),
                              f"{where} 'node': no node named {node!r}; declared: {', '.join(sorted(names))}")

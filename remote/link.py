@@ -58,8 +58,9 @@ class RequestFailed(Exception):
     """The agent answered, and refused: ``str()`` is the agent's reason alone (also in
     ``.reason``); ``.node`` and ``.op`` say where and what."""
 
-    def __init__(self, node: str, op: str, reason: str) -> None:
+    def __init__(self, node: str, op: str, reason: str, usage: bool = False) -> None:
         self.node, self.op, self.reason = node, op, reason
+        self.usage = usage  # the fleet file's or the command's mistake, as the node judged it
         super().__init__(reason)
 
 
@@ -75,6 +76,9 @@ def agent_argv(node: Node, python: str) -> list[str]:
         argv.append("--no-nvml")
     if node.simulate_gpus:
         argv += ["--simulate-gpus", node.simulate_gpus]
+    if node.cluster is not None:  # the agent of a cluster's login node (agents/cluster/)
+        import json
+        argv += ["--cluster", json.dumps(node.cluster.to_dict(), separators=(",", ":"))]
     return argv
 
 
@@ -215,7 +219,7 @@ class AgentLink:
             self._waiting.pop(req.id, None)
             raise AgentError(self.node.name, f"no answer to {op.name!r} within {timeout:.0f} s") from None
         if not reply.ok:
-            raise RequestFailed(self.node.name, op.name, reply.error or "refused")
+            raise RequestFailed(self.node.name, op.name, reply.error or "refused", usage=reply.usage)
         try:
             return op.answer(reply.result)
         except wire.ProtocolError as exc:

@@ -22,3 +22,9 @@ class OperatorError(Exception):
 
 class UnknownName(OperatorError):
     """A job or node the fleet file does not declare; ``fix`` lists those it does."""
+
+
+class Refusal(ValueError):
+    """A request a node refuses because of what it was asked (a partition that does not exist,
+    more GPUs than any node has): the fleet file's mistake, not the node's failure. The console
+    exits 2 for it, as for a mistake in the fleet file itself."""

@@ -12,6 +12,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from .cluster import RESOURCE_KEYS, TaskResources
 from .kinds import ExtractOptions, GenerateOptions, KindOptions, OptionError, RouterOptions
 from .units import parse_deadline, parse_duration
 from .vocab import RestartPolicy
@@ -140,6 +141,9 @@ class JobSpec:
     # generate / extract / router: the kind's options (agents/contract/kinds.py); None for the others.
     # Given as a dict (a fleet file's keys, the wire's form), it is read into the kind's dataclass.
     options: Optional[KindOptions] = None
+    # a job of a cluster ([[clusters]]) instead of a node: what it asks the scheduler for
+    cluster: Optional[str] = None
+    resources: Optional[TaskResources] = None
 
     def __post_init__(self) -> None:
         problem = job_name_problem(self.name)
@@ -172,6 +176,37 @@ class JobSpec:
             raise SpecError(f"job {self.name!r}: 'gpus' must be GPU indices (integers >= 0)")
         self._check_watch_fields()
         self._read_options()
+        self._read_resources()
+
+    def _read_resources(self) -> None:
+        res = self.resources
+        if isinstance(res, dict):
+            unknown = set(res) - set(RESOURCE_KEYS)
+            if unknown:
+                raise SpecError(f"job {self.name!r}: unknown resource(s) {', '.join(sorted(unknown))}")
+            res = TaskResources(**res)
+            object.__setattr__(self, "resources", res)
+        if res is not None and not isinstance(res, TaskResources):
+            raise SpecError(f"job {self.name!r}: 'resources' must be a table, got {type(res).__name__}")
+        if self.cluster is not None:
+            if self.node is not None:
+                raise SpecError(f"job {self.name!r}: 'node' and 'cluster' both given; a job runs on a node or is "
+                                f"submitted to a cluster, not both")
+            if res is None:
+                object.__setattr__(self, "resources", res := TaskResources())
+            for _, problem in res.problems():
+                raise SpecError(f"job {self.name!r}: {problem}")
+        elif res is not None:
+            raise SpecError(f"job {self.name!r}: scheduler resources are for a job with a 'cluster'")
+
+    @property
+    def target(self) -> Optional[str]:
+        """Where the job runs: its cluster, else its node; None: the local node."""
+        return self.cluster if self.cluster is not None else self.node
+
+    @property
+    def shards(self) -> int:
+        return self.resources.shards if self.resources is not None else 1
 
     def _read_options(self) -> None:
         cls, given = self.kind.options_class, self.options
@@ -229,6 +264,7 @@ class JobSpec:
         d = {f.name: copy.deepcopy(getattr(self, f.name)) for f in dataclasses.fields(self)}
         d["kind"] = self.kind.value
         d["options"] = self.options.fleet_dict() if self.options is not None else {}
+        d["resources"] = self.resources.to_dict() if self.resources is not None else None
         return d
 
     def __plain__(self) -> dict[str, Any]:

@@ -46,6 +46,7 @@ class Gpu:
     temp_c: Optional[float] = None
     power_w: Optional[float] = None
     processes: list[GpuProcess] = field(default_factory=list)
+    host: Optional[str] = None  # on a cluster: the compute node the GPU is on (its index is that node's)
 
 
 @dataclass(frozen=True)
@@ -171,6 +172,44 @@ class LogChunk:
 
 
 @dataclass(frozen=True)
+class TaskInfo:
+    """A cluster job's task as the scheduler shows it (agents/cluster/): its row is
+    ``<job>/<index>``, its GPUs are the compute node's indices (Slurm's IDX)."""
+
+    job: str  # the fleet's job
+    index: int  # the array task id: the shard it runs
+    job_id: Optional[str] = None  # the raw id (srun --jobid, scontrol listpids)
+    array_id: Optional[str] = None  # A in A_T (scancel, requeue)
+    host: Optional[str] = None  # the compute node
+    scheduler_state: Optional[str] = None  # RUNNING, PENDING, CANCELLED... as the scheduler says it
+    reason: Optional[str] = None  # a pending task's reason (JobArrayTaskLimit, BeginTime...)
+    reason_text: Optional[str] = None  # that reason in one line
+    restarts: int = 0  # the scheduler's requeues (SLURM_RESTART_COUNT)
+    elapsed_s: Optional[float] = None
+    limit_s: Optional[float] = None  # its time limit; None: none
+    note: Optional[str] = None  # what the wrapper saw: "requeued itself on SIGUSR1 (time limit or preemption)"
+    source: str = "squeue"  # squeue, or "attempts": left squeue, read from the wrapper's file
+    observed: bool = False  # an observer beside it reports its GPUs and host
+
+
+@dataclass(frozen=True)
+class ClusterInfo:
+    """The cluster agent's own figures: the scheduler it polls, and what a poll costs."""
+
+    kind: str
+    login: str
+    partition: Optional[str] = None
+    poll_s: float = 30.0
+    polls: int = 0  # squeue calls so far
+    polled_at: Optional[float] = None
+    poll_ms: Optional[float] = None  # the last poll: squeue and parsing
+    config: dict[str, str] = field(default_factory=dict)  # ProctrackType, MinJobAge, KillWait, MaxArraySize...
+    observers: int = 0
+    error: Optional[str] = None  # the last poll failed: why
+    setup_error: Optional[str] = None  # this login cannot be used at all (no squeue: not a Slurm login node)
+
+
+@dataclass(frozen=True)
 class JobStatus:
     name: str
     kind: JobKind
@@ -204,6 +243,7 @@ class JobStatus:
     # the fleet file's spec differs from the one this attempt ran with: what a relaunch changes
     spec_changes: list[str] = field(default_factory=list)
     fleet: Optional[str] = None  # the fleet file that owns the job (agents/owners.py); None: not known
+    task: Optional[TaskInfo] = None  # a cluster job's task (the row is <job>/<index>)
 
 
 @dataclass(frozen=True)
@@ -259,6 +299,7 @@ class Snapshot:
     gpu_error: Optional[str] = None  # why the GPU list is empty (no driver, NVML off)
     containment: Optional[str] = None  # how job attempts are contained: cgroup | token (agents/contain.py)
     gpus_simulated: bool = False  # the GPUs are the demo's stand-in (agents/simgpu.py), not NVML
+    cluster: Optional[ClusterInfo] = None  # a cluster agent's snapshot: its scheduler and polls
     type: str = "snapshot"
 
 
@@ -295,6 +336,7 @@ class Reply:
     ok: bool
     result: dict[str, Any] = field(default_factory=dict)
     error: Optional[str] = None
+    usage: bool = False  # a refusal that is the fleet file's or the command's mistake (the console exits 2)
     type: str = "reply"
 
 

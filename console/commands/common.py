@@ -106,7 +106,7 @@ def run_command(args: argparse.Namespace) -> int:
         return asyncio.run(rv) if inspect.iscoroutine(rv) else rv
     except RequestFailed as exc:
         err(f"{exc.node}: {exc}")
-        return EXIT_FAIL
+        return EXIT_USAGE if exc.usage else EXIT_FAIL
     except AgentError as exc:  # a node that cannot be reached or used
         err(str(exc))
         return EXIT_FAIL

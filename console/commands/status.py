@@ -8,7 +8,7 @@ import time
 from ...agents.contract.jobs import JobKind
 from ...agents.contract.vocab import JobState
 from ...agents.contract.documents import drift_text
-from .common import EXIT_OK, EXIT_UNREACHABLE, exit_codes, fleet_arg, load_fleet, take_over_arg
+from .common import EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, err, exit_codes, fleet_arg, load_fleet, take_over_arg
 from ..cost import NO_PRICE, dollars
 
 ALIVE = frozenset(s for s in JobState if s.alive)
@@ -43,6 +43,13 @@ async def _status(args) -> int:
         print(json.dumps(state.to_json(), indent=1))
     else:
         print(render_status(state))
+    # 2: a cluster's login cannot be used at all (no squeue there): the fleet file's mistake
+    setup = [(name, view.snapshot.cluster.setup_error) for name, view in state.nodes.items()
+             if view.snapshot is not None and view.snapshot.cluster is not None and view.snapshot.cluster.setup_error]
+    for name, problem in setup:
+        err(f"cluster {name}: {problem}")
+    if setup:
+        return EXIT_USAGE
     # 3: some node did not answer (its reason is in the report): scripts can tell a partial look
     return EXIT_UNREACHABLE if any(not view.reachable for view in state.nodes.values()) else EXIT_OK
 

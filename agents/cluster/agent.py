@@ -1,0 +1,721 @@
+"""The agent in a scheduler's mode, on a cluster's login node (``python -m gpudeck.agents
+--cluster SPEC``). It is the node agent of agents/agent.py (the same hello, links, relays for a
+second console, ops table) with the jobs of the cluster in place of the node's own:
+
+- one ``squeue`` per ``poll_s``, plus a few soon after an action, shared by every console (a
+  second console relays through this agent, as on a node);
+- ``scontrol -d`` once per task when it starts running (its GPUs by IDX), ``scontrol show
+  config`` once;
+- a row per task (``extract/7``), from the queue while Slurm knows the task and from the
+  wrapper's attempts file after (agents/cluster/runs.py): nothing is shown as finished without
+  evidence;
+- launch is ``sbatch`` of an array, kill is ``scancel A_T`` and then proof by the GPUs' own
+  reading, relaunch is a requeue (or a resubmission once Slurm forgot the task), logs are read
+  from the shared filesystem;
+- an observer step beside each running task (agents/cluster/observe.py), every one on this
+  agent's own pipes, so a dozen observed tasks still take one SSH channel.
+
+gpudeck never schedules here: no GPU is chosen, no allocation held, no work runs as a child of
+this agent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import logging
+import os
+import shlex
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from ..agent import Agent
+from ..contract import ops, wire
+from ..contract.errors import Refusal
+from ..contract.cluster import ClusterSpec, slurm_job_name, split_task, task_name
+from ..contract.jobs import JobKind, JobSpec
+from ..contract.vocab import JobState
+from ..contract.wire import (ClusterInfo, Gpu, GpuHolder, JobStatus, KillVerdict, LaunchResult, LogChunk, Snapshot,
+                             TaskInfo)
+from ..progress import ProgressTracker
+from ..supervisor import JobError
+from .. import joblog
+from .runs import TASK_TOKEN, Attempts, install_wrapper, read_attempts, run_dir
+from .slurm import REASONS, TERMINAL, QueueRow, Slurm, SlurmError, TaskDetail
+
+log = logging.getLogger("agents")
+
+EXTRA_POLLS_S = (1.0, 3.0, 7.0)  # after an action: a few polls soon, then back to poll_s
+OBSERVER_INTERVAL_S = 2.0
+REQUEUE_SIGNAL_S = 120  # --signal=B:USR1@120: the wrapper requeues its task before the time limit
+
+_STATES = {
+    "PENDING": JobState.PENDING, "REQUEUED": JobState.PENDING, "REQUEUE_HOLD": JobState.PENDING,
+    "REQUEUE_FED": JobState.PENDING, "RESV_DEL_HOLD": JobState.PENDING, "CONFIGURING": JobState.STARTING,
+    "RUNNING": JobState.RUNNING, "SUSPENDED": JobState.RUNNING, "STOPPED": JobState.RUNNING,
+    "COMPLETING": JobState.STOPPING, "SIGNALING": JobState.STOPPING, "STAGE_OUT": JobState.STOPPING,
+    "RESIZING": JobState.RUNNING, "COMPLETED": JobState.EXITED, "CANCELLED": JobState.KILLED,
+}
+
+
+def job_state(slurm_state: str) -> JobState:
+    return _STATES.get(slurm_state, JobState.FAILED if slurm_state in TERMINAL else JobState.RUNNING)
+
+
+def fleet_name(identity: str) -> str:
+    """The short fleet name in ``gd:<fleet>:<job>``: the fleet file's stem."""
+    if not identity:
+        return ""
+    return Path(identity.split(":", 1)[-1]).stem.replace(":", "_") or "fleet"
+
+
+class ClusterAgent(Agent):
+    def __init__(self, home: Path, node: str, spec: ClusterSpec, interval_s: float = 1.0, nvml: bool = True,
+                 out: Any = None, simulate_gpus: Optional[str] = None) -> None:
+        super().__init__(home, node, interval_s, nvml=nvml, out=out, simulate_gpus=simulate_gpus)
+        self.spec = spec
+        self.slurm = Slurm(spec)
+        self.rows: dict[tuple[str, int], QueueRow] = {}  # (job, index): the newest row of each task
+        self.foreign: list[QueueRow] = []  # gpudeck tasks of this fleet that no declared job has
+        self.details: dict[str, TaskDetail] = {}  # raw id: scontrol -d of a running task
+        self.declared: dict[str, JobSpec] = {}
+        self.fleet = ""
+        self.polls = 0
+        self.polled_at: Optional[float] = None
+        self.poll_ms: Optional[float] = None
+        self.poll_error: Optional[str] = None
+        self.kills: dict[str, KillVerdict] = {}
+        self.node_hosts: dict[str, Optional[str]] = {}
+        self.local_names = {socket.gethostname(), socket.gethostname().split(".")[0], "localhost", "127.0.0.1"}
+        self.observers = Observers(self)
+        self._lock = threading.RLock()
+        self._due: list[float] = []  # monotonic times of the extra polls an action asked for
+        self._wake: Optional[asyncio.Event] = None
+        self._loop: Optional[asyncio.AbstractEventLoop] = None
+        self._trackers2: dict[str, tuple[str, ProgressTracker]] = {}
+        self.setup_error = self.slurm.missing()  # not a Slurm login node: said in every snapshot, never polled
+        if self.setup_error:
+            log.error("%s", self.setup_error)
+        self._load_declared()
+
+    # ------------------------------------------------------------ declared jobs (kept in the home)
+
+    @property
+    def _state_file(self) -> Path:
+        return self.home / "cluster-jobs.json"
+
+    def _load_declared(self) -> None:
+        try:
+            doc = json.loads(self._state_file.read_text())
+            self.fleet = doc.get("fleet", "")
+            self.declared = {j["name"]: JobSpec.from_dict(j) for j in doc.get("jobs", [])}
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            if not isinstance(exc, FileNotFoundError):
+                log.warning("cluster %s: cannot read %s (%s); the jobs come with the next console", self.node,
+                            self._state_file, exc)
+
+    def _save_declared(self) -> None:
+        from ..contract.atomic import atomic_write_json
+        atomic_write_json(self._state_file, {"fleet": self.fleet, "jobs": [s.to_dict() for s in
+                                                                            self.declared.values()]}, mode=0o600)
+
+    # ------------------------------------------------------------ polling
+
+    def poll(self) -> None:
+        """One squeue: every task of ours, newest row per (job, index); scontrol -d for a task
+        that is newly running."""
+        if self.setup_error:
+            return
+        t0 = time.monotonic()
+        try:
+            rows = self.slurm.queue()
+        except SlurmError as exc:
+            with self._lock:
+                self.poll_error = str(exc)
+            log.warning("cluster %s: poll failed: %s", self.node, exc)
+            return
+        prefix = f"gd:{self.fleet}:" if self.fleet else "gd:"
+        by_task: dict[tuple[str, int], QueueRow] = {}
+        foreign = []
+        for row in rows:
+            if not row.name.startswith(prefix) or row.index is None:
+                continue
+            job = row.name[len(prefix):] if self.fleet else row.name.split(":", 2)[-1]
+            key = (job, row.index)
+            old = by_task.get(key)
+            if old is None or _newer(row, old):
+                by_task[key] = row
+        for (job, _), row in by_task.items():
+            if job not in self.declared:
+                foreign.append(row)
+        for row in by_task.values():
+            if row.state == "RUNNING" and row.raw not in self.details:
+                detail = self.slurm.detail(row.raw)
+                if detail is not None:
+                    self.details[row.raw] = detail
+            elif row.state != "RUNNING":
+                self.details.pop(row.raw, None)
+        with self._lock:
+            self.rows, self.foreign = by_task, foreign
+            self.polls += 1
+            self.polled_at = time.time()
+            self.poll_ms = (time.monotonic() - t0) * 1000
+            self.poll_error = None
+
+    def soon(self) -> None:
+        """After an action: a few polls in the next seconds (bounded), then the usual pace."""
+        now = time.monotonic()
+        with self._lock:
+            self._due = sorted(set(self._due) | {now + d for d in EXTRA_POLLS_S})
+        if self._loop is not None and self._wake is not None:
+            self._loop.call_soon_threadsafe(self._wake.set)
+
+    async def _poll_loop(self) -> None:
+        self._wake = asyncio.Event()
+        last = 0.0
+        try:
+            if not self.setup_error:
+                await asyncio.to_thread(self.slurm.config)
+        except SlurmError as exc:
+            self.poll_error = f"scontrol show config: {exc}"
+        while True:
+            now = time.monotonic()
+            with self._lock:
+                self._due = [t for t in self._due if t > now]
+            await asyncio.to_thread(self.poll)
+            last = time.monotonic()
+            try:
+                await self.observers.reconcile()
+            except Exception:  # noqa: BLE001 -- an observer must never stop the polls
+                log.exception("cluster %s: observers", self.node)
+            while True:
+                with self._lock:
+                    nxt = min([last + self.spec.poll_s] + [t for t in self._due if t > last])
+                delay = nxt - time.monotonic()
+                if delay <= 0:
+                    break
+                self._wake.clear()
+                try:
+                    await asyncio.wait_for(self._wake.wait(), delay)
+                except asyncio.TimeoutError:
+                    break
+
+    async def run(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        poller = self._loop.create_task(self._poll_loop())
+        try:
+            await super().run()
+        finally:
+            poller.cancel()
+            await self.observers.close()
+
+    # ------------------------------------------------------------ the snapshot
+
+    def _run(self, job: str) -> Path:
+        return run_dir(self.spec.shared_dir, self.fleet, job)
+
+    def _attempts(self, job: str, index: int) -> Attempts:
+        return read_attempts(self._run(job) / "attempts" / f"{index}.jsonl")
+
+    def task_names(self) -> list[tuple[str, int]]:
+        out = [(name, i) for name, spec in self.declared.items() for i in range(spec.shards)]
+        return out + sorted({k for k in self.rows if k[0] not in self.declared})
+
+    def snapshot(self) -> Snapshot:
+        if self.polls == 0 and self.poll_error is None and not self.setup_error:
+            self.poll()  # the first answer waits for the queue: a task is never shown lost for want of a poll
+        now = time.time()
+        with self._lock:
+            rows = dict(self.rows)
+        jobs = []
+        for job, index in self.task_names():
+            try:
+                jobs.append(self._task_status(job, index, rows.get((job, index)), now))
+            except Exception as exc:  # noqa: BLE001 -- one task must never blind the cluster
+                log.warning("task %s cannot be read: %s", task_name(job, index), exc)
+                jobs.append(JobStatus(name=task_name(job, index), kind=JobKind.COMMAND, state=JobState.PENDING,
+                                      error=f"{type(exc).__name__}: {exc}"))
+        gpus = self.observers.gpus(jobs)
+        host = self.host.sample([str(self.home), os.path.expanduser(self.spec.shared_dir)])
+        config = self.slurm._config or {}
+        info = ClusterInfo(kind=self.spec.kind, login=self.spec.login, partition=self.spec.partition,
+                           poll_s=self.spec.poll_s, polls=self.polls, polled_at=self.polled_at, poll_ms=self.poll_ms,
+                           config=dict(config), observers=len(self.observers.procs), error=self.poll_error,
+                           setup_error=self.setup_error)
+        self.seq += 1
+        snap = Snapshot(node=self.node, seq=self.seq, t=now, host=host, gpus=gpus, jobs=jobs, alerts=[],
+                        gpus_simulated=getattr(self.gpu, "simulated", False), cluster=info)
+        self.history.record(snap)
+        return snap
+
+    def _progress(self, name: str, path: Path, spec: Optional[JobSpec], now: float, alive: bool):
+        key = str(path)
+        cur = self._trackers2.get(name)
+        if cur is None or cur[0] != key:
+            cur = self._trackers2[name] = (key, ProgressTracker(key, None, None))
+        progress = cur[1].poll(now)
+        if progress is not None and not alive:
+            progress = dataclasses.replace(progress, tokens_per_s=None, rate_per_s=None, eta_s=None)
+        return progress
+
+    def _task_status(self, job: str, index: int, row: Optional[QueueRow], now: float) -> JobStatus:
+        spec = self.declared.get(job)
+        name = task_name(job, index)
+        att = self._attempts(job, index)
+        run = self._run(job)
+        note = None
+        source = "squeue"
+        exit_code = att.exit_code if att.ended_at else None
+        if row is not None:
+            state = job_state(row.state)
+            if row.state == "COMPLETED" and att.starts and att.ended_at is None:
+                state = JobState.LOST  # Slurm says completed, the wrapper wrote no end: no evidence
+                note = "Slurm says COMPLETED but the wrapper recorded no end"
+            elif row.state == "COMPLETED" and exit_code not in (None, 0):
+                state = JobState.FAILED
+        elif att.starts:
+            source = "attempts"  # Slurm forgot it (MinJobAge): the wrapper's file is the evidence
+            if att.ended_at is None:
+                state = JobState.LOST
+                note = "left the queue with no end recorded (node failure, or killed before the wrapper could write)"
+            elif att.why == "term":
+                state = JobState.KILLED
+            elif att.why == "usr1" and att.requeue_rc == 0:
+                state = JobState.PENDING
+            else:
+                state = JobState.EXITED if exit_code == 0 else JobState.FAILED
+        else:
+            state = JobState.PENDING
+            note = "not submitted"
+        if att.requeued_at and (row is None or row.state == "PENDING") and (att.ended_at or 0) >= (att.started_at or 0):
+            when = time.strftime("%H:%M:%S", time.localtime(att.requeued_at))
+            note = (f"requeued itself at {when} on SIGUSR1 (its time limit was near, or it was preempted)"
+                    + ("" if att.requeue_rc == 0 else f"; the requeue failed (exit {att.requeue_rc})"))
+        detail = self.details.get(row.raw) if row is not None else None
+        gpus = list(detail.gpus) if detail is not None else []
+        if not gpus and state.alive and att.gpus:
+            try:
+                gpus = [int(g) for g in att.gpus.split(",") if g.strip()]
+            except ValueError:
+                gpus = []
+        alive = state.alive
+        progress = self._progress(name, run / "progress" / f"{index}.json", spec, now, alive)
+        observed = self.observers.latest.get(name)
+        uuids = []
+        if observed is not None:
+            by_index = {g.index: g for g in observed.gpus}
+            uuids = [by_index[i].uuid for i in gpus if i in by_index]
+        info = TaskInfo(job=job, index=index, job_id=row.raw if row else att.job_id,
+                        array_id=row.array_id if row else att.array_id, host=row.node if row else att.host,
+                        scheduler_state=row.state if row else None, reason=row.reason if row and row.reason != "None"
+                        else None, reason_text=REASONS.get(row.reason) if row else None,
+                        restarts=detail.restarts if detail else att.restart, elapsed_s=row.elapsed_s if row else None,
+                        limit_s=row.limit_s if row else None, note=note, source=source,
+                        observed=observed is not None)
+        return JobStatus(
+            name=name, kind=spec.kind if spec else JobKind.COMMAND, state=state, gpus=gpus, gpu_uuids=uuids,
+            attempt=att.starts, exit_code=exit_code if not alive else None,
+            started_at=att.started_at, ended_at=att.ended_at if not alive else None, progress=progress,
+            log_path=str(run / "logs" / f"{index}.log"), last_kill=self.kills.get(name),
+            fleet=self.fleet_identity or None, task=info)
+
+    fleet_identity = ""
+
+    # ------------------------------------------------------------ the ops
+
+    def _table(self) -> dict[type, Callable[[Any], Any]]:
+        table = super()._table()
+        table.update({
+            ops.Status: lambda op: self.snapshot(),
+            ops.Configure: self._configure,
+            ops.Launch: lambda op: self.launch(op.job),
+            ops.Kill: lambda op: self.kill(op.job, op.grace_s),
+            ops.Relaunch: lambda op: self.relaunch(op.job, op.grace_s),
+            ops.KillPid: self._no_kill_pid,
+            ops.Logs: lambda op: self.logs(op.job, op.lines, op.offset),
+        })
+        return table
+
+    def _no_kill_pid(self, op: ops.KillPid) -> KillVerdict:
+        raise JobError(f"cluster {self.node}: a process is killed through its job (scancel), not by pid")
+
+    def _configure(self, op: ops.Configure) -> ops.Configured:
+        mine = [s for s in op.jobs if s.cluster in (None, self.node)]
+        with self._lock:
+            changed = {s.name: ["the fleet file's spec"] for s in mine
+                       if s.name in self.declared and self.declared[s.name] != s}
+            self.declared = {s.name: s for s in mine}
+            if op.fleet:
+                self.fleet_identity = op.fleet
+                self.fleet = fleet_name(op.fleet)
+        try:
+            self._save_declared()
+        except OSError as exc:
+            log.warning("cluster %s: cannot keep the jobs in %s: %s", self.node, self._state_file, exc)
+        self.soon()
+        return ops.Configured(jobs=[s.name for s in mine], changed=changed)
+
+    def _spec(self, job: str) -> JobSpec:
+        spec = self.declared.get(job)
+        if spec is None:
+            known = ", ".join(self.declared) or "none"
+            raise JobError(f"unknown job {job!r} on cluster {self.node} (its jobs: {known})")
+        return spec
+
+    def _task(self, name: str) -> tuple[JobSpec, Optional[int]]:
+        job, index = split_task(name)
+        spec = self._spec(job)
+        if index is not None and not 0 <= index < spec.shards:
+            raise JobError(f"{name!r}: job {job!r} has tasks 0 to {spec.shards - 1}")
+        return spec, index
+
+    # -- launch
+
+    def task_python(self, spec: JobSpec) -> str:
+        venv = Path(os.path.expanduser(self.spec.venv)) / "bin" / "python"
+        return spec.python or self.spec.python or (str(venv) if venv.exists() else sys.executable)
+
+    def task_argv(self, spec: JobSpec) -> list[str]:
+        argv = spec.argv(self.task_python(spec))
+        opts = spec.options
+        if spec.shards > 1 and not spec.command and opts is not None and \
+                "part" in {f.name for f in dataclasses.fields(opts)} and getattr(opts, "part", None) is None:
+            argv += ["--part", f"{TASK_TOKEN}/{spec.shards}"]  # each task its shard (the wrapper fills it in)
+        return argv
+
+    def sbatch_argv(self, spec: JobSpec, indices: list[int]) -> list[str]:
+        res = spec.resources
+        assert res is not None
+        run = self._run(spec.name)
+        c = self.spec
+        array = _ranges(indices) + (f"%{res.max_running}" if res.max_running else "")
+        argv = ["-J", slurm_job_name(self.fleet, spec.name), f"--array={array}",
+                "-o", str(run / "logs" / "%a.log"), "--open-mode=append"]
+        for flag, value in (("-p", c.partition), ("-A", c.account), ("-q", c.qos), ("-C", c.constraint),
+                            ("-c", res.cpus), ("--mem", res.mem), ("-t", res.time), ("--chdir", spec.cwd)):
+            if value is not None:
+                argv += [flag, str(os.path.expanduser(str(value)) if flag == "--chdir" else value)]
+        if res.gpus:
+            argv.append(f"--gres=gpu:{res.gpu_type + ':' if res.gpu_type else ''}{res.gpus}")
+        argv += ["--requeue", f"--signal=B:USR1@{REQUEUE_SIGNAL_S}"] if res.requeue else ["--no-requeue"]
+        argv += list(c.sbatch_args)
+        return argv + [str(install_wrapper(c.shared_dir)), str(run), str(spec.shards), "--", *self.task_argv(spec)]
+
+    def launch(self, name: str) -> LaunchResult:
+        if self.setup_error:
+            raise Refusal(self.setup_error)
+        spec, index = self._task(name)
+        indices = [index] if index is not None else list(range(spec.shards))
+        with self._lock:
+            live = [task_name(spec.name, i) for i in indices if (r := self.rows.get((spec.name, i))) is not None
+                    and not r.terminal]
+        if live:
+            raise JobError(f"{', '.join(live)} already in the queue; relaunch or kill {'them' if len(live) > 1 else 'it'} "
+                           f"first")
+        return self._submit(spec, indices, name)
+
+    def _submit(self, spec: JobSpec, indices: list[int], name: str, kill: Optional[KillVerdict] = None
+                ) -> LaunchResult:
+        limit = self.slurm.config().get("MaxArraySize", "")
+        if limit.isdigit() and max(indices) >= int(limit):
+            raise Refusal(f"job {spec.name!r}: {spec.shards} shards, but this cluster's MaxArraySize is {limit} "
+                           f"(array indices 0 to {int(limit) - 1})")
+        run = self._run(spec.name)
+        (run / "logs").mkdir(parents=True, exist_ok=True)
+        self._write_env(spec, run)
+        argv = self.sbatch_argv(spec, indices)
+        try:
+            array = self.slurm.submit(argv, test_only=True)
+        except SlurmError as exc:
+            said = f"sbatch refused job {spec.name!r}: {exc}"
+            raise (Refusal(said) if refused_for_input(str(exc)) else JobError(said)) from None
+        self.sup.audit("launch", name, array=array, argv=argv)
+        self.soon()
+        attempt = max((self._attempts(spec.name, i).starts for i in indices), default=0) + 1
+        return LaunchResult(job=name, pid=0, attempt=attempt, log=str(run / "logs"), kill=kill,
+                            argv=["sbatch", *argv])
+
+    def _write_env(self, spec: JobSpec, run: Path) -> None:
+        """The job's ``env`` in a file only its user reads (never on a command line that
+        ``scontrol show job`` prints); the wrapper sources it."""
+        from ..contract.atomic import atomic_write_bytes
+        path = run / "env.sh"
+        text = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in spec.env.items())
+        atomic_write_bytes(path, text.encode(), mode=0o600)
+
+    # -- kill
+
+    def kill(self, name: str, grace_s: float = 10.0) -> KillVerdict:
+        spec, index = self._task(name)
+        if index is None:
+            verdicts = [self.kill(task_name(spec.name, i), grace_s) for i in range(spec.shards)]
+            ok = all(v.ok for v in verdicts)
+            return KillVerdict(job=name, ok=ok, at=time.time(), message="; ".join(
+                f"{v.job}: {v.message}" for v in verdicts if not v.already) or f"{name}: no task was running",
+                gpu_holders=[h for v in verdicts for h in v.gpu_holders],
+                seconds=max((v.seconds or 0 for v in verdicts), default=None))
+        verdict = self._kill_task(spec, index, grace_s)
+        self.kills[name] = verdict
+        self.sup.audit("kill", name, verdict=wire.to_plain(verdict))
+        self.soon()
+        return verdict
+
+    def _kill_task(self, spec: JobSpec, index: int, grace_s: float) -> KillVerdict:
+        name = task_name(spec.name, index)
+        with self._lock:
+            row = self.rows.get((spec.name, index))
+        if row is None:
+            return KillVerdict(job=name, ok=True, already="pending", at=time.time(),
+                               message=f"{name} is not in the queue (never submitted, or long gone)")
+        task_id = f"{row.array_id}_{index}"
+        state = self.slurm.state_of(task_id)
+        if state is None or state in TERMINAL:
+            return KillVerdict(job=name, ok=True, already=(state or row.state).lower(), at=time.time(),
+                               message=f"{name} had already ended ({state or row.state})")
+        detail = self.details.get(row.raw) or (self.slurm.detail(row.raw) if state == "RUNNING" else None)
+        gpus = detail.gpus if detail else []
+        node = (detail.node if detail else None) or row.node
+        local = node is not None and self._is_local(node)
+        before = self._holders(gpus, name) if local and gpus else {}
+        t0 = time.monotonic()
+        self.slurm.cancel(task_id)  # its exit status says nothing: the state is read back
+        kill_wait = self.slurm.seconds_of("KillWait", 30.0)
+        deadline = t0 + kill_wait + max(grace_s, 10.0)
+        delay = 0.05
+        while True:
+            state = self.slurm.state_of(task_id)
+            if state is None or state in TERMINAL:
+                break
+            if time.monotonic() > deadline:
+                return KillVerdict(job=name, ok=False, seconds=time.monotonic() - t0, at=time.time(),
+                                   message=f"scancel {task_id} sent, but Slurm still shows {state} after "
+                                           f"{time.monotonic() - t0:.0f} s (KillWait {kill_wait:g} s)")
+            time.sleep(delay)
+            delay = min(delay * 2, 1.0)
+        ended_s = time.monotonic() - t0
+        ended = f"{state or 'gone from the queue'} in {ended_s:.2f} s"
+        if state == "PENDING" or not gpus and row.state == "PENDING":
+            return KillVerdict(job=name, ok=True, seconds=ended_s, at=time.time(),
+                               message=f"cancelled before it ran ({ended}); it held no GPU")
+        if not gpus:
+            return KillVerdict(job=name, ok=True, seconds=ended_s, at=time.time(),
+                               message=f"{ended}; it asked for no GPU")
+        if not local:
+            return KillVerdict(job=name, ok=False, seconds=ended_s, at=time.time(),
+                               message=f"ended ({ended}); GPU memory not observed: no gpudeck agent sees node "
+                                       f"{node} once the job's steps are gone (its observer ends with the job)")
+        # the proof: the job's GPUs, by IDX, hold no memory of the processes it had there
+        deadline = time.monotonic() + max(grace_s, 5.0)
+        while True:
+            left = {pid: (g, mib) for pid, (g, mib) in self._holders(gpus, name).items() if pid in before}
+            if not left or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        seconds = time.monotonic() - t0
+        freed = sum(mib for pid, (_, mib) in before.items() if pid not in left) / 1024
+        if left:
+            holders = [GpuHolder(pid=pid, gpu=g, mib=mib) for pid, (g, mib) in sorted(left.items())]
+            said = ", ".join(f"pid {h.pid} holds {h.mib / 1024:.1f} GiB on GPU {h.gpu}" for h in holders)
+            return KillVerdict(job=name, ok=False, seconds=seconds, freed_gib=freed, gpu_holders=holders,
+                               pids=sorted(before), survivors=sorted(left), at=time.time(),
+                               message=f"Slurm says {ended}, but {said} {seconds - ended_s:.1f} s later "
+                                       f"(node {node}; a process that left the job's process tracking)")
+        return KillVerdict(job=name, ok=True, seconds=seconds, freed_gib=freed, pids=sorted(before), at=time.time(),
+                           message=f"{ended}; GPU {','.join(map(str, gpus))} on {node}: "
+                                   + (f"{freed:.1f} GiB back in {seconds:.2f} s" if before else
+                                      "held no memory of the job"))
+
+    def _holders(self, gpus: list[int], name: str) -> dict[int, tuple[int, float]]:
+        """pid -> (GPU index, MiB) of the processes holding memory on ``gpus`` of this node."""
+        out: dict[int, tuple[int, float]] = {}
+        for g in self.gpu.sample():
+            if g.index in gpus:
+                for p in g.processes:
+                    if p.used_mib > 0:
+                        out[p.pid] = (g.index, p.used_mib)
+        return out
+
+    def _is_local(self, node: str) -> bool:
+        if node in self.local_names:
+            return True
+        if node not in self.node_hosts:
+            self.node_hosts[node] = self.slurm.host_of(node)
+        host = self.node_hosts[node]
+        return host is not None and (host in self.local_names or host.split(".")[0] in self.local_names)
+
+    # -- relaunch
+
+    def relaunch(self, name: str, grace_s: float = 10.0) -> LaunchResult:
+        spec, index = self._task(name)
+        if index is None:
+            kill = self.kill(name, grace_s)
+            return self._submit(spec, list(range(spec.shards)), name, kill=kill)
+        with self._lock:
+            row = self.rows.get((spec.name, index))
+        kill = None
+        if row is not None and not row.terminal and row.state != "PENDING":
+            kill = self.kill(name, grace_s)
+        if row is not None:
+            task_id = f"{row.array_id}_{index}"
+            try:
+                self.slurm.requeue(task_id)
+            except SlurmError as exc:  # forgotten, or preemption cancelled rather than requeued: resubmit
+                log.info("cluster %s: requeue of %s failed (%s); resubmitting", self.node, task_id, exc)
+            else:
+                self.sup.audit("relaunch", name, requeue=task_id)
+                self.soon()
+                att = self._attempts(spec.name, index)
+                return LaunchResult(job=name, pid=0, attempt=att.starts + 1, kill=kill,
+                                    log=str(self._run(spec.name) / "logs" / f"{index}.log"),
+                                    argv=["scontrol", "requeue", task_id])
+        return self._submit(spec, [index], name, kill=kill)
+
+    # -- logs
+
+    def logs(self, name: str, lines: int = 100, offset: Optional[int] = None) -> LogChunk:
+        spec, index = self._task(name)
+        path = self._run(spec.name) / "logs" / f"{index if index is not None else 0}.log"
+        return joblog.tail(name, path, lines) if offset is None else joblog.read_on(name, path, int(offset))
+
+
+_INPUT_MISTAKES = ("invalid partition", "requested node configuration is not available", "invalid --time",
+                   "invalid account", "invalid qos", "invalid generic resource", "invalid feature specification",
+                   "more processors requested than permitted", "memory specification can not be satisfied",
+                   "invalid gres", "invalid --mem")
+
+
+def refused_for_input(said: str) -> bool:
+    """sbatch's refusal is about what was asked (exit 2), not a failing controller."""
+    low = said.lower()
+    return any(m in low for m in _INPUT_MISTAKES)
+
+
+def _newer(a: QueueRow, b: QueueRow) -> bool:
+    def key(r: QueueRow) -> tuple[int, int]:
+        return (int(r.array_id) if r.array_id.isdigit() else 0, 0 if r.terminal else 1)
+    return key(a) > key(b)
+
+
+def _ranges(indices: list[int]) -> str:
+    """[0, 1, 2, 5] -> "0-2,5"."""
+    out = []
+    idx = sorted(set(indices))
+    start = prev = idx[0]
+    for i in idx[1:] + [None]:  # type: ignore[list-item]
+        if i is not None and i == prev + 1:
+            prev = i
+            continue
+        out.append(f"{start}-{prev}" if prev != start else f"{start}")
+        if i is not None:
+            start = prev = i
+    return ",".join(out)
+
+
+class Observers:
+    """One ``srun --overlap`` observer per running task, all on this agent's pipes."""
+
+    def __init__(self, agent: ClusterAgent) -> None:
+        self.agent = agent
+        self.procs: dict[str, tuple[str, asyncio.subprocess.Process, asyncio.Task]] = {}
+        self.latest: dict[str, Snapshot] = {}
+        self.failed: dict[str, tuple[str, float]] = {}  # task -> (raw id, when): do not retry at once
+
+    def wanted(self) -> dict[str, tuple[str, str]]:
+        out = {}
+        with self.agent._lock:
+            rows = dict(self.agent.rows)
+        for (job, index), row in rows.items():
+            if row.state == "RUNNING" and row.node:
+                out[task_name(job, index)] = (row.raw, row.node)
+        return out
+
+    async def reconcile(self) -> None:
+        wanted = self.wanted()
+        for name in list(self.procs):
+            raw, proc, _ = self.procs[name]
+            if wanted.get(name, (None,))[0] != raw or proc.returncode is not None:
+                await self._stop(name)
+        now = time.monotonic()
+        for name, (raw, node) in wanted.items():
+            if name in self.procs:
+                continue
+            failed = self.failed.get(name)
+            if failed is not None and failed[0] == raw and now - failed[1] < 30:
+                continue
+            await self._start(name, raw, node)
+
+    def argv(self, raw: str, node: str) -> list[str]:
+        a = self.agent
+        python = a.task_python(JobSpec(name="observer", command=["true"]))
+        argv = ["srun", "--overlap", "--jobid", raw, "-w", node, "--nodes=1", "--ntasks=1", "--quiet",
+                "--mem=0", python, "-m", "gpudeck.agents", "--observe", "--node", node,
+                "--interval", str(OBSERVER_INTERVAL_S), "--home", str(a.home)]
+        if a.spec.simulate_gpus:
+            argv += ["--simulate-gpus", a.spec.simulate_gpus]
+        return argv
+
+    async def _start(self, name: str, raw: str, node: str) -> None:
+        try:
+            proc = await asyncio.create_subprocess_exec(*self.argv(raw, node), stdin=asyncio.subprocess.PIPE,
+                                                        stdout=asyncio.subprocess.PIPE,
+                                                        stderr=asyncio.subprocess.DEVNULL, env=self.agent.slurm.env,
+                                                        limit=16 * 2**20)
+        except OSError as exc:
+            log.warning("cluster %s: cannot start the observer of %s: %s", self.agent.node, name, exc)
+            self.failed[name] = (raw, time.monotonic())
+            return
+        task = asyncio.get_running_loop().create_task(self._read(name, raw, proc))
+        self.procs[name] = (raw, proc, task)
+
+    async def _read(self, name: str, raw: str, proc: asyncio.subprocess.Process) -> None:
+        assert proc.stdout is not None
+        while True:
+            line = await proc.stdout.readline()
+            if not line:
+                break
+            try:
+                msg = wire.decode(line)
+            except wire.ProtocolError:
+                continue
+            if isinstance(msg, Snapshot):
+                self.latest[name] = msg
+        await proc.wait()
+        if proc.returncode not in (0, None):
+            self.failed[name] = (raw, time.monotonic())
+
+    async def _stop(self, name: str) -> None:
+        raw, proc, task = self.procs.pop(name)
+        self.latest.pop(name, None)
+        if proc.returncode is None:
+            try:
+                if proc.stdin is not None:
+                    proc.stdin.close()
+                await asyncio.wait_for(proc.wait(), 5.0)
+            except (asyncio.TimeoutError, OSError):
+                try:
+                    proc.terminate()
+                except ProcessLookupError:
+                    pass
+        task.cancel()
+
+    async def close(self) -> None:
+        for name in list(self.procs):
+            await self._stop(name)
+
+    def gpus(self, jobs: list[JobStatus]) -> list[Gpu]:
+        """The GPUs of the observed tasks, each with its compute node."""
+        out: dict[tuple[str, int], Gpu] = {}
+        for job in jobs:
+            snap = self.latest.get(job.name)
+            if snap is None or job.task is None or not job.state.alive:
+                continue
+            for g in snap.gpus:
+                if g.index in job.gpus:
+                    procs = [dataclasses.replace(p, job=job.name) for p in g.processes]
+                    out[(snap.node, g.index)] = dataclasses.replace(g, host=snap.node, processes=procs)
+        return [out[k] for k in sorted(out)]

@@ -1,0 +1,141 @@
+"""What a cluster job keeps on the shared filesystem, so that its state survives the scheduler
+forgetting it (MinJobAge, accounting disabled) and its logs outlive it::
+
+    SHARED/bin/gpudeck-wrap.sh             the batch wrapper (WRAPPER below)
+    SHARED/runs/FLEET/JOB/logs/T.log       task T's output, every attempt appended
+    SHARED/runs/FLEET/JOB/attempts/T.jsonl one line per event of task T: start, signal, end, requeue
+    SHARED/runs/FLEET/JOB/progress/T.json  task T's progress.json ($GPUDECK_PROGRESS_FILE)
+
+The wrapper runs the job's command as its child, records each attempt's start (raw id, host,
+restart count, GPUs) and end (exit code), and traps USR1 (``--signal=B:USR1@120``: the time
+limit is near, or preemption) and TERM (scancel): on USR1 it stops the child and requeues its
+own task, so the task comes back and resumes from its done-set.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from ..contract.atomic import atomic_write_bytes
+
+TASK_TOKEN = "@GD_TASK@"  # in a job's argv: replaced by the task's index (its shard) by the wrapper
+
+WRAPPER = r"""#!/bin/bash
+# gpudeck's batch wrapper: one attempt of one array task. Arguments: RUN_DIR SHARDS -- ARGV...
+run=$1; shards=$2; shift 2; [ "$1" = -- ] && shift
+task=${SLURM_ARRAY_TASK_ID:-0}
+array=${SLURM_ARRAY_JOB_ID:-$SLURM_JOB_ID}
+att="$run/attempts/$task.jsonl"
+mkdir -p "$run/attempts" "$run/progress"
+export GPUDECK_SHARD=$task GPUDECK_SHARDS=$shards GPUDECK_PROGRESS_FILE="$run/progress/$task.json"
+note() {  # EVENT [EXTRA_JSON_FIELDS]
+  printf '{"t":%s,"event":"%s","job_id":"%s","array_id":"%s","task":%s,"restart":%s,"host":"%s"%s}\n' \
+    "$(date +%s.%N)" "$1" "$SLURM_JOB_ID" "$array" "$task" "${SLURM_RESTART_COUNT:-0}" "$(hostname -s)" "$2" >>"$att"
+}
+args=()
+for a in "$@"; do args+=("${a//@GD_TASK@/$task}"); done
+child=
+stop_child() {
+  [ -n "$child" ] && kill -TERM "$child" 2>/dev/null
+  wait "$child"; rc=$?
+}
+on_usr1() {
+  note signal ',"signal":"USR1"'
+  stop_child
+  note end ",\"rc\":$rc,\"why\":\"usr1\""
+  out=$(scontrol requeue "${array}_$task" 2>&1); r=$?
+  note requeue ",\"rc\":$r"
+  [ $r -ne 0 ] && echo "gpudeck: requeue of ${array}_$task failed: $out" >&2
+  exit 0
+}
+on_term() {
+  note signal ',"signal":"TERM"'
+  stop_child
+  note end ",\"rc\":$rc,\"why\":\"term\""
+  exit 143
+}
+trap on_usr1 USR1
+trap on_term TERM
+note start ",\"gpus\":\"${SLURM_JOB_GPUS:-${SLURM_STEP_GPUS:-}}\",\"pid\":$$"
+echo "gpudeck: task $task of $shards, job ${array}_$task (raw $SLURM_JOB_ID), restart ${SLURM_RESTART_COUNT:-0}, on $(hostname -s), GPUs ${SLURM_JOB_GPUS:-none}"
+"${args[@]}" &
+child=$!
+wait "$child"; rc=$?
+note end ",\"rc\":$rc"
+exit $rc
+"""
+
+
+def wrapper_path(shared_dir: str) -> Path:
+    return Path(os.path.expanduser(shared_dir)) / "bin" / "gpudeck-wrap.sh"
+
+
+def install_wrapper(shared_dir: str) -> Path:
+    """The wrapper in the shared directory, rewritten when it differs (sbatch copies it at
+    submission: a running task keeps the one it started with)."""
+    path = wrapper_path(shared_dir)
+    try:
+        if path.read_text() == WRAPPER:
+            return path
+    except OSError:
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(path, WRAPPER.encode(), mode=0o755)
+    return path
+
+
+def run_dir(shared_dir: str, fleet: str, job: str) -> Path:
+    return Path(os.path.expanduser(shared_dir)) / "runs" / (fleet or "default") / job
+
+
+@dataclass(frozen=True)
+class Attempts:
+    """Task T's attempts file, read: how many starts, and how the last one went."""
+
+    starts: int = 0
+    started_at: Optional[float] = None  # the last attempt's start
+    ended_at: Optional[float] = None  # the last attempt's end, when it has one
+    exit_code: Optional[int] = None
+    why: Optional[str] = None  # the end's cause when the wrapper saw a signal: usr1 | term
+    requeued_at: Optional[float] = None  # the task requeued itself (USR1)
+    requeue_rc: Optional[int] = None
+    job_id: Optional[str] = None
+    array_id: Optional[str] = None
+    host: Optional[str] = None
+    restart: int = 0
+    gpus: Optional[str] = None
+
+    @property
+    def running(self) -> bool:
+        """The last attempt started and has no end recorded."""
+        return self.starts > 0 and self.ended_at is None
+
+
+def read_attempts(path: Path) -> Attempts:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return Attempts()
+    starts = 0
+    last: dict = {}
+    for line in text.splitlines():
+        try:
+            ev = json.loads(line)
+        except ValueError:
+            continue  # a line cut by a kill -9 of the wrapper: the others still count
+        if not isinstance(ev, dict):
+            continue
+        kind = ev.get("event")
+        if kind == "start":
+            starts += 1
+            last = {"started_at": ev.get("t"), "job_id": ev.get("job_id"), "array_id": ev.get("array_id"),
+                    "host": ev.get("host"), "restart": ev.get("restart") or 0, "gpus": ev.get("gpus") or None}
+        elif kind == "end":
+            last.update(ended_at=ev.get("t"), exit_code=ev.get("rc"), why=ev.get("why"))
+        elif kind == "requeue":
+            last.update(requeued_at=ev.get("t"), requeue_rc=ev.get("rc"))
+    return Attempts(starts=starts, **{k: v for k, v in last.items() if k in Attempts.__dataclass_fields__})
