@@ -77,6 +77,11 @@ class GenerateOptions(KindOptions):
     dedupe: Optional[str] = option(None, choices=("first",),
                                    help="prompt lines that repeat an earlier id: keep the first (default: refuse "
                                         "the file)")
+    part: Optional[tuple[int, int]] = option(None, parse=part, show=show_part, metavar="I/N",
+                                             help="I/N: take only the prompts of part I of N (one job per array "
+                                                  "task), chosen by a hash of the prompt's id as extract's --part; "
+                                                  "output goes to OUT/part-I-of-N, uploads under the S3 prefix "
+                                                  "part-I-of-N")
     # the worker's own settings: neither flags nor fleet keys
     connect_timeout_s: float = option(10.0, fleet=False, cli=False)
     fail_threshold: int = option(3, fleet=False, cli=False)

@@ -6,7 +6,8 @@ of a line (a longer line is skipped: the worker refuses it on its own), keeping 
 of ids (short) and the place of the first repeat. Ids are peeked at the start of the line
 (``{"id": ...``) without a JSON parse; other lines go through the worker's own ``fallback``.
 :func:`cached_scan` keeps the result in ``OUT/ids.json`` under a key of the input's names,
-sizes and mtimes, so a resume over unchanged input does not read it again.
+sizes and mtimes, so a resume over unchanged input does not read it again. Given a
+``--part I/N``, the scan also counts the lines of that part (parts.py), the part's total.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from typing import BinaryIO, Callable, Iterable, Iterator, Optional
 
 from ...contract.atomic import atomic_write_json
+from .parts import in_part
 
 IDS_FILE = "ids.json"
 _ID_AT_START = re.compile(rb'\s*\{\s*"id"\s*:\s*("(?:[^"\\\n]|\\.)*"|-?\d+)\s*[,}]')
@@ -27,9 +29,12 @@ class IdScan:
     lines: int = 0  # non-empty lines read
     duplicates: int = 0  # lines whose id an earlier line has
     first: Optional[str] = None  # "file:line: id 'x'" of the first repeat
+    part_lines: Optional[int] = None  # with a part: the lines of that part ...
+    part_duplicates: Optional[int] = None  # ... and those of them that repeat an earlier id
 
     def to_json(self) -> dict:
-        return {"lines": self.lines, "duplicates": self.duplicates, "first": self.first}
+        return {"lines": self.lines, "duplicates": self.duplicates, "first": self.first,
+                "part_lines": self.part_lines, "part_duplicates": self.part_duplicates}
 
 
 def bounded_lines(f: BinaryIO, max_bytes: Optional[int]) -> Iterator[tuple[Optional[bytes], int]]:
@@ -68,12 +73,15 @@ def peek_id(raw: bytes) -> Optional[str]:
 
 
 def scan_ids(files: Iterable[str], fallback: Callable[[str, int, bytes], Optional[str]],
-             max_line_bytes: Optional[int] = None) -> IdScan:
+             max_line_bytes: Optional[int] = None, part: Optional[tuple[int, int]] = None) -> IdScan:
     """Count the lines whose id repeats an earlier one (over all ``files`` in order).
     ``fallback(path, lineno, raw)``: the id of a line :func:`peek_id` cannot read (None: a
-    line the worker will refuse anyway)."""
+    line the worker will refuse anyway). With ``part``: also the lines of that part and their
+    repeats (a line without an id is in the part of its 0-based index, as generate's reader
+    reports it)."""
     seen: set[str] = set()
     scan = IdScan()
+    part_lines = part_duplicates = 0
     for path in files:
         with open(path, "rb") as f:
             for lineno, (raw, _) in enumerate(bounded_lines(f, max_line_bytes), 1):
@@ -83,14 +91,19 @@ def scan_ids(files: Iterable[str], fallback: Callable[[str, int, bytes], Optiona
                 rid = peek_id(raw)
                 if rid is None:
                     rid = fallback(path, lineno, raw)
-                    if rid is None:
-                        continue
+                mine = part is not None and in_part(str(lineno - 1) if rid is None else rid, part)
+                part_lines += mine
+                if rid is None:
+                    continue
                 if rid in seen:
                     scan.duplicates += 1
+                    part_duplicates += mine
                     if scan.first is None:
                         scan.first = f"{path}:{lineno}: id {rid!r}"
                 else:
                     seen.add(rid)
+    if part is not None:
+        scan.part_lines, scan.part_duplicates = part_lines, part_duplicates
     return scan
 
 
@@ -102,7 +115,8 @@ def cached_scan(out_dir: str, key, scan: Callable[[], IdScan]) -> IdScan:
         with open(path) as f:
             doc = json.load(f)
         if doc.get("key") == key:
-            return IdScan(int(doc["lines"]), int(doc["duplicates"]), doc["first"])
+            return IdScan(int(doc["lines"]), int(doc["duplicates"]), doc["first"], doc.get("part_lines"),
+                          doc.get("part_duplicates"))
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         pass
     result = scan()

@@ -20,7 +20,6 @@ from __future__ import annotations
 import glob
 import json
 import os
-import zlib
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator, Optional
 
@@ -98,15 +97,6 @@ def record_id(path: str, lineno: int, obj: dict) -> str:
     if rid is None:
         return f"{os.path.basename(path)}:{lineno}"
     return rid if isinstance(rid, str) else json.dumps(rid)
-
-
-def in_part(item_id: str, part: Optional[tuple[int, int]]) -> bool:
-    """Whether ``item_id`` belongs to part I of N (a stable hash of the id, so that the split
-    does not depend on the order of the files)."""
-    if part is None:
-        return True
-    i, n = part
-    return zlib.crc32(item_id.encode("utf-8", "surrogateescape")) % n == i
 
 
 class Encoder:

@@ -27,9 +27,9 @@ import threading
 import time
 from typing import Optional
 
+from ..common.parts import in_part
 from .context import RunContext
-from .data import (Batch, Batcher, DataError, Encoder, Prepared, in_part,
-                                                 parse_object_line, record_id)
+from .data import Batch, Batcher, DataError, Encoder, Prepared, parse_object_line, record_id
 from .forward import Forward, HostBuffers, WriteJob
 from .options import EXIT_DISK, EXIT_FAIL, EXIT_OK, EXIT_STOPPED
 from ...contract.units import human_bytes

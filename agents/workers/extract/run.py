@@ -17,6 +17,7 @@ from typing import Callable, Optional
 from ..common.dirlock import DirLock
 from ...contract.atomic import atomic_write_json
 from ..common.audit_gate import AUDIT_SAMPLE, audit_verdict
+from ..common.parts import part_name
 from ..common.progress import progress_path
 from .context import RunContext, StageClock
 from .data import Encoder, input_files
@@ -37,7 +38,7 @@ class Extraction:
         self.opts, self.model, self.tokenizer, self.on_shard_closed = opts, model, tokenizer, on_shard_closed
         self.out_dir = opts.out
         if opts.part is not None:
-            self.out_dir = os.path.join(opts.out, f"part-{opts.part[0]}-of-{opts.part[1]}")
+            self.out_dir = os.path.join(opts.out, part_name(opts.part))
         self.stages = StageClock()
 
     @property
@@ -203,7 +204,7 @@ def _s3_setup(opts: ExtractOptions, out_dir: str):
 
     loc = S3Location.parse(opts.s3)
     if opts.part is not None:
-        loc = S3Location(loc.bucket, loc.key(f"part-{opts.part[0]}-of-{opts.part[1]}"))
+        loc = S3Location(loc.bucket, loc.key(part_name(opts.part)))
     s3 = start_s3(out_dir, loc, endpoint_url=opts.s3_endpoint, done_name=DONESET, names=NAMES,
                   ids_of_file=_ids_of_shard)
     return s3.uploader, s3.next_number

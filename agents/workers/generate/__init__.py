@@ -24,6 +24,8 @@ How it runs (one asyncio loop, aiohttp; measured in bench/generate_client.py):
   (common/s3sync ShardUploader); a start without a local done-set restores it from S3.
 - progress.json (``$GPUDECK_PROGRESS_FILE`` when run as a job, else ``OUT/progress.json``)
   every second: done, total, tokens, tokens/s, quality counters.
+- ``--part I/N``: only the prompts of part I of N (common/parts.py, extract's rule), into
+  ``OUT/part-I-of-N`` and the S3 prefix ``part-I-of-N``; the total is the part's.
 
 Exit status: 0 when every prompt is done (and uploaded), 1 when some failed or uploads are
 still pending (a relaunch retries them), 2 for a usage error, 143 after SIGTERM.

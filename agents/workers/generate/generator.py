@@ -8,6 +8,10 @@ of writes makes a kill -9 harmless. The ticker flushes (shard fsync, then ids to
 done-set) every ``flush_interval_s`` and writes the resume hint (resume.py) and the
 progress document (progress.py) every second. When the disk refuses records, generation
 pauses with them held in memory and retries every ten ticks.
+
+``--part I/N``: the run takes only the prompts of part I (common/parts.py, by the hash of the
+prompt's id; the reader skips the others), writes into ``OUT/part-I-of-N`` and uploads under
+the S3 prefix ``part-I-of-N``; its total counts that part's prompt lines alone.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from typing import Any, Optional
 from ..common.dirlock import DirLock
 from ..common.audit_gate import audit_verdict
 from ..common.doneset import DoneSet
+from ..common.parts import in_part, part_name
 from ..common.progress import progress_path
 from .options import EXIT_FAIL, EXIT_OK, EXIT_TERM, Options
 from .progress import GenerateProgress, is_useful
@@ -42,7 +47,7 @@ _STALE_TMP = re.compile(r"\.\d+\.tmp$|^\.(done\.txt\.download|orphan\.download)$
 class Generator:
     def __init__(self, opts: Options) -> None:
         self.o = opts
-        self.out = os.path.abspath(opts.out)
+        self.out = os.path.abspath(opts.out if opts.part is None else os.path.join(opts.out, part_name(opts.part)))
         self.pool = ServerPool(opts.servers, opts.concurrency, opts.fail_threshold, opts.rest_s, opts.max_rest_s,
                                opts.request_timeout)
         self.progress = GenerateProgress(progress_path(opts.progress, self.out), opts.prompts, self.out)
@@ -62,6 +67,7 @@ class Generator:
         self._interrupted = False  # ctrl-c (SIGINT): exit 130, as every gpudeck command
         self.total_estimate = 0
         self.total_exact: Optional[int] = None
+        self._part_lines: Optional[int] = None  # with --part: the prompt lines of the part (the id scan's)
         self._body_base = self._request_base()
 
     # -------------------------------------------------------------- start
@@ -101,8 +107,8 @@ class Generator:
         self._recover_shards(reserved)
         self.progress.load_previous()
         offset, line = self.hint.read(len(self.done))
-        self.reader = PromptReader(o.prompts, self._is_taken, offset, line, o.max_prompt_bytes)
-        self.total_estimate = self.hint.counted[1]
+        self.reader = PromptReader(o.prompts, self._is_taken, offset, line, o.max_prompt_bytes, o.part)
+        self.total_estimate = self.hint.counted[1] if self._part_lines is None else self._part_lines
         log.info("resume: %d ids done; reading %s from line %d; done-set and recovery took %.2f s", len(self.done),
                  o.prompts, line, time.monotonic() - t0)
 
@@ -146,24 +152,34 @@ class Generator:
         --dedupe first say how many (the reader keeps the first line of each id)."""
         from ..common.idscan import cached_scan, duplicate_message, scan_ids
         from .prompts import line_id
+        part = self.o.part
         st = os.stat(self.o.prompts)
-        key = {"path": os.path.abspath(self.o.prompts), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+        key: dict = {"path": os.path.abspath(self.o.prompts), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+        if part is not None:
+            key["part"] = list(part)
         t0 = time.monotonic()
-        scan = cached_scan(self.out, key, lambda: scan_ids([self.o.prompts], line_id, self.o.max_prompt_bytes))
+        scan = cached_scan(self.out, key, lambda: scan_ids([self.o.prompts], line_id, self.o.max_prompt_bytes, part))
         log.info("ids of %s: %d line(s) repeat an earlier id (checked in %.2f s)", self.o.prompts, scan.duplicates,
                  time.monotonic() - t0)
+        if part is not None:
+            self._part_lines = scan.part_lines
+            log.info("--part %d/%d: %s of the %d prompt line(s) are this part's", part[0], part[1], scan.part_lines,
+                     scan.lines)
         if not scan.duplicates:
             return
-        if self.o.dedupe != "first":
+        if self.o.dedupe != "first":  # the file is refused by every part, whichever part holds the repeat
             raise UsageError(duplicate_message(scan, "the prompts"))
-        self.progress.quality["duplicate_ids"] = scan.duplicates
+        self.progress.quality["duplicate_ids"] = scan.duplicates if part is None else (scan.part_duplicates or 0)
         log.warning("--dedupe first: %d prompt line(s) repeat an earlier id and are dropped (the first: %s)",
                     scan.duplicates, scan.first)
 
     def _s3_start(self) -> set[int]:
         from ..common.s3sync.remote import S3Location
         from ..common.s3sync.start import start_s3
-        s3 = start_s3(self.out, S3Location.parse(self.o.s3), endpoint_url=self.o.s3_endpoint, done_name=DONE_FILE,
+        loc = S3Location.parse(self.o.s3)
+        if self.o.part is not None:
+            loc = S3Location(loc.bucket, loc.key(part_name(self.o.part)))
+        s3 = start_s3(self.out, loc, endpoint_url=self.o.s3_endpoint, done_name=DONE_FILE,
                       names=NAMES, ids_of_file=ids_in_jsonl, restore_attempts=5, list_attempts=(5, 3),
                       local_numbers_on_failure=True)
         self.uploader = s3.uploader
@@ -183,7 +199,9 @@ class Generator:
             self.progress.durable(useful)
 
     def _is_taken(self, pid: str) -> bool:
-        return pid in self.done.ids or pid in self.inflight or pid in self.failed
+        """Done, in flight, given up on, or (with --part) another part's: never to be sent."""
+        return pid in self.done.ids or pid in self.inflight or pid in self.failed or \
+            (self.o.part is not None and not in_part(pid, self.o.part))
 
     def _write_resume_hint(self) -> None:
         if self.reader is None or self._backlog:

@@ -12,6 +12,11 @@ last user turn; the answer after it is what gets generated again.
 skipped before any JSON parse when the line starts with ``{"id": ...`` or has no ``"id"``
 at all, which makes skipping a million done lines cheap. The conversation shapes themselves
 are read by common/chat.py (the audit reads them too).
+
+With ``--part I/N`` the reader yields only the lines of part I (common/parts.py: by the hash
+of the id, the done-set's key); the lines of other parts are skipped like done ones, before
+any JSON parse where the id can be peeked. A bad line is reported by one part only: the part
+of its id when one can be read, else of its 0-based line index.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from typing import Any, BinaryIO, Callable, Optional, Union
 
 from ..common.chat import context_for_last_answer, to_messages
 from ..common.idscan import bounded_lines
+from ..common.parts import in_part
 
 MAX_PROMPT_BYTES = DEFAULT_PROMPT_BYTES  # the default of --max-prompt-bytes
 
@@ -55,12 +61,14 @@ class Prompt:
 
 class PromptReader:
     """Yields prompts (or PromptErrors) in file order, skipping ids for which ``is_done``
-    is true. ``offset``/``line`` tell where reading starts (a resume hint)."""
+    is true and, given ``part``, the lines of other parts. ``offset``/``line`` tell where
+    reading starts (a resume hint)."""
 
     def __init__(self, path: str, is_done: Callable[[str], bool], offset: int = 0, line: int = 1,
-                 max_bytes: Optional[int] = MAX_PROMPT_BYTES) -> None:
+                 max_bytes: Optional[int] = MAX_PROMPT_BYTES, part: Optional[tuple[int, int]] = None) -> None:
         self.path = path
         self.is_done = is_done
+        self.part = part
         self.max_bytes = max_bytes
         self._f: Optional[BinaryIO] = open(path, "rb")
         if offset:
@@ -69,6 +77,7 @@ class PromptReader:
         self.offset = offset  # of the next line to read
         self.line = line  # number of the next line to read
         self.skipped = 0  # done lines skipped
+        self.other_part = 0  # lines of other parts skipped
 
     def close(self) -> None:
         if self._f is not None:
@@ -85,7 +94,7 @@ class PromptReader:
         an event loop breathe)."""
         if self._f is None:
             return None
-        is_done = self.is_done
+        is_done, part = self.is_done, self.part
         for _ in range(budget):
             raw, size = next(self._lines, (b"", 0))
             if not size:
@@ -95,27 +104,39 @@ class PromptReader:
             self.offset += size
             self.line += 1
             if raw is None:
+                if part is not None and not in_part(str(line - 1), part):
+                    self.other_part += 1
+                    continue
                 return PromptError(f"{self.path}:{line}: the line is {size:,} bytes, over --max-prompt-bytes "
                                    f"({self.max_bytes:,}); skipped without reading it whole")
             if not raw.strip():
                 continue
             m = _ID_AT_START.match(raw)
+            peeked: Optional[str] = None  # the id, read without a JSON parse
             if m:
-                pid = m.group(1).decode("utf-8", "surrogateescape") if m.group(1) is not None else \
+                peeked = m.group(1).decode("utf-8", "surrogateescape") if m.group(1) is not None else \
                     str(int(m.group(2)))
-                if is_done(pid):
-                    self.skipped += 1
-                    continue
             elif b'"id"' not in raw:
-                if is_done(str(line - 1)):
+                peeked = str(line - 1)
+            if peeked is not None:
+                if part is not None and not in_part(peeked, part):
+                    self.other_part += 1
+                    continue
+                if is_done(peeked):
                     self.skipped += 1
                     continue
             try:
                 obj = json.loads(raw)
             except ValueError as exc:
+                if peeked is None and part is not None and not in_part(str(line - 1), part):
+                    self.other_part += 1
+                    continue
                 return PromptError(f"{self.path}:{line}: not JSON ({exc})")
             try:
                 pid = normalize_id(obj.get("id") if isinstance(obj, dict) else None, line - 1)
+                if part is not None and not in_part(pid, part):
+                    self.other_part += 1
+                    continue
                 if is_done(pid):
                     self.skipped += 1
                     continue

@@ -35,7 +35,8 @@ def _device(args, shape: dict) -> tuple[Optional[str], str]:
 
 def _write_pilot_data(args, path: str) -> int:
     """The first samples of the data (of ``--part``), as they are, into ``path``."""
-    from ..extract.data import in_part, input_files, iter_lines, record_id
+    from ..common.parts import in_part
+    from ..extract.data import input_files, iter_lines, record_id
     import json
     n = 0
     with open(path, "w") as f:

@@ -210,7 +210,8 @@ def read_data(args, shape: dict) -> tuple[int, int, Optional[dict]]:
 def count_tokens(args) -> tuple[int, int]:
     """(samples, tokens) of the data as the worker will see it: after the chat template,
     ``--part`` and ``--max-seq-len``; streamed, a DataError names the file and line."""
-    from ..extract.data import DataError, Encoder, in_part, input_files, iter_lines, record_id
+    from ..common.parts import in_part
+    from ..extract.data import DataError, Encoder, input_files, iter_lines, record_id
     from ..extract.run import _load_tokenizer, _read_template
 
     files = input_files(args.data)

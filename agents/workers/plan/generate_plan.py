@@ -90,6 +90,8 @@ def _pilot_and_plan(args, gen, levels: list[int], deadline_s: Optional[float]) -
         return EXIT_NO_GO
     for b in bad[:5]:
         log.warning("%s; not in the pilot", b)
+    if gen.o.part is not None:  # the lines of the part alone (the sample is of the part too: gen._is_taken)
+        total = gen.total_estimate
     chunks = split_levels(len(prompts), levels)
     gen.set_prompts(prompts, chunks)
     log.info("pilot: %d prompts of %d, levels %s per server (%s prompts each)", len(prompts), total,
