@@ -315,7 +315,7 @@ class FleetState:
 
     def job_rows(self) -> list[JobRow]:
         now = self.clock()
-        return [self._job_row(node, j, now) for node, j in self.jobs()]
+        return [self._job_row(node, j, now) for node, j in collapse_pending(self.jobs())]
 
     def _plan_and_cost(self, node: str, j: JobStatus) -> dict[str, Any]:
         """A job row's plan and cost cells, and the flags their alerts add."""
@@ -466,6 +466,46 @@ class FleetState:
 
 
 # ---------------------------------------------------------------- helpers
+
+COLLAPSE_MIN = 3  # pending tasks of one job in a row, waiting for one reason: shown as one row
+
+
+def collapse_pending(jobs: list[tuple[str, JobStatus]]) -> list[tuple[str, JobStatus]]:
+    """A cluster job's pending tasks that wait for the same reason, in a run, as one row:
+    ``extract/[16-255]`` (240 tasks), so 256 tasks read as a few lines."""
+    out: list[tuple[str, JobStatus]] = []
+    run: list[tuple[str, JobStatus]] = []
+
+    def key(node: str, j: JobStatus) -> Optional[tuple]:
+        t = j.task
+        if t is None or j.state is not JobState.PENDING or j.progress is not None or j.last_kill is not None:
+            return None
+        return (node, t.job, t.reason, t.note)
+
+    def flush() -> None:
+        if len(run) >= COLLAPSE_MIN:
+            node, first = run[0]
+            last = run[-1][1]
+            assert first.task is not None and last.task is not None
+            task = dataclasses.replace(first.task, note=f"{len(run)} tasks" + (f"; {first.task.note}" if
+                                                                                 first.task.note else ""))
+            out.append((node, dataclasses.replace(first, name=f"{first.task.job}/[{first.task.index}-"
+                                                              f"{last.task.index}]", task=task)))
+        else:
+            out.extend(run)
+        run.clear()
+
+    for node, j in jobs:
+        k = key(node, j)
+        if run and (k is None or k != key(*run[-1]) or j.task is None or
+                    j.task.index != (run[-1][1].task.index + 1 if run[-1][1].task else -1)):
+            flush()
+        if k is None:
+            out.append((node, j))
+        else:
+            run.append((node, j))
+    flush()
+    return out
 
 
 def _port(url: str) -> Optional[int]:

@@ -52,6 +52,7 @@ log = logging.getLogger("agents")
 
 EXTRA_POLLS_S = (1.0, 3.0, 7.0)  # after an action: a few polls soon, then back to poll_s
 OBSERVER_INTERVAL_S = 2.0
+OBSERVER_DELAY_S = 2.0  # after the agent's first poll, before the first observers start
 REQUEUE_SIGNAL_S = 120  # --signal=B:USR1@120: the wrapper requeues its task before the time limit
 
 _STATES = {
@@ -83,6 +84,7 @@ class ClusterAgent(Agent):
         self.rows: dict[tuple[str, int], QueueRow] = {}  # (job, index): the newest row of each task
         self.foreign: list[QueueRow] = []  # gpudeck tasks of this fleet that no declared job has
         self.details: dict[str, TaskDetail] = {}  # raw id: scontrol -d of a running task
+        self._detail_at: dict[str, float] = {}  # raw id: the task's elapsed time when its detail was read
         self.declared: dict[str, JobSpec] = {}
         self.fleet = ""
         self.polls = 0
@@ -154,12 +156,16 @@ class ClusterAgent(Agent):
             if job not in self.declared:
                 foreign.append(row)
         for row in by_task.values():
-            if row.state == "RUNNING" and row.raw not in self.details:
-                detail = self.slurm.detail(row.raw)
+            seen = self._detail_at.get(row.raw)
+            if row.state == "RUNNING" and (row.raw not in self.details or seen is None or
+                                           (row.elapsed_s is not None and row.elapsed_s < seen)):
+                detail = self.slurm.detail(row.raw)  # once per run of a task (a requeue restarts its clock)
                 if detail is not None:
                     self.details[row.raw] = detail
+                    self._detail_at[row.raw] = row.elapsed_s or 0.0
             elif row.state != "RUNNING":
                 self.details.pop(row.raw, None)
+                self._detail_at.pop(row.raw, None)
         with self._lock:
             self.rows, self.foreign = by_task, foreign
             self.polls += 1
@@ -189,6 +195,8 @@ class ClusterAgent(Agent):
                 self._due = [t for t in self._due if t > now]
             await asyncio.to_thread(self.poll)
             last = time.monotonic()
+            if self.polls <= 1:  # a one-look `status` leaves before any observer is worth its srun step
+                await asyncio.sleep(OBSERVER_DELAY_S)
             try:
                 await self.observers.reconcile()
             except Exception:  # noqa: BLE001 -- an observer must never stop the polls
@@ -349,6 +357,7 @@ class ClusterAgent(Agent):
         with self._lock:
             changed = {s.name: ["the fleet file's spec"] for s in mine
                        if s.name in self.declared and self.declared[s.name] != s}
+            news = {s.name: s for s in mine} != self.declared or fleet_name(op.fleet) != self.fleet
             self.declared = {s.name: s for s in mine}
             if op.fleet:
                 self.fleet_identity = op.fleet
@@ -357,7 +366,8 @@ class ClusterAgent(Agent):
             self._save_declared()
         except OSError as exc:
             log.warning("cluster %s: cannot keep the jobs in %s: %s", self.node, self._state_file, exc)
-        self.soon()
+        if news:  # a second console with the same fleet file costs no squeue
+            self.soon()
         return ops.Configured(jobs=[s.name for s in mine], changed=changed)
 
     def _spec(self, job: str) -> JobSpec:

@@ -82,6 +82,20 @@ def _node_lines(state) -> list[str]:
             lines.append(f"{name}: UNREACHABLE{since} ({view.error})" + _node_money(costs.get(name), priced_only=True))
             continue
         h = snap.host
+        if snap.cluster is not None:
+            c = snap.cluster
+            polled = f"last poll {c.poll_ms:.0f} ms" if c.poll_ms is not None else "not polled yet"
+            lines.append(f"{name}: Slurm cluster via {c.login} ({h.hostname}), partition {c.partition or 'default'}, "
+                         f"squeue every {c.poll_s:g} s, {polled}, {c.observers} observer(s)"
+                         + (f"; {c.config.get('ProctrackType')}" if c.config.get('ProctrackType') else ""))
+            for problem in (c.setup_error, c.error):
+                if problem:
+                    lines.append(f"  PROBLEM: {problem}")
+            for g in snap.gpus:
+                owners = ", ".join(sorted({p.job or f"pid {p.pid}?" for p in g.processes})) or "-"
+                lines.append(f"  GPU {g.host}:{g.index} {g.name}: {g.mem_used_mib / 1024:.1f}/"
+                             f"{g.mem_total_mib / 1024:.1f} GiB util {_n(g.util_pct)}%  {owners}")
+            continue
         lines.append(f"{name} ({h.hostname}): cpu {h.cpu_pct:.0f}% of {h.cpu_count}, "
                      f"mem {h.mem_used_bytes / 2**30:.1f}/{h.mem_total_bytes / 2**30:.1f} GiB, load {h.load1:.2f}, "
                      f"containment {snap.containment or '-'}" + (", GPUs SIMULATED" if snap.gpus_simulated else "")
@@ -99,7 +113,9 @@ def _job_lines(state) -> list[str]:
     from ..formatting import human_duration
     from ..state import job_tokens_per_s
 
-    jobs = state.jobs()
+    from ..state import collapse_pending
+
+    jobs = collapse_pending(state.jobs())
     if not jobs:
         return []
     costs, job_costs = state.costs()
@@ -125,12 +141,31 @@ def _job_lines(state) -> list[str]:
             else:
                 lines.append(f"  cost: {dollars(c.per_m_tokens if c else None)} per M output tokens, "
                              f"{dollars(c.per_useful if c else None)} per useful completion")
+        if j.task is not None:
+            lines.extend(_task_lines(j))
         if j.error:
             lines.append(f"  cannot be read: {j.error}")
         if j.last_kill is not None:
             k = j.last_kill
             lines.append(f"  last kill at {_clock(k.at)}: {'ok' if k.ok else 'INCOMPLETE'}: {k.message}")
     return lines
+
+
+def _task_lines(j) -> list[str]:
+    """What the scheduler says of a cluster job's task: why it waits, what the wrapper saw."""
+    t = j.task
+    out = []
+    where = f"Slurm {t.array_id}_{t.index}" if t.array_id else "Slurm"
+    if t.scheduler_state:
+        where += f" {t.scheduler_state}" + (f" on {t.host}" if t.host and j.state in ALIVE else "")
+    if t.reason:
+        where += f", {t.reason}" + (f": {t.reason_text}" if t.reason_text else "")
+    if t.restarts:
+        where += f", requeued {t.restarts}x"
+    if t.source == "attempts":
+        where = "left Slurm's queue; from the wrapper's record"
+    out.append(f"  {where}" + (f" ({t.note})" if t.note else ""))
+    return out
 
 
 def _node_money(c, priced_only: bool = False) -> str:

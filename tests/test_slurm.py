@@ -1,0 +1,501 @@
+"""Slurm clusters end to end: a real single-node Slurm (tests/support/slurm.py), the real
+`gpudeck` commands, the cluster agent on the "login node" (this machine, or the loopback sshd),
+tasks that hold simulated GPU memory on the indices Slurm gave them (tests/support/slurm_task.py).
+
+gpudeck submits, observes, kills with proof and requeues; Slurm schedules.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import getpass
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gpudeck.agents.cluster.slurm import parse_idx, parse_job_detail, parse_squeue
+from support.cli import gpudeck
+from support.slurm import SlurmCluster
+from support.wait import wait_for
+
+TASK = Path(__file__).parent / "support" / "slurm_task.py"
+
+
+# ---------------------------------------------------------------- units (no cluster)
+
+
+def test_idx_ranges_and_not_applicable():
+    assert parse_idx("0-1,3") == [0, 1, 3]
+    assert parse_idx("2") == [2]
+    assert parse_idx("N/A") == [] and parse_idx("") == [] and parse_idx(None) == []
+    with pytest.raises(ValueError):
+        parse_idx("0-x")
+
+
+def test_scontrol_detail_gives_node_indices():
+    line = ("JobId=15 ArrayJobId=14 ArrayTaskId=0 ArrayTaskThrottle=3 JobName=gd:f:extract JobState=RUNNING "
+            "Reason=None Requeue=1 Restarts=2 BatchFlag=1 ExitCode=0:0 NodeList=vm JOB_GRES=gpu:3 "
+            "Nodes=vm CPU_IDs=0 Mem=0 GRES=gpu:3(IDX:0-1,3) StdOut=/x/%a.log")
+    (d,) = parse_job_detail(line)
+    assert (d.raw, d.array_id, d.index, d.gpus, d.restarts, d.node) == ("15", "14", 0, [0, 1, 3], 2, "vm")
+    (none,) = parse_job_detail("JobId=16 ArrayJobId=14 ArrayTaskId=1 JobState=PENDING NodeList=(null)")
+    assert none.gpus == [] and none.node is None
+
+
+def test_squeue_rows_of_an_array():
+    rows = parse_squeue("14_2|14|2|PENDING|JobArrayTaskLimit||gres:gpu:1|0:00|10:00|gd:f:extract\n"
+                        "14_0|15|0|RUNNING|None|vm|gres:gpu:1|1:02|10:00|gd:f:extract\n"
+                        "a banner line a site wrapper printed\n")
+    assert [(r.id, r.raw, r.index, r.state, r.node, r.elapsed_s, r.limit_s) for r in rows] == [
+        ("14_2", "14", 2, "PENDING", None, 0.0, 600.0), ("14_0", "15", 0, "RUNNING", "vm", 62.0, 600.0)]
+    assert rows[0].array_id == "14"
+
+
+# ---------------------------------------------------------------- the cluster
+
+pytestmark_system = pytest.mark.system
+
+
+def cluster_fleet(tmp: Path, cluster: SlurmCluster, jobs: str, name: str = "fleet", login: str = "local",
+                  extra: str = "", python: str = sys.executable, env: dict | None = None) -> Path:
+    env = {**cluster.env, **(env or {})}
+    env_toml = ", ".join(f"{k} = {json.dumps(v)}" for k, v in env.items())
+    path = tmp / f"{name}.toml"
+    path.write_text(f"""
+[[clusters]]
+name = "lab"
+login = {json.dumps(login)}
+partition = "debug"
+shared_dir = {json.dumps(str(tmp / "shared"))}
+agent_home = {json.dumps(str(tmp / "home-{user}"))}
+poll_s = 10
+python = {json.dumps(python)}
+simulate_gpus = "{cluster.gpus}xH200:141"
+env = {{ {env_toml} }}
+{extra}
+{jobs}
+""")
+    return path
+
+
+def home_of(tmp: Path) -> Path:
+    return tmp / f"home-{getpass.getuser()}"
+
+
+def holder_job(tmp: Path, name: str = "extract", shards: int = 4, max_running: int = 2, gpus: int = 1,
+               extra: str = "", task_args: str = "") -> str:
+    argv = [sys.executable, str(TASK), str(home_of(tmp)), *task_args.split()]
+    return f"""
+[[jobs]]
+name = "{name}"
+cluster = "lab"
+command = {json.dumps(argv)}
+gpus = {gpus}
+shards = {shards}
+max_running = {max_running}
+time = "30:00"
+{extra}
+"""
+
+
+def status(fleet: Path, env: dict | None = None) -> dict:
+    r = gpudeck("status", "-f", str(fleet), "--json", env=env, check=False)
+    assert r.returncode == 0, r.stderr + r.stdout
+    return json.loads(r.stdout)
+
+
+def tasks(fleet: Path, env: dict | None = None) -> dict[str, dict]:
+    return {j["name"]: j for j in status(fleet, env)["jobs"]}
+
+
+def wait_states(fleet: Path, want: dict[str, str], timeout: float = 60, env: dict | None = None) -> dict[str, dict]:
+    last: dict[str, dict] = {}
+
+    def ok() -> bool:
+        last.clear()
+        last.update(tasks(fleet, env))
+        return all(last.get(k, {}).get("state") == v for k, v in want.items())
+
+    wait_for(ok, timeout, f"task states {want}", detail=lambda: json.dumps(
+        {k: (v["state"], v.get("task")) for k, v in last.items()}, default=str)[:2000])
+    return dict(last)
+
+
+def idx_of(cluster: SlurmCluster, raw: str) -> list[int]:
+    out = cluster.run("scontrol", "-d", "-o", "show", "job", raw).stdout
+    (d,) = [d for d in parse_job_detail(out) if d.raw == raw]
+    return d.gpus
+
+
+def claims(tmp: Path) -> dict[int, float]:
+    """Simulated GPU -> MiB held by live processes (the claim files the tasks wrote)."""
+    from gpudeck.agents.simgpu import SimGpuSampler
+    return {g.index: g.mem_used_mib - 420 for g in SimGpuSampler(home_of(tmp), "4xH200:141").sample()
+            if g.processes}
+
+
+def logging_shim(d: Path, tool: str) -> Path:
+    """``d/TOOL`` that logs its argv to ``d/TOOL.log``, then runs the real one."""
+    import shutil
+    real = shutil.which(tool)
+    d.mkdir(parents=True, exist_ok=True)
+    shim = d / tool
+    shim.write_text(f'#!/bin/sh\necho "$*" >> {d / (tool + ".log")}\nexec {real} "$@"\n')
+    shim.chmod(0o755)
+    return shim
+
+
+@pytest.mark.system
+def test_status_shows_running_tasks_with_their_idx_and_pending_ones_with_the_reason(slurm_cluster, tmp_path):
+    fleet = cluster_fleet(tmp_path, slurm_cluster, holder_job(tmp_path), name="st")
+    r = gpudeck("launch", "-f", str(fleet), "extract")
+    assert "extract" in r.stdout
+    got = wait_states(fleet, {"extract/0": "running", "extract/1": "running", "extract/2": "pending",
+                              "extract/3": "pending"})
+    for name in ("extract/0", "extract/1"):
+        t = got[name]["task"]
+        assert got[name]["gpus"] == idx_of(slurm_cluster, t["job_id"]) != []
+        assert t["scheduler_state"] == "RUNNING" and t["array_id"]
+    for name in ("extract/2", "extract/3"):
+        assert got[name]["task"]["reason"] == "JobArrayTaskLimit"
+        assert "max_running" in got[name]["task"]["reason_text"]
+    assert got["extract/0"]["gpus"] != got["extract/1"]["gpus"]
+    text = gpudeck("status", "-f", str(fleet)).stdout
+    assert "JobArrayTaskLimit" in text and "Slurm cluster via local" in text
+    gpudeck("kill", "-f", str(fleet), "extract", check=False)
+
+
+@pytest.mark.system
+def test_kill_one_task_cancels_A_T_proves_the_memory_back_and_leaves_the_others(slurm_cluster, tmp_path):
+    shims = tmp_path / "shims"
+    logging_shim(shims, "scancel")
+    env = {"PATH": f"{shims}{os.pathsep}{os.environ['PATH']}"}
+    fleet = cluster_fleet(tmp_path, slurm_cluster, holder_job(tmp_path, shards=3, max_running=3), name="kl",
+                          env=env)
+    gpudeck("launch", "-f", str(fleet), "extract")
+    got = wait_states(fleet, {f"extract/{i}": "running" for i in range(3)})
+    gpu1 = got["extract/1"]["gpus"]
+    wait_for(lambda: all(g in claims(tmp_path) for g in gpu1), 30, "task 1 holds its GPU memory")
+    r = gpudeck("kill", "-f", str(fleet), "extract/1", check=False)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "CANCELLED" in r.stdout and "GiB back" in r.stdout, r.stdout
+    assert not any(g in claims(tmp_path) for g in gpu1)
+    array = got["extract/1"]["task"]["array_id"]
+    assert f"{array}_1" in (shims / "scancel.log").read_text().split()
+    after = tasks(fleet)
+    assert after["extract/1"]["state"] == "killed"
+    assert after["extract/0"]["state"] == after["extract/2"]["state"] == "running"
+    assert after["extract/1"]["last_kill"]["ok"] is True
+    gpudeck("kill", "-f", str(fleet), "extract", check=False)
+
+
+@pytest.mark.system
+@pytest.mark.parametrize("proctrack", ["linuxproc", "cgroup"])
+def test_a_daemon_that_left_the_job_fails_the_kill_under_linuxproc_only(make_slurm_cluster, tmp_path, proctrack):
+    cluster = make_slurm_cluster(proctrack=proctrack)
+    fleet = cluster_fleet(tmp_path, cluster, holder_job(tmp_path, shards=1, max_running=1,
+                                                        task_args="--setsid-holder --mib 70000"), name="dm")
+    gpudeck("launch", "-f", str(fleet), "extract")
+    got = wait_states(fleet, {"extract/0": "running"})
+    gpus = got["extract/0"]["gpus"]
+    wait_for(lambda: all(g in claims(tmp_path) for g in gpus), 30, "the daemon holds the task's GPU")
+    r = gpudeck("kill", "-f", str(fleet), "extract/0", check=False)
+    if proctrack == "linuxproc":
+        assert r.returncode == 1, r.stdout + r.stderr
+        assert "pid" in r.stdout and "68.4 GiB" in r.stdout and "CANCELLED" in r.stdout, r.stdout
+        holders = tasks(fleet)["extract/0"]["last_kill"]["gpu_holders"]
+        assert holders and holders[0]["gpu"] == gpus[0]
+        import psutil
+        for h in holders:  # the test's own clean-up: the daemon Slurm did not kill
+            psutil.Process(h["pid"]).kill()
+    else:
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "GiB back" in r.stdout
+
+
+@pytest.mark.system
+def test_relaunch_requeues_the_task_and_it_runs_again_as_attempt_2(slurm_cluster, tmp_path):
+    fleet = cluster_fleet(tmp_path, slurm_cluster, holder_job(tmp_path, shards=2, max_running=2), name="rl")
+    gpudeck("launch", "-f", str(fleet), "extract")
+    wait_states(fleet, {"extract/0": "running", "extract/1": "running"})
+    r = gpudeck("relaunch", "-f", str(fleet), "extract/1")
+    assert "attempt 2" in r.stdout, r.stdout
+    got = wait_states(fleet, {"extract/1": "running"}, timeout=30)
+    assert got["extract/1"]["attempt"] == 2
+    assert got["extract/1"]["task"]["restarts"] >= 1
+    gpudeck("kill", "-f", str(fleet), "extract", check=False)
+
+
+@pytest.mark.system
+def test_a_generate_shard_resumes_its_done_count_after_a_relaunch(slurm_cluster, tmp_path, sim_engines):
+    from support.generate import write_prompts
+    engine = sim_engines("--tok-s", "400", "--out-tokens", "40")
+    prompts = tmp_path / "prompts.jsonl"
+    write_prompts(prompts, 400)
+    out = tmp_path / "out"
+    job = f"""
+[[jobs]]
+name = "gen"
+kind = "generate"
+cluster = "lab"
+prompts = {json.dumps(str(prompts))}
+out = {json.dumps(str(out))}
+servers = [{json.dumps(engine.url)}]
+concurrency = 2
+shards = 2
+max_running = 2
+time = "30:00"
+"""
+    fleet = cluster_fleet(tmp_path, slurm_cluster, job, name="gn")
+    gpudeck("launch", "-f", str(fleet), "gen")
+    done: dict = {}
+
+    def progressed() -> bool:
+        done.update(tasks(fleet)["gen/1"])
+        return done["state"] == "running" and (done.get("done") or 0) >= 10
+
+    wait_for(progressed, 90, "gen/1 has done 10 prompts")
+    before = done["done"]
+    gpudeck("relaunch", "-f", str(fleet), "gen/1")
+    after: dict = {}
+
+    def resumed() -> bool:
+        after.update(tasks(fleet)["gen/1"])
+        return after["state"] == "running" and after["attempt"] == 2 and (after.get("done") or 0) >= before
+
+    wait_for(resumed, 60, f"gen/1 runs again with at least {before} done", detail=lambda: str(after))
+    assert after["total"] is not None and after["total"] < 400  # its part, not the whole file
+    assert (out / "part-1-of-2").is_dir()
+    gpudeck("kill", "-f", str(fleet), "gen", check=False)
+
+
+@pytest.mark.system
+def test_usr1_before_the_time_limit_requeues_the_task_and_the_console_says_why(slurm_cluster, tmp_path):
+    fleet = cluster_fleet(tmp_path, slurm_cluster, holder_job(tmp_path, shards=3, max_running=3), name="us")
+    gpudeck("launch", "-f", str(fleet), "extract")
+    got = wait_states(fleet, {"extract/2": "running"})
+    array = got["extract/2"]["task"]["array_id"]
+    slurm_cluster.run("scancel", "--signal=USR1", "--batch", f"{array}_2")
+    last: dict = {}
+
+    def requeued() -> bool:
+        last.update(tasks(fleet)["extract/2"])
+        t = last["task"]
+        return bool(t and t["note"] and "SIGUSR1" in t["note"] and t["restarts"] >= 1)
+
+    wait_for(requeued, 60, "extract/2 requeued itself", detail=lambda: str(last))
+    text = gpudeck("status", "-f", str(fleet)).stdout
+    assert "requeued itself" in text and "SIGUSR1" in text
+    gpudeck("kill", "-f", str(fleet), "extract", check=False)
+
+
+@pytest.mark.system
+def test_after_min_job_age_a_finished_task_shows_its_real_end_from_the_wrappers_record(make_slurm_cluster, tmp_path):
+    cluster = make_slurm_cluster(min_job_age=3)
+    jobs = (holder_job(tmp_path, "ok", shards=1, max_running=1, gpus=0, task_args="--sleep 1 --exit 0")
+            + holder_job(tmp_path, "bad", shards=1, max_running=1, gpus=0, task_args="--sleep 1 --exit 3"))
+    fleet = cluster_fleet(tmp_path, cluster, jobs, name="mj")
+    gpudeck("launch", "-f", str(fleet), "ok")
+    gpudeck("launch", "-f", str(fleet), "bad")
+    got: dict = {}
+
+    def gone_from_squeue() -> bool:
+        got.update(tasks(fleet))
+        return all(got[n]["task"]["source"] == "attempts" for n in ("ok/0", "bad/0"))
+
+    wait_for(gone_from_squeue, 60, "both tasks left squeue (MinJobAge 3 s)", detail=lambda: str(got))
+    assert (got["ok/0"]["state"], got["ok/0"]["exit_code"]) == ("exited", 0)
+    assert (got["bad/0"]["state"], got["bad/0"]["exit_code"]) == ("failed", 3)
+    for n in ("ok/0", "bad/0"):
+        assert got[n]["attempt"] == 1
+    assert "left Slurm's queue" in gpudeck("status", "-f", str(fleet)).stdout
+
+
+@pytest.mark.system
+def test_a_task_gone_from_the_queue_without_an_end_is_lost_never_completed(make_slurm_cluster, tmp_path):
+    cluster = make_slurm_cluster(min_job_age=3)
+    fleet = cluster_fleet(tmp_path, cluster, holder_job(tmp_path, shards=1, max_running=1, gpus=0), name="ls")
+    gpudeck("launch", "-f", str(fleet), "extract")
+    got = wait_states(fleet, {"extract/0": "running"})
+    wrapper = next(int(json.loads(ln)["pid"]) for ln in (tmp_path / "shared" / "runs" / "ls" / "extract" / "attempts"
+                                                           / "0.jsonl").read_text().splitlines())
+    os.kill(wrapper, 9)  # the batch script dies with no chance to write its end
+    last: dict = {}
+
+    def settled() -> bool:
+        last.update(tasks(fleet)["extract/0"])
+        return last["task"]["source"] == "attempts"
+
+    wait_for(settled, 60, "the task left squeue", detail=lambda: str(last))
+    assert last["state"] == "lost" and "no end recorded" in last["task"]["note"]
+    assert got["extract/0"]["attempt"] == 1
+
+
+# ---------------------------------------------------------------- polling budget, observers
+
+
+async def _watch(fleet_path: Path, seconds: float, env: dict) -> list:
+    """A console's watch loop (FleetClient.watch), for ``seconds``: the snapshots it got."""
+    from gpudeck.remote.client import FleetClient
+    from gpudeck.remote.fleet import load_fleet
+    snaps = []
+    client = FleetClient(load_fleet(fleet_path))
+    task = asyncio.get_running_loop().create_task(client.watch(lambda node, msg: snaps.append(msg)))
+    try:
+        await asyncio.sleep(seconds)  # the span under test: the consoles watch this long
+    finally:
+        task.cancel()
+        await client.close()
+    return snaps
+
+
+@pytest.mark.system
+def test_two_consoles_share_one_poll_within_the_budget(slurm_cluster, tmp_path, monkeypatch):
+    shims = tmp_path / "shims"
+    slurm_cluster.squeue_shim(shims)
+    monkeypatch.setenv("PATH", f"{shims}{os.pathsep}{os.environ['PATH']}")
+    fleet = cluster_fleet(tmp_path, slurm_cluster, holder_job(tmp_path, shards=8, max_running=8, gpus=0), name="pb")
+    gpudeck("launch", "-f", str(fleet), "extract")  # one action: its own agent's polls
+    launched = len((shims / "squeue.log").read_text().splitlines())
+    seconds = 60.0
+
+    async def both():
+        return await asyncio.gather(_watch(fleet, seconds, {}), _watch(fleet, seconds, {}))
+
+    t0 = time.monotonic()
+    first, second = asyncio.run(both())
+    span = time.monotonic() - t0
+    calls = len((shims / "squeue.log").read_text().splitlines()) - launched
+    assert first and second  # both consoles saw the cluster
+    budget = span / 10 + 2 + 3  # one per poll_s, the agent's first, a few after the configure
+    assert calls <= budget, f"{calls} squeue calls in {span:.0f} s for two consoles (budget {budget:.0f})"
+    gpudeck("kill", "-f", str(fleet), "extract", check=False)
+
+
+@pytest.mark.system
+def test_observers_end_with_the_last_console_and_never_the_job(slurm_cluster, tmp_path):
+    fleet = cluster_fleet(tmp_path, slurm_cluster, holder_job(tmp_path, shards=2, max_running=2), name="ob")
+    gpudeck("launch", "-f", str(fleet), "extract")
+    wait_states(fleet, {"extract/0": "running", "extract/1": "running"})
+
+    async def watch_until_observed():
+        from gpudeck.remote.client import FleetClient
+        from gpudeck.remote.fleet import load_fleet
+        seen = []
+        client = FleetClient(load_fleet(fleet))
+        task = asyncio.get_running_loop().create_task(client.watch(lambda n, m: seen.append(m)))
+        try:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                snaps = [m for m in seen if getattr(m, "cluster", None) is not None]
+                if snaps and snaps[-1].cluster.observers == 2 and len(snaps[-1].gpus) == 2:
+                    return snaps[-1]
+                await asyncio.sleep(0.2)
+            raise AssertionError(f"no two observers: {seen[-1] if seen else None}")
+        finally:
+            task.cancel()
+            await client.close()
+
+    snap = asyncio.run(watch_until_observed())
+    assert {g.host for g in snap.gpus} == {slurm_cluster.node}
+    assert all(p.job and p.job.startswith("extract/") for g in snap.gpus for p in g.processes)
+
+    def steps() -> list[str]:
+        return slurm_cluster.run("squeue", "-s", "-h", "-o", "%i").stdout.split()
+
+    wait_for(lambda: all(s.endswith(".batch") for s in steps()), 30, "only the batch steps are left",
+             detail=lambda: str(steps()))
+    assert {j["state"] for n, j in tasks(fleet).items()} == {"running"}
+    gpudeck("kill", "-f", str(fleet), "extract", check=False)
+
+
+# ---------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize("line,said", [
+    ("gpus = [0, 1]", "on a Slurm cluster 'gpus' is a count"),
+    ('node = "local"', "both 'node' and 'cluster'"),
+    ("shards = 0", "'shards' must be an integer >= 1"),
+    ('time = "bogus"', "Slurm's time format"),
+])
+def test_bad_cluster_jobs_are_refused_with_file_and_line(tmp_path, line, said):
+    from gpudeck.remote.fleet import FleetError, load_fleet
+    path = tmp_path / "f.toml"
+    job = "\n".join(ln for ln in holder_job(tmp_path).splitlines() if not ln.startswith(line.split(" ")[0] + " "))
+    path.write_text(f"""[[clusters]]
+name = "lab"
+shared_dir = "/tmp/x"
+{job}
+{line}
+""")
+    with pytest.raises(FleetError) as e:
+        load_fleet(path)
+    assert said in str(e.value) and f"{path}:" in str(e.value)
+
+
+def test_cluster_keys_are_checked(tmp_path):
+    from gpudeck.remote.fleet import FleetError, load_fleet
+    for table, said in [("poll_s = 2", "'poll_s': at least 10"), ("", "needs a 'shared_dir'"),
+                        ("shared_dir = 'rel/dir'", "expected an absolute path"), ("prtition = 'x'", "did you mean")]:
+        path = tmp_path / "f.toml"
+        shared = "" if "shared_dir" in table or not table else "shared_dir = '/tmp/x'\n"
+        path.write_text(f"[[clusters]]\nname = 'lab'\n{shared}{table}\n")
+        with pytest.raises(FleetError) as e:
+            load_fleet(path)
+        assert said in str(e.value), str(e.value)
+
+
+@pytest.mark.system
+def test_bad_input_at_launch_exits_2_with_slurms_own_words(slurm_cluster, tmp_path):
+    jobs = (holder_job(tmp_path, "toomany", shards=1, max_running=1, gpus=8)
+            + holder_job(tmp_path, "huge", shards=1002, max_running=1, gpus=0))
+    fleet = cluster_fleet(tmp_path, slurm_cluster, jobs, name="bi")
+    r = gpudeck("launch", "-f", str(fleet), "toomany", check=False)
+    assert r.returncode == 2 and "Requested node configuration is not available" in r.stderr, r.stderr
+    r = gpudeck("launch", "-f", str(fleet), "huge", check=False)
+    assert r.returncode == 2 and "MaxArraySize" in r.stderr, r.stderr
+    bad = Path(str(fleet).replace("bi.toml", "bp.toml"))
+    bad.write_text(fleet.read_text().replace('partition = "debug"', 'partition = "nosuch"'))
+    r = gpudeck("launch", "-f", str(bad), "toomany", check=False)
+    assert r.returncode == 2 and "invalid partition" in r.stderr.lower(), r.stderr
+
+
+@pytest.mark.system
+def test_a_login_without_squeue_exits_2_and_an_unreachable_one_exits_3(tmp_path):
+    path = tmp_path / "nq.toml"
+    path.write_text(f"""[[clusters]]
+name = "lab"
+shared_dir = {json.dumps(str(tmp_path / 'shared'))}
+agent_home = {json.dumps(str(tmp_path / 'home-{user}'))}
+python = {json.dumps(sys.executable)}
+env = {{ PATH = "/nonexistent" }}
+""")
+    r = gpudeck("status", "-f", str(path), check=False)
+    assert r.returncode == 2 and "is it a Slurm login node?" in r.stderr, r.stdout + r.stderr
+    path.write_text(path.read_text().replace('env = { PATH = "/nonexistent" }', 'login = "127.0.0.1:1"\n'
+                                             'connect_timeout = 2'))
+    r = gpudeck("status", "-f", str(path), check=False)
+    assert r.returncode == 3, r.stdout + r.stderr
+
+
+# ---------------------------------------------------------------- scale
+
+
+@pytest.mark.system
+def test_256_tasks_read_as_a_few_lines(slurm_cluster, tmp_path):
+    fleet = cluster_fleet(tmp_path, slurm_cluster, holder_job(tmp_path, shards=256, max_running=4, gpus=0,
+                                                              task_args="--sleep 3600"), name="sc")
+    gpudeck("launch", "-f", str(fleet), "extract")
+    got = wait_states(fleet, {"extract/0": "running", "extract/255": "pending"})
+    assert len([n for n in got if n.startswith("extract/")]) == 256
+    assert status(fleet)["nodes"][0]["cluster"]["poll_ms"] is not None
+    text = gpudeck("status", "-f", str(fleet)).stdout
+    lines = [ln for ln in text.splitlines() if ln.startswith("extract/")]
+    assert len(lines) < 20 and any("[" in ln for ln in lines), text
+    assert "252 tasks" in text or "tasks" in text
+    gpudeck("kill", "-f", str(fleet), "extract", check=False)
