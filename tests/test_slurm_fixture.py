@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from support.slurm import SlurmCluster, squeue_calls, start_time
+from support.slurm import SlurmCluster, slurm_missing, squeue_calls, start_time
 from support.wait import wait_for
 
 pytestmark = pytest.mark.system  # munged, slurmctld, slurmd and Slurm jobs
@@ -144,3 +144,34 @@ def test_the_squeue_shim_logs_each_call_and_runs_the_real_squeue(slurm_cluster: 
     assert [argv for _, argv in calls] == [["-h", "-t", "all", "-j", job, "-o", "%i|%T"], ["-h", "-o", "%i %T"]]
     assert calls[0][0] <= calls[1][0]
     assert len((shim_dir / "squeue.log").read_text().splitlines()) == 2  # one line per call
+
+
+def test_sixteen_declared_cpus_run_sixteen_tasks_at_once_on_a_small_machine(slurm_cluster: SlurmCluster):
+    c = slurm_cluster
+    assert c.run("sinfo", "-h", "-n", c.node, "-o", "%c").stdout.strip() == "16"
+    array = c.run("sbatch", "--parsable", "--array=0-15", "-o", "/dev/null", "--wrap", "sleep 300").stdout.strip()
+    try:
+        wait_for(lambda: [r["state"] for r in tasks(c, array).values()] == ["RUNNING"] * 16,
+                 what=f"the 16 tasks of array {array} running at once",
+                 detail=lambda: c.run("squeue", "-h", "-r", "-t", "all", "-o", SQUEUE_FORMAT).stdout)
+    finally:
+        c.run("scancel", array)
+        wait_for(lambda: not any(r["state"] in ("RUNNING", "PENDING", "COMPLETING") for r in tasks(c, array).values()),
+                 what=f"array {array} to end")
+
+
+def test_an_up_that_fails_leaves_no_daemon_and_no_job(tmp_path, monkeypatch):
+    if slurm_missing():
+        pytest.skip(slurm_missing())
+
+    def failing_probe(self: SlurmCluster) -> None:
+        self.run("sbatch", "--parsable", "-o", "/dev/null", "--wrap", "sleep 300")
+        raise RuntimeError("the probe failed (on purpose)")
+
+    monkeypatch.setattr(SlurmCluster, "_probe", failing_probe)
+    c = SlurmCluster(tmp_path / "slurm")
+    with pytest.raises(RuntimeError, match="on purpose"):
+        c.up()
+    assert not c.procs and not c.job_processes(helpers=True)
+    assert not list(Path("/sys/fs/cgroup").glob(f"*/slurm_{c.node}"))
+    assert not (c.base / "pids").exists()
