@@ -1,12 +1,13 @@
 # make demo: a venv with gpudeck alone (pip install -e .: no apt, no torch), then the demo.
-# make test: everything from nothing: apt packages, torch (CPU), every extra, llama-server.
+# make test: everything from nothing: apt packages (sshd, tmux, Slurm and munge, ...), torch (CPU), every extra,
+# llama-server.
 PY      ?= python3
 VENV    ?= .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 LIGHT   := $(VENV)/.installed-light
 APT_GET := DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600
-APT_PKGS := openssh-server openssh-client tmux iproute2 cmake g++ make cron
+APT_PKGS := openssh-server openssh-client tmux iproute2 cmake g++ make cron slurmctld slurmd slurm-client munge
 LLAMA   := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/gpudeck-test/llama-server
 # wheels of what a fresh node's venv needs, for tests/test_quickstart.py: its nodes install from
 # here (PIP_NO_INDEX, PIP_FIND_LINKS) as a real node installs from its index
@@ -20,7 +21,8 @@ SGLANG_PKGS := sglang==0.5.23 triton==3.6.0 apache-tvm-ffi==0.1.11 compressed-te
 .PHONY: test check demo demo-setup screenshot apt venv llama-server bench lint clean
 
 apt:
-	@missing=""; for c in sshd:openssh-server ssh:openssh-client tmux:tmux ip:iproute2 cmake:cmake g++:g++ cron:cron; do \
+	@missing=""; for c in sshd:openssh-server ssh:openssh-client tmux:tmux ip:iproute2 cmake:cmake g++:g++ cron:cron \
+	  slurmctld:slurmctld slurmd:slurmd sbatch:slurm-client munged:munge; do \
 	  cmd=$${c%%:*}; pkg=$${c##*:}; \
 	  command -v $$cmd >/dev/null 2>&1 || [ -x /usr/sbin/$$cmd ] || missing="$$missing $$pkg"; done; \
 	if [ -n "$$missing" ]; then \

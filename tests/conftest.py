@@ -11,6 +11,7 @@ import pytest
 from support.core import AgentProc, reap
 from support.generate import sim_engines  # noqa: F401  (a fixture, for every test)
 from support.s3 import moto_s3  # noqa: F401  (a fixture, for every test)
+from support.slurm import make_slurm_cluster, slurm_cluster  # noqa: F401  (fixtures, for every test)
 from support.watch import Receiver
 
 

@@ -3,6 +3,7 @@
 - ``support.core``: paths, a real agent over pipes, job specs, a free port;
 - ``support.wait``: the one waiter on a condition, ``wait_for`` and ``wait_for_async``;
 - ``support.s3``: the one S3 server (moto on loopback) and the environment to reach it;
+- ``support.slurm``: a real single-node Slurm cluster (``SlurmCluster``) and its fixtures;
 - ``support.generate`` / ``extract`` / ``ssh`` / ``tui``: the real parts of each area's tests;
 - ``support.fault_proxy``: a TCP proxy that resets, hangs or refuses on command.
 
