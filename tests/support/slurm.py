@@ -178,7 +178,8 @@ def _owner_alive(owner: str) -> bool:
 def remove_leftovers() -> None:
     """Clusters of test processes that are gone (killed before their finalizers ran): their
     daemons and slurmstepds (marked with OWNER_VAR), their job processes (SLURM_CONF under a
-    dead cluster's directory, in a Slurm job), their cgroups (``slurm_gd<pid>x...``)."""
+    dead cluster's directory, in a Slurm job), their cgroups (``slurm_gd<pid>x...``), their
+    socket dirs (``/tmp/gd<pid>x...-*``)."""
     me = os.getpid()
     dead_confs: set[str] = set()
     doomed: set[int] = set()
@@ -197,6 +198,10 @@ def remove_leftovers() -> None:
         m = NODE_RE.match(root.name[len("slurm_"):])
         if m and start_time(int(m.group(1))) is None:
             _clear_cgroups(root.name[len("slurm_"):])
+    for rundir in Path("/tmp").glob("gd*x*-*"):  # sockets and spool (see up())
+        m = NODE_RE.match(rundir.name.partition("-")[0])
+        if m and rundir.is_dir() and start_time(int(m.group(1))) is None:
+            shutil.rmtree(rundir, ignore_errors=True)
 
 
 def squeue_calls(dir: Path) -> list[tuple[float, list[str]]]:
@@ -386,7 +391,7 @@ PartitionName=debug Nodes={self.node} Default=YES MaxTime=INFINITE State=UP
         remove_leftovers()
         self.base.mkdir(parents=True, exist_ok=True)
         self.base.chmod(0o755)
-        self.rundir = Path(tempfile.mkdtemp(prefix=f"{self.node}-", dir="/tmp"))
+        self.rundir = Path(tempfile.mkdtemp(prefix=f"{self.node}-", dir="/tmp"))  # short: a socket path has 108 bytes
         self.rundir.chmod(0o755)  # munged wants its socket's directory world-executable
         self.ctld_port = free_port()
         self.slurmd_port = wait_for(lambda: (p := free_port()) != self.ctld_port and p, timeout=5, what="a port")
@@ -512,7 +517,8 @@ PartitionName=debug Nodes={self.node} Default=YES MaxTime=INFINITE State=UP
         self.pids_file.unlink(missing_ok=True)
         _kill(self.job_processes(helpers=True))
         _clear_cgroups(self.node)
-        wait_for(lambda: not self.job_processes(helpers=True), timeout=10, what=f"the job processes of {self.node} to die")
+        wait_for(lambda: not self.job_processes(helpers=True), timeout=10,
+                 what=f"the job processes of {self.node} to die")
         if self.rundir is not None:
             shutil.rmtree(self.rundir, ignore_errors=True)
             self.rundir = None
