@@ -52,7 +52,8 @@ class Node:
     jump: Optional[str] = None  # a bastion: a node of the fleet, or [user@]host[:port]; "none": not even ProxyJump
     price_per_hour: Optional[float] = None  # dollars per hour for the node (>= 0); None: not priced, never $0
     via: Optional["Node"] = None  # the bastion's Node, resolved from `jump` (not a fleet-file key)
-    cluster: Optional[ClusterSpec] = None  # a [[clusters]] table: this "node" is its login (not a [[nodes]] key)
+    # a [[clusters]] table: this "node" is its login (not a [[nodes]] key); not hashed (it holds lists)
+    cluster: Optional[ClusterSpec] = field(default=None, compare=False)
 
     @property
     def local(self) -> bool:

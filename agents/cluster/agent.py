@@ -329,10 +329,18 @@ class ClusterAgent(Agent):
             name=name, kind=spec.kind if spec else JobKind.COMMAND, state=state, gpus=gpus, gpu_uuids=uuids,
             attempt=att.starts, exit_code=exit_code if not alive else None,
             started_at=att.started_at, ended_at=att.ended_at if not alive else None, progress=progress,
-            log_path=str(run / "logs" / f"{index}.log"), last_kill=self.kills.get(name),
+            log_path=str(run / "logs" / f"{index}.log"), last_kill=self._last_kill(name, run, index),
             fleet=self.fleet_identity or None, task=info)
 
     fleet_identity = ""
+
+    def _last_kill(self, name: str, run: Path, index: int) -> Optional[KillVerdict]:
+        if name not in self.kills:
+            try:
+                self.kills[name] = wire.from_dict(KillVerdict, json.loads((run / "kills" / f"{index}.json").read_text()))
+            except (OSError, ValueError, wire.ProtocolError):
+                return None
+        return self.kills.get(name)
 
     # ------------------------------------------------------------ the ops
 
@@ -471,6 +479,12 @@ class ClusterAgent(Agent):
                 seconds=max((v.seconds or 0 for v in verdicts), default=None))
         verdict = self._kill_task(spec, index, grace_s)
         self.kills[name] = verdict
+        try:  # kept beside the task's attempts: the next agent (and any login node) shows it
+            from ..contract.atomic import atomic_write_json
+            (self._run(spec.name) / "kills").mkdir(parents=True, exist_ok=True)
+            atomic_write_json(self._run(spec.name) / "kills" / f"{index}.json", wire.to_plain(verdict))
+        except OSError as exc:
+            log.warning("cluster %s: cannot keep the verdict of %s: %s", self.node, name, exc)
         self.sup.audit("kill", name, verdict=wire.to_plain(verdict))
         self.soon()
         return verdict
@@ -573,7 +587,7 @@ class ClusterAgent(Agent):
         if row is not None:
             task_id = f"{row.array_id}_{index}"
             try:
-                self.slurm.requeue(task_id)
+                self._requeue(task_id, spec.name, index)
             except SlurmError as exc:  # forgotten, or preemption cancelled rather than requeued: resubmit
                 log.info("cluster %s: requeue of %s failed (%s); resubmitting", self.node, task_id, exc)
             else:
@@ -584,6 +598,28 @@ class ClusterAgent(Agent):
                                     log=str(self._run(spec.name) / "logs" / f"{index}.log"),
                                     argv=["scontrol", "requeue", task_id])
         return self._submit(spec, [index], name, kill=kill)
+
+    def _requeue(self, task_id: str, job: str, index: int, tries: int = 3) -> None:
+        """Requeue, and see it take: a task requeued while its node still cleans up after the
+        kill may fail at launch (FAILED, NonZeroExitCode, no attempt started); then again."""
+        starts = self._attempts(job, index).starts
+        for attempt in range(tries):
+            self.slurm.requeue(task_id)
+            deadline = time.monotonic() + 10.0
+            delay = 0.2
+            while time.monotonic() < deadline:
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
+                state = self.slurm.state_of(task_id)
+                if self._attempts(job, index).starts > starts or state in ("PENDING", "CONFIGURING"):
+                    return
+                if state in TERMINAL:
+                    break  # the launch failed before the wrapper ran: requeue again
+            else:
+                return  # running (or still on its way): the next polls show it
+            log.info("cluster %s: %s failed at launch after its requeue (try %d)", self.node, task_id, attempt + 1)
+            time.sleep(1.0)
+        raise SlurmError(f"{task_id} failed at launch after {tries} requeues")
 
     # -- logs
 
