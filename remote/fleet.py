@@ -49,6 +49,7 @@ class Node:
     simulate_gpus: Optional[str] = None  # the demo's and tests' stand-in GPUs ("4xRTX PRO 6000:96"): never NVML
     jump: Optional[str] = None  # a bastion: a node of the fleet, or [user@]host[:port]; "none": not even ProxyJump
     price_per_hour: Optional[float] = None  # dollars per hour for the node (>= 0); None: not priced, never $0
+    textfile_dir: Optional[str] = None  # node_exporter's textfile directory: the agent writes gpudeck.prom there
     via: Optional["Node"] = None  # the bastion's Node, resolved from `jump` (not a fleet-file key)
 
     @property
@@ -120,7 +121,7 @@ def local_fleet() -> Fleet:
 _NODE_FIELDS = {f.name: f for f in dataclasses.fields(Node) if f.name != "via"}
 _JOB_FIELDS = {f.name: f for f in dataclasses.fields(JobSpec)}
 _DEFAULT_KEYS = {"python", "home", "nvml", "interval", "known_hosts", "host_keys", "user", "identity",
-                 "connect_timeout", "venv", "jump", "price_per_hour"}
+                 "connect_timeout", "venv", "jump", "price_per_hour", "textfile_dir"}
 NO_JUMP = "none"
 SECTIONS = ("defaults", "nodes", "jobs", "notify", "alerts", "heartbeat")
 

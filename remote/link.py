@@ -75,6 +75,8 @@ def agent_argv(node: Node, python: str) -> list[str]:
         argv.append("--no-nvml")
     if node.simulate_gpus:
         argv += ["--simulate-gpus", node.simulate_gpus]
+    if node.textfile_dir:
+        argv += ["--textfile-dir", node.textfile_dir]
     return argv
 
 
