@@ -32,6 +32,7 @@ from .contract.jobs import JobKind, JobSpec, SpecError
 from .links import Consoles, Link, Listener
 from .planwatch import PlanWatch
 from .progress import ProgressTracker
+from .promfile import TextfileWriter
 from .contract.plain import to_plain
 from .contract.wire import Engine, JobStatus, Progress, Reply, Request, Snapshot
 from .supervisor import JobError, JobSupervisor
@@ -54,7 +55,8 @@ def _write_stderr_nowait(data: bytes) -> None:
 
 class Agent:
     def __init__(self, home: Path, node: str, interval_s: float = 1.0, nvml: bool = True,
-                 out=None, simulate_gpus: Optional[str] = None, detached: bool = False) -> None:
+                 out=None, simulate_gpus: Optional[str] = None, detached: bool = False,
+                 textfile_dir: Optional[str] = None) -> None:
         self.home = Path(home).expanduser()
         self.home.mkdir(parents=True, exist_ok=True, mode=0o700)  # specs may hold secrets (env)
         self.node = node
@@ -70,6 +72,7 @@ class Agent:
         self.sup = JobSupervisor(self.home, self.gpu, node=node)
         self.plans = PlanWatch(self.sup.job_dir)  # each job's plan.json against its progress
         self.history = HistoryRing(3600.0, interval_s, path=self.home / "history.jsonl")
+        self.textfile = TextfileWriter(textfile_dir)  # node_exporter's textfile collector (agents/promfile.py)
         self.seq = 0
         self._trackers: dict[str, tuple[tuple, ProgressTracker]] = {}
         self._scrapers: dict[str, EngineScraper] = {}
@@ -210,6 +213,7 @@ class Agent:
                         alerts=alerts, gpu_error=self.gpu.error, containment=self.sup.contain.mode,
                         gpus_simulated=getattr(self.gpu, "simulated", False))
         self.history.record(snap)
+        self.textfile.write(snap)
         return snap
 
     async def scrape_engines(self) -> None:

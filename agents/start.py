@@ -60,6 +60,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--simulate-gpus", metavar="SPEC", default=None,
                     help="stand-in GPUs for the demo and tests (COUNTxNAME:GIB, e.g. 4xRTX PRO 6000:96); "
                          "never on a real node")
+    ap.add_argument("--textfile-dir", metavar="DIR", default=None,
+                    help="write DIR/gpudeck.prom each tick for node_exporter's textfile collector "
+                         "(docs/prometheus.md)")
     ap.add_argument("--once", action="store_true", help="print one snapshot and exit")
     ap.add_argument("--takeover-grace", type=float, default=10.0,
                     help="seconds an older agent on this node gets to exit before SIGKILL")
@@ -140,7 +143,8 @@ def main(argv: Optional[list[str]] = None) -> int:
                                         nvml=not args.no_nvml, simulate_gpus=args.simulate_gpus)
         else:
             agent = Agent(home, args.node or socket.gethostname(), args.interval, nvml=not args.no_nvml,
-                          simulate_gpus=args.simulate_gpus, detached=args.detached and not args.once)
+                          simulate_gpus=args.simulate_gpus, detached=args.detached and not args.once,
+                          textfile_dir=args.textfile_dir)
     except OSError as exc:  # an unwritable home, a full disk: say so, not a traceback
         log.error("cannot start the agent in %s: %s", home, exc)
         return 3

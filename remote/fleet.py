@@ -51,6 +51,7 @@ class Node:
     simulate_gpus: Optional[str] = None  # the demo's and tests' stand-in GPUs ("4xRTX PRO 6000:96"): never NVML
     jump: Optional[str] = None  # a bastion: a node of the fleet, or [user@]host[:port]; "none": not even ProxyJump
     price_per_hour: Optional[float] = None  # dollars per hour for the node (>= 0); None: not priced, never $0
+    textfile_dir: Optional[str] = None  # node_exporter's textfile directory: the agent writes gpudeck.prom there
     via: Optional["Node"] = None  # the bastion's Node, resolved from `jump` (not a fleet-file key)
     # a [[clusters]] table: this "node" is its login (not a [[nodes]] key); not hashed (it holds lists)
     cluster: Optional[ClusterSpec] = field(default=None, compare=False)
@@ -133,7 +134,7 @@ def local_fleet() -> Fleet:
 _NODE_FIELDS = {f.name: f for f in dataclasses.fields(Node) if f.name not in ("via", "cluster")}
 _JOB_FIELDS = {f.name: f for f in dataclasses.fields(JobSpec)}
 _DEFAULT_KEYS = {"python", "home", "nvml", "interval", "known_hosts", "host_keys", "user", "identity",
-                 "connect_timeout", "venv", "jump", "price_per_hour"}
+                 "connect_timeout", "venv", "jump", "price_per_hour", "textfile_dir"}
 NO_JUMP = "none"
 SECTIONS = ("defaults", "nodes", "clusters", "jobs", "notify", "alerts", "heartbeat")
 

@@ -76,6 +76,8 @@ def agent_argv(node: Node, python: str) -> list[str]:
         argv.append("--no-nvml")
     if node.simulate_gpus:
         argv += ["--simulate-gpus", node.simulate_gpus]
+    if node.textfile_dir:
+        argv += ["--textfile-dir", node.textfile_dir]
     if node.cluster is not None:  # the agent of a cluster's login node (agents/cluster/)
         import json
         argv += ["--cluster", json.dumps(node.cluster.to_dict(), separators=(",", ":"))]

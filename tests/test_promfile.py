@@ -1,0 +1,259 @@
+"""The node's Prometheus textfile (agents/promfile.py): the fleet key that turns it on, a real
+agent writing ``gpudeck.prom`` whose every series agrees with the snapshot it was written from,
+and a directory that cannot be written: one alert, the agent ticks on, a retry at most every
+RETRY_S seconds."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from support import command_job
+from support.wait import wait_for
+from gpudeck.agents import promfile, writes
+from gpudeck.agents.contract.wire import Alert, Gpu, GpuProcess, Host, JobStatus, Progress, Snapshot
+from gpudeck.agents.contract.vocab import AlertKind, JobState
+from gpudeck.agents.contract.jobs import JobKind
+from gpudeck.remote.fleet import LOCAL, FleetError, parse_fleet
+from gpudeck.remote.link import agent_argv
+
+PY = sys.executable
+MIB = 1024 * 1024
+NODE = "testnode"  # AgentProc's --node
+
+
+# ---------------------------------------------------------------- the fleet key
+
+
+def test_textfile_dir_is_a_node_key_with_a_default_and_reaches_the_agent_argv():
+    f = parse_fleet('[defaults]\ntextfile_dir = "/var/lib/node_exporter/textfile"\n\n'
+                    '[[nodes]]\nname = "a"\n\n[[nodes]]\nname = "b"\ntextfile_dir = "~/prom"\n', "f.toml")
+    assert f.node("a").textfile_dir == "/var/lib/node_exporter/textfile"
+    assert f.node("b").textfile_dir == "~/prom"
+    # the implicit local node is the console's machine: a [defaults] path meant for the GPU nodes is not its
+    assert f.node(LOCAL).textfile_dir is None
+    argv = agent_argv(f.node("b"), "python3")
+    assert argv[argv.index("--textfile-dir") + 1] == "~/prom"
+    assert "--textfile-dir" not in agent_argv(f.node(LOCAL), "python3")
+
+
+def test_textfile_dir_must_be_a_string():
+    with pytest.raises(FleetError, match=r"f.toml:3: \[\[nodes\]\] #1 'textfile_dir': expected a string"):
+        parse_fleet('[[nodes]]\nname = "a"\ntextfile_dir = 3\n', "f.toml")
+    with pytest.raises(FleetError, match=r"f.toml:2: \[defaults\] 'textfile_dir': expected a string"):
+        parse_fleet('[defaults]\ntextfile_dir = true\n', "f.toml")
+
+
+# ---------------------------------------------------------------- the series, against a snapshot
+
+
+def parse(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
+    """Every sample of a textfile by sample name: [(labels, value)]; a family with no sample is
+    there too, empty (a counter's under its sample name, ``..._total``)."""
+    out: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for fam in text_string_to_metric_families(text):
+        out.setdefault(fam.name + ("_total" if fam.type == "counter" else ""), [])
+        for s in fam.samples:
+            out.setdefault(s.name, []).append((dict(s.labels), s.value))
+    return out
+
+
+def expected(snap: dict) -> dict[str, list[tuple[dict[str, str], float]]]:
+    """What the textfile must say of a snapshot (as the console receives it), worked out here
+    from the snapshot's own fields."""
+    node = snap["node"]
+    out: dict[str, list[tuple[dict[str, str], float]]] = {k: [] for k in (
+        "gpudeck_job_state", "gpudeck_job_tokens_per_second", "gpudeck_job_done", "gpudeck_job_total",
+        "gpudeck_job_eta_seconds", "gpudeck_job_restarts_total", "gpudeck_gpu_memory_used_bytes",
+        "gpudeck_s3_pending_uploads", "gpudeck_alerts_active", "gpudeck_snapshot_timestamp_seconds")}
+    for j in snap["jobs"]:
+        lab = {"node": node, "job": j["name"]}
+        out["gpudeck_job_state"].append(({**lab, "state": j["state"]}, 1.0))
+        p = j["progress"]
+        tps = (p or {}).get("tokens_per_s")
+        if tps is None and j["engine"]:
+            tps = j["engine"].get("tokens_per_s")
+        if tps is not None:
+            out["gpudeck_job_tokens_per_second"].append((lab, tps))
+        if p is not None:
+            out["gpudeck_job_done"].append((lab, p["done"]))
+            for key, series in (("total", "gpudeck_job_total"), ("eta_s", "gpudeck_job_eta_seconds")):
+                if p[key] is not None:
+                    out[series].append((lab, p[key]))
+        if j["restart"] is not None:
+            out["gpudeck_job_restarts_total"].append((lab, j["restarts"]))
+    for g in snap["gpus"]:
+        by_job: dict[str, float] = {}
+        for proc in g["processes"]:
+            if proc["job"]:
+                by_job[proc["job"]] = by_job.get(proc["job"], 0.0) + proc["used_mib"]
+        for name, mib in by_job.items():
+            out["gpudeck_gpu_memory_used_bytes"].append(({"node": node, "gpu": str(g["index"]), "job": name}, mib * MIB))
+        out["gpudeck_gpu_memory_used_bytes"].append(
+            ({"node": node, "gpu": str(g["index"]), "job": ""}, (g["mem_used_mib"] - sum(by_job.values())) * MIB))
+    kinds = {k.value: 0 for k in AlertKind if k not in (AlertKind.UNREACHABLE, AlertKind.DISK_FILLING)}
+    for a in snap["alerts"]:
+        kinds[a["kind"]] += 1
+    out["gpudeck_alerts_active"] = [({"node": node, "kind": k}, n) for k, n in kinds.items()]
+    out["gpudeck_snapshot_timestamp_seconds"].append(({"node": node}, snap["t"]))
+    return out
+
+
+def same(got: dict, want: dict) -> None:
+    for name, samples in want.items():
+        key = lambda s: sorted(s[0].items())  # noqa: E731
+        g = sorted(got.get(name, []), key=key)
+        w = sorted(samples, key=key)
+        assert [s[0] for s in g] == [s[0] for s in w], f"{name}: series {g} != {w}"
+        for (lab, gv), (_, wv) in zip(g, w):
+            assert gv == pytest.approx(float(wv), rel=1e-12), f"{name}{lab}: {gv} != {wv}"
+
+
+def test_families_omit_what_is_not_known_and_split_gpu_memory_by_job():
+    snap = Snapshot(node="n", seq=1, t=1.5, host=Host("h", 0, 1, 0, 1, 0, 0, 0), gpus=[
+        Gpu(0, "u0", "H200", mem_used_mib=5000, mem_total_mib=141000, processes=[
+            GpuProcess(10, 3000, "gen"), GpuProcess(11, 1000, "gen"), GpuProcess(12, 500, None)])],
+        jobs=[JobStatus("gen", JobKind.COMMAND, JobState.RUNNING, progress=Progress(done=5)),
+              JobStatus("idle", JobKind.COMMAND, JobState.PENDING)],
+        alerts=[Alert(AlertKind.UNOWNED_GPU_PROCESS, "pid 12")])
+    got = parse(promfile.generate_text(snap))
+    assert got["gpudeck_job_done"] == [({"node": "n", "job": "gen"}, 5.0)]
+    for name in ("gpudeck_job_total", "gpudeck_job_eta_seconds", "gpudeck_job_tokens_per_second",
+                 "gpudeck_job_restarts_total", "gpudeck_s3_pending_uploads"):
+        assert got[name] == [], name  # not known: no sample, never a 0
+    mem = {s[0]["job"]: s[1] for s in got["gpudeck_gpu_memory_used_bytes"]}
+    assert mem == {"gen": 4000 * MIB, "": 1000 * MIB}
+    assert ({"node": "n", "kind": "unowned_gpu_process"}, 1.0) in got["gpudeck_alerts_active"]
+
+
+# ---------------------------------------------------------------- a real agent
+
+
+@pytest.mark.system
+def test_a_real_agent_writes_every_series_of_its_snapshot(start_agent, home, reap_jobs, tmp_path):
+    textfile = tmp_path / "textfile"
+    textfile.mkdir()
+    a = start_agent(extra_args=("--simulate-gpus", "2xH200:141", "--textfile-dir", str(textfile)))
+    stranger = subprocess.Popen([PY, "-m", "gpudeck.agents.simgpu", str(home), "1", "1024", "--", "sleep", "600"],
+                                start_new_session=True)
+    report = tmp_path / "report.sh"  # a worker that reports progress, as a generation worker does
+    report.write_text('i=0; while true; do i=$((i+1)); printf \'{"done": %d, "total": 100000, "tokens": %d, '
+                      '"tokens_per_s": 1500.0, "eta_s": 9999}\' $i $((i*300)) > "$GPUDECK_PROGRESS_FILE.tmp"; '
+                      'mv "$GPUDECK_PROGRESS_FILE.tmp" "$GPUDECK_PROGRESS_FILE"; sleep 0.2; done\n')
+    try:
+        a.ok("configure", jobs=[
+            command_job("gen", f"exec {PY} -m gpudeck.agents.simgpu {home} 0 2048 -- sh {report}", gpus=[0],
+                        restart="on-failure"),
+            command_job("later", "sleep 600", gpus=[1])])  # never launched: pending, no progress
+        a.ok("launch", job="gen")
+
+        def ready(snap: dict) -> bool:
+            gen = a.job(snap, "gen")
+            p = gen["progress"]
+            return (gen["state"] == "running" and p is not None and p["tokens_per_s"] is not None
+                    and p["eta_s"] is not None and any(q["job"] == "gen" for q in snap["gpus"][0]["processes"])
+                    and any(q["job"] is None for q in snap["gpus"][1]["processes"]))
+
+        def written():
+            """The textfile and the snapshot it was written from (the one with its timestamp)."""
+            try:
+                got = parse((textfile / "gpudeck.prom").read_text())
+            except FileNotFoundError:
+                return None
+            t = got["gpudeck_snapshot_timestamp_seconds"][0][1]
+            snap = next((s for s in list(a.snapshots) if s["t"] == t), None)
+            return (got, snap) if snap is not None and ready(snap) else None
+
+        def detail() -> str:
+            snap = a.latest() or {"jobs": [], "gpus": []}
+            return f"last snapshot: jobs {snap['jobs']}\ngpus {snap['gpus']}\nstderr {''.join(a.stderr)[-2000:]}"
+
+        got, snap = wait_for(written, what="a textfile of a snapshot with the job running on GPU 0", detail=detail)
+        assert {lab["node"] for samples in got.values() for lab, _ in samples} == {NODE}
+        same(got, expected(snap))
+        # what the snapshot says, said again in the file's own terms
+        assert ({"node": NODE, "job": "later", "state": "pending"}, 1.0) in got["gpudeck_job_state"]
+        assert not [s for s in got["gpudeck_job_done"] if s[0]["job"] == "later"]  # no progress: no sample
+        assert ({"node": NODE, "gpu": "0", "job": "gen"}, 2048.0 * MIB) in got["gpudeck_gpu_memory_used_bytes"]
+        assert ({"node": NODE, "gpu": "1", "job": ""}, (420.0 + 1024.0) * MIB) in got["gpudeck_gpu_memory_used_bytes"]
+        assert ({"node": NODE, "kind": "unowned_gpu_process"}, 1.0) in got["gpudeck_alerts_active"]
+        assert ({"node": NODE, "job": "gen"}, 0.0) in got["gpudeck_job_restarts_total"]
+        assert got["gpudeck_s3_pending_uploads"] == []  # the upload backlog does not reach the snapshot yet
+        assert not list(textfile.glob("gpudeck.prom.*")), "a temp file was left behind"
+        a.ok("kill", job="gen", grace_s=1)
+    finally:
+        stranger.kill()
+        stranger.wait()
+
+
+@pytest.mark.system
+def test_a_missing_textfile_dir_is_one_alert_and_the_agent_ticks_on(start_agent, tmp_path):
+    missing = tmp_path / "no-such-dir"
+    a = start_agent(extra_args=("--textfile-dir", str(missing)))
+    path = str(missing / "gpudeck.prom")
+    first = a.wait_snapshot(lambda s: any(path in al["message"] for al in s["alerts"]), what="the textfile alert")
+    later = a.wait_snapshot(lambda s: s["seq"] >= first["seq"] + 10, what="ten more ticks")
+    for snap in (first, later):
+        mine = [al for al in snap["alerts"] if path in al["message"]]
+        assert len(mine) == 1 and mine[0]["kind"] == "disk_full", snap["alerts"]
+        assert "No such file or directory" in mine[0]["message"]
+    assert a.proc.poll() is None
+    assert sum(f"cannot write {path}" in line for line in a.stderr) == 1, a.stderr  # logged once
+    assert not missing.exists()  # the agent makes no directory of its own
+
+
+# ---------------------------------------------------------------- the retry, in-process
+
+
+def test_a_failing_dir_is_tried_again_after_retry_s_and_clears_its_alert(tmp_path, monkeypatch):
+    clock = [1000.0]
+    monkeypatch.setattr(promfile.time, "monotonic", lambda: clock[0])
+    calls = []
+    real = promfile.write_to_textfile
+    monkeypatch.setattr(promfile, "write_to_textfile", lambda p, r, **kw: (calls.append(p), real(p, r, **kw)))
+    blocker = tmp_path / "a-file"  # a path under a file: not writable, even for root
+    blocker.write_text("")
+    w = promfile.TextfileWriter(str(blocker / "prom"))
+    path = str(blocker / "prom" / "gpudeck.prom")
+    snap = Snapshot(node="n", seq=1, t=1.0, host=Host("h", 0, 1, 0, 1, 0, 0, 0), gpus=[], jobs=[])
+    try:
+        w.write(snap)
+        assert [a.message for a in writes.alerts() if path in a.message]
+        for seq in range(2, 10):  # every tick within RETRY_S: no second attempt
+            clock[0] += 1.0
+            w.write(dataclasses.replace(snap, seq=seq))
+        assert len(calls) == 1
+        blocker.unlink()
+        (blocker / "prom").mkdir(parents=True)
+        clock[0] += promfile.RETRY_S
+        w.write(dataclasses.replace(snap, seq=20))
+        assert len(calls) == 2
+        assert not [a for a in writes.alerts() if path in a.message]
+        assert "gpudeck_snapshot_timestamp_seconds" in (blocker / "prom" / "gpudeck.prom").read_text()
+        w.write(dataclasses.replace(snap, seq=21))  # written: the next tick writes again
+        assert len(calls) == 3
+    finally:
+        writes.ok(path)
+
+
+# ---------------------------------------------------------------- the dashboard
+
+
+def test_the_grafana_dashboard_reads_only_series_the_agent_writes():
+    import json
+    import re
+
+    doc = json.loads((Path(__file__).resolve().parent.parent / "docs" / "grafana-gpudeck.json").read_text())
+    exprs = [t["expr"] for p in doc["panels"] for t in p["targets"]]
+    snap = Snapshot(node="n", seq=1, t=1.0, host=Host("h", 0, 1, 0, 1, 0, 0, 0), gpus=[], jobs=[])
+    written = set(parse(promfile.generate_text(snap)))
+    used = {name for e in exprs for name in re.findall(r"\bgpudeck_[a-z0-9_]+\b", e)} - {"gpudeck_job"}
+    assert used and used <= written, used - written
+    for series in ("gpudeck_job_tokens_per_second", "gpudeck_job_done", "gpudeck_job_total", "gpudeck_job_eta_seconds",
+                   "gpudeck_gpu_memory_used_bytes", "gpudeck_s3_pending_uploads", "gpudeck_alerts_active"):
+        assert series in used, f"no panel reads {series}"
