@@ -251,9 +251,10 @@ async def _open(transport: SshTransport, node: Node, run_id: str, timeout: float
             raise DeployError(node.name, what, f"exit {r.exit_status}: {_tail(r.stderr or r.stdout)}")
         return str(r.stdout or "")
 
-    remote_home = (await run("login", 'printf "%s" "$HOME"')).strip()
+    remote_home, _, remote_user = (await run("login", 'printf "%s\\n%s" "$HOME" "$(id -un)"')).strip().partition("\n")
 
-    def absolute(path: str) -> str:
+    def absolute(path: str) -> str:  # ~ and a cluster's {user}, as the node's agent reads them
+        path = path.replace("{user}", remote_user.strip())
         return remote_home + path[1:] if path == "~" or path.startswith("~/") else path
 
     home = absolute(node.home or "~/.gpudeck").rstrip("/")

@@ -21,7 +21,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 from ..agents.contract.jobs import KINDS, JobKind, JobSpec, SpecError, shell_command
-from ..agents.contract.cluster import ClusterSpec, split_task
+from ..agents.contract.cluster import RESOURCE_KEYS, ClusterSpec, split_task
 from ..agents.contract.errors import UnknownName
 from ..agents.contract.kinds import OptionError
 from ..agents.contract.watching import AlertThresholds, HeartbeatConfig, NotifyTarget, WatchSettings
@@ -370,7 +370,7 @@ def _parse_jobs(raw_jobs: Any, defaults: dict[str, Any], names: set[str], path: 
             elif k in option_keys:
                 options[k] = v
             else:
-                allowed = sorted(set(_JOB_FIELDS) - {"options", "resources"} | option_keys)
+                allowed = sorted(set(_JOB_FIELDS) - {"options", "resources"} | option_keys | set(RESOURCE_KEYS))
                 raise FleetError(path, loc.key("jobs", i, k), f"{where} has no key {k!r} for kind {kind!r}"
                                                               f"{did_you_mean(k, allowed)}; expected one of "
                                                               f"{', '.join(allowed)}")

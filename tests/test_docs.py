@@ -36,15 +36,18 @@ def accepted_fleet_keys() -> dict[str, frozenset[str]]:
     before refusing it as unknown. Keys of the result: a section of SECTIONS ("defaults",
     "nodes", "jobs", "alerts", "notify", "heartbeat"), and "kind=NAME" for each job kind's
     own options."""
-    from gpudeck.remote import fleet, fleet_watch
+    from gpudeck.remote import fleet, fleet_cluster, fleet_watch
+    from gpudeck.agents.contract.cluster import RESOURCE_KEYS
 
     keys = {
         "defaults": frozenset(fleet._DEFAULT_KEYS),
         # _parse_nodes: the Node fields (less `via`, which `jump` resolves to), and `local`,
         # which it accepts by name
         "nodes": frozenset(fleet._NODE_FIELDS) | {"local"},
-        # _parse_jobs: the JobSpec fields, less `options`, the bag that holds a kind's options
-        "jobs": frozenset(fleet._JOB_FIELDS) - {"options"},
+        # _parse_jobs: the JobSpec fields, less `options` (the bag of a kind's options) and
+        # `resources` (a cluster job's scheduler keys, given one by one: RESOURCE_KEYS)
+        "jobs": frozenset(fleet._JOB_FIELDS) - {"options", "resources"} | frozenset(RESOURCE_KEYS),
+        "clusters": frozenset(fleet_cluster.CLUSTER_KEYS),
         "alerts": frozenset(fleet_watch.ALERT_KEYS),
         "notify": frozenset(fleet_watch.NOTIFY_KEYS),
         "heartbeat": frozenset(fleet_watch.HEARTBEAT_KEYS),
@@ -121,6 +124,7 @@ def test_the_accepted_keys_are_the_ones_the_parser_lists_when_it_refuses_a_key()
     parser accepts by some other route fails here, until accepted_fleet_keys reads it."""
     keys = accepted_fleet_keys()
     probes = {"defaults": "[defaults]\n", "nodes": '[[nodes]]\nname = "n1"\n', "alerts": "[alerts]\n",
+              "clusters": '[[clusters]]\nname = "c1"\n',
               "notify": "[[notify]]\n", "heartbeat": "[heartbeat]\n"}
     probes.update({f"kind={k}": f'[[jobs]]\nname = "j1"\nkind = "{k}"\n' for k in KINDS})
     for table, head in probes.items():

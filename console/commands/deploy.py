@@ -17,6 +17,8 @@ def register(sub) -> None:
                        epilog=exit_codes({EXIT_FAIL: "some node was not deployed (the summary names it and the step)"}))
     p.add_argument("-f", "--fleet", help="fleet file (TOML); default $GPUDECK_FLEET")
     p.add_argument("nodes", nargs="*", metavar="NODE", help="nodes to deploy to (default: every SSH node)")
+    p.add_argument("--cluster", action="append", default=[], metavar="CLUSTER",
+                   help="a [[clusters]] table: install into its shared_dir's venv from its login node (repeatable)")
     p.add_argument("--wheel", help="install this gpudeck wheel instead of building one from this source tree")
     p.add_argument("--accept-new-host-keys", action="store_true",
                    help="record the host key of a node seen for the first time (like ssh's "
@@ -34,6 +36,12 @@ async def _deploy(args) -> int:
 
     fleet = load_fleet(args.fleet)
     remote_nodes = [n for n in fleet.nodes if not n.local]
+    for name in args.cluster:  # a cluster's agent, tasks and observers all run the venv in its shared_dir
+        if not any(n.name == name and n.cluster is not None for n in fleet.nodes):
+            err(f"no cluster named {name!r} in {fleet.path or 'the local fleet'}; declared: "
+                f"{', '.join(n.name for n in fleet.clusters) or 'none'}")
+            return EXIT_USAGE
+    args.nodes = list(args.nodes) + list(args.cluster)
     if args.nodes:
         known = {n.name: n for n in fleet.nodes}
         unknown = [name for name in args.nodes if name not in known]
