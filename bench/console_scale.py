@@ -11,11 +11,15 @@ What it measures, in this process, on a headless Textual app of the real console
    one batch_update;
 3. the CPU share at one full update a second for ``--seconds`` (CPU time of this process
    over wall time): the console with snapshots posted as messages, as the transport does,
-   and the naive DataTable.
+   and the naive DataTable. The console twice: every node's snapshot at once (the baseline,
+   the easy case: one redraw a second), and each node's snapshot at its own phase of the
+   second, as real agents tick out of phase (the console paces its redraws by their cost,
+   console/pacing.py); with the redraws it made per second.
 
 Every snapshot is built before measuring starts. Prints the figures, the ratio last.
 
     python bench/console_scale.py [--nodes 256] [--gpus 8] [--jobs-per-node 2] [--rounds 12] [--seconds 20]
+                                  [--unpaced] [--spread-only]
 """
 
 from __future__ import annotations
@@ -114,25 +118,35 @@ async def console_update_times(fleet: Fleet, rounds: list[list[Snapshot]], view:
     return times[2:], rows  # the first rounds build the rows and the layout
 
 
-async def console_cpu_share(fleet: Fleet, rounds: list[list[Snapshot]], seconds: float, view: str) -> float:
-    """Snapshots posted as messages, as the transport does, once a second."""
+async def console_cpu_share(fleet: Fleet, rounds: list[list[Snapshot]], seconds: float, view: str,
+                            spread: bool = False, unpaced: bool = False) -> tuple[float, float]:
+    """Snapshots posted as messages, as the transport does, once a second: all at once, or
+    (``spread``) each node's at its own phase of the second. The CPU share, and the redraws
+    per second. ``unpaced``: a redraw 50 ms after any snapshot, whatever it costs (the
+    console before pacing)."""
     from gpudeck.console.app import make_app
     from gpudeck.console.messages import SnapshotReceived
 
-    app = make_app(fleet, connect=False, initial_view=view)
+    options = {"redraw_share": float("inf")} if unpaced else {}
+    app = make_app(fleet, connect=False, initial_view=view, **options)
+    phases = [random.Random(f"phase-{n.name}").random() if spread else 0.0 for n in fleet.nodes]
+    order = sorted(range(len(fleet.nodes)), key=lambda i: phases[i])
     async with app.run_test(size=SIZE) as pilot:
         for s in rounds[0]:
             app.post_message(SnapshotReceived(s))
         await pilot.pause(0.5)
-        wall0, cpu0 = time.perf_counter(), time.process_time()
+        wall0, cpu0, redraws0 = time.perf_counter(), time.process_time(), app.pacer.redraws
         n = 0
         while time.perf_counter() - wall0 < seconds:
-            for s in rounds[1 + n % (len(rounds) - 1)]:
-                app.post_message(SnapshotReceived(s))
+            snaps = rounds[1 + n % (len(rounds) - 1)]
+            for i in order:  # (all at once: every phase is 0)
+                await asyncio.sleep(max(0.0, wall0 + n + phases[i] - time.perf_counter()))
+                app.post_message(SnapshotReceived(snaps[i]))
             n += 1
             await asyncio.sleep(max(0.0, wall0 + n - time.perf_counter()))
         wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
-    return cpu / wall
+        redraws = app.pacer.redraws - redraws0
+    return cpu / wall, redraws / wall
 
 
 # ---------------------------------------------------------------- the baseline: a plain DataTable
@@ -237,6 +251,11 @@ def main() -> int:
     ap.add_argument("--jobs-per-node", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=12, help="full updates timed per measurement")
     ap.add_argument("--seconds", type=float, default=20.0, help="length of the CPU-share run")
+    ap.add_argument("--unpaced", action="store_true",
+                    help="the console before its redraws were paced: a redraw 50 ms after any snapshot")
+    ap.add_argument("--spread-only", action="store_true",
+                    help="only the CPU share of the console, snapshots at once and spread (no per-update "
+                         "timings, no DataTable)")
     args = ap.parse_args()
 
     import textual
@@ -248,6 +267,8 @@ def main() -> int:
           f"(textual {textual.__version__}, screen {SIZE[0]}x{SIZE[1]}; snapshots built in "
           f"{time.perf_counter() - t0:.1f} s, not measured)")
 
+    if args.spread_only:
+        return spread_only(fleet, rounds, args)
     fleet_t, fleet_rows = asyncio.run(console_update_times(fleet, rounds, "fleet"))
     jobs_t, job_rows = asyncio.run(console_update_times(fleet, rounds, "jobs"))
     print(f"full update, console fleet view ({fleet_rows} rows):  {ms(fleet_t)}")
@@ -256,10 +277,14 @@ def main() -> int:
     print(f"full update, DataTable update_cell on changed cells ({args.nodes * args.gpus} rows): {ms(cells_t)}")
     naive_t = asyncio.run(datatable_update_times(rounds[: args.rounds + 1], naive=True))
     print(f"full update, DataTable naive clear + add_row ({args.nodes * args.gpus} rows):       {ms(naive_t)}")
-    share_fleet = asyncio.run(console_cpu_share(fleet, rounds, args.seconds, "fleet"))
+    share_fleet, _ = asyncio.run(console_cpu_share(fleet, rounds, args.seconds, "fleet", unpaced=args.unpaced))
     print(f"CPU share at 1 full update/s, console fleet view:  {100 * share_fleet:5.1f}% of one core (goal <= 30%)")
-    share_jobs = asyncio.run(console_cpu_share(fleet, rounds, args.seconds, "jobs"))
+    share_jobs, _ = asyncio.run(console_cpu_share(fleet, rounds, args.seconds, "jobs", unpaced=args.unpaced))
     print(f"CPU share at 1 full update/s, console jobs view:   {100 * share_jobs:5.1f}% of one core")
+    spread_fleet, per_s = asyncio.run(console_cpu_share(fleet, rounds, args.seconds, "fleet", spread=True,
+                                                        unpaced=args.unpaced))
+    print(f"CPU share, snapshots spread over the second, fleet view: {100 * spread_fleet:5.1f}% of one core "
+          f"({per_s:.1f} redraws/s; goal <= 10%)")
     share_naive = asyncio.run(datatable_cpu_share(rounds, args.seconds, naive=True))
     print(f"CPU share at 1 full update/s, DataTable naive:     {100 * share_naive:5.1f}% of one core")
     worst = max(statistics.median(fleet_t), statistics.median(jobs_t))
@@ -268,7 +293,22 @@ def main() -> int:
           f"{'met' if max(share_fleet, share_jobs) <= 0.30 else 'NOT met'}")
     print(f"ratio, time per full update: DataTable naive / console = {statistics.median(naive_t) / worst:.1f}x, "
           f"DataTable update_cell / console = {statistics.median(cells_t) / worst:.1f}x; "
-          f"CPU share: DataTable naive / console = {share_naive / max(share_fleet, share_jobs):.1f}x")
+          f"CPU share: DataTable naive / console = {share_naive / max(share_fleet, share_jobs):.1f}x; "
+          f"console fleet view, spread / at once = {spread_fleet / share_fleet:.2f}x")
+    return 0
+
+
+def spread_only(fleet: Fleet, rounds: list[list[Snapshot]], args) -> int:
+    """The console's CPU share with every snapshot at once (the baseline) and spread, per view."""
+    ratios = []
+    for view in ("fleet", "jobs"):
+        once, once_rate = asyncio.run(console_cpu_share(fleet, rounds, args.seconds, view, unpaced=args.unpaced))
+        spread, spread_rate = asyncio.run(console_cpu_share(fleet, rounds, args.seconds, view, spread=True,
+                                                            unpaced=args.unpaced))
+        print(f"CPU share, {view} view: at once {100 * once:5.1f}% of one core ({once_rate:.1f} redraws/s), "
+              f"spread {100 * spread:5.1f}% ({spread_rate:.1f} redraws/s; goal <= 10%)")
+        ratios.append(f"{view} {spread / once:.2f}x")
+    print(f"ratio, CPU share spread / at once{' (unpaced)' if args.unpaced else ''}: {', '.join(ratios)}")
     return 0
 
 

@@ -2,8 +2,9 @@
 
 The transport runs in one async worker on the app's own event loop (asyncssh needs that:
 a thread worker would give it a fresh loop and lose the connections). Its events become
-messages; snapshots fold into one FleetState; the screens render that state at most every
-``refresh_s`` and once a second. Attributes go down, messages come up: the screens are
+messages; snapshots fold into one FleetState (as they arrive); the screens render that state
+once a second, and after snapshots at most as often as a redraw's cost allows (``pacing.py``:
+redraws within 5% of the wall time, every ``refresh_s`` at the most); a key is drawn at once. Attributes go down, messages come up: the screens are
 handed the FleetState, and ask for what only the app does (act on a job, open it, follow
 its log) with the messages of ``messages``; what a job key does is ``actions``. Operator
 actions (kill, relaunch, launch) and the log follower are workers, and every answer or
@@ -30,6 +31,7 @@ from textual import work
 from textual.app import App
 from textual.binding import Binding
 from textual.css.query import NoMatches
+from textual.timer import Timer
 from textual.worker import Worker, WorkerState
 
 from ..agents.contract import ops
@@ -41,6 +43,7 @@ from .actions import (Confirm, JobOp, Notice, Refuse, failure_notice, outcome_no
 from .config import ConsoleConfig
 from .looked import LookedStore, fleet_key
 from .notices import NoticeLine
+from .pacing import RedrawPacer
 from .messages import (EventsFetched, EventsFetchFailed, HistoryReceived, JobActionFailed,
                                       JobActionFinished, JobActionRequested, JobOpened, LogFetched, LogFetchFailed,
                                       LogFollowCancelled, LogFollowRequested, NodeWentDown, NodeWentUp,
@@ -85,7 +88,8 @@ class GpuDeckApp(NoticeLine, App[None]):
         self.state.expect(config.nodes or [n.name for n in client.nodes_in_use()])
         self.fleet_name = config.fleet_name or _fleet_name(config.fleet)
         self.verdicts: list[tuple[str, str, str]] = []  # (job, op, what the operator was told)
-        self._refresh_armed = False
+        self.pacer = RedrawPacer(config.refresh_s, config.redraw_share, config.refresh_most_s)
+        self._refresh_timer: Optional[Timer] = None  # the next paced redraw, when one is armed
         self._autostart = set(config.autostart)
         self._following: Optional[str] = None
         self._down: set[str] = set()
@@ -100,8 +104,8 @@ class GpuDeckApp(NoticeLine, App[None]):
         return MainScreen(self.state, self.fleet_name, self.config.read_only, self.config.initial_view)
 
     def on_mount(self) -> None:
-        if self.config.tick_s:
-            self.set_interval(self.config.tick_s, self.refresh_views)
+        if self.config.tick_s:  # clocks and "unreachable for ...": paced like the rest
+            self.set_interval(self.config.tick_s, self.schedule_refresh)
         if self.config.connect:
             self._open_timeline()
             self.watch_fleet()
@@ -270,13 +274,23 @@ class GpuDeckApp(NoticeLine, App[None]):
     # ------------------------------------------------------------ state -> screens
 
     def schedule_refresh(self) -> None:
-        """Draw soon; snapshots of many nodes arriving together are drawn once."""
-        if not self._refresh_armed:
-            self._refresh_armed = True
-            self.set_timer(self.config.refresh_s, self.refresh_views)
+        """Draw soon: what arrives until then is drawn together, and redraws come no more often
+        than their cost allows (``pacing.py``)."""
+        if self._refresh_timer is None:
+            self._refresh_timer = self.set_timer(self.pacer.delay(time.monotonic()), self._paced_refresh,
+                                                 name="paced redraw")
+
+    def _paced_refresh(self) -> None:
+        self._refresh_timer = None  # (this timer's own callback: it ends by itself)
+        self.refresh_views()
 
     def refresh_views(self) -> None:
-        self._refresh_armed = False
+        """Draw the state now, and measure what it costs, painting included."""
+        if self._refresh_timer is not None:  # drawn now: the armed redraw has nothing left to show
+            self._refresh_timer.stop()
+            self._refresh_timer = None
+        self.pacer.drawing(time.monotonic())
+        began = time.thread_time()  # CPU time: other processes on a busy machine are not our cost
         for screen in self.screen_stack:
             # a screen still composing (a slow machine at start-up), or already closing, is
             # skipped: the next refresh draws it
@@ -285,6 +299,10 @@ class GpuDeckApp(NoticeLine, App[None]):
                     screen.show_state(self.state)
                 except NoMatches:
                     self.schedule_refresh()
+        self.call_after_refresh(self._painted, began)
+
+    def _painted(self, began: float) -> None:
+        self.pacer.measured(time.thread_time() - began)
 
     # ------------------------------------------------------------ operator actions
 

@@ -36,7 +36,15 @@ class ConsoleConfig:
     """Seconds between SIGTERM and SIGKILL on kill and relaunch."""
 
     refresh_s: float = 0.05
-    """Snapshots arriving within this window are drawn together."""
+    """Snapshots arriving within this window are drawn together: the least time between two
+    redraws (a key press is drawn at once)."""
+
+    redraw_share: float = 0.05
+    """Redraws take at most this part of the wall time: they come at most every ``cost /
+    redraw_share`` seconds, ``cost`` the moving average of a redraw's CPU time (pacing.py)."""
+
+    refresh_most_s: float = 1.0
+    """However dear a redraw, the screen shows what arrived within this long."""
 
     tick_s: float = 1.0
     """Redraw at least this often (clocks, "unreachable for ..."); 0: only on snapshots."""

@@ -83,6 +83,13 @@ NodeStatus = NodeView  # the name FleetClient.status used before the two were on
 
 
 ENGINE_WAIT_S = 7.0  # a one-shot status waits this long at most for the first scrape of live engines
+ANSWER_S = 15.0  # a connect without a timeout: the node's connect_timeout and this, besides the hello
+
+
+def hello_timeout(node: Node, timeout: Optional[float] = None) -> float:
+    """How long the agent's hello is waited for: the node's ``hello_timeout_s``, or a command's
+    ``--timeout`` when that is larger. The hello's wait is not counted in ``timeout``."""
+    return max(node.hello_timeout_s, timeout or 0.0)
 
 
 class FleetClient:
@@ -112,12 +119,15 @@ class FleetClient:
         self.errors.pop(node, None)
 
     async def connect(self, node: Node, timeout: Optional[float] = None) -> AgentLink:
-        """Open, hello, configure: the whole within ``timeout`` (every wait gets what is left)."""
-        timeout = timeout or node.connect_timeout + 15
-        deadline = time.monotonic() + timeout
-        link = await asyncio.wait_for(self.transport_for(node).open(node), timeout)
+        """Open, hello, configure. The hello has a wait of its own (:func:`hello_timeout`); the
+        rest is within ``timeout`` (default: the node's ``connect_timeout`` and ANSWER_S), every
+        wait getting what is left."""
+        budget = timeout or node.connect_timeout + ANSWER_S
+        deadline = time.monotonic() + budget
+        link = await asyncio.wait_for(self.transport_for(node).open(node), budget)
         try:
-            await link.start_explained(max(1.0, deadline - time.monotonic()))
+            await link.start_explained(hello_timeout(node, timeout))
+            deadline += link.hello_wait_s  # a slow hello leaves configure its time
             configure = ops.Configure(jobs=self.fleet.jobs_on(node.name), fleet=self.fleet.identity,
                                       take_over=self.take_over, watch=self.fleet.watch_settings())
             reply = await link.request(configure, timeout=max(1.0, deadline - time.monotonic()))
@@ -164,7 +174,7 @@ class FleetClient:
         except (AgentError, RequestFailed, OSError) as exc:
             self._down(node.name, _failure(node.name, exc), time.time())
         except asyncio.TimeoutError:
-            limit = timeout or node.connect_timeout + 15
+            limit = timeout or node.connect_timeout + ANSWER_S
             err = AgentError(node.name, f"no answer within {limit:g} s")
             self._down(node.name, err, time.time())
         return None
@@ -176,13 +186,15 @@ class FleetClient:
         return nodes
 
     async def status(self, timeout: float = 10.0) -> list[NodeView]:
-        """Every node at once, each within ``timeout`` (connect and first snapshot together):
-        a node that cannot be read comes back with its reason and since when, never raises."""
+        """Every node at once, each within ``timeout`` (connect and first snapshot together;
+        the agent's hello waits apart, :func:`hello_timeout`): a node that cannot be read comes
+        back with its reason and since when, never raises."""
 
         async def one(node: Node) -> NodeView:
             deadline = time.monotonic() + timeout
             if node.name not in self.links and node.name not in self.errors:
-                await self._try_connect(node, timeout)
+                opened = await self._try_connect(node, timeout)
+                deadline += opened.hello_wait_s if opened is not None else 0.0
             link = self.links.get(node.name)
             if link is None:
                 err, since = self.errors.get(node.name, (AgentError(node.name, "not connected"), time.time()))
@@ -269,15 +281,21 @@ class FleetClient:
                       connect: bool = True) -> Any:
         """``op`` on ``node``, or on its job's node for an op with a ``job``; its ``op.Result``.
         Connects when needed (``connect=False``: use the link there is: the console, whose watch
-        loop owns the links). AgentError when the node cannot be reached; RequestFailed when
-        the agent refuses; UnknownName (naming the fleet's jobs) for a job the fleet lacks."""
+        loop owns the links); a ``timeout`` given covers the connect and the answer together,
+        the agent's hello apart (:func:`hello_timeout`). AgentError when the node cannot be
+        reached; RequestFailed when the agent refuses; UnknownName (naming the fleet's jobs) for
+        a job the fleet lacks."""
         if node is None:
             job = getattr(op, "job", None)
             if job is None:
                 raise TypeError(f"{op.name!r} needs a node")
             node = self.fleet.job(job).target or LOCAL
         if node not in self.links and connect:
-            await self.connect_all([self.fleet.node(node)])
+            began = time.monotonic()
+            await self.connect_all([self.fleet.node(node)], timeout)
+            opened = self.links.get(node)
+            if timeout is not None and opened is not None:
+                timeout = max(1.0, timeout - (time.monotonic() - began - opened.hello_wait_s))
         link = self.links.get(node)
         if link is None:
             failure = self.errors.get(node)

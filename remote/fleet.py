@@ -47,6 +47,7 @@ class Node:
     known_hosts: Optional[str] = None
     host_keys: str = "strict"  # strict | accept-new
     connect_timeout: float = 10.0
+    hello_timeout_s: float = 15.0  # from the agent's start to its hello (a cold import on NFS takes a while)
     venv: Optional[str] = None  # where `gpudeck deploy` installs gpudeck; default <home>/venv
     simulate_gpus: Optional[str] = None  # the demo's and tests' stand-in GPUs ("4xRTX PRO 6000:96"): never NVML
     jump: Optional[str] = None  # a bastion: a node of the fleet, or [user@]host[:port]; "none": not even ProxyJump
@@ -134,7 +135,7 @@ def local_fleet() -> Fleet:
 _NODE_FIELDS = {f.name: f for f in dataclasses.fields(Node) if f.name not in ("via", "cluster")}
 _JOB_FIELDS = {f.name: f for f in dataclasses.fields(JobSpec)}
 _DEFAULT_KEYS = {"python", "home", "nvml", "interval", "known_hosts", "host_keys", "user", "identity",
-                 "connect_timeout", "venv", "jump", "price_per_hour", "textfile_dir"}
+                 "connect_timeout", "hello_timeout_s", "venv", "jump", "price_per_hour", "textfile_dir"}
 NO_JUMP = "none"
 SECTIONS = ("defaults", "nodes", "clusters", "jobs", "notify", "alerts", "heartbeat")
 
@@ -229,7 +230,8 @@ def cluster_node(spec: ClusterSpec, ssh: dict[str, Any], path: str, line: Option
         except ValueError as exc:
             raise FleetError(path, line, f"[[clusters]] {spec.name!r} 'login': {exc}") from None
     return Node(name=spec.name, host=host, user=user, port=port, python=spec.python, home=spec.agent_home,
-                venv=spec.venv, simulate_gpus=spec.simulate_gpus, cluster=spec, **ssh)
+                venv=spec.venv, simulate_gpus=spec.simulate_gpus, hello_timeout_s=spec.hello_timeout_s, cluster=spec,
+                **ssh)
 
 
 def _decode(text: str, path: str) -> dict[str, Any]:
@@ -272,7 +274,8 @@ def _parse_nodes(raw_nodes: Any, defaults: dict[str, Any], path: str, loc: "_Loc
         nodes.append(Node(**values))
     if not any(n.name == LOCAL for n in nodes):
         nodes.insert(0, Node(name=LOCAL, **{k: v for k, v in defaults.items()
-                                            if k in ("home", "nvml", "interval", "price_per_hour")}))
+                                            if k in ("home", "nvml", "interval", "hello_timeout_s",
+                                                     "price_per_hour")}))
     return nodes
 
 

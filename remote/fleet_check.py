@@ -27,7 +27,8 @@ class FleetError(OperatorError, ValueError):
 # Ranges of numeric keys: (lowest, highest), either end None for open. An interval of 0 made
 # the agent busy-loop; NaN is refused by every range.
 RANGES: dict[str, tuple[Optional[float], Optional[float]]] = {
-    "interval": (0.01, 3600.0), "connect_timeout": (0.1, 3600.0), "port": (1, 65535),
+    "interval": (0.01, 3600.0), "connect_timeout": (0.1, 3600.0), "hello_timeout_s": (0.1, 3600.0),
+    "port": (1, 65535),
     "stall_after_s": (1.0, None), "log_max_mb": (0.01, None), "total": (0, None), "tp": (1, None), "dp": (1, None),
     "max_restarts": (0, 1000), "restart_backoff_s": (0.0, 86400.0), "price_per_hour": (0.0, None),
 }

@@ -105,6 +105,7 @@ class AgentLink:
         self._ids = 0
         self._waiting: dict[int, asyncio.Future] = {}
         self.hello: Optional[Hello] = None
+        self.hello_wait_s = 0.0  # how long the agent took to say hello (a budget of its own)
         self.latest: Optional[Snapshot] = None
         self.history: Optional[History] = None
         self.closed: Optional[str] = None  # why the link ended
@@ -123,7 +124,7 @@ class AgentLink:
         its last stderr lines); empty when the transport has nothing to say."""
         return ""
 
-    async def start_explained(self, timeout: float = 15.0) -> Hello:
+    async def start_explained(self, timeout: Optional[float] = None) -> Hello:
         """:meth:`start`, with the transport's explanation added to a failure."""
         try:
             return await self.start(timeout)
@@ -135,12 +136,19 @@ class AgentLink:
                 raise
             raise self.start_error(self.node.name, f"{exc.reason}; {detail}") from None
 
-    async def start(self, timeout: float = 15.0) -> Hello:
-        """Read the hello and check the versions; then pump messages in the background."""
+    async def start(self, timeout: Optional[float] = None) -> Hello:
+        """Read the hello within ``timeout`` (default: the node's ``hello_timeout_s``) and check
+        the versions; then pump messages in the background. ``hello_wait_s``: how long it took."""
+        timeout = self.node.hello_timeout_s if timeout is None else timeout
+        began = time.monotonic()
         try:
             line = await asyncio.wait_for(self._reader.readline(), timeout)
         except asyncio.TimeoutError:
-            raise AgentError(self.node.name, f"the agent sent no hello within {timeout:.0f} s") from None
+            raise AgentError(self.node.name, f"the agent sent no hello within {timeout:g} s; raise "
+                                             f"`hello_timeout_s` for node {self.node.name} in the fleet "
+                                             f"file") from None
+        finally:
+            self.hello_wait_s = time.monotonic() - began
         if not line:
             raise AgentError(self.node.name, "the agent exited before saying hello "
                                              "(is gpudeck installed there? run `gpudeck deploy`)")

@@ -263,6 +263,29 @@ def test_the_plan_drift_limit_is_an_alerts_threshold():
     assert str(err.value).startswith("f.toml:2: [alerts] 'plan_drift_pct': expected a finite number >= 0")
 
 
+def test_hello_timeout_s_on_a_node_or_as_every_nodes_default():
+    f = parse_fleet('[defaults]\nhello_timeout_s = 40\n\n[[nodes]]\nname = "nfs"\n\n'
+                    '[[nodes]]\nname = "fast"\nhello_timeout_s = 5.5\n', "f.toml")
+    assert {n.name: n.hello_timeout_s for n in f.nodes} == {"local": 40, "nfs": 40, "fast": 5.5}
+    assert parse_fleet('[[nodes]]\nname = "a"\n', "f.toml").node("a").hello_timeout_s == 15.0
+
+
+@pytest.mark.parametrize("text, line, says", [
+    ('[[nodes]]\nname = "a"\nhello_timeout_s = 0\n', 3, "[[nodes]] #1 'hello_timeout_s': expected a number from "
+                                                         "0.1 to 3600, got 0"),
+    ('[[nodes]]\nname = "a"\n\nhello_timeout_s = -5\n', 4, "'hello_timeout_s': expected a number from 0.1 to 3600"),
+    ('[[nodes]]\nname = "a"\nhello_timeout_s = 86400\n', 3, "expected a number from 0.1 to 3600, got 86400"),
+    ('[[nodes]]\nname = "a"\nhello_timeout_s = "40s"\n', 3, "'hello_timeout_s': expected a number, got \"40s\""),
+    ('[defaults]\nhello_timeout_s = nan\n\n[[nodes]]\nname = "a"\n', 2,
+     "[defaults] 'hello_timeout_s': expected a number from 0.1 to 3600, got nan"),
+    ('[defaults]\nhello_timeout = 40\n', 2, "[defaults] has no key 'hello_timeout' (did you mean 'hello_timeout_s'?)"),
+])
+def test_a_bad_hello_timeout_s_says_file_line_and_what_was_expected(text, line, says):
+    with pytest.raises(FleetError) as err:
+        parse_fleet(text, "fleet.toml")
+    assert str(err.value).startswith(f"fleet.toml:{line}: ") and says in str(err.value), str(err.value)
+
+
 # ---------------------------------------------------------------- what a user trying a real fleet found
 
 def test_a_bad_default_is_reported_against_defaults_on_its_own_line_with_its_value():

@@ -75,3 +75,26 @@ def test_a_job_on_a_down_node_says_why_once():
     with pytest.raises(AgentError) as err:
         asyncio.run(fc.request(ops.Launch(job="j"), connect=False))
     assert str(err.value) == "node gpu-a: authentication failed for user u"
+
+
+def test_the_hello_waits_the_nodes_hello_timeout_s_or_a_larger_command_timeout():
+    slow = Node("nfs", hello_timeout_s=40.0)
+    assert client.hello_timeout(slow) == 40.0
+    assert client.hello_timeout(slow, 15.0) == 40.0  # `status --timeout 15` never shortens it
+    assert client.hello_timeout(Node("fast", hello_timeout_s=1.0), 10.0) == 10.0  # nor does the key shorten a command's
+
+
+def test_a_hello_that_does_not_come_names_the_key_to_raise():
+    async def run() -> str:
+        reader = asyncio.StreamReader()  # an agent that never speaks
+
+        async def close() -> None:
+            pass
+
+        lnk = link.AgentLink(Node("nfs", hello_timeout_s=0.1), reader, writer=None, close=close)
+        with pytest.raises(AgentError) as err:
+            await lnk.start()
+        return str(err.value)
+
+    assert asyncio.run(run()) == ("node nfs: the agent sent no hello within 0.1 s; raise `hello_timeout_s` for node "
+                                  "nfs in the fleet file")

@@ -27,7 +27,9 @@ def register(sub) -> None:
     p.add_argument("--since", default="8h", help='how far back: "8h", "30m", "2d" or "all" (default 8h)')
     p.add_argument("--json", action="store_true", help="one JSON object per line")
     p.add_argument("--follow", action="store_true", help="keep printing new events as they come")
-    p.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for each node")
+    p.add_argument("--timeout", type=float, default=30.0,
+                   help="seconds to wait for each node; the agent's hello waits this or the node's "
+                        "hello_timeout_s, the larger")
     p.set_defaults(run=_events)
 
 
@@ -66,8 +68,8 @@ async def _events(args) -> int:
     async def one(node) -> list[Event]:
         req = ops.ReadEvents(after_seq=after[node.name]) if node.name in after else ops.ReadEvents(since=since)
         try:
-            r = await asyncio.wait_for(client.request(req, node=node.name, timeout=args.timeout), args.timeout)
-        except (AgentError, RequestFailed, OSError, asyncio.TimeoutError) as exc:
+            r = await client.request(req, node=node.name, timeout=args.timeout)  # bounded: the hello apart
+        except (AgentError, RequestFailed, OSError) as exc:
             why = str(exc) or "no answer"
             if down.get(node.name) != why:
                 print(f"gpudeck: {node.name}: {why}", file=sys.stderr, flush=True)

@@ -20,7 +20,9 @@ def register(sub) -> None:
     fleet_arg(p)
     take_over_arg(p)
     p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.add_argument("--timeout", type=float, default=15.0, help="seconds to wait for each node")
+    p.add_argument("--timeout", type=float, default=15.0,
+                   help="seconds to wait for each node; the agent's hello waits this or the node's "
+                        "hello_timeout_s, the larger")
     p.set_defaults(run=_status)
 
 

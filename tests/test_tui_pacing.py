@@ -1,0 +1,114 @@
+"""How often the console redraws (console/pacing.py): no more often than a redraw's cost
+allows, snapshots that arrive meanwhile drawn together, a key drawn at once. Redraws are
+counted through the pacer (``app.pacer.redraws``), never timed: the pacer's own rule is
+tested on a clock the test moves."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import pytest
+
+from gpudeck.console.app import make_app
+from gpudeck.console.messages import SnapshotReceived
+from gpudeck.console.pacing import RedrawPacer
+from support.tui import PINNED_NOW, feed_pinned, pinned_events, pinned_fleet, wait_until
+
+
+# ---------------------------------------------------------------- the rule, on a clock the test moves
+
+
+def test_snapshots_arriving_within_one_interval_make_one_redraw():
+    pacer = RedrawPacer(least_s=0.05, share=0.05, most_s=1.0)
+    now, armed_until, drawn_at = 0.0, None, []
+    for k in range(1000):  # a snapshot every 2 ms for 2 s, as 1,000 agents out of phase
+        now = k * 0.002
+        if armed_until is not None and now >= armed_until:  # the armed timer fires: one redraw
+            pacer.drawing(armed_until)
+            pacer.measured(0.020)  # each redraw costs 20 ms of CPU
+            drawn_at.append(armed_until)
+            armed_until = None
+        if armed_until is None:
+            armed_until = now + pacer.delay(now)
+    # 20 ms a redraw at most 5% of the time: at most one redraw in 400 ms
+    assert pacer.interval_s == pytest.approx(0.4)
+    gaps = [b - a for a, b in zip(drawn_at[1:], drawn_at[2:])]  # (the first gap follows the first, unknown cost)
+    assert len(drawn_at) <= 1 + 2.0 / 0.4 and all(g >= 0.4 - 1e-9 for g in gaps), drawn_at
+
+
+def test_the_interval_follows_the_cost_between_its_bounds():
+    pacer = RedrawPacer(least_s=0.05, share=0.05, most_s=1.0)
+    assert pacer.interval_s == 0.05 and pacer.delay(10.0) == 0.05  # nothing drawn yet: the coalescing window
+    pacer.drawing(10.0)
+    pacer.measured(0.001)  # cheap: every 50 ms at most
+    assert pacer.interval_s == 0.05
+    assert pacer.delay(10.01) == pytest.approx(0.05) and pacer.delay(12.0) == 0.05
+    for _ in range(50):
+        pacer.measured(0.5)  # dear: 10 s by the share, but the screen is never more than 1 s old
+    assert pacer.interval_s == 1.0 and pacer.delay(10.2) == pytest.approx(0.8)
+    pacer.measured(0.0)  # one cheap redraw moves the average, not all the way
+    assert 0.05 < pacer.interval_s <= 1.0
+
+
+# ---------------------------------------------------------------- the app, through the pacer's count
+
+
+def pinned_app(**kw):
+    app = make_app(pinned_fleet(), connect=False, clock=lambda: PINNED_NOW, tick_s=0, initial_view="jobs", **kw)
+    app.animation_level = "none"
+    return app
+
+
+def gen_snapshots(n: int) -> list:
+    """``n`` newer snapshots of node gpu-a, job gen one item further in each."""
+    first = next(e for e in pinned_events() if getattr(e, "node", None) == "gpu-a" and hasattr(e, "jobs"))
+    out = []
+    for k in range(1, n + 1):
+        jobs = [dataclasses.replace(j, progress=dataclasses.replace(j.progress, done=j.progress.done + k))
+                if j.name == "gen" else j for j in first.jobs]
+        out.append(dataclasses.replace(first, seq=first.seq + k, jobs=jobs))
+    return out
+
+
+def drawn_done(app) -> int:
+    row = next((r for r in app.screen.table("jobs").rows() if r.name == "gen"), None)
+    return row.done if row is not None and row.done is not None else -1
+
+
+async def test_snapshots_arriving_one_by_one_are_drawn_together_once_an_interval():
+    # redraws may take 0.1% of the time: whatever one costs here, they come once a second
+    app = pinned_app(redraw_share=0.001, refresh_most_s=1.0)
+    async with app.run_test(size=(120, 40)) as pilot:
+        feed_pinned(app)
+        await wait_until(pilot, lambda: drawn_done(app) > 0, what="the pinned fleet drawn")
+        await wait_until(pilot, lambda: app.pacer.interval_s == 1.0, what="the first redraw's cost measured")
+        before, began = app.pacer.redraws, time.monotonic()
+        snaps = gen_snapshots(50)
+        for s in snaps:  # one at a time, each handled before the next comes, as out-of-phase agents send them
+            app.post_message(SnapshotReceived(s))
+            await pilot.pause()
+        assert app.state.nodes["gpu-a"].snapshot.seq == snaps[-1].seq  # every one applied as it came
+        last = snaps[-1].jobs[1].progress.done
+        await wait_until(pilot, lambda: drawn_done(app) == last, what="the last snapshot drawn")
+        # however long the arrivals took on this machine, one redraw per interval they spanned
+        # (and the one that draws the last), never one per snapshot
+        intervals = (time.monotonic() - began) / app.pacer.interval_s
+        redraws = app.pacer.redraws - before
+        assert redraws <= 2 + intervals and redraws < len(snaps) / 4, (redraws, intervals)
+
+
+async def test_a_key_draws_at_once_without_waiting_for_the_paced_redraw():
+    app = pinned_app(refresh_s=3600.0)  # the paced redraw would come in an hour
+    async with app.run_test(size=(120, 40)) as pilot:
+        feed_pinned(app)
+        await pilot.pause()
+        app.refresh_views()  # the pinned fleet drawn, as at start-up
+        await wait_until(pilot, lambda: drawn_done(app) > 0, what="the pinned fleet drawn")
+        (snap,) = gen_snapshots(1)
+        app.post_message(SnapshotReceived(snap))
+        await wait_until(pilot, lambda: app.state.nodes["gpu-a"].snapshot.seq == snap.seq, what="the snapshot applied")
+        redraws = app.pacer.redraws
+        assert drawn_done(app) != snap.jobs[1].progress.done  # applied, not yet drawn: paced
+        await pilot.press("s")  # sort: the screen draws the state as it is now
+        assert drawn_done(app) == snap.jobs[1].progress.done and app.pacer.redraws == redraws
