@@ -106,6 +106,10 @@ class GpuRow:
         else:
             jobs = tuple(sorted({p.job for p in procs if p.job}))
             unowned = tuple(p.pid for p in procs if p.job is None)
+        if g.host is not None:  # a cluster's GPU: its index is its compute node's
+            return cls(f"gpu:{node}:{g.host}:{g.index}", node, g.index, f"{g.host}: {g.name}",
+                       round(g.mem_used_mib / 1024, 1), round(g.mem_total_mib / 1024, 1), round_int(g.util_pct),
+                       round_int(g.temp_c), round_int(g.power_w), jobs, unowned, len(jobs) > 1, stale, ())
         return cls(f"gpu:{node}:{g.index}", node, g.index, g.name, round(g.mem_used_mib / 1024, 1),
                    round(g.mem_total_mib / 1024, 1), round_int(g.util_pct), round_int(g.temp_c),
                    round_int(g.power_w), jobs, unowned, len(jobs) > 1, stale, util_spark)

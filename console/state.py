@@ -308,7 +308,7 @@ class FleetState:
         for g in snap.gpus:
             rows.append(GpuRow.of(name, g, stale, recent.values(g.index) if recent is not None else ()))
             for p in g.processes:
-                rows.append(ProcRow(f"proc:{name}:{g.index}:{p.pid}", name, g.index, p.pid,
+                rows.append(ProcRow(f"proc:{name}:{g.host + ':' if g.host else ''}{g.index}:{p.pid}", name, g.index, p.pid,
                                     round(p.used_mib / 1024, 1), p.job,
                                     None if p.cpu_pct is None else int(round(p.cpu_pct)), p.command, stale))
         return rows

@@ -500,3 +500,64 @@ def test_256_tasks_read_as_a_few_lines(slurm_cluster, tmp_path):
     assert len(lines) < 20 and any("[" in ln for ln in lines), text
     assert "252 tasks" in text or "tasks" in text
     gpudeck("kill", "-f", str(fleet), "extract", check=False)
+
+
+# ---------------------------------------------------------------- over SSH, through one default sshd
+
+
+@pytest.mark.system
+def test_twelve_observed_tasks_through_one_default_sshd(slurm_cluster, tmp_path, monkeypatch):
+    """The login over SSH (a default sshd: MaxSessions 10): one channel carries the cluster
+    agent, and the agent carries every observer on its own pipes."""
+    import support.ssh as ssh_support
+    from gpudeck.agents.contract import ops
+    from gpudeck.remote.client import FleetClient
+    from gpudeck.remote.fleet import load_fleet
+    from gpudeck.remote.ssh import SshTransport
+
+    real_config = ssh_support.sshd_config
+    monkeypatch.setattr(ssh_support, "sshd_config", lambda *a, **k: _default_sessions(real_config(*a, **k)))
+    d = tmp_path / "sshd"
+    d.mkdir(mode=0o700)
+    key = ssh_support.keygen(d / "client_ed25519")
+    (d / "authorized_keys").write_text((d / "client_ed25519.pub").read_text())
+    server = ssh_support.Sshd(d / "server", d / "authorized_keys")
+    try:
+        python = ssh_support.node_python(tmp_path / "login-python")
+        extra = (f'identity = {json.dumps(str(key))}\nknown_hosts = {json.dumps(str(server.known_hosts))}\n')
+        fleet_path = cluster_fleet(tmp_path, slurm_cluster, holder_job(tmp_path, shards=12, max_running=12, gpus=0),
+                                   name="ssh12", login=f"{getpass.getuser()}@127.0.0.1:{server.port}",
+                                   extra=extra, python=str(python))
+        fleet = load_fleet(fleet_path)
+
+        async def run() -> object:
+            client = FleetClient(fleet, {"ssh": SshTransport(config=None)})
+            seen: list = []
+            task = asyncio.get_running_loop().create_task(client.watch(lambda n, m: seen.append(m)))
+            try:
+                await client.request(ops.Launch(job="extract"), node="lab")
+                deadline = time.monotonic() + 90
+                while time.monotonic() < deadline:
+                    snaps = [m for m in seen if getattr(m, "cluster", None) is not None]
+                    last = snaps[-1] if snaps else None
+                    if last is not None and last.cluster.observers == 12 and \
+                            sum(1 for j in last.jobs if j.task and j.task.observed) == 12:
+                        return last
+                    await asyncio.sleep(0.2)
+                raise AssertionError(f"not 12 observers: {seen[-1].cluster if seen else None}")
+            finally:
+                await client.request(ops.Kill(job="extract"), node="lab")
+                task.cancel()
+                await client.close()
+
+        snap = asyncio.run(run())
+        assert all(j.state.value == "running" for j in snap.jobs)
+        assert "MaxSessions 10" in (d / "server" / "sshd_config").read_text()
+    finally:
+        server.stop()
+
+
+def _default_sessions(cfg: Path) -> Path:
+    """sshd's default MaxSessions (10), instead of the test sshd's 100."""
+    cfg.write_text(cfg.read_text().replace("MaxSessions 100", "MaxSessions 10"))
+    return cfg
