@@ -11,7 +11,6 @@ import asyncio
 import getpass
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -315,6 +314,10 @@ def test_after_min_job_age_a_finished_task_shows_its_real_end_from_the_wrappers_
     for n in ("ok/0", "bad/0"):
         assert got[n]["attempt"] == 1
     assert "left Slurm's queue" in gpudeck("status", "-f", str(fleet)).stdout
+    # Slurm forgot the task: a relaunch resubmits it on its own (a new array), attempt 2
+    r = gpudeck("relaunch", "-f", str(fleet), "bad/0")
+    assert "attempt 2" in r.stdout, r.stdout
+    wait_for(lambda: tasks(fleet)["bad/0"]["attempt"] == 2, 60, "bad/0 ran again")
 
 
 @pytest.mark.system
@@ -561,3 +564,49 @@ def _default_sessions(cfg: Path) -> Path:
     """sshd's default MaxSessions (10), instead of the test sshd's 100."""
     cfg.write_text(cfg.read_text().replace("MaxSessions 100", "MaxSessions 10"))
     return cfg
+
+
+# ---------------------------------------------------------------- the console
+
+
+def test_pending_runs_collapse_and_the_rest_stay_rows():
+    from gpudeck.agents.contract.vocab import JobState
+    from gpudeck.agents.contract.jobs import JobKind
+    from gpudeck.agents.contract.wire import JobStatus, TaskInfo
+    from gpudeck.console.state import collapse_pending
+
+    def task(i: int, state: JobState, reason: str | None = "JobArrayTaskLimit") -> tuple[str, JobStatus]:
+        return "lab", JobStatus(name=f"x/{i}", kind=JobKind.COMMAND, state=state,
+                                task=TaskInfo(job="x", index=i, reason=reason))
+
+    jobs = [task(0, JobState.RUNNING), task(1, JobState.RUNNING)] + [task(i, JobState.PENDING) for i in range(2, 200)]
+    jobs += [task(200, JobState.PENDING, "Resources"), task(201, JobState.PENDING, "Resources")]
+    names = [j.name for _, j in collapse_pending(jobs)]
+    assert names == ["x/0", "x/1", "x/[2-199]", "x/200", "x/201"]  # two in a row stay rows
+    (_, folded) = collapse_pending(jobs)[2]
+    assert folded.task.note.startswith("198 tasks")
+
+
+@pytest.mark.system
+async def test_the_console_shows_a_clusters_tasks_and_folds_the_pending_ones(slurm_cluster, tmp_path):
+    from gpudeck.console.app import make_app
+    from gpudeck.remote.fleet import load_fleet
+    from support.tui import job_row, screen_text, wait_until
+
+    fleet_path = cluster_fleet(tmp_path, slurm_cluster, holder_job(tmp_path, shards=8, max_running=2), name="tui")
+    gpudeck("launch", "-f", str(fleet_path), "extract")
+    app = make_app(load_fleet(fleet_path), grace_s=2.0, log_poll_s=0.2)
+    app.animation_level = "none"
+    try:
+        async with app.run_test(size=(140, 40), notifications=True) as pilot:
+            await pilot.press("2")
+            await wait_until(pilot, lambda: (r := job_row(app, "extract/0")) and r.state == "running",
+                             what="extract/0 running in the console", timeout=60)
+            await wait_until(pilot, lambda: "extract/[2-7]" in screen_text(app), what="the pending range folded",
+                             timeout=60)
+            await pilot.press("1")
+            await wait_until(pilot, lambda: f"GPU0 {slurm_cluster.node}" in screen_text(app)
+                             and "extract/0" in screen_text(app),
+                             what="the observed GPUs, with their compute node", timeout=60)
+    finally:
+        gpudeck("kill", "-f", str(fleet_path), "extract", check=False)
