@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 from urllib.parse import urlsplit, urlunsplit
 
+from .contain import cgroup2_mount
 from .contract import VERSION, ops
 from .contract.documents import PLAN_FILE, PlanDoc, MAX_PLAN_BYTES, read_document
 from .contract.jobs import JobKind, JobSpec
@@ -793,7 +794,6 @@ def examine(op: ops.Doctor, agent: Any) -> ops.DoctorReport:
     checks = run_checks(tasks)
     if op.console_time is not None:
         checks.append(check_clock(op.console_time, received, th))
-    from .contain import cgroup2_mount
     contain = sup.contain
     checks.append(check_containment(contain.mode, contain.parent, os.environ.get("GPUDECK_CONTAINMENT") == "token",
                                     cgroup2_mount()))
