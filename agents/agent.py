@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from . import writes
+from . import doctor, writes
 from .contract import ops, wire
 from .contract.errors import Refusal
 from .alerts import node_alerts
@@ -262,6 +262,7 @@ class Agent:
             ops.Relaunch: lambda op: sup.relaunch(op.job, op.grace_s),
             ops.KillPid: lambda op: sup.kill_pid(op.pid, op.grace_s),
             ops.Logs: lambda op: sup.logs(op.job, op.lines, op.offset),
+            ops.Doctor: lambda op: doctor.examine(op, self),
         }
 
     def handle(self, req: Request, op: ops.Op) -> Reply:

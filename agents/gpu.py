@@ -53,6 +53,11 @@ class GpuSampler:
     def uuids(self) -> list[str]:
         return [s[0] for s in self._static]
 
+    @property
+    def totals(self) -> list[tuple[str, float]]:
+        """(name, total MiB) of each GPU, read once at the start: safe from any thread."""
+        return [(s[1], s[2]) for s in self._static]
+
     def sample(self, owner_of: Optional[callable] = None) -> list[Gpu]:
         """One reading of every GPU. ``owner_of(pid)`` names the job owning a pid, or None."""
         nv = self._nvml

@@ -90,6 +90,11 @@ class SimGpuSampler:
     def uuids(self) -> list[str]:
         return [f"GPU-sim-{i:04d}" for i in range(len(self._gpus))]
 
+    @property
+    def totals(self) -> list[tuple[str, float]]:
+        """(name, total MiB) of each GPU, as GpuSampler.totals."""
+        return [(f"{name} (simulated)", mib) for name, mib in self._gpus]
+
     def _live_claims(self, max_age_s: float = 0.05) -> list[Claim]:
         """Claims of live processes; files of dead ones are removed. Read at most every 50 ms."""
         import psutil

@@ -18,7 +18,7 @@ EXAMPLES = [ops.Status(), ops.Configure(jobs=[JobSpec(name="j", command=["true"]
                                         watch=WatchSettings(fleet="h:/f.toml")),
             ops.ReadHistory(since=5.0), ops.ReadEvents(after_seq=3, limit=10), ops.Watch(on=True, supervise="cron"),
             ops.Launch(job="j"), ops.Kill(job="j", grace_s=2.5), ops.Relaunch(job="j"), ops.KillPid(pid=42),
-            ops.Logs(job="j", offset=100)]
+            ops.Logs(job="j", offset=100), ops.Doctor(console_time=1.5e9, venv="~/.gpudeck/venv", timeout_s=30.0)]
 
 
 def test_every_op_has_an_example():
@@ -48,6 +48,8 @@ def test_an_op_crosses_the_wire_whole(op):
     ("configure", {"watch": {"alerts": {"gpu_temp_c": "hot"}}}, "gpu_temp_c"),
     ("configure", {"watch": {"notyfy": []}}, "'watch' has no key 'notyfy'"),
     ("status", {"verbose": True}, "'status' takes no argument 'verbose'; it takes none"),
+    ("doctor", {"timeout_s": 0}, "'doctor': 'timeout_s' must be a number of seconds above 0"),
+    ("doctor", {"console_time": "now"}, "doctor.console_time: expected a number"),
 ])
 def test_bad_arguments_are_refused_by_the_op_s_own_types(op, args, message):
     with pytest.raises(ValueError, match=message) as err:  # ProtocolError, or the watch settings' ConfigError

@@ -97,10 +97,12 @@ MAX_PLAN_BYTES = 4 * 2**20  # a plan is a few KiB; anything this big is not one
 @dataclass(frozen=True)
 class PlanDoc:
     """What the agent reads of a plan.json (`gpudeck plan` writes it beside the output, with
-    the whole plan as fields of its own): the wall time the run was planned for, and when."""
+    the whole plan as fields of its own): the wall time the run was planned for, and when; and
+    the bytes its output was projected to take (`gpudeck doctor` sets them against the free disk)."""
 
     projected_wall_s: Optional[float] = None
     written_at: Optional[float] = None
+    projected_bytes: Optional[float] = None
 
     def __post_init__(self) -> None:
         if self.projected_wall_s is not None and not self.projected_wall_s > 0:
@@ -111,7 +113,8 @@ class PlanDoc:
 def write_plan(path: str, plan: dict[str, Any]) -> None:
     """A plan.json: the fields the agent reads, then the rest of the plan."""
     rest = dict(plan)
-    doc = PlanDoc(projected_wall_s=rest.pop("projected_wall_s", None), written_at=rest.pop("written_at", None))
+    doc = PlanDoc(projected_wall_s=rest.pop("projected_wall_s", None), written_at=rest.pop("written_at", None),
+                  projected_bytes=rest.pop("projected_bytes", None))
     write_document(path, doc, rest)
 
 

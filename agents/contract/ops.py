@@ -23,7 +23,7 @@ from typing import Any, ClassVar, Optional
 
 from .jobs import JobSpec
 from .plain import ProtocolError, from_dict, to_plain
-from .vocab import RestartPolicy
+from .vocab import RestartPolicy, Verdict
 from .watching import AlertThresholds, WatchSettings
 from .wire import Event, KillVerdict, LaunchResult, LogChunk, Request, Sample, Snapshot
 
@@ -146,6 +146,29 @@ class WatchStatus:
     jobs: list[WatchedJob] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class Check:
+    """One line of `gpudeck doctor`: what was checked, what it found, and what to do."""
+
+    name: str  # python, torch, nvml, sglang, model, disk, s3, clock, containment, open files, processes
+    verdict: Verdict
+    detail: str  # what was found, with the figures and what an estimate assumed
+    fix: str = ""  # the one thing to do; "" when there is nothing to do
+    job: Optional[str] = None  # the job it is about (model, disk, s3, sglang), else None
+    seconds: Optional[float] = None  # how long the check took
+
+
+@dataclass(frozen=True)
+class DoctorReport:
+    node: str
+    checks: list[Check] = field(default_factory=list)
+    at: float = 0.0  # the node's clock when it answered
+
+    @property
+    def worst(self) -> Verdict:
+        return max((c.verdict for c in self.checks), key=lambda v: v.rank, default=Verdict.OK)
+
+
 # ---------------------------------------------------------------- the ops
 
 
@@ -253,8 +276,30 @@ class Logs(Op):
     offset: Optional[int] = None
 
 
+@dataclass(frozen=True)
+class Doctor(Op):
+    """The node checked before a run, against the jobs the fleet file declares for it; each
+    check runs with its own timeout of ``timeout_s`` (agents/doctor.py)."""
+
+    name: ClassVar[str] = "doctor"
+    Result: ClassVar[type] = DoctorReport
+    console_time: Optional[float] = None  # the console's clock when it sent the op; None: no clock check
+    venv: str = ""  # the node's gpudeck venv (Node.agent_venv); "": only the agent's own python is checked
+    import_warn_s: float = 20.0  # an import of torch or SGLang slower than this is a warning
+    timeout_s: float = 120.0  # each check's; a check that takes longer fails, saying so
+
+    def check(self) -> None:
+        for key in ("import_warn_s", "timeout_s"):
+            value = getattr(self, key)
+            if not 0 < value <= DOCTOR_MAX_S:
+                raise ProtocolError(f"'doctor': {key!r} must be a number of seconds above 0, at most "
+                                    f"{DOCTOR_MAX_S:g}, got {value!r}")
+
+
+DOCTOR_MAX_S = 1800.0
+
 ALL: tuple[type[Op], ...] = (Status, Configure, ReadHistory, ReadEvents, Watch, Launch, Kill, Relaunch, KillPid,
-                             Logs)
+                             Logs, Doctor)
 OPS: dict[str, type[Op]] = {cls.name: cls for cls in ALL}
 
 

@@ -165,3 +165,21 @@ class NotifyFormat(str, enum.Enum):
 
     def __str__(self) -> str:
         return self.value
+
+
+class Verdict(str, enum.Enum):
+    """What one check of `gpudeck doctor` found (agents/doctor.py): in order of gravity."""
+
+    OK = "ok"
+    WARN = "warn"  # the run can start; something will cost time or bite later (a slow import, low limits)
+    FAIL = "fail"  # the run would fail, or lose work (no model, no room, no S3 access)
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def rank(self) -> int:
+        return _VERDICT_RANK[self]
+
+
+_VERDICT_RANK = {Verdict.OK: 0, Verdict.WARN: 1, Verdict.FAIL: 2}
