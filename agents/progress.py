@@ -63,6 +63,7 @@ class ProgressTracker:
         self.window_s = window_s
         self._mtime: Optional[tuple[float, int]] = None
         self._doc: dict = {}
+        self._health: dict = {}  # the job's servers, uploads and blocked, from the last good reading
         self._error: Optional[str] = None
         self._done_rate = CounterRate(window_s, min_span_s=MIN_SPAN_S)
         self._tok_rate = CounterRate(window_s, min_span_s=MIN_SPAN_S)
@@ -103,7 +104,8 @@ class ProgressTracker:
         quality = {k: int(v) for k, v in (doc.get("quality") or {}).items() if _number(v) is not None}
         return Progress(done=done, total=total, tokens=tokens, rate_per_s=rate, tokens_per_s=tps,
                         eta_s=eta, updated_at=updated, quality=quality,
-                        error=self._error, useful=_count(doc.get("useful")), useful_of=_count(doc.get("useful_of")))
+                        error=self._error, useful=_count(doc.get("useful")), useful_of=_count(doc.get("useful_of")),
+                        **(self._health if self.done_set is None else {}))
 
     def seed(self, points: list[tuple[float, int, Optional[int]]]) -> None:
         """(t, done, tokens) points recorded before this tracker existed, oldest first."""
@@ -129,12 +131,14 @@ class ProgressTracker:
             return
         self._mtime = key
         try:
-            doc = to_plain(read_progress(self.progress_path))  # its fields checked (agents/contract/documents.py)
+            parsed = read_progress(self.progress_path)  # its fields checked (agents/contract/documents.py)
         except (OSError, ValueError) as exc:
             # keep the last good reading; say what is wrong with the file
             self._error = f"{self.progress_path}: {exc}"
             return
-        self._doc, self._error = doc, None
+        self._doc, self._error = to_plain(parsed), None
+        # the job's health, typed as the wire has it: generate's uploads, or extract's (``s3``)
+        self._health = {"servers": parsed.servers, "uploads": parsed.uploads or parsed.s3, "blocked": parsed.blocked}
 
 
 def _count(v) -> Optional[int]:

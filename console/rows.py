@@ -53,6 +53,7 @@ class Totals:
     spent: Optional[float] = None  # dollars since the jobs started, over the priced nodes (console/cost.py)
     to_finish: Optional[float] = None  # dollars to finish at the current rate, over the priced nodes
     priced: bool = False  # some node has a price_per_hour: the header shows the dollars
+    idle_per_hour: Optional[float] = None  # dollars an hour of priced GPUs idle past [alerts] idle_paid_s; None: none
 
 
 @dataclass(slots=True)
@@ -164,6 +165,11 @@ class JobRow:
     priced: bool = False  # its node has a price_per_hour (else its costs show "—")
     cost_per_m_tokens: Optional[float] = None  # a live generation job: dollars per M output tokens ...
     cost_per_useful: Optional[float] = None  # ... and per useful completion
+    uploads_pending: Optional[int] = None  # files waiting to go to S3 (None: the job uploads nothing) ...
+    uploads_bytes: Optional[int] = None  # ... their bytes ...
+    last_upload_s: Optional[float] = None  # ... and how long ago the last one went up
+    servers_down: Optional[int] = None  # servers resting or failing (None: the job reports no servers) ...
+    servers_total: Optional[int] = None  # ... of all it sends to
 
     @property
     def fraction(self) -> Optional[float]:

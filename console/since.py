@@ -5,7 +5,7 @@
 
 - Jobs: how often each died, stalled, was restarted, gave up or finished, counted.
 - Conditions (a hot GPU, a throttled one, a low disk, a stalled job, a deadline that will be
-  missed): how long, from the event that raised one to the ``resolved`` with the same key
+  missed, an S3 backlog, servers resting, paid GPUs idle): how long, from the event that raised one to the ``resolved`` with the same key
   (its ``cond``); "(still)" when nothing resolved it yet. A condition that came up before the
   moment and is still on, or cleared after it, counts.
 - Problems first (a job that died or gave up, a sick GPU), then the rest; past ``max_chars``
@@ -44,10 +44,12 @@ _JOB = {
 }
 _GPU_HEALTH = {"throttle": "throttled", "idle": "idle", "ecc": "had ECC errors", "pages": "needed a reset"}
 _CONDITION = {"temperature": "hot", "disk": "low on space", "stalled": "stalled", "deadline": "behind its deadline",
-              "node_unreachable": "unreachable"}
+              "node_unreachable": "unreachable", "s3_backlog": "behind on its S3 uploads",
+              "servers_resting": "had servers resting", "idle_paid": "idle and paid for"}
 # subjects with these first: the worse, the earlier
 _RANK = {"gave_up": 0, "died": 0, "gpu_health": 1, "disk": 1, "node_unreachable": 1, "temperature": 2,
-         "stalled": 2, "deadline": 2, "restarted": 3, "finished": 4}
+         "stalled": 2, "deadline": 2, "s3_backlog": 2, "servers_resting": 2, "idle_paid": 2, "restarted": 3,
+         "finished": 4}
 NEWS = frozenset(_RANK)
 # every kind of event, counted (the rest of the timeline when there is no news, and what the
 # events view lists): (once, many)
@@ -56,6 +58,8 @@ _COUNTED = {"died": ("death", "deaths"), "restarted": ("restart", "restarts"), "
             "gpu_health": ("GPU health alert", "GPU health alerts"), "disk": ("disk alert", "disk alerts"),
             "temperature": ("temperature alert", "temperature alerts"),
             "deadline": ("deadline alert", "deadline alerts"),
+            "s3_backlog": ("S3 backlog", "S3 backlogs"), "servers_resting": ("servers resting", "servers resting"),
+            "idle_paid": ("idle paid GPU alert", "idle paid GPU alerts"),
             "node_unreachable": ("node unreachable", "nodes unreachable"),
             "action": ("operator action", "operator actions"), "state": ("state change", "state changes"),
           "alert": ("alert", "alerts"), "plan_drift": ("plan drift", "plan drifts"),
@@ -159,6 +163,8 @@ def _said(kind: str, e: EventRow, multi: bool) -> tuple[str, str]:
         who = f"disk {cond.partition(':')[2] or '?'}" + (f" on {e.node}" if multi else "")
     elif kind == "node_unreachable":
         who = e.node
+    elif kind == "idle_paid":  # its key names the GPUs: "idle_paid:0-3"
+        who = f"GPU {cond.partition(':')[2] or '?'}" + (f" on {e.node}" if multi else "")
     else:
         who = e.job or e.node
     if kind == "gpu_health":

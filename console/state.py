@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterable, Optional, Union
 from ..agents.contract.vocab import AlertKind, EngineState, JobState, ShownState
 from ..agents.contract.jobs import JobKind, JobSpec
 from ..agents.contract.documents import over_plan
-from ..agents.contract.wire import Alert, Gpu, History, JobStatus, Snapshot
+from ..agents.contract.wire import Alert, Gpu, History, JobStatus, Progress, Snapshot
 from . import cost
 from .formatting import human_duration, quality_flags, round_eta, round_figures
 from .rows import (SPARK_BUCKET_S, AlertRow, FleetRow, GpuRow, JobDetail, JobRow, NodeRow, NodeState,
@@ -43,7 +43,7 @@ _SHOWN = {**{s: ShownState(s.value) for s in JobState}, **{s: s for s in ShownSt
 _KINDS = {k: k for k in JobKind}
 _ENGINE_STATES = {e: e for e in EngineState}
 _RUNNING, _SHOWN_READY, _STALLED = JobState.RUNNING, ShownState.READY, AlertKind.STALLED  # no enum lookup per row
-_PLAN_DRIFT = AlertKind.PLAN_DRIFT
+_PLAN_DRIFT, _IDLE_PAID = AlertKind.PLAN_DRIFT, AlertKind.IDLE_PAID
 _ENGINE_READY, _ENGINE_FAILED = EngineState.READY, EngineState.FAILED
 _SAMPLED = (JobState.RUNNING, JobState.STARTING)  # the states whose tokens/s the sparkline records
 _UNPRICED = cost.NodeCost(None, None, None)  # a node the fleet file gives no price
@@ -228,7 +228,15 @@ class FleetState:
                       tokens_per_s=round_figures(tps), slowest_eta_s=round_eta(slowest[0]), slowest_job=slowest[1],
                       jobs_running=running, jobs_total=len(jobs), alerts=len(self.alerts()), gpus_simulated=simulated,
                       spent=cost.round_money(money.spent), to_finish=cost.round_money(money.to_finish),
-                      priced=money.nodes_priced > 0)
+                      priced=money.nodes_priced > 0, idle_per_hour=cost.round_money(self.idle_per_hour()))
+
+    def idle_per_hour(self) -> Optional[float]:
+        """The dollars an hour of the priced GPUs idle past ``[alerts] idle_paid_s``: the nodes'
+        ``idle_paid`` alerts, which carry it (the node's watcher knows since when a GPU is idle;
+        the console, opened later, would not). None while no GPU is."""
+        figures = [a.per_hour for view in self.nodes.values() if view.reachable and view.snapshot is not None
+                   for a in view.snapshot.alerts if a.kind == _IDLE_PAID and a.per_hour is not None]
+        return sum(figures) if figures else None
 
     def costs(self) -> tuple[dict[str, cost.NodeCost], dict[tuple[str, str], cost.JobCost]]:
         """Each node's price, spent and to finish; each live generation job's dollars per M
@@ -358,6 +366,8 @@ class FleetState:
                 flags += (f"plan {j.plan.drift_pct:+.0f}%",)
         if j.plan is not None and j.plan.error:
             flags += ("plan?",)
+        if p is not None and p.blocked and alive:
+            flags += ("blocked",)  # it cannot write its output (a full disk): generation paused
         return JobRow(
             key=f"{node}/{j.name}", name=j.name, node=node, kind=_KINDS[j.kind], state=state, gpus=tuple(j.gpus),
             attempt=j.attempt, tokens_per_s=round_figures(job_tokens_per_s(j)) if alive else None,
@@ -369,7 +379,7 @@ class FleetState:
             queued=int(e.queued) if e and e.queued is not None else None,
             kv_usage=round(e.kv_usage, 3) if e and e.kv_usage is not None else None,
             accept_length=round(e.accept_length, 2) if e and e.accept_length is not None else None,
-            stale=stale, pid=j.pid if alive else None, **self._plan_and_cost(node, j))
+            stale=stale, pid=j.pid if alive else None, **self._plan_and_cost(node, j), **_health_cells(p, now))
 
     def job_detail(self, key: str, spark_width: int = 60) -> Optional[JobDetail]:
         node, _, name = key.partition("/")
@@ -457,11 +467,12 @@ class FleetState:
                 "error": j.error,
                 "task": dataclasses.asdict(j.task) if j.task else None,
                 **cost.job_json(j, job_costs.get((node, j.name))),
+                **_health_json(p),
             })
         alerts = [{"node": n, **dataclasses.asdict(a)} for n, a in self.alerts()]
         money = cost.fleet_cost(node_costs.values())
         fleet = {"spent": cost.money_json(money.spent), "to_finish": cost.money_json(money.to_finish),
-                 "nodes_priced": money.nodes_priced}
+                 "nodes_priced": money.nodes_priced, "idle_per_hour": cost.money_json(self.idle_per_hour())}
         return {"fleet": fleet, "nodes": nodes, "jobs": jobs, "alerts": alerts}
 
 
@@ -544,6 +555,34 @@ def _utilization(gpus: list[Gpu]) -> list[Optional[float]]:
     for g, u in zip(gpus, util):
         out[g.index] = u
     return out
+
+
+_NO_HEALTH: dict[str, Any] = {}  # a job row's S3 and server cells for a job that reports neither
+
+
+def _health_cells(p: Optional[Progress], now: float) -> dict[str, Any]:
+    """A job row's S3 backlog, the age of its last upload and its servers resting, rounded to
+    what the cells show."""
+    if p is None or (p.uploads is None and not p.servers):
+        return _NO_HEALTH
+    out: dict[str, Any] = {}
+    u = p.uploads
+    if u is not None:
+        out.update(uploads_pending=u.pending, uploads_bytes=u.pending_bytes,
+                   last_upload_s=round_eta(max(0.0, now - u.last_upload_at)) if u.last_upload_at is not None else None)
+    if p.servers:
+        out.update(servers_down=p.servers_down, servers_total=len(p.servers))
+    return out
+
+
+def _health_json(p: Optional[Progress]) -> dict[str, Any]:
+    """A job's uploads, servers and ``blocked`` in ``status --json`` (docs/commands.md)."""
+    if p is None:
+        return {"uploads": None, "servers": [], "servers_resting": None, "servers_total": None, "blocked": None}
+    return {"uploads": dataclasses.asdict(p.uploads) if p.uploads is not None else None,
+            "servers": [dataclasses.asdict(s) for s in p.servers],
+            "servers_resting": p.servers_down if p.servers else None,
+            "servers_total": len(p.servers) if p.servers else None, "blocked": p.blocked}
 
 
 def _unknown(spec: JobSpec) -> JobStatus:

@@ -129,7 +129,7 @@ class FleetClient:
             await link.start_explained(hello_timeout(node, timeout))
             deadline += link.hello_wait_s  # a slow hello leaves configure its time
             configure = ops.Configure(jobs=self.fleet.jobs_on(node.name), fleet=self.fleet.identity,
-                                      take_over=self.take_over, watch=self.fleet.watch_settings())
+                                      take_over=self.take_over, watch=self.fleet.watch_settings(node.name))
             reply = await link.request(configure, timeout=max(1.0, deadline - time.monotonic()))
             self.spec_changes.update(reply.changed)
             link.configured_seq = link.latest.seq if link.latest is not None else 0
@@ -159,7 +159,7 @@ class FleetClient:
         for name, link in list(self.links.items()):
             jobs = fleet.jobs_on(name)
             reply = await link.request(ops.Configure(jobs=jobs, fleet=fleet.identity, take_over=self.take_over,
-                                                     watch=fleet.watch_settings()))
+                                                     watch=fleet.watch_settings(name)))
             self.spec_changes.update({j.name: [] for j in jobs})
             self.spec_changes.update(reply.changed)
 

@@ -92,13 +92,16 @@ class Fleet:
         with no fleet file shows every job of the node."""
         return not owner or self.path is None or owner == self.identity
 
-    def watch_settings(self) -> Optional[WatchSettings]:
-        """What ``configure`` carries for the watcher (agents/watch/): None without a fleet file,
-        so a bare `gpudeck status` never replaces a node's watch settings with nothing."""
+    def watch_settings(self, node: Optional[str] = None) -> Optional[WatchSettings]:
+        """What ``configure`` carries for the watcher of ``node`` (agents/watch/): None without a
+        fleet file, so a bare `gpudeck status` never replaces a node's watch settings with
+        nothing. The node's ``price_per_hour`` goes with it: the watcher raises ``idle_paid``
+        with no console open."""
         if self.path is None:
             return None
+        price = next((n.price_per_hour for n in self.nodes if n.name == node), None)
         return WatchSettings(fleet=self.identity, notify=list(self.notify), alerts=self.alerts,
-                             heartbeat=self.heartbeat)
+                             heartbeat=self.heartbeat, price_per_hour=price)
 
     def node(self, name: str) -> Node:
         for n in self.nodes:

@@ -14,9 +14,9 @@ from gpudeck.agents.contract.documents import (PlanDoc, ProgressDoc, read_docume
 def test_a_progress_document_and_the_worker_s_own_fields(tmp_path):
     path = tmp_path / "progress.json"
     doc = ProgressDoc(done=3, total=10, tokens=300, tokens_per_s=12.5, quality={"errors": 1})
-    write_document(path, doc, {"servers": [{"url": "http://h:1"}], "state": "running"})
+    write_document(path, doc, {"in_flight": [{"id": "p1"}], "state": "running"})
     assert read_progress(path) == doc
-    assert json.loads(path.read_text())["servers"] == [{"url": "http://h:1"}]  # kept for whoever reads the file
+    assert json.loads(path.read_text())["in_flight"] == [{"id": "p1"}]  # kept for whoever reads the file
     with pytest.raises(ValueError, match=r"extra fields \['done'\] are the document's own"):
         write_document(path, doc, {"done": 4})
     assert read_progress(path) == doc, "a refused write leaves the last one"

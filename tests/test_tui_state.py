@@ -162,7 +162,7 @@ def test_status_json_keeps_its_shape():
     assert {"last_kill", "last_tokens_per_s", "last_rate_at", "argv", "error"} <= set(doc["jobs"][0])
     assert {"node", "kind", "message", "job", "gpu", "pid"} <= set(doc["alerts"][0])
     # dollars and plans: a fleet file without prices has none, and says null, never 0
-    assert doc["fleet"] == {"spent": None, "to_finish": None, "nodes_priced": 0}
+    assert doc["fleet"] == {"spent": None, "to_finish": None, "nodes_priced": 0, "idle_per_hour": None}
     assert all(n["price_per_hour"] is None and n["spent"] is None and n["to_finish"] is None for n in doc["nodes"])
     gen = next(j for j in doc["jobs"] if j["name"] == "gen")
     assert {"cost_per_m_tokens", "cost_per_useful_completion", "planned_wall_s", "projected_wall_s", "drift_pct",

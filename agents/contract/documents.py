@@ -15,6 +15,7 @@ from typing import Any, Optional, TypeVar
 from .atomic import atomic_write_json
 from .plain import ProtocolError, from_dict, to_plain
 from .units import human_duration
+from .wire import ServerHealth, Uploads
 
 D = TypeVar("D")
 
@@ -66,8 +67,9 @@ class ProgressDoc:
     """A job's progress.json: written by its worker every second or two (atomically, without
     fsync: a report, never a source of truth), read by the agent each tick. ``done`` is
     required. ``useful`` of ``useful_of`` records are neither cut at max_tokens, nor empty,
-    nor failed (the console's dollars per useful completion). A worker adds fields of its own
-    (``servers``, ``uploads``, ``state``...) for whoever reads the file; the agent skips them."""
+    nor failed (the console's dollars per useful completion). ``servers``, ``uploads`` (or
+    ``s3``) and ``blocked`` are the job's health, carried to the console. A worker adds fields
+    of its own (``in_flight``, ``state``...) for whoever reads the file; the agent skips them."""
 
     done: int
     total: Optional[int] = None
@@ -79,6 +81,12 @@ class ProgressDoc:
     quality: dict[str, Any] = field(default_factory=dict)  # counts a human should look at, by name
     useful: Optional[int] = None
     useful_of: Optional[int] = None
+    # generate: its servers' health, its uploads to S3, why it cannot write (a full disk);
+    # extract writes its uploads as ``s3``
+    servers: list[ServerHealth] = field(default_factory=list)
+    uploads: Optional[Uploads] = None
+    s3: Optional[Uploads] = None
+    blocked: Optional[str] = None
 
     def __post_init__(self) -> None:
         if self.done < 0:

@@ -95,6 +95,9 @@ class AlertKind(str, enum.Enum):
     DEADLINE = "deadline"  # the projected finish passes the job's deadline, or slipped
     PLAN_DRIFT = "plan_drift"  # the projected wall time is more than [alerts] plan_drift_pct over the job's plan.json
     GAVE_UP = "gave_up"  # the restart policy stopped restarting the job
+    S3_BACKLOG = "s3_backlog"  # a job's oldest pending upload is older than [alerts] s3_backlog_s
+    SERVERS_RESTING = "servers_resting"  # more than servers_resting_pct of a job's servers down for servers_resting_s
+    IDLE_PAID = "idle_paid"  # priced GPUs idle (no job, or 0% use) for idle_paid_s: the dollars an hour
 
     def __str__(self) -> str:
         return self.value
@@ -137,6 +140,9 @@ class EventKind(str, enum.Enum):
     TEMPERATURE = "temperature"
     DEADLINE = "deadline"
     PLAN_DRIFT = "plan_drift"
+    S3_BACKLOG = "s3_backlog"
+    SERVERS_RESTING = "servers_resting"
+    IDLE_PAID = "idle_paid"
     NODE_UNREACHABLE = "node_unreachable"  # sent by a console, never by the node itself
     RESOLVED = "resolved"  # a condition above that has cleared
     # the timeline only, never notified
@@ -153,7 +159,8 @@ class EventKind(str, enum.Enum):
 
 NOTIFY_EVENTS = (EventKind.DIED, EventKind.RESTARTED, EventKind.GAVE_UP, EventKind.STALLED, EventKind.FINISHED,
                  EventKind.GPU_HEALTH, EventKind.DISK, EventKind.TEMPERATURE, EventKind.DEADLINE,
-                 EventKind.PLAN_DRIFT, EventKind.NODE_UNREACHABLE, EventKind.RESOLVED)
+                 EventKind.PLAN_DRIFT, EventKind.S3_BACKLOG, EventKind.SERVERS_RESTING, EventKind.IDLE_PAID,
+                 EventKind.NODE_UNREACHABLE, EventKind.RESOLVED)
 
 
 class NotifyFormat(str, enum.Enum):

@@ -150,6 +150,10 @@ class AlertThresholds:
     idle_gpu_s: float = 1800.0  # a running job's GPU at 0% use this long
     repeat_s: float = 900.0  # the same event for the same job or GPU is notified at most this often
     plan_drift_pct: float = 25.0  # a live job heading for a wall time this far (%) over its plan.json
+    s3_backlog_s: float = 1800.0  # a live job's oldest upload waiting this long
+    servers_resting_pct: float = 25.0  # more than this share (%) of a live job's servers ...
+    servers_resting_s: float = 600.0  # ... resting or failing this long
+    idle_paid_s: float = 1800.0  # a priced GPU idle (no job, or 0% use) this long
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -188,6 +192,12 @@ class WatchSettings:
     notify: list[NotifyTarget] = field(default_factory=list)
     alerts: AlertThresholds = field(default_factory=AlertThresholds)
     heartbeat: Optional[HeartbeatConfig] = None
+    price_per_hour: Optional[float] = None  # this node's price (the idle_paid alert); None: not priced
+
+    def __post_init__(self) -> None:
+        p = self.price_per_hour
+        if p is not None and (isinstance(p, bool) or not isinstance(p, (int, float)) or not (p >= 0 and math.isfinite(p))):
+            raise ConfigError(f"'watch': 'price_per_hour' must be a finite number >= 0, got {p!r}")
 
     @classmethod
     def from_plain(cls, d: Any) -> "WatchSettings":
@@ -196,13 +206,15 @@ class WatchSettings:
             raise ConfigError(f"'watch' must be an object, got {type(d).__name__}")
         unknown = set(d) - {f.name for f in dataclasses.fields(cls)}
         if unknown:
-            raise ConfigError(f"'watch' has no key {sorted(unknown)[0]!r}; expected fleet, notify, alerts, heartbeat")
+            raise ConfigError(f"'watch' has no key {sorted(unknown)[0]!r}; expected fleet, notify, alerts, heartbeat, "
+                              f"price_per_hour")
         notify = d.get("notify") or []
         if not isinstance(notify, list):
             raise ConfigError(f"'watch': 'notify' must be a list of [[notify]] entries, got {type(notify).__name__}")
         try:
             return cls(fleet=d["fleet"] if isinstance(d.get("fleet"), str) else None,
                        notify=[NotifyTarget.from_dict(n) for n in notify],
-                       alerts=AlertThresholds.from_dict(d.get("alerts") or {}), heartbeat=heartbeat_from(d.get("heartbeat")))
+                       alerts=AlertThresholds.from_dict(d.get("alerts") or {}), heartbeat=heartbeat_from(d.get("heartbeat")),
+                       price_per_hour=d.get("price_per_hour"))
         except TypeError as exc:  # a value of the wrong type: the dataclass's own words, never a URL
             raise ConfigError(f"'watch': {exc}") from None

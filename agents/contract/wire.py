@@ -87,6 +87,40 @@ class Engine:
 
 
 @dataclass(frozen=True)
+class ServerHealth:
+    """One server a job sends its requests to, as the job reports it (generate's progress.json
+    ``servers``): ok, failing (failed lately, not resting yet), resting, or probing (one
+    request after a rest)."""
+
+    url: str
+    state: str  # ok | failing | resting | probing
+    outstanding: int = 0
+    ok: int = 0  # answers so far
+    failed: int = 0  # failed attempts so far
+    last_error: Optional[str] = None
+    down_since: Optional[float] = None  # the first failure of the run it is in (unix time); None: answering
+
+    @property
+    def down(self) -> bool:
+        """Resting, or failing out of all: not answering now."""
+        return self.state != "ok"
+
+
+@dataclass(frozen=True)
+class Uploads:
+    """A job's uploads to S3 (generate's progress.json ``uploads``, extract's ``s3``)."""
+
+    pending: int = 0  # closed files waiting to go up (those waiting for a retry too)
+    uploaded: int = 0  # files uploaded by this attempt
+    failures: int = 0  # failed attempts so far (each retried)
+    last_error: Optional[str] = None
+    done_set_pending: bool = False  # the done-set changed since it last went up
+    pending_bytes: Optional[int] = None  # the bytes of the pending files
+    oldest_pending_at: Optional[float] = None  # when the oldest pending file was closed (unix time)
+    last_upload_at: Optional[float] = None  # the last file that went up (unix time; across attempts)
+
+
+@dataclass(frozen=True)
 class Progress:
     done: int
     total: Optional[int] = None
@@ -104,6 +138,15 @@ class Progress:
     # (generate's progress.json: counted as their ids reach the done-set)
     useful: Optional[int] = None
     useful_of: Optional[int] = None
+    # what the job reports of its S3 uploads and its servers, and why it cannot write (a full
+    # disk: generation paused); None and [] from a job that does not say
+    uploads: Optional[Uploads] = None
+    servers: list[ServerHealth] = field(default_factory=list)
+    blocked: Optional[str] = None
+
+    @property
+    def servers_down(self) -> int:
+        return sum(1 for s in self.servers if s.down)
 
 
 @dataclass(frozen=True)
@@ -268,6 +311,7 @@ class Alert:
     job: Optional[str] = None
     gpu: Optional[int] = None
     pid: Optional[int] = None
+    per_hour: Optional[float] = None  # idle_paid: the dollars an hour the idle GPUs cost
 
 
 # ---------------------------------------------------------------- messages

@@ -1,6 +1,8 @@
 """What is wrong on the node this tick, as :class:`Condition` s: thresholds from ``[alerts]``,
 GPU health (agents/health.py), idle GPUs under running jobs, deadlines, jobs off their plan,
-and the agent's own alerts (agents/alerts.py) carried into the timeline."""
+a job's S3 backlog and resting servers (what its progress.json says), priced GPUs idle (the
+node's price comes with the fleet's watch settings), and the agent's own alerts
+(agents/alerts.py) carried into the timeline."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from ..health import GpuHealth
 from ..contract.vocab import AlertKind, EventKind, JobState
 from ..contract.jobs import JobSpec
 from ..contract.documents import drift_text, over_plan
+from ..contract.units import human_bytes, human_duration
 from ..contract.wire import Alert, Gpu, Host, JobStatus
 from .conditions import Condition
 from ..contract.watching import AlertThresholds
@@ -27,14 +30,17 @@ def _fmt_t(t: float) -> str:
 
 
 class Checks:
-    def __init__(self) -> None:
+    def __init__(self, node: str = "") -> None:
+        self.node = node  # named in the idle_paid message
         self._idle_since: dict[tuple[str, int], float] = {}
+        self._paid_idle_since: dict[int, float] = {}  # GPU index -> idle since (unix time)
         self._xids: deque[tuple[float, Condition]] = deque(maxlen=256)
         self._proj: dict[str, deque[tuple[float, float]]] = {}
 
     def evaluate(self, now: float, gpus: list[Gpu], jobs: list[JobStatus], host: Optional[Host],
                  alerts: list[Alert], health: list[GpuHealth], limits: AlertThresholds,
-                 specs: dict[str, JobSpec]) -> tuple[list[Condition], list[Condition]]:
+                 specs: dict[str, JobSpec], price_per_hour: Optional[float] = None
+                 ) -> tuple[list[Condition], list[Condition]]:
         """(conditions true now, one-off happenings of this tick)."""
         owner = _owners(gpus, jobs)
         now_true: list[Condition] = []
@@ -49,6 +55,8 @@ class Checks:
         now_true += self._idle(now, gpus, jobs, limits)
         now_true += self._deadlines(now, jobs, specs)
         now_true += _plan_drift(jobs, limits)
+        now_true += s3_backlog(now, jobs, limits) + servers_resting(now, jobs, limits)
+        now_true += self._idle_paid(now, gpus, jobs, limits, price_per_hour)
         once: list[Condition] = []
         for h in health:
             now_true += _health(h, owner.get(h.index))
@@ -104,6 +112,30 @@ class Checks:
             del self._idle_since[key]
         return out
 
+    def _idle_paid(self, now: float, gpus: list[Gpu], jobs: list[JobStatus], limits: AlertThresholds,
+                   price: Optional[float]) -> list[Condition]:
+        """The node's GPUs idle for ``idle_paid_s``, as one condition with the dollars an hour
+        they cost (the node's price spread over its GPUs). Its key names the GPUs: when the set
+        changes, the old one resolves and the new one comes up, each with its own figure."""
+        if not price or not gpus or any(g.host is not None for g in gpus):  # no price, or a cluster's GPUs
+            self._paid_idle_since.clear()
+            return []
+        idle = set(idle_gpus(gpus, jobs))
+        for i in [i for i in self._paid_idle_since if i not in idle]:
+            del self._paid_idle_since[i]
+        for i in idle:
+            self._paid_idle_since.setdefault(i, now)
+        over = sorted(i for i, t in self._paid_idle_since.items() if now - t >= limits.idle_paid_s)
+        if not over:
+            return []
+        per_hour = price / len(gpus) * len(over)
+        since = min(self._paid_idle_since[i] for i in over)
+        which = gpu_ranges(over)
+        on = f" on {self.node}" if self.node else ""
+        return [Condition(f"idle_paid:{which}", EventKind.IDLE_PAID,
+                          f"GPU {which}{on}: ${per_hour:,.2f}/h idle since {_hhmm(since)}",
+                          AlertKind.IDLE_PAID, None, over[0] if len(over) == 1 else None, per_hour=per_hour)]
+
     def _deadlines(self, now: float, jobs: list[JobStatus], specs: dict[str, JobSpec]) -> list[Condition]:
         out = []
         for j in jobs:
@@ -156,6 +188,75 @@ def _plan_drift(jobs: list[JobStatus], limits: AlertThresholds) -> list[Conditio
                              f"job {j.name}: {drift_text(p.planned_wall_s, p.projected_wall_s)}, more than "
                              f"{limits.plan_drift_pct:g}% over its plan ({p.path})", AlertKind.PLAN_DRIFT, j.name))
     return out
+
+
+def s3_backlog(now: float, jobs: list[JobStatus], limits: AlertThresholds) -> list[Condition]:
+    """A live job whose oldest upload has waited more than ``s3_backlog_s`` (its progress.json's
+    ``uploads``: S3 slow, unreachable or refusing)."""
+    out = []
+    for j in jobs:
+        u = j.progress.uploads if j.progress is not None else None
+        if not j.state.alive or u is None or not u.pending or u.oldest_pending_at is None:
+            continue
+        waited = now - u.oldest_pending_at
+        if waited <= limits.s3_backlog_s:
+            continue
+        size = f" ({human_bytes(u.pending_bytes)})" if u.pending_bytes is not None else ""
+        last = (f"; last upload {human_duration(now - u.last_upload_at)} ago" if u.last_upload_at is not None
+                else "; nothing uploaded yet")
+        why = f": {u.last_error}" if u.last_error else ""
+        out.append(Condition(f"s3_backlog:{j.name}", EventKind.S3_BACKLOG,
+                             f"job {j.name}: {u.pending} file(s){size} waiting to go to S3, the oldest for "
+                             f"{human_duration(waited)}{last}{why}", AlertKind.S3_BACKLOG, j.name))
+    return out
+
+
+def servers_resting(now: float, jobs: list[JobStatus], limits: AlertThresholds) -> list[Condition]:
+    """A live job with more than ``servers_resting_pct`` of its servers resting or failing for
+    more than ``servers_resting_s`` each (its progress.json's ``servers``)."""
+    out = []
+    for j in jobs:
+        servers = j.progress.servers if j.progress is not None else []
+        if not j.state.alive or not servers:
+            continue
+        long = [s for s in servers if s.down and s.down_since is not None and now - s.down_since > limits.servers_resting_s]
+        if not long or 100.0 * len(long) / len(servers) <= limits.servers_resting_pct:
+            continue
+        worst = min(s.down_since for s in long if s.down_since is not None)
+        last = next((s.last_error for s in long if s.last_error), None)
+        out.append(Condition(f"servers_resting:{j.name}", EventKind.SERVERS_RESTING,
+                             f"job {j.name}: {len(long)}/{len(servers)} servers resting or failing, the longest for "
+                             f"{human_duration(now - worst)} ({', '.join(s.url for s in long)})"
+                             + (f": {last}" if last else ""), AlertKind.SERVERS_RESTING, j.name))
+    return out
+
+
+def idle_gpus(gpus: list[Gpu], jobs: list[JobStatus]) -> list[int]:
+    """The GPUs doing nothing now: at 0% use (with no job, or under a job that does not use
+    them), or with no use reported and neither a live job nor a process on them."""
+    held = {i for j in jobs if j.state.alive for i in j.gpus}
+    return [g.index for g in gpus
+            if (g.util_pct is not None and g.util_pct <= 0)
+            or (g.util_pct is None and g.index not in held and not g.processes)]
+
+
+def gpu_ranges(indexes: list[int]) -> str:
+    """``0-3,6``: sorted GPU indexes, runs joined."""
+    parts: list[str] = []
+    run: list[int] = []
+    for i in sorted(indexes):
+        if run and i != run[-1] + 1:
+            parts.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+            run = []
+        run.append(i)
+    if run:
+        parts.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+    return ",".join(parts)
+
+
+def _hhmm(t: float) -> str:
+    import time
+    return time.strftime("%H:%M UTC", time.gmtime(t))
 
 
 def _health(h: GpuHealth, job: Optional[str]) -> list[Condition]:

@@ -33,6 +33,7 @@ class Condition:
     alert: Optional[AlertKind] = None  # shown in the snapshot's alerts as this kind; None: not shown
     job: Optional[str] = None
     gpu: Optional[int] = None
+    per_hour: Optional[float] = None  # idle_paid: the dollars an hour it costs (the snapshot's alert carries it)
 
 
 class Conditions:

@@ -33,6 +33,7 @@ class WatchConfig:
     alerts: AlertThresholds = field(default_factory=AlertThresholds)
     supervisor: Optional[str] = None  # what `watch start` registered the watcher with (watch/supervise.py)
     heartbeat: Optional[HeartbeatConfig] = None  # the fleet file's [heartbeat] (watch/heartbeat.py pings it)
+    price_per_hour: Optional[float] = None  # this node's price in the fleet file (the idle_paid alert)
 
     @classmethod
     def load(cls, home: Path) -> "WatchConfig":
@@ -49,7 +50,8 @@ class WatchConfig:
                        jobs=list(doc.get("jobs") or []), supervisor=doc.get("supervisor"),
                        heartbeat=heartbeat_from(doc.get("heartbeat")),
                        notify=[NotifyTarget.from_dict(n) for n in doc.get("notify") or []],
-                       alerts=AlertThresholds.from_dict(doc.get("alerts") or {}))
+                       alerts=AlertThresholds.from_dict(doc.get("alerts") or {}),
+                       price_per_hour=_price(doc.get("price_per_hour")))
         except (ConfigError, TypeError, ValueError) as exc:
             log.warning("watch: %s in %s; its notify and alert settings are ignored", exc, path)
             return cls(watching=bool(doc.get("watching")), jobs=list(doc.get("jobs") or []),
@@ -78,3 +80,11 @@ class WatchConfig:
         in (ops.Configure, WatchSettings.from_plain)."""
         self.notify, self.alerts, self.jobs = list(settings.notify), settings.alerts, list(jobs)
         self.heartbeat, self.fleet = settings.heartbeat, settings.fleet
+        self.price_per_hour = settings.price_per_hour
+
+
+def _price(v: Any) -> Optional[float]:
+    """watch.json's price: a number >= 0, or None (a file written by hand may hold anything)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0:
+        return None
+    return float(v)

@@ -48,7 +48,7 @@ class Watcher:
         self.outbox = Outbox(self.home, on_event=self._note)
         self.restarts = RestartEngine(sup, self.emit)
         self.conditions = Conditions(self.home, self.emit)
-        self.checks = Checks()
+        self.checks = Checks(node)
         self._health: Any = False  # the reader, made at the first tick; None where there is none
         self._failed: set[str] = set()
         self.successor: Optional[Any] = None  # the detached agent this one started to take over
@@ -101,13 +101,14 @@ class Watcher:
             self._failure("restarts", exc)
         try:
             health = self._read_health()
-            now_true, once = self.checks.evaluate(now, gpus, jobs, host, alerts, health, self.config.alerts, specs)
+            now_true, once = self.checks.evaluate(now, gpus, jobs, host, alerts, health, self.config.alerts, specs,
+                                                  self.config.price_per_hour)
             repeat = self.config.alerts.repeat_s
             self.conditions.update(now, now_true, repeat)
             for c in once:
                 self.conditions.once(now, c, repeat)
             shown = [c for c in now_true + self.checks.shown(now) if c.alert is not None]
-            out = [Alert(c.alert, c.message, job=c.job, gpu=c.gpu) for c in shown]
+            out = [Alert(c.alert, c.message, job=c.job, gpu=c.gpu, per_hour=c.per_hour) for c in shown]
             out += [Alert(AlertKind.GAVE_UP, f"job {n}: restarts given up ({self.restarts.state(n).note})", job=n)
                     for n in self.restarts.gave_up()]
             self.heartbeat.set_failing(failing_reason(alerts + out))

@@ -62,7 +62,8 @@ def render_status(state) -> str:
     jobs = _job_lines(state)
     money = state.totals()
     if money.priced:
-        jobs.append(f"fleet: {dollars(money.spent)} spent, {dollars(money.to_finish)} to finish at the current rate")
+        jobs.append(f"fleet: {dollars(money.spent)} spent, {dollars(money.to_finish)} to finish at the current rate"
+                    + (f"; {dollars(money.idle_per_hour)}/h idle" if money.idle_per_hour is not None else ""))
     if jobs:
         lines.append("")
         lines.extend(jobs)
@@ -71,6 +72,30 @@ def render_status(state) -> str:
         lines.append("")
         lines.extend(f"ALERT {node}: {a.message}" for node, a in alerts)
     return "\n".join(lines)
+
+
+def _health_lines(p, now: float) -> list[str]:
+    """A job's S3 backlog, its servers resting and why it cannot write, when it reports them."""
+    from ..formatting import human_duration
+    from ...agents.contract.units import human_bytes
+
+    out = []
+    u = p.uploads
+    if u is not None:
+        size = f" ({human_bytes(u.pending_bytes)})" if u.pending_bytes else ""
+        oldest = f", the oldest for {human_duration(now - u.oldest_pending_at)}" if u.pending and \
+            u.oldest_pending_at is not None else ""
+        last = f"last upload {human_duration(now - u.last_upload_at)} ago" if u.last_upload_at is not None else \
+            "nothing uploaded yet"
+        out.append(f"  s3: {u.pending} file(s){size} waiting{oldest}; {last}"
+                   + (f"; last error: {u.last_error}" if u.pending and u.last_error else ""))
+    if p.servers:
+        down = [s for s in p.servers if s.down]
+        out.append(f"  servers: {len(down)}/{len(p.servers)} resting"
+                   + "".join(f"; {s.url} {s.state}" + (f" ({s.last_error})" if s.last_error else "") for s in down))
+    if p.blocked:
+        out.append(f"  blocked: {p.blocked}")
+    return out
 
 
 def _node_lines(state) -> list[str]:
@@ -143,6 +168,8 @@ def _job_lines(state) -> list[str]:
             else:
                 lines.append(f"  cost: {dollars(c.per_m_tokens if c else None)} per M output tokens, "
                              f"{dollars(c.per_useful if c else None)} per useful completion")
+        if p is not None:
+            lines.extend(_health_lines(p, state.clock()))
         if j.task is not None:
             lines.extend(_task_lines(j))
         if j.error:

@@ -1,4 +1,5 @@
-"""FleetHeader: the fleet in one line: nodes, GPUs, tokens/s, the slowest ETA, dollars, alerts."""
+"""FleetHeader: the fleet in one line: nodes, GPUs, tokens/s, the slowest ETA, dollars (and
+those an hour that idle priced GPUs cost), alerts."""
 
 from __future__ import annotations
 
@@ -115,6 +116,8 @@ class FleetHeader(Widget):
         if tot.priced:  # dollars only where the fleet file gives prices
             out.append((KEPT_RANK, Text(f"{dollars(tot.spent)} +{dollars(tot.to_finish)}" if short else
                                         f"{dollars(tot.spent)} spent, {dollars(tot.to_finish)} to finish")))
+        if tot.idle_per_hour is not None:  # priced GPUs idle past [alerts] idle_paid_s
+            out.append((KEPT_RANK, Text(f"{dollars(tot.idle_per_hour)}/h idle", st("fleet-header--bad"))))
         if tot.alerts:
             out.append((KEPT_RANK, Text(f"▲{tot.alerts}" if short else
                                         f"▲ {tot.alerts} alert{'s' if tot.alerts != 1 else ''}",
@@ -123,7 +126,7 @@ class FleetHeader(Widget):
 
 
 CLOCK_RANK = 2  # the clock goes after the jobs count, before every other figure
-KEPT_RANK = 9  # the alert count and the dollars: never dropped
+KEPT_RANK = 9  # the alert count and the dollars (idle ones too): never dropped
 
 
 def _join(t: Text, fields: list[Text], sep: str, sep_style) -> None:

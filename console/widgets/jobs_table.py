@@ -7,6 +7,7 @@ from typing import Optional, Sequence
 from rich.style import Style
 
 from ...agents.contract.jobs import JobKind
+from ...agents.contract.units import human_bytes
 from ...agents.contract.vocab import ShownState
 from ..cost import NO_PRICE, dollars
 from ..formatting import human_duration
@@ -24,7 +25,8 @@ STATE_STYLE = {ShownState.RUNNING: "ok", ShownState.READY: "ok", ShownState.STAR
 
 class JobsTable(LiveTable[JobRow]):
     """Jobs: state, tokens/s and its trend, done/total, rate, ETA, the plan against the
-    projection, dollars per M tokens and per useful completion, and quality flags. An engine
+    projection, dollars per M tokens and per useful completion, the S3 backlog and the last
+    upload's age, the servers resting, and quality flags. An engine
     shows running/queued requests, KV-cache use and accept length instead."""
 
     # On a narrow screen the plan and cost columns go first, then the bars and trends the
@@ -47,6 +49,9 @@ class JobsTable(LiveTable[JobRow]):
         Column("DRIFT", 6, "right", drop=11),  # (a drift past its limit is a flag too)
         Column("$/MTOK", 6, "right", drop=13),  # a generation job: dollars per million output tokens ...
         Column("$/USEFUL", 8, "right", drop=14),  # ... and per useful completion
+        Column("S3 WAIT", 12, "right", drop=16),  # files and bytes waiting to go to S3 ...
+        Column("UPLOADED", 10, "right", drop=17),  # ... and how long ago the last one went
+        Column("SERVERS", 11, "right", drop=15),  # a generation job's servers resting or failing, of all
         Column("FLAGS", 0, least=5),
     )
 
@@ -70,7 +75,7 @@ class JobsTable(LiveTable[JobRow]):
         flags = ((" ".join(j.flags), st("warn")),) if j.flags else (("-", st("muted")),)
         return (j.name, j.node, j.kind.short, state, gpus, str(j.attempt),
                 cells.rate(j.tokens_per_s), spark, done, progress, rate, human_duration(j.eta_s),
-                *self._plan_cells(j), *self._cost_cells(j), flags)
+                *self._plan_cells(j), *self._cost_cells(j), *self._health_cells(j), flags)
 
     def _plan_cells(self, j: JobRow) -> tuple[Cell, Cell]:
         if j.planned_s is None:
@@ -86,6 +91,21 @@ class JobsTable(LiveTable[JobRow]):
         if not j.priced:
             return NO_PRICE, NO_PRICE
         return dollars(j.cost_per_m_tokens), dollars(j.cost_per_useful)
+
+    def _health_cells(self, j: JobRow) -> tuple[Cell, Cell, Cell]:
+        if j.uploads_pending is None:
+            wait: Cell = "-"
+            age: Cell = "-"
+        else:
+            waiting = f"{j.uploads_pending} {human_bytes(j.uploads_bytes)}" if j.uploads_bytes else str(j.uploads_pending)
+            wait = ((waiting, self.style("warn") if j.uploads_pending else None),)
+            age = f"{human_duration(j.last_upload_s)} ago" if j.last_upload_s is not None else "never"
+        if j.servers_total is None:
+            servers: Cell = "-"
+        else:
+            servers = ((f"{j.servers_down}/{j.servers_total} resting",
+                        self.style("warn") if j.servers_down else self.style("muted")),)
+        return wait, age, servers
 
     def row_style(self, row: JobRow) -> Optional[Style]:
         return self.style("dim") if row.stale else None

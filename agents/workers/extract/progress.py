@@ -14,6 +14,7 @@ import time
 from typing import Optional
 
 from ...contract.documents import ProgressDoc
+from ...contract.wire import Uploads
 from ..common.progress import write_progress
 from .context import RunContext
 from .data import count_records
@@ -94,7 +95,8 @@ class ExtractProgress:
         proj = self._projection(snap)
         peak = self.peak
         doc = ProgressDoc(done=snap["done"], total=self.total, tokens=snap["tokens"], tokens_per_s=tps,
-                          updated_at=time.time(), quality=snap["quality"])
+                          updated_at=time.time(), quality=snap["quality"],
+                          s3=Uploads(**ctx.uploader.status().to_json()) if ctx.uploader is not None else None)
         extra = {"state": state, "tflops": fps / 1e12 if fps else None,
                "mfu": (fps / peak) if (fps and peak) else None, "peak_tflops": peak / 1e12 if peak else None,
                "peak_source": self.peak_source, "device": self.device_name, "forward": ctx.runner.path,
@@ -105,8 +107,6 @@ class ExtractProgress:
                "elapsed_s": round(now - self.started, 1), **proj}
         if opts.part is not None:
             extra["total_is_estimate"] = True
-        if ctx.uploader is not None:
-            extra["s3"] = ctx.uploader.status().to_json()
         write_progress(ctx.progress_path, doc, log, **extra)
 
     # ------------------------------------------------------------ the disk check

@@ -24,6 +24,7 @@ import time
 from typing import Any, Optional
 
 from ...contract.documents import ProgressDoc
+from ...contract.wire import ServerHealth, Uploads
 from ..common.progress import (GENERATE_QUALITY, GENERATE_QUALITY_KEPT, quality_counters,
                                                     write_progress)
 
@@ -104,21 +105,21 @@ class GenerateProgress:
         tps = self.tokens_per_s(now)
         uploads = gen.uploader.status() if gen.uploader is not None else None
         in_s3 = uploads is None or not (uploads.pending or uploads.done_set_pending)
+        up = uploads.to_json() if uploads is not None else None
         doc = ProgressDoc(done=len(gen.done), total=gen.total(), tokens=self.tokens,
                           tokens_per_s=round(tps, 1) if tps is not None else None, updated_at=time.time(),
-                          quality=dict(self.quality), useful=self.useful, useful_of=self.useful_of)
+                          quality=dict(self.quality), useful=self.useful, useful_of=self.useful_of,
+                          servers=[ServerHealth(**s.to_json(now)) for s in gen.pool.servers],
+                          uploads=Uploads(**up) if up is not None else None, blocked=gen.blocked)
         extra = {
             "in_flight": len(gen.inflight), "completed_this_run": self.completed_now,
             "retries": self.retries, "prompts": self.prompts, "out": self.out,
-            "blocked": gen.blocked, "finished": final and gen.total_exact is not None and not gen.failed and in_s3,
-            "servers": [s.to_json(now) for s in gen.pool.servers],
-            "uploads": uploads.to_json() if uploads is not None else None,
+            "finished": final and gen.total_exact is not None and not gen.failed and in_s3,
         }
         write_progress(self.path, doc, log, **extra)
         if final or now - self._last_status >= 30.0:
             self._last_status = now
             resting = gen.pool.resting(now)
-            up = extra["uploads"]
             log.info("done %d/%d, %s tok/s, in flight %d, errors %d, retries %d%s%s", doc.done, doc.total,
                      "-" if tps is None else f"{tps:,.1f}", extra["in_flight"], self.quality["errors"], self.retries,
                      f", resting: {', '.join(resting)}" if resting else "",

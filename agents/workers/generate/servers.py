@@ -31,7 +31,7 @@ class Server:
     """One endpoint and what we know of its health."""
 
     __slots__ = ("url", "endpoint", "concurrency", "fail_limit", "outstanding", "failures", "rest_until", "rest_s",
-                 "probing", "ok", "failed", "last_error", "last_warned")
+                 "probing", "ok", "failed", "last_error", "last_warned", "down_since")
 
     def __init__(self, url: str, concurrency: int, fail_threshold: int = 3) -> None:
         self.url = url
@@ -49,6 +49,7 @@ class Server:
         self.failed = 0
         self.last_error: Optional[str] = None
         self.last_warned = 0.0
+        self.down_since: Optional[float] = None  # the first failure of this run of failures (unix time)
 
     def room(self, now: float) -> bool:
         if now < self.rest_until:
@@ -62,7 +63,8 @@ class Server:
 
     def to_json(self, now: float) -> dict:
         return {"url": self.url, "state": self.state(now), "outstanding": self.outstanding, "ok": self.ok,
-                "failed": self.failed, "last_error": self.last_error}
+                "failed": self.failed, "last_error": self.last_error,
+                "down_since": self.down_since if self.failures else None}
 
 
 def normalize_server(url: str) -> str:
@@ -202,7 +204,7 @@ class ServerPool:
             if s.failures or s.probing:
                 if s.rest_s:
                     log.info("server %s answers again", s.url)
-                s.failures, s.probing, s.rest_s = 0, False, 0.0
+                s.failures, s.probing, s.rest_s, s.down_since = 0, False, 0.0, None
         elif exc is not None and exc.server_fault:
             self._failed(s, exc)
         if self._waiters:
@@ -213,6 +215,8 @@ class ServerPool:
     def _failed(self, s: Server, exc: AttemptFailed) -> None:
         s.failed += 1
         s.failures += 1
+        if s.failures == 1:
+            s.down_since = time.time()
         s.last_error = str(exc)
         now = time.monotonic()
         if now - s.last_warned >= 30.0:  # what a server answers wrong, once in a while, not per request

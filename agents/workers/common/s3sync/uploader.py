@@ -32,10 +32,16 @@ class UploadStatus:
     failures: int  # failed attempts so far (each retried)
     last_error: Optional[str]
     done_set_pending: bool  # done-uploaded.txt changed since it was last uploaded
+    pending_bytes: int = 0  # the bytes of the pending files
+    oldest_pending_at: Optional[float] = None  # when the oldest pending file was closed (its mtime, unix time)
+    last_upload_at: Optional[float] = None  # the last file that went up (unix time; the manifest's mtime at start)
 
     def to_json(self) -> dict:
+        """What progress.json holds (agents/contract/wire.py ``Uploads``)."""
         return {"pending": self.pending, "uploaded": self.uploaded, "failures": self.failures,
-                "last_error": self.last_error, "done_set_pending": self.done_set_pending}
+                "last_error": self.last_error, "done_set_pending": self.done_set_pending,
+                "pending_bytes": self.pending_bytes, "oldest_pending_at": self.oldest_pending_at,
+                "last_upload_at": self.last_upload_at}
 
 
 class ShardUploader:
@@ -70,6 +76,11 @@ class ShardUploader:
         self._last_done_upload = 0.0
         self._stop = threading.Event()
         self._manifest = read_manifest(out_dir)
+        self._waiting: dict[str, tuple[float, int]] = {}  # pending file -> (closed at, bytes), for the status
+        try:
+            self._last_upload_at: Optional[float] = os.stat(os.path.join(out_dir, MANIFEST)).st_mtime
+        except OSError:
+            self._last_upload_at = None
         self._uploaded_done = DoneLog(os.path.join(out_dir, UPLOADED_DONE))
         # a crash may have come between a shard's upload and the done-set's: send it again
         self._done_dirty = self._uploaded_done.size > 0
@@ -111,16 +122,24 @@ class ShardUploader:
         return name in self._manifest
 
     def submit(self, name: str, ids: Optional[Iterable[str]]) -> None:
+        try:
+            st = os.stat(os.path.join(self.out_dir, name))
+            closed = (st.st_mtime, st.st_size)
+        except OSError:
+            closed = (time.time(), 0)
         with self._lock:
             self._outstanding += 1
+            self._waiting[name] = closed
         self._inbox.put((name, list(ids) if ids is not None else None))
         self._ensure_running()
 
     def status(self) -> UploadStatus:
         self._ensure_running()
         with self._lock:
+            waiting = self._waiting.values()
             return UploadStatus(self._outstanding, self._uploaded, self._failures, self._last_error,
-                                self._done_dirty)
+                                self._done_dirty, sum(b for _, b in waiting),
+                                min((t for t, _ in waiting), default=None), self._last_upload_at)
 
     def drain(self, timeout: Optional[float] = None) -> bool:
         """Wait until every queued file and the done-set are in S3; False on timeout."""
@@ -225,6 +244,8 @@ class ShardUploader:
         with self._lock:
             self._outstanding -= 1
             self._uploaded += 1
+            self._waiting.pop(name, None)
+            self._last_upload_at = time.time()
             self._done_dirty = True
             self._idle.notify_all()
         log.info("uploaded %s to %s", name, self.loc.url(name))
