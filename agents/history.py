@@ -38,7 +38,8 @@ class HistoryRing:
         self.seconds = seconds
         self._samples: deque[Sample] = deque(maxlen=max(1, int(seconds / max(interval_s, 1e-3))))
         self.minutes: deque[Sample] = deque(maxlen=int(BACKFILL_S // 60))
-        self.path = Path(path) if path else None  # None (--once, --no-history): memory only
+        self.path = Path(path) if path else None  # None (--no-history): memory only
+        self.readonly = False  # --once: read what the last agents kept, write nothing
         self.clock = clock
         self.db: Optional[HistoryDB] = None
         self._loaded = False
@@ -56,7 +57,7 @@ class HistoryRing:
         self._loaded = True
         if self.path is None:
             return
-        self.db = HistoryDB(self.path, clock=self.clock)
+        self.db = HistoryDB(self.path, clock=self.clock, readonly=self.readonly)
         self.db.on_minute = self._minute_rolled
         now = self.clock()
         try:
@@ -65,7 +66,9 @@ class HistoryRing:
             self.minutes.extend(s for s in self.db.samples(now - BACKFILL_S, first) if s.t < first)
         except sqlite3.Error as exc:
             log.warning("history %s cannot be read: %s", self.path, exc)
-        old = self.path.with_name("history.jsonl")  # what an older agent kept: an hour, now in the database's place
+        old = self.path.with_name("history.jsonl")
+        if self.readonly:
+            return  # what an older agent kept: an hour, now in the database's place
         if old.exists():
             try:
                 old.unlink()
@@ -83,7 +86,7 @@ class HistoryRing:
             job_tokens={j.name: j.progress.tokens for j in snap.jobs
                         if j.progress is not None and j.progress.tokens is not None},
         )
-        if self.db is not None:
+        if self.db is not None and not self.readonly:
             verdict = self.db.record(snap)
         else:
             verdict = step(self._samples[-1].t if self._samples else None, sample.t)

@@ -172,7 +172,8 @@ class HistoryDB:
     """The tiers in one SQLite file; ``record`` once a tick (the loop's thread), ``read`` from
     any thread (each read opens its own connection: WAL lets it read while a tick writes)."""
 
-    def __init__(self, path: Path, tiers: tuple[Tier, ...] = TIERS, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, path: Path, tiers: tuple[Tier, ...] = TIERS, clock: Callable[[], float] = time.time,
+                 readonly: bool = False) -> None:
         self.path = Path(path)
         self.tiers = tiers
         self.clock = clock  # the seam for tests: what "now" is when reading without an `until`
@@ -181,7 +182,9 @@ class HistoryDB:
         self.marks: dict[str, Optional[int]] = {}  # tier -> the start of its next bucket to roll up
         self._rewound_logged = False
         self.on_minute: Optional[Callable[[float, dict], None]] = None  # each minute rolled up: (t, aggregate)
-        self._open()
+        self.readonly = readonly  # reads only (--once): the file is neither made nor checked
+        if not readonly:
+            self._open()
 
     # ------------------------------------------------------------ opening
 
@@ -285,6 +288,8 @@ class HistoryDB:
                 return "skip"
             verdict = "rewind"
         self._rewound_logged = False
+        if self.readonly:
+            return "failed"
         if self.conn is None:
             self._reopen()
             if self.conn is None:

@@ -155,8 +155,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     if lock is not None:
         import signal
         signal.signal(signal.SIGTERM, agent.on_takeover)
-    if args.once or args.no_history:
-        agent.history.path = None  # one look is not history
+    if args.once:
+        agent.history.readonly = True  # one look is not history (it reads what the last agents kept)
+    if args.no_history:
+        agent.history.path = None
     if args.once:
         agent.send(agent.snapshot())
         return 0
