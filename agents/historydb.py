@@ -213,6 +213,7 @@ class HistoryDB:
                 log.warning("history %s: journal mode %s, not wal", self.path, mode)
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute("PRAGMA journal_size_limit=4194304")
+            conn.execute("PRAGMA wal_autocheckpoint=256")  # 4 MiB of 16 KiB pages
             conn.execute("BEGIN")
             conn.execute(f"PRAGMA application_id={APP_ID}")
             conn.execute(f"PRAGMA user_version={SCHEMA}")
