@@ -71,7 +71,7 @@ class Agent:
         self.host = HostSampler()
         self.sup = JobSupervisor(self.home, self.gpu, node=node)
         self.plans = PlanWatch(self.sup.job_dir)  # each job's plan.json against its progress
-        self.history = HistoryRing(3600.0, interval_s, path=self.home / "history.jsonl")
+        self.history = HistoryRing(3600.0, interval_s, path=self.home / "history.db")  # agents/historydb.py
         self.textfile = TextfileWriter(textfile_dir)  # node_exporter's textfile collector (agents/promfile.py)
         self.seq = 0
         self._trackers: dict[str, tuple[tuple, ProgressTracker]] = {}
@@ -254,7 +254,7 @@ class Agent:
         return {
             ops.Status: lambda op: self.snapshot(),
             ops.Configure: self._configure,
-            ops.ReadHistory: lambda op: ops.HistoryPage(samples=self.history.since(op.since)),
+            ops.ReadHistory: lambda op: self.history.read(op, self.node),
             ops.ReadEvents: self.watch.events,
             ops.Watch: self.watch.watch,
             ops.Launch: lambda op: sup.launch(op.job),
@@ -335,11 +335,13 @@ class Agent:
             if self._http is not None:
                 await self._http.aclose()
             self.watch.close()
+            self.history.close()
 
     def _greet(self, link: Link) -> None:
         self.send(self.hello(), to=link)
-        if len(self.history.samples):
-            self.send(wire.History(node=self.node, samples=list(self.history.samples)), to=link)
+        samples = self.history.greeting()  # the last hours: the console's charts begin filled
+        if samples:
+            self.send(wire.History(node=self.node, samples=samples), to=link)
 
     def _request(self, line: bytes, link: Link) -> Optional[asyncio.Task]:
         """One request line from a console: answered in a task (a kill waits out a grace

@@ -64,6 +64,8 @@ def main(argv: Optional[list[str]] = None) -> int:
                     help="write DIR/gpudeck.prom each tick for node_exporter's textfile collector "
                          "(docs/prometheus.md)")
     ap.add_argument("--once", action="store_true", help="print one snapshot and exit")
+    ap.add_argument("--no-history", action="store_true",
+                    help="keep no history database (<home>/history.db): the last hour in memory only")
     ap.add_argument("--takeover-grace", type=float, default=10.0,
                     help="seconds an older agent on this node gets to exit before SIGKILL")
     ap.add_argument("--detached", action="store_true",
@@ -154,7 +156,10 @@ def main(argv: Optional[list[str]] = None) -> int:
         import signal
         signal.signal(signal.SIGTERM, agent.on_takeover)
     if args.once:
-        agent.history.path = None  # one look is not history
+        agent.history.readonly = True  # one look is not history (it reads what the last agents kept)
+    if args.no_history:
+        agent.history.path = None
+    if args.once:
         agent.send(agent.snapshot())
         return 0
     try:

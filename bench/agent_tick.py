@@ -4,6 +4,11 @@ does the same sampling work). Then the watcher case: 8 stand-in GPUs, 16 jobs wi
 policies and deadlines, 3 notify targets, the GPU health checks on. Prints the ratio last.
 
     python bench/agent_tick.py [--ticks 200] [--interval 0.05] [--jobs 4] [--polls 20] [--nvml] [--no-watch]
+    python bench/agent_tick.py --history [--ticks 200] [--interval 0.05]
+
+``--history``: only the detached watcher case, twice in the same run: first with
+``--no-history`` (the baseline: no history database), then with it (<home>/history.db,
+agents/historydb.py); the ratio is printed last.
 
 The agent runs with --interval short so that many ticks fit in a short run; the CPU per
 tick is what a 1 Hz agent spends each second.
@@ -52,12 +57,14 @@ def jobs(n: int) -> list[dict]:
 
 
 def measure_agent(home: Path, ticks: int, interval: float, njobs: int, nvml: bool,
-                  watch: bool = False, sim: bool = False, detached: Optional[list] = None) -> tuple[float, float, int]:
+                  watch: bool = False, sim: bool = False, detached: Optional[list] = None,
+                  extra: tuple = ()) -> tuple[float, float, int]:
     """CPU per tick, wall per tick and RSS of an agent with a console reading its snapshots.
     ``detached`` (a list, watch only): then the console starts the watch and leaves, and the
     detached watcher that takes the node over is measured too, with no console, appended as
     (CPU per tick, RSS)."""
-    args = [sys.executable, "-m", "gpudeck.agents", "--home", str(home), "--node", "bench", "--interval", str(interval)]
+    args = [sys.executable, "-m", "gpudeck.agents", "--home", str(home), "--node", "bench", "--interval", str(interval),
+            *extra]
     if watch or sim:
         args += ["--simulate-gpus", "8xH200:141"]
     elif not nvml:
@@ -166,7 +173,10 @@ def main() -> None:
     ap.add_argument("--polls", type=int, default=20)
     ap.add_argument("--nvml", action="store_true", help="sample GPUs through NVML (on a GPU machine)")
     ap.add_argument("--no-watch", action="store_true", help="leave out the watcher case")
+    ap.add_argument("--history", action="store_true", help="the watcher case with the history database off, then on")
     args = ap.parse_args()
+    if args.history:
+        return history_case(args.ticks, args.interval)
     home = Path(tempfile.mkdtemp(prefix="gpudeck-bench-"))
     whome = Path(tempfile.mkdtemp(prefix="gpudeck-bench-watch-"))
     shome = Path(tempfile.mkdtemp(prefix="gpudeck-bench-same-"))
@@ -199,6 +209,27 @@ def main() -> None:
         print(f"the watcher's own share: {(w_tick - s_tick) * 1e3:+.3f} ms per tick "
               f"({(w_tick - s_tick) * 100:+.3f}% of a core at 1 Hz)")
     print(f"ratio (baseline CPU per poll / agent CPU per tick): {per_poll / per_tick:.0f}x")
+
+
+def history_case(ticks: int, interval: float) -> None:
+    """The detached watcher (8 stand-in GPUs, 16 jobs) with no history database, then with one."""
+    out = {}
+    for label, extra in (("off", ("--no-history",)), ("on", ())):
+        home = Path(tempfile.mkdtemp(prefix=f"gpudeck-bench-history-{label}-"))
+        try:
+            alone: list = []
+            measure_agent(home, ticks, interval, 16, False, watch=True, detached=alone, extra=extra)
+            out[label] = alone[0]
+            size = sum(p.stat().st_size for p in home.glob("history.db*"))
+        finally:
+            shutil.rmtree(home, ignore_errors=True)
+        tick, rss = out[label]
+        print(f"watcher alone, history {label}: {tick * 1e3:.3f} ms CPU per tick = {tick * 100:.3f}% of one core "
+              f"at 1 Hz (goal: under 0.2%), RSS {rss / 2**20:.1f} MB" + (f", history.db* {size / 2**10:.0f} KiB"
+                                                                         if label == "on" else ""))
+    (off, _), (on, _) = out["off"], out["on"]
+    print(f"the history's own share: {(on - off) * 1e3:+.3f} ms per tick ({(on - off) * 100:+.3f}% of a core at 1 Hz)")
+    print(f"ratio (history on / off, CPU per tick): {on / off:.2f}x")
 
 
 if __name__ == "__main__":

@@ -64,8 +64,28 @@ class Configured:
 
 
 @dataclass(frozen=True)
+class HistoryPoint:
+    """One GPU's or one job's figures at ``t``: a sample (``n`` 1), or a bucket's (``t`` its start)
+    mean, with its ``lo`` and ``hi``. The figures by name: a GPU's ``mem_mib``, ``util_pct``,
+    ``temp_c``, ``power_w``; a job's ``tokens_per_s``, ``done``, ``running``, ``queued``,
+    ``kv_usage``, ``tokens``. A figure the node had no reading of is absent."""
+
+    t: float
+    gpu: Optional[str] = None  # its index ("3"), or "host:3" on a cluster
+    job: Optional[str] = None
+    state: Optional[str] = None  # a job's state: the bucket's last
+    n: int = 1  # samples in the bucket
+    mean: dict[str, Optional[float]] = field(default_factory=dict)
+    lo: dict[str, Optional[float]] = field(default_factory=dict)  # empty for a sample: its mean
+    hi: dict[str, Optional[float]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class HistoryPage:
-    samples: list[Sample] = field(default_factory=list)
+    samples: list[Sample] = field(default_factory=list)  # resolution None: compact samples, for sparklines
+    points: list[HistoryPoint] = field(default_factory=list)  # a resolution asked: per GPU and per job
+    resolution: Optional[str] = None  # the one the points have: 1s, 1m or 1h
+    node: str = ""
 
 
 @dataclass(frozen=True)
@@ -194,12 +214,33 @@ class Configure(Op):
     watch: Optional[WatchSettings] = None  # [[notify]], [alerts], [heartbeat]; None: unchanged
 
 
+HISTORY_RESOLUTIONS = ("auto", "1s", "1m", "1h")
+
+
 @dataclass(frozen=True)
 class ReadHistory(Op):
+    """The node's history from ``since`` to ``until`` (unix times; ``until`` None: now). With no
+    ``resolution``: compact samples for the sparklines (every sample of the last hour, a
+    minute's means before it). With one (``auto``, ``1s``, ``1m``, ``1h``): points per GPU and per
+    job, only ``gpu``'s or ``job``'s when given. Answered in a thread: a long read never holds
+    up a tick."""
+
     name: ClassVar[str] = "history"
     Result: ClassVar[type] = HistoryPage
-    on_loop: ClassVar[bool] = True
     since: float = 0.0
+    until: Optional[float] = None
+    resolution: Optional[str] = None
+    job: Optional[str] = None  # routes the op to the job's node (FleetClient.request)
+    gpu: Optional[int] = None
+
+    def check(self) -> None:
+        if self.resolution is not None and self.resolution not in HISTORY_RESOLUTIONS:
+            raise ProtocolError(f"'history': 'resolution' must be one of {', '.join(HISTORY_RESOLUTIONS)}, "
+                                f"got {self.resolution!r}")
+        if self.until is not None and self.until < self.since:
+            raise ProtocolError(f"'history': 'until' ({self.until!r}) is before 'since' ({self.since!r})")
+        if self.gpu is not None and self.gpu < 0:
+            raise ProtocolError(f"'history': 'gpu' must be an index (0 or more), got {self.gpu!r}")
 
 
 @dataclass(frozen=True)
