@@ -471,6 +471,7 @@ class ClusterAgent(Agent):
     def kill(self, name: str, grace_s: float = 10.0) -> KillVerdict:
         spec, index = self._task(name)
         if index is None:
+            self._cancel_pending(spec)  # the waiting tasks at once: one scancel per array, nothing to prove
             verdicts = [self.kill(task_name(spec.name, i), grace_s) for i in range(spec.shards)]
             ok = all(v.ok for v in verdicts)
             return KillVerdict(job=name, ok=ok, at=time.time(), message="; ".join(
@@ -488,6 +489,20 @@ class ClusterAgent(Agent):
         self.sup.audit("kill", name, verdict=wire.to_plain(verdict))
         self.soon()
         return verdict
+
+    def _cancel_pending(self, spec: JobSpec) -> None:
+        """``scancel A_[ranges]`` for a job's pending tasks, one call per array; their rows then
+        read as cancelled before they ran."""
+        with self._lock:
+            pending = [r for (job, _), r in self.rows.items() if job == spec.name and r.state == "PENDING"
+                       and r.index is not None]
+        arrays: dict[str, list[int]] = {}
+        for r in pending:
+            arrays.setdefault(r.array_id, []).append(r.index)  # type: ignore[arg-type]
+        for array, indices in arrays.items():
+            self.slurm.cancel(f"{array}_[{_ranges(indices)}]")
+        if arrays:
+            self.poll()  # the rows as Slurm now has them, before each task's own verdict
 
     def _kill_task(self, spec: JobSpec, index: int, grace_s: float) -> KillVerdict:
         name = task_name(spec.name, index)
