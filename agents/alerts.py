@@ -6,6 +6,7 @@ from typing import Optional
 
 from .contract.vocab import AlertKind, EngineState, JobState
 from .contract.jobs import JobSpec
+from .contract.stall import quiet_since
 from .contract.wire import Alert, Gpu, Host, JobStatus
 
 DISK_LOW_FRACTION = 0.05
@@ -45,11 +46,12 @@ def node_alerts(gpus: list[Gpu], jobs: list[JobStatus], specs: dict[str, JobSpec
         if j.state is JobState.RUNNING and j.progress is not None:
             spec = specs.get(j.name)
             stall = spec.stall_after_s if spec else 600.0
-            changed = last_change.get(j.name)
             if j.progress.total is not None and j.progress.done >= j.progress.total:
                 continue
-            if changed is not None and now - changed > stall:
-                alerts.append(Alert(AlertKind.STALLED, f"job {j.name}: no progress for {int(now - changed)} s "
+            # a job that says it is compiling (or loading) is not stalled, up to a cap (contract/stall.py)
+            since = quiet_since(j.progress, last_change.get(j.name), now)
+            if since is not None and now - since > stall:
+                alerts.append(Alert(AlertKind.STALLED, f"job {j.name}: no progress for {int(now - since)} s "
                                                f"while its process is alive", job=j.name))
         if j.engine is not None and j.engine.state is EngineState.FAILED and j.state is JobState.RUNNING:
             alerts.append(Alert(AlertKind.ENGINE_FAILED, f"job {j.name}: engine at {j.engine.url}: {j.engine.error}",

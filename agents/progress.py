@@ -138,7 +138,9 @@ class ProgressTracker:
             return
         self._doc, self._error = to_plain(parsed), None
         # the job's health, typed as the wire has it: generate's uploads, or extract's (``s3``)
-        self._health = {"servers": parsed.servers, "uploads": parsed.uploads or parsed.s3, "blocked": parsed.blocked}
+        self._health = {"servers": parsed.servers, "uploads": parsed.uploads or parsed.s3, "blocked": parsed.blocked,
+                        # its start-up (extract): the watcher takes no compile for a stall (contract/stall.py)
+                        "phase": parsed.phase, "phase_since": parsed.phase_since, "startup_s": parsed.startup_s}
 
 
 def _count(v) -> Optional[int]:

@@ -24,6 +24,11 @@ for what in "${@:-kill}"; do
                       --samples 400 --naive-samples 4 --profile ;;
     extract-hybrid-profile) PYTHONPATH=/tmp/gd:/tmp/fla python3 bench/extract_gpu.py --shape hybrid27b --samples 8 \
                               --skip naive --profile ;;
+    # issue 25: process start to the first durable shard, cold (fresh cache) and warm (same cache,
+    # new process), then the steady figures, both shapes, each in a process of its own
+    extract-startup) PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/gd:/tmp/fla python3 bench/extract_gpu.py \
+                       --startup hybrid27b,dense27b --steady hybrid27b,dense27b --samples 128 --naive-samples 3 \
+                       --writers 8 --profile ;;
     extract-hybrid-torch) python3 bench/extract_gpu.py --shape hybrid27b --samples 80 --skip naive ;;
     *) echo "unknown check $what" ;;
   esac

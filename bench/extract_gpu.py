@@ -21,6 +21,13 @@ convention the issue's anchors use (2 x all 2.03B parameters + attention per tok
 
     PYTHONPATH=. python3 bench/extract_gpu.py [--samples 600] [--budget 32768] [--out /tmp/xbench]
 
+Start-up (issue 25): ``--startup hybrid27b,dense27b --steady hybrid27b,dense27b`` runs, for
+each shape, a cold start (a fresh ``--cache-root/SHAPE``, a new process) and a warm one (the
+same cache, a new process), each measured from the process's start to the first durable
+shard (the worker's own ``startup_s``, split by phase), then the steady ``--shape`` run in a
+new process on the warm cache, against the floor (2 x body parameters at 790 TFLOP/s) and
+beside the naive loop (``bash bench/device_run.sh extract-startup``).
+
 Measured on lent H200s (torch 2.11, transformers 5.17), 2026-11-30; the logs and a table are in
 bench/results/extract_gpu/. With ``--skip attn,compute --samples 1200 --writers 8 --compress
 --variants 8:2:1`` (MFU in the anchor convention):
@@ -47,6 +54,7 @@ import os
 import shutil
 import sys
 import time
+from typing import Optional
 
 import numpy as np
 
@@ -319,7 +327,7 @@ SHAPES = {"dense27b": "qwen3", "hybrid27b": "qwen3_5_text"}
 BIG_LAYERS = [1, 16, 32, 48, 63]
 
 
-def build_big(torch, shape: str):
+def build_big(torch, shape: str, device: str = "cuda"):
     from transformers import AutoModelForCausalLM, Qwen3Config
 
     if SHAPES[shape] == "qwen3":
@@ -331,10 +339,147 @@ def build_big(torch, shape: str):
                                 linear_key_head_dim=64 if tiny else 128, linear_value_head_dim=64 if tiny else 128, linear_conv_kernel_dim=4,
                                 layer_types=(["linear_attention"] * 3 + ["full_attention"]) * 16, **BIG)
     torch.manual_seed(0)
-    with torch.device("cuda"):
+    with torch.device(device):
         model = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16, attn_implementation="sdpa")
     model.eval().requires_grad_(False)
     return model, cfg
+
+
+def floor_tps(body_params: int) -> float:
+    """The floor of issue 25: 2 x body parameters FLOPs per token at 790 TFLOP/s (the H200's
+    bf16 matmul rate as lent here), in tokens/s."""
+    return FLOOR_FLOPS / (2.0 * body_params)
+
+
+FLOOR_FLOPS = 790e12
+
+
+def use_bench_cache(torch, model, cache_dir: str) -> None:
+    """The worker's start-up caches (compile_cache.py) for a runner built outside the worker."""
+    from gpudeck.agents.workers.extract import compile_cache
+
+    dev = torch.device("cuda")
+    key = compile_cache.key_for(model.config, "bfloat16", torch.cuda.get_device_name(dev),
+                                "{}.{}".format(*torch.cuda.get_device_capability(dev)))
+    d = compile_cache.use(cache_dir, key)
+    log(f"start-up cache {d.root if d else 'off'} ({'warm' if d and d.warm else 'cold'})")
+
+
+# ---------------------------------------------------------------- start-up: process start to first durable shard
+
+def startup_child(args) -> int:
+    """One new process's start, as a restarted job's: imports, the model built (random
+    weights, so no disk read), the worker on ``2 x batch`` samples with ``--cache-dir``, to
+    the first durable shard. Prints one ``STARTUP {json}`` line."""
+    t_imports = time.time()
+    import torch
+
+    from gpudeck.agents.workers.extract.options import ExtractOptions
+    from gpudeck.agents.workers.extract.run import Extraction
+    from gpudeck.agents.workers.extract.startup import process_started_at
+
+    started = process_started_at()
+    t_torch = time.time()
+    cuda = args.device == "cuda"
+    model, cfg = build_big(torch, args.shape, args.device)
+    if cuda:
+        torch.cuda.synchronize()
+    t_built = time.time()
+    work = os.path.join(args.out, f"startup-{args.shape}-{os.getpid()}")
+    os.makedirs(work, exist_ok=True)
+    batch = max(1, args.budget // SEQ)
+    data = os.path.join(work, "data.jsonl")
+    write_data(data, 2 * batch, cfg.vocab_size)
+    out = "/dev/shm/xstart" if cuda and os.path.isdir("/dev/shm") else os.path.join(work, "out")
+    shutil.rmtree(out, ignore_errors=True)
+    progress = os.path.join(work, "progress.json")
+    first: list[float] = []
+    opts = ExtractOptions(model="random-init", data=data, out=out, layers=BIG_LAYERS, max_tokens_per_batch=args.budget,
+                          device=args.device, dtype="bfloat16", compile=cuda, shard_bytes=int(0.5 * 2**30),
+                          disk_check="warn", audit=False, progress_file=progress, writers=args.writers,
+                          cache_dir=args.cache_dir)
+    ext = Extraction(opts, model=model, on_shard_closed=lambda path, entry: first.append(time.time()))
+    rc = ext.run()
+    t_end = time.time()
+    with open(progress) as f:
+        prog = json.load(f)
+    shutil.rmtree(out, ignore_errors=True)
+    shutil.rmtree(work, ignore_errors=True)
+    res = {"shape": args.shape, "rc": rc, "startup_s": prog.get("startup_s"), "phases": prog.get("startup"),
+           "cache": prog.get("compile_cache"), "before_script_s": round(t_imports - started, 2),
+           "import_torch_s": round(t_torch - t_imports, 2), "build_model_s": round(t_built - t_torch, 2),
+           "first_shard_s_bench": round(first[0] - started, 2) if first else None,
+           "whole_run_s": round(t_end - started, 2), "samples": 2 * batch}
+    print("STARTUP " + json.dumps(res), flush=True)
+    return rc
+
+
+def _child(argv: list[str], env: dict, log_path: Optional[str]) -> tuple[int, list[str]]:
+    """Run this script again in a new process; its output is echoed (and kept)."""
+    import subprocess
+
+    proc = subprocess.Popen([sys.executable, "-u", __file__, *argv], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, env=env)
+    lines = []
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        lines.append(line.rstrip("\n"))
+        log("  | " + line.rstrip("\n"))
+    return proc.wait(), lines
+
+
+def startup_bench(args) -> int:
+    """For each shape: a cold start (a fresh cache directory, a new process), a warm one (the
+    same directory, a new process), then the steady figures (the usual --shape run, in a
+    new process on the warm caches); against the floor (2 x body parameters at 790 TFLOP/s)
+    and beside the naive loop."""
+    shapes = [x for x in args.startup.split(",") if x]
+    env = dict(os.environ)
+    for var in ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR"):
+        env.pop(var, None)  # each child gets the worker's own (--cache-dir)
+    common = ["--budget", str(args.budget), "--writers", str(args.writers), "--out", args.out, "--device", args.device]
+    results: dict = {}
+    for shape in shapes:
+        cache = os.path.join(args.cache_root, shape)
+        shutil.rmtree(cache, ignore_errors=True)
+        for kind in ("cold", "warm"):
+            log(f"=== {shape}: {kind} start (cache {cache}, a new process)")
+            t = time.time()
+            rc, lines = _child(["--shape", shape, "--startup-child", "--cache-dir", cache, *common], env, None)
+            got = [json.loads(x[len("STARTUP "):]) for x in lines if x.startswith("STARTUP ")]
+            results[(shape, kind)] = got[0] if got else {"rc": rc, "startup_s": None}
+            log(f"=== {shape} {kind}: rc {rc}, process start to first durable shard "
+                f"{results[(shape, kind)].get('startup_s')} s (child's wall {time.time() - t:.0f} s)")
+    steady_shapes = [x for x in (args.steady or "").split(",") if x]
+    for shape in steady_shapes:
+        log(f"=== {shape}: steady (a new process on the warm cache)")
+        argv = ["--shape", shape, "--samples", str(args.samples), "--naive-samples", str(args.naive_samples),
+                "--cache-dir", os.path.join(args.cache_root, shape), *common] + (["--profile"] if args.profile else [])
+        rc, lines = _child(argv, env, None)
+        summary = [x for x in lines if "STEADY " in x]
+        results[(shape, "steady")] = json.loads(summary[-1].split("STEADY ", 1)[1]) if summary else {"rc": rc}
+    log("")
+    log(f"=== start-up and steady, {time.strftime('%Y-%m-%d')}: process start to the first durable shard "
+        f"(0.5 GiB shards, random weights built on the GPU, so no weights read from disk)")
+    for shape in shapes:
+        for kind in ("cold", "warm"):
+            r = results[(shape, kind)]
+            log(f"{shape:<10} {kind:<5} {r.get('startup_s')!s:>7} s  phases {json.dumps(r.get('phases'))}; "
+                f"imports {r.get('import_torch_s')} s, model built {r.get('build_model_s')} s; "
+                f"cache {json.dumps(r.get('cache'))}")
+    for shape in steady_shapes:
+        r = results[(shape, "steady")]
+        if "worker" in r:
+            naive = r.get("naive") or float("nan")
+            log(f"{shape:<10} steady: worker {r['worker']:,.0f} tok/s = {r['worker_floor']:.1%} of the floor "
+                f"({r['floor']:,.0f} tok/s = 790 TFLOP/s / (2 x {r['body'] / 1e9:.1f}B)); forward alone "
+                f"{r['compute']:,.0f} ({r['compute_floor']:.1%}); naive {naive:,.0f} tok/s "
+                f"({naive / r['floor']:.1%}); worker / naive {r['worker'] / naive:.2f}x; "
+                f"{r['worker_limit']:.1%} of the measured matmul limit ({r['matmul_limit_tflops']:.0f} TFLOP/s)")
+        else:
+            log(f"{shape:<10} steady: failed ({json.dumps(r)})")
+    print("RESULTS " + json.dumps({f"{a}:{b}": v for (a, b), v in results.items()}), flush=True)
+    return 0
 
 
 def matmul_limit(torch, model, tokens: int) -> tuple[float, str]:
@@ -402,6 +547,8 @@ def big_shape(args) -> int:
     torch.cuda.synchronize()
     body = sum(p.numel() for n, p in model.named_parameters() if ".layers." in n)
     log(f"{args.shape}: {cfg.model_type}, body {body / 1e9:.1f}B parameters, built in {time.perf_counter() - t:.0f} s")
+    if args.cache_dir:
+        use_bench_cache(torch, model, args.cache_dir)
     batch = max(1, args.budget // SEQ)
     limit, how = matmul_limit(torch, model, batch * SEQ)
     log(f"bf16 matmul limit {limit / 1e12:.0f} TFLOP/s ({how})")
@@ -449,8 +596,14 @@ def big_shape(args) -> int:
     shutil.rmtree(out, ignore_errors=True)
     results["worker"] = e2e
     log(f"worker to {out}: rc {rc}, {shards} shards, end to end {e2e:,.0f} tok/s, {share(e2e)}")
+    floor = floor_tps(body)
+    log("STEADY " + json.dumps({"worker": e2e, "compute": results["compute"], "naive": results.get("naive"),
+                                 "floor": floor, "body": body, "worker_floor": e2e / floor,
+                                 "compute_floor": results["compute"] / floor, "matmul_limit_tflops": limit / 1e12,
+                                 "worker_limit": e2e * need / limit}))
     log("")
-    log(f"=== {args.shape} on {name}: worker {e2e:,.0f} tok/s end to end = {e2e * need / limit:.1%} of the "
+    log(f"=== {args.shape} on {name}: worker {e2e:,.0f} tok/s end to end = {e2e / floor:.1%} of the floor "
+        f"(2 x {body / 1e9:.1f}B at 790 TFLOP/s = {floor:,.0f} tok/s); {e2e * need / limit:.1%} of the "
         f"matmul limit (forward alone {results['compute'] * need / limit:.1%})"
         + (f"; ratio worker / naive {e2e / results['naive']:.2f}x" if "naive" in results else ""))
     return 0
@@ -473,8 +626,22 @@ def main() -> int:
     ap.add_argument("--profile", action="store_true", help="with --shape: the top CUDA kernels of one batch")
     ap.add_argument("--shape", choices=sorted(SHAPES), help="instead: a 27B-class model of that shape against the "
                                                             "bf16 matmul limit (see big_shape)")
+    ap.add_argument("--startup", default="", metavar="SHAPES",
+                    help="comma list of shapes: for each, a cold start (fresh --cache-root/SHAPE, a new process) and "
+                         "a warm one (the same cache, a new process), process start to the first durable shard")
+    ap.add_argument("--steady", default="", metavar="SHAPES",
+                    help="with --startup: then the steady --shape run of these shapes, each in a new process on "
+                         "its warm cache")
+    ap.add_argument("--cache-root", default="/tmp/xcache", help="with --startup: the caches' parent directory")
+    ap.add_argument("--cache-dir", default="", help="with --shape: the worker's --cache-dir")
+    ap.add_argument("--startup-child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--device", default="cuda", help="cuda; cpu only for a smoke run of --startup-child")
     args = ap.parse_args()
     skip = set(filter(None, args.skip.split(",")))
+    if args.startup:
+        return startup_bench(args)
+    if args.startup_child:
+        return startup_child(args)
     if args.shape:
         return big_shape(args)
 

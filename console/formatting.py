@@ -41,3 +41,15 @@ def round_eta(v: Optional[float]) -> Optional[float]:
     if v is None:
         return None
     return float(round(v)) if v < 3600 else float(round(v / 60) * 60)
+
+
+def startup_text(p, now: float) -> Optional[str]:
+    """``compiling 1m 20s``: a job's start-up phase and how long it has been in it (its
+    progress.json's ``phase``; agents/contract/stall.py), None when it is not starting up."""
+    from ..agents.contract.stall import STARTUP_PHASES
+
+    if p is None or p.phase not in STARTUP_PHASES:
+        return None
+    if p.phase_since is None:
+        return p.phase
+    return f"{p.phase} {human_duration(max(0.0, now - p.phase_since))}"

@@ -20,7 +20,7 @@ from ..agents.contract.jobs import JobKind, JobSpec
 from ..agents.contract.documents import over_plan
 from ..agents.contract.wire import Alert, Gpu, History, JobStatus, Progress, Snapshot
 from . import cost
-from .formatting import human_duration, quality_flags, round_eta, round_figures
+from .formatting import human_duration, quality_flags, round_eta, round_figures, startup_text
 from .rows import (SPARK_BUCKET_S, AlertRow, FleetRow, GpuRow, JobDetail, JobRow, NodeRow, NodeState,
                                   ProcRow, Totals)
 from .series import DiskTrend, Recent, Series
@@ -368,6 +368,8 @@ class FleetState:
             flags += ("plan?",)
         if p is not None and p.blocked and alive:
             flags += ("blocked",)  # it cannot write its output (a full disk): generation paused
+        if alive and (starting := startup_text(p, now)):
+            flags += (starting,)  # "compiling 1m 20s": a long start, not a stall
         return JobRow(
             key=f"{node}/{j.name}", name=j.name, node=node, kind=_KINDS[j.kind], state=state, gpus=tuple(j.gpus),
             attempt=j.attempt, tokens_per_s=round_figures(job_tokens_per_s(j)) if alive else None,
@@ -431,6 +433,7 @@ class FleetState:
     def to_json(self) -> dict[str, Any]:
         """The documented shape of ``gpudeck status --json``."""
         node_costs, job_costs = self.costs()
+        now = self.clock()
         nodes = []
         for name, view in self.nodes.items():
             snap = view.snapshot
@@ -468,6 +471,7 @@ class FleetState:
                 "task": dataclasses.asdict(j.task) if j.task else None,
                 **cost.job_json(j, job_costs.get((node, j.name))),
                 **_health_json(p),
+                **_startup_json(p, now if j.state in _ALIVE else None),
             })
         alerts = [{"node": n, **dataclasses.asdict(a)} for n, a in self.alerts()]
         money = cost.fleet_cost(node_costs.values())
@@ -583,6 +587,15 @@ def _health_json(p: Optional[Progress]) -> dict[str, Any]:
             "servers": [dataclasses.asdict(s) for s in p.servers],
             "servers_resting": p.servers_down if p.servers else None,
             "servers_total": len(p.servers) if p.servers else None, "blocked": p.blocked}
+
+
+def _startup_json(p: Optional[Progress], now: Optional[float]) -> dict[str, Any]:
+    """A job's start-up in ``status --json``: its phase (while it is alive), the seconds in
+    it, and its last start's seconds to the first durable output."""
+    alive = p is not None and now is not None
+    return {"phase": p.phase if alive else None,
+            "phase_s": round(max(0.0, now - p.phase_since), 1) if alive and p.phase_since is not None else None,
+            "startup_s": p.startup_s if p is not None else None}
 
 
 def _unknown(spec: JobSpec) -> JobStatus:

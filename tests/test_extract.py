@@ -333,6 +333,9 @@ def test_progress_json_and_the_format(tmp_path, models):
     for key in ("tokens_per_s", "tflops", "mfu", "peak_tflops", "free_bytes", "quality"):
         assert key in p
     assert p["mfu"] is None and "no device" in p["peak_source"]  # a CPU has no peak in the table
+    # the start-up, said (issue 25): its phases, and the process's start to the first durable shard
+    assert p["phase"] == "running" and p["phase_since"] <= p["updated_at"]
+    assert p["startup_s"] > 0 and {"preparing", "first_shard"} <= set(p["startup"])
     shards = sorted(out.glob("shard-*.safetensors"))
     assert len(shards) == 4 and not list(out.glob(".shard-*"))
     with safe_open(str(shards[0]), "pt") as st:  # the safetensors library reads our streamed shards

@@ -87,6 +87,13 @@ class ProgressDoc:
     uploads: Optional[Uploads] = None
     s3: Optional[Uploads] = None
     blocked: Optional[str] = None
+    # where the job is in its start-up (extract: "starting", "loading", "compiling",
+    # "preparing", then "running"; agents/contract/stall.py) and since when (unix time): the
+    # watcher takes no start-up phase for a stall; ``startup_s``: the process's start to its
+    # first durable output, once there was one
+    phase: Optional[str] = None
+    phase_since: Optional[float] = None
+    startup_s: Optional[float] = None
 
     def __post_init__(self) -> None:
         if self.done < 0:

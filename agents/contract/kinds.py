@@ -130,6 +130,11 @@ class ExtractOptions(KindOptions):
                                    help="records that repeat an earlier id: keep the first (default: refuse the input)")
     compile: Optional[bool] = option(None, help="torch.compile the decoder layers (default: on for CUDA; --no-compile: "
                                                 "run them uncompiled)")
+    cache_dir: Optional[str] = option(None, metavar="DIR",
+                                      help="where compiled kernels and torch.compile's caches are kept, keyed by the "
+                                           "model's shape, dtype, torch, Triton and GPU, so a restart on this node "
+                                           "reuses them (default $GPUDECK_HOME/cache/compile, else "
+                                           "~/.gpudeck/cache/compile; 'off': torch's own defaults)")
     generic_forward: bool = option(False, help="use the model's own forward (all layers) instead of the fast path")
     host_buffers: int = option(4, help="pinned host buffers in flight (default 4)")
     writers: int = option(8, help="shards written and fsynced at once (default 8: on the H200 node 8 kept its disk "

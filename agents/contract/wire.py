@@ -143,6 +143,11 @@ class Progress:
     uploads: Optional[Uploads] = None
     servers: list[ServerHealth] = field(default_factory=list)
     blocked: Optional[str] = None
+    # the job's start-up phase and since when (unix time, the node's clock), and how long its
+    # last start took to its first durable output (ProgressDoc's fields of the same names)
+    phase: Optional[str] = None
+    phase_since: Optional[float] = None
+    startup_s: Optional[float] = None
 
     @property
     def servers_down(self) -> int:

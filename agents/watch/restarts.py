@@ -11,7 +11,9 @@ restarts so far, when the next is due, and whether it gave up. The rules:
   began) counts twice: a crash loop spends the budget twice as fast. Past ``max_restarts``
   it gives up, says so once (``gave_up``) and leaves the job as it is.
 - ``restart_on_stall``: a running job whose progress has not moved that long is killed with
-  the verified kill and restarted at once (the same budget).
+  the verified kill and restarted at once (the same budget); not while it says it is
+  compiling or loading (its progress.json's ``phase``), up to 30 min of that phase
+  (agents/contract/stall.py).
 - Every restart is ``supervisor.relaunch`` (the next attempt, which resumes from its own
   done-set), written to the audit log with its reason. An operator's own launch starts
   the count afresh.
@@ -31,6 +33,7 @@ from typing import Any, Callable, Optional
 from .. import writes
 from ..contract.vocab import EventKind, JobState, RestartPolicy
 from ..contract.jobs import JobSpec
+from ..contract.stall import quiet_since
 from ..contract.wire import JobStatus
 from ..contract.atomic import atomic_write_json
 
@@ -172,8 +175,9 @@ class RestartEngine:
             return False
         stall_s = spec.stall_restart_s
         if stall_s and j.state is JobState.RUNNING and j.progress is not None and j.started_at:
-            since = max(changed or j.started_at, j.started_at)
-            if now - since > stall_s:
+            # a job that says it is compiling (or loading) is left alone, up to a cap (contract/stall.py)
+            since = quiet_since(j.progress, changed, now, started_at=j.started_at)
+            if since is not None and now - since > stall_s:
                 self.emit(EventKind.STALLED, f"job {j.name}: no progress for {now - since:.0f} s "
                                              f"(restart_on_stall {spec.restart_on_stall}): killing and restarting",
                           job=j.name, key=f"stall-restart:{j.name}")

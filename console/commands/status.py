@@ -141,6 +141,8 @@ def _job_lines(state) -> list[str]:
     from ..state import job_tokens_per_s
 
     from ..state import collapse_pending
+    from ..formatting import startup_text
+    from ...agents.contract.stall import STARTUP_CAP_S
 
     jobs = collapse_pending(state.jobs())
     if not jobs:
@@ -168,6 +170,10 @@ def _job_lines(state) -> list[str]:
             else:
                 lines.append(f"  cost: {dollars(c.per_m_tokens if c else None)} per M output tokens, "
                              f"{dollars(c.per_useful if c else None)} per useful completion")
+        starting = startup_text(p, state.clock()) if j.state in ALIVE else None
+        if starting:  # a long start is said, so that it is not taken for a stall
+            lines.append(f"  start-up: {starting} (no stall is counted while it says so, up to "
+                         f"{human_duration(STARTUP_CAP_S)})")
         if p is not None:
             lines.extend(_health_lines(p, state.clock()))
         if j.task is not None:

@@ -119,6 +119,8 @@ class RunContext:
     stopping: threading.Event = field(default_factory=threading.Event)  # stop computing, close shards
     signalled: threading.Event = field(default_factory=threading.Event)  # SIGTERM/SIGINT came
     exit_code: int = EXIT_OK
+    startup: Any = None  # startup.StartupClock: the start-up's phases and the first durable shard
+    compile_cache: Any = None  # compile_cache.CacheDirs, or None (--cache-dir off, or nothing compiles)
     # the shape of the output, set from the runner
     width: int = field(init=False)
     itemsize: int = field(init=False)

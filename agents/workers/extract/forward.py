@@ -103,13 +103,16 @@ class Forward:
             if ctx.stopping.is_set():
                 continue  # drain what the reader queued; nothing new is computed
             job = self._compute(batch, t_got)
+            first = ctx.startup is not None and ctx.startup.phase != "running"
+            if first:  # the first batch came through the compiled layers: the start-up is over
+                ctx.startup.enter("running", write=False)
             if not ctx.fail.put(self.jobs, job):
                 ctx.fail.check()
             with ctx.cnt.lock:
                 ctx.cnt.computed_samples += len(batch.samples)
                 ctx.cnt.computed_tokens += job.tokens
                 ctx.cnt.computed_flops += sum(self.flop_model.sample_flops(smp.n) for smp in batch.samples)
-            self.progress.write()
+            self.progress.write(force=first)
             self.progress.check_disk()
             if ctx.opts.throttle_ms:
                 time.sleep(ctx.opts.throttle_ms / 1000.0)

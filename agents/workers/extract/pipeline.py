@@ -268,6 +268,8 @@ class Finalizer:
         t0 = time.perf_counter()
         publish_many(items, ctx.res.index, ctx.done)
         ctx.stages.since("finalizer_publish", t0)
+        if ctx.startup is not None:
+            ctx.startup.shard_durable()  # the first: the start-up's end (startup_s)
         for item in items:
             e = item.entry
             with cnt.lock:

@@ -1,8 +1,8 @@
 """The extraction's progress document (common/progress.py says where it goes and how) and
 the disk check it feeds: every ``progress_interval_s``, what is durable, the rates over the
 last minute (tokens/s, TFLOP/s and MFU against the device's peak, bytes/s written), the
-quality counters, and the projection of the output's size against the free disk. The total
-is counted in a background thread while the work starts.
+quality counters, the start-up's phase (startup.py), and the projection of the output's size
+against the free disk. The total is counted in a background thread while the work starts.
 """
 
 from __future__ import annotations
@@ -94,9 +94,11 @@ class ExtractProgress:
         tps, fps, bps = r if r else (None, None, None)
         proj = self._projection(snap)
         peak = self.peak
+        startup = ctx.startup.fields() if ctx.startup is not None else {}
         doc = ProgressDoc(done=snap["done"], total=self.total, tokens=snap["tokens"], tokens_per_s=tps,
                           updated_at=time.time(), quality=snap["quality"],
-                          s3=Uploads(**ctx.uploader.status().to_json()) if ctx.uploader is not None else None)
+                          s3=Uploads(**ctx.uploader.status().to_json()) if ctx.uploader is not None else None,
+                          **startup)
         extra = {"state": state, "tflops": fps / 1e12 if fps else None,
                "mfu": (fps / peak) if (fps and peak) else None, "peak_tflops": peak / 1e12 if peak else None,
                "peak_source": self.peak_source, "device": self.device_name, "forward": ctx.runner.path,
@@ -105,6 +107,10 @@ class ExtractProgress:
                "shards": snap["shards"], "computed_tokens": snap["computed_tokens"],
                "skipped_done": snap["skipped_done"], "layers": ctx.layers,
                "elapsed_s": round(now - self.started, 1), **proj}
+        if ctx.startup is not None:
+            extra.update(ctx.startup.extra())  # seconds per start-up phase, once the first shard is durable
+        if ctx.compile_cache is not None:
+            extra["compile_cache"] = ctx.compile_cache.to_json()
         if opts.part is not None:
             extra["total_is_estimate"] = True
         write_progress(ctx.progress_path, doc, log, **extra)

@@ -1,7 +1,8 @@
 """One extraction run, from options to exit status: the directory lock, the data audit,
-the model, the output's metadata, the resume (S3 first: a fresh node gets its done-set back
-before reconciling), the signals, then the pipeline (pipeline.py). Heavy imports (torch,
-transformers) happen here, in :meth:`Extraction.run`, only.
+the start-up caches (compile_cache.py), the model, the output's metadata, the resume (S3
+first: a fresh node gets its done-set back before reconciling), the signals, then the
+pipeline (pipeline.py). Each start-up phase is said in progress.json as it begins
+(startup.py). Heavy imports (torch, transformers) happen here, in :meth:`Extraction.run`, only.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from .context import RunContext, StageClock
 from .data import Encoder, input_files
 from .layout import DONESET, FORMAT, META, NAMES, StoreError, read_header
 from .options import EXIT_AUDIT, ExtractOptions
+from .startup import StartupClock
 from .store import reconcile
 
 log = logging.getLogger("gpudeck.extract")
@@ -40,6 +42,8 @@ class Extraction:
         if opts.part is not None:
             self.out_dir = os.path.join(opts.out, part_name(opts.part))
         self.stages = StageClock()
+        self.startup = StartupClock()  # the process's start: the worker's own, or its caller's
+        self.cache_dirs = None  # compile_cache.CacheDirs once the model's key is known
 
     @property
     def stage_seconds(self) -> dict[str, float]:
@@ -62,6 +66,8 @@ class Extraction:
         from .model import parse_dtype
 
         progress = progress_path(opts.progress_file, self.out_dir)
+        self.startup.progress_path = progress
+        self.startup.enter("starting")
         files = input_files(opts.data)
         dtype = parse_dtype(opts.dtype)
         if opts.audit:
@@ -79,7 +85,8 @@ class Extraction:
         uploader, res = self._resume()
         ctx = RunContext(opts=opts, out_dir=self.out_dir, progress_path=progress, files=files, runner=runner,
                          cfg=cfg, layers=layers, tokenizer=self.tokenizer, res=res, uploader=uploader,
-                         on_shard_closed=self.on_shard_closed, stages=self.stages)
+                         on_shard_closed=self.on_shard_closed, stages=self.stages, startup=self.startup,
+                         compile_cache=self.cache_dirs)
         old_handlers = _install_signals(ctx)
         try:
             return self._pipeline(ctx)
@@ -108,16 +115,21 @@ class Extraction:
         if device.startswith("cuda") and not torch.cuda.is_available():
             raise RuntimeError("--device cuda, but torch sees no CUDA device (use --device cpu to run on the CPU)")
         given_model = self.model is not None
+        use_compile = opts.compile if opts.compile is not None else device.startswith("cuda")
+        builds_kernels = use_compile or device.startswith("cuda")  # torch.compile, or Triton kernels (hybrid)
+        if builds_kernels and self.cache_dirs is None:
+            self.cache_dirs = self.prepare_cache(device)
         if self.model is None:
+            self.startup.enter("loading")
             log.info("loading %s on %s in %s", opts.model, device, opts.dtype)
             self.model = load_model(opts.model, device, dtype)
+        self.startup.enter("compiling" if builds_kernels else "preparing")
         # a caller that hands over its model object names it freely: look for a tokenizer only in
         # a directory of that name, never on the Hub (an offline node lost ~46 s a run to retries)
         if self.tokenizer is None and opts.model and (not given_model or os.path.isdir(opts.model)):
             self.tokenizer = _load_tokenizer(opts.model)
         cfg = text_config(self.model)
         layers = parse_layers(opts.layers, cfg.num_hidden_layers)
-        use_compile = opts.compile if opts.compile is not None else device.startswith("cuda")
         runner = HiddenStateRunner(self.model, layers, fast=not opts.generic_forward, compile=use_compile)
         log.info("forward path: %s%s", runner.path,
                  "" if runner.path.startswith("fast") else f" ({runner.why_not_fast})")
@@ -127,6 +139,31 @@ class Extraction:
                 "width": runner.out_width, "dtype": st_dtype, "num_layers": cfg.num_hidden_layers}
         _check_or_write_meta(self.out_dir, meta)
         return runner, cfg, layers
+
+    def prepare_cache(self, device: str):
+        """The start-up caches of this model, dtype, torch, Triton and GPU (compile_cache.py),
+        set up before the model loads (loading imports the kernel packages) and anything
+        compiles; None with --cache-dir off or when the model's config cannot be read. A
+        caller that loads the model itself calls it first (the plan's pilot)."""
+        import torch
+
+        from . import compile_cache
+
+        config = self.model.config if self.model is not None else _read_config(self.opts.model)
+        if config is None:
+            log.warning("start-up cache: no config.json in %s; torch's own cache places", self.opts.model)
+            return None
+        gpu = cap = None
+        if device.startswith("cuda"):
+            dev = torch.device(device)
+            gpu = torch.cuda.get_device_name(dev)
+            cap = "{}.{}".format(*torch.cuda.get_device_capability(dev))
+        key = compile_cache.key_for(config, self.opts.dtype, gpu or "cpu", cap)
+        try:
+            return compile_cache.use(self.opts.cache_dir, key)
+        except OSError as exc:  # a full or read-only home: compile as if there were no cache
+            log.warning("start-up cache: %s; torch's own cache places", exc)
+            return None
 
     def _resume(self):
         """(uploader or None, reconcile's result); S3 first: a fresh node gets its done-set
@@ -175,6 +212,16 @@ def _load_tokenizer(path: str):
     except Exception as exc:  # no tokenizer files: fine for tokenized input
         log.info("no tokenizer loaded from %s (%s): only tokenized input can be read", path, exc)
         return None
+
+
+def _read_config(model_dir: str) -> Optional[dict]:
+    """The model's config.json as a dict (no transformers), or None."""
+    try:
+        with open(os.path.join(os.path.expanduser(model_dir), "config.json")) as f:
+            doc = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
 
 
 def _read_template(value: Optional[str]) -> Optional[str]:

@@ -1,7 +1,9 @@
 """The pilot of ``gpudeck plan extract``: the first ``--pilot-samples`` samples through the
 extract worker itself (run.py, with the real model) into a temporary directory, for the
 compression ratio of ``--compress`` (the hidden-state tensors' bytes in the shards against
-their raw size) and, on a GPU, the speed. torch loads here, only when a pilot runs."""
+their raw size) and, on a GPU, the speed and the start-up (the model's load to the first
+durable shard, compiled as the job will be, with the job's start-up caches, which it leaves
+warm). torch loads here, only when a pilot runs."""
 
 from __future__ import annotations
 
@@ -82,7 +84,7 @@ def pilot(args, shape: dict) -> Optional[dict]:
         return {"why": why}
     from ..extract.model import load_model, parse_dtype
     from ..extract.options import ExtractOptions
-    from ..extract.run import run_extraction
+    from ..extract.run import Extraction
 
     with tempfile.TemporaryDirectory(prefix="gpudeck-plan-") as tmp:
         data = os.path.join(tmp, "pilot.jsonl")
@@ -90,18 +92,27 @@ def pilot(args, shape: dict) -> Optional[dict]:
             return {"why": "no samples for a pilot"}
         out = os.path.join(tmp, "out")
         log.info("pilot: %d samples through the extract worker on %s", args.pilot_samples, device)
-        model = load_model(args.model, device, parse_dtype(args.dtype))
+        # compiled as the job will be (on by default on CUDA), with the job's start-up caches:
+        # the pilot measures the start-up the job will see and leaves the caches warm for it
         opts = ExtractOptions(model=args.model, data=data, out=out, layers=args.layers,
                               shard_samples=max(1, args.pilot_samples // 8),
                               max_tokens_per_batch=args.max_tokens_per_batch, device=device, dtype=args.dtype,
                               chat_template=args.chat_template, max_seq_len=args.max_seq_len,
-                              compile=False, generic_forward=args.generic_forward, compress=args.compress, disk_check="off",
+                              compile=args.compile if device.startswith("cuda") else False,
+                              cache_dir=args.cache_dir, generic_forward=args.generic_forward,
+                              compress=args.compress, disk_check="off",
                               audit=False, progress_file=os.path.join(tmp, "progress.json"))
         marks: list[tuple[float, int]] = []  # (when, tokens) of each durable shard
+        t_load = time.monotonic()
+        extraction = Extraction(opts, on_shard_closed=lambda path, entry: marks.append((time.monotonic(),
+                                                                                       sum(entry["n_tokens"]))))
+        if device.startswith("cuda"):
+            extraction.cache_dirs = extraction.prepare_cache(device)  # before the load, as the worker does
+        extraction.model = load_model(args.model, device, parse_dtype(args.dtype))
         t0 = time.monotonic()
-        rc = run_extraction(opts, model=model,
-                            on_shard_closed=lambda path, entry: marks.append((time.monotonic(), sum(entry["n_tokens"]))))
+        rc = extraction.run()
         elapsed = time.monotonic() - t0
+        warm = bool(extraction.cache_dirs is not None and extraction.cache_dirs.warm)
         if rc != 0:
             return {"why": f"the pilot run failed (exit {rc}); see the log above"}
         tokens, raw, stored = _measure(out)
@@ -118,5 +129,7 @@ def pilot(args, shape: dict) -> Optional[dict]:
             "tokens_per_s": round(steady or whole, 1) if (steady or whole) else None,
             "tokens_per_s_with_startup": round(whole, 1) if whole else None,
             "first_shard_s": round(marks[0][0] - t0, 3) if marks else None,
-            "note": "the worker's pace from its first durable shard to its last; without torch.compile; "
-                    "model load excluded"}
+            # the model's load to the first durable shard: the start-up, the interpreter's imports apart
+            "startup_s": round(marks[0][0] - t_load, 2) if marks else None, "cache_warm": warm,
+            "note": "the worker's pace from its first durable shard to its last, compiled as the job will be; "
+                    "startup_s: the model's load to the first durable shard"}

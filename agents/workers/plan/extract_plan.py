@@ -8,6 +8,12 @@ compression ratio with ``--compress``: measured by a pilot through the extract w
 itself when a GPU is there or the model is small enough for the CPU, else the documented
 0.67, said to be unmeasured. Tokens are counted after the chat template by the extract
 worker's own reader (data.py), streaming, or given with ``--tokens``/``--samples``.
+
+The time is the tokens at the worker's steady pace (the pilot's, from its first durable
+shard to its last, or ``--tokens-per-s``), plus its start-up (the process's start to the
+first durable shard: the model's load, the kernels' compile, the first batch) once for the
+first start and once for each of ``--restarts``: a job restarted often, or run as many
+short jobs, pays it each time.
 """
 
 from __future__ import annotations
@@ -45,6 +51,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--s3-price-per-gb-month", type=number(0), default=0.023,
                    help="dollars per GB-month (default 0.023)")
     p.add_argument("--pilot-samples", type=int, default=64, help="samples in the pilot run (default 64; 0: none)")
+    p.add_argument("--restarts", type=int, default=0, metavar="N",
+                   help="restarts to expect (the watcher's, Slurm's requeues, moves): each pays the start-up again "
+                        "(default 0)")
+    p.add_argument("--startup-s", type=number(0), metavar="SECONDS",
+                   help="seconds from a process's start to its first durable shard, instead of the measured one "
+                        "(OUT/progress.json's startup_s from an earlier run, else the pilot's)")
     p.add_argument("--json", action="store_true", help="print the plan as JSON (the same as OUT/plan.json)")
 
 
@@ -90,9 +102,11 @@ def parse_layers(spec: Union[str, list[int]], num_layers: int) -> list[int]:
 
 def project(*, layers_kept: int, num_layers: int, hidden_size: int, dtype_bytes: int, samples: int, tokens: int,
             free_bytes: int, ratio: Optional[float] = None, s3_price: float = 0.023,
-            tokens_per_s: Optional[float] = None) -> dict:
+            tokens_per_s: Optional[float] = None, startup_s: Optional[float] = None, restarts: int = 0) -> dict:
     """The output's size and what fits (pure). ``ratio``: the compression ratio with
-    --compress, None without it."""
+    --compress, None without it. The wall time is the tokens at ``tokens_per_s``, plus
+    ``startup_s`` (a process's start to its first durable shard) for the first start and
+    each of ``restarts``."""
     raw = layers_kept * hidden_size * dtype_bytes
     per_token = raw * (ratio or 1.0) + TOKEN_EXTRA_BYTES
     total = tokens * per_token
@@ -102,10 +116,20 @@ def project(*, layers_kept: int, num_layers: int, hidden_size: int, dtype_bytes:
            "bytes_per_token": round(per_token, 2), "projected_bytes": int(total), "free_bytes": int(free_bytes),
            "fits": fits, "s3_price_per_gb_month": s3_price,
            "s3_cost_per_month": round(total / 1e9 * s3_price, 2),
-           "projected_wall_s": round(tokens / tokens_per_s, 1) if tokens_per_s else None, "levers": []}
+           "projected_wall_s": wall_time(tokens, tokens_per_s, startup_s, restarts),
+           "startup_s": startup_s, "restarts": restarts,
+           "startup_total_s": round((1 + restarts) * startup_s, 1) if startup_s is not None else None, "levers": []}
     if not fits:
         out["levers"] = levers(out, ratio)
     return out
+
+
+def wall_time(tokens: int, tokens_per_s: Optional[float], startup_s: Optional[float] = None,
+              restarts: int = 0) -> Optional[float]:
+    """The run's wall time: the tokens at the steady pace, and the start-up once per start."""
+    if not tokens_per_s:
+        return None
+    return round(tokens / tokens_per_s + (1 + restarts) * (startup_s or 0.0), 1)
 
 
 def levers(p: dict, ratio: Optional[float]) -> list[str]:
@@ -170,13 +194,18 @@ def make_plan(args: argparse.Namespace) -> dict:
                        if pil and pil.get("ratio") else
                        {"ratio": DOCUMENTED_RATIO, "measured": False, "pilot_tokens": 0,
                         "why": (pil or {}).get("why", "no pilot")})
+    if args.restarts < 0:
+        raise UsageError("--restarts must be 0 or more")
     tps, source = _speed(args, pil)
+    startup, startup_source = startup_seconds(args, pil)
     plan = project(layers_kept=len(layers), num_layers=shape["num_layers"], hidden_size=shape["hidden_size"],
                    dtype_bytes=dtype_bytes, samples=samples, tokens=tokens,
                    free_bytes=shutil.disk_usage(args.out).free, ratio=compression["ratio"] if compression else None,
-                   s3_price=args.s3_price_per_gb_month, tokens_per_s=tps)
+                   s3_price=args.s3_price_per_gb_month, tokens_per_s=tps, startup_s=startup, restarts=args.restarts)
     plan.update(layers=layers, compression=compression, tokens_given=args.tokens is not None,
-                disk_path=os.path.abspath(args.out), time={"tokens_per_s": tps, "source": source},
+                disk_path=os.path.abspath(args.out),
+                time={"tokens_per_s": tps, "source": source, "startup_s": startup, "startup_source": startup_source,
+                      "restarts": args.restarts},
                 pilot=pil, written_at=time.time())
     plan["verdict"] = "go" if plan["fits"] else "no-go"
     from ...contract.units import human_bytes
@@ -192,6 +221,35 @@ def _speed(args, pil: Optional[dict]) -> tuple[Optional[float], str]:
     if args.tokens_per_s:
         return args.tokens_per_s, "--tokens-per-s"
     return None, "no GPU here for a pilot; give --tokens-per-s (docs/workers.md has the H200's figures)"
+
+
+def startup_seconds(args, pil: Optional[dict]) -> tuple[Optional[float], str]:
+    """(seconds from a process's start to its first durable shard, where the figure comes
+    from): --startup-s, else what the worker measured in an earlier run of this output (its
+    progress.json's ``startup_s``: the node, the model and its caches as they are), else the
+    pilot's, else None."""
+    if args.startup_s is not None:
+        return float(args.startup_s), "--startup-s"
+    from ...contract.documents import read_progress
+    from ..common.progress import progress_path
+
+    out_dir = args.out if args.part is None else os.path.join(args.out, _part_name(args.part))
+    path = progress_path(args.progress_file, out_dir)
+    try:
+        doc = read_progress(path)
+    except (OSError, ValueError):
+        doc = None
+    if doc is not None and doc.startup_s is not None and doc.startup_s >= 0:
+        return doc.startup_s, f"measured by the worker's last start ({path})"
+    if pil and pil.get("startup_s") is not None:
+        return pil["startup_s"], ("measured by the pilot (model load to first durable shard, "
+                                  f"{'warm' if pil.get('cache_warm') else 'cold'} start-up cache)")
+    return None, "not counted: no measurement (give --startup-s, or run the pilot on the GPU)"
+
+
+def _part_name(part) -> str:
+    from ..common.parts import part_name
+    return part_name(part)
 
 
 def read_data(args, shape: dict) -> tuple[int, int, Optional[dict]]:

@@ -71,6 +71,13 @@ def render_extract(plan: dict) -> str:
         lines.append(f"time: {human_duration(plan['projected_wall_s'])} at {t['tokens_per_s']:,.0f} tok/s ({t['source']})")
     else:
         lines.append(f"time: unknown ({t['source']})")
+    if t.get("startup_s") is not None:
+        starts = 1 + t.get("restarts", 0)
+        lines.append(f"start-up: {t['startup_s']:.0f} s to the first durable shard x {starts} start(s) "
+                     f"(--restarts {t.get('restarts', 0)}) = {human_duration(starts * t['startup_s'])}, "
+                     f"included ({t['startup_source']})")
+    elif "startup_source" in t:
+        lines.append(f"start-up: {t['startup_source']}")
     for lever in plan["levers"]:
         lines.append(f"  lever: {lever}")
     lines += ["", "verdict: GO" if plan["verdict"] == "go" else "verdict: NO-GO: " + "; ".join(plan["reasons"])]
