@@ -21,7 +21,7 @@ from typing import Any, Callable, Optional
 
 from . import doctor, writes
 from .contract import ops, wire
-from .contract.errors import Refusal
+from .contract.errors import AdoptRefused, Refusal
 from .alerts import node_alerts
 from .engines import EngineScraper
 from .gpu import GpuSampler
@@ -172,7 +172,7 @@ class Agent:
             exit_code=rec.exit_code if rec else None, started_at=rec.started_at if rec else None,
             ended_at=rec.ended_at if rec else None, progress=progress, engine=engine,
             log_path=str(self.sup.job_file(name, "job.log")) if rec else None,
-            argv=rec.argv if rec else [], last_kill=rec.last_kill if rec else None,
+            argv=rec.argv if rec else [], last_kill=rec.last_kill if rec else None, adopted=bool(rec and rec.adopted),
             spec_changes=self.sup.spec_changes(name) if rec else [], fleet=self.sup.owned.owner(name),
             **self.watch.job_fields(name, spec), **self.plans.fields(name, spec, rec, progress, now))
 
@@ -261,6 +261,7 @@ class Agent:
             ops.Kill: lambda op: sup.kill(op.job, op.grace_s),
             ops.Relaunch: lambda op: sup.relaunch(op.job, op.grace_s),
             ops.KillPid: lambda op: sup.kill_pid(op.pid, op.grace_s),
+            ops.Adopt: lambda op: sup.adopt_process(op.pid, op.job, op.started_at, op.progress_file, op.kind),
             ops.Logs: lambda op: sup.logs(op.job, op.lines, op.offset),
             ops.Doctor: lambda op: doctor.examine(op, self),
         }
@@ -273,7 +274,9 @@ class Agent:
                 raise TypeError(f"{op.name!r} answered a {type(result).__name__}, not a {op.Result.__name__}")
             return Reply(id=req.id, ok=True, result=to_plain(result))
         except (JobError, SpecError, ValueError, TypeError, OSError) as exc:
-            return Reply(id=req.id, ok=False, error=str(exc), usage=isinstance(exc, Refusal))
+            adopt = exc if isinstance(exc, AdoptRefused) else None
+            return Reply(id=req.id, ok=False, error=str(exc), usage=isinstance(exc, Refusal) or bool(adopt and adopt.usage),
+                         refusal=adopt.kind if adopt else None)
         except Exception as exc:  # noqa: BLE001 -- a bug: still an answer, and the traceback in the log
             log.exception("request %s failed", req.op)
             return Reply(id=req.id, ok=False, error=f"the agent failed on {req.op!r}: {type(exc).__name__}: {exc}")

@@ -78,9 +78,9 @@ class GpuSampler:
             procs = []
             for p in self.processes(index):
                 pid, used_mib = p
-                cpu, command = self.procs.read(pid)
+                cpu, command, started = self.procs.read(pid)
                 procs.append(GpuProcess(pid=pid, used_mib=used_mib, job=owner_of(pid) if owner_of else None,
-                                        cpu_pct=cpu, command=command))
+                                        cpu_pct=cpu, command=command, started_at=started))
             out.append(Gpu(index=index, uuid=uuid, name=name, mem_used_mib=used, mem_total_mib=total,
                            util_pct=util, temp_c=temp, power_w=power, processes=procs))
         self.procs.forget_unseen()
@@ -109,14 +109,15 @@ COMMAND_CHARS = 200
 
 
 class ProcInfo:
-    """CPU% and command line of GPU processes, cheaply: one psutil.Process kept per pid (its
-    CPU% is measured between two readings) and its command line read once."""
+    """CPU%, command line and start of GPU processes, cheaply: one psutil.Process kept per pid
+    (its CPU% is measured between two readings), its command line and start read once."""
 
     def __init__(self) -> None:
-        self._procs: dict[int, tuple[psutil.Process, Optional[str]]] = {}
+        self._procs: dict[int, tuple[psutil.Process, Optional[str], Optional[float]]] = {}
         self._seen: set[int] = set()
 
-    def read(self, pid: int) -> tuple[Optional[float], Optional[str]]:
+    def read(self, pid: int) -> tuple[Optional[float], Optional[str], Optional[float]]:
+        """(CPU%, command line, start as unix time) of ``pid``."""
         self._seen.add(pid)
         known = self._procs.get(pid)
         try:
@@ -126,13 +127,13 @@ class ProcInfo:
                     command: Optional[str] = " ".join(proc.cmdline())[:COMMAND_CHARS] or proc.name()
                 except psutil.AccessDenied:
                     command = None
-                known = self._procs[pid] = (proc, command)
+                known = self._procs[pid] = (proc, command, proc.create_time())
                 proc.cpu_percent(None)  # the first reading only starts the measure
-                return None, command
-            return round(known[0].cpu_percent(None), 1), known[1]
+                return None, command, known[2]
+            return round(known[0].cpu_percent(None), 1), known[1], known[2]
         except psutil.Error:  # gone, or not ours to read (another container's pid)
             self._procs.pop(pid, None)
-            return None, known[1] if known else None
+            return None, known[1] if known else None, known[2] if known else None
 
     def forget_unseen(self) -> None:
         """Drop the pids not read since the last call: a reading holds no dead process."""

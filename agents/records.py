@@ -40,6 +40,7 @@ class JobRecord:
     token: Optional[str] = None  # in the environment of every process of the attempt (contain.py)
     cgroup: Optional[str] = None  # the attempt's cgroup, in cgroup mode
     first_started_at: Optional[float] = None  # the run's first start (first_start_of): what plans and costs count from
+    adopted: bool = False  # this attempt is a process gpudeck did not start (supervisor.adopt_process)
 
     def to_dict(self) -> dict[str, Any]:
         return to_plain(self)
@@ -149,18 +150,21 @@ def leader_alive(rec: JobRecord, live: "_Live") -> bool:
 
 
 def group_members(rec: JobRecord, leader_ok: bool) -> list[int]:
-    """Live processes of the job: its process group, plus descendants of the leader that
-    left the group. Scans /proc, so it is not for every tick."""
-    if rec.pgid is None:
+    """Live processes of the job: its process group, plus the leader and its descendants that
+    left the group (an adopted process that leads no group of its own has no group here:
+    its tree alone). Scans /proc, so it is not for every tick."""
+    if rec.pgid is None and (rec.pid is None or not leader_ok):
         return []
     pids = []
-    try:
-        os.killpg(rec.pgid, 0)
-        group_exists = True
-    except ProcessLookupError:
-        group_exists = False
-    except PermissionError:
-        group_exists = True
+    group_exists = False
+    if rec.pgid is not None:
+        try:
+            os.killpg(rec.pgid, 0)
+            group_exists = True
+        except ProcessLookupError:
+            group_exists = False
+        except PermissionError:
+            group_exists = True
     if group_exists:
         for p in psutil.process_iter(["status"]):
             try:
@@ -172,6 +176,8 @@ def group_members(rec: JobRecord, leader_ok: bool) -> list[int]:
                 continue  # a stranger that took the leader's pid (and so its group id)
             pids.append(p.pid)
     if leader_ok:
+        if rec.pid is not None and rec.pid not in pids:
+            pids.append(rec.pid)
         try:
             for c in psutil.Process(rec.pid).children(recursive=True):
                 if c.pid not in pids and c.status() != psutil.STATUS_ZOMBIE:

@@ -126,8 +126,11 @@ class SimGpuSampler:
             mine = [c for c in claims if c.gpu == index]
             used = min(total, 420.0 + sum(c.mib for c in mine))  # the driver's own few hundred MiB
             util = min(100.0, sum(c.util_pct for c in mine))
-            procs = [GpuProcess(c.pid, c.mib, owner_of(c.pid) if owner_of else None, *self.procs.read(c.pid))
-                     for c in mine]
+            procs = []
+            for c in mine:
+                cpu, command, started = self.procs.read(c.pid)
+                procs.append(GpuProcess(c.pid, c.mib, owner_of(c.pid) if owner_of else None, cpu_pct=cpu,
+                                        command=command, started_at=started))
             out.append(Gpu(index=index, uuid=self.uuids[index], name=f"{name} (simulated)", mem_used_mib=used,
                            mem_total_mib=total, util_pct=util, temp_c=round(32 + util * 0.45, 1),
                            power_w=round(60 + util * 5.4, 1), processes=procs))

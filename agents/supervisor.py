@@ -34,14 +34,16 @@ import psutil
 from . import joblog, killing, writes
 from .contain import Containment, cgroup_path_of, token_of
 from .gpu import GpuSampler
-from .contract.jobs import JobSpec, SpecError
+from .contract.errors import AdoptRefused
+from .contract.jobs import MARKER, JobKind, JobSpec, SpecError
+from .contract.ops import Adopted
 from .contract.vocab import JobState
 from .contract.needs import launch_problem
 from .owners import Declarations
 from .contract.plain import to_plain
 from .contract.wire import KillVerdict, LaunchResult, LogChunk
-from .records import (JobRecord, _Live, descendants as _descendants, first_start_of, group_members,
-                                    leader_alive)
+from .records import (START_TIME_TOLERANCE_S, JobRecord, _Live, descendants as _descendants, first_start_of,
+                      group_members, leader_alive)
 from .specdiff import spec_changes
 from .contract.atomic import atomic_write_json as write_json_atomic
 
@@ -61,6 +63,7 @@ WRAPPER = ('{ [ -z "$GPUDECK_CGROUP" ] || echo $$ > "$GPUDECK_CGROUP/cgroup.proc
            'printf "%s\\n" "$code" > "$GPUDECK_JOB_DIR/exit_code.tmp" && '
            'mv -f "$GPUDECK_JOB_DIR/exit_code.tmp" "$GPUDECK_JOB_DIR/exit_code"; exit $code')
 MEMBERS_REFRESH_S = 5.0
+ADOPTED = "adopted.json"  # what an adoption read of the process (the environment's values stay in spec.json)
 
 
 class JobError(Exception):
@@ -257,11 +260,37 @@ class JobSupervisor:
         else:
             rec.state = JobState.EXITED if code == 0 else JobState.FAILED
         rec.ended_at = rec.ended_at or time.time()
+        if rec.state is JobState.EXITED:
+            self._write_success(rec)
         self.contain.remove(rec.cgroup)
         if live:
             live.members, live.popen = [], None
             live.close_pidfd()
         self._save(rec)
+
+    def _write_success(self, rec: JobRecord) -> None:
+        """The job's completion marker, ``_SUCCESS`` in its own directory (and at its spec's
+        ``success_marker``): what a job that runs ``after`` it waits for (agents/watch/phases.py).
+        Counts from its progress file where it has one."""
+        spec = self.spec_of(rec.name)
+        doc: dict[str, Any] = {"job": rec.name, "node": self.node, "attempt": rec.attempt, "exit_code": 0,
+                               "ended_at": rec.ended_at}
+        try:
+            prog = json.loads(Path(os.path.expanduser(spec.progress) if spec and spec.progress
+                                   else self.job_file(rec.name, "progress.json")).read_text())
+            doc["counts"] = {k: prog[k] for k in ("done", "total", "failed") if isinstance(prog.get(k), int)}
+        except (OSError, ValueError, AttributeError):
+            pass
+        paths = [self.job_file(rec.name, MARKER)]
+        if spec is not None and spec.success_marker:
+            paths.append(Path(os.path.expanduser(spec.success_marker)))
+        for path in paths:
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                write_json_atomic(path, doc)
+            except OSError as exc:
+                writes.failed(path, exc)
+                log.warning("job %s: cannot write its completion marker %s: %s", rec.name, path, exc)
 
     def refresh(self) -> None:
         """One tick: notice jobs that ended since the last one."""
@@ -307,6 +336,8 @@ class JobSupervisor:
         if pgid in by_pgid:
             return by_pgid[pgid]
         by_pid = {r.pid: n for n, r in self.records.items() if r.pid and r.state.alive}
+        if pid in by_pid:  # an adopted leader of no group of its own
+            return by_pid[pid]
         try:
             for parent in psutil.Process(pid).parents():
                 if parent.pid in by_pid:
@@ -360,11 +391,14 @@ class JobSupervisor:
             (d / "exit_code").unlink(missing_ok=True)
             write_json_atomic(d / "spec.json", spec.to_dict())
             argv = spec.argv(self.python)
-            env = dict(os.environ)
+            # an adopted job's recorded environment is all of it (the agent's own is not added),
+            # its CUDA variables included; a fleet file's version of the name is launched as usual
+            exact = name not in self.declared and (d / ADOPTED).exists()
+            env = {} if exact else dict(os.environ)
             env.update(spec.env)
             env.update(GPUDECK_JOB=name, GPUDECK_JOB_DIR=str(d), GPUDECK_ATTEMPT=str(rec.attempt + 1),
                        GPUDECK_PROGRESS_FILE=str(d / "progress.json"))
-            if spec.gpus:
+            if spec.gpus and not exact:
                 env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, spec.gpus))
                 env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # CUDA's indices = NVML's indices
             token = self.contain.prepare(self.home, name, rec.attempt + 1, env)
@@ -386,6 +420,7 @@ class JobSupervisor:
             except psutil.Error:
                 create_time = time.time()
             started = time.time()
+            (d / MARKER).unlink(missing_ok=True)  # this attempt has not finished yet
             rec = JobRecord(name=name, state=JobState.RUNNING, attempt=rec.attempt + 1, pid=popen.pid,
                             pgid=popen.pid, create_time=create_time, started_at=started,
                             first_started_at=first_start_of(rec, started),
@@ -400,6 +435,102 @@ class JobSupervisor:
             self.audit("relaunch" if relaunch else "launch", name, pid=popen.pid, attempt=rec.attempt,
                        gpus=spec.gpus, argv=argv)
             return LaunchResult(job=name, pid=popen.pid, attempt=rec.attempt, log=str(log_path), argv=list(argv))
+
+    def adopt_process(self, pid: int, name: str, started_at: Optional[float] = None,
+                      progress_file: Optional[str] = None, kind: str = JobKind.COMMAND.value) -> Adopted:
+        """Make ``pid``, a process gpudeck did not start, the job ``name``: its command line,
+        working directory and environment (read from /proc: this user's processes only), its
+        process group and its GPUs go into spec.json and state.json, so it is shown, killed and
+        verified, relaunched (the same command, directory and environment, contained) and
+        re-adopted by the next agent as a launched job is. AdoptRefused says why not."""
+        try:
+            proc = psutil.Process(pid)
+            create_time = proc.create_time()
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                raise psutil.NoSuchProcess(pid)
+        except psutil.NoSuchProcess:
+            raise AdoptRefused("no_such_pid", f"no process {pid} on node {self.node}") from None
+        except psutil.Error as exc:
+            raise AdoptRefused("not_yours", f"pid {pid} on node {self.node} cannot be read: {exc}") from None
+        if started_at is not None and abs(create_time - started_at) > START_TIME_TOLERANCE_S:
+            raise AdoptRefused("pid_reused", f"pid {pid} on node {self.node} is another process now (started "
+                                             f"{time.strftime('%H:%M:%S', time.localtime(create_time))}, not "
+                                             f"{time.strftime('%H:%M:%S', time.localtime(started_at))} as listed); "
+                                             f"nothing adopted")
+        try:
+            uid = proc.uids().real
+        except psutil.Error:
+            uid = None
+        if uid != os.getuid():
+            who = _user_name(uid)
+            raise AdoptRefused("not_yours", f"pid {pid} on node {self.node} belongs to {who}; an agent adopts only "
+                                            f"its own user's processes ({_user_name(os.getuid())})")
+        with self._lock:
+            owner = self.owner_of(pid)
+            if owner is not None:
+                raise AdoptRefused("owned", f"pid {pid} already belongs to job {owner!r} on node {self.node}")
+            if name in self.records or name in self.declared:
+                raise AdoptRefused("name_taken", f"node {self.node} already holds a job named {name!r}; adopt it "
+                                                 f"under another name (--as)")
+            try:
+                argv, cwd, environ = proc.cmdline(), proc.cwd(), proc.environ()
+            except psutil.NoSuchProcess:
+                raise AdoptRefused("no_such_pid", f"pid {pid} on node {self.node} ended meanwhile") from None
+            except psutil.Error as exc:
+                raise AdoptRefused("not_yours", f"pid {pid} on node {self.node}: its command line, directory or "
+                                                f"environment cannot be read: {exc}") from None
+            if not argv:
+                raise AdoptRefused("not_yours", f"pid {pid} on node {self.node} has no command line (a kernel "
+                                                f"thread?); nothing adopted")
+            try:
+                pgid: Optional[int] = os.getpgid(pid)
+            except OSError:
+                pgid = None
+            # a group is the job's only where the process leads it: another's group (a login shell's,
+            # the agent's own) holds processes that are not the job's
+            own_group = pgid if pgid == pid and pgid != os.getpgid(0) else None
+            tree = {pid, *(_descendants(pid) or ())}
+            gpus = [i for i in range(len(self.gpu.uuids)) if any(p in tree for p, _ in self.gpu.processes(i))]
+            env = {k: v for k, v in environ.items() if not k.startswith("GPUDECK_")}
+            progress = os.path.join(cwd, os.path.expanduser(progress_file)) if progress_file else None
+            try:
+                spec = JobSpec(name=name, kind=JobKind(kind), command=list(argv), cwd=cwd, env=env, gpus=gpus,
+                               progress=progress)
+            except (SpecError, ValueError) as exc:
+                raise AdoptRefused("name_taken" if "name" in str(exc) else "not_yours", str(exc)) from None
+            d = self.job_dir(name)
+            d.mkdir(parents=True, exist_ok=True, mode=0o700)
+            write_json_atomic(d / "spec.json", spec.to_dict())
+            write_json_atomic(d / ADOPTED, {"pid": pid, "pgid": pgid, "create_time": create_time, "uid": uid,
+                                            "argv": list(argv), "cwd": cwd, "adopted_at": time.time()})
+            rec = JobRecord(name=name, state=JobState.RUNNING, attempt=1, pid=pid, pgid=own_group,
+                            create_time=create_time, started_at=create_time, first_started_at=create_time,
+                            argv=list(argv), start_ticks=killing.start_ticks(pid), adopted=True)
+            self.records[name] = rec
+            self._live[name] = _Live()
+            self._save(rec)
+            self.audit("adopt-pid", name, pid=pid, pgid=pgid, gpus=gpus, argv=list(argv), cwd=cwd)
+        return Adopted(job=name, pid=pid, pgid=own_group, gpus=gpus, argv=list(argv), cwd=cwd,
+                       env_names=sorted(env), started_at=create_time)
+
+    def hold(self, name: str, blocked: bool) -> None:
+        """A job that waits on its ``after`` (agents/watch/phases.py): ``blocked`` (a job it runs
+        after failed or gave up), or back to ``pending`` (that job runs again). Kept in
+        state.json, so the next agent shows it too; a launch of the job starts it as usual."""
+        with self._lock:
+            rec = self.records.get(name)
+            if rec is not None and rec.state not in (JobState.PENDING, JobState.BLOCKED):
+                return  # launched meanwhile
+            state = JobState.BLOCKED if blocked else JobState.PENDING
+            if rec is None:
+                if not blocked:
+                    return
+                rec = self.records[name] = JobRecord(name=name)
+                self._live[name] = _Live()
+                self.job_dir(name).mkdir(parents=True, exist_ok=True, mode=0o700)
+            if rec.state is not state:
+                rec.state = state
+                self._save(rec)
 
     def kill(self, name: str, grace_s: float = 10.0, verify_timeout_s: float = 15.0) -> KillVerdict:
         """SIGTERM to the group, SIGKILL after ``grace_s``, then verify against /proc and NVML."""
@@ -497,3 +628,13 @@ class JobSupervisor:
         self._capper.check((name, self.job_file(name, "job.log"), int(spec.log_max_mb * 2**20))
                            for name, rec in list(self.records.items())
                            if rec.state.alive and (spec := self.spec_of(name)) is not None)
+
+
+def _user_name(uid: Optional[int]) -> str:
+    if uid is None:
+        return "an unknown user"
+    try:
+        import pwd
+        return f"user {pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except (KeyError, ImportError):
+        return f"uid {uid}"

@@ -139,6 +139,31 @@ def plan_process_kill(node: str, pid: int, *, read_only: bool, grace_s: float) -
                                       f"and its GPU memory came back. The node's audit log keeps it.", "Kill")
 
 
+ADOPT_KEY = "a"  # on a GPU process of no job: adopt it as a job (MainScreen's binding, the help screen)
+
+
+def adopt_name(pid: int, command: Optional[str]) -> str:
+    """The job name the console gives a process it adopts: its program's name and its pid
+    (``python3-4242``); `gpudeck adopt --as NAME` chooses another."""
+    import os
+    import re
+
+    word = (command or "").split(" ", 1)[0]
+    base = re.sub(r"[^A-Za-z0-9._-]", "", os.path.basename(word))[:40].lstrip("._-")
+    return f"{base}-{pid}" if base else f"pid-{pid}"
+
+
+def plan_process_adopt(node: str, pid: int, name: str, command: Optional[str], *, read_only: bool) -> Plan:
+    """A GPU process of no job, made the job ``name``: asks first; never in read-only mode."""
+    if read_only:
+        return Refuse("read-only: adopt is off (started with --read-only)")
+    what = f" ({escape(command[:80])})" if command else ""
+    return Confirm(f"adopt pid {pid}", f"Adopt process [b]{pid}[/b]{what} on {node} as job [b]{escape(name)}[/b]?\n\n"
+                                       f"Its command line, working directory, environment and GPUs are recorded: "
+                                       f"then k kills it with verification, and r starts the same command again, "
+                                       f"contained. (gpudeck adopt --as NAME names it otherwise.)", "Adopt")
+
+
 def job_request(op: JobOp, job: str, grace_s: float) -> ops.Op:
     """The request a job key sends: a kill and a relaunch wait out ``grace_s``."""
     if op is JobOp.KILL:

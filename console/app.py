@@ -39,7 +39,7 @@ from ..agents.contract.errors import OperatorError
 from ..agents.contract.vocab import ShownState
 from ..agents.contract.wire import History, Snapshot
 from .actions import (Confirm, JobOp, Notice, Refuse, failure_notice, outcome_notice, plan_job_action,
-                                     plan_process_kill, job_request)
+                                     plan_process_adopt, plan_process_kill, adopt_name, job_request)
 from .config import ConsoleConfig
 from .looked import LookedStore, fleet_key
 from .notices import NoticeLine
@@ -47,7 +47,7 @@ from .pacing import RedrawPacer
 from .messages import (EventsFetched, EventsFetchFailed, HistoryReceived, JobActionFailed,
                                       JobActionFinished, JobActionRequested, JobOpened, LogFetched, LogFetchFailed,
                                       LogFollowCancelled, LogFollowRequested, NodeWentDown, NodeWentUp,
-                                      ProcessKillRequested, SnapshotReceived)
+                                      ProcessAdoptRequested, ProcessKillRequested, SnapshotReceived)
 from .screens.confirm import ConfirmScreen
 from .screens.error import ErrorScreen
 from .screens.help import HelpScreen
@@ -389,6 +389,52 @@ class GpuDeckApp(NoticeLine, App[None]):
             return
         self.post_message(JobActionFinished(what, JobOp.KILL, verdict))
 
+    def on_process_adopt_requested(self, message: ProcessAdoptRequested) -> None:
+        """Adopt a GPU process that belongs to no job, after asking; the start the console saw goes
+        with the request, so a pid reused since is refused."""
+        node, pid = message.node, message.pid
+        view = self.state.nodes.get(node)
+        seen = next((p for g in (view.snapshot.gpus if view is not None and view.snapshot is not None else [])
+                     for p in g.processes if p.pid == pid), None)
+        command = seen.command if seen is not None else None
+        name = adopt_name(pid, command)
+        plan = plan_process_adopt(node, pid, name, command, read_only=self.config.read_only)
+        if isinstance(plan, Refuse):
+            self.notify(plan.message, severity="warning", timeout=4)
+            return
+        started = seen.started_at if seen is not None else None
+
+        def answered(confirmed: Optional[bool]) -> None:
+            if confirmed:
+                self.run_process_adopt(node, pid, name, started)
+            else:
+                self.notify(f"adopt of pid {pid} cancelled", timeout=3)
+
+        self.push_screen(ConfirmScreen(plan.title, plan.question, plan.yes), answered)
+
+    @work(group="actions", exit_on_error=False, name="process adopt")
+    async def run_process_adopt(self, node: str, pid: int, name: str, started_at: Optional[float]) -> None:
+        if not self.config.connect:
+            self.notify("this console is not connected to the fleet", title=f"adopt pid {pid} failed",
+                        severity="error", timeout=20)
+            return
+        try:
+            r = await self.client.request(ops.Adopt(pid=pid, job=name, started_at=started_at), node=node)
+        except OPERATOR_ERRORS as exc:
+            self.notify(describe_error(exc), title=f"adopt pid {pid} failed", severity="error", timeout=20)
+            return
+        gpus = f"GPU {', '.join(map(str, r.gpus))}" if r.gpus else "no GPU"
+        self.notify(f"pid {r.pid} on {node} is job {r.job} ({gpus})", title=f"adopted pid {pid}", timeout=15)
+        self.schedule_refresh()
+
+    def _node_of(self, job: str) -> Optional[str]:
+        """The node of a job the fleet file does not declare (an adopted one), from its row; None
+        for a declared job (the client routes it)."""
+        if any(j.name == job for j in self.client.fleet.jobs):
+            return None
+        row = next((r for r in self.state.job_rows() if r.name == job), None)
+        return row.node if row is not None else None
+
     @work(group="actions", exit_on_error=False, name="job action")
     async def run_job_action(self, op: str, job: str, quiet: bool = False) -> None:
         """Send ``op`` (a JobOp or its name) for ``job`` now, without asking."""
@@ -399,7 +445,7 @@ class GpuDeckApp(NoticeLine, App[None]):
         if not quiet:
             self.notify(f"{job_op} {job}…", timeout=3)
         try:
-            result = await self.client.request(job_request(job_op, job, self.config.grace_s))
+            result = await self.client.request(job_request(job_op, job, self.config.grace_s), node=self._node_of(job))
         except OPERATOR_ERRORS as exc:
             self.post_message(JobActionFailed(job, job_op, describe_error(exc)))
             return
@@ -444,10 +490,12 @@ class GpuDeckApp(NoticeLine, App[None]):
         while True:
             try:
                 if offset is None:
-                    chunk = await self.client.request(ops.Logs(job=job, lines=self.config.log_lines), timeout=15.0)
+                    chunk = await self.client.request(ops.Logs(job=job, lines=self.config.log_lines), timeout=15.0,
+                                                      node=self._node_of(job))
                     self.post_message(LogFetched(job, chunk, reset=True))
                 else:
-                    chunk = await self.client.request(ops.Logs(job=job, offset=offset), timeout=15.0)
+                    chunk = await self.client.request(ops.Logs(job=job, offset=offset), timeout=15.0,
+                                                      node=self._node_of(job))
                     if chunk.text:
                         self.post_message(LogFetched(job, chunk, reset=False))
                 offset, delay = chunk.offset, self.config.log_poll_s

@@ -98,6 +98,14 @@ class ProcessKillRequested(Message):
 
 
 @dataclass
+class ProcessAdoptRequested(Message):
+    """The operator pressed adopt on a GPU process that belongs to no job."""
+
+    node: str
+    pid: int
+
+
+@dataclass
 class JobOpened(Message):
     """The operator opened ``job`` (enter on its row): the app shows its details screen."""
 

@@ -370,6 +370,10 @@ class FleetState:
             flags += ("blocked",)  # it cannot write its output (a full disk): generation paused
         if alive and (starting := startup_text(p, now)):
             flags += (starting,)  # "compiling 1m 20s": a long start, not a stall
+        if j.waiting:  # its `after`: what it waits for, or why it is blocked
+            flags += (j.waiting if len(j.waiting) <= 60 else j.waiting[:59] + "…",)
+        if j.adopted and alive:
+            flags += ("adopted",)
         return JobRow(
             key=f"{node}/{j.name}", name=j.name, node=node, kind=_KINDS[j.kind], state=state, gpus=tuple(j.gpus),
             attempt=j.attempt, tokens_per_s=round_figures(job_tokens_per_s(j)) if alive else None,
@@ -466,7 +470,7 @@ class FleetState:
                 "last_kill": dataclasses.asdict(j.last_kill) if j.last_kill else None,
                 "restart": j.restart, "restarts": j.restarts, "max_restarts": j.max_restarts,
                 "next_restart_at": j.next_restart_at, "restart_note": j.restart_note,
-                "argv": j.argv, "spec_changes": j.spec_changes,
+                "argv": j.argv, "spec_changes": j.spec_changes, "waiting": j.waiting, "adopted": j.adopted,
                 "error": j.error,
                 "task": dataclasses.asdict(j.task) if j.task else None,
                 **cost.job_json(j, job_costs.get((node, j.name))),

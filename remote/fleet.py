@@ -20,7 +20,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-from ..agents.contract.jobs import KINDS, JobKind, JobSpec, SpecError, shell_command
+from ..agents.contract.jobs import KINDS, JobKind, JobSpec, SpecError, completion_marker, shell_command
 from ..agents.contract.cluster import RESOURCE_KEYS, ClusterSpec, split_task
 from ..agents.contract.errors import UnknownName
 from ..agents.contract.kinds import OptionError
@@ -136,7 +136,8 @@ def local_fleet() -> Fleet:
 
 
 _NODE_FIELDS = {f.name: f for f in dataclasses.fields(Node) if f.name not in ("via", "cluster")}
-_JOB_FIELDS = {f.name: f for f in dataclasses.fields(JobSpec)}
+# after_markers: not a key; _resolve_after fills it from `after`
+_JOB_FIELDS = {f.name: f for f in dataclasses.fields(JobSpec) if f.name != "after_markers"}
 _DEFAULT_KEYS = {"python", "home", "nvml", "interval", "known_hosts", "host_keys", "user", "identity",
                  "connect_timeout", "hello_timeout_s", "venv", "jump", "price_per_hour", "textfile_dir"}
 NO_JUMP = "none"
@@ -218,6 +219,7 @@ def parse_fleet(text: str, path: str = "<fleet>") -> Fleet:
                        alerts.stall_s if "stall_s" in doc.get("alerts", {}) else None, warnings,
                        tuple(n.name for n in nodes if n.cluster is not None))
     jobs = _resolve_servers(jobs, {n.name: n for n in nodes}, path, loc)
+    jobs = _resolve_after(jobs, path, loc)
     return Fleet(path=path, nodes=nodes, jobs=jobs, notify=notify, alerts=alerts, heartbeat=heartbeat,
                  warnings=tuple(warnings))
 
@@ -461,6 +463,70 @@ def _resolve_servers(jobs: list[JobSpec], nodes: dict[str, Node], path: str, loc
             resolved[key] = urls
         out.append(dataclasses.replace(job, options=dataclasses.replace(job.options, **resolved)) if resolved else job)
     return out
+
+
+def _resolve_after(jobs: list[JobSpec], path: str, loc: "_Locator") -> list[JobSpec]:
+    """``after``: every job it names is declared; no circle; and each one on another node has a
+    completion marker that the job's own node can see (``after_markers``: its
+    ``success_marker``, or a built-in worker's ``_SUCCESS`` in its S3 prefix or output
+    directory). On a cluster, only jobs of the same cluster: Slurm chains them."""
+    index = {j.name: i for i, j in enumerate(jobs)}
+    names = list(index)
+
+    def line(i: int) -> Optional[int]:
+        return loc.key("jobs", i, "after")
+
+    for i, job in enumerate(jobs):
+        for dep in job.after:
+            if dep not in index:
+                raise FleetError(path, line(i), f"job {job.name!r} 'after': no job named {dep!r}"
+                                                f"{did_you_mean(dep, names)}; declared: {', '.join(names)}")
+    done: set[str] = set()
+    for start in jobs:  # a circle: a depth-first walk that meets a job still on its own path
+        stack: list[tuple[str, int]] = [(start.name, 0)]
+        on_path = [start.name]
+        while stack:
+            name, k = stack[-1]
+            after = jobs[index[name]].after
+            if k == len(after) or name in done:
+                stack.pop()
+                on_path.pop()
+                done.add(name)
+                continue
+            stack[-1] = (name, k + 1)
+            dep = after[k]
+            if dep in on_path:
+                loop = " -> ".join(on_path[on_path.index(dep):] + [dep])
+                raise FleetError(path, line(index[name]), f"job {name!r} 'after': the jobs wait for each other in a "
+                                                          f"circle ({loop}); none of them would ever start")
+            if dep not in done:
+                stack.append((dep, 0))
+                on_path.append(dep)
+    out = []
+    for i, job in enumerate(jobs):
+        markers: dict[str, str] = {}
+        for dep in job.after:
+            d = jobs[index[dep]]
+            if job.cluster is not None or d.cluster is not None:
+                if job.cluster != d.cluster:
+                    raise FleetError(path, line(i), f"job {job.name!r} 'after': {dep!r} runs "
+                                                    f"{_where(d)} and {job.name!r} {_where(job)}; a cluster job runs "
+                                                    f"after jobs of its own cluster only (Slurm chains them)")
+                continue
+            if (d.node or LOCAL) == (job.node or LOCAL):
+                continue  # the node sees its own job end
+            marker = completion_marker(d)
+            if marker is None:
+                raise FleetError(path, line(i), f"job {job.name!r} 'after': {dep!r} runs {_where(d)} and "
+                                                f"{job.name!r} {_where(job)}, which cannot see it end; give {dep!r} "
+                                                f"a 'success_marker' on a filesystem both nodes share")
+            markers[dep] = marker
+        out.append(dataclasses.replace(job, after_markers=markers) if markers else job)
+    return out
+
+
+def _where(job: JobSpec) -> str:
+    return f"on cluster {job.cluster!r}" if job.cluster is not None else f"on node {job.node or LOCAL!r}"
 
 
 class _Locator:

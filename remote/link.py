@@ -58,9 +58,10 @@ class RequestFailed(Exception):
     """The agent answered, and refused: ``str()`` is the agent's reason alone (also in
     ``.reason``); ``.node`` and ``.op`` say where and what."""
 
-    def __init__(self, node: str, op: str, reason: str, usage: bool = False) -> None:
+    def __init__(self, node: str, op: str, reason: str, usage: bool = False, refusal: Optional[str] = None) -> None:
         self.node, self.op, self.reason = node, op, reason
         self.usage = usage  # the fleet file's or the command's mistake, as the node judged it
+        self.refusal = refusal  # the refusal's kind, where the op has kinds (adopt: ADOPT_REFUSALS)
         super().__init__(reason)
 
 
@@ -229,7 +230,8 @@ class AgentLink:
             self._waiting.pop(req.id, None)
             raise AgentError(self.node.name, f"no answer to {op.name!r} within {timeout:.0f} s") from None
         if not reply.ok:
-            raise RequestFailed(self.node.name, op.name, reply.error or "refused", usage=reply.usage)
+            raise RequestFailed(self.node.name, op.name, reply.error or "refused", usage=reply.usage,
+                                refusal=reply.refusal)
         try:
             return op.answer(reply.result)
         except wire.ProtocolError as exc:

@@ -18,6 +18,7 @@ EXAMPLES = [ops.Status(), ops.Configure(jobs=[JobSpec(name="j", command=["true"]
                                         watch=WatchSettings(fleet="h:/f.toml")),
             ops.ReadHistory(since=5.0), ops.ReadEvents(after_seq=3, limit=10), ops.Watch(on=True, supervise="cron"),
             ops.Launch(job="j"), ops.Kill(job="j", grace_s=2.5), ops.Relaunch(job="j"), ops.KillPid(pid=42),
+            ops.Adopt(pid=42, job="found", started_at=1.7e9, progress_file="p.json", kind="generate"),
             ops.Logs(job="j", offset=100), ops.Doctor(console_time=1.5e9, venv="~/.gpudeck/venv", timeout_s=30.0)]
 
 
@@ -40,6 +41,10 @@ def test_an_op_crosses_the_wire_whole(op):
     ("kill", {}, "missing field 'job'"),
     ("kill", {"job": "j", "grace_s": 7200}, "'grace_s' must be a number of seconds from 0 to 3600"),
     ("kill_pid", {"pid": -1}, "needs a 'pid' \\(a positive integer\\)"),
+    ("adopt", {"pid": 0, "job": "a"}, "'adopt' needs a 'pid' \\(a positive integer\\)"),
+    ("adopt", {"pid": 5, "job": "a b"}, "'adopt' 'job': a job name holds only"),
+    ("adopt", {"pid": 5, "job": "a", "kind": "shell"}, "'adopt' 'kind' must be one of command"),
+    ("adopt", {"pid": 5}, "missing field 'job'"),
     ("events", {"limit": "many"}, "events.limit: expected an integer"),
     ("watch", {"on": "yes"}, "watch.on: expected bool"),
     ("configure", {"jobs": "notalist"}, "configure.jobs: expected a list"),

@@ -353,12 +353,16 @@ class ClusterAgent(Agent):
             ops.Kill: lambda op: self.kill(op.job, op.grace_s),
             ops.Relaunch: lambda op: self.relaunch(op.job, op.grace_s),
             ops.KillPid: self._no_kill_pid,
+            ops.Adopt: self._no_adopt,
             ops.Logs: lambda op: self.logs(op.job, op.lines, op.offset),
         })
         return table
 
     def _no_kill_pid(self, op: ops.KillPid) -> KillVerdict:
         raise JobError(f"cluster {self.node}: a process is killed through its job (scancel), not by pid")
+
+    def _no_adopt(self, op: ops.Adopt) -> ops.Adopted:
+        raise JobError(f"cluster {self.node}: a login node's processes are not adopted; Slurm runs the cluster's jobs")
 
     def _configure(self, op: ops.Configure) -> ops.Configured:
         mine = [s for s in op.jobs if s.cluster in (None, self.node)]
@@ -406,7 +410,10 @@ class ClusterAgent(Agent):
             argv += ["--part", f"{TASK_TOKEN}/{spec.shards}"]  # each task its shard (the wrapper fills it in)
         return argv
 
-    def sbatch_argv(self, spec: JobSpec, indices: list[int]) -> list[str]:
+    def sbatch_argv(self, spec: JobSpec, indices: list[int], after: Optional[list[str]] = None) -> list[str]:
+        """sbatch's arguments for ``indices`` of ``spec``'s array; ``after``: the array ids of the
+        jobs of its ``after`` still to finish (``--dependency=afterok``: Slurm starts the array
+        once every task of each ended with exit code 0)."""
         res = spec.resources
         assert res is not None
         run = self._run(spec.name)
@@ -421,6 +428,8 @@ class ClusterAgent(Agent):
         if res.gpus:
             argv.append(f"--gres=gpu:{res.gpu_type + ':' if res.gpu_type else ''}{res.gpus}")
         argv += ["--requeue", f"--signal=B:USR1@{REQUEUE_SIGNAL_S}"] if res.requeue else ["--no-requeue"]
+        if after:
+            argv.append("--dependency=afterok:" + ":".join(after))
         argv += list(c.sbatch_args)
         return argv + [str(install_wrapper(c.shared_dir)), str(run), str(spec.shards), "--", *self.task_argv(spec)]
 
@@ -446,7 +455,7 @@ class ClusterAgent(Agent):
         run = self._run(spec.name)
         (run / "logs").mkdir(parents=True, exist_ok=True)
         self._write_env(spec, run)
-        argv = self.sbatch_argv(spec, indices)
+        argv = self.sbatch_argv(spec, indices, self.after_ids(spec))
         try:
             array = self.slurm.submit(argv, test_only=True)
         except SlurmError as exc:
@@ -457,6 +466,29 @@ class ClusterAgent(Agent):
         attempt = max((self._attempts(spec.name, i).starts for i in indices), default=0) + 1
         return LaunchResult(job=name, pid=0, attempt=attempt, log=str(run / "logs"), kill=kill,
                             argv=["sbatch", *argv])
+
+    def after_ids(self, spec: JobSpec) -> list[str]:
+        """The array id of each job of ``spec.after`` (on this cluster) that has not yet finished:
+        its newest submission. One whose tasks all completed needs no dependency; one never
+        submitted, or one that failed, is refused: Slurm would hold the array forever."""
+        ids = []
+        with self._lock:
+            rows = dict(self.rows)
+        for dep in spec.after:
+            mine = [r for (job, _), r in rows.items() if job == dep]
+            if not mine:
+                raise JobError(f"job {spec.name!r} runs after {dep!r}, which is not in {self.node}'s queue; launch "
+                               f"{dep} first")
+            newest = max(mine, key=lambda r: int(r.array_id) if r.array_id.isdigit() else 0).array_id
+            tasks = [r for r in mine if r.array_id == newest]
+            if all(r.state == "COMPLETED" for r in tasks):
+                continue
+            bad = [r for r in tasks if r.terminal and r.state != "COMPLETED"]
+            if bad:
+                raise JobError(f"job {spec.name!r} is blocked: {dep!r} ended {bad[0].state} ({bad[0].id}); "
+                               f"relaunch {dep} first")
+            ids.append(newest)
+        return ids
 
     def _write_env(self, spec: JobSpec, run: Path) -> None:
         """The job's ``env`` in a file only its user reads (never on a command line that

@@ -28,3 +28,22 @@ class Refusal(ValueError):
     """A request a node refuses because of what it was asked (a partition that does not exist,
     more GPUs than any node has): the fleet file's mistake, not the node's failure. The console
     exits 2 for it, as for a mistake in the fleet file itself."""
+
+
+class AdoptRefused(ValueError):
+    """A node's refusal of an ``adopt``, with its ``kind`` (one of :data:`ADOPT_REFUSALS`): the
+    command gives each kind an exit code of its own (console/commands/common.py)."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        assert kind in ADOPT_REFUSALS, kind
+        self.kind = kind
+        super().__init__(message)
+
+    @property
+    def usage(self) -> bool:
+        """The command's mistake (no such process, a name the node holds): exit 2."""
+        return self.kind in ("no_such_pid", "name_taken")
+
+
+# the kinds of AdoptRefused; `no_such_pid` and `name_taken` are the command's mistake (exit 2)
+ADOPT_REFUSALS = ("no_such_pid", "name_taken", "not_yours", "pid_reused", "owned")

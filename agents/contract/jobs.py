@@ -87,6 +87,25 @@ def job_name_problem(name: object) -> Optional[str]:
     return None
 
 
+MARKER = "_SUCCESS"  # a job's completion marker: it ended ok (agents/watch/phases.py)
+
+
+def completion_marker(spec: "JobSpec") -> Optional[str]:
+    """Where ``spec``'s completion marker is seen from another node: its ``success_marker``
+    (the agent writes it there at exit code 0), else a built-in worker's own, ``_SUCCESS`` in its
+    S3 prefix or its output directory (under ``part-I-of-N`` for a part); None for a job that
+    writes none anywhere another node can look."""
+    if spec.success_marker:
+        return spec.success_marker
+    out, s3, part = (getattr(spec.options, key, None) for key in ("out", "s3", "part"))
+    sub = f"part-{part[0]}-of-{part[1]}/" if part else ""
+    if s3:
+        return f"{str(s3).rstrip('/')}/{sub}{MARKER}"
+    if out:
+        return f"{str(out).rstrip('/')}/{sub}{MARKER}"
+    return None
+
+
 class SpecError(ValueError):
     """A job spec that cannot run; the message names the job and the field."""
 
@@ -138,6 +157,12 @@ class JobSpec:
     restart_backoff_s: float = 10.0  # before the first restart; doubling, at most 10 minutes
     restart_on_stall: Optional[str] = None  # "30m": a live job without progress that long is killed and restarted
     deadline: Optional[str] = None  # "2026-12-05T00:00:00Z": alert when the projected finish passes it
+    # phases (agents/watch/phases.py): started when every job named here has finished ok
+    after: list[str] = field(default_factory=list)
+    success_marker: Optional[str] = None  # where the agent writes _SUCCESS too when the job exits 0 (a shared path)
+    # not a fleet key: the fleet file's parser fills it, for each job of ``after`` on another node, with the
+    # _SUCCESS marker that says it finished ok (a path as this node sees it, or an s3:// URL)
+    after_markers: dict[str, str] = field(default_factory=dict)
     # generate / extract / router: the kind's options (agents/contract/kinds.py); None for the others.
     # Given as a dict (a fleet file's keys, the wire's form), it is read into the kind's dataclass.
     options: Optional[KindOptions] = None
@@ -175,6 +200,7 @@ class JobSpec:
         if any(not isinstance(g, int) or isinstance(g, bool) or g < 0 for g in self.gpus):
             raise SpecError(f"job {self.name!r}: 'gpus' must be GPU indices (integers >= 0)")
         self._check_watch_fields()
+        self._check_after()
         self._read_options()
         self._read_resources()
 
@@ -245,6 +271,21 @@ class JobSpec:
                     parse(value)
                 except ValueError as exc:
                     raise SpecError(f"job {self.name!r}: {key!r}: {exc}") from None
+
+    def _check_after(self) -> None:
+        if not isinstance(self.after, list) or not all(isinstance(a, str) for a in self.after):
+            raise SpecError(f"job {self.name!r}: 'after' must be a list of job names")
+        for dep in self.after:
+            problem = job_name_problem(dep)
+            if problem:
+                raise SpecError(f"job {self.name!r}: 'after' {dep!r}: {problem}")
+        if self.name in self.after:
+            raise SpecError(f"job {self.name!r}: 'after' names the job itself")
+        marks = self.after_markers
+        if not isinstance(marks, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in marks.items()):
+            raise SpecError(f"job {self.name!r}: 'after_markers' must be a table of strings")
+        if self.success_marker is not None and (not isinstance(self.success_marker, str) or not self.success_marker):
+            raise SpecError(f"job {self.name!r}: 'success_marker' must be a path")
 
     @property
     def restart_policy(self) -> RestartPolicy:

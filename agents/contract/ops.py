@@ -21,7 +21,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Optional
 
-from .jobs import JobSpec
+from .jobs import KINDS, JobSpec, job_name_problem
 from .plain import ProtocolError, from_dict, to_plain
 from .vocab import RestartPolicy, Verdict
 from .watching import AlertThresholds, WatchSettings
@@ -167,6 +167,21 @@ class WatchStatus:
 
 
 @dataclass(frozen=True)
+class Adopted:
+    """What a node recorded of a process it adopted as a job (the environment's names only:
+    its values are secrets)."""
+
+    job: str
+    pid: int
+    pgid: Optional[int]
+    gpus: list[int]
+    argv: list[str]
+    cwd: str
+    env_names: list[str] = field(default_factory=list)
+    started_at: Optional[float] = None  # the process's start (unix time)
+
+
+@dataclass(frozen=True)
 class Check:
     """One line of `gpudeck doctor`: what was checked, what it found, and what to do."""
 
@@ -307,6 +322,33 @@ class KillPid(Op):
 
 
 @dataclass(frozen=True)
+class Adopt(Op):
+    """A process gpudeck did not start, made the job ``job``: its command line, working
+    directory, environment, process group and GPUs recorded, so that it is shown, killed with
+    verification and relaunched (the same command, directory and environment, contained) as a
+    job. ``started_at`` is the start the console saw (GpuProcess.started_at): a pid that now
+    names another process is refused. Refused: another user's process, a process a job
+    already owns, a name the node already holds."""
+
+    name: ClassVar[str] = "adopt"
+    Result: ClassVar[type] = Adopted
+    pid: int
+    job: str
+    started_at: Optional[float] = None
+    progress_file: Optional[str] = None  # where the process reports progress (relative: to its cwd)
+    kind: str = "command"
+
+    def check(self) -> None:
+        if self.pid <= 0:
+            raise ProtocolError(f"'adopt' needs a 'pid' (a positive integer), got {self.pid!r}")
+        problem = job_name_problem(self.job)
+        if problem:
+            raise ProtocolError(f"'adopt' 'job': {problem}")
+        if self.kind not in KINDS:
+            raise ProtocolError(f"'adopt' 'kind' must be one of {', '.join(KINDS)}, got {self.kind!r}")
+
+
+@dataclass(frozen=True)
 class Logs(Op):
     """The job's log: its last ``lines`` lines, or what follows byte ``offset``."""
 
@@ -340,7 +382,7 @@ class Doctor(Op):
 DOCTOR_MAX_S = 1800.0
 
 ALL: tuple[type[Op], ...] = (Status, Configure, ReadHistory, ReadEvents, Watch, Launch, Kill, Relaunch, KillPid,
-                             Logs, Doctor)
+                             Adopt, Logs, Doctor)
 OPS: dict[str, type[Op]] = {cls.name: cls for cls in ALL}
 
 

@@ -16,6 +16,7 @@ class JobState(str, enum.Enum):
     FAILED = "failed"  # ended by itself with a non-zero code
     KILLED = "killed"  # ended by a kill we sent
     LOST = "lost"  # gone with no exit code and no kill: a reboot, an OOM of the wrapper...
+    BLOCKED = "blocked"  # never launched: a job it runs `after` failed or gave up (agents/watch/phases.py)
 
     def __str__(self) -> str:
         return self.value
@@ -40,6 +41,7 @@ class ShownState(str, enum.Enum):
     FAILED = "failed"
     KILLED = "killed"
     LOST = "lost"
+    BLOCKED = "blocked"
     READY = "ready"
     UNKNOWN = "unknown"
 
@@ -143,6 +145,7 @@ class EventKind(str, enum.Enum):
     S3_BACKLOG = "s3_backlog"
     SERVERS_RESTING = "servers_resting"
     IDLE_PAID = "idle_paid"
+    BLOCKED = "blocked"  # a job's `after` can no longer be met: a job it runs after failed or gave up
     NODE_UNREACHABLE = "node_unreachable"  # sent by a console, never by the node itself
     RESOLVED = "resolved"  # a condition above that has cleared
     # the timeline only, never notified
@@ -160,7 +163,7 @@ class EventKind(str, enum.Enum):
 NOTIFY_EVENTS = (EventKind.DIED, EventKind.RESTARTED, EventKind.GAVE_UP, EventKind.STALLED, EventKind.FINISHED,
                  EventKind.GPU_HEALTH, EventKind.DISK, EventKind.TEMPERATURE, EventKind.DEADLINE,
                  EventKind.PLAN_DRIFT, EventKind.S3_BACKLOG, EventKind.SERVERS_RESTING, EventKind.IDLE_PAID,
-                 EventKind.NODE_UNREACHABLE, EventKind.RESOLVED)
+                 EventKind.BLOCKED, EventKind.NODE_UNREACHABLE, EventKind.RESOLVED)
 
 
 class NotifyFormat(str, enum.Enum):

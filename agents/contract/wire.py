@@ -33,6 +33,7 @@ class GpuProcess:
     job: Optional[str] = None  # owning job, None when no job owns the pid
     cpu_pct: Optional[float] = None  # the process's CPU use since the last reading (100 = one core)
     command: Optional[str] = None  # its command line, cut to COMMAND_CHARS
+    started_at: Optional[float] = None  # its start (unix time): an adopt sends it back, so a reused pid is refused
 
 
 @dataclass(frozen=True)
@@ -292,6 +293,8 @@ class JobStatus:
     spec_changes: list[str] = field(default_factory=list)
     fleet: Optional[str] = None  # the fleet file that owns the job (agents/owners.py); None: not known
     task: Optional[TaskInfo] = None  # a cluster job's task (the row is <job>/<index>)
+    waiting: Optional[str] = None  # a job with `after` not started yet: what it waits for, or why it is blocked
+    adopted: bool = False  # this attempt is a process gpudeck did not start (`gpudeck adopt`)
 
 
 @dataclass(frozen=True)
@@ -386,6 +389,7 @@ class Reply:
     result: dict[str, Any] = field(default_factory=dict)
     error: Optional[str] = None
     usage: bool = False  # a refusal that is the fleet file's or the command's mistake (the console exits 2)
+    refusal: Optional[str] = None  # a refusal's kind, where a command gives it an exit code of its own (adopt)
     type: str = "reply"
 
 

@@ -29,14 +29,15 @@ from .config import WatchConfig
 from .events import EventLog
 from .heartbeat import Heartbeat, failing_reason
 from .outbox import Outbox
+from .phases import Phases
 from .restarts import RestartEngine
 from .supervise import state as supervise_state
 
 log = logging.getLogger("agents")
 
 # the audit log's actions that go into the timeline too
-_ACTIONS = {"launch", "relaunch", "kill", "kill-pid", "adopt", "adopt-ended", "restart", "restart-gave-up",
-            "kill-resume"}
+_ACTIONS = {"launch", "relaunch", "kill", "kill-pid", "adopt", "adopt-ended", "adopt-pid", "restart",
+            "restart-gave-up", "kill-resume"}
 
 
 class Watcher:
@@ -47,6 +48,7 @@ class Watcher:
         self.events_log = EventLog(self.home, node)
         self.outbox = Outbox(self.home, on_event=self._note)
         self.restarts = RestartEngine(sup, self.emit)
+        self.phases = Phases(sup, self.emit, lambda name: self.restarts.state(name).gave_up)
         self.conditions = Conditions(self.home, self.emit)
         self.checks = Checks(node)
         self._health: Any = False  # the reader, made at the first tick; None where there is none
@@ -87,7 +89,9 @@ class Watcher:
 
     def job_fields(self, name: str, spec: Optional[JobSpec]) -> dict[str, Any]:
         try:
-            return self.restarts.fields(name, spec)
+            fields = self.restarts.fields(name, spec)
+            waiting = self.phases.notes.get(name)
+            return {**fields, "waiting": waiting} if waiting else fields
         except Exception as exc:  # noqa: BLE001
             self._failure("job_fields", exc)
             return {}
@@ -99,6 +103,10 @@ class Watcher:
             self.restarts.tick(now, jobs, changes)
         except Exception as exc:  # noqa: BLE001 -- the tick goes on
             self._failure("restarts", exc)
+        try:
+            self.phases.tick(now)
+        except Exception as exc:  # noqa: BLE001 -- the tick goes on
+            self._failure("phases", exc)
         try:
             health = self._read_health()
             now_true, once = self.checks.evaluate(now, gpus, jobs, host, alerts, health, self.config.alerts, specs,

@@ -29,11 +29,13 @@ def register(sub) -> None:
         take_over_arg(p)
         if name == "kill":
             p.add_argument("job", nargs="?", help="the job (or --node and --pid for a GPU process of no job)")
-            p.add_argument("--node", help="with --pid: the node of the process")
+            p.add_argument("--node", help="with --pid: the node of the process; with a JOB the fleet file does not "
+                                          "declare (an adopted one): its node")
             p.add_argument("--pid", type=_pid, help="kill a GPU process that belongs to no job, verified the same way")
             p.add_argument("--json", action="store_true", help="print the verdict as JSON")
         else:
             p.add_argument("job", help="the job's name in the fleet file")
+            p.add_argument("--node", help=NODE_HELP)
         if name in ("kill", "relaunch"):
             p.add_argument("--grace", type=seconds, default=10.0, help="seconds between SIGTERM and SIGKILL "
                                                                        "(0 to 3600)")
@@ -42,9 +44,13 @@ def register(sub) -> None:
     p = sub.add_parser("logs", help="a job's log")
     fleet_arg(p)
     p.add_argument("job", help="the job's name in the fleet file")
+    p.add_argument("--node", help=NODE_HELP)
     p.add_argument("-n", "--lines", type=_count, default=50, help="how many lines from the end (default 50)")
     p.add_argument("--follow", action="store_true", help="keep printing what the job writes, until ctrl-c")
     p.set_defaults(run=_logs)
+
+
+NODE_HELP = "the job's node, for a job the fleet file does not declare (one made with `gpudeck adopt`)"
 
 
 def seconds(text: str) -> float:
@@ -76,14 +82,22 @@ def _client(args):
     from ...remote.client import FleetClient
 
     fleet = load_fleet(args.fleet, getattr(args, "take_over", False))
-    fleet.job(args.job)
+    if getattr(args, "node", None):
+        fleet.node(args.node)  # an unknown node: UnknownName naming the fleet's nodes
+    else:
+        fleet.job(args.job)
     return FleetClient(fleet)
+
+
+def _node(args):
+    """Where a job's op goes: its ``--node`` when given, else the fleet file's node of the job."""
+    return getattr(args, "node", None) or None
 
 
 async def _launch(args) -> int:
     client = _client(args)
     try:
-        r = await client.request(ops.Launch(job=args.job))
+        r = await client.request(ops.Launch(job=args.job), node=_node(args))
     finally:
         await client.close()
     print(f"launched {r.job}: pid {r.pid}, attempt {r.attempt}, log {r.log}")
@@ -93,7 +107,7 @@ async def _launch(args) -> int:
 async def _relaunch(args) -> int:
     client = _client(args)
     try:
-        r = await client.request(ops.Relaunch(job=args.job, grace_s=args.grace))
+        r = await client.request(ops.Relaunch(job=args.job, grace_s=args.grace), node=_node(args))
     finally:
         await client.close()
     if r.kill is not None:
@@ -110,8 +124,8 @@ async def _kill(args) -> int:
     from ...agents.contract.plain import to_plain
     from ...remote.client import FleetClient
 
-    if args.pid is not None or args.node is not None:
-        if args.job or args.pid is None or args.node is None:
+    if args.pid is not None:
+        if args.job or args.node is None:
             err("kill: give a JOB, or --node NODE --pid PID for a GPU process that belongs to no job")
             return EXIT_USAGE
         fleet = load_fleet(args.fleet, getattr(args, "take_over", False))
@@ -127,7 +141,7 @@ async def _kill(args) -> int:
             return EXIT_USAGE
         client = _client(args)
         try:
-            r = await client.request(ops.Kill(job=args.job, grace_s=args.grace))
+            r = await client.request(ops.Kill(job=args.job, grace_s=args.grace), node=_node(args))
         finally:
             await client.close()
     if args.json:
@@ -140,13 +154,13 @@ async def _kill(args) -> int:
 async def _logs(args) -> int:
     client = _client(args)
     try:
-        r = await client.request(ops.Logs(job=args.job, lines=args.lines))
+        r = await client.request(ops.Logs(job=args.job, lines=args.lines), node=_node(args))
         sys.stdout.write(r.text)
         sys.stdout.flush()
         offset = r.offset
         while args.follow:
             await asyncio.sleep(0.5)
-            r = await client.request(ops.Logs(job=args.job, offset=offset))
+            r = await client.request(ops.Logs(job=args.job, offset=offset), node=_node(args))
             if r.skipped:
                 sys.stderr.write(f"[gpudeck: skipped {r.skipped / 2**20:.1f} MiB of log to keep up with the job]\n")
             if r.text:

@@ -60,6 +60,8 @@ JOB_KEYS = """\
               (how much GPU memory came back, or which pid still holds it)
   r           relaunch: same spec, next attempt; a running job is killed first
   L           launch a job that is not running (shift-l): asks first
+  a           adopt the selected GPU process of no job as a job (asks first):
+              then k kills it with verification, r relaunches its command
 """
 READ_ONLY = "\n  [b]read-only[/b]: started with --read-only: the keys that act on jobs are off and not shown.\n"
 

@@ -16,9 +16,9 @@ from textual.content import Content
 from textual.screen import Screen
 from textual.widgets import Footer, Input, Static, TabbedContent, TabPane
 
-from ..actions import JobOp, no_target_notice, target_job, target_process
+from ..actions import ADOPT_KEY, JobOp, no_target_notice, target_job, target_process
 from ..messages import (JobActionRequested, JobOpened, LogFollowCancelled, LogFollowRequested,
-                                      ProcessKillRequested)
+                                      ProcessAdoptRequested, ProcessKillRequested)
 from .bindings import job_bindings
 from .palette import FleetCommands
 from ..selection import (ALERT_SORTS, FLEET_SORTS, JOB_SORTS, select_alerts, select_events, select_fleet,
@@ -66,6 +66,7 @@ class MainScreen(Screen[None]):
     BINDINGS = [
         Binding("l", "logs", "Logs", id="view.job_logs"),  # as in k9s: the selected job's log
         *job_bindings(),
+        Binding(ADOPT_KEY, "adopt_process", "Adopt", show=False, id="process.adopt"),  # a GPU process of no job
         Binding("slash", "filter", "Filter", id="view.filter"),
         Binding("s", "sort", "Sort", id="view.sort"),
         Binding("S", "reverse", "Reverse", show=False, id="view.reverse", key_display="S"),
@@ -364,8 +365,8 @@ class MainScreen(Screen[None]):
     # ------------------------------------------------------------ job keys
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> Optional[bool]:
-        if action == "job" and self.read_only:
-            return False  # read-only: kill, relaunch and launch are not in the footer, and do nothing
+        if action in ("job", "adopt_process") and self.read_only:
+            return False  # read-only: kill, relaunch, launch and adopt are not in the footer, and do nothing
         if not self.is_mounted or not self.composed:
             return True
         view = self.active
@@ -376,6 +377,14 @@ class MainScreen(Screen[None]):
         if action in ("sort", "reverse"):
             return bool(SORTS[view])
         return True
+
+    def action_adopt_process(self) -> None:
+        process = target_process(self.table(self.active).cursor_row) if self.active != "logs" else None
+        if process is None:
+            self.notify("select a GPU process that belongs to no job first (in the fleet view)", severity="warning",
+                        timeout=4)
+            return
+        self.post_message(ProcessAdoptRequested(*process))
 
     def action_job(self, op: str) -> None:
         job_op = JobOp(op)

@@ -15,6 +15,7 @@ import threading
 import time
 from typing import Callable, Optional
 
+from ..common import success
 from ..common.dirlock import DirLock
 from ...contract.atomic import atomic_write_json
 from ..common.audit_gate import AUDIT_SAMPLE, audit_verdict
@@ -23,7 +24,7 @@ from ..common.progress import progress_path
 from .context import RunContext, StageClock
 from .data import Encoder, input_files
 from .layout import DONESET, FORMAT, META, NAMES, StoreError, read_header
-from .options import EXIT_AUDIT, ExtractOptions
+from .options import EXIT_AUDIT, EXIT_OK, ExtractOptions
 from .startup import StartupClock
 from .store import reconcile
 
@@ -56,6 +57,7 @@ class Extraction:
             plane_codec()  # a missing zstandard fails now, not after the model has loaded
         os.makedirs(self.out_dir, exist_ok=True)
         lock = DirLock(self.out_dir).acquire()
+        success.clear(self.out_dir)
         try:
             return self._run_locked()
         finally:
@@ -102,7 +104,17 @@ class Extraction:
             from .codec import plane_codec
             codec = plane_codec()
         encoder = Encoder(ctx.tokenizer, _read_template(self.opts.chat_template))
-        return Pipeline(ctx, encoder, codec).run()
+        code = Pipeline(ctx, encoder, codec).run()
+        if code == EXIT_OK and not ctx.signalled.is_set():  # last, at a clean end: what a job `after` this waits for
+            loc = None
+            if self.opts.s3:
+                from ..common.s3sync.remote import S3Location
+                loc = S3Location.parse(self.opts.s3)
+                if self.opts.part is not None:
+                    loc = S3Location(loc.bucket, loc.key(part_name(self.opts.part)))
+            success.write(self.out_dir, {"samples": ctx.cnt.durable_samples, "bytes": ctx.cnt.durable_bytes,
+                                         "shards": len(ctx.res.index.entries)}, loc, self.opts.s3_endpoint)
+        return code
 
     def _load_model(self, dtype):
         """The runner of the chosen layers, the model's config, the layers; writes or checks

@@ -29,6 +29,7 @@ from typing import Any, Optional
 from ..common.dirlock import DirLock
 from ..common.audit_gate import audit_verdict
 from ..common.doneset import DoneSet
+from ..common import success
 from ..common.parts import in_part, part_name
 from ..common.progress import progress_path
 from .options import EXIT_FAIL, EXIT_OK, EXIT_TERM, Options
@@ -89,6 +90,7 @@ class Generator:
             raise UsageError(f"--prompts {o.prompts}: no such file")
         os.makedirs(self.out, exist_ok=True)
         self._lock = DirLock(self.out).acquire()
+        success.clear(self.out)
         self._remove_stale_temp_files()
         self._audit()
         self._check_ids()
@@ -173,12 +175,17 @@ class Generator:
         log.warning("--dedupe first: %d prompt line(s) repeat an earlier id and are dropped (the first: %s)",
                     scan.duplicates, scan.first)
 
-    def _s3_start(self) -> set[int]:
+    def _s3_loc(self):
+        """The S3 prefix of this run (its part's), or None without --s3."""
         from ..common.s3sync.remote import S3Location
-        from ..common.s3sync.start import start_s3
+        if not self.o.s3:
+            return None
         loc = S3Location.parse(self.o.s3)
-        if self.o.part is not None:
-            loc = S3Location(loc.bucket, loc.key(part_name(self.o.part)))
+        return S3Location(loc.bucket, loc.key(part_name(self.o.part))) if self.o.part is not None else loc
+
+    def _s3_start(self) -> set[int]:
+        from ..common.s3sync.start import start_s3
+        loc = self._s3_loc()
         s3 = start_s3(self.out, loc, endpoint_url=self.o.s3_endpoint, done_name=DONE_FILE,
                       names=NAMES, ids_of_file=ids_in_jsonl, restore_attempts=5, list_attempts=(5, 3),
                       local_numbers_on_failure=True)
@@ -279,8 +286,13 @@ class Generator:
         self.done.close()
         self.progress.write(self, final=True)
         self.reader.close() if self.reader else None
+        status = self._exit_status(complete, uploads_ok)
+        if status == EXIT_OK:  # last, and only at a clean end: what a job `after` this one waits for
+            q = self.progress.quality
+            success.write(self.out, {"done": len(self.done), "total": self.total(), "failed": q["errors"],
+                                     "bad_prompts": q["bad_prompts"]}, self._s3_loc(), self.o.s3_endpoint)
         self._lock.release()
-        return self._exit_status(complete, uploads_ok)
+        return status
 
     async def _drain_uploads(self) -> bool:
         """Wait for the uploads (not after a signal); False when some are still pending."""

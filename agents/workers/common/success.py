@@ -1,0 +1,50 @@
+"""``_SUCCESS``: the completion marker a built-in worker writes at a clean end (every record
+done, every upload in S3), in its output directory and, with ``--s3``, under its S3 prefix, so
+a job that runs ``after`` it on another node sees it finished ok (agents/watch/phases.py).
+
+Crash ordering: the marker is written last, after the done-set is closed and the uploads have
+drained; a worker killed before that leaves none, and a run that starts again removes the old
+one before it writes anything (a marker never says more than the output holds)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import time
+from typing import Any, Optional
+
+from ...contract.atomic import atomic_write_json
+from ...contract.jobs import MARKER
+
+log = logging.getLogger(__name__)
+
+
+def clear(out_dir: str) -> None:
+    """A run begins: the last run's marker no longer says what the output holds."""
+    try:
+        os.unlink(os.path.join(out_dir, MARKER))
+    except FileNotFoundError:
+        pass
+
+
+def write(out_dir: str, counts: dict[str, Any], s3_loc: Any = None, endpoint_url: Optional[str] = None) -> bool:
+    """The marker in ``out_dir`` and, with ``s3_loc`` (an S3Location), under its prefix. False
+    (said in the log) when one could not be written: the run's output is complete all the same."""
+    doc = {"ok": True, "at": time.time(), "host": socket.gethostname(), "counts": counts}
+    ok = True
+    try:
+        atomic_write_json(os.path.join(out_dir, MARKER), doc)
+    except OSError as exc:
+        log.error("cannot write %s in %s: %s", MARKER, out_dir, exc)
+        ok = False
+    if s3_loc is not None:
+        from .s3sync.remote import describe_error, make_client
+        try:
+            make_client(endpoint_url).put_object(Bucket=s3_loc.bucket, Key=s3_loc.key(MARKER),
+                                                 Body=json.dumps(doc).encode())
+        except Exception as exc:  # noqa: BLE001 -- boto3's errors are many; the message says which
+            log.error("cannot write %s: %s", s3_loc.url(MARKER), describe_error(exc))
+            ok = False
+    return ok
