@@ -2,6 +2,10 @@
 order of rules 1-4 of the package docstring (``common/s3sync/__init__.py``); a failed upload
 is retried with exponential backoff (capped, with jitter) for as long as the worker lives,
 and the producer never waits on S3.
+
+With a fence (common/fence.py), the thread checks it before every shard and every done-set
+it sends, and every ``fence.interval_s`` while idle; once fenced it sends nothing more and
+stops, and :attr:`ShardUploader.fenced` says why (the worker polls it and exits).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from typing import Any, Callable, Iterable, Optional
 
 from ....contract.atomic import fsync_dir
 from ..doneset import DoneLog
+from ..fence import Fence, Fenced
 from .remote import (MANIFEST, REMOTE_DONE, UPLOADED_DONE, S3Location,
                                                          describe_error, make_client, read_manifest)
 
@@ -55,8 +60,10 @@ class ShardUploader:
 
     def __init__(self, out_dir: str, loc: S3Location, *, ids_of: Callable[[str], Iterable[str]],
                  endpoint_url: Optional[str] = None, client_factory: Optional[Callable[[], Any]] = None,
-                 backoff_s: float = 1.0, max_backoff_s: float = 60.0, done_interval_s: float = 30.0) -> None:
+                 backoff_s: float = 1.0, max_backoff_s: float = 60.0, done_interval_s: float = 30.0,
+                 fence: Optional[Fence] = None) -> None:
         self.out_dir = out_dir
+        self.fence = fence
         self.loc = loc
         self.ids_of = ids_of
         self._client_factory = client_factory or (lambda: make_client(endpoint_url))
@@ -91,6 +98,11 @@ class ShardUploader:
 
     def _new_thread(self) -> threading.Thread:
         return threading.Thread(target=self._supervise, name="s3-uploader", daemon=True)
+
+    @property
+    def fenced(self) -> Optional[Fenced]:
+        """Why this attempt may write no more (a newer one holds the output), once it is so."""
+        return self.fence.fenced if self.fence is not None else None
 
     # ---------------------------------------------------------------- producer side
 
@@ -146,6 +158,8 @@ class ShardUploader:
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:  # (the thread uploads the done-set as soon as its queue is empty)
             self._ensure_running()
+            if self.fenced is not None:
+                return False
             with self._lock:
                 if not (self._outstanding or self._done_dirty):
                     return True
@@ -187,8 +201,20 @@ class ShardUploader:
                 self._stop.wait(delay)
 
     def _run(self) -> None:
+        try:
+            self._run_unfenced()
+        except Fenced as exc:  # rule 2 of common/fence.py: nothing more goes up
+            log.error("uploads stopped: %s", exc)
+            with self._lock:
+                self._last_error = str(exc)
+                self._idle.notify_all()
+            self._stop.set()
+
+    def _run_unfenced(self) -> None:
         client = None
         while not self._stop.is_set():
+            if self.fence is not None:
+                self.fence.check_due()
             now = time.monotonic()
             wait = 1.0
             if self._retry:
@@ -228,6 +254,8 @@ class ShardUploader:
     def _upload_one(self, client: Any, name: str, ids: Optional[list[str]], attempt: int) -> None:
         path = os.path.join(self.out_dir, name)
         key = self.loc.key(name)
+        if self.fence is not None and name not in self._manifest:
+            self.fence.check()  # raises Fenced: the caller stops the thread
         try:
             if name not in self._manifest:
                 if ids is None:
@@ -293,6 +321,8 @@ class ShardUploader:
             return
         if not idle and now - self._last_done_upload < self.done_interval_s:
             return
+        if self.fence is not None:
+            self.fence.check()
         try:
             self._uploaded_done.sync(force=True)
             # both files only grow, and only this thread writes them: consistent snapshots.
