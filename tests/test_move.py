@@ -92,11 +92,11 @@ def alive(pid) -> bool:
 
 
 def fleet_text(netns: NetnsFleet, prompts: Path, server: str, endpoint: str, extra_job: str = "",
-               extra_nodes: str = "") -> str:
+               name: str = "gen", prefix: str = PREFIX) -> str:
     env = "{ " + ", ".join(f"{k} = {json.dumps(v)}" for k, v in S3_ENV.items()) + " }"
     job = f"""
 [[jobs]]
-name = "gen"
+name = "{name}"
 node = "node1"
 kind = "generate"
 prompts = "{prompts}"
@@ -105,12 +105,12 @@ servers = ["{server}"]
 concurrency = 4
 max_tokens = 64
 shard_size = {SHARD}
-s3 = "s3://{BUCKET}/{PREFIX}"
+s3 = "s3://{BUCKET}/{prefix}"
 s3_endpoint = "{endpoint}"
 force = true
 env = {env}
 {extra_job}"""
-    return netns.fleet_toml(jobs=job, extra_nodes=extra_nodes)
+    return netns.fleet_toml(jobs=job)
 
 
 def test_move_off_a_cut_node_fences_the_old_attempt_and_every_id_lands_once(netns, bridge_s3, tmp_path):
@@ -188,3 +188,54 @@ def test_move_to_an_unknown_node_or_its_own_node_is_refused_with_exit_2(tmp_path
     assert "job 'gen' is already on node 'node1'" in r.stderr, r.stderr
     r = cli("move", "nope", "--to", "node2", "-f", str(fleet))
     assert r.returncode == 2 and "unknown job 'nope'" in r.stderr, r.stderr
+
+
+def test_watch_fleet_moves_a_lost_nodes_job_to_the_spare_after_node_lost_s(netns, bridge_s3, tmp_path):
+    node1, node2 = netns.node("node1"), netns.node("node2")
+    s3 = s3_client(bridge_s3)
+    s3.create_bucket(Bucket=BUCKET)
+    prefix = "auto"
+    prompts = tmp_path / "prompts.jsonl"
+    ids = write_prompts(prompts, N_PROMPTS)
+    sim = SimEngineProc("--host", f"{netns.subnet}.1", "--latency-ms", "150", "--out-tokens", "4-16",
+                        log_dir=tmp_path)
+    text = fleet_text(netns, prompts, sim.url, bridge_s3, 'on_node_lost = "move"\n', name="auto", prefix=prefix)
+    text = text.replace('name = "node2"\n', 'name = "node2"\nspare = true\n') + "\n[alerts]\nnode_lost_s = 5\n"
+    fleet = tmp_path / "fleet.toml"
+    fleet.write_text(text)
+    out = tmp_path / "watch.out"
+    watch = None
+    try:
+        r = cli("launch", "auto", "-f", str(fleet))
+        assert r.returncode == 0, r.stderr
+        old_pid = wait_for(lambda: job_state(node1.home, "auto").get("pid"), what="the job's pid on node1")
+        watch = subprocess.Popen([PY, "-m", "gpudeck.console", "watch", "fleet", "-f", str(fleet)], cwd=ROOT,
+                                 stdout=open(out, "w"), stderr=subprocess.STDOUT)
+        wait_for(lambda: len(audit_s3(s3, BUCKET, prefix)[1]) >= 2, timeout=120, what="node1's first shards in S3")
+        node1.link(False)
+        assert len(audit_s3(s3, BUCKET, prefix)[0]) < N_PROMPTS, "node1 finished before it was cut"
+        wait_for(lambda: "launched auto on node2" in out.read_text(), timeout=180,
+                 what="the fleet watch to move the job to the spare", detail=out.read_text)
+        said = out.read_text()
+        assert "node node1 lost" in said and "moving auto to spare node2" in said, said
+        assert "node node1 unreachable: fenced by attempt id" in said, said
+
+        code_file = node2.home / "jobs" / "auto" / "exit_code"
+        wait_for(lambda: code_file.exists() and code_file.read_text().strip(), timeout=300,
+                 what="the moved job to finish on node2",
+                 detail=lambda: (node2.home / "jobs" / "auto" / "job.log").read_text()[-3000:])
+        assert code_file.read_text().strip() == "0"
+        node1.link(True)
+        log1 = node1.home / "jobs" / "auto" / "job.log"
+        wait_for(lambda: not alive(old_pid), timeout=180, what="node1's old worker to stop on its own",
+                 detail=lambda: log1.read_text()[-3000:])
+        assert "fenced:" in log1.read_text(), log1.read_text()[-3000:]
+        counts, _ = audit_s3(s3, BUCKET, prefix)
+        assert not {i: c for i, c in counts.items() if c > 1} and set(counts) == set(ids)
+        assert "moving auto" not in out.read_text().split("launched auto on node2", 1)[1], out.read_text()
+    finally:
+        node1.link(True)
+        if watch is not None:
+            watch.terminate()
+            watch.wait(30)
+        sim.stop()
