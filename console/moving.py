@@ -156,6 +156,14 @@ async def _declare(client: Any, node: str) -> None:
     client.spec_changes.update(reply.changed)
 
 
+def spare_for(fleet: Any, job: str) -> Optional[str]:
+    """The first ``spare`` node of the fleet (its order) that holds no job and is not the job's:
+    where the console's ``m`` moves ``job``."""
+    busy = {node_of(j) for j in fleet.jobs if j.cluster is None}
+    return next((n.name for n in fleet.nodes if getattr(n, "spare", False) and n.name not in busy
+                 and n.cluster is None), None)
+
+
 # ---------------------------------------------------------------- the automatic move
 
 

@@ -203,3 +203,35 @@ def test_on_node_lost_must_be_stay_or_move(tmp_path):
     with pytest.raises(Exception, match="'on_node_lost' must be one of stay, move"):
         parse_fleet(FLEET.replace('on_node_lost = "move"\n[[jobs]]\nname = "gen2"', 'on_node_lost = "go"\n[[jobs]]\n'
                                   'name = "gen2"'), "f.toml")
+
+
+def test_an_id_not_written_at_start_is_written_before_the_first_upload(tmp_path):
+    (tmp_path / "shard-000000.jsonl").write_text('{"id": "a"}\n')
+    store = MemStore(fail=True)  # S3 down at the start: the worker starts all the same
+    fence = Fence(store, new_attempt_id("gpu1", now=1000.0), interval_s=0)
+    with pytest.raises(OSError):
+        fence.claim()
+    store.fail = False
+    client = FakeClient()
+    up = ShardUploader(str(tmp_path), S3Location("b", "p"), ids_of=lambda n: ["a"], client_factory=lambda: client,
+                       fence=fence)
+    up.start()
+    up.submit("shard-000000.jsonl", ["a"])
+    assert up.drain(timeout=30)
+    up.stop()
+    assert store.value == fence.attempt_id and client.uploads == ["p/shard-000000.jsonl"]
+
+
+def test_the_move_key_asks_first_and_is_refused_without_a_free_spare(tmp_path):
+    from gpudeck.console.actions import Confirm, JobOp, Refuse, plan_job_action
+    from gpudeck.console.moving import spare_for
+
+    fleet = parse_fleet(FLEET, str(tmp_path / "fleet.toml"))
+    assert JobOp.MOVE.key == "m" and spare_for(fleet, "gen") == "spare1"
+    plan = plan_job_action(JobOp.MOVE, "gen", None, read_only=False, grace_s=10, dest=spare_for(fleet, "gen"))
+    assert isinstance(plan, Confirm) and "spare node [b]spare1[/b]" in plan.question
+    full = apply(fleet, {"gen": Placement("spare1", "gpu1", "gpu1", new_attempt_id("spare1"), 1.0),
+                         "gen2": Placement("spare2", "gpu2", "gpu2", new_attempt_id("spare2"), 1.0)})
+    plan = plan_job_action(JobOp.MOVE, "server", None, read_only=False, grace_s=10, dest=spare_for(full, "server"))
+    assert isinstance(plan, Refuse) and "gpudeck move server --to NODE" in plan.message
+    assert isinstance(plan_job_action(JobOp.MOVE, "gen", None, read_only=True, grace_s=10, dest="spare1"), Refuse)

@@ -60,6 +60,9 @@ JOB_KEYS = """\
               (how much GPU memory came back, or which pid still holds it)
   r           relaunch: same spec, next attempt; a running job is killed first
   L           launch a job that is not running (shift-l): asks first
+  m           move the selected job to the first free spare node (spare = true):
+              asks first; kill and verify (or fence an unreachable node), then
+              launch there, resuming from the job's output
 """
 READ_ONLY = "\n  [b]read-only[/b]: started with --read-only: the keys that act on jobs are off and not shown.\n"
 

@@ -11,7 +11,10 @@ Ordering rules:
 
 1. :meth:`Fence.claim` runs before the worker restores or writes anything: it reads the id
    there; a newer one means this attempt is stale (restarted on the node it was moved off)
-   and it stops before its first write (:class:`Fenced`); otherwise it writes its own.
+   and it stops before its first write (:class:`Fenced`); otherwise it writes its own. Where
+   the store cannot be written yet (a bucket not there, S3 down), the worker starts all the
+   same (uploads never block generation) and the id is written before its first upload:
+   nothing of this attempt reaches the output before its id does.
 2. :meth:`Fence.check` runs before every shard upload and every done-set upload (the S3
    uploader calls it), and every ``interval_s`` in between: the first newer id it reads stops
    the worker. Nothing the worker sends after that moment reaches the output.
@@ -35,6 +38,10 @@ from ...contract.atomic import atomic_write_bytes
 from ...contract.fencing import FENCE_NAME, is_newer
 
 log = logging.getLogger("gpudeck.fence")
+
+
+class FenceUnavailable(OSError):
+    """The attempt id could not be written yet: nothing may be sent until it is (retried)."""
 
 
 class Fenced(RuntimeError):
@@ -101,6 +108,7 @@ class Fence:
         self.attempt_id = attempt_id
         self.interval_s = interval_s
         self.fenced: Optional[Fenced] = None
+        self.claimed = False
         self._next = 0.0
         self._lock = threading.Lock()
 
@@ -113,15 +121,26 @@ class Fence:
             self.fenced = Fenced(self.attempt_id, theirs, self.store.where)
             raise self.fenced
         self.store.write(self.attempt_id)
+        self.claimed = True
         self._next = time.monotonic() + self.interval_s
         log.info("attempt %s holds %s", self.attempt_id, self.store.where)
 
     def check(self) -> None:
         """Rule 2: raise :class:`Fenced` when a newer attempt's id is there. A read that fails
-        is logged and fences nobody (rule 3)."""
+        is logged and fences nobody (rule 3). Not claimed yet: claim now; FenceUnavailable
+        when that fails (the caller sends nothing, and retries)."""
         with self._lock:
             if self.fenced is not None:
                 raise self.fenced
+            if not self.claimed:
+                try:
+                    self.claim()
+                except Fenced:
+                    raise
+                except Exception as exc:
+                    self._next = time.monotonic() + self.interval_s
+                    raise FenceUnavailable(f"cannot write the attempt id to {self.store.where} yet: {exc}") from None
+                return
             try:
                 theirs = self.store.read()
             except Exception as exc:  # noqa: BLE001 -- cut off: go on, check again before sending
@@ -140,4 +159,7 @@ class Fence:
         if self.fenced is not None:
             raise self.fenced
         if time.monotonic() >= self._next:
-            self.check()
+            try:
+                self.check()
+            except FenceUnavailable as exc:
+                log.warning("%s", exc)

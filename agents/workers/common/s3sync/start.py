@@ -71,16 +71,13 @@ def start_s3(out_dir: str, loc: S3Location, *, endpoint_url: Optional[str], done
         from ....contract.fencing import FENCE_NAME
         fence = Fence(S3Store(client, loc.bucket, loc.key(FENCE_NAME)), attempt_id, fence_interval_s)
 
-        def claim() -> None:
-            try:
-                fence.claim()
-            except Fenced:
-                raise
-            except Exception as exc:
-                raise S3Error(f"cannot write the attempt id to {loc.url(FENCE_NAME)}: {describe_error(exc)}") \
-                    from None
-
-        with_retries(claim, "claiming the output for this attempt", attempts=restore_attempts)
+        try:
+            fence.claim()
+        except Fenced:
+            raise
+        except Exception as exc:  # the uploader writes it before its first upload (common/fence.py, rule 1)
+            log.warning("cannot write the attempt id to %s yet (%s); it goes up before the first upload",
+                        loc.url(FENCE_NAME), describe_error(exc))
     fresh = not os.path.exists(os.path.join(out_dir, done_name))
     restored = None
     if fresh:

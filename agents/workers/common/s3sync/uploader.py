@@ -254,15 +254,17 @@ class ShardUploader:
     def _upload_one(self, client: Any, name: str, ids: Optional[list[str]], attempt: int) -> None:
         path = os.path.join(self.out_dir, name)
         key = self.loc.key(name)
-        if self.fence is not None and name not in self._manifest:
-            self.fence.check()  # raises Fenced: the caller stops the thread
         try:
+            if self.fence is not None and name not in self._manifest:
+                self.fence.check()  # Fenced goes up: the caller stops the thread
             if name not in self._manifest:
                 if ids is None:
                     ids = list(self.ids_of(name))
                 client.upload_file(path, self.loc.bucket, key)
                 self._uploaded_done.append(ids, sync=True)  # rule 2: ids first...
                 self._append_manifest(name)  # ...then the manifest
+        except Fenced:
+            raise
         except Exception as exc:
             why = describe_error(exc)
             if isinstance(exc, FileNotFoundError):
@@ -321,9 +323,9 @@ class ShardUploader:
             return
         if not idle and now - self._last_done_upload < self.done_interval_s:
             return
-        if self.fence is not None:
-            self.fence.check()
         try:
+            if self.fence is not None:
+                self.fence.check()  # Fenced goes up: the caller stops the thread
             self._uploaded_done.sync(force=True)
             # both files only grow, and only this thread writes them: consistent snapshots.
             # done.txt first, then the manifest (rule 4)
@@ -335,6 +337,8 @@ class ShardUploader:
                     data = b""
                 data = data[:data.rfind(b"\n") + 1]
                 client.put_object(Bucket=self.loc.bucket, Key=self.loc.key(name), Body=data)
+        except Fenced:
+            raise
         except Exception as exc:
             with self._lock:
                 self._failures += 1
