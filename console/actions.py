@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
 from rich.markup import escape
 
@@ -25,6 +25,7 @@ class JobOp(str, enum.Enum):
     KILL = ops.Kill.name
     RELAUNCH = ops.Relaunch.name
     LAUNCH = ops.Launch.name
+    MOVE = "move"  # not one op: a kill (or a fence) on the old node, a launch on the new (moving.py)
 
     def __str__(self) -> str:
         return self.value
@@ -39,7 +40,8 @@ class JobOp(str, enum.Enum):
 
 
 # launch is L (shift-l): k9s users press l for logs, and l opens the selected job's log here
-_KEYS = {JobOp.KILL: ("k", "Kill"), JobOp.RELAUNCH: ("r", "Relaunch"), JobOp.LAUNCH: ("L", "Launch")}
+_KEYS = {JobOp.KILL: ("k", "Kill"), JobOp.RELAUNCH: ("r", "Relaunch"), JobOp.LAUNCH: ("L", "Launch"),
+         JobOp.MOVE: ("m", "Move")}
 JOB_OPS = tuple(JobOp)  # in the footer's order
 
 
@@ -100,14 +102,22 @@ Plan = Union[Refuse, Confirm, RunNow]
 
 
 def plan_job_action(op: JobOp, job: str, row: Optional[JobRow], *, read_only: bool, grace_s: float,
-                    changes: tuple[str, ...] = ()) -> Plan:
-    """Kill and launch always ask (a launch takes GPUs and starts spending); relaunch asks when
-    the job runs (it is killed first) or when the fleet file changed since its last launch
-    (``changes``: it runs the file's version)."""
+                    changes: tuple[str, ...] = (), dest: Optional[str] = None) -> Plan:
+    """Kill, launch and move always ask (a launch takes GPUs and starts spending); relaunch asks
+    when the job runs (it is killed first) or when the fleet file changed since its last launch
+    (``changes``: it runs the file's version). A move goes to ``dest``, the first free spare
+    (moving.spare_for): without one it is refused, naming the command that takes any node."""
     if read_only:
         return Refuse(f"read-only: {op} is off (started with --read-only)")
     where = f" on {row.node}" if row else ""
     grace = f"{grace_s:g}"
+    if op == JobOp.MOVE:
+        if dest is None:
+            return Refuse(f"no spare node is free for {job}: mark a node `spare = true` in the fleet file, or run "
+                          f"`gpudeck move {job} --to NODE`")
+        return Confirm(f"move {job}", f"Move job [b]{job}[/b]{where} to spare node [b]{dest}[/b]?\n\nIt is killed "
+                                      f"and verified first (SIGTERM, SIGKILL after {grace} s), or fenced if its node "
+                                      f"cannot be reached; then launched on {dest}, resuming from its output.", "Move")
     if op == JobOp.RELAUNCH and changes:
         lines = "\n".join(f"  {escape(c)}" for c in changes)
         killed = (f"It is running: it is killed first (SIGTERM, SIGKILL after {grace} s).\n\n"
@@ -165,7 +175,8 @@ def plan_process_adopt(node: str, pid: int, name: str, command: Optional[str], *
 
 
 def job_request(op: JobOp, job: str, grace_s: float) -> ops.Op:
-    """The request a job key sends: a kill and a relaunch wait out ``grace_s``."""
+    """The request a job key sends: a kill and a relaunch wait out ``grace_s``. (A move is
+    several requests: moving.move_job.)"""
     if op is JobOp.KILL:
         return ops.Kill(job=job, grace_s=grace_s)
     if op is JobOp.RELAUNCH:
@@ -186,8 +197,11 @@ class Notice:
     timeout: float = 3.0
 
 
-def outcome_notice(op: JobOp, job: str, result: Union[KillVerdict, LaunchResult]) -> Notice:
-    """What the node answered: the kill's verdict, or the attempt and pid that started."""
+def outcome_notice(op: JobOp, job: str, result: Union[KillVerdict, LaunchResult, Any]) -> Notice:
+    """What the node answered: the kill's verdict, the attempt and pid that started, or what a
+    move did (a moving.MoveReport: one line a step)."""
+    if op is JobOp.MOVE:
+        return Notice("\n".join(result.lines), f"moved {job} to {result.dest}", "information", 15)
     if isinstance(result, KillVerdict):
         return Notice(result.message, f"killed {job}" if result.ok else f"kill of {job} incomplete",
                       "information" if result.ok else "error", 15)

@@ -38,6 +38,7 @@ from ..agents.contract import ops
 from ..agents.contract.errors import OperatorError
 from ..agents.contract.vocab import ShownState
 from ..agents.contract.wire import History, Snapshot
+from .moving import MoveFailed, move_job, spare_for
 from .actions import (Confirm, JobOp, Notice, Refuse, failure_notice, outcome_notice, plan_job_action,
                                      plan_process_adopt, plan_process_kill, adopt_name, job_request)
 from .config import ConsoleConfig
@@ -341,8 +342,9 @@ class GpuDeckApp(NoticeLine, App[None]):
 
     def _plan_job_action(self, op: JobOp, job: str, changes: tuple[str, ...] = ()) -> None:
         row = next((r for r in self.state.job_rows() if r.name == job), None)
+        dest = spare_for(self.client.fleet, job) if op is JobOp.MOVE else None
         plan = plan_job_action(op, job, row, read_only=self.config.read_only, grace_s=self.config.grace_s,
-                               changes=changes)
+                               changes=changes, dest=dest)
         if isinstance(plan, Refuse):
             self.notify(plan.message, severity="warning", timeout=4)
         elif isinstance(plan, Confirm):
@@ -444,12 +446,32 @@ class GpuDeckApp(NoticeLine, App[None]):
             return
         if not quiet:
             self.notify(f"{job_op} {job}…", timeout=3)
+        if job_op is JobOp.MOVE:
+            await self._move(job)
+            return
         try:
             result = await self.client.request(job_request(job_op, job, self.config.grace_s), node=self._node_of(job))
         except OPERATOR_ERRORS as exc:
             self.post_message(JobActionFailed(job, job_op, describe_error(exc)))
             return
         self.post_message(JobActionFinished(job, job_op, result))
+
+    async def _move(self, job: str) -> None:
+        """A move to the first free spare (console/moving.py); the fleet as it runs afterwards."""
+        dest = spare_for(self.client.fleet, job)
+        if dest is None:
+            self.post_message(JobActionFailed(job, JobOp.MOVE, "no spare node is free"))
+            return
+        try:
+            report = await move_job(self.client, job, dest, self.config.grace_s)
+        except MoveFailed as exc:
+            self.post_message(JobActionFailed(job, JobOp.MOVE, "\n".join([*exc.done, str(exc)])))
+            return
+        except OPERATOR_ERRORS as exc:
+            self.post_message(JobActionFailed(job, JobOp.MOVE, describe_error(exc)))
+            return
+        self.state.set_fleet(self.client.fleet)
+        self.post_message(JobActionFinished(job, JobOp.MOVE, report))
 
     def on_job_action_finished(self, message: JobActionFinished) -> None:
         self._tell(message.job, message.op, outcome_notice(message.op, message.job, message.result))
@@ -544,4 +566,11 @@ def _fleet_name(fleet: Fleet) -> str:
 
 def make_app(fleet: Fleet, *, client: Optional[FleetClient] = None, **options: Any) -> GpuDeckApp:
     """The console on ``fleet``: the CLI's `up` and `demo` and the tests all start here."""
-    return GpuDeckApp(ConsoleConfig(fleet=fleet, **options), client or FleetClient(fleet))
+    client = client or FleetClient(fleet)
+    client.adjust = _with_placements  # a fleet file read again keeps this laptop's moved jobs where they run
+    return GpuDeckApp(ConsoleConfig(fleet=fleet, **options), client)
+
+
+def _with_placements(fleet: Fleet) -> Fleet:
+    from .placements import PlacementStore, apply
+    return apply(fleet, PlacementStore().of(fleet.path))

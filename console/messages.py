@@ -10,7 +10,7 @@ requests; the answers to the operator's actions and the log follower's chunks co
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Union
+from typing import Any, Union
 
 from textual.message import Message
 
@@ -135,7 +135,7 @@ class JobActionFinished(Message):
 
     job: str
     op: JobOp
-    result: Union[KillVerdict, LaunchResult]
+    result: Union[KillVerdict, LaunchResult, Any]  # a move: moving.MoveReport
 
 
 @dataclass

@@ -108,6 +108,9 @@ class FleetClient:
         # why each unreachable node is down, and since when
         self.errors: dict[str, tuple[AgentError, float]] = {}
         self._transports = transports or {}  # by kind ("local", "ssh"); more are made on demand
+        # what a fleet read again from its file becomes before use (the console's moved jobs:
+        # console/placements.py); the identity by default
+        self.adjust: Callable[[Fleet], Fleet] = lambda f: f
 
     def transport_for(self, node: Node) -> Transport:
         return choose_transport(node, self._transports)
@@ -154,7 +157,7 @@ class FleetClient:
             stamp = None
         if stamp is not None and stamp == self._fleet_stamp:
             return
-        fleet = load_fleet(self.fleet.path)
+        fleet = self.adjust(load_fleet(self.fleet.path))
         self.fleet, self._fleet_stamp = dataclasses.replace(fleet, take_over=self.take_over), stamp
         for name, link in list(self.links.items()):
             jobs = fleet.jobs_on(name)

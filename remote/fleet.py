@@ -53,6 +53,7 @@ class Node:
     jump: Optional[str] = None  # a bastion: a node of the fleet, or [user@]host[:port]; "none": not even ProxyJump
     price_per_hour: Optional[float] = None  # dollars per hour for the node (>= 0); None: not priced, never $0
     textfile_dir: Optional[str] = None  # node_exporter's textfile directory: the agent writes gpudeck.prom there
+    spare: bool = False  # a node kept free: jobs with on_node_lost = "move" move here when their node is lost
     via: Optional["Node"] = None  # the bastion's Node, resolved from `jump` (not a fleet-file key)
     # a [[clusters]] table: this "node" is its login (not a [[nodes]] key); not hashed (it holds lists)
     cluster: Optional[ClusterSpec] = field(default=None, compare=False)

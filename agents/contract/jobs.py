@@ -111,6 +111,7 @@ class SpecError(ValueError):
 
 
 SHELL = "/bin/sh"
+ON_NODE_LOST = ("stay", "move")  # on_node_lost: wait for the node, or move to a spare (console/moving.py)
 
 
 def shell_command(text: str) -> list[str]:
@@ -163,6 +164,9 @@ class JobSpec:
     # not a fleet key: the fleet file's parser fills it, for each job of ``after`` on another node, with the
     # _SUCCESS marker that says it finished ok (a path as this node sees it, or an s3:// URL)
     after_markers: dict[str, str] = field(default_factory=dict)
+    # what a console or `gpudeck watch fleet` does when the job's node is lost ([alerts] node_lost_s):
+    # "stay" (wait for it) or "move" (to a spare node, console/moving.py)
+    on_node_lost: str = "stay"
     # generate / extract / router: the kind's options (agents/contract/kinds.py); None for the others.
     # Given as a dict (a fleet file's keys, the wire's form), it is read into the kind's dataclass.
     options: Optional[KindOptions] = None
@@ -257,6 +261,12 @@ class JobSpec:
 
     def _check_watch_fields(self) -> None:
         policies = ", ".join(p.value for p in RestartPolicy)
+        if self.on_node_lost not in ON_NODE_LOST:
+            raise SpecError(f"job {self.name!r}: 'on_node_lost' must be one of {', '.join(ON_NODE_LOST)}, got "
+                            f"{self.on_node_lost!r}")
+        if self.on_node_lost == "move" and self.cluster is not None:
+            raise SpecError(f"job {self.name!r}: on_node_lost = \"move\" is for a node's job; a cluster's scheduler "
+                            f"places its tasks")
         if not isinstance(self.restart, str) or self.restart not in {p.value for p in RestartPolicy}:
             raise SpecError(f"job {self.name!r}: 'restart' must be one of {policies}, got {self.restart!r}")
         if not isinstance(self.max_restarts, int) or isinstance(self.max_restarts, bool) or self.max_restarts < 0:

@@ -90,6 +90,7 @@ class GenerateOptions(KindOptions):
     flush_interval_s: float = option(0.2, fleet=False, cli=False)
     progress_interval_s: float = option(1.0, fleet=False, cli=False)
     s3_drain_timeout_s: Optional[float] = option(None, fleet=False, cli=False)  # None: $GPUDECK_S3_DRAIN_S, 600
+    fence_interval_s: float = option(5.0, fleet=False, cli=False)  # how often the attempt id is read (fencing)
     audit_sample: int = option(DEFAULT_AUDIT_SAMPLE, fleet=False, cli=False)
 
 
@@ -151,6 +152,7 @@ class ExtractOptions(KindOptions):
                                                "else OUT)")
     throttle_ms: float = option(0.0, fleet=False)  # tests only: sleep after each batch, so a kill lands mid-run
     progress_interval_s: float = option(2.0, fleet=False, cli=False)
+    fence_interval_s: float = option(5.0, fleet=False, cli=False)  # how often the attempt id is read (fencing)
 
 
 @dataclass

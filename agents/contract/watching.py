@@ -154,6 +154,7 @@ class AlertThresholds:
     servers_resting_pct: float = 25.0  # more than this share (%) of a live job's servers ...
     servers_resting_s: float = 600.0  # ... resting or failing this long
     idle_paid_s: float = 1800.0  # a priced GPU idle (no job, or 0% use) this long
+    node_lost_s: float = 300.0  # a node unreachable this long is lost: its on_node_lost = "move" jobs move to a spare
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):

@@ -70,16 +70,23 @@ def stdout_to_devnull() -> None:
 
 
 def load_fleet(path: Optional[str], take_over: bool = False):
-    """The fleet file given, else $GPUDECK_FLEET, else this machine alone. ``take_over``: jobs
-    of this file that another fleet file owns on a node become this one's (``--take-over``)."""
+    """The fleet file given, else $GPUDECK_FLEET, else this machine alone, with the jobs moved
+    from this laptop where they were moved (console/placements.py). ``take_over``: jobs of this
+    file that another fleet file owns on a node become this one's (``--take-over``)."""
     import dataclasses
 
     from ...remote.fleet import load_fleet as load, local_fleet
+
+    from ..placements import PlacementStore, apply
 
     path = path or os.environ.get("GPUDECK_FLEET")
     fleet = load(path) if path else local_fleet()
     for warning in fleet.warnings:  # odd but allowed: said once, on stderr
         err(f"warning: {warning}")
+    store = PlacementStore()  # jobs moved by `gpudeck move` run where they were moved (console/placements.py)
+    fleet = apply(fleet, store.of(fleet.path))
+    if store.warning:
+        err(f"warning: {store.warning}")
     return dataclasses.replace(fleet, take_over=True) if take_over else fleet
 
 

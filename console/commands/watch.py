@@ -1,4 +1,6 @@
-"""`gpudeck watch start|stop|status [-f FLEET] [NODE...]`: a watcher that outlives the console.
+"""`gpudeck watch start|stop|status [-f FLEET] [NODE...]`: a watcher that outlives the console;
+`gpudeck watch fleet [-f FLEET]`: the whole fleet watched from here, the jobs of a lost node
+moved to a spare (console/fleetwatch.py).
 
 ``start`` sets each node's ``watching`` flag (``<home>/watch.json``) after the usual
 ``configure``, which carries the fleet's jobs, ``[[notify]]`` and ``[alerts]``; when this
@@ -49,6 +51,33 @@ def register(sub) -> None:
             q.add_argument("--unreachable-after", type=float, default=120.0, metavar="SECONDS",
                            help="with --follow: how long a node is down before node_unreachable is sent")
         q.set_defaults(run=fn)
+    q = wsub.add_parser("fleet", help="watch the whole fleet from here; move the jobs of a lost node to a spare",
+                        description="Keep every node of the fleet connected and, once a node has been unreachable "
+                                    "for [alerts] node_lost_s, move each of its jobs with on_node_lost = \"move\" "
+                                    "to a spare node (spare = true) that is up and holds no job: the old attempt is "
+                                    "fenced, the new one resumes from the job's output. Runs until ctrl-c.",
+                        epilog=exit_codes())
+    fleet_arg(q)
+    from .jobs import seconds
+    q.add_argument("--grace", type=seconds, default=10.0,
+                   help="a move's kill, when the old node answers after all: seconds between SIGTERM and SIGKILL")
+    q.set_defaults(run=_fleet)
+
+
+async def _fleet(args) -> int:
+    from ...remote.client import FleetClient
+    from ..fleetwatch import watch_fleet
+    from .common import load_fleet
+
+    fleet = load_fleet(args.fleet)
+    client = FleetClient(fleet)
+    print(f"watching {len(client.nodes_in_use())} node(s); a node unreachable for "
+          f"{fleet.alerts.node_lost_s:g} s is lost", flush=True)
+    try:
+        await watch_fleet(client, grace_s=args.grace, say=lambda line: print(line, flush=True))
+    finally:
+        await client.close()
+    return 0
 
 
 def _nodes(fleet, names: list[str]):

@@ -62,6 +62,9 @@ JOB_KEYS = """\
   L           launch a job that is not running (shift-l): asks first
   a           adopt the selected GPU process of no job as a job (asks first):
               then k kills it with verification, r relaunches its command
+  m           move the selected job to the first free spare node (spare = true):
+              asks first; kill and verify (or fence an unreachable node), then
+              launch there, resuming from the job's output
 """
 READ_ONLY = "\n  [b]read-only[/b]: started with --read-only: the keys that act on jobs are off and not shown.\n"
 

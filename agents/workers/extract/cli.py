@@ -29,6 +29,7 @@ def run_from_args(args: argparse.Namespace) -> int:
         print(f"extract: {problem}", file=sys.stderr)
         return EXIT_USAGE
     from ..common.dirlock import DirectoryBusy
+    from ..common.fence import Fenced
     from .data import DataError
     from .layout import StoreError
     from .run import run_extraction
@@ -36,6 +37,10 @@ def run_from_args(args: argparse.Namespace) -> int:
     try:
         from .model import ModelError
         return run_extraction(options_from_args(args))
+    except Fenced as exc:  # a newer attempt holds the output (the job was moved)
+        from ...contract.fencing import EXIT_FENCED
+        print(f"extract: {exc}", file=sys.stderr)
+        return EXIT_FENCED
     except (DataError, ModelError, StoreError, DirectoryBusy) as exc:
         print(f"extract: {exc}", file=sys.stderr)
         return EXIT_USAGE if isinstance(exc, (DataError, ModelError)) else EXIT_FAIL

@@ -112,6 +112,7 @@ class RunContext:
     tokenizer: Any
     res: Resumed
     uploader: Any = None  # common.s3sync.ShardUploader, with --s3
+    fence: Any = None  # common.fence.Fence: a newer attempt found there stops the run (EXIT_FENCED)
     on_shard_closed: Optional[Callable[[str, dict], None]] = None
     stages: StageClock = field(default_factory=StageClock)
     cnt: Counters = field(default_factory=Counters)

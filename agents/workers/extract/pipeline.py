@@ -64,12 +64,31 @@ class Reader:
             ctx.cnt.reader_done = True
             ctx.fail.put(self.batches, None)
 
+    def _fenced(self) -> bool:
+        """A newer attempt holds the output (common/fence.py): stop, send nothing more. An S3
+        fence is read by the uploader's thread; a directory's here, every fence_interval_s."""
+        from ..common.fence import Fenced
+        fence = self.ctx.fence
+        if fence is None:
+            return False
+        if self.ctx.uploader is None:
+            try:
+                fence.check_due()
+            except Fenced:
+                pass
+        if fence.fenced is None:
+            return False
+        if not self.ctx.stopping.is_set():
+            log.error("%s", fence.fenced)
+            self.ctx.stopping.set()
+        return True
+
     def _read_file(self, path: str, batcher: Batcher) -> bool:
         """Every record of one file into the batcher; False when the run stops."""
         ctx = self.ctx
         with open(path, "rb") as f:
             for lineno, raw in enumerate(f, 1):
-                if ctx.stopping.is_set() or ctx.fail.stop.is_set():
+                if ctx.stopping.is_set() or ctx.fail.stop.is_set() or self._fenced():
                     return False
                 if not raw.strip():
                     continue
@@ -343,7 +362,7 @@ class Pipeline:
         threads[0].join(timeout=5)
         if ctx.uploader is not None:
             from ..common.s3sync.remote import drain_timeout_s
-            if ctx.fail.exc is None and not ctx.uploader.drain(timeout=drain_timeout_s()):
+            if ctx.fail.exc is None and not self._fenced() and not ctx.uploader.drain(timeout=drain_timeout_s()):
                 st = ctx.uploader.status()
                 log.error("%d shard(s) or the done-set are not in S3 yet (last error: %s); a relaunch uploads them",
                           st.pending, st.last_error)
@@ -355,6 +374,11 @@ class Pipeline:
 
     def _result(self) -> int:
         ctx, cnt = self.ctx, self.ctx.cnt
+        if ctx.fail.exc is None and self._fenced():
+            from ...contract.fencing import EXIT_FENCED
+            self.progress.write("fenced", force=True)
+            log.error("stopped: %s", ctx.fence.fenced)
+            return EXIT_FENCED
         state = "failed" if ctx.fail.exc is not None else (
             "disk_full_projected" if ctx.exit_code == EXIT_DISK else
             "stopped" if ctx.signalled.is_set() else

@@ -45,6 +45,7 @@ class Extraction:
         self.stages = StageClock()
         self.startup = StartupClock()  # the process's start: the worker's own, or its caller's
         self.cache_dirs = None  # compile_cache.CacheDirs once the model's key is known
+        self.fence = None  # common.fence.Fence, claimed by _resume
 
     @property
     def stage_seconds(self) -> dict[str, float]:
@@ -88,7 +89,7 @@ class Extraction:
         ctx = RunContext(opts=opts, out_dir=self.out_dir, progress_path=progress, files=files, runner=runner,
                          cfg=cfg, layers=layers, tokenizer=self.tokenizer, res=res, uploader=uploader,
                          on_shard_closed=self.on_shard_closed, stages=self.stages, startup=self.startup,
-                         compile_cache=self.cache_dirs)
+                         compile_cache=self.cache_dirs, fence=self.fence)
         old_handlers = _install_signals(ctx)
         try:
             return self._pipeline(ctx)
@@ -180,10 +181,17 @@ class Extraction:
     def _resume(self):
         """(uploader or None, reconcile's result); S3 first: a fresh node gets its done-set
         back before reconciling."""
+        from ...contract.fencing import attempt_id_from_env
+        from ..common.fence import Fence, FileStore
+
         uploader = None
         min_next = 0
-        if self.opts.s3:
-            uploader, min_next = _s3_setup(self.opts, self.out_dir)
+        attempt_id = attempt_id_from_env()
+        if self.opts.s3:  # the fence in S3, claimed before the restore (common/fence.py)
+            uploader, min_next, self.fence = _s3_setup(self.opts, self.out_dir, attempt_id)
+        else:
+            self.fence = Fence(FileStore(self.out_dir), attempt_id, self.opts.fence_interval_s)
+            self.fence.claim()
         res = reconcile(self.out_dir, min_next_shard=min_next)
         if res.removed_tmp or res.reindexed or res.readded:
             log.info("resume: removed %d temp shard(s), re-indexed %s, %d id(s) added to the done-set",
@@ -256,8 +264,9 @@ def _check_or_write_meta(out_dir: str, meta: dict) -> None:
     atomic_write_json(path, meta)
 
 
-def _s3_setup(opts: ExtractOptions, out_dir: str):
-    """Restore the done-set from S3 on a fresh node; return (uploader, first free shard number)."""
+def _s3_setup(opts: ExtractOptions, out_dir: str, attempt_id: str):
+    """Claim the fence, restore the done-set from S3 on a fresh node; return (uploader, first
+    free shard number, fence)."""
     from ..common.s3sync.remote import S3Location
     from ..common.s3sync.start import start_s3
 
@@ -265,8 +274,8 @@ def _s3_setup(opts: ExtractOptions, out_dir: str):
     if opts.part is not None:
         loc = S3Location(loc.bucket, loc.key(part_name(opts.part)))
     s3 = start_s3(out_dir, loc, endpoint_url=opts.s3_endpoint, done_name=DONESET, names=NAMES,
-                  ids_of_file=_ids_of_shard)
-    return s3.uploader, s3.next_number
+                  ids_of_file=_ids_of_shard, attempt_id=attempt_id, fence_interval_s=opts.fence_interval_s)
+    return s3.uploader, s3.next_number, s3.fence
 
 
 def _ids_of_shard(path: str) -> list[str]:

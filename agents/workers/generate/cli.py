@@ -13,6 +13,7 @@ from typing import Optional
 
 from ..common.dirlock import DirectoryBusy
 from ..common.doneset import DoneSetError
+from ..common.fence import Fenced
 from .options import EXIT_FAIL, EXIT_USAGE, add_arguments, options_from_args
 from .servers import UsageError
 
@@ -32,6 +33,10 @@ def run(args: argparse.Namespace) -> int:
         opts = options_from_args(args)
         gen = Generator(opts)
         gen.prepare()
+    except Fenced as exc:  # a newer attempt holds the output (the job was moved): nothing was written
+        from ...contract.fencing import EXIT_FENCED
+        print(f"gpudeck generate: {exc}", file=sys.stderr)
+        return EXIT_FENCED
     except (UsageError, DirectoryBusy) as exc:
         print(f"gpudeck generate: {exc}", file=sys.stderr)
         return EXIT_USAGE

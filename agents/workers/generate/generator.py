@@ -12,6 +12,12 @@ pauses with them held in memory and retries every ten ticks.
 ``--part I/N``: the run takes only the prompts of part I (common/parts.py, by the hash of the
 prompt's id; the reader skips the others), writes into ``OUT/part-I-of-N`` and uploads under
 the S3 prefix ``part-I-of-N``; its total counts that part's prompt lines alone.
+
+Fencing (common/fence.py): the run's attempt id (``$GPUDECK_ATTEMPT_ID``, else a fresh one)
+is claimed beside the output before anything is restored: in S3 with ``--s3`` (the uploader
+checks it before every upload and every few seconds), else in ``OUT/_attempt`` (the ticker
+checks it every few seconds). Once a newer attempt holds the output the run stops, writes
+nothing more there, and exits 5 (``EXIT_FENCED``).
 """
 
 from __future__ import annotations
@@ -26,7 +32,9 @@ import signal
 import time
 from typing import Any, Optional
 
+from ...contract.fencing import EXIT_FENCED, attempt_id_from_env
 from ..common.dirlock import DirLock
+from ..common.fence import Fence, Fenced, FileStore
 from ..common.audit_gate import audit_verdict
 from ..common.doneset import DoneSet
 from ..common import success
@@ -66,6 +74,9 @@ class Generator:
         self._terminated = False
         self.gave_up = False  # every server dead for --give-up-after
         self._interrupted = False  # ctrl-c (SIGINT): exit 130, as every gpudeck command
+        self.attempt_id = attempt_id_from_env()
+        self.fence: Optional[Fence] = None
+        self.fenced: Optional[Fenced] = None  # a newer attempt holds the output: stop, write nothing more
         self.total_estimate = 0
         self.total_exact: Optional[int] = None
         self._part_lines: Optional[int] = None  # with --part: the prompt lines of the part (the id scan's)
@@ -91,6 +102,9 @@ class Generator:
         os.makedirs(self.out, exist_ok=True)
         self._lock = DirLock(self.out).acquire()
         success.clear(self.out)
+        if not o.s3:  # with --s3, the fence is in S3 (claimed by _s3_start, before the restore)
+            self.fence = Fence(FileStore(self.out), self.attempt_id, o.fence_interval_s)
+            self._claim(self.fence.claim)
         self._remove_stale_temp_files()
         self._audit()
         self._check_ids()
@@ -186,11 +200,22 @@ class Generator:
     def _s3_start(self) -> set[int]:
         from ..common.s3sync.start import start_s3
         loc = self._s3_loc()
-        s3 = start_s3(self.out, loc, endpoint_url=self.o.s3_endpoint, done_name=DONE_FILE,
-                      names=NAMES, ids_of_file=ids_in_jsonl, restore_attempts=5, list_attempts=(5, 3),
-                      local_numbers_on_failure=True)
+        s3 = self._claim(lambda: start_s3(self.out, loc, endpoint_url=self.o.s3_endpoint, done_name=DONE_FILE,
+                                          names=NAMES, ids_of_file=ids_in_jsonl, restore_attempts=5,
+                                          list_attempts=(5, 3), local_numbers_on_failure=True,
+                                          attempt_id=self.attempt_id, fence_interval_s=self.o.fence_interval_s))
         self.uploader = s3.uploader
+        self.fence = s3.fence
         return s3.taken
+
+    def _claim(self, fn):
+        """``fn()``; a newer attempt found there releases the directory and raises Fenced."""
+        try:
+            return fn()
+        except Fenced as exc:
+            self.fenced = exc
+            self._lock.release()
+            raise
 
     # -------------------------------------------------------------- callbacks of the writer
 
@@ -266,6 +291,14 @@ class Generator:
         self._stop.set()
 
     async def _finish(self) -> int:
+        if self.fenced is not None:  # the output is the newer attempt's: write nothing more to it
+            if self.uploader is not None:
+                self.uploader.stop()
+            self.done.close()
+            self.reader.close() if self.reader else None
+            self._lock.release()
+            log.error("%s; %d completions this run", self.fenced, self.progress.completed_now)
+            return EXIT_FENCED
         for _ in range(3):  # a full disk may still refuse the backlog
             if self._write_backlog():
                 break
@@ -455,6 +488,8 @@ class Generator:
         resume hint; while the disk refuses records, a retry every ten ticks."""
         o = self.o
         now = time.monotonic()
+        if self._fence_says_stop():
+            return next_progress, next_backlog
         if self._backlog and now >= next_backlog:
             next_backlog = now + o.flush_interval_s * 10
             self._write_backlog()
@@ -471,6 +506,24 @@ class Generator:
             self._write_resume_hint()
             self.progress.write(self)
         return next_progress, next_backlog
+
+    def _fence_says_stop(self) -> bool:
+        """Whether a newer attempt holds the output (the uploader's thread checks an S3 fence;
+        a directory's is read here, every ``fence_interval_s``): then the run stops."""
+        if self.fence is None:
+            return False
+        if self.uploader is None:
+            try:
+                self.fence.check_due()
+            except Fenced:
+                pass
+        if self.fence.fenced is None:
+            return False
+        if self.fenced is None:
+            self.fenced = self.fence.fenced
+            log.error("%s", self.fenced)
+            self._stop.set()
+        return True
 
     def _check_give_up(self, now: float) -> None:
         dead = self.pool.dead_for(now)

@@ -3,6 +3,10 @@ done-set, a fresh node (no local done-set) gets it back from S3 (rule 3 of the p
 docstring); the shard numbers already under the prefix are taken (rule 5); and the uploader
 is made, ready to be given the closed shards that the manifest does not list and started.
 
+With an attempt id, the fence (common/fence.py) is claimed first of all, before the restore:
+a stale attempt stops there, before it reads or writes anything, and the uploader checks it
+before everything it sends.
+
 The programs differ only in how hard they try (``attempts``), and whether a failed listing
 on a node that already has its done-set stops the run (extract) or goes on with the
 numbers this node's own manifest names (generate: its uploads are retried anyway).
@@ -16,9 +20,10 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Iterable, Optional, TypeVar
 
-from .remote import (Restored, S3Error, S3Location, list_shard_numbers,
+from .remote import (Restored, S3Error, S3Location, describe_error, list_shard_numbers,
                                                          make_client, read_manifest, restore_done_set)
 from .uploader import ShardUploader
+from ..fence import Fence, Fenced, S3Store
 from ..shards import ShardNames
 
 log = logging.getLogger("gpudeck.s3")
@@ -30,6 +35,7 @@ class S3Start:
     uploader: ShardUploader  # made, not started: queue what the manifest lacks, then start it
     taken: set[int]  # shard numbers that must not be used again (in S3, or named by the manifest)
     restored: Optional[Restored]  # what a fresh node got back; None on a first run or a known node
+    fence: Optional[Fence] = None  # this attempt's hold on the prefix, claimed
 
     @property
     def next_number(self) -> int:
@@ -52,12 +58,26 @@ def with_retries(fn: Callable[[], T], what: str, attempts: int = 5) -> T:
 
 def start_s3(out_dir: str, loc: S3Location, *, endpoint_url: Optional[str], done_name: str, names: ShardNames,
              ids_of_file: Callable[[str], Iterable[str]], restore_attempts: int = 1,
-             list_attempts: tuple[int, int] = (1, 1), local_numbers_on_failure: bool = False) -> S3Start:
+             list_attempts: tuple[int, int] = (1, 1), local_numbers_on_failure: bool = False,
+             attempt_id: Optional[str] = None, fence_interval_s: float = 5.0) -> S3Start:
     """Restore (on a fresh node), list the taken numbers, make the uploader. ``ids_of_file(path)``
     reads the ids of one shard file of this program. ``list_attempts``: (fresh node, known
     node). ``local_numbers_on_failure``: on a known node a listing that keeps failing is
-    logged and the manifest's numbers are used. Raises S3Error otherwise."""
+    logged and the manifest's numbers are used. ``attempt_id``: claim the fence first (Fenced
+    when a newer attempt holds the prefix). Raises S3Error otherwise."""
     client = make_client(endpoint_url)
+    fence = None
+    if attempt_id is not None:
+        from ....contract.fencing import FENCE_NAME
+        fence = Fence(S3Store(client, loc.bucket, loc.key(FENCE_NAME)), attempt_id, fence_interval_s)
+
+        try:
+            fence.claim()
+        except Fenced:
+            raise
+        except Exception as exc:  # the uploader writes it before its first upload (common/fence.py, rule 1)
+            log.warning("cannot write the attempt id to %s yet (%s); it goes up before the first upload",
+                        loc.url(FENCE_NAME), describe_error(exc))
     fresh = not os.path.exists(os.path.join(out_dir, done_name))
     restored = None
     if fresh:
@@ -69,7 +89,7 @@ def start_s3(out_dir: str, loc: S3Location, *, endpoint_url: Optional[str], done
             log.info("restored the done-set from %s: %d ids, %d shards in S3%s", loc.url(), restored.ids,
                      restored.shards, f", orphans read: {', '.join(restored.orphans)}" if restored.orphans else "")
     uploader = ShardUploader(out_dir, loc, ids_of=lambda n: ids_of_file(os.path.join(out_dir, n)),
-                             endpoint_url=endpoint_url)
+                             endpoint_url=endpoint_url, fence=fence)
     try:
         # every number in S3 is taken, whether this node or another uploaded it
         taken = set(with_retries(lambda: list_shard_numbers(client, loc), f"listing {loc.url()}",
@@ -80,4 +100,4 @@ def start_s3(out_dir: str, loc: S3Location, *, endpoint_url: Optional[str], done
         # this node's own state says which numbers it used; uploads will be retried
         log.warning("%s; going on with the local state (the numbers this node uploaded are kept)", exc)
         taken = {n for name in read_manifest(out_dir) if (n := names.number(name)) is not None}
-    return S3Start(uploader, taken, restored)
+    return S3Start(uploader, taken, restored, fence)

@@ -2,6 +2,10 @@
 order of rules 1-4 of the package docstring (``common/s3sync/__init__.py``); a failed upload
 is retried with exponential backoff (capped, with jitter) for as long as the worker lives,
 and the producer never waits on S3.
+
+With a fence (common/fence.py), the thread checks it before every shard and every done-set
+it sends, and every ``fence.interval_s`` while idle; once fenced it sends nothing more and
+stops, and :attr:`ShardUploader.fenced` says why (the worker polls it and exits).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from typing import Any, Callable, Iterable, Optional
 
 from ....contract.atomic import fsync_dir
 from ..doneset import DoneLog
+from ..fence import Fence, Fenced
 from .remote import (MANIFEST, REMOTE_DONE, UPLOADED_DONE, S3Location,
                                                          describe_error, make_client, read_manifest)
 
@@ -55,8 +60,10 @@ class ShardUploader:
 
     def __init__(self, out_dir: str, loc: S3Location, *, ids_of: Callable[[str], Iterable[str]],
                  endpoint_url: Optional[str] = None, client_factory: Optional[Callable[[], Any]] = None,
-                 backoff_s: float = 1.0, max_backoff_s: float = 60.0, done_interval_s: float = 30.0) -> None:
+                 backoff_s: float = 1.0, max_backoff_s: float = 60.0, done_interval_s: float = 30.0,
+                 fence: Optional[Fence] = None) -> None:
         self.out_dir = out_dir
+        self.fence = fence
         self.loc = loc
         self.ids_of = ids_of
         self._client_factory = client_factory or (lambda: make_client(endpoint_url))
@@ -91,6 +98,11 @@ class ShardUploader:
 
     def _new_thread(self) -> threading.Thread:
         return threading.Thread(target=self._supervise, name="s3-uploader", daemon=True)
+
+    @property
+    def fenced(self) -> Optional[Fenced]:
+        """Why this attempt may write no more (a newer one holds the output), once it is so."""
+        return self.fence.fenced if self.fence is not None else None
 
     # ---------------------------------------------------------------- producer side
 
@@ -146,6 +158,8 @@ class ShardUploader:
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:  # (the thread uploads the done-set as soon as its queue is empty)
             self._ensure_running()
+            if self.fenced is not None:
+                return False
             with self._lock:
                 if not (self._outstanding or self._done_dirty):
                     return True
@@ -187,8 +201,20 @@ class ShardUploader:
                 self._stop.wait(delay)
 
     def _run(self) -> None:
+        try:
+            self._run_unfenced()
+        except Fenced as exc:  # rule 2 of common/fence.py: nothing more goes up
+            log.error("uploads stopped: %s", exc)
+            with self._lock:
+                self._last_error = str(exc)
+                self._idle.notify_all()
+            self._stop.set()
+
+    def _run_unfenced(self) -> None:
         client = None
         while not self._stop.is_set():
+            if self.fence is not None:
+                self.fence.check_due()
             now = time.monotonic()
             wait = 1.0
             if self._retry:
@@ -229,12 +255,16 @@ class ShardUploader:
         path = os.path.join(self.out_dir, name)
         key = self.loc.key(name)
         try:
+            if self.fence is not None and name not in self._manifest:
+                self.fence.check()  # Fenced goes up: the caller stops the thread
             if name not in self._manifest:
                 if ids is None:
                     ids = list(self.ids_of(name))
                 client.upload_file(path, self.loc.bucket, key)
                 self._uploaded_done.append(ids, sync=True)  # rule 2: ids first...
                 self._append_manifest(name)  # ...then the manifest
+        except Fenced:
+            raise
         except Exception as exc:
             why = describe_error(exc)
             if isinstance(exc, FileNotFoundError):
@@ -294,6 +324,8 @@ class ShardUploader:
         if not idle and now - self._last_done_upload < self.done_interval_s:
             return
         try:
+            if self.fence is not None:
+                self.fence.check()  # Fenced goes up: the caller stops the thread
             self._uploaded_done.sync(force=True)
             # both files only grow, and only this thread writes them: consistent snapshots.
             # done.txt first, then the manifest (rule 4)
@@ -305,6 +337,8 @@ class ShardUploader:
                     data = b""
                 data = data[:data.rfind(b"\n") + 1]
                 client.put_object(Bucket=self.loc.bucket, Key=self.loc.key(name), Body=data)
+        except Fenced:
+            raise
         except Exception as exc:
             with self._lock:
                 self._failures += 1

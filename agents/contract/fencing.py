@@ -1,0 +1,78 @@
+"""Attempt ids and the fencing rule: which of two attempts of one job may write its output.
+
+A job moved off a node that cannot be reached may still be running there. Every attempt of a
+worker that writes an output (generate, extract) has an attempt id and writes it beside its
+output (``<prefix>/_attempt`` in S3, ``OUT/_attempt`` in a directory) when it starts; a worker
+that later reads an id *newer* than its own stops writing and exits (:data:`EXIT_FENCED`).
+The console makes a moved job's id (``gpudeck move``) and hands it to the new attempt in
+``$GPUDECK_ATTEMPT_ID``; a worker started without one makes its own.
+
+An id is ``<unix ms, 15 digits>-<node>-<8 hex>``: zero-padded, so the order of the strings is
+the order of the clocks that made them (the node and the random part only break ties). Ids are
+compared, not merely told apart, so that a stale attempt restarted on the old node (its
+watcher, once the link is back) reads the newer id at its start and stops there, instead of
+fencing the new one. The price is a clock: the console's (a move) and the nodes' (a plain
+launch) should agree within a few seconds, as NTP keeps them.
+
+This module is the rule alone, shared by the console and the workers: no I/O.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import socket
+import time
+from typing import Optional
+
+ENV = "GPUDECK_ATTEMPT_ID"  # a moved job's id, set by the console in the job's env
+FENCE_NAME = "_attempt"  # beside the output: s3://bucket/prefix/_attempt, or OUT/_attempt
+EXIT_FENCED = 5  # a worker that found a newer attempt and stopped (nothing more is written)
+
+_ID = re.compile(r"^(\d{15})-([A-Za-z0-9_.-]{1,64})-([0-9a-f]{8})$")
+
+
+class AttemptIdError(ValueError):
+    """Not an attempt id: says what was read."""
+
+
+def new_attempt_id(node: Optional[str] = None, now: Optional[float] = None) -> str:
+    """A fresh id: the time in ms, the node (default: this host's name) and 8 random hex digits."""
+    t = time.time() if now is None else now
+    where = re.sub(r"[^A-Za-z0-9_.-]", "_", node or socket.gethostname() or "node")[:64] or "node"
+    return f"{int(t * 1000):015d}-{where}-{secrets.token_hex(4)}"
+
+
+def parse_attempt_id(text: str) -> tuple[int, str, str]:
+    """(ms, node, random) of an id; AttemptIdError for anything else."""
+    m = _ID.match(text.strip())
+    if m is None:
+        raise AttemptIdError(f"not an attempt id: {text.strip()[:80]!r} (expected <ms>-<node>-<8 hex>)")
+    return int(m.group(1)), m.group(2), m.group(3)
+
+
+def is_newer(theirs: Optional[str], mine: str) -> bool:
+    """Whether the id read beside the output (``theirs``) fences the attempt ``mine``: it is a
+    valid id, not this one, and orders after it. Nothing there, or garbage, fences nobody
+    (the next start writes over it)."""
+    if not theirs or theirs.strip() == mine:
+        return False
+    try:
+        return parse_attempt_id(theirs) > parse_attempt_id(mine)
+    except AttemptIdError:
+        return False
+
+
+def attempt_id_from_env(node: Optional[str] = None) -> str:
+    """``$GPUDECK_ATTEMPT_ID`` when it holds a valid id (a moved job), else a fresh one."""
+    given = os.environ.get(ENV, "").strip()
+    if given:
+        parse_attempt_id(given)  # a bad one is the console's bug: say so, never guess
+        return given
+    return new_attempt_id(node)
+
+
+def attempt_time(attempt_id: str) -> float:
+    """When the id was made (unix seconds)."""
+    return parse_attempt_id(attempt_id)[0] / 1000.0
