@@ -18,7 +18,7 @@ SGLANG_PKGS := sglang==0.5.23 triton==3.6.0 apache-tvm-ffi==0.1.11 compressed-te
                dill==0.4.1 gguf==0.19.0 ipython==9.18.1 traitlets==5.16.1 loguru==0.7.3 msgspec==0.23.0 \
                pillow==13.0.0 pybase64==1.5.1 pyzmq==27.3.0 sentencepiece==0.2.1
 
-.PHONY: test check demo demo-setup screenshot apt venv llama-server bench lint clean
+.PHONY: test check demo demo-setup screenshot morning-screenshot apt venv llama-server bench lint clean
 
 apt:
 	@missing=""; for c in sshd:openssh-server ssh:openssh-client tmux:tmux ip:iproute2 cmake:cmake g++:g++ cron:cron \
@@ -89,6 +89,10 @@ demo: $(LIGHT)
 screenshot: $(LIGHT)
 	mkdir -p docs
 	$(BIN)/gpudeck demo --dir $(CURDIR)/build/demo-screenshot --reset --screenshot docs/demo.svg
+
+# docs/morning.svg, the README's second picture: a job's chart over 24 h from a seeded night
+morning-screenshot: $(LIGHT)
+	$(BIN)/python tests/tools/morning_screenshot.py docs/morning.svg
 
 bench: $(STAMP)
 	$(BIN)/python bench/agent_tick.py

@@ -23,9 +23,13 @@ The rules that keep it whole and cheap:
   ``synchronous=NORMAL``: a commit is in the WAL before the snapshot leaves the agent, so a
   ``kill -9`` at any moment loses nothing committed (a power cut: at most the last
   checkpoint's worth), and SQLite's own recovery never leaves a torn row.
-- **Incremental.** A tick rolls up at most one minute (from its 60 raw rows) and one hour
-  (from its 60 minute rows), and prunes at most one bucket's worth of each tier: no tick ever
-  carries a big pass.
+- **Incremental.** A tick rolls up at most one minute and one hour (from its 60 minute rows),
+  and prunes at most one bucket's worth of each tier: no tick ever carries a big pass. The
+  minute still filling is folded into an accumulator in memory as its samples come
+  (``MinuteFold``), so rolling it up reads nothing back; a minute that began before this
+  process (a restart within it) is rolled up from its rows, as before. Each tier's oldest row
+  is kept in memory (a bound from below), so a tick runs BEGIN, the INSERT, the DELETE of the
+  sample that left the hour and COMMIT, and asks nothing.
 - **Time only goes forward.** A sample at or before the newest row is not stored: a clock
   stepped back by up to an hour leaves a gap, never a duplicate. A clock stepped back by
   more takes the rows ahead of it for the mistake they were and drops them.
@@ -39,6 +43,7 @@ from __future__ import annotations
 
 import errno
 import json
+import math
 import logging
 import os
 import sqlite3
@@ -134,6 +139,56 @@ def _as_agg(row: dict, bucketed: bool) -> dict:
     return {"g": {k: [1, None, *vals] for k, vals in row["g"].items()}, "j": {k: [1, *vals] for k, vals in row["j"].items()}}
 
 
+class MinuteFold:
+    """The minute still filling, folded in memory one raw row at a time: per GPU and job, the
+    samples, the last state, and per figure [lo, sum, hi, count]. ``whole``: it has every
+    sample of its minute (it began with the minute's first, in this process); a minute that
+    is not whole is rolled up from its rows instead. ``aggregate()`` is what ``merge`` makes of
+    the same rows."""
+
+    __slots__ = ("bucket", "whole", "_ents")
+
+    def __init__(self, bucket: int, whole: bool) -> None:
+        self.bucket, self.whole = bucket, whole
+        self._ents: dict[str, dict[str, list]] = {"g": {}, "j": {}}
+
+    def add(self, row: dict) -> None:
+        for side, state_first in (("g", False), ("j", True)):
+            ents = self._ents[side]
+            for key, vals in row[side].items():
+                ent = ents.get(key)
+                figures = vals[1:] if state_first else vals
+                if ent is None:
+                    ent = ents[key] = [0, None] + [None] * len(figures)
+                elif len(ent) < len(figures) + 2:
+                    ent.extend([None] * (len(figures) + 2 - len(ent)))
+                ent[0] += 1
+                if state_first and vals[0] is not None:
+                    ent[1] = vals[0]
+                for i, v in enumerate(figures, 2):
+                    if v is None:
+                        continue
+                    st = ent[i]
+                    if st is None:
+                        ent[i] = [v, v, v, 1]
+                    else:
+                        if v < st[0]:
+                            st[0] = v
+                        elif v > st[2]:
+                            st[2] = v
+                        st[1] += v
+                        st[3] += 1
+
+    def aggregate(self) -> dict:
+        out: dict[str, dict[str, list]] = {"g": {}, "j": {}}
+        for side, ents in self._ents.items():
+            for key, ent in ents.items():
+                n = ent[0]
+                out[side][key] = [n, ent[1]] + [None if st is None else _stored(st[0], st[1] / st[3], st[2], st[3], n)
+                                                for st in ent[2:]]
+        return out
+
+
 def merge(rows: Iterable[dict]) -> dict:
     """Aggregates (in time order) merged into one: min of mins, max of maxes, mean by count,
     the last state."""
@@ -182,6 +237,8 @@ class HistoryDB:
         self.marks: dict[str, Optional[int]] = {}  # tier -> the start of its next bucket to roll up
         self._rewound_logged = False
         self.on_minute: Optional[Callable[[float, dict], None]] = None  # each minute rolled up: (t, aggregate)
+        self.fold: Optional[MinuteFold] = None  # the minute still filling, in memory
+        self._oldest: dict[str, Optional[float]] = {}  # each tier's oldest row (pruning asks no SELECT)
         self.readonly = readonly  # reads only (--once): the file is neither made nor checked
         if not readonly:
             self._open()
@@ -232,6 +289,8 @@ class HistoryDB:
                 self.marks[k] = int(v)
         row = conn.execute(f"SELECT max(t) FROM {self.tiers[0].table}").fetchone()
         self.newest = row[0]
+        self._oldest = {t.table: conn.execute(f"SELECT min(t) FROM {t.table}").fetchone()[0] for t in self.tiers}
+        self.fold = None
 
     def _foreign(self, conn: sqlite3.Connection) -> str:
         """Why the file is not a history of ours (empty: it is one, or it is new)."""
@@ -296,13 +355,18 @@ class HistoryDB:
             if self.conn is None:
                 return "failed"
         conn = self.conn
+        row = raw_row(snap)
+        fold, done = self._fold(t, row, verdict)
+        oldest = dict(self._oldest)
         try:
             conn.execute("BEGIN IMMEDIATE")
             if verdict == "rewind":
                 self._drop_after(t)
             conn.execute(f"INSERT OR REPLACE INTO {self.tiers[0].table} (t, d) VALUES (?, ?)",
-                         (round(t, 3), json.dumps(raw_row(snap), separators=(",", ":"))))
-            rolled = self._roll(t)
+                         (round(t, 3), json.dumps(row, separators=(",", ":"))))
+            if self._oldest.get(self.tiers[0].table) is None:
+                self._oldest[self.tiers[0].table] = round(t, 3)
+            rolled = self._roll(t, done)
             self._prune(t)
             conn.execute("COMMIT")
         except sqlite3.Error as exc:
@@ -310,8 +374,11 @@ class HistoryDB:
                 conn.execute("ROLLBACK")
             except sqlite3.Error:
                 pass
+            self._oldest = oldest
+            self.fold = None  # the sample is not stored: the minute is rolled up from its rows
             self._failed(exc)
             return "failed"
+        self.fold = fold
         self.newest = round(t, 3)
         writes.ok(self.path)
         if rolled is not None and self.on_minute is not None:
@@ -342,15 +409,30 @@ class HistoryDB:
             mark = self.marks.get(tier.table)
             if mark is not None and mark > start:
                 self._set_mark(tier.table, start)
+            self._oldest[tier.table] = self.conn.execute(f"SELECT min(t) FROM {tier.table}").fetchone()[0]
 
     def _set_mark(self, table: str, value: int) -> None:
         assert self.conn is not None
         self.marks[table] = value
         self.conn.execute("INSERT OR REPLACE INTO meta (k, v) VALUES (?, ?)", (table, value))
 
-    def _roll(self, now: float) -> Optional[tuple[float, dict]]:
+    def _fold(self, t: float, row: dict, verdict: str) -> tuple[MinuteFold, Optional[MinuteFold]]:
+        """The minute accumulator with ``row`` folded in (a new one when ``t`` begins a minute),
+        and the one of the minute that ended, if this sample ended one."""
+        b = int(t // 60) * 60
+        done = None
+        fold = self.fold
+        if fold is not None and fold.bucket != b:
+            done, fold = fold, None
+        if fold is None or verdict == "rewind":
+            fold = MinuteFold(b, verdict != "rewind" and (self.newest is None or self.newest < b))
+        fold.add(row)  # (kept only once the sample is stored: a failed write drops the fold)
+        return fold, done
+
+    def _roll(self, now: float, done: Optional[MinuteFold] = None) -> Optional[tuple[float, dict]]:
         """At most one bucket of each tier rolled up from the tier below: the oldest complete
-        one not yet rolled. Returns the minute rolled, if one was."""
+        one not yet rolled (a minute from ``done``, its fold in memory, when that is it and
+        whole). Returns the minute rolled, if one was."""
         assert self.conn is not None
         out = None
         for lower, tier in zip(self.tiers, self.tiers[1:]):
@@ -365,6 +447,15 @@ class HistoryDB:
                 self._set_mark(tier.table, mark)
             if mark >= complete:
                 continue
+            if tier is self.tiers[1] and b == 60 and done is not None and done.whole and done.bucket == mark:
+                agg = done.aggregate()
+                self.conn.execute(f"INSERT OR REPLACE INTO {tier.table} (t, d) VALUES (?, ?)",
+                                  (mark, json.dumps(agg, separators=(",", ":"))))
+                self._set_mark(tier.table, mark + b)
+                if self._oldest.get(tier.table) is None:
+                    self._oldest[tier.table] = mark
+                out = (float(mark), agg)
+                continue
             rows = self.conn.execute(f"SELECT d FROM {lower.table} WHERE t >= ? AND t < ? ORDER BY t",
                                      (mark, mark + b)).fetchall()
             if not rows:  # a gap (the agent was down): on to the next bucket that has rows
@@ -375,21 +466,29 @@ class HistoryDB:
             self.conn.execute(f"INSERT OR REPLACE INTO {tier.table} (t, d) VALUES (?, ?)",
                               (mark, json.dumps(agg, separators=(",", ":"))))
             self._set_mark(tier.table, mark + b)
+            if self._oldest.get(tier.table) is None:
+                self._oldest[tier.table] = mark
             if tier is self.tiers[1]:
                 out = (float(mark), agg)
         return out
 
     def _prune(self, now: float) -> None:
         """Rows older than each tier keeps: at most one bucket's span of them (a minute of
-        samples, an hour of minutes, a day of hours) a tick."""
+        samples, an hour of minutes, a day of hours) a tick. The oldest row of each tier is
+        kept in memory as a bound from below (after a DELETE of rows before ``x``, the first
+        bucket at or after ``x``), so a tick asks nothing and deletes only when rows are due:
+        the sample that left the hour, a minute row once a minute, an hour row once an hour."""
         assert self.conn is not None
         for tier in self.tiers:
             cutoff = now - tier.keep_s
-            oldest = self.conn.execute(f"SELECT min(t) FROM {tier.table}").fetchone()[0]
+            oldest = self._oldest.get(tier.table)
             if oldest is None or oldest >= cutoff:
                 continue
             span = {0: 60, 60: 3600}.get(tier.bucket_s, 86400)
-            self.conn.execute(f"DELETE FROM {tier.table} WHERE t < ?", (min(cutoff, oldest + span),))
+            upto = min(cutoff, oldest + span)
+            self.conn.execute(f"DELETE FROM {tier.table} WHERE t < ?", (upto,))
+            b = tier.bucket_s
+            self._oldest[tier.table] = math.ceil(upto / b) * b if b else upto
 
     # ------------------------------------------------------------ reading
 

@@ -19,7 +19,13 @@ What it measures, in this process, on a headless Textual app of the real console
 Every snapshot is built before measuring starts. Prints the figures, the ratio last.
 
     python bench/console_scale.py [--nodes 256] [--gpus 8] [--jobs-per-node 2] [--rounds 12] [--seconds 20]
-                                  [--unpaced] [--spread-only]
+                                  [--unpaced] [--spread-only] [--charts]
+
+``--charts``: the charts alone (console/chart.py): the memory of the coarse series after the
+greeting's 12 hours on every node, what a snapshot round costs with them, one chart built and
+laid out per range (the state's figures, then the cells), the overview's full update with its
+chart at 24h; and, when plotext and textual-plotext can be imported, the same chart drawn by
+textual-plotext's ``Plot`` at the same size (the baseline). The ratio last.
 """
 
 from __future__ import annotations
@@ -253,6 +259,8 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=20.0, help="length of the CPU-share run")
     ap.add_argument("--unpaced", action="store_true",
                     help="the console before its redraws were paced: a redraw 50 ms after any snapshot")
+    ap.add_argument("--charts", action="store_true", help="the charts' cost: coarse series, a chart per range, "
+                    "the overview with its chart, and textual-plotext at the same size when it can be imported")
     ap.add_argument("--spread-only", action="store_true",
                     help="only the CPU share of the console, snapshots at once and spread (no per-update "
                          "timings, no DataTable)")
@@ -269,6 +277,8 @@ def main() -> int:
 
     if args.spread_only:
         return spread_only(fleet, rounds, args)
+    if args.charts:
+        return charts(fleet, rounds, args)
     fleet_t, fleet_rows = asyncio.run(console_update_times(fleet, rounds, "fleet"))
     jobs_t, job_rows = asyncio.run(console_update_times(fleet, rounds, "jobs"))
     print(f"full update, console fleet view ({fleet_rows} rows):  {ms(fleet_t)}")
@@ -296,6 +306,131 @@ def main() -> int:
           f"CPU share: DataTable naive / console = {share_naive / max(share_fleet, share_jobs):.1f}x; "
           f"console fleet view, spread / at once = {spread_fleet / share_fleet:.2f}x")
     return 0
+
+
+def greeting(fleet: Fleet, node: str, now: float, rng: random.Random):
+    """What a node sends a console that connects: 11 hours of minute means, then an hour of
+    samples (a sample every 10 s here: the coarse series sees a minute alike)."""
+    from gpudeck.agents.contract.wire import History, Sample
+
+    jobs = [j.name for j in fleet.jobs if j.node == node]
+    times = [now - 12 * 3600 + 60 * k + 30 for k in range(660)] + [now - 3600 + 10 * k for k in range(360)]
+    return History(node, [Sample(t, [70_000.0] * 8, [rng.uniform(60, 100) for _ in range(8)],
+                                 {j: rng.uniform(2000, 3000) for j in jobs}, {j: int(t - now + 50_000) for j in jobs})
+                          for t in times])
+
+
+async def overview_update_times(fleet: Fleet, rounds: list[list[Snapshot]], histories: list) -> list[float]:
+    from gpudeck.console.app import make_app
+
+    app = make_app(fleet, connect=False, tick_s=0, initial_view="overview")
+    times = []
+    async with app.run_test(size=SIZE) as pilot:
+        for h in histories:
+            app.state.apply_history(h)
+        await pilot.pause()
+        app.screen.chart_range = "24h"
+        for snaps in rounds:
+            t0 = time.thread_time()
+            for s in snaps:
+                app.state.apply(s)
+            app.refresh_views()
+            app.screen._on_timer_update()
+            times.append(time.thread_time() - t0)
+            await pilot.pause()
+        assert app.screen.query_one("#overview-chart").chart.range == "24h"
+    return times[2:]
+
+
+def charts(fleet: Fleet, rounds: list[list[Snapshot]], args) -> int:
+    import tracemalloc
+
+    from gpudeck.console import chart
+    from gpudeck.console.state import FleetState
+
+    now = rounds[0][0].t
+    rng = random.Random(11)
+    histories = [greeting(fleet, n.name, now, rng) for n in fleet.nodes]
+    state = FleetState(fleet, clock=lambda: rounds[-1][0].t)
+    tracemalloc.start()
+    before = tracemalloc.take_snapshot()
+    for h in histories:
+        state.apply_history(h)
+    after = tracemalloc.take_snapshot()
+    tracemalloc.stop()
+    total = sum(st.size_diff for st in after.compare_to(before, "filename"))
+    arrays = [a for c in [*state._coarse.values(), *state._node_coarse.values()] for a in (c._slot, *c._means)]
+    coarse = sum(sys.getsizeof(a) for a in arrays) + sys.getsizeof(next(iter(state._coarse.values()))) * (
+        len(state._coarse) + len(state._node_coarse))
+    fine = statistics.mean(_deep_size(s) for s in state._series.values())
+    print(f"the greeting's 12 h on every node: {total / 2**20:.1f} MiB allocated in all; the coarse series "
+          f"({len(state._coarse)} jobs + {len(state._node_coarse)} nodes, a minute a bucket for 12 h) "
+          f"{coarse / 2**20:.2f} MiB; a job's 15 s series (240 buckets, 5 figures) {fine / 2**10:.0f} KiB, so one per "
+          f"GPU ({len(fleet.nodes) * args.gpus}) would be {len(fleet.nodes) * args.gpus * fine / 2**20:.0f} MiB")
+    applied = []
+    for snaps in rounds[1:]:
+        t0 = time.thread_time()
+        for s in snaps:
+            state.apply(s)
+        applied.append(time.thread_time() - t0)
+    print(f"one round of {len(rounds[0])} snapshots folded into the state (15 s and coarse series): {ms(applied)}")
+    width, height = SIZE[0] - 2, 20
+    key = f"{fleet.jobs[1].node}/{fleet.jobs[1].name}"
+    built: dict[str, list[float]] = {}
+    drawn: dict[str, list[float]] = {}
+    for r in chart.RANGE_NAMES:
+        for _ in range(args.rounds):
+            t0 = time.thread_time()
+            d = state.job_detail(key, chart_range=r, chart_width=width - chart.GUTTER)
+            t1 = time.thread_time()
+            chart.draw(d.chart, width, height, chart.picker_text(r))
+            t2 = time.thread_time()
+            built.setdefault(r, []).append(t1 - t0)
+            drawn.setdefault(r, []).append(t2 - t1)
+        print(f"chart {r:>3} at {width}x{height}: built (state) {ms(built[r])}; laid out (cells) {ms(drawn[r])}")
+    ours = statistics.median(built["24h"]) + statistics.median(drawn["24h"])
+    plot = plotext_times(d.chart, width, height, args.rounds)
+    if plot is not None:
+        print(f"the same 24h chart by textual-plotext's Plot at {width}x{height} (build + Text.from_ansi): {ms(plot)}")
+    over = asyncio.run(overview_update_times(fleet, rounds, histories))
+    print(f"full update, overview with its chart at 24h ({args.nodes} nodes x {args.gpus} GPUs): {ms(over)}")
+    if plot is not None:
+        print(f"ratio, one 24h chart: textual-plotext / hand-made = {statistics.median(plot) / ours:.1f}x")
+    return 0
+
+
+def _deep_size(series) -> int:
+    """A Series' bytes: its dict, the lists in it and their floats."""
+    cells = series._buckets.values()
+    return sys.getsizeof(series._buckets) + sum(sys.getsizeof(c) + 24 * len(c) for c in cells)
+
+
+def plotext_times(c, width: int, height: int, n: int):
+    """textual-plotext's Plot (what its PlotextPlot renders) on the chart's first two panels."""
+    try:
+        from rich.text import Text
+        from textual_plotext.plot import Plot
+    except ImportError:
+        return None
+    xs = list(range(len(c.panels[0].values)))
+    out = []
+    for _ in range(n):
+        t0 = time.thread_time()
+        p = Plot()
+        p.plotsize(width, height)
+        p._set_size(width, height)
+        p.subplots(2, 1)
+        for i, panel in enumerate(c.panels[:2]):
+            p.subplot(i + 1, 1)
+            pts = [(x, v) for x, v in zip(xs, panel.values) if v is not None]
+            p.plot([x for x, _ in pts], [v for _, v in pts], marker="braille")
+            if panel.plan:
+                plan = [(x, v) for x, v in zip(xs, panel.plan) if v is not None]
+                p.plot([x for x, _ in plan], [v for _, v in plan], marker="braille")
+            p.title(panel.title)
+        Text.from_ansi(p.build())
+        out.append(time.thread_time() - t0)
+    return out
 
 
 def spread_only(fleet: Fleet, rounds: list[list[Snapshot]], args) -> int:

@@ -10,6 +10,10 @@ its log) with the messages of ``messages``; what a job key does is ``actions``. 
 actions (kill, relaunch, launch) and the log follower are workers, and every answer or
 error comes back as a message and is shown.
 
+A chart over a range the node keeps (6h, 24h, 7d) asks for its page of the node's history
+(``HistoryWanted``): one ``ReadHistory`` at the range's resolution in a worker, its answer
+kept in the state per job and range (``apply_history_page``), asked again when it is old.
+
 Each node's timeline is read by a follower of its own (a worker started when the node comes
 up, ended when its link is gone): what happened before the console opened first, then what
 comes after the last seq read, the next read armed only after the last one returned. The
@@ -39,13 +43,15 @@ from ..agents.contract.errors import OperatorError
 from ..agents.contract.vocab import ShownState
 from ..agents.contract.wire import History, Snapshot
 from .moving import MoveFailed, move_job, spare_for
+from .chart import RANGES, RESOLUTION
 from .actions import (Confirm, JobOp, Notice, Refuse, failure_notice, outcome_notice, plan_job_action,
                                      plan_process_adopt, plan_process_kill, adopt_name, job_request)
 from .config import ConsoleConfig
 from .looked import LookedStore, fleet_key
 from .notices import NoticeLine
 from .pacing import RedrawPacer
-from .messages import (EventsFetched, EventsFetchFailed, HistoryReceived, JobActionFailed,
+from .messages import (EventsFetched, EventsFetchFailed, HistoryPageFailed, HistoryPageFetched, HistoryReceived,
+                                      HistoryWanted, JobActionFailed,
                                       JobActionFinished, JobActionRequested, JobOpened, LogFetched, LogFetchFailed,
                                       LogFollowCancelled, LogFollowRequested, NodeWentDown, NodeWentUp,
                                       ProcessAdoptRequested, ProcessKillRequested, SnapshotReceived)
@@ -85,7 +91,7 @@ class GpuDeckApp(NoticeLine, App[None]):
         self.config = config
         self.client = client
         self.state = FleetState(config.fleet, clock=config.clock, spark_bucket_s=config.spark_bucket_s,
-                                timeline=Timeline(config.events_kept))
+                                timeline=Timeline(config.events_kept), reads_history=config.connect)
         self.state.expect(config.nodes or [n.name for n in client.nodes_in_use()])
         self.fleet_name = config.fleet_name or _fleet_name(config.fleet)
         self.verdicts: list[tuple[str, str, str]] = []  # (job, op, what the operator was told)
@@ -154,6 +160,35 @@ class GpuDeckApp(NoticeLine, App[None]):
 
     def on_history_received(self, message: HistoryReceived) -> None:
         self.state.apply_history(message.history)
+        self.schedule_refresh()
+
+    # ------------------------------------------------------------ the charts' history
+
+    def on_history_wanted(self, message: HistoryWanted) -> None:
+        node, job, rng = message.node, message.job, message.range
+        now = self.config.clock()
+        if not self.config.connect:
+            self.state.history_failed(node, job, rng, "not connected", now)
+            return
+        self.state.history_asked(node, job, rng, now)
+        self.run_worker(self._read_history(node, job, rng, now), group=f"history:{node}/{job}/{rng}",
+                        exclusive=True, exit_on_error=False, name=f"history of {job} ({rng})")
+
+    async def _read_history(self, node: str, job: str, rng: str, now: float) -> None:
+        op = ops.ReadHistory(since=now - RANGES[rng], resolution=RESOLUTION[rng], job=job)
+        try:
+            page = await self.client.request(op, node=node, timeout=30.0, connect=False)
+        except OPERATOR_ERRORS as exc:
+            self.post_message(HistoryPageFailed(node, job, rng, describe_error(exc)))
+        else:
+            self.post_message(HistoryPageFetched(node, job, rng, page, now))
+
+    def on_history_page_fetched(self, message: HistoryPageFetched) -> None:
+        self.state.apply_history_page(message.node, message.job, message.range, message.page, message.at)
+        self.schedule_refresh()
+
+    def on_history_page_failed(self, message: HistoryPageFailed) -> None:
+        self.state.history_failed(message.node, message.job, message.range, message.error, self.config.clock())
         self.schedule_refresh()
 
     def on_node_went_up(self, message: NodeWentUp) -> None:

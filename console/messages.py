@@ -14,6 +14,7 @@ from typing import Any, Union
 
 from textual.message import Message
 
+from ..agents.contract.ops import HistoryPage
 from ..agents.contract.wire import Hello, History, KillVerdict, LaunchResult, LogChunk, Snapshot
 from ..remote.link import NodeError
 from .actions import JobOp
@@ -78,7 +79,38 @@ class EventsFetchFailed(Message):
     backlog: bool
 
 
+@dataclass
+class HistoryPageFetched(Message):
+    """A node answered ``ReadHistory`` for ``job``'s chart over ``range`` (chart.RANGES)."""
+
+    node: str
+    job: str
+    range: str
+    page: HistoryPage
+    at: float  # when it was asked
+
+
+@dataclass
+class HistoryPageFailed(Message):
+    """A node could not answer ``ReadHistory`` for a chart (its history is off, it is down)."""
+
+    node: str
+    job: str
+    range: str
+    error: str
+
+
 # ---------------------------------------------------------------- screens ask the app
+
+
+@dataclass
+class HistoryWanted(Message):
+    """A chart over ``range`` of ``job`` on ``node`` needs the node's history (picked, or old)."""
+
+    node: str
+    job: str
+    range: str
+
 
 
 @dataclass

@@ -19,6 +19,7 @@ from typing import Optional, Union
 from ..agents.contract.vocab import AlertKind, EngineState, ShownState
 from ..agents.contract.jobs import JobKind
 from ..agents.contract.wire import Gpu, JobPlan, KillVerdict
+from .chart import Chart
 from .formatting import round_int
 
 SPARK_BUCKET_S = 15.0  # one sparkline cell: 15 s of tokens/s
@@ -239,3 +240,4 @@ class JobDetail:
     kv_series: tuple[Optional[float], ...] = ()  # ... and its KV-cache use (0..1)
     plan: Optional[JobPlan] = None  # its plan.json against how it goes, or why plan.json cannot be read
     useful: Optional[float] = None  # the share of its records that are useful (generate), 0..1
+    chart: Optional[Chart] = None  # its chart over the range picked (chart.py), with its axes

@@ -1,8 +1,10 @@
-"""Time series the state keeps per job and per disk: tokens/s for the sparklines, and
-bytes used for the disk-filling trend."""
+"""Time series the state keeps per job and per disk: tokens/s for the sparklines, the coarse
+series (a minute a bucket, 12 hours) the charts draw longer ranges from, and bytes used for
+the disk-filling trend."""
 
 from __future__ import annotations
 
+from array import array
 from collections import deque
 from operator import add
 from typing import Optional, Sequence
@@ -52,8 +54,80 @@ class Series:
             out.append(None if cell is None or not cell[k + 1] else round_figures(cell[k] / cell[k + 1]))
         return tuple(out)
 
+    def buckets(self, since: float, figure: int = 0) -> list[tuple[float, float, Optional[float]]]:
+        """(start, end, mean) of each bucket that ends after ``since`` with a reading of ``figure``."""
+        k, bs = 2 * figure, self.bucket_s
+        return [(b * bs, (b + 1) * bs, cell[k] / cell[k + 1]) for b, cell in sorted(self._buckets.items())
+                if cell[k + 1] and (b + 1) * bs > since]
+
     def __len__(self) -> int:
         return len(self._buckets)
+
+
+COARSE_BUCKET_S = 60.0
+COARSE_KEEP = 720  # a minute a bucket for 12 hours: the greeting's span
+
+
+class Coarse:
+    """A figure or two of one job (or one node) a minute, for 12 hours, in flat arrays: 720
+    float32 means per figure and the bucket each slot holds, about 8.6 KiB for two figures
+    whatever the readings, so a fleet of 512 jobs and 256 nodes keeps its night in a few MiB
+    (bench/console_scale.py --charts measures it). The bucket still filling is a sum and a
+    count per figure; a reading older than it fills an empty slot only."""
+
+    __slots__ = ("bucket_s", "keep", "_slot", "_means", "_cur", "_sum", "_n")
+
+    def __init__(self, figures: int = 2, bucket_s: float = COARSE_BUCKET_S, keep: int = COARSE_KEEP) -> None:
+        self.bucket_s, self.keep = bucket_s, keep
+        self._slot = array("i", [-1]) * keep  # the bucket each slot holds; -1: none
+        self._means = [array("f", [0.0]) * keep for _ in range(figures)]
+        self._cur = -1
+        self._sum = [0.0] * figures
+        self._n = [0] * figures
+
+    def add(self, t: float, *values: Optional[float]) -> None:
+        b = int(t // self.bucket_s)
+        if b != self._cur:
+            if b < self._cur:
+                self._past(b, values)
+                return
+            self._close()
+            self._cur = b
+        s, n = self._sum, self._n
+        for i, v in enumerate(values):
+            if v is not None:
+                s[i] += v
+                n[i] += 1
+
+    def _past(self, b: int, values: Sequence[Optional[float]]) -> None:
+        slot = b % self.keep
+        if b <= self._cur - self.keep or self._slot[slot] == b:
+            return
+        self._slot[slot] = b
+        for i, m in enumerate(self._means):
+            v = values[i] if i < len(values) else None
+            m[slot] = float("nan") if v is None else v
+
+    def _close(self) -> None:
+        if self._cur < 0 or not any(self._n):
+            return
+        slot = self._cur % self.keep
+        self._slot[slot] = self._cur
+        for i, m in enumerate(self._means):
+            n = self._n[i]
+            m[slot] = self._sum[i] / n if n else float("nan")
+            self._sum[i], self._n[i] = 0.0, 0
+
+    def buckets(self, since: float, figure: int = 0) -> list[tuple[float, float, Optional[float]]]:
+        """(start, end, mean) of each minute that ends after ``since``, oldest first, the one
+        still filling last; NaN where that minute had no reading of ``figure``."""
+        bs, means = self.bucket_s, self._means[figure]
+        first = int(since // bs)
+        got = sorted((b, means[i]) for i, b in enumerate(self._slot) if b >= first and b != self._cur)
+        out = [(b * bs, (b + 1) * bs, float(v)) for b, v in got]
+        if self._cur >= first and self._n[figure]:
+            out.append((self._cur * bs, (self._cur + 1) * bs, self._sum[figure] / self._n[figure]))
+        return out
 
 
 class Recent:

@@ -1,8 +1,11 @@
 """FleetState: pure data built from snapshots. No I/O, no UI code.
 
 Widgets and headless commands both read it. ``apply`` takes one node's snapshot,
-``apply_history`` backfills the sparkline series after a reconnect, ``mark_unreachable``
-records why a node cannot be read; ``timeline`` holds the nodes' events (``timeline.py``).
+``apply_history`` backfills the sparkline series after a reconnect (and the coarse series the
+charts draw longer ranges from: the greeting's 12 hours), ``apply_history_page`` keeps a page
+of the node's history read for a chart's range, ``mark_unreachable`` records why a node
+cannot be read; ``timeline`` holds the nodes' events (``timeline.py``). ``job_chart`` and
+``node_chart`` build the charts (``chart.py``).
 The ``*_rows`` methods and ``totals`` turn the state into the frozen rows of ``rows`` that
 widgets only render: two equal rows draw the same line, so a table redraws a row only when
 its row changed.
@@ -18,12 +21,14 @@ from typing import Any, Callable, Iterable, Optional, Union
 from ..agents.contract.vocab import AlertKind, EngineState, JobState, ShownState
 from ..agents.contract.jobs import JobKind, JobSpec
 from ..agents.contract.documents import over_plan
+from ..agents.contract.ops import HistoryPage
 from ..agents.contract.wire import Alert, Gpu, History, JobStatus, Progress, Snapshot
+from . import chart as charts
 from . import cost
 from .formatting import human_duration, quality_flags, round_eta, round_figures, startup_text
 from .rows import (SPARK_BUCKET_S, AlertRow, FleetRow, GpuRow, JobDetail, JobRow, NodeRow, NodeState,
                                   ProcRow, Totals)
-from .series import DiskTrend, Recent, Series
+from .series import Coarse, DiskTrend, Recent, Series
 from .timeline import Timeline
 from ..remote.client import NodeError, NodeView
 from ..remote.fleet import LOCAL, Fleet
@@ -35,6 +40,9 @@ GPU_SPARK_BUCKET_S = 5.0
 # a job's figures over time, in its one Series: the sparkline's tokens/s, then what the details
 # chart draws (items done; an engine's running and queued requests and KV-cache use)
 FIGURES = ("tokens_per_s", "done", "running", "queued", "kv")
+COARSE_FIGURES = FIGURES[:2]  # what a job's coarse series keeps: tokens/s and items done
+PAGE_FIGURES = ("tokens_per_s", "done", "running", "queued", "kv_usage")  # FIGURES as the history names them
+PAGE_RETRY_S = 60.0  # a page that could not be read is asked for again after this long
 
 # the vocabulary for the rows built every second: a dict keyed by the members is quicker than
 # the enum's own call, and takes a member (found by identity) or its plain value alike
@@ -61,10 +69,14 @@ class FleetState:
     spark_width: int = 12
     spark_bucket_s: float = SPARK_BUCKET_S
     timeline: Timeline = field(default_factory=Timeline)  # the nodes' events, merged (the events view)
+    reads_history: bool = True  # charts of long ranges ask the nodes for their history (False: not connected)
 
     def __post_init__(self) -> None:
         self._series: dict[tuple[str, str], Series] = {}  # (node, job): its FIGURES
         self._gpu_util: dict[str, Recent] = {}  # node: its GPUs' utilization
+        self._coarse: dict[tuple[str, str], Coarse] = {}  # (node, job): tokens/s and done a minute, 12 h
+        self._node_coarse: dict[str, Coarse] = {}  # node: its GPUs' mean utilization a minute, 12 h
+        self._pages: dict[tuple[str, str, str], _Page] = {}  # (node, job, range): the node's history, read
         self._last_t: dict[str, float] = {}  # newest sample time per node, live or backfilled
         self._disk_trend: dict[tuple[str, str], DiskTrend] = {}
         self._first_seen: dict[tuple, float] = {}
@@ -102,11 +114,15 @@ class FleetState:
                 if j.state in _SAMPLED:
                     done = j.progress.done if j.progress is not None else None
                     series, e = self._series_of(snap.node, j.name), j.engine
+                    tps = job_tokens_per_s(j)
                     if e is None:
-                        series.add(t, job_tokens_per_s(j), done)
+                        series.add(t, tps, done)
                     else:
-                        series.add(t, job_tokens_per_s(j), done, e.running, e.queued, e.kv_usage)
-            self._util_of(snap.node).add(t, _utilization(snap.gpus))
+                        series.add(t, tps, done, e.running, e.queued, e.kv_usage)
+                    self._coarse_of(snap.node, j.name).add(t, tps, done)
+            util = _utilization(snap.gpus)
+            self._util_of(snap.node).add(t, util)
+            self._node_coarse_of(snap.node).add(t, _mean(util))
         for d in snap.host.disks:
             trend = self._disk_trend.get((snap.node, d.path))
             if trend is None:
@@ -123,11 +139,44 @@ class FleetState:
                 continue  # seen live already
             for job, tps in s.job_tokens_per_s.items():
                 self._series_of(history.node, job).add(s.t, tps)
+                self._coarse_of(history.node, job).add(s.t, tps)
             for job, done in s.job_done.items():
                 self._series_of(history.node, job).add(s.t, None, done)
+                self._coarse_of(history.node, job).add(s.t, None, done)
             self._util_of(history.node).add(s.t, s.gpu_util)
+            self._node_coarse_of(history.node).add(s.t, _mean(s.gpu_util))
             newest = max(newest, s.t)
         self._last_t[history.node] = newest
+        self.version += 1
+
+    def apply_history_page(self, node: str, job: str, rng: str, page: HistoryPage, fetched_at: float) -> None:
+        """A page of the node's history read for ``job``'s chart over ``rng`` (its points at the
+        range's resolution): kept per range until it is old (``_Page.fresh``)."""
+        step = charts.STEP_S.get(page.resolution or "", 60.0)
+        figures: dict[str, list[charts.Bucket]] = {f: [] for f in PAGE_FIGURES}
+        until = fetched_at - charts.RANGES[rng]
+        for p in page.points:
+            if p.job != job:
+                continue
+            end = p.t + step
+            until = max(until, min(end, fetched_at))
+            for f in PAGE_FIGURES:
+                v = p.mean.get(f)
+                if v is not None:
+                    figures[f].append((p.t, end, v))
+        self._pages[(node, job, rng)] = _Page(fetched_at, page.resolution or "", until, figures)
+        self.version += 1
+
+    def history_asked(self, node: str, job: str, rng: str, at: float) -> None:
+        """A page was asked for: not asked again while the answer is due."""
+        old = self._pages.get((node, job, rng))
+        self._pages[(node, job, rng)] = _Page(at, "", old.until if old else 0.0, old.figures if old else {},
+                                              asking=True)
+
+    def history_failed(self, node: str, job: str, rng: str, error: str, at: float) -> None:
+        old = self._pages.get((node, job, rng))
+        self._pages[(node, job, rng)] = _Page(at, old.resolution if old else "", old.until if old else 0.0,
+                                              old.figures if old else {}, error=error)
         self.version += 1
 
     def mark_unreachable(self, node: str, error: Union[NodeError, str], since: Optional[float] = None,
@@ -144,6 +193,18 @@ class FleetState:
         if r is None:
             r = self._gpu_util[node] = Recent(GPU_SPARK_BUCKET_S, GPU_SPARK)
         return r
+
+    def _coarse_of(self, node: str, job: str) -> Coarse:
+        c = self._coarse.get((node, job))
+        if c is None:
+            c = self._coarse[(node, job)] = Coarse(len(COARSE_FIGURES))
+        return c
+
+    def _node_coarse_of(self, node: str) -> Coarse:
+        c = self._node_coarse.get(node)
+        if c is None:
+            c = self._node_coarse[node] = Coarse(1)
+        return c
 
     def _series_of(self, node: str, job: str) -> Series:
         s = self._series.get((node, job))
@@ -387,7 +448,10 @@ class FleetState:
             accept_length=round(e.accept_length, 2) if e and e.accept_length is not None else None,
             stale=stale, pid=j.pid if alive else None, **self._plan_and_cost(node, j), **_health_cells(p, now))
 
-    def job_detail(self, key: str, spark_width: int = 60) -> Optional[JobDetail]:
+    def job_detail(self, key: str, spark_width: int = 60, chart_range: Optional[str] = None,
+                   chart_width: Optional[int] = None) -> Optional[JobDetail]:
+        """The details of the job ``key`` ("node/name"), with its chart over ``chart_range`` (None:
+        the least range that holds its run, ``chart.fit_range``) in ``chart_width`` columns."""
         node, _, name = key.partition("/")
         for n, j in self.jobs():
             if n == node and j.name == name:
@@ -410,8 +474,103 @@ class FleetState:
                     last_rate_at=p.last_rate_at if p else None, error=j.error, plan=j.plan,
                     useful=cost.useful_share(p),
                     spark=series.last(spark_width, now) if series else (None,) * spark_width,
-                    bucket_s=self.spark_bucket_s, **self._detail_series(n, j.name, spark_width, now))
+                    bucket_s=self.spark_bucket_s, **self._detail_series(n, j.name, spark_width, now),
+                    chart=self.job_chart(n, j, chart_range, chart_width or spark_width, now, row))
         return None
+
+    # ------------------------------------------------------------ charts
+
+    def job_chart(self, node: str, j: JobStatus, rng: Optional[str], width: int, now: float,
+                  row: Optional[JobRow] = None) -> charts.Chart:
+        """``j``'s chart over ``rng`` ending now, ``width`` columns: tokens/s; items done against its
+        plan, when it has a plan.json; an engine's requests and KV cache. 1h from the 15 s series;
+        the longer ranges from the node's history page when one was read, the coarse series after
+        it (or for the whole window, until it is)."""
+        row = row or self._job_row(node, j, now)
+        first = j.first_started_at or j.started_at
+        rng = rng if rng in charts.RANGES else charts.fit_range(now - first if first else None)
+        start = now - charts.RANGES[rng]
+        series = self._series.get((node, j.name))
+        coarse = self._coarse.get((node, j.name))
+        page = self._pages.get((node, j.name, rng)) if rng in charts.RESOLUTION else None
+
+        def figure(i: int) -> tuple[Optional[float], ...]:
+            got: list[charts.Bucket] = []
+            if rng not in charts.RESOLUTION:
+                got = series.buckets(start, i) if series is not None else []
+            else:
+                after = start
+                if page is not None and page.figures:
+                    got = list(page.figures.get(PAGE_FIGURES[i], ()))
+                    after = page.until
+                if i < len(COARSE_FIGURES):  # after the page: the coarse series (the greeting, then live)
+                    got += [b for b in coarse.buckets(after, i) if b[0] >= after - 1e-6] if coarse is not None else []
+                elif series is not None:  # an engine's figures: the last hour in memory
+                    got += [b for b in series.buckets(after, i) if b[0] >= after - 1e-6]
+            return charts.columns(got, start, now, width)
+
+        tps = figure(0)
+        seen = [v for v in tps if v is not None] + ([row.tokens_per_s] if row.tokens_per_s is not None else [])
+        now_tps = cells_rate(row.tokens_per_s if row.tokens_per_s is not None else (seen[-1] if seen else None))
+        panels = [charts.Panel(f"{j.name}  tokens/s  now {now_tps}  peak {cells_rate(max(seen) if seen else None)}",
+                               tps)]
+        if row.done is not None:
+            total = row.total
+            title = f"done  {_count(row.done)}" + (f" / {_count(total)}" if total else "")
+            plan = j.plan
+            line: tuple[Optional[float], ...] = ()
+            if plan is not None and total:
+                line = charts.plan_line(plan.since, plan.planned_wall_s, float(total), start, now, width)
+                if line:
+                    title += f"  plan ─ {human_duration(plan.planned_wall_s)}, now {human_duration(plan.projected_wall_s)}"
+            if total and row.eta_s is not None and row.eta_s > 0:
+                title += f"  finish in {human_duration(row.eta_s)} at the current rate"
+            done = figure(1)
+            last = max((i for i, v in enumerate(done) if v is not None), default=-1)
+            panels.append(charts.Panel(title, charts.filled(done[:last + 1]) + done[last + 1:],
+                                       float(total) if total else None, line, "count"))
+        if row.engine_state is not None:
+            for i, what, unit, top in ((2, "running requests", "count", None), (3, "queued requests", "count", None),
+                                       (4, "KV cache use", "pct", 1.0)):
+                values = figure(i)
+                last_v = next((v for v in reversed(values) if v is not None), None)
+                shown = "-" if last_v is None else (f"{100 * last_v:.0f}%" if unit == "pct" else f"{last_v:.0f}")
+                panels.append(charts.Panel(f"{what}  now {shown}", values, top, (), unit))
+        note, wants = self._chart_note(rng, page, now)
+        return charts.Chart(rng, start, now, tuple(panels), note, wants)
+
+    def _chart_note(self, rng: str, page: Optional["_Page"], now: float) -> tuple[str, bool]:
+        """Where a chart's figures come from, and whether its page should be asked for."""
+        if rng not in charts.RESOLUTION:
+            return "", False
+        if page is None:
+            if not self.reads_history:
+                return "from this console's 12 h", False
+            return "from this console's 12 h; reading the node's history…", True
+        if page.asking:
+            return "reading the node's history…", False
+        if page.error:
+            return f"history: {page.error}", now - page.at >= PAGE_RETRY_S
+        return f"node history at {page.resolution}", not page.fresh(rng, now)
+
+    def node_chart(self, node: str, rng: Optional[str], width: int) -> Optional[charts.Chart]:
+        """A node's GPUs, their mean utilization over ``rng`` (None: 12 hours' worth, 24h), from
+        the coarse series: the greeting's 12 hours and every snapshot since."""
+        c = self._node_coarse.get(node)
+        view = self.nodes.get(node)
+        if view is None:
+            return None
+        now = self.clock()
+        rng = rng if rng in charts.RANGES else "24h"
+        start = now - charts.RANGES[rng]
+        values = charts.columns(c.buckets(start) if c is not None else [], start, now, width)
+        gpus = len(view.snapshot.gpus) if view.snapshot is not None else 0
+        seen = [v for v in values if v is not None]
+        title = f"{node}  GPU utilization (mean of {gpus})  now {_pct(seen[-1] if seen else None)}  " \
+                f"peak {_pct(max(seen) if seen else None)}"
+        note = "from this console's 12 h (the greeting, then every snapshot)" if charts.RANGES[rng] > 12 * 3600 \
+            else ""
+        return charts.Chart(rng, start, now, (charts.Panel(title, values, 100.0),), note)
 
     def _detail_series(self, node: str, job: str, width: int, now: float) -> dict[str, tuple]:
         s = self._series.get((node, job))
@@ -552,6 +711,51 @@ def job_tokens_per_s(j: JobStatus) -> Optional[float]:
     if j.engine is not None:
         return j.engine.tokens_per_s
     return None
+
+
+@dataclass
+class _Page:
+    """A page of a node's history for one job's chart over one range: its figures as buckets,
+    read at ``at`` up to ``until``; or the read under way (``asking``), or why it failed."""
+
+    at: float
+    resolution: str
+    until: float
+    figures: dict[str, list[charts.Bucket]]
+    asking: bool = False
+    error: Optional[str] = None
+
+    def fresh(self, rng: str, now: float) -> bool:
+        """Read again after a 24th of its range (15 min for 6h, an hour for 24h): the coarse
+        series fills what came after it meanwhile."""
+        return now - self.at < max(60.0, charts.RANGES[rng] / 24)
+
+
+def _mean(values: list[Optional[float]]) -> Optional[float]:
+    got = [v for v in values if v is not None]
+    return sum(got) / len(got) if got else None
+
+
+def cells_rate(v: Optional[float]) -> str:
+    """1,234 / 56.7 / 0.42; '-' when unknown (as the tables' cells spell a rate)."""
+    if v is None:
+        return "-"
+    a = abs(v)
+    if a >= 100:
+        return f"{v:,.0f}"
+    return f"{v:.1f}" if a >= 10 else f"{v:.2f}"
+
+
+def _count(n: Optional[float]) -> str:
+    if n is None:
+        return "-"
+    if n < 100_000:
+        return f"{n:,.0f}"
+    return f"{n / 1000:.1f}k" if n < 10_000_000 else f"{n / 1e6:.2f}M"
+
+
+def _pct(v: Optional[float]) -> str:
+    return "-" if v is None else f"{v:.0f}%"
 
 
 def _utilization(gpus: list[Gpu]) -> list[Optional[float]]:

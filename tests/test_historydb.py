@@ -282,3 +282,41 @@ def test_rows_are_json_an_operator_can_read_with_sqlite3(tmp_path):
     assert json.loads(d) == {"g": {"0": [1000.0, 50.0, 60.0, 300.0]},
                              "j": {"job0": ["running", 100.0, 0, 3, 0, 0.5, 0]}}
     assert [t.name for t in TIERS] == ["1s", "1m", "1h"]
+
+
+def test_the_minute_folded_in_memory_is_the_minute_rolled_up_from_its_rows(tmp_path):
+    """The minute accumulator writes what ``merge`` makes of the minute's rows; a minute that
+    began before a restart is rolled up from its rows, whole."""
+    import random
+
+    from gpudeck.agents.historydb import MinuteFold, merge, raw_row, _as_agg
+
+    rng = random.Random(3)
+    rows = [raw_row(worst_snap(T0 + k, rng)) for k in range(60)]
+    fold = MinuteFold(int(T0), True)
+    for r in rows:
+        fold.add(json.loads(json.dumps(r)))
+    folded, merged = fold.aggregate(), merge(_as_agg(json.loads(json.dumps(r)), False) for r in rows)
+    assert folded.keys() == merged.keys() and all(folded[s].keys() == merged[s].keys() for s in folded)
+
+    def near(a, b):  # a mean rounded on the other side of its last digit (a sum, against a running mean)
+        if isinstance(a, list):
+            return len(a) == len(b) and all(near(x, y) for x, y in zip(a, b))
+        return a == b or (isinstance(a, float) and abs(a - b) <= 0.1 + 1e-9)
+
+    assert all(near(folded[s][k], merged[s][k]) for s in folded for k in folded[s])
+
+    clock = Clock()
+    db = HistoryDB(tmp_path / "history.db", clock=clock)
+    for k in range(90):  # a minute and a half ...
+        clock.t = T0 + k
+        db.record(snap(clock.t, util=float(k)))
+    db.close()
+    again = HistoryDB(tmp_path / "history.db", clock=clock)  # ... a restart within the second minute
+    for k in range(90, 130):
+        clock.t = T0 + k
+        again.record(snap(clock.t, util=float(k)))
+    _, mins = again.read(T0, resolution="1m", gpu=0)
+    assert [(p.t, p.n, p.mean["util_pct"], p.lo["util_pct"], p.hi["util_pct"]) for p in mins[:2]] == [
+        (T0, 60, 29.5, 0.0, 59.0), (T0 + 60, 60, 89.5, 60.0, 119.0)]
+    assert again.fold is not None and again.fold.whole  # the third minute began in this process

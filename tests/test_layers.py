@@ -40,8 +40,8 @@ def test_importing_a_layer_pulls_in_nothing_forbidden(package, forbidden):
     assert r.stdout.strip() == "", f"{package} imported {r.stdout.strip()}"
 
 
-CONSOLE_CORE = ["gpudeck.console.state", "gpudeck.console.rows", "gpudeck.console.series", "gpudeck.console.selection",
-                "gpudeck.console.formatting", "gpudeck.console.actions", "gpudeck.console.timeline",
+CONSOLE_CORE = ["gpudeck.console.state", "gpudeck.console.rows", "gpudeck.console.series", "gpudeck.console.chart",
+                "gpudeck.console.selection", "gpudeck.console.formatting", "gpudeck.console.actions", "gpudeck.console.timeline",
                 "gpudeck.console.since", "gpudeck.console.looked", "gpudeck.console.cost", "gpudeck.console.pacing",
                 "gpudeck.console.cli"]
 

@@ -13,6 +13,7 @@ import pytest
 
 from gpudeck.agents.contract.wire import LogChunk, Snapshot
 from gpudeck.console.app import make_app
+from gpudeck.console.chart import GUTTER
 from gpudeck.console.cost import dollars
 from gpudeck.console.messages import EventsFetched, LogFetched, SnapshotReceived
 from gpudeck.console.since import summarize
@@ -253,40 +254,48 @@ async def test_the_events_banner_says_what_the_rows_under_it_show():
 
 
 def chart_columns(app, chart) -> dict[str, set[int]]:
-    """Per chart of a JobChart (by the start of its title), the columns its bars are drawn in."""
+    """Per chart of a JobChart (by the start of its title), the columns its bars are drawn in,
+    right of the value axis and over the time axis."""
     area = chart.content_region  # inside its padding and its bottom border
     lines = screen_text(app).splitlines()[area.y:area.bottom]
     out: dict[str, set[int]] = {}
     title = None
     for line in lines:
         text = line[area.x:area.right]
-        if text.strip() and not set(text.strip()) <= set(BLOCKS):
+        if text[GUTTER - 1:GUTTER] == "└":
+            break  # the time axis
+        if text[GUTTER - 1:GUTTER] not in ("┤", "│"):
             title = "tokens/s" if text.startswith("gen ") else text.split()[0]
             out[title] = set()
         elif title is not None:
-            out[title] |= {x for x, ch in enumerate(text) if ch in BLOCKS[1:]}
+            out[title] |= {x for x, ch in enumerate(text[GUTTER:]) if ch in BLOCKS[1:]}
     return out
 
 
-async def open_details(pilot, job: str) -> str:
+async def open_details(pilot, job: str, done: bool = True) -> str:
     app = pilot.app
     app.screen.table("jobs").move_cursor_to_key(f"gpu-a/{job}")
     await pilot.press("enter")
     await wait_until(pilot, lambda: app.screen.id == "job-screen", what="the details screen")
-    return await wait_until(pilot, lambda: "done  123.5k / 914.0k" in (t := screen_text(app)) and t,
-                            what="the done chart")
+    want = "done  123.5k / 914.0k" if done else "gen  tokens/s"
+    return await wait_until(pilot, lambda: want in (t := screen_text(app)) and t, what="the chart")
 
 
 @pytest.mark.parametrize("size", [(80, 24), (120, 40)], ids=lambda s: f"{s[0]}x{s[1]}")
 async def test_the_charts_of_a_job_share_one_time_window(size):
     """gen's tokens/s and done were read at the same moments (the pinned history): their bars
-    stand in the same columns."""
+    stand in the same columns, over one time axis. At 80x24 the details leave the chart 4
+    rows: tokens/s and the time axis fit, done does not (the axis is kept over a panel)."""
     app = pinned_app(initial_view="jobs")
     async with app.run_test(size=size) as pilot:
         feed_pinned(app)
         await settle(pilot)
-        await open_details(pilot, "gen")
+        await open_details(pilot, "gen", done=size == (120, 40))
         charts = chart_columns(app, app.screen.query_one("#job-chart"))
+        assert "└┬" in screen_text(app)  # the time axis
+        if size == (80, 24):
+            assert set(charts) == {"tokens/s"} and charts["tokens/s"], charts
+            return
         assert set(charts) == {"tokens/s", "done"} and charts["tokens/s"], charts
         assert charts["done"] == charts["tokens/s"]
 
@@ -298,7 +307,8 @@ async def test_the_details_say_the_finish_in_words_with_no_literal_dim():
         await settle(pilot)
         text = await open_details(pilot, "gen")
         assert "(dim)" not in text
-        assert "done  123.5k / 914.0k  finish in 10h 16m at the current rate" in text
+        done = next(line for line in text.splitlines() if "done  123.5k / 914.0k" in line)
+        assert "plan ─ 3h 20m, now 12h 16m  finish in 10h 16m at the current rate" in done
 
 
 async def test_the_overview_chart_opens_on_a_job_with_a_tokens_per_second_series():

@@ -17,6 +17,7 @@ HELP = """\
   g  G        the first and the last row of a table
   enter       details and the log of the selected job
   l           the selected job's log, in the logs view
+  t  T        the chart's range: 1h, 6h, 24h, 7d (T: back); overview and details
   ← →         scroll a log sideways: long lines are not wrapped
 {job_keys}  /           filter the view (enter keeps it, escape clears it);
               in the logs view: search (n / N: next / previous match)
@@ -36,6 +37,14 @@ HELP = """\
 [b]Overview[/b]
   the GPUs, the jobs, the newest alerts, and the chart of the job under the cursor
   (at first, the first job with a tokens/s series); a job's charts share one window
+  and one time axis.  On a node or GPU row: the node's GPU utilization.
+
+[b]Charts[/b]
+  a range ending now: at first the least that holds the job's run (t / T change
+  it); the value axis on the left, the time axis under the last chart.  1h is
+  the console's own 15 s series; 6h, 24h and 7d are read from the node's history
+  (gpudeck history) and kept, shown meanwhile from the 12 hours the node sent
+  when the console connected.  ─ in the done chart: the plan (plan.json).
 
 [b]Events[/b]
   every node's timeline merged in time order: jobs that died, were restarted, gave

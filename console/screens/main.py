@@ -17,13 +17,14 @@ from textual.screen import Screen
 from textual.widgets import Footer, Input, Static, TabbedContent, TabPane
 
 from ..actions import ADOPT_KEY, JobOp, no_target_notice, target_job, target_process
-from ..messages import (JobActionRequested, JobOpened, LogFollowCancelled, LogFollowRequested,
+from ..chart import GUTTER, next_range
+from ..messages import (HistoryWanted, JobActionRequested, JobOpened, LogFollowCancelled, LogFollowRequested,
                                       ProcessAdoptRequested, ProcessKillRequested)
 from .bindings import job_bindings
 from .palette import FleetCommands
 from ..selection import (ALERT_SORTS, FLEET_SORTS, JOB_SORTS, select_alerts, select_events, select_fleet,
                                        select_jobs, sorted_descending)
-from ..rows import JobRow
+from ..rows import FleetRow, GpuRow, JobRow, NodeRow
 from ..state import FleetState
 from ..timeline import listed
 from ..widgets.alerts_table import AlertsTable
@@ -68,6 +69,8 @@ class MainScreen(Screen[None]):
         *job_bindings(),
         Binding(ADOPT_KEY, "adopt_process", "Adopt", show=False, id="process.adopt"),  # a GPU process of no job
         Binding("slash", "filter", "Filter", id="view.filter"),
+        Binding("t", "chart_range(1)", "Range", show=False, id="chart.range"),
+        Binding("T", "chart_range(-1)", "Range back", show=False, key_display="T", id="chart.range_back"),
         Binding("s", "sort", "Sort", id="view.sort"),
         Binding("S", "reverse", "Reverse", show=False, id="view.reverse", key_display="S"),
         Binding("escape", "clear_filter", "Clear", show=False, id="view.clear"),  # the status line says it
@@ -93,6 +96,7 @@ class MainScreen(Screen[None]):
         self._events_listed = ""  # what the events table lists, said over it
         self._chart_chosen = False  # the overview's chart was put on a job with a tokens/s series
         self._status_shown: Optional[str] = None  # the line under the view, as drawn last
+        self.chart_range: Optional[str] = None  # the overview chart's range; None: the one that holds the run
 
     def compose(self) -> ComposeResult:
         yield FleetHeader(self.fleet_name, self.read_only, id="header")
@@ -183,8 +187,17 @@ class MainScreen(Screen[None]):
             self._chart_chosen = _cursor_on_a_rate(jobs)
         self.query_one("#overview-alerts", LiveTable).show(select_alerts(state.alert_rows())[:OVERVIEW_ALERTS])
         chart = self.query_one(JobChart)
+        width = max(12, chart.size.width - GUTTER)
+        fleet = self.query_one("#overview-fleet", LiveTable)
+        node = _node_of(fleet.cursor_row) if self.focused is fleet else None
+        if node is not None:  # on a node or a GPU: the node's GPUs over the range
+            chart.chart = state.node_chart(node, self.chart_range, width)
+            return
         key = jobs.cursor_key
-        chart.detail = state.job_detail(key, spark_width=max(12, chart.size.width - 2)) if key else None
+        detail = state.job_detail(key, spark_width=12, chart_range=self.chart_range, chart_width=width) if key else None
+        chart.chart = detail.chart if detail is not None else None
+        if detail is not None and detail.chart is not None and detail.chart.wants:
+            self.post_message(HistoryWanted(detail.row.node, detail.row.name, detail.chart.range))
 
     def _show_events(self, state: FleetState, text: str) -> None:
         """The timeline, and over it what happened since the operator last looked and what the
@@ -248,6 +261,11 @@ class MainScreen(Screen[None]):
             if event.table.id == "overview-jobs":  # the chart follows the cursor
                 self.show_state(self.fleet_state)
 
+    @on(LiveTable.Highlighted, "#overview-fleet")
+    def _node_highlighted(self, event: LiveTable.Highlighted) -> None:
+        if self.focused is event.table:  # the chart follows the cursor onto a node
+            self.show_state(self.fleet_state)
+
     @on(LiveTable.Selected)
     def _row_selected(self, event: LiveTable.Selected) -> None:
         job = self.selected_job()
@@ -293,6 +311,19 @@ class MainScreen(Screen[None]):
         table = self.query_one("#overview-jobs" if view == "overview" else f"#{view}-table", LiveTable)
         table.focus()
         return table.move_cursor_to_key(key)
+
+    def on_job_chart_resized(self, event: JobChart.Resized) -> None:
+        if self.composed and self.active == "overview":
+            self.show_state(self.fleet_state)
+
+    def action_chart_range(self, step: int) -> None:
+        """`t` / `T`: the overview chart's next (previous) range: 1h, 6h, 24h, 7d."""
+        if self.active != "overview":
+            self.notify("the chart's range: in the overview (0) or a job's details (enter)", timeout=3)
+            return
+        shown = self.query_one(JobChart).chart
+        self.chart_range = next_range(shown.range if shown is not None else "1h", step)
+        self.show_state(self.fleet_state)
 
     def action_view(self, view: str) -> None:
         self.query_one("#views", TabbedContent).active = view
@@ -398,6 +429,10 @@ class MainScreen(Screen[None]):
             self.notify(n.text, severity=n.severity, timeout=n.timeout)  # type: ignore[arg-type]
             return
         self.post_message(JobActionRequested(job_op, job))
+
+
+def _node_of(row: Optional[FleetRow]) -> Optional[str]:
+    return row.node if isinstance(row, (NodeRow, GpuRow)) else None
 
 
 def _cursor_on_a_rate(jobs: LiveTable) -> bool:
