@@ -22,7 +22,7 @@ EXTRACT = {"data": "/data/gen", "out": "/data/hs", "layers": [1, 7, -1], "max_to
            "device": "cuda:1", "dtype": "float16", "s3": "s3://b/hs", "s3_endpoint": "http://s3:9000", "force": True,
            "audit": False, "chat_template": "t.jinja", "part": [1, 4], "shard_bytes": 2**20, "shard_samples": 10,
            "max_seq_len": 8192, "dedupe": "first", "compile": False, "generic_forward": True, "host_buffers": 2,
-           "writers": 4, "compress": True, "disk_check": "warn", "peak_tflops": 500.0}
+           "writers": 4, "compress": True, "disk_check": "warn", "peak_tflops": 500.0, "cache_dir": "/cache/compile"}
 
 
 def test_every_fleet_key_is_set_in_the_tables_above():

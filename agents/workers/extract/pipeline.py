@@ -41,6 +41,26 @@ log = logging.getLogger("gpudeck.extract")
 _ID_PEEK = re.compile(rb'^\s*\{\s*"id"\s*:\s*("(?:[^"\\]|\\.)*"|-?\d+)\s*[,}]')
 
 
+def fenced(ctx: RunContext) -> bool:
+    """A newer attempt holds the output (common/fence.py): stop, send nothing more. An S3
+    fence is read by the uploader's thread; a directory's here, every fence_interval_s."""
+    from ..common.fence import Fenced
+    fence = ctx.fence
+    if fence is None:
+        return False
+    if ctx.uploader is None:
+        try:
+            fence.check_due()
+        except Fenced:
+            pass
+    if fence.fenced is None:
+        return False
+    if not ctx.stopping.is_set():
+        log.error("%s", fence.fenced)
+        ctx.stopping.set()
+    return True
+
+
 class Reader:
     """The reader thread: records not done yet, tokenized, in batches."""
 
@@ -65,23 +85,7 @@ class Reader:
             ctx.fail.put(self.batches, None)
 
     def _fenced(self) -> bool:
-        """A newer attempt holds the output (common/fence.py): stop, send nothing more. An S3
-        fence is read by the uploader's thread; a directory's here, every fence_interval_s."""
-        from ..common.fence import Fenced
-        fence = self.ctx.fence
-        if fence is None:
-            return False
-        if self.ctx.uploader is None:
-            try:
-                fence.check_due()
-            except Fenced:
-                pass
-        if fence.fenced is None:
-            return False
-        if not self.ctx.stopping.is_set():
-            log.error("%s", fence.fenced)
-            self.ctx.stopping.set()
-        return True
+        return fenced(self.ctx)
 
     def _read_file(self, path: str, batcher: Batcher) -> bool:
         """Every record of one file into the batcher; False when the run stops."""
@@ -362,7 +366,7 @@ class Pipeline:
         threads[0].join(timeout=5)
         if ctx.uploader is not None:
             from ..common.s3sync.remote import drain_timeout_s
-            if ctx.fail.exc is None and not self._fenced() and not ctx.uploader.drain(timeout=drain_timeout_s()):
+            if ctx.fail.exc is None and not fenced(ctx) and not ctx.uploader.drain(timeout=drain_timeout_s()):
                 st = ctx.uploader.status()
                 log.error("%d shard(s) or the done-set are not in S3 yet (last error: %s); a relaunch uploads them",
                           st.pending, st.last_error)
@@ -374,7 +378,7 @@ class Pipeline:
 
     def _result(self) -> int:
         ctx, cnt = self.ctx, self.ctx.cnt
-        if ctx.fail.exc is None and self._fenced():
+        if ctx.fail.exc is None and fenced(ctx):
             from ...contract.fencing import EXIT_FENCED
             self.progress.write("fenced", force=True)
             log.error("stopped: %s", ctx.fence.fenced)
