@@ -1,5 +1,5 @@
-"""``gpudeck plan generate|extract``: what a run will cost in time, bytes and dollars, before
-it starts (agents/workers/plan)."""
+"""``gpudeck plan generate|extract|compare``: what a run will cost in time, bytes and dollars,
+before it starts, and which fleet does it cheaper or sooner (agents/workers/plan)."""
 
 from __future__ import annotations
 
@@ -30,6 +30,19 @@ def register(sub) -> None:
     extract_plan.add_arguments(e)
     e.set_defaults(run=_extract)
 
+    from ...agents.workers.plan import compare  # stdlib only: reads plan.json files
+    c = kinds.add_parser("compare", help="plans of one dataset side by side: days, dollars, bytes; the cheaper and "
+                                         "the faster fleet",
+                         description="Set two or more plans of the same dataset side by side, each as planned or "
+                                     "scaled to a node set (servers=N, price=DOLLARS per server-hour): days with "
+                                     "their interval, dollars in all, per million output tokens and per useful "
+                                     "completion, and bytes; name the cheaper and the faster fleet.",
+                         epilog=exit_codes({compare.EXIT_USAGE: "fewer than two plans, plans of different datasets "
+                                                                "or kinds, or a plan that cannot be read (the "
+                                                                "message says which)"}))
+    compare.add_arguments(c)
+    c.set_defaults(run=_compare)
+
 
 def _generate(args) -> int:
     from ...agents.workers.plan.generate_plan import run
@@ -38,4 +51,9 @@ def _generate(args) -> int:
 
 def _extract(args) -> int:
     from ...agents.workers.plan.extract_plan import run
+    return run(args)
+
+
+def _compare(args) -> int:
+    from ...agents.workers.plan.compare import run
     return run(args)

@@ -30,6 +30,7 @@ from typing import Optional, Union
 
 from ...contract.documents import PLAN_FILE, write_plan
 from ..extract.cli import add_arguments as add_extract_arguments
+from .dataset import fingerprint_or_why
 from .numbers import number
 from .units import UsageError
 
@@ -47,7 +48,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tokens", type=int, help="the dataset's token count, instead of counting it")
     p.add_argument("--samples", type=int, help="with --tokens: the number of samples")
     p.add_argument("--tokens-per-s", type=number(0, above=True),
-                   help="the worker's speed, for the time projection without a GPU")
+                   help="the worker's speed on one GPU, for the time projection without a GPU")
+    p.add_argument("--gpus", type=int, default=1,
+                   help="GPUs the run is split over (--part I/N each): the time divides over them (default 1)")
+    p.add_argument("--price-per-hour", type=number(0), help="dollars per GPU-hour, for the run's cost")
     p.add_argument("--s3-price-per-gb-month", type=number(0), default=0.023,
                    help="dollars per GB-month (default 0.023)")
     p.add_argument("--pilot-samples", type=int, default=64, help="samples in the pilot run (default 64; 0: none)")
@@ -102,11 +106,14 @@ def parse_layers(spec: Union[str, list[int]], num_layers: int) -> list[int]:
 
 def project(*, layers_kept: int, num_layers: int, hidden_size: int, dtype_bytes: int, samples: int, tokens: int,
             free_bytes: int, ratio: Optional[float] = None, s3_price: float = 0.023,
-            tokens_per_s: Optional[float] = None, startup_s: Optional[float] = None, restarts: int = 0) -> dict:
+            tokens_per_s: Optional[float] = None, startup_s: Optional[float] = None, restarts: int = 0,
+            gpus: int = 1, price: Optional[float] = None) -> dict:
     """The output's size and what fits (pure). ``ratio``: the compression ratio with
-    --compress, None without it. The wall time is the tokens at ``tokens_per_s``, plus
-    ``startup_s`` (a process's start to its first durable shard) for the first start and
-    each of ``restarts``."""
+    --compress, None without it. ``tokens_per_s`` is one GPU's: ``gpus`` of them share the
+    tokens (each its --part, each paying its own start-up), so the time divides by them and
+    the dollars, at ``price`` per GPU-hour, do not change with them. The wall time adds
+    ``startup_s`` (a process's start to its first durable shard) for the first start and each
+    of ``restarts``."""
     raw = layers_kept * hidden_size * dtype_bytes
     per_token = raw * (ratio or 1.0) + TOKEN_EXTRA_BYTES
     total = tokens * per_token
@@ -116,7 +123,10 @@ def project(*, layers_kept: int, num_layers: int, hidden_size: int, dtype_bytes:
            "bytes_per_token": round(per_token, 2), "projected_bytes": int(total), "free_bytes": int(free_bytes),
            "fits": fits, "s3_price_per_gb_month": s3_price,
            "s3_cost_per_month": round(total / 1e9 * s3_price, 2),
-           "projected_wall_s": wall_time(tokens, tokens_per_s, startup_s, restarts),
+           "gpus": gpus, "price_per_hour": price,
+           "projected_wall_s": wall_time(tokens / gpus, tokens_per_s, startup_s, restarts),
+           "projected_cost": round(tokens / tokens_per_s / 3600 * price, 2) if tokens_per_s and price is not None
+           else None,
            "startup_s": startup_s, "restarts": restarts,
            "startup_total_s": round((1 + restarts) * startup_s, 1) if startup_s is not None else None, "levers": []}
     if not fits:
@@ -181,6 +191,8 @@ def make_plan(args: argparse.Namespace) -> dict:
         raise UsageError(f"--dtype {args.dtype!r}: expected one of {', '.join(DTYPE_BYTES)}")
     if args.tokens is not None and (args.tokens < 1 or (args.samples is not None and args.samples < 1)):
         raise UsageError("--tokens and --samples must be at least 1")
+    if args.gpus < 1:
+        raise UsageError(f"--gpus {args.gpus}: give at least 1")
     shape = model_shape(args.model)
     layers = parse_layers(args.layers, shape["num_layers"])
     os.makedirs(args.out, exist_ok=True)
@@ -201,9 +213,10 @@ def make_plan(args: argparse.Namespace) -> dict:
     plan = project(layers_kept=len(layers), num_layers=shape["num_layers"], hidden_size=shape["hidden_size"],
                    dtype_bytes=dtype_bytes, samples=samples, tokens=tokens,
                    free_bytes=shutil.disk_usage(args.out).free, ratio=compression["ratio"] if compression else None,
-                   s3_price=args.s3_price_per_gb_month, tokens_per_s=tps, startup_s=startup, restarts=args.restarts)
-    plan.update(layers=layers, compression=compression, tokens_given=args.tokens is not None,
-                disk_path=os.path.abspath(args.out),
+                   s3_price=args.s3_price_per_gb_month, tokens_per_s=tps, startup_s=startup, restarts=args.restarts,
+                   gpus=args.gpus, price=args.price_per_hour)
+    plan.update(kind="extract", dataset=fingerprint_or_why(args.data, args.part), layers=layers,
+                compression=compression, tokens_given=args.tokens is not None, disk_path=os.path.abspath(args.out),
                 time={"tokens_per_s": tps, "source": source, "startup_s": startup, "startup_source": startup_source,
                       "restarts": args.restarts},
                 pilot=pil, written_at=time.time())

@@ -5,8 +5,10 @@ It takes the options of ``gpudeck generate`` (the same prompts, servers, max_tok
 with ``--concurrency`` a list of levels to try. It runs the audit, samples ``--pilot``
 prompts (seeded, stratified by length, none already done), sends them at each level in
 turn through the generate worker itself (pilot.py: the completions are written to the
-output's shards and done-set, so the real run does not make them again), fits the latency
-model of stats.py per level, and projects the rest of the run at the best level.
+output's shards and done-set, so the real run does not make them again), counts each
+level's rate in its steady state (stats.steady_windows; the latency model of stats.py for a
+level never held full, and for the drain at the end), and projects the rest of the run at
+the best level.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any, Optional
 from ..common.dirlock import DirectoryBusy
 from ...contract.documents import PLAN_FILE, write_plan
 from ..common.doneset import DoneSetError
+from .dataset import fingerprint_or_why
 from .numbers import number
 from ..generate.options import add_arguments as add_generate_arguments
 from ..generate.options import options_from_args
@@ -105,7 +108,7 @@ def _pilot_and_plan(args, gen, levels: list[int], deadline_s: Optional[float]) -
                       max_tokens=gen.o.max_tokens, deadline_s=deadline_s, price=args.price_per_hour,
                       seed=args.seed)
     plan.update(out=gen.out, prompts_file=os.path.abspath(gen.o.prompts), pilot_s=round(time.monotonic() - t0, 1),
-                written_at=time.time())
+                dataset=fingerprint_or_why(gen.o.prompts, gen.o.part), written_at=time.time())
     try:
         write_plan(os.path.join(gen.out, PLAN_FILE), plan)
     except OSError as exc:
@@ -114,7 +117,10 @@ def _pilot_and_plan(args, gen, levels: list[int], deadline_s: Optional[float]) -
     return EXIT_GO if plan["verdict"] == "go" else EXIT_NO_GO
 
 
-def _level_rows(result, levels: list[int], n_servers: int, tokens: list[int], fit, timeline) -> list[dict]:
+def _level_rows(result, levels: list[int], n_servers: int, tokens: list[int], fit, timeline,
+                windows: list) -> list[dict]:
+    """A row per level: its rate counted in its steady state (stats.steady_windows) where the
+    pilot held it full, else the model's where the pilot spent time near it, else none."""
     mean_n = stats.mean(tokens) or 0.0
     seconds = stats.support(timeline, levels)
     total_s = sum(seconds) or 1.0
@@ -122,18 +128,32 @@ def _level_rows(result, levels: list[int], n_servers: int, tokens: list[int], fi
     for j, c in enumerate(levels):
         comps = [x for x in result.completions if x.level == j]
         lats = [x.latency_s for x in comps]
+        w = windows[j]
         row: dict[str, Any] = {"concurrency": c, "completions": len(comps),
                                "in_flight_per_server": round(stats.mean([x.k for x in comps]), 1) if comps else None,
                                "seconds_at_level": round(seconds[j], 2), "completions_per_s": None,
                                "output_tokens_per_s": None, "tokens_per_s_per_request": None,
+                               "measured": None, "steady_s": round(w.seconds, 2) if w else None,
+                               "steady_completions": len(w.obs) if w else None,
                                "latency_p50_s": _r(stats.percentile(lats, 50)),
                                "latency_p95_s": _r(stats.percentile(lats, 95))}
-        if fit is not None and seconds[j] >= MIN_TIME_AT_LEVEL * total_s:
+        cps = None
+        if w is not None:
+            cps = stats.project_steady(fit, w, tokens, c, n_servers, 0, boots=0).completions_per_s
+            row["measured"] = "steady state"
+        elif fit is not None and seconds[j] >= MIN_TIME_AT_LEVEL * total_s:
             cps = c * n_servers / fit.mean_latency(mean_n, c)
-            row.update(completions_per_s=round(cps, 3), output_tokens_per_s=round(cps * mean_n, 1),
-                       tokens_per_s_per_request=round(fit.rate(c), 1))
+            row["measured"] = "model"
+        if cps is not None:
+            row.update(completions_per_s=round(cps, 3), output_tokens_per_s=round(cps * mean_n, 1))
+        if fit is not None and row["measured"]:
+            row["tokens_per_s_per_request"] = round(fit.rate(c), 1)
         rows.append(row)
     return rows
+
+
+def _obs(result) -> list:
+    return [stats.Obs(x.start, x.end, x.tokens) for x in result.completions]
 
 
 def _lengths(result, max_tokens: int) -> dict:
@@ -149,14 +169,22 @@ def _lengths(result, max_tokens: int) -> dict:
             if with_r else None}
 
 
+def useful_share(result) -> Optional[float]:
+    """The share of the pilot's prompts whose completion is useful: neither cut at max_tokens,
+    nor empty, nor failed (what the console counts as ``useful``)."""
+    tried = len(result.completions) + result.failed
+    return _r(sum(not x.cut and not x.empty for x in result.completions) / tried, 4) if tried else None
+
+
 def build_plan(result, levels: list[int], *, n_servers: int, total: int, done: int, max_tokens: int,
                deadline_s: Optional[float] = None, price: Optional[float] = None, seed: int = 0) -> dict:
     """The plan document from a pilot's result (pure: no I/O)."""
     tokens = [x.tokens for x in result.completions]
     timeline = stats.Timeline(result.timeline)
-    obs = [stats.Obs(x.start, x.end, x.tokens) for x in result.completions]
+    obs = _obs(result)
     fit = stats.fit(obs, timeline, levels) if tokens else None
-    rows = _level_rows(result, levels, n_servers, tokens, fit, timeline)
+    windows = stats.steady_windows(timeline, levels, obs)
+    rows = _level_rows(result, levels, n_servers, tokens, fit, timeline, windows)
     measured = [r for r in rows if r["completions_per_s"]]
     best = None
     if measured:
@@ -164,9 +192,9 @@ def build_plan(result, levels: list[int], *, n_servers: int, total: int, done: i
         best = next(r for r in measured if r["completions_per_s"] >= (1 - BEST_WITHIN) * top)
     remaining = max(0, total - done)
     plan: dict[str, Any] = {
-        "prompts": total, "done": done, "remaining": remaining, "servers": n_servers,
+        "kind": "generate", "prompts": total, "done": done, "remaining": remaining, "servers": n_servers,
         "pilot_done": len(result.completions), "pilot_failed": result.failed, "levels": rows,
-        "output_length": _lengths(result, max_tokens),
+        "output_length": _lengths(result, max_tokens), "useful_share": useful_share(result),
         "best_concurrency": best["concurrency"] if best else None,
         "completions_per_s": best["completions_per_s"] if best else None,
         "output_tokens_per_s": best["output_tokens_per_s"] if best else None,
@@ -178,7 +206,10 @@ def build_plan(result, levels: list[int], *, n_servers: int, total: int, done: i
         "seconds_per_request": round(fit.a, 4) if fit else None,
     }
     if best is not None:
-        proj = stats.project(fit, obs, timeline, tokens, best["concurrency"], n_servers, remaining, seed=seed)
+        j = levels.index(best["concurrency"])
+        proj = (stats.project_steady(fit, windows[j], tokens, best["concurrency"], n_servers, remaining, seed=seed)
+                if best["measured"] == "steady state" else
+                stats.project(fit, obs, timeline, tokens, best["concurrency"], n_servers, remaining, seed=seed))
         _project(plan, proj, best["concurrency"], n_servers, remaining, deadline_s, price)
     plan["verdict"], plan["reasons"] = verdict(plan)
     return plan

@@ -19,6 +19,8 @@ def render_generate(plan: dict) -> str:
              f"{'LAT P50':>8} {'LAT P95':>8}"]
     for r in plan["levels"]:
         mark = " <- best" if r["concurrency"] == plan["best_concurrency"] else ""
+        if r.get("measured") == "model":  # never held full: the latency model's figure
+            mark = " (modelled)" + mark
         lines.append(f"{r['concurrency']:>11} {r['completions']:>5} {_f(r['in_flight_per_server']):>9} "
                      f"{_f(r['completions_per_s'], '{:.2f}'):>9} {_f(r['output_tokens_per_s'], '{:.0f}'):>10} "
                      f"{_f(r['latency_p50_s'], '{:.2f}s'):>8} {_f(r['latency_p95_s'], '{:.2f}s'):>8}{mark}")
@@ -68,7 +70,11 @@ def render_extract(plan: dict) -> str:
               f"S3: ${plan['s3_cost_per_month']:,.2f} per month at ${plan['s3_price_per_gb_month']}/GB-month"]
     t = plan["time"]
     if t["tokens_per_s"]:
-        lines.append(f"time: {human_duration(plan['projected_wall_s'])} at {t['tokens_per_s']:,.0f} tok/s ({t['source']})")
+        gpus = plan.get("gpus", 1)
+        lines.append(f"time: {human_duration(plan['projected_wall_s'])} at {t['tokens_per_s']:,.0f} tok/s"
+                     f"{' per GPU x ' + str(gpus) + ' GPUs' if gpus > 1 else ''} ({t['source']})")
+        if plan.get("projected_cost") is not None:
+            lines.append(f"cost at ${plan['price_per_hour']}/GPU-hour: ${plan['projected_cost']:,.2f}")
     else:
         lines.append(f"time: unknown ({t['source']})")
     if t.get("startup_s") is not None:
