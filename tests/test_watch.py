@@ -14,7 +14,7 @@ import psutil
 import pytest
 
 from support.generate import assert_exactly_once, read_shards, write_prompts
-from support.watch import (TOKEN, agent_pid, events, gpudeck_watch, job_state, stop_watch, wait_state,
+from support.watch import (TOKEN, agent_pid, events, tick_times, gpudeck_watch, job_state, stop_watch, wait_state,
                            watcher_pid, write_fleet)
 from support.wait import wait_for
 
@@ -44,7 +44,7 @@ class Outputs:
         return r
 
     def assert_no_secret(self, home) -> None:
-        files = ["watch.log", "watch.log.1", "audit.log", "events.jsonl", "events.jsonl.1", "history.jsonl",
+        files = ["watch.log", "watch.log.1", "audit.log", "events.jsonl", "events.jsonl.1", "history.db",
                  "watch-state.json"]
         texts = self.texts + [(f, (home / f).read_text(errors="replace")) for f in files if (home / f).exists()]
         texts += [(str(p), p.read_text(errors="replace")) for p in home.glob("jobs/*/*") if p.is_file()]
@@ -167,8 +167,8 @@ def test_a_job_that_fails_at_once_gives_up_after_max_restarts(tmp_path, home, wa
     assert st["attempt"] == 4 and st["state"] == "failed"  # the first run and three restarts
     # let the watcher tick on a while: it says it once, and starts nothing more
     seq = max(e["seq"] for e in events(home))
-    history = (home / "history.jsonl").read_text().count("\n")
-    wait_for(lambda: (home / "history.jsonl").read_text().count("\n") >= history + 10, 30, what="ten more ticks")
+    history = len(tick_times(home))
+    wait_for(lambda: len(tick_times(home)) >= history + 10, 30, what="ten more ticks")
     assert receiver.kinds().count("gave_up") == 1 and receiver.kinds().count("restarted") == 3
     assert job_state(home, "boom")["attempt"] == 4
     assert not [e for e in events(home) if e["seq"] > seq and e["kind"] in ("gave_up", "restarted")]

@@ -3,13 +3,12 @@ message arrives, in order, none twice, and the agent's tick never waits for the 
 
 from __future__ import annotations
 
-import json
 import time
 
 import pytest
 
 from support import command_job
-from support.watch import TOKEN, Receiver, events
+from support.watch import TOKEN, Receiver, events, tick_times
 from support.wait import wait_for
 
 pytestmark = pytest.mark.system  # a real agent and a webhook receiver
@@ -50,7 +49,7 @@ def test_a_receiver_down_for_a_while_gets_every_message_in_order_and_the_tick_ne
         # the tick never waits for a sender: while the sender sat on the hanging receiver (a
         # deadline of 15 s), the agent went on ticking (at 0.2 s: ~75 ticks; a tick that waited
         # on the sender would make none). Counted, not timed: a busy machine slows both alike.
-        ticks = [json.loads(line)["t"] for line in (home / "history.jsonl").read_text().splitlines()]
+        ticks = tick_times(home)
         during = [t for t in ticks if hang_from <= t <= hang_to]
         assert len(during) >= 10, f"{len(during)} ticks in the {hang_to - hang_from:.1f} s the sender was stuck"
         failed = [e for e in events(home) if e["kind"] == "notify_failed"]

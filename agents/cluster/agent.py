@@ -373,7 +373,9 @@ class ClusterAgent(Agent):
             self.declared = {s.name: s for s in mine}
             if op.fleet:
                 self.fleet_identity = op.fleet
-                self.fleet = fleet_name(op.fleet)
+                if fleet_name(op.fleet) != self.fleet:
+                    self.fleet = fleet_name(op.fleet)
+                    self.rows, self.foreign = {}, []  # another fleet's tasks are not this one's rows
         try:
             self._save_declared()
         except OSError as exc:
@@ -438,6 +440,7 @@ class ClusterAgent(Agent):
             raise Refusal(self.setup_error)
         spec, index = self._task(name)
         indices = [index] if index is not None else list(range(spec.shards))
+        self.poll()  # the queue as it is now, not as the last poll saw it (an action: a bounded call)
         with self._lock:
             live = [task_name(spec.name, i) for i in indices if (r := self.rows.get((spec.name, i))) is not None
                     and not r.terminal]
@@ -633,6 +636,7 @@ class ClusterAgent(Agent):
             kill = self.kill(name, grace_s)
         if row is not None:
             task_id = f"{row.array_id}_{index}"
+            attempt = self._attempts(spec.name, index).starts + 1
             try:
                 self._requeue(task_id, spec.name, index)
             except SlurmError as exc:  # forgotten, or preemption cancelled rather than requeued: resubmit
@@ -640,8 +644,7 @@ class ClusterAgent(Agent):
             else:
                 self.sup.audit("relaunch", name, requeue=task_id)
                 self.soon()
-                att = self._attempts(spec.name, index)
-                return LaunchResult(job=name, pid=0, attempt=att.starts + 1, kill=kill,
+                return LaunchResult(job=name, pid=0, attempt=attempt, kill=kill,
                                     log=str(self._run(spec.name) / "logs" / f"{index}.log"),
                                     argv=["scontrol", "requeue", task_id])
         return self._submit(spec, [index], name, kill=kill)
@@ -652,18 +655,18 @@ class ClusterAgent(Agent):
         starts = self._attempts(job, index).starts
         for attempt in range(tries):
             self.slurm.requeue(task_id)
-            deadline = time.monotonic() + 10.0
+            deadline = time.monotonic() + 15.0
             delay = 0.2
             while time.monotonic() < deadline:
                 time.sleep(delay)
                 delay = min(delay * 2, 2.0)
+                if self._attempts(job, index).starts > starts:
+                    return  # the wrapper started: the attempt is under way
                 state = self.slurm.state_of(task_id)
-                if self._attempts(job, index).starts > starts or state in ("PENDING", "CONFIGURING"):
-                    return
                 if state in TERMINAL:
                     break  # the launch failed before the wrapper ran: requeue again
             else:
-                return  # running (or still on its way): the next polls show it
+                return  # still pending (it waits for resources, or its turn): the next polls show it
             log.info("cluster %s: %s failed at launch after its requeue (try %d)", self.node, task_id, attempt + 1)
             time.sleep(1.0)
         raise SlurmError(f"{task_id} failed at launch after {tries} requeues")

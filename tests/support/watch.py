@@ -174,3 +174,20 @@ def wait_state(home: Path, job: str, pred, timeout: float = 60.0, what: str = "j
 
 def now() -> float:
     return time.time()
+
+
+def tick_times(home) -> list[float]:
+    """When the node's agent ticked: the times of its history's per-second rows
+    (agents/historydb.py, ``<home>/history.db``), oldest first; [] before the first."""
+    import sqlite3
+    from pathlib import Path
+    path = Path(home) / "history.db"
+    if not path.exists():
+        return []
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
+    try:
+        return [t for (t,) in conn.execute("SELECT t FROM s1 ORDER BY t")]
+    except sqlite3.OperationalError:  # the agent has not made its tables yet
+        return []
+    finally:
+        conn.close()
