@@ -294,11 +294,13 @@ def test_usr1_before_the_time_limit_requeues_the_task_and_the_console_says_why(c
 
     def requeued() -> bool:
         last.update(tasks(fleet)["extract/2"])
-        t = last["task"]
-        return bool(t and t["note"] and "SIGUSR1" in t["note"] and last["state"] == "pending")
+        t = last["task"]  # pending (Slurm's BeginTime), or already its next attempt on a slow machine
+        return bool(t and t["note"] and "SIGUSR1" in t["note"] and (last["state"] == "pending" or
+                                                                     last["attempt"] >= 2))
 
     wait_for(requeued, 180, "extract/2 requeued itself", detail=lambda: str(last))
-    assert last["task"]["reason"] == "BeginTime"  # Slurm's own wait after a requeue, said in one line
+    if last["state"] == "pending":
+        assert last["task"]["reason"] == "BeginTime"  # Slurm's own wait after a requeue, said in one line
     text = gpudeck("status", "-f", str(fleet)).stdout
     assert "requeued itself" in text and "SIGUSR1" in text
     gpudeck("kill", "-f", str(fleet), "extract", check=False)

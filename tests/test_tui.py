@@ -48,7 +48,9 @@ async def test_jobs_view_shows_tokens_done_and_eta(tmp_path, fleet_home):
                                r.tokens_per_s and r.done and r, what="tokens/s, done and an ETA")
         first_done = row.done
         await wait_until(pilot, lambda: job_row(app, "gen").done > first_done, what="done climbing")
-        text = screen_text(app)
+        # the screen is redrawn at its own pace (console/pacing.py): wait for it to show the state
+        text = await wait_until(pilot, lambda: (t := screen_text(app)) and "ETA" in t.splitlines()[0] and any(
+            ln.startswith("gen ") and "/100.0k" in ln for ln in t.splitlines()) and t, what="the figures drawn")
         line = next(ln for ln in text.splitlines() if ln.startswith("gen "))
         assert "running" in line and "/100.0k" in line and "cut 2" in line
         assert "tok/s" in text.splitlines()[0] and "ETA" in text.splitlines()[0]

@@ -132,8 +132,10 @@ def read_attempts(path: Path) -> Attempts:
         kind = ev.get("event")
         if kind == "start":
             starts += 1
+            requeue = {k: last[k] for k in ("requeued_at", "requeue_rc") if k in last}  # the last self-requeue
             last = {"started_at": ev.get("t"), "job_id": ev.get("job_id"), "array_id": ev.get("array_id"),
-                    "host": ev.get("host"), "restart": ev.get("restart") or 0, "gpus": ev.get("gpus") or None}
+                    "host": ev.get("host"), "restart": ev.get("restart") or 0, "gpus": ev.get("gpus") or None,
+                    **requeue}
         elif kind == "end":
             last.update(ended_at=ev.get("t"), exit_code=ev.get("rc"), why=ev.get("why"))
         elif kind == "requeue":
