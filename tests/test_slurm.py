@@ -289,6 +289,9 @@ def test_usr1_before_the_time_limit_requeues_the_task_and_the_console_says_why(c
     gpudeck("launch", "-f", str(fleet), "extract")
     got = wait_states(fleet, {"extract/2": "running"})
     array = got["extract/2"]["task"]["array_id"]
+    attempts = tmp_path / "shared" / "runs" / "us" / "extract" / "attempts" / "2.jsonl"
+    # the wrapper has set its traps once it records its start (RUNNING comes before that)
+    wait_for(lambda: attempts.exists() and '"start"' in attempts.read_text(), 120, "the wrapper of extract/2 started")
     cluster.run("scancel", "--signal=USR1", "--batch", f"{array}_2")
     last: dict = {}
 
