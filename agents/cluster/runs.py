@@ -26,8 +26,6 @@ TASK_TOKEN = "@GD_TASK@"  # in a job's argv: replaced by the task's index (its s
 
 WRAPPER = r"""#!/bin/bash
 # gpudeck's batch wrapper: one attempt of one array task. Arguments: RUN_DIR SHARDS -- ARGV...
-trap on_usr1 USR1  # first: a signal before the handlers exist must not kill the task
-trap on_term TERM
 run=$1; shards=$2; shift 2; [ "$1" = -- ] && shift
 task=${SLURM_ARRAY_TASK_ID:-0}
 array=${SLURM_ARRAY_JOB_ID:-$SLURM_JOB_ID}
@@ -60,6 +58,8 @@ on_term() {
   note end ",\"rc\":$rc,\"why\":\"term\""
   exit 143
 }
+trap on_usr1 USR1
+trap on_term TERM
 note start ",\"gpus\":\"${SLURM_JOB_GPUS:-${SLURM_STEP_GPUS:-}}\",\"pid\":$$"
 echo "gpudeck: task $task of $shards, job ${array}_$task (raw $SLURM_JOB_ID), restart ${SLURM_RESTART_COUNT:-0}, on $(hostname -s), GPUs ${SLURM_JOB_GPUS:-none}"
 "${args[@]}" &
