@@ -82,7 +82,6 @@ class ClusterAgent(Agent):
         self.spec = spec
         self.slurm = Slurm(spec)
         self.rows: dict[tuple[str, int], QueueRow] = {}  # (job, index): the newest row of each task
-        self.foreign: list[QueueRow] = []  # gpudeck tasks of this fleet that no declared job has
         self.details: dict[str, TaskDetail] = {}  # raw id: scontrol -d of a running task
         self._detail_at: dict[str, float] = {}  # raw id: the task's elapsed time when its detail was read
         self.declared: dict[str, JobSpec] = {}
@@ -143,7 +142,6 @@ class ClusterAgent(Agent):
             return
         prefix = f"gd:{self.fleet}:" if self.fleet else "gd:"
         by_task: dict[tuple[str, int], QueueRow] = {}
-        foreign = []
         for row in rows:
             if not row.name.startswith(prefix) or row.index is None:
                 continue
@@ -152,9 +150,6 @@ class ClusterAgent(Agent):
             old = by_task.get(key)
             if old is None or _newer(row, old):
                 by_task[key] = row
-        for (job, _), row in by_task.items():
-            if job not in self.declared:
-                foreign.append(row)
         for row in by_task.values():
             seen = self._detail_at.get(row.raw)
             if row.state == "RUNNING" and (row.raw not in self.details or seen is None or
@@ -167,7 +162,7 @@ class ClusterAgent(Agent):
                 self.details.pop(row.raw, None)
                 self._detail_at.pop(row.raw, None)
         with self._lock:
-            self.rows, self.foreign = by_task, foreign
+            self.rows = by_task
             self.polls += 1
             self.polled_at = time.time()
             self.poll_ms = (time.monotonic() - t0) * 1000
@@ -379,7 +374,7 @@ class ClusterAgent(Agent):
                 self.fleet_identity = op.fleet
                 if fleet_name(op.fleet) != self.fleet:
                     self.fleet = fleet_name(op.fleet)
-                    self.rows, self.foreign = {}, []  # another fleet's tasks are not this one's rows
+                    self.rows = {}  # another fleet's tasks are not this one's rows
         try:
             self._save_declared()
         except OSError as exc:

@@ -20,7 +20,6 @@ import os
 import re
 import shutil
 import subprocess
-import time
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -285,6 +284,3 @@ def _said(proc: subprocess.CompletedProcess) -> str:
     lines = [ln.strip() for ln in (proc.stderr or "").splitlines() + (proc.stdout or "").splitlines() if ln.strip()]
     return " / ".join(lines[-3:])
 
-
-def monotonic() -> float:
-    return time.monotonic()
