@@ -29,6 +29,11 @@ for what in "${@:-kill}"; do
     extract-startup) PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/gd:/tmp/fla python3 bench/extract_gpu.py \
                        --startup hybrid27b,dense27b --steady hybrid27b,dense27b --samples 128 --naive-samples 3 \
                        --writers 8 --profile ;;
+    # issue 25, the kernel table: the hybrid's starts (autotuned, cold with the table shipped or
+    # else the one its autotuned run recorded, warm) and its steady figures
+    extract-startup-hybrid) PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/gd:/tmp/fla python3 bench/extract_gpu.py \
+                              --startup hybrid27b --steady hybrid27b --samples 128 --naive-samples 3 --writers 8 \
+                              --profile ;;
     extract-hybrid-torch) python3 bench/extract_gpu.py --shape hybrid27b --samples 80 --skip naive ;;
     *) echo "unknown check $what" ;;
   esac

@@ -54,6 +54,7 @@ import os
 import shutil
 import sys
 import time
+from pathlib import Path
 from typing import Optional
 
 import numpy as np
@@ -374,6 +375,7 @@ def startup_child(args) -> int:
     t_imports = time.time()
     import torch
 
+    from gpudeck.agents.workers.extract import tuning
     from gpudeck.agents.workers.extract.options import ExtractOptions
     from gpudeck.agents.workers.extract.run import Extraction
     from gpudeck.agents.workers.extract.startup import process_started_at
@@ -409,7 +411,7 @@ def startup_child(args) -> int:
            "cache": prog.get("compile_cache"), "before_script_s": round(t_imports - started, 2),
            "import_torch_s": round(t_torch - t_imports, 2), "build_model_s": round(t_built - t_torch, 2),
            "first_shard_s_bench": round(first[0] - started, 2) if first else None,
-           "whole_run_s": round(t_end - started, 2), "samples": 2 * batch}
+           "whole_run_s": round(t_end - started, 2), "samples": 2 * batch, "kernel_tuning": tuning.state()}
     print("STARTUP " + json.dumps(res), flush=True)
     return rc
 
@@ -428,12 +430,25 @@ def _child(argv: list[str], env: dict, log_path: Optional[str]) -> tuple[int, li
     return proc.wait(), lines
 
 
+def startup_kinds(shape: str) -> tuple[str, ...]:
+    """The starts measured for a shape: the hybrid's kernels autotune (``autotuned``: the kernel
+    table off) unless a table pins them (``cold``: the table shipped for this GPU, else the one
+    the autotuned run recorded); ``warm``: the cold run's caches, a new process."""
+    return ("autotuned", "cold", "warm") if "hybrid" in shape else ("cold", "warm")
+
+
 def startup_bench(args) -> int:
     """For each shape: a cold start (a fresh cache directory, a new process), a warm one (the
     same directory, a new process), then the steady figures (the usual --shape run, in a
     new process on the warm caches); against the floor (2 x body parameters at 790 TFLOP/s)
     and beside the naive loop."""
+    from gpudeck.agents.workers.extract import tuning
+
     shapes = [x for x in args.startup.split(",") if x]
+    gpu = "cpu"
+    if args.device == "cuda":
+        import torch
+        gpu = torch.cuda.get_device_name(0)
     env = dict(os.environ)
     for var in ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR"):
         env.pop(var, None)  # each child gets the worker's own (--cache-dir)
@@ -441,15 +456,29 @@ def startup_bench(args) -> int:
     results: dict = {}
     for shape in shapes:
         cache = os.path.join(args.cache_root, shape)
-        shutil.rmtree(cache, ignore_errors=True)
-        for kind in ("cold", "warm"):
-            log(f"=== {shape}: {kind} start (cache {cache}, a new process)")
+        tuned = os.path.join(args.cache_root, shape + "-autotuned")
+        for d in (cache, tuned):
+            shutil.rmtree(d, ignore_errors=True)
+        for kind in startup_kinds(shape):
+            child_env, where = dict(env), cache
+            if kind == "autotuned":  # a fresh node without a kernel table: every candidate compiled and timed
+                child_env[tuning.ENV], where = "off", tuned
+            elif "hybrid" in shape and not tuning.load_table(gpu)[0]:
+                recorded = sorted(Path(tuned).glob(f"*/{tuning.RECORD_NAME}"))  # what the autotuned run chose
+                if recorded:
+                    child_env[tuning.ENV] = str(recorded[0])
+            log(f"=== {shape}: {kind} start (cache {where}, a new process, kernel table "
+                f"{child_env.get(tuning.ENV) or 'shipped'})")
             t = time.time()
-            rc, lines = _child(["--shape", shape, "--startup-child", "--cache-dir", cache, *common], env, None)
+            rc, lines = _child(["--shape", shape, "--startup-child", "--cache-dir", where, *common], child_env, None)
             got = [json.loads(x[len("STARTUP "):]) for x in lines if x.startswith("STARTUP ")]
             results[(shape, kind)] = got[0] if got else {"rc": rc, "startup_s": None}
             log(f"=== {shape} {kind}: rc {rc}, process start to first durable shard "
                 f"{results[(shape, kind)].get('startup_s')} s (child's wall {time.time() - t:.0f} s)")
+        for table in sorted(Path(tuned).glob(f"*/{tuning.RECORD_NAME}")):
+            log(f"=== {shape}: what the autotuned run's kernels chose: {table}")
+            if os.environ.get("OUT"):
+                shutil.copy(table, os.path.join(os.environ["OUT"], f"{tuning.RECORD_NAME[:-5]}-{shape}.json"))
     steady_shapes = [x for x in (args.steady or "").split(",") if x]
     for shape in steady_shapes:
         log(f"=== {shape}: steady (a new process on the warm cache)")
@@ -462,7 +491,7 @@ def startup_bench(args) -> int:
     log(f"=== start-up and steady, {time.strftime('%Y-%m-%d')}: process start to the first durable shard "
         f"(0.5 GiB shards, random weights built on the GPU, so no weights read from disk)")
     for shape in shapes:
-        for kind in ("cold", "warm"):
+        for kind in startup_kinds(shape):
             r = results[(shape, kind)]
             log(f"{shape:<10} {kind:<5} {r.get('startup_s')!s:>7} s  phases {json.dumps(r.get('phases'))}; "
                 f"imports {r.get('import_torch_s')} s, model built {r.get('build_model_s')} s; "

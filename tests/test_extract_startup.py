@@ -114,9 +114,9 @@ def test_the_startup_clock_says_each_phase_keeping_the_last_counts(tmp_path):
     assert doc.phase_since == pytest.approx(time.time(), abs=2) and doc.startup_s is None
     clock.enter("running", write=False)
     assert read_progress(path).phase == "compiling"  # the pipeline's writer says it from here
-    clock.shard_durable()
+    assert clock.shard_durable() is True  # the first: the caller records what the start-up learned
     first = clock.startup_s
-    clock.shard_durable()  # only the first counts
+    assert clock.shard_durable() is False  # only the first counts
     assert clock.startup_s == first and 5.0 <= first < 10.0
     assert set(clock.breakdown()) == {"process", "starting", "loading", "compiling", "first_shard"}
     assert sum(clock.breakdown().values()) == pytest.approx(first, abs=0.05)

@@ -31,6 +31,8 @@ from typing import Optional
 
 import torch
 
+from . import tuning
+
 log = logging.getLogger("gpudeck.extract")  # the worker's own log, as model.py
 
 HYBRID_MODEL_TYPES = ("qwen3_5_text", "qwen3_5", "qwen3_next")
@@ -307,6 +309,8 @@ def layer_steps(cfg, decoder, layers_run: int, fuse, device, tol: Optional[float
             steps.append(Parts(layer, fuse([layer.mlp.gate_proj, layer.mlp.up_proj])[0], mixer))
         tried.append(("hybrid", steps))
     tried.append(("hybrid-layers", [functools.partial(run_layer, layer) for layer in layers]))
+    if device.type == "cuda":  # the kernel package is imported by now: its autotuners pinned before they tune
+        tuning.pin(torch.cuda.get_device_name(device))
     for path, steps in tried:
         err = self_check(decoder, steps, cfg.vocab_size, cfg.num_hidden_layers, tol, device) \
             if tol is not None else None

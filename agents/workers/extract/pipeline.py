@@ -35,6 +35,7 @@ from .options import EXIT_DISK, EXIT_FAIL, EXIT_OK, EXIT_STOPPED
 from ...contract.units import human_bytes
 from .progress import ExtractProgress
 from .store import ShardWriter, publish_many, seal
+from . import tuning
 
 log = logging.getLogger("gpudeck.extract")
 
@@ -291,8 +292,9 @@ class Finalizer:
         t0 = time.perf_counter()
         publish_many(items, ctx.res.index, ctx.done)
         ctx.stages.since("finalizer_publish", t0)
-        if ctx.startup is not None:
-            ctx.startup.shard_durable()  # the first: the start-up's end (startup_s)
+        if ctx.startup is not None and ctx.startup.shard_durable():  # the first: the start-up's end (startup_s)
+            if ctx.compile_cache is not None and not ctx.compile_cache.warm:
+                tuning.record_learned(ctx.compile_cache.root)  # what a cold start's kernels chose
         for item in items:
             e = item.entry
             with cnt.lock:

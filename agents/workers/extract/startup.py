@@ -70,14 +70,15 @@ class StartupClock:
         if write and self.progress_path:
             self._write_phase()
 
-    def shard_durable(self) -> None:
-        """The first call marks the first durable shard (and logs the start-up)."""
+    def shard_durable(self) -> bool:
+        """The first call marks the first durable shard (and logs the start-up): True then."""
         with self._lock:
             if self.first_shard_at is not None:
-                return
+                return False
             self.first_shard_at = time.time()
         log.info("first durable shard %.1f s after the process started (%s)", self.startup_s,
                  ", ".join(f"{k} {v:.1f} s" for k, v in self.breakdown().items()))
+        return True
 
     @property
     def startup_s(self) -> Optional[float]:
