@@ -12,7 +12,12 @@ from gpudeck.console.screens.doctor import DoctorScreen
 from gpudeck.remote.fleet import parse_fleet
 from support.tui import closed_port, screen_text, shell_job, wait_for_text, wait_until, write_fleet
 
-SIZE = (140, 45)
+SIZE = (160, 45)
+
+
+def flat_text(app) -> str:
+    """The screen's words in order, one space between: a line wrapped in its column reads on."""
+    return " ".join(screen_text(app).replace("█", " ").split())
 
 
 def extract_job(tmp_path) -> dict:
@@ -39,16 +44,16 @@ async def test_d_on_a_node_shows_its_checks_with_a_failed_model_and_its_fix(tmp_
         await wait_until(pilot, lambda: screen.report is not None or screen.error is not None, timeout=300,
                          what="the node's answer")
         assert screen.error is None, screen.error
-        text = await wait_for_text(pilot, "not ready")
         fails = [c for c in screen.report.checks if c.verdict.value == "fail"]
         assert any(c.name == "model" and c.job == "ex" for c in fails), screen.report.checks
-        # the summary at the top counts the lines; each line is on screen, the fix beside a fail
-        head = next(ln for ln in text.splitlines() if "local: not ready" in ln)
-        assert f"{len(fails)} fail" in head and "ok)" in head
-        flat = " ".join(text.replace("█", " ").split())
-        assert "fail model ex the model path" in flat and "no-model does not exist" in flat
-        assert "fix: copy the model to" in flat
+        # each line on screen (verdict, check, what was found), the fix beside a fail
+        flat = await wait_until(pilot, lambda: "fix: copy the model to" in (t := flat_text(app)) and t,
+                                what="the model's line and its fix")
+        assert "fail model ex the model path" in flat and "does not exist" in flat
         assert "ok open files" in flat or "warn open files" in flat
+        # the summary at the top counts them
+        head = next(ln for ln in screen_text(app).splitlines() if "local: not ready" in ln)
+        assert f"{len(fails)} fail" in head and "ok)" in head
         await pilot.press("escape")
         await wait_until(pilot, lambda: not isinstance(app.screen, DoctorScreen), what="the screen closed")
         # the palette's way to the same checks
@@ -56,7 +61,11 @@ async def test_d_on_a_node_shows_its_checks_with_a_failed_model_and_its_fix(tmp_
         await pilot.press(*"doctor local")
         await wait_for_text(pilot, "check the node before a run")
         await pilot.press("enter")
-        await wait_until(pilot, lambda: isinstance(app.screen, DoctorScreen), what="the doctor's screen again")
+        again = await wait_until(pilot, lambda: isinstance(app.screen, DoctorScreen) and app.screen is not screen
+                                 and app.screen, what="the doctor's screen again")
+        # its answer before the console closes: no check left running on the node
+        await wait_until(pilot, lambda: again.done, timeout=300, what="the node's second answer")
+        assert again.node == "local" and again.report is not None
 
 
 @pytest.mark.system
