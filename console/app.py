@@ -50,16 +50,19 @@ from .config import ConsoleConfig
 from .looked import LookedStore, fleet_key
 from .notices import NoticeLine
 from .pacing import RedrawPacer
-from .messages import (EventsFetched, EventsFetchFailed, HistoryPageFailed, HistoryPageFetched, HistoryReceived,
-                                      HistoryWanted, JobActionFailed,
-                                      JobActionFinished, JobActionRequested, JobOpened, LogFetched, LogFetchFailed,
-                                      LogFollowCancelled, LogFollowRequested, NodeWentDown, NodeWentUp,
-                                      ProcessAdoptRequested, ProcessKillRequested, SnapshotReceived)
+from .messages import (DoctorFailed, DoctorFinished, DoctorRequested, EventsFetched, EventsFetchFailed,
+                                      HistoryPageFailed, HistoryPageFetched, HistoryReceived, HistoryWanted,
+                                      JobActionFailed, JobActionFinished, JobActionRequested, JobOpened, LogFetched,
+                                      LogFetchFailed, LogFollowCancelled, LogFollowRequested, NodeWentDown,
+                                      NodeWentUp, PlansCompared, PlansCompareRequested, ProcessAdoptRequested,
+                                      ProcessKillRequested, SnapshotReceived)
 from .screens.confirm import ConfirmScreen
+from .screens.doctor import DoctorScreen
 from .screens.error import ErrorScreen
 from .screens.help import HelpScreen
 from .screens.job import JobScreen
 from .screens.main import MainScreen
+from .screens.plans import PlansScreen
 from .rows import EventRow
 from .since import summarize
 from .state import FleetState
@@ -72,6 +75,7 @@ __all__ = ["ConsoleConfig", "GpuDeckApp", "describe_error", "make_app"]
 
 OPERATOR_ERRORS = (OperatorError, RequestFailed, asyncio.TimeoutError, OSError)
 LIVE_NOTICES = 5  # live events told one by one per read; past that, one notice counts the rest
+DOCTOR_TIMEOUT_S = 600.0  # a node's answer to `d`: its checks run in turn, the imports each up to 120 s
 
 
 class GpuDeckApp(NoticeLine, App[None]):
@@ -526,6 +530,79 @@ class GpuDeckApp(NoticeLine, App[None]):
                 self._autostart.discard(j.name)
                 if not ShownState(j.state).alive:
                     self.run_job_action(JobOp.LAUNCH, j.name, quiet=True)
+
+    # ------------------------------------------------------------ a node's doctor, the plans compared
+
+    def on_doctor_requested(self, message: DoctorRequested) -> None:
+        """`d`: the node's checks in a screen at once, filled when the node answers."""
+        node = message.node
+        screen = DoctorScreen(node)
+        self.push_screen(screen)
+        if not self.config.connect:
+            screen.show_error("this console is not connected to the fleet")
+            return
+        self.run_worker(self._doctor(node), group=f"doctor:{node}", exclusive=True, exit_on_error=False,
+                        name=f"doctor of {node}")
+
+    async def _doctor(self, node: str) -> None:
+        from .commands.doctor import doctor_op
+
+        try:
+            op = doctor_op(self.client.fleet.node(node))
+            report = await self.client.request(op, node=node, timeout=DOCTOR_TIMEOUT_S, connect=False)
+        except OPERATOR_ERRORS as exc:
+            self.post_message(DoctorFailed(node, describe_error(exc)))
+        else:
+            self.post_message(DoctorFinished(node, report))
+
+    def _doctor_screen(self, node: str) -> Optional[DoctorScreen]:
+        return next((s for s in reversed(self.screen_stack) if isinstance(s, DoctorScreen) and s.node == node
+                     and not s.done), None)
+
+    def on_doctor_finished(self, message: DoctorFinished) -> None:
+        from .commands.doctor import counts
+
+        screen = self._doctor_screen(message.node)
+        if screen is not None:
+            screen.show_report(message.report)
+            return
+        worst = message.report.worst.value  # closed meanwhile: the summary as a notice
+        severity = {"ok": "information", "warn": "warning"}.get(worst, "error")
+        self.notify(f"{counts(message.report)} (d shows the lines)", title=f"doctor of {message.node}",
+                    severity=severity, timeout=10)  # type: ignore[arg-type]
+
+    def on_doctor_failed(self, message: DoctorFailed) -> None:
+        screen = self._doctor_screen(message.node)
+        if screen is not None:
+            screen.show_error(message.error)
+        else:
+            self.notify(message.error, title=f"doctor of {message.node} failed", severity="error", timeout=10,
+                        markup=False)
+
+    def on_plans_compare_requested(self, message: PlansCompareRequested) -> None:
+        """`p`: the fleet file's [[plans]] side by side, read again now (a plan written since counts)."""
+        if not isinstance(self.screen, PlansScreen):
+            self.push_screen(PlansScreen(self.fleet_name))
+        self._compare_plans()
+
+    @work(thread=True, group="plans", exclusive=True, exit_on_error=False, name="plans compared")
+    def _compare_plans(self) -> None:
+        """A thread: the plan.json files are read here, and the fleet file (plain files, no asyncssh)."""
+        from .commands.plan import Comparison, compare_plans
+        from ..remote.fleet import load_fleet
+
+        fleet = self.config.fleet
+        try:
+            plans = load_fleet(fleet.path).plans if fleet.path is not None else fleet.plans
+        except FleetError as exc:
+            self.post_message(PlansCompared(Comparison(len(fleet.plans), error=f"the fleet file has a mistake: {exc}")))
+            return
+        self.post_message(PlansCompared(compare_plans(plans, fleet.path)))
+
+    def on_plans_compared(self, message: PlansCompared) -> None:
+        for screen in self.screen_stack:
+            if isinstance(screen, PlansScreen):
+                screen.show(message.comparison)
 
     # ------------------------------------------------------------ logs
 

@@ -10,15 +10,18 @@ requests; the answers to the operator's actions and the log follower's chunks co
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import TYPE_CHECKING, Any, Union
 
 from textual.message import Message
 
-from ..agents.contract.ops import HistoryPage
+from ..agents.contract.ops import DoctorReport, HistoryPage
 from ..agents.contract.wire import Hello, History, KillVerdict, LaunchResult, LogChunk, Snapshot
 from ..remote.link import NodeError
 from .actions import JobOp
 from .rows import EventRow
+
+if TYPE_CHECKING:
+    from .commands.plan import Comparison
 
 # ---------------------------------------------------------------- the transport
 
@@ -158,6 +161,19 @@ class LogFollowCancelled(Message):
     """No panel on screen shows a log any more: stop reading it."""
 
 
+@dataclass
+class DoctorRequested(Message):
+    """The operator asked for ``node``'s checks before a run (`d`, or the palette): the app
+    shows the doctor's screen and sends ``ops.Doctor``."""
+
+    node: str
+
+
+@dataclass
+class PlansCompareRequested(Message):
+    """The operator asked for the fleet file's [[plans]] side by side (`p`, or the palette)."""
+
+
 # ---------------------------------------------------------------- answers
 
 
@@ -177,6 +193,30 @@ class JobActionFailed(Message):
     job: str
     op: JobOp
     error: str
+
+
+@dataclass
+class DoctorFinished(Message):
+    """A node answered ``ops.Doctor``: a line per check."""
+
+    node: str
+    report: DoctorReport
+
+
+@dataclass
+class DoctorFailed(Message):
+    """The doctor's checks of ``node`` could not be had (the node is down, the agent refused,
+    no answer in time); ``error`` says why, for the operator."""
+
+    node: str
+    error: str
+
+
+@dataclass
+class PlansCompared(Message):
+    """The fleet file's [[plans]] read and set side by side, or why they cannot be."""
+
+    comparison: "Comparison"
 
 
 @dataclass

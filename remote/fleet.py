@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import os
 import re
 import sys
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ from ..agents.contract.watching import AlertThresholds, HeartbeatConfig, NotifyT
 from .fleet_check import (FleetError, check_host_keys, check_range, check_type, did_you_mean, show,
                                         unknown_key)
 from .fleet_cluster import hint_unknown_cluster, parse_clusters, pull_resources
+from .fleet_plans import PlanRef, parse_plans
 from .fleet_watch import parse_alerts, parse_heartbeat, parse_notify
 
 LOCAL = "local"
@@ -76,6 +78,7 @@ class Fleet:
     notify: list[NotifyTarget] = field(default_factory=list)  # [[notify]]: where the watcher sends events
     alerts: AlertThresholds = field(default_factory=AlertThresholds)  # [alerts]
     heartbeat: Optional[HeartbeatConfig] = None  # [heartbeat]: the watchers' pings to a push monitor
+    plans: list[PlanRef] = field(default_factory=list)  # [[plans]]: the plan.json files `plan compare` weighs
     warnings: tuple[str, ...] = ()  # not a key: what is odd but allowed (a deadline in the past), file:line each
     take_over: bool = False  # not a key: `--take-over`, jobs another fleet file owns on a node become ours
 
@@ -142,7 +145,7 @@ _JOB_FIELDS = {f.name: f for f in dataclasses.fields(JobSpec) if f.name != "afte
 _DEFAULT_KEYS = {"python", "home", "nvml", "interval", "known_hosts", "host_keys", "user", "identity",
                  "connect_timeout", "hello_timeout_s", "venv", "jump", "price_per_hour", "textfile_dir"}
 NO_JUMP = "none"
-SECTIONS = ("defaults", "nodes", "clusters", "jobs", "notify", "alerts", "heartbeat")
+SECTIONS = ("defaults", "nodes", "clusters", "jobs", "notify", "alerts", "heartbeat", "plans")
 
 
 def parse_destination(dest: str) -> tuple[Optional[str], str, Optional[int]]:
@@ -192,7 +195,8 @@ def parse_fleet(text: str, path: str = "<fleet>") -> Fleet:
     if unknown:
         key = sorted(unknown)[0]
         raise FleetError(path, loc.top(key), f"unknown section {key!r}{did_you_mean(key, SECTIONS)}; expected "
-                                             f"[defaults], [[nodes]], [[clusters]], [[jobs]], [[notify]], [alerts] or [heartbeat]")
+                                             f"[defaults], [[nodes]], [[clusters]], [[jobs]], [[notify]], [alerts], "
+                                             f"[heartbeat] or [[plans]]")
     defaults = doc.get("defaults", {})
     if not isinstance(defaults, dict):
         raise FleetError(path, loc.top("defaults"), "'defaults' must be a table: [defaults]")
@@ -215,6 +219,7 @@ def parse_fleet(text: str, path: str = "<fleet>") -> Fleet:
     alerts = parse_alerts(doc.get("alerts", {}), loc, fail)
     notify = parse_notify(doc.get("notify", []), loc, fail)
     heartbeat = parse_heartbeat(doc.get("heartbeat"), loc, fail)
+    plans = parse_plans(doc.get("plans", []), os.path.dirname(os.path.abspath(path)), loc, fail)
     warnings: list[str] = []
     jobs = _parse_jobs(doc.get("jobs", []), defaults, {n.name for n in nodes if n.cluster is None}, path, loc,
                        alerts.stall_s if "stall_s" in doc.get("alerts", {}) else None, warnings,
@@ -222,7 +227,7 @@ def parse_fleet(text: str, path: str = "<fleet>") -> Fleet:
     jobs = _resolve_servers(jobs, {n.name: n for n in nodes}, path, loc)
     jobs = _resolve_after(jobs, path, loc)
     return Fleet(path=path, nodes=nodes, jobs=jobs, notify=notify, alerts=alerts, heartbeat=heartbeat,
-                 warnings=tuple(warnings))
+                 plans=plans, warnings=tuple(warnings))
 
 
 def cluster_node(spec: ClusterSpec, ssh: dict[str, Any], path: str, line: Optional[int]) -> Node:

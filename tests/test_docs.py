@@ -34,9 +34,9 @@ FLEET_DOC = DOCS / "fleet-file.md"
 def accepted_fleet_keys() -> dict[str, frozenset[str]]:
     """Every key the fleet-file parser accepts, per table: the sets it checks a key against
     before refusing it as unknown. Keys of the result: a section of SECTIONS ("defaults",
-    "nodes", "jobs", "alerts", "notify", "heartbeat"), and "kind=NAME" for each job kind's
+    "nodes", "jobs", "alerts", "notify", "heartbeat", "plans"), and "kind=NAME" for each job kind's
     own options."""
-    from gpudeck.remote import fleet, fleet_cluster, fleet_watch
+    from gpudeck.remote import fleet, fleet_cluster, fleet_plans, fleet_watch
     from gpudeck.agents.contract.cluster import RESOURCE_KEYS
 
     keys = {
@@ -51,6 +51,7 @@ def accepted_fleet_keys() -> dict[str, frozenset[str]]:
         "alerts": frozenset(fleet_watch.ALERT_KEYS),
         "notify": frozenset(fleet_watch.NOTIFY_KEYS),
         "heartbeat": frozenset(fleet_watch.HEARTBEAT_KEYS),
+        "plans": frozenset(fleet_plans.PLAN_KEYS),
     }
     # Each job kind's options: the fleet keys of its dataclass (agents/contract/kinds.py), the
     # set that _parse_jobs checks a kind's keys against
@@ -125,7 +126,7 @@ def test_the_accepted_keys_are_the_ones_the_parser_lists_when_it_refuses_a_key()
     keys = accepted_fleet_keys()
     probes = {"defaults": "[defaults]\n", "nodes": '[[nodes]]\nname = "n1"\n', "alerts": "[alerts]\n",
               "clusters": '[[clusters]]\nname = "c1"\n',
-              "notify": "[[notify]]\n", "heartbeat": "[heartbeat]\n"}
+              "notify": "[[notify]]\n", "heartbeat": "[heartbeat]\n", "plans": "[[plans]]\n"}
     probes.update({f"kind={k}": f'[[jobs]]\nname = "j1"\nkind = "{k}"\n' for k in KINDS})
     for table, head in probes.items():
         with pytest.raises(FleetError) as caught:

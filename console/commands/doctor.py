@@ -9,11 +9,14 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...agents.contract.ops import Check, Doctor, DoctorReport
 from ...agents.contract.plain import to_plain
 from ...agents.contract.vocab import Verdict
+
+if TYPE_CHECKING:
+    from ...remote.fleet import Node
 
 
 def register(sub) -> None:
@@ -59,9 +62,8 @@ async def _doctor(args) -> int:
     async def one(node) -> tuple[str, Any]:
         try:
             await client.connect_all([node], args.timeout)
-            # the console's clock now, after the connect: the skew the node sees is then the transit alone
-            op = Doctor(console_time=time.time(), venv="" if node.local else node.agent_venv,
-                        import_warn_s=args.import_warn, timeout_s=args.check_timeout)
+            # the op made after the connect: the skew the node sees is then the transit alone
+            op = doctor_op(node, args.import_warn, args.check_timeout)
             return node.name, await client.request(op, node=node.name, timeout=args.timeout)
         except (AgentError, RequestFailed, OSError) as exc:
             return node.name, str(exc) or "no answer"
@@ -78,6 +80,14 @@ async def _doctor(args) -> int:
     return EXIT_FAIL if bad else EXIT_OK
 
 
+def doctor_op(node: "Node", import_warn_s: float = 20.0, timeout_s: float = 120.0) -> Doctor:
+    """The request for ``node`` (the command's, and the console's `d`): the console's clock now,
+    for the node's clock check, and the venv `gpudeck deploy` fills there (none for this
+    machine: the agent's own python is the one checked)."""
+    return Doctor(console_time=time.time(), venv="" if node.local else node.agent_venv,
+                  import_warn_s=import_warn_s, timeout_s=timeout_s)
+
+
 def _node_json(node: str, r: Any) -> dict[str, Any]:
     if not isinstance(r, DoctorReport):
         return {"node": node, "error": r, "worst": None, "checks": []}
@@ -85,9 +95,19 @@ def _node_json(node: str, r: Any) -> dict[str, Any]:
             "checks": [to_plain(c) for c in r.checks]}
 
 
+def check_name(c: Check) -> str:
+    """What a line says was checked: the check, and the job it is about."""
+    return f"{c.name} {c.job}" if c.job else c.name
+
+
+def counts(r: DoctorReport) -> str:
+    """``1 fail, 2 warn, 8 ok``: the report's head, worst first."""
+    n = {v: sum(c.verdict is v for c in r.checks) for v in Verdict}
+    return ", ".join(f"{n[v]} {v.value}" for v in (Verdict.FAIL, Verdict.WARN, Verdict.OK))
+
+
 def line(c: Check) -> str:
-    name = f"{c.name} {c.job}" if c.job else c.name
-    out = f"  {c.verdict.value:<4}  {name:<16} {c.detail}"
+    out = f"  {c.verdict.value:<4}  {check_name(c):<16} {c.detail}"
     if c.fix and c.verdict is not Verdict.OK:
         out += f"\n        fix: {c.fix}"
     return out
@@ -96,6 +116,4 @@ def line(c: Check) -> str:
 def render(node: str, r: Any) -> str:
     if not isinstance(r, DoctorReport):
         return f"{node}: UNREACHABLE ({r})"
-    counts = {v: sum(c.verdict is v for c in r.checks) for v in Verdict}
-    head = f"{node}: " + ", ".join(f"{counts[v]} {v.value}" for v in (Verdict.FAIL, Verdict.WARN, Verdict.OK))
-    return "\n".join([head, *(line(c) for c in r.checks)])
+    return "\n".join([f"{node}: {counts(r)}", *(line(c) for c in r.checks)])

@@ -3,7 +3,13 @@ before it starts, and which fleet does it cheaper or sooner (agents/workers/plan
 
 from __future__ import annotations
 
-from .common import exit_codes
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Optional, Sequence
+
+from .common import exit_codes, fleet_arg
+
+if TYPE_CHECKING:
+    from ...remote.fleet_plans import PlanRef
 
 
 def register(sub) -> None:
@@ -41,6 +47,7 @@ def register(sub) -> None:
                                                                 "or kinds, or a plan that cannot be read (the "
                                                                 "message says which)"}))
     compare.add_arguments(c)
+    fleet_arg(c, help="with no PLAN given: compare this fleet file's [[plans]] (default $GPUDECK_FLEET)")
     c.set_defaults(run=_compare)
 
 
@@ -55,5 +62,49 @@ def _extract(args) -> int:
 
 
 def _compare(args) -> int:
-    from ...agents.workers.plan.compare import run
-    return run(args)
+    import json
+    import sys
+
+    from ...agents.workers.plan.compare import EXIT_OK, EXIT_USAGE, run
+    from .common import load_fleet
+
+    if args.fleets:
+        return run(args)
+    fleet = load_fleet(args.fleet)
+    got = compare_plans(fleet.plans, fleet.path)
+    if got.doc is None:
+        print(f"gpudeck plan compare: {got.error}", file=sys.stderr)
+        return EXIT_USAGE
+    print(json.dumps(got.doc, indent=1) if args.json else got.text)
+    return EXIT_OK
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """`plan compare` of a fleet file's [[plans]] (the CLI's `-f`, the console's plans screen):
+    the comparison and its table, or why there is none."""
+
+    plans: int  # how many the fleet file declares
+    doc: Optional[dict[str, Any]] = None  # compare's document (its --json); None: no comparison
+    text: str = ""  # the table `gpudeck plan compare` prints
+    error: Optional[str] = None  # why there is no comparison, for the operator
+
+
+def compare_plans(plans: Sequence["PlanRef"], fleet_path: Optional[str]) -> Comparison:
+    """The plans side by side, with the arithmetic and the table of `gpudeck plan compare`
+    (agents/workers/plan/compare.py); with fewer than two, what to declare."""
+    from ...agents.workers.plan.compare import Spec, UsageError, compare, render
+
+    if len(plans) < 2:
+        got = {0: "no plan", 1: "one plan"}[len(plans)]
+        where = (f"in the fleet file {fleet_path}" if fleet_path else
+                 "given, and no fleet file (-f FLEET, $GPUDECK_FLEET)")
+        return Comparison(len(plans), error=f"{got} {where}: a comparison needs two or more. Declare each "
+                                            f"fleet's plan as a [[plans]] table (path = its plan.json or the "
+                                            f"directory of `gpudeck plan generate --out DIR`; name, servers, "
+                                            f"price optional), or give them to `gpudeck plan compare PLAN PLAN`")
+    try:
+        doc = compare([Spec(p.name, p.path, p.servers, p.price) for p in plans])
+    except UsageError as exc:
+        return Comparison(len(plans), error=str(exc))
+    return Comparison(len(plans), doc, render(doc))

@@ -23,6 +23,10 @@ HELP = """\
               in the logs view: search (n / N: next / previous match)
   s  S        sort by the next key; S reverses it.  The sorted column is marked:
               ▲ ascending (A to Z, least first), ▼ descending (the fastest first)
+  d           doctor: the selected row's node checked before a run (python, torch,
+              driver, models, disk, S3, clock, limits): ok, warn or fail, and the fix
+  p           plans: the fleet file's [[plans]] side by side (as gpudeck plan compare):
+              days, dollars, $/M tokens, $/useful, bytes; the cheaper and the faster
   ?           this help;  q or ctrl+c  quit (jobs keep running on their nodes)
 {read_only}
 [b]Jobs[/b]

@@ -18,8 +18,9 @@ from textual.widgets import Footer, Input, Static, TabbedContent, TabPane
 
 from ..actions import ADOPT_KEY, JobOp, no_target_notice, target_job, target_process
 from ..chart import GUTTER, next_range
-from ..messages import (HistoryWanted, JobActionRequested, JobOpened, LogFollowCancelled, LogFollowRequested,
-                                      ProcessAdoptRequested, ProcessKillRequested)
+from ..messages import (DoctorRequested, HistoryWanted, JobActionRequested, JobOpened, LogFollowCancelled,
+                                      LogFollowRequested, PlansCompareRequested, ProcessAdoptRequested,
+                                      ProcessKillRequested)
 from .bindings import job_bindings
 from .palette import FleetCommands
 from ..selection import (ALERT_SORTS, FLEET_SORTS, JOB_SORTS, select_alerts, select_events, select_fleet,
@@ -68,6 +69,8 @@ class MainScreen(Screen[None]):
         Binding("l", "logs", "Logs", id="view.job_logs"),  # as in k9s: the selected job's log
         *job_bindings(),
         Binding(ADOPT_KEY, "adopt_process", "Adopt", show=False, id="process.adopt"),  # a GPU process of no job
+        Binding("d", "doctor", "Doctor", show=False, id="node.doctor"),  # the selected row's node, checked
+        Binding("p", "plans", "Plans", show=False, id="fleet.plans"),  # the fleet file's [[plans]] compared
         Binding("slash", "filter", "Filter", id="view.filter"),
         Binding("t", "chart_range(1)", "Range", show=False, id="chart.range"),
         Binding("T", "chart_range(-1)", "Range back", show=False, key_display="T", id="chart.range_back"),
@@ -253,6 +256,20 @@ class MainScreen(Screen[None]):
             return self.log_job
         return target_job(self.table(view).cursor_row)
 
+    def selected_node(self) -> Optional[str]:
+        """The node `d` checks: the node of the row under the cursor (a node, a GPU, a process,
+        a job, an alert, an event; in the logs view, the followed job's); with none, the only node
+        of a fleet of one."""
+        view = self.active
+        if view == "logs":
+            row = next((r for r in self.fleet_state.job_rows() if r.name == self.log_job), None)
+        else:
+            row = self.table(view).cursor_row
+        node = getattr(row, "node", None)
+        if node is None and len(self.fleet_state.nodes) == 1:
+            node = next(iter(self.fleet_state.nodes))
+        return node
+
     @on(LiveTable.Highlighted, "#jobs-table, #overview-jobs")
     def _job_highlighted(self, event: LiveTable.Highlighted) -> None:
         row = event.table.row(event.key) if event.key else None
@@ -408,6 +425,19 @@ class MainScreen(Screen[None]):
         if action in ("sort", "reverse"):
             return bool(SORTS[view])
         return True
+
+    def action_doctor(self) -> None:
+        """`d`: the checks of `gpudeck doctor` on the selected row's node, in a screen."""
+        node = self.selected_node()
+        if node is None:
+            self.notify("select a node first (in the fleet view, or a job, alert or event on it)", severity="warning",
+                        timeout=4)
+            return
+        self.post_message(DoctorRequested(node))
+
+    def action_plans(self) -> None:
+        """`p`: the fleet file's [[plans]] side by side, as `gpudeck plan compare -f FLEET`."""
+        self.post_message(PlansCompareRequested())
 
     def action_adopt_process(self) -> None:
         process = target_process(self.table(self.active).cursor_row) if self.active != "logs" else None

@@ -1,7 +1,7 @@
 """The command palette's gpudeck commands (ctrl+p): jump to a node or a job by name, and run
-what the keys run (open, kill, relaunch, launch a job; the views; sort). Destructive ones go
-through the same confirmation and read-only refusal as their keys: they post the same
-messages."""
+what the keys run (open, kill, relaunch, launch a job; the views; sort; a node's doctor; the
+plans compared). Destructive ones go through the same confirmation and read-only refusal as
+their keys: they post the same messages."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Callable, Iterator
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
 from ..actions import JOB_OPS
-from ..messages import JobActionRequested, JobOpened
+from ..messages import DoctorRequested, JobActionRequested, JobOpened, PlansCompareRequested
 
 Command = tuple[str, Callable[[], object], str]  # (what is typed, what runs, what it does)
 
@@ -28,8 +28,12 @@ class FleetCommands(Provider):
                "the nodes' timeline: deaths, restarts, GPU health, ... since you last looked (e)")
         yield "sort: next key", screen.action_sort, "sort the view by its next key (s)"
         yield "sort: reverse", screen.action_reverse, "reverse the view's sort (S)"
+        yield ("plans: compare", partial(screen.post_message, PlansCompareRequested()),
+               "the fleet file's [[plans]] side by side: days, dollars, bytes; the cheaper and the faster (p)")
         for node in state.nodes:
             yield f"node {node}", partial(screen.focus_row, "fleet", f"node:{node}"), "jump to it in the fleet view"
+            yield (f"doctor {node}", partial(screen.post_message, DoctorRequested(node)),
+                   "check the node before a run: python, torch, driver, models, disk, S3, clock, limits (d)")
         for row in state.job_rows():
             name = row.name
             yield f"job {name}", partial(screen.focus_row, "jobs", row.key), f"jump to it in the jobs view ({row.node})"

@@ -36,9 +36,10 @@ SPEC_KEYS = {"servers": "servers", "gpus": "servers", "price": "price"}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("fleets", nargs="+", metavar="[NAME=]PLAN[,servers=N][,price=DOLLARS]",
+    p.add_argument("fleets", nargs="*", metavar="[NAME=]PLAN[,servers=N][,price=DOLLARS]",
                    help="a plan.json (or the directory holding it) per fleet, as planned, or scaled to N servers "
-                        "(GPUs for an extract plan) at DOLLARS per server-hour; NAME defaults to the plan's directory")
+                        "(GPUs for an extract plan) at DOLLARS per server-hour; NAME defaults to the plan's directory. "
+                        "None: the fleet file's [[plans]] (`gpudeck plan compare -f FLEET`)")
     p.add_argument("--json", action="store_true",
                    help="print the comparison as JSON, naming the cheaper and the faster")
 

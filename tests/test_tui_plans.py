@@ -1,0 +1,156 @@
+"""The console's plans screen (`p`, or the palette's "plans: compare"): the fleet file's
+[[plans]] side by side with the table of `gpudeck plan compare`, read again at each `p`; fewer
+than two plans, or plans that cannot be compared, say why. And the same [[plans]] through
+`gpudeck plan compare -f FLEET`, and the fleet file's checks of them.
+
+No process: the console is not connected (``connect=False``), the plans are files written here."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+
+from gpudeck.agents.workers.plan.dataset import fingerprint
+from gpudeck.console.app import make_app
+from gpudeck.console.commands import plan as plan_command
+from gpudeck.console.screens.plans import PlansScreen
+from gpudeck.remote.fleet import parse_fleet
+from gpudeck.remote.fleet_check import FleetError
+from support.tui import screen_text, wait_until
+from test_plan_compare import generate_plan_doc, write
+
+SIZE = (140, 40)
+
+
+@pytest.fixture
+def dataset(tmp_path):
+    f = tmp_path / "prompts.jsonl"
+    f.write_text("".join(json.dumps({"id": f"p{i}", "prompt": f"question {i}"}) + "\n" for i in range(100)))
+    return fingerprint(str(f))
+
+
+def fleet_with_plans(tmp_path, plans: str):
+    path = tmp_path / "fleet.toml"
+    path.write_text(f'[defaults]\nnvml = false\n\n{plans}')
+    return parse_fleet(path.read_text(), str(path))
+
+
+TWO_PLANS = '''
+[[plans]]
+name = "pro6000"
+path = "runs/pro6000"
+servers = 4
+
+[[plans]]
+name = "b200"
+path = "runs/b200/plan.json"
+servers = 7
+price = 5.5
+'''
+
+
+def two_pilots(tmp_path, dataset) -> None:
+    write(tmp_path / "runs" / "pro6000" / "plan.json", generate_plan_doc(dataset, tok_s_per_server=400, price=0.5))
+    write(tmp_path / "runs" / "b200" / "plan.json", generate_plan_doc(dataset, tok_s_per_server=3000, price=9.9))
+
+
+def console(fleet):
+    app = make_app(fleet, connect=False, tick_s=0)
+    app.animation_level = "none"
+    return app
+
+
+async def test_p_shows_the_fleet_s_plans_side_by_side_as_plan_compare_prints_them(tmp_path, dataset):
+    two_pilots(tmp_path, dataset)
+    fleet = fleet_with_plans(tmp_path, TWO_PLANS)
+    expected = plan_command.compare_plans(fleet.plans, fleet.path)
+    assert expected.doc is not None and expected.doc["cheaper"] == "pro6000" and expected.doc["faster"] == "b200"
+    app = console(fleet)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("p")
+        await wait_until(pilot, lambda: isinstance(app.screen, PlansScreen), what="the plans screen")
+        text = await wait_until(pilot, lambda: "faster: b200" in (t := screen_text(app)) and t, what="the table")
+        # the rows and the verdicts of `gpudeck plan compare`'s own table
+        for line in expected.text.splitlines():
+            if line.startswith(("FLEET", "pro6000", "b200", "cheaper:", "faster:")):
+                assert line.strip() in text, line
+        assert "plans compared" in text and "cheaper: pro6000" in text
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: not isinstance(app.screen, PlansScreen), what="the screen closed")
+
+
+async def test_fewer_than_two_plans_say_so_and_a_plan_declared_since_counts(tmp_path, dataset):
+    two_pilots(tmp_path, dataset)
+    fleet = fleet_with_plans(tmp_path, TWO_PLANS.split("\n[[plans]]\nname = \"b200\"")[0])
+    assert len(fleet.plans) == 1
+    app = console(fleet)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("p")
+        text = await wait_until(pilot, lambda: "no comparison" in (t := screen_text(app)) and t,
+                                what="why there is no comparison")
+        assert "one plan in the fleet file" in text and "needs two or more" in text and "[[plans]]" in text
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: not isinstance(app.screen, PlansScreen), what="the screen closed")
+        # the operator declares the second plan: the next `p` reads the fleet file again
+        (tmp_path / "fleet.toml").write_text(f'[defaults]\nnvml = false\n\n{TWO_PLANS}')
+        await pilot.press("p")
+        await wait_until(pilot, lambda: "faster: b200" in screen_text(app), what="the table")
+
+
+async def test_no_plan_at_all_and_plans_that_cannot_be_compared_say_why(tmp_path, dataset):
+    app = console(fleet_with_plans(tmp_path, ""))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("p")
+        await wait_until(pilot, lambda: "no plan in the fleet file" in screen_text(app), what="no plan")
+        # a plan that is not there: compare's own message, naming it
+        (tmp_path / "fleet.toml").write_text('[[plans]]\npath = "runs/a"\n\n[[plans]]\npath = "runs/missing"\n')
+        write(tmp_path / "runs" / "a" / "plan.json", generate_plan_doc(dataset, tok_s_per_server=1, price=1))
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: not isinstance(app.screen, PlansScreen), what="the screen closed")
+        await pilot.press("p")
+        await wait_until(pilot, lambda: "No such file" in screen_text(app), what="the refusal")
+        assert f"{tmp_path / 'runs' / 'missing'}: No such file" in app.screen.comparison.error
+
+
+def test_the_fleet_file_checks_its_plans_with_their_lines(tmp_path):
+    with pytest.raises(FleetError) as caught:
+        parse_fleet('[[plans]]\npath = "a"\n\n[[plans]]\nname = "b"\nservers = 0\n', "fleet.toml")
+    assert str(caught.value).startswith("fleet.toml:6: [[plans]] #2 'servers': expected a whole number of at least 1")
+    with pytest.raises(FleetError) as caught:
+        parse_fleet('[[plans]]\nname = "b"\n', "fleet.toml")
+    assert "fleet.toml:1: [[plans]] #1 needs a 'path'" in str(caught.value)
+    with pytest.raises(FleetError) as caught:
+        parse_fleet('[[plans]]\npath = "a"\nprise = 3\n', "fleet.toml")
+    assert "fleet.toml:3:" in str(caught.value) and "did you mean 'price'" in str(caught.value)
+    with pytest.raises(FleetError) as caught:
+        parse_fleet('[[plans]]\npath = "a"\nprice = -1\n', "fleet.toml")
+    assert "fleet.toml:3: [[plans]] #1 'price'" in str(caught.value)
+    # a relative path is the fleet file's directory's; ~ is this machine's home
+    fleet = fleet_with_plans(tmp_path, TWO_PLANS + '\n[[plans]]\npath = "~/runs/x"\n')
+    assert [p.path for p in fleet.plans[:2]] == [str(tmp_path / "runs" / "pro6000"),
+                                                str(tmp_path / "runs" / "b200" / "plan.json")]
+    assert fleet.plans[2].path.endswith("/runs/x") and not fleet.plans[2].path.startswith("~")
+    assert (fleet.plans[1].servers, fleet.plans[1].price, fleet.plans[0].price) == (7, 5.5, None)
+
+
+def test_plan_compare_dash_f_compares_the_fleet_s_plans(tmp_path, dataset, capsys, monkeypatch):
+    monkeypatch.delenv("GPUDECK_FLEET", raising=False)
+    two_pilots(tmp_path, dataset)
+    fleet = fleet_with_plans(tmp_path, TWO_PLANS)
+    parser = argparse.ArgumentParser()
+    plan_command.register(parser.add_subparsers())
+    args = parser.parse_args(["plan", "compare", "-f", fleet.path, "--json"])
+    assert args.run(args) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["cheaper"], doc["faster"]) == ("pro6000", "b200")
+    assert [(f["name"], f["servers"]) for f in doc["fleets"]] == [("pro6000", 4), ("b200", 7)]
+    # what the console's screen shows is this table
+    args = parser.parse_args(["plan", "compare", "-f", fleet.path])
+    assert args.run(args) == 0
+    assert capsys.readouterr().out.strip() == plan_command.compare_plans(fleet.plans, fleet.path).text.strip()
+    # no plan given, no fleet file: exit 2, saying what to give
+    args = parser.parse_args(["plan", "compare"])
+    assert args.run(args) == 2
+    assert "no plan given, and no fleet file (-f FLEET" in capsys.readouterr().err
