@@ -506,7 +506,10 @@ class GpuDeckApp(NoticeLine, App[None]):
             self.notify(describe_error(exc), title=f"adopt pid {pid} failed", severity="error", timeout=20)
             return
         gpus = f"GPU {', '.join(map(str, r.gpus))}" if r.gpus else "no GPU"
-        self.notify(f"pid {r.pid} on {node} is job {r.job} ({gpus})", title=f"adopted pid {pid}", timeout=15)
+        text = f"pid {r.pid} on {node} is job {r.job} ({gpus})"
+        self.verdicts.append((r.job, "adopt", text))
+        # the answer to the operator's key: kept on the notice line as a kill's verdict is
+        self.notify(text, title=f"adopted pid {pid}", timeout=15, keep=True)
         self.schedule_refresh()
 
     def _node_of(self, job: str) -> Optional[str]:
