@@ -103,6 +103,7 @@ class GpuDeckApp(NoticeLine, App[None]):
         self.state.expect(config.nodes or [n.name for n in client.nodes_in_use()])
         self.fleet_name = config.fleet_name or _fleet_name(config.fleet)
         self.verdicts: list[tuple[str, str, str]] = []  # (job, op, what the operator was told)
+        self.move_news: list[str] = []  # what the automatic move said as it went (watch fleet's lines)
         self.pacer = RedrawPacer(config.refresh_s, config.redraw_share, config.refresh_most_s)
         self._refresh_timer: Optional[Timer] = None  # the next paced redraw, when one is armed
         self._autostart = set(config.autostart)
@@ -243,6 +244,7 @@ class GpuDeckApp(NoticeLine, App[None]):
                 self.schedule_refresh()
 
     def _say_move(self, line: str) -> None:
+        self.move_news.append(line)
         self.notify(line, title="automatic move", severity="warning", timeout=10, markup=False)
 
     def _show_moves(self) -> None:

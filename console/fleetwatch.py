@@ -27,7 +27,7 @@ from typing import Any, Callable, Optional
 
 from ..agents.contract.vocab import JobState
 from ..agents.contract.wire import Snapshot
-from .moving import MoveFailed, MoveReport, PlannedMove, lost_node_moves, move_job
+from .moving import MovedMeanwhile, MoveFailed, MoveReport, PlannedMove, lost_node_moves, move_job
 from .placements import PlacementStore, apply
 
 
@@ -129,6 +129,9 @@ class LostNodeMover:
                 f"to spare {m.dest}")
             try:
                 report = await move_job(self.client, m.job, m.dest, self.grace_s, self.store)
+            except MovedMeanwhile as exc:  # the other watcher was first: run the job where it put it
+                for line in self.catch_up() or [str(exc)]:
+                    say(line)
             except MoveFailed as exc:
                 out.append(AutoMove(m, error=str(exc), done=tuple(exc.done)))
             except (AgentError, RequestFailed, OperatorError) as exc:

@@ -14,9 +14,9 @@ The steps of :func:`move_job`, in this order:
    id in its env. The new worker writes the id beside the output before it restores anything,
    and the old one, once it reads it (before its next upload, or within its check interval),
    stops and exits 5 without writing more. A placement another gpudeck of this laptop recorded
-   since this one read where the job runs stops the move (before the kill: MoveRefused; at the
-   record, under its lock: MoveFailed): the job was moved meanwhile, and moving it again would
-   launch a second attempt.
+   since this one read where the job runs stops the move (:class:`MovedMeanwhile`, looked for
+   before the kill and again at the record, under the placements' lock): the job was moved
+   meanwhile, and moving it again would launch a second attempt.
 4. Declare the job on the new node (``configure``) and launch it there; declare the old node's
    jobs without it when that node is connected.
 
@@ -50,6 +50,15 @@ class MoveFailed(Exception):
     def __init__(self, message: str, done: list[str]) -> None:
         self.done = done
         super().__init__(message)
+
+
+class MovedMeanwhile(MoveFailed):
+    """Another gpudeck of this machine moved the job since this one read where it runs (``place``:
+    its placement); nothing was launched."""
+
+    def __init__(self, message: str, done: list[str], place: Placement) -> None:
+        self.place = place
+        super().__init__(message, done)
 
 
 @dataclass
@@ -110,7 +119,7 @@ async def move_job(client: Any, job: str, dest: str, grace_s: float, store: Opti
     first = store.of(fleet.path).get(job)
     if conflicting(first, src, seen):
         assert first is not None
-        raise MoveRefused(moved_meanwhile(job, first) + "; nothing done", fleet.path or "")
+        raise MovedMeanwhile(moved_meanwhile(job, first) + "; nothing done", [], first)
     report = MoveReport(job, src, dest, "", resumes_from=output_of(spec))
     try:
         report.kill = await client.request(ops.Kill(job=job, grace_s=grace_s), node=src)
@@ -132,7 +141,7 @@ async def move_job(client: Any, job: str, dest: str, grace_s: float, store: Opti
     try:
         store.claim(fleet.path, job, place, src, seen)
     except PlacementConflict as exc:
-        raise MoveFailed(f"{exc}; not launched on {dest}", report.lines) from None
+        raise MovedMeanwhile(f"{exc}; not launched on {dest}", report.lines, exc.place) from None
     except OSError as exc:
         raise MoveFailed(f"cannot keep the placement in {store.path} ({exc}); not launched on {dest}",
                          report.lines) from None

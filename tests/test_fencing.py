@@ -294,3 +294,13 @@ def test_the_mover_takes_moves_another_gpudeck_recorded_and_says_the_new_ones(tm
     # gpu1 lost long ago: gen runs on spare1 now, so nothing is left to move
     mover.nodes.up, mover.nodes.down_since = {"spare1", "spare2", "gpu2"}, {"gpu1": 1.0}
     assert lost_node_moves(client.fleet, mover.nodes.down_since, mover.nodes.up, 1000.0, 60.0, mover.running()) == []
+
+
+def test_a_read_only_or_unconnected_console_moves_nothing(tmp_path):
+    from gpudeck.console.app import make_app
+
+    fleet = parse_fleet(FLEET, str(tmp_path / "fleet.toml"))
+    assert make_app(fleet).mover is not None  # the console moves lost nodes' jobs, as watch fleet does
+    assert make_app(fleet, read_only=True).mover is None
+    assert make_app(fleet, auto_move=False).mover is None  # gpudeck up --no-auto-move
+    assert make_app(fleet, connect=False).mover is None
