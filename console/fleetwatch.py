@@ -71,11 +71,14 @@ class AutoMove:
 
 class LostNodeMover:
     """The automatic moves of one watcher over ``client`` (a remote.client.FleetClient): feed
-    ``nodes`` the watch loop's events, call :meth:`round` every second or so."""
+    ``nodes`` the watch loop's events, call :meth:`round` every second or so. ``tell_stays``:
+    say that a lost node's job stays (on_node_lost = "stay"); None: only in a fleet where some
+    job moves (a console on a fleet that never asked for moves says nothing of them)."""
 
     def __init__(self, client: Any, *, grace_s: float = 10.0, store: Optional[PlacementStore] = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, tell_stays: Optional[bool] = None) -> None:
         self.client = client
+        self.tell_stays = tell_stays
         self.grace_s = grace_s
         self.store = store or PlacementStore()
         self.clock = clock
@@ -138,13 +141,15 @@ class LostNodeMover:
                 out.append(AutoMove(m, error=str(exc)))
             else:
                 out.append(AutoMove(m, report=report))
-        for spec in self.client.fleet.jobs:
+        jobs = self.client.fleet.jobs
+        stays = self.tell_stays if self.tell_stays is not None else any(j.on_node_lost == "move" for j in jobs)
+        for spec in jobs:
             src = spec.node or "local"
             since = self.nodes.down_since.get(src)
             if spec.cluster is not None or since is None or now - since < lost_s:
                 continue
             elsewhere = running.get(spec.name)
-            if spec.on_node_lost != "move":
+            if spec.on_node_lost != "move" and stays:
                 self._say_once(say, spec.name, src, f"node {src} lost: {spec.name} stays (on_node_lost = \"stay\")")
             elif elsewhere is not None and elsewhere != src:
                 self._say_once(say, spec.name, src, f"node {src} lost: {spec.name} already runs on {elsewhere} "
@@ -165,7 +170,7 @@ async def watch_fleet(client: Any, *, grace_s: float = 10.0, store: Optional[Pla
                       clock: Callable[[], float] = time.time) -> None:
     """``gpudeck watch fleet``: until cancelled, keep ``client``'s nodes connected and move the
     jobs of lost nodes; one line a step on ``say``."""
-    mover = LostNodeMover(client, grace_s=grace_s, store=store, clock=clock)
+    mover = LostNodeMover(client, grace_s=grace_s, store=store, clock=clock, tell_stays=True)
     watcher = asyncio.create_task(client.watch(mover.nodes), name="fleet watch")
     try:
         while not watcher.done():

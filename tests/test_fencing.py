@@ -304,3 +304,28 @@ def test_a_read_only_or_unconnected_console_moves_nothing(tmp_path):
     assert make_app(fleet, read_only=True).mover is None
     assert make_app(fleet, auto_move=False).mover is None  # gpudeck up --no-auto-move
     assert make_app(fleet, connect=False).mover is None
+
+
+async def test_a_lost_nodes_staying_job_is_told_once_and_only_where_some_job_moves(tmp_path):
+    from types import SimpleNamespace
+
+    from gpudeck.console.fleetwatch import LostNodeMover
+
+    def lost_gpu1(text: str) -> tuple[LostNodeMover, list[str]]:
+        fleet = parse_fleet(text, str(tmp_path / "fleet.toml"))
+        mover = LostNodeMover(SimpleNamespace(fleet=fleet), store=PlacementStore(tmp_path / "p.json"),
+                              clock=lambda: 1000.0)
+        # gpu1 lost long ago; no spare up: nothing can move, so the round sends nothing anywhere
+        mover.nodes.up, mover.nodes.down_since = {"gpu2"}, {"gpu1": 1.0}
+        return mover, []
+
+    mover, said = lost_gpu1(FLEET)
+    for _ in range(2):
+        assert await mover.round(said.append) == []
+    assert said == ['node gpu1 lost: server stays (on_node_lost = "stay")']
+    # a fleet that never asked for moves: the console says nothing of them (watch fleet does)
+    mover, said = lost_gpu1(FLEET.replace('on_node_lost = "move"', 'on_node_lost = "stay"'))
+    assert await mover.round(said.append) == [] and said == []
+    mover.tell_stays = True
+    await mover.round(said.append)
+    assert sorted(said) == [f'node gpu1 lost: {j} stays (on_node_lost = "stay")' for j in ("gen", "server")]
