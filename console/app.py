@@ -21,6 +21,12 @@ backlog makes the opening "since you last looked" line (``since.py``; the last l
 fleet is kept by ``looked.py``); each live event that matters is one notification and one
 bell.
 
+A job of a lost node with ``on_node_lost = "move"`` is moved to a spare by the console too,
+as ``gpudeck watch fleet`` moves it: one ``LostNodeMover`` (``fleetwatch.py``: the same rule, the
+same move) is fed the transport's events, and a worker runs its round every ``move_check_s``,
+the next armed after the last returned; each move is a notification, and the job's row says
+where it moved from. A read-only console moves nothing.
+
 ``make_app`` builds the app for the CLI and for the tests alike.
 """
 
@@ -42,7 +48,9 @@ from ..agents.contract import ops
 from ..agents.contract.errors import OperatorError
 from ..agents.contract.vocab import ShownState
 from ..agents.contract.wire import History, Snapshot
+from .fleetwatch import LostNodeMover
 from .moving import MoveFailed, move_job, spare_for
+from .placements import PlacementStore, moved
 from .chart import RANGES, RESOLUTION
 from .actions import (Confirm, JobOp, Notice, Refuse, failure_notice, outcome_notice, plan_job_action,
                                      plan_process_adopt, plan_process_kill, adopt_name, job_request)
@@ -99,6 +107,7 @@ class GpuDeckApp(NoticeLine, App[None]):
         self.state.expect(config.nodes or [n.name for n in client.nodes_in_use()])
         self.fleet_name = config.fleet_name or _fleet_name(config.fleet)
         self.verdicts: list[tuple[str, str, str]] = []  # (job, op, what the operator was told)
+        self.move_news: list[str] = []  # what the automatic move said as it went (watch fleet's lines)
         self.pacer = RedrawPacer(config.refresh_s, config.redraw_share, config.refresh_most_s)
         self._refresh_timer: Optional[Timer] = None  # the next paced redraw, when one is armed
         self._autostart = set(config.autostart)
@@ -110,6 +119,9 @@ class GpuDeckApp(NoticeLine, App[None]):
         self._backlog_from = 0.0  # the first read of each node asks for the events after this
         self._awaiting_backlog: set[str] = set()  # nodes whose first read the opening summary waits for
         self._events_failing: set[str] = set()
+        self.placements = PlacementStore()  # where this laptop's moves put jobs (console/placements.py)
+        self.mover = LostNodeMover(client, grace_s=config.grace_s, store=self.placements, clock=config.clock) \
+            if config.connect and config.auto_move and not config.read_only else None
 
     def get_default_screen(self) -> MainScreen:
         return MainScreen(self.state, self.fleet_name, self.config.read_only, self.config.initial_view)
@@ -119,7 +131,10 @@ class GpuDeckApp(NoticeLine, App[None]):
             self.set_interval(self.config.tick_s, self.schedule_refresh)
         if self.config.connect:
             self._open_timeline()
+            self._show_moves()
             self.watch_fleet()
+            if self.mover is not None:
+                self.look_for_lost_nodes()
         if self.config.screenshot:
             self._started = time.monotonic()
             self.set_interval(0.5, self._maybe_screenshot)
@@ -147,6 +162,8 @@ class GpuDeckApp(NoticeLine, App[None]):
         await self.client.watch(self._on_fleet_event)
 
     def _on_fleet_event(self, node: str, event: Any) -> None:
+        if self.mover is not None:
+            self.mover.nodes(node, event)
         if isinstance(event, Snapshot):
             self.post_message(SnapshotReceived(event))
         elif isinstance(event, History):
@@ -208,6 +225,35 @@ class GpuDeckApp(NoticeLine, App[None]):
             self._down.add(message.node)
             self.notify(message.error.reason, title=f"node {message.node} unreachable", severity="error", timeout=10)
         self.schedule_refresh()
+
+    # ------------------------------------------------------------ the automatic move
+
+    @work(group="automove", exclusive=True, exit_on_error=False, name="automatic move")
+    async def look_for_lost_nodes(self) -> None:
+        """Move the jobs of lost nodes to spares, as `gpudeck watch fleet` does (fleetwatch.py)."""
+        assert self.mover is not None
+        while True:
+            await asyncio.sleep(self.config.move_check_s)
+            fleet = self.client.fleet
+            for done in await self.mover.round(self._say_move):
+                m = done.move
+                if done.report is not None:
+                    self._tell(m.job, JobOp.MOVE, Notice("\n".join(done.lines()), f"node {m.src} lost: moved {m.job} "
+                                                                                  f"to {m.dest}", "warning", 15))
+                else:
+                    self._tell(m.job, JobOp.MOVE, failure_notice(JobOp.MOVE, m.job, "\n".join(done.lines())))
+            if self.client.fleet is not fleet:  # moved here, or by another gpudeck of this laptop
+                self.state.set_fleet(self.client.fleet)
+                self._show_moves()
+                self.schedule_refresh()
+
+    def _say_move(self, line: str) -> None:
+        self.move_news.append(line)
+        self.notify(line, title="automatic move", severity="warning", timeout=10, markup=False)
+
+    def _show_moves(self) -> None:
+        """The jobs' rows say where they moved from (placements.json, as the fleet runs now)."""
+        self.state.set_moves(moved(self.client.fleet, self.placements.of(self.client.fleet.path)))
 
     # ------------------------------------------------------------ the nodes' timelines
 
@@ -377,6 +423,7 @@ class GpuDeckApp(NoticeLine, App[None]):
             self.post_message(JobActionFailed(job, op, describe_error(exc)))
             return
         self.state.set_fleet(self.client.fleet)
+        self._show_moves()
         self._plan_job_action(op, job, tuple(self.client.spec_changes.get(job, ())))
 
     def _plan_job_action(self, op: JobOp, job: str, changes: tuple[str, ...] = ()) -> None:
@@ -465,7 +512,10 @@ class GpuDeckApp(NoticeLine, App[None]):
             self.notify(describe_error(exc), title=f"adopt pid {pid} failed", severity="error", timeout=20)
             return
         gpus = f"GPU {', '.join(map(str, r.gpus))}" if r.gpus else "no GPU"
-        self.notify(f"pid {r.pid} on {node} is job {r.job} ({gpus})", title=f"adopted pid {pid}", timeout=15)
+        text = f"pid {r.pid} on {node} is job {r.job} ({gpus})"
+        self.verdicts.append((r.job, "adopt", text))
+        # the answer to the operator's key: kept on the notice line as a kill's verdict is
+        self.notify(text, title=f"adopted pid {pid}", timeout=15, keep=True)
         self.schedule_refresh()
 
     def _node_of(self, job: str) -> Optional[str]:
@@ -502,7 +552,7 @@ class GpuDeckApp(NoticeLine, App[None]):
             self.post_message(JobActionFailed(job, JobOp.MOVE, "no spare node is free"))
             return
         try:
-            report = await move_job(self.client, job, dest, self.config.grace_s)
+            report = await move_job(self.client, job, dest, self.config.grace_s, self.placements)
         except MoveFailed as exc:
             self.post_message(JobActionFailed(job, JobOp.MOVE, "\n".join([*exc.done, str(exc)])))
             return
@@ -510,6 +560,7 @@ class GpuDeckApp(NoticeLine, App[None]):
             self.post_message(JobActionFailed(job, JobOp.MOVE, describe_error(exc)))
             return
         self.state.set_fleet(self.client.fleet)
+        self._show_moves()
         self.post_message(JobActionFinished(job, JobOp.MOVE, report))
 
     def on_job_action_finished(self, message: JobActionFinished) -> None:

@@ -35,6 +35,13 @@ class ConsoleConfig:
     grace_s: float = 10.0
     """Seconds between SIGTERM and SIGKILL on kill and relaunch."""
 
+    auto_move: bool = True
+    """Move the jobs of a lost node with ``on_node_lost = "move"`` to a spare, as ``gpudeck watch
+    fleet`` does (console/fleetwatch.py). Never in read-only mode, nor when not connected."""
+
+    move_check_s: float = 1.0
+    """Seconds between two looks for lost nodes (each armed after the last returned)."""
+
     refresh_s: float = 0.05
     """Snapshots arriving within this window are drawn together: the least time between two
     redraws (a key press is drawn at once)."""

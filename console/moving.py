@@ -13,7 +13,10 @@ The steps of :func:`move_job`, in this order:
    (placements.py): from now on this laptop's commands see the job on the new node, with the
    id in its env. The new worker writes the id beside the output before it restores anything,
    and the old one, once it reads it (before its next upload, or within its check interval),
-   stops and exits 5 without writing more.
+   stops and exits 5 without writing more. A placement another gpudeck of this laptop recorded
+   since this one read where the job runs stops the move (:class:`MovedMeanwhile`, looked for
+   before the kill and again at the record, under the placements' lock): the job was moved
+   meanwhile, and moving it again would launch a second attempt.
 4. Declare the job on the new node (``configure``) and launch it there; declare the old node's
    jobs without it when that node is connected.
 
@@ -29,9 +32,9 @@ from typing import Any, Optional
 
 from ..agents.contract import ops
 from ..agents.contract.errors import OperatorError
-from ..agents.contract.fencing import new_attempt_id
+from ..agents.contract.fencing import ENV as ATTEMPT_ENV, new_attempt_id
 from ..agents.contract.wire import KillVerdict, LaunchResult
-from .placements import Placement, PlacementStore, apply
+from .placements import Placement, PlacementConflict, PlacementStore, apply, conflicting, moved_meanwhile
 
 LOCAL = "local"
 
@@ -47,6 +50,15 @@ class MoveFailed(Exception):
     def __init__(self, message: str, done: list[str]) -> None:
         self.done = done
         super().__init__(message)
+
+
+class MovedMeanwhile(MoveFailed):
+    """Another gpudeck of this machine moved the job since this one read where it runs (``place``:
+    its placement); nothing was launched."""
+
+    def __init__(self, message: str, done: list[str], place: Placement) -> None:
+        self.place = place
+        super().__init__(message, done)
 
 
 @dataclass
@@ -103,6 +115,11 @@ async def move_job(client: Any, job: str, dest: str, grace_s: float, store: Opti
     fleet = client.fleet
     spec = check_move(fleet, job, dest)
     src = node_of(spec)
+    seen = spec.env.get(ATTEMPT_ENV)  # the attempt id of the placement this fleet was read with (None: none)
+    first = store.of(fleet.path).get(job)
+    if conflicting(first, src, seen):
+        assert first is not None
+        raise MovedMeanwhile(moved_meanwhile(job, first) + "; nothing done", [], first)
     report = MoveReport(job, src, dest, "", resumes_from=output_of(spec))
     try:
         report.kill = await client.request(ops.Kill(job=job, grace_s=grace_s), node=src)
@@ -117,11 +134,14 @@ async def move_job(client: Any, job: str, dest: str, grace_s: float, store: Opti
     if report.unreachable is not None:
         report.lines.append(f"node {src} unreachable: fenced by attempt id {report.attempt_id} "
                             f"({report.unreachable}); its attempt stops once it reads that id")
-    first = store.of(fleet.path).get(job)
-    place = Placement(node=dest, fleet_node=first.fleet_node if first is not None else src, moved_from=src,
-                      attempt_id=report.attempt_id, at=time.time() if now is None else now)
+    # the node the fleet file names: the first move's, while its placement holds here
+    fleet_node = first.fleet_node if first is not None and first.node == src else src
+    place = Placement(node=dest, fleet_node=fleet_node, moved_from=src, attempt_id=report.attempt_id,
+                      at=time.time() if now is None else now)
     try:
-        store.record(fleet.path, job, place)
+        store.claim(fleet.path, job, place, src, seen)
+    except PlacementConflict as exc:
+        raise MovedMeanwhile(f"{exc}; not launched on {dest}", report.lines, exc.place) from None
     except OSError as exc:
         raise MoveFailed(f"cannot keep the placement in {store.path} ({exc}); not launched on {dest}",
                          report.lines) from None
@@ -176,12 +196,18 @@ class PlannedMove:
 
 
 def lost_node_moves(fleet: Any, down_since: dict[str, float], up: set[str], now: float,
-                    node_lost_s: float) -> list[PlannedMove]:
+                    node_lost_s: float, running: Optional[dict[str, str]] = None) -> list[PlannedMove]:
     """The moves to make now: each job with ``on_node_lost = "move"`` whose node has been down
     for ``node_lost_s`` or more goes to a ``spare`` node that is up, holds no job of the fleet
     and is not taken by another move of this round (nodes in the fleet file's order). A job with
-    no such spare waits (the next round tries again)."""
-    busy = {node_of(j) for j in fleet.jobs if j.cluster is None}
+    no such spare waits (the next round tries again).
+
+    ``running`` (job: an up node whose last snapshot shows it alive) is what the nodes say, not
+    the fleet file: a job alive on another node than its own was moved there already (by another
+    watcher, a console on another laptop), so it is not moved again, and a spare that runs a job
+    of the fleet is not free."""
+    running = running or {}
+    busy = {node_of(j) for j in fleet.jobs if j.cluster is None} | set(running.values())
     spares = [n.name for n in fleet.nodes if getattr(n, "spare", False) and n.name in up and n.name not in busy
               and n.cluster is None]
     out: list[PlannedMove] = []
@@ -190,7 +216,7 @@ def lost_node_moves(fleet: Any, down_since: dict[str, float], up: set[str], now:
         since = down_since.get(src)
         if spec.cluster is not None or getattr(spec, "on_node_lost", "stay") != "move" or since is None:
             continue
-        if now - since < node_lost_s or not spares:
+        if now - since < node_lost_s or running.get(spec.name, src) != src or not spares:
             continue
         out.append(PlannedMove(spec.name, src, spares.pop(0), now - since))
     return out

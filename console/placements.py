@@ -19,6 +19,12 @@ edits the job's ``node`` in the file, the file wins and the placement is dropped
 command of this laptop sees the placement (they all load the fleet through
 ``commands/common.load_fleet``); a console on another laptop does not, and says the job is on
 the old node until its own file is edited (the nodes themselves know: the new node runs it).
+
+Two gpudecks of one laptop (a console and ``gpudeck watch fleet``, say) may both decide to move
+one job. A move records its placement with :meth:`PlacementStore.claim`: under a lock on
+``placements.json.lock`` it reads the job's placement again and refuses
+(:class:`PlacementConflict`) when it is not the one the mover started from, that is when the
+other gpudeck moved the job meanwhile (:func:`conflicting`). The loser launches nothing.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import dataclasses
 import json
 import math
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -100,6 +107,51 @@ class PlacementStore:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_json(self.path, {"fleets": fleets})
 
+    def claim(self, fleet_path: Optional[str], job: str, place: Placement, src: str,
+              seen_attempt: Optional[str]) -> None:
+        """Keep ``place`` for ``job``, moved off ``src``, unless another gpudeck of this machine
+        moved the job since this one read where it runs (``seen_attempt``: the attempt id of the
+        placement it read, None for none): then PlacementConflict, and nothing is written. The
+        read and the write hold the lock together. OSError when the file cannot be written."""
+        import fcntl
+
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path.with_name(self.path.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            current = self.of(fleet_path).get(job)
+            if conflicting(current, src, seen_attempt):
+                assert current is not None
+                raise PlacementConflict(job, current)
+            self.record(fleet_path, job, place)
+        finally:
+            os.close(fd)  # and the lock with it
+
+
+class PlacementConflict(Exception):
+    """Another gpudeck of this machine moved the job since this one read where it runs."""
+
+    def __init__(self, job: str, place: Placement) -> None:
+        self.job, self.place = job, place
+        super().__init__(moved_meanwhile(job, place))
+
+
+def conflicting(current: Optional[Placement], src: str, seen_attempt: Optional[str]) -> bool:
+    """Whether ``current``, the job's placement on file now, is a move its mover did not see. The
+    mover read the job on ``src`` with the placement of attempt ``seen_attempt`` (None: none held).
+    A placement it read is one it may replace; so is one that does not hold against its fleet
+    file (moved off another node than ``src``: the file was edited since)."""
+    if current is None:
+        return False
+    if seen_attempt is not None:
+        return current.attempt_id != seen_attempt
+    return current.fleet_node == src and current.node != src
+
+
+def moved_meanwhile(job: str, place: Placement) -> str:
+    return (f"job {job!r} was moved to {place.node} at {time.strftime('%H:%M:%S', time.localtime(place.at))} by "
+            f"another gpudeck of this machine (attempt id {place.attempt_id}): it runs there")
+
 
 def apply(fleet: Any, placements: dict[str, Placement]) -> Any:
     """The fleet as it runs: each job with a placement that still holds on its moved node, with
@@ -117,7 +169,14 @@ def apply(fleet: Any, placements: dict[str, Placement]) -> Any:
     return dataclasses.replace(fleet, jobs=jobs)
 
 
-def moved_from(fleet: Any, placements: dict[str, Placement]) -> dict[str, str]:
-    """Per moved job of ``fleet`` (as it runs), the node it was moved from, for the rows."""
-    return {name: p.moved_from for name, p in placements.items()
-            if any(j.name == name and j.node == p.node for j in fleet.jobs)}
+def moved(fleet: Any, placements: dict[str, Placement]) -> dict[str, Placement]:
+    """Per moved job of ``fleet`` (as it runs), its placement: where the rows say it moved from."""
+    nodes = {j.name: j.node for j in fleet.jobs}
+    return {name: p for name, p in placements.items() if nodes.get(name) == p.node}
+
+
+def moved_text(place: Placement, now: float) -> str:
+    """"moved from gpu1 02:10": the row of a moved job (a day or more ago: with its date)."""
+    when = time.localtime(place.at)
+    stamp = time.strftime("%H:%M" if now - place.at < 86400 else "%b %d %H:%M", when)
+    return f"moved from {place.moved_from} {stamp}"

@@ -171,6 +171,7 @@ class JobRow:
     last_upload_s: Optional[float] = None  # ... and how long ago the last one went up
     servers_down: Optional[int] = None  # servers resting or failing (None: the job reports no servers) ...
     servers_total: Optional[int] = None  # ... of all it sends to
+    moved: Optional[str] = None  # "moved from gpu1 02:10" (console/placements.py), or on the old node "moved to gpu2"
 
     @property
     def fraction(self) -> Optional[float]:

@@ -26,6 +26,7 @@ from ..agents.contract.wire import Alert, Gpu, History, JobStatus, Progress, Sna
 from . import chart as charts
 from . import cost
 from .formatting import human_duration, quality_flags, round_eta, round_figures, startup_text
+from .placements import Placement, moved_text
 from .rows import (SPARK_BUCKET_S, AlertRow, FleetRow, GpuRow, JobDetail, JobRow, NodeRow, NodeState,
                                   ProcRow, Totals)
 from .series import Coarse, DiskTrend, Recent, Series
@@ -70,6 +71,7 @@ class FleetState:
     spark_bucket_s: float = SPARK_BUCKET_S
     timeline: Timeline = field(default_factory=Timeline)  # the nodes' events, merged (the events view)
     reads_history: bool = True  # charts of long ranges ask the nodes for their history (False: not connected)
+    moves: dict[str, Placement] = field(default_factory=dict)  # jobs moved from this laptop (placements.moved)
 
     def __post_init__(self) -> None:
         self._series: dict[tuple[str, str], Series] = {}  # (node, job): its FIGURES
@@ -94,6 +96,18 @@ class FleetState:
         self._prices = {n.name: n.price_per_hour for n in self.fleet.nodes}  # None: not priced
         self._costs: Optional[tuple[tuple, dict, dict]] = None
         self.version += 1
+
+    def set_moves(self, moves: dict[str, Placement]) -> None:
+        """Where the moved jobs run now and where they came from (console/placements.py): their
+        rows say "moved from gpu1 02:10"."""
+        if moves != self.moves:
+            self.moves = dict(moves)
+            self.version += 1
+
+    def moved_from(self, node: str, job: str) -> Optional[Placement]:
+        """The placement of ``job`` when ``node`` is where it was moved to."""
+        place = self.moves.get(job)
+        return place if place is not None and place.node == node else None
 
     # ------------------------------------------------------------ input
 
@@ -435,6 +449,9 @@ class FleetState:
             flags += (j.waiting if len(j.waiting) <= 60 else j.waiting[:59] + "…",)
         if j.adopted and alive:
             flags += ("adopted",)
+        place = self.moves.get(j.name)
+        moved = None if place is None else moved_text(place, now) if node == place.node else \
+            f"moved to {place.node}" if node == place.moved_from else None
         return JobRow(
             key=f"{node}/{j.name}", name=j.name, node=node, kind=_KINDS[j.kind], state=state, gpus=tuple(j.gpus),
             attempt=j.attempt, tokens_per_s=round_figures(job_tokens_per_s(j)) if alive else None,
@@ -446,7 +463,8 @@ class FleetState:
             queued=int(e.queued) if e and e.queued is not None else None,
             kv_usage=round(e.kv_usage, 3) if e and e.kv_usage is not None else None,
             accept_length=round(e.accept_length, 2) if e and e.accept_length is not None else None,
-            stale=stale, pid=j.pid if alive else None, **self._plan_and_cost(node, j), **_health_cells(p, now))
+            stale=stale, pid=j.pid if alive else None, moved=moved, **self._plan_and_cost(node, j),
+            **_health_cells(p, now))
 
     def job_detail(self, key: str, spark_width: int = 60, chart_range: Optional[str] = None,
                    chart_width: Optional[int] = None) -> Optional[JobDetail]:
@@ -630,7 +648,7 @@ class FleetState:
                 "restart": j.restart, "restarts": j.restarts, "max_restarts": j.max_restarts,
                 "next_restart_at": j.next_restart_at, "restart_note": j.restart_note,
                 "argv": j.argv, "spec_changes": j.spec_changes, "waiting": j.waiting, "adopted": j.adopted,
-                "error": j.error,
+                "error": j.error, "moved_from": _moved_json(self.moved_from(node, j.name)),
                 "task": dataclasses.asdict(j.task) if j.task else None,
                 **cost.job_json(j, job_costs.get((node, j.name))),
                 **_health_json(p),
@@ -785,6 +803,13 @@ def _health_cells(p: Optional[Progress], now: float) -> dict[str, Any]:
     if p.servers:
         out.update(servers_down=p.servers_down, servers_total=len(p.servers))
     return out
+
+
+def _moved_json(place: Optional[Placement]) -> Optional[dict[str, Any]]:
+    """A moved job's ``moved_from`` in ``status --json``: the node it left, when, and the attempt id."""
+    if place is None:
+        return None
+    return {"node": place.moved_from, "at": place.at, "attempt_id": place.attempt_id}
 
 
 def _health_json(p: Optional[Progress]) -> dict[str, Any]:

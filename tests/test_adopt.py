@@ -10,29 +10,19 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import psutil
 import pytest
 
 from support.core import AgentProc, env_with_repo, reap
+from support.stranger import STRANGER  # says what it was started with, holds 2 GiB of GPU 1, sleeps
 from support.wait import wait_for
 from support.watch import gpudeck_watch
 
 pytestmark = pytest.mark.system  # agents and the processes they adopt
 
 SIM = ("--simulate-gpus", "2xTest GPU:16")
-# the stranger: says what it was started with, holds 2 GiB of simulated GPU 1, and sleeps
-STRANGER = textwrap.dedent('''
-    import json, os, sys, time
-    from pathlib import Path
-    from gpudeck.agents.simgpu import claim
-    Path(sys.argv[2], f"seen-{os.getpid()}.json").write_text(json.dumps(
-        {"argv": sys.argv, "cwd": os.getcwd(), "env": dict(os.environ)}))
-    claim(Path(sys.argv[1]), 1, 2048)
-    time.sleep(600)
-''')
 
 
 @pytest.fixture

@@ -235,3 +235,97 @@ def test_the_move_key_asks_first_and_is_refused_without_a_free_spare(tmp_path):
     plan = plan_job_action(JobOp.MOVE, "server", None, read_only=False, grace_s=10, dest=spare_for(full, "server"))
     assert isinstance(plan, Refuse) and "gpudeck move server --to NODE" in plan.message
     assert isinstance(plan_job_action(JobOp.MOVE, "gen", None, read_only=True, grace_s=10, dest="spare1"), Refuse)
+
+
+# ---------------------------------------------------------------- two watchers, one job
+
+
+def test_a_job_alive_on_another_node_is_not_moved_again_and_that_spare_is_not_free(tmp_path):
+    fleet = parse_fleet(FLEET, str(tmp_path / "fleet.toml"))
+    up = {"spare1", "spare2", "gpu2"}
+    # another watcher (say, a console on another laptop) moved gen to spare1: the nodes say so
+    moves = lost_node_moves(fleet, {"gpu1": 900.0, "gpu2": 900.0}, up, 1000.0, 60.0, running={"gen": "spare1"})
+    assert [(m.job, m.dest) for m in moves] == [("gen2", "spare2")]
+    # alive on its own node (a snapshot from before the outage): moved as before
+    moves = lost_node_moves(fleet, {"gpu1": 900.0}, up, 1000.0, 60.0, running={"gen": "gpu1"})
+    assert [(m.job, m.dest) for m in moves] == [("gen", "spare1")]
+
+
+def test_a_placement_recorded_meanwhile_refuses_the_second_record(tmp_path):
+    from gpudeck.console.placements import PlacementConflict, conflicting
+
+    path = str(tmp_path / "fleet.toml")
+    store = PlacementStore(tmp_path / "placements.json")
+    first = Placement("spare1", "gpu1", "gpu1", new_attempt_id("spare1", now=1000.0), 1000.0)
+    store.claim(path, "gen", first, "gpu1", None)  # nothing placed yet: taken
+    # a second gpudeck that read the fleet before that record (gen on gpu1, no placement) loses
+    second = Placement("spare2", "gpu1", "gpu1", new_attempt_id("spare2", now=1001.0), 1001.0)
+    with pytest.raises(PlacementConflict, match="was moved to spare1 at .* by another gpudeck of this machine"):
+        store.claim(path, "gen", second, "gpu1", None)
+    assert store.of(path)["gen"] == first
+    # one that read the first placement may move the job on (spare1 lost in its turn)
+    third = Placement("spare2", "gpu1", "spare1", new_attempt_id("spare2", now=1002.0), 1002.0)
+    store.claim(path, "gen", third, "spare1", first.attempt_id)
+    assert store.of(path)["gen"] == third
+    # a placement that no longer holds (the fleet file now names another node) is no conflict
+    assert not conflicting(third, "gpu2", None)
+    assert conflicting(third, "spare1", first.attempt_id) and not conflicting(None, "gpu1", None)
+
+
+def test_the_mover_takes_moves_another_gpudeck_recorded_and_says_the_new_ones(tmp_path):
+    from types import SimpleNamespace
+
+    from gpudeck.console.fleetwatch import LostNodeMover
+
+    fleet = parse_fleet(FLEET, str(tmp_path / "fleet.toml"))
+    store = PlacementStore(tmp_path / "placements.json")
+    store.record(fleet.path, "gen2", Placement("spare2", "gpu2", "gpu2", new_attempt_id("spare2", now=10.0), 10.0))
+    client = SimpleNamespace(fleet=fleet)  # catch_up reads and replaces the fleet as it runs, nothing else
+    mover = LostNodeMover(client, store=store, clock=lambda: 1000.0)
+    assert mover.catch_up() == []  # an old move: taken silently
+    assert client.fleet.job("gen2").node == "spare2"
+    place = Placement("spare1", "gpu1", "gpu1", new_attempt_id("spare1", now=1001.0), 1001.0)
+    store.record(fleet.path, "gen", place)
+    assert mover.catch_up() == [f"gen was moved to spare1 by another gpudeck of this machine (attempt id "
+                                f"{place.attempt_id})"]
+    assert client.fleet.job("gen").node == "spare1" and client.fleet.job("gen").env["GPUDECK_ATTEMPT_ID"] == \
+        place.attempt_id
+    assert mover.catch_up() == []
+    # gpu1 lost long ago: gen runs on spare1 now, so nothing is left to move
+    mover.nodes.up, mover.nodes.down_since = {"spare1", "spare2", "gpu2"}, {"gpu1": 1.0}
+    assert lost_node_moves(client.fleet, mover.nodes.down_since, mover.nodes.up, 1000.0, 60.0, mover.running()) == []
+
+
+def test_a_read_only_or_unconnected_console_moves_nothing(tmp_path):
+    from gpudeck.console.app import make_app
+
+    fleet = parse_fleet(FLEET, str(tmp_path / "fleet.toml"))
+    assert make_app(fleet).mover is not None  # the console moves lost nodes' jobs, as watch fleet does
+    assert make_app(fleet, read_only=True).mover is None
+    assert make_app(fleet, auto_move=False).mover is None  # gpudeck up --no-auto-move
+    assert make_app(fleet, connect=False).mover is None
+
+
+async def test_a_lost_nodes_staying_job_is_told_once_and_only_where_some_job_moves(tmp_path):
+    from types import SimpleNamespace
+
+    from gpudeck.console.fleetwatch import LostNodeMover
+
+    def lost_gpu1(text: str) -> tuple[LostNodeMover, list[str]]:
+        fleet = parse_fleet(text, str(tmp_path / "fleet.toml"))
+        mover = LostNodeMover(SimpleNamespace(fleet=fleet), store=PlacementStore(tmp_path / "p.json"),
+                              clock=lambda: 1000.0)
+        # gpu1 lost long ago; no spare up: nothing can move, so the round sends nothing anywhere
+        mover.nodes.up, mover.nodes.down_since = {"gpu2"}, {"gpu1": 1.0}
+        return mover, []
+
+    mover, said = lost_gpu1(FLEET)
+    for _ in range(2):
+        assert await mover.round(said.append) == []
+    assert said == ['node gpu1 lost: server stays (on_node_lost = "stay")']
+    # a fleet that never asked for moves: the console says nothing of them (watch fleet does)
+    mover, said = lost_gpu1(FLEET.replace('on_node_lost = "move"', 'on_node_lost = "stay"'))
+    assert await mover.round(said.append) == [] and said == []
+    mover.tell_stays = True
+    await mover.round(said.append)
+    assert sorted(said) == [f'node gpu1 lost: {j} stays (on_node_lost = "stay")' for j in ("gen", "server")]

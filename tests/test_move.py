@@ -239,3 +239,140 @@ def test_watch_fleet_moves_a_lost_nodes_job_to_the_spare_after_node_lost_s(netns
             watch.terminate()
             watch.wait(30)
         sim.stop()
+
+
+# ---------------------------------------------------------------- the console's own automatic move
+
+
+def command_fleet(netns: NetnsFleet, tmp_path: Path, name: str) -> Path:
+    """A counting command job on node1 that moves when node1 is lost; node2 a spare; lost after 5 s."""
+    from support.tui import progress_script
+
+    job = (f'\n[[jobs]]\nname = "{name}"\nnode = "node1"\nkind = "command"\n'
+           f'command = {json.dumps(["sh", "-c", progress_script(step_s=0.2)])}\non_node_lost = "move"\n')
+    text = netns.fleet_toml(jobs=job).replace('name = "node2"\n', 'name = "node2"\nspare = true\n')
+    path = tmp_path / "fleet.toml"
+    path.write_text(text + "\n[alerts]\nnode_lost_s = 5\n")
+    return path
+
+
+def stop_job(home: Path, name: str) -> None:
+    import os
+    import signal
+
+    pgid = job_state(home, name).get("pgid")
+    if pgid:
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def launches(home: Path, job: str) -> int:
+    """How many times the node's agent launched ``job`` (its audit log)."""
+    try:
+        lines = (home / "audit.log").read_text().splitlines()
+    except FileNotFoundError:
+        return 0
+    return sum(1 for ln in lines if (e := json.loads(ln)).get("action") == "launch" and e.get("job") == job)
+
+
+def row_on(app, job: str, node: str):
+    return next((r for r in app.state.job_rows() if r.name == job and r.node == node), None)
+
+
+async def test_the_console_moves_a_lost_nodes_job_to_the_spare_and_its_row_says_where_from(netns, tmp_path):
+    from gpudeck.console.app import make_app
+    from gpudeck.remote.fleet import load_fleet
+    from support.tui import screen_text, wait_until
+
+    node1, node2 = netns.node("node1"), netns.node("node2")
+    name = "cmove"
+    fleet = command_fleet(netns, tmp_path, name)
+    app = make_app(load_fleet(str(fleet)), grace_s=2.0)
+    app.animation_level = "none"
+    try:
+        async with app.run_test(size=(240, 50), notifications=True) as pilot:
+            await wait_until(pilot, lambda: (r := row_on(app, name, "node1")) and r.state == "pending", 120,
+                             what="the job declared on node1")
+            app.run_job_action("launch", name, quiet=True)
+            await wait_until(pilot, lambda: row_on(app, name, "node1").state == "running", 120,
+                             what="the job running on node1")
+            await wait_until(pilot, lambda: "node2" in app.mover.nodes.up, 120, what="the spare up")
+            node1.link(False)
+            verdict = await wait_until(pilot, lambda: next((v for j, op, v in app.verdicts
+                                                            if j == name and op == "move"), None), 240,
+                                       what="the console to move the job")
+            assert "node node1 unreachable: fenced by attempt id" in verdict, verdict
+            assert f"launched {name} on node2" in verdict, verdict
+            said = " | ".join(app.move_news)
+            assert "node node1 lost (" in said and f"moving {name} to spare node2" in said, said
+            assert "node_lost_s 5" in said, said
+
+            row = await wait_until(pilot, lambda: (r := row_on(app, name, "node2")) and r.state == "running" and r,
+                                   120, what="the job running on node2")
+            assert row.moved is not None and row.moved.startswith("moved from node1 "), row
+            old = row_on(app, name, "node1")  # node1's last word, greyed
+            assert old is not None and old.stale and old.moved == "moved to node2", old
+            await pilot.press("2")
+            await wait_until(pilot, lambda: any(ln.startswith(f"{name} ") and " node2 " in ln and row.moved in ln
+                                                for ln in screen_text(app).splitlines()), what="the row drawn")
+            # the laptop's other commands see it there, and say where it came from
+            place = json.loads((tmp_path / "xdg-state" / "gpudeck" / "placements.json").read_text())
+            assert place["fleets"][str(fleet)][name]["node"] == "node2"
+            r = cli("status", "-f", str(fleet), "--json", "--timeout", "5")
+            jobs = [j for j in json.loads(r.stdout)["jobs"] if j["name"] == name]
+            assert [(j["node"], (j["moved_from"] or {}).get("node")) for j in jobs] == [("node2", "node1")], jobs
+            assert launches(node2.home, name) == 1
+    finally:
+        node1.link(True)
+        stop_job(node1.home, name)
+        stop_job(node2.home, name)
+
+
+async def test_a_console_and_watch_fleet_move_a_lost_nodes_job_once(netns, tmp_path):
+    """Two watchers of one fleet on one laptop: whichever moves the job first, the other says so
+    and launches nothing (console/fleetwatch.py: the placements it takes, the job alive on the
+    spare, the placements' lock)."""
+    from gpudeck.console.app import make_app
+    from gpudeck.remote.fleet import load_fleet
+    from support.tui import wait_until
+
+    node1, node2 = netns.node("node1"), netns.node("node2")
+    name = "twice"
+    fleet = command_fleet(netns, tmp_path, name)
+    out = tmp_path / "watch.out"
+    watch = None
+    app = make_app(load_fleet(str(fleet)), grace_s=2.0)
+    app.animation_level = "none"
+    try:
+        r = cli("launch", name, "-f", str(fleet))
+        assert r.returncode == 0, r.stderr
+        wait_for(lambda: job_state(node1.home, name).get("pid"), what="the job's pid on node1")
+        # the same $XDG_STATE_HOME as the console (this test's): one laptop
+        watch = subprocess.Popen([PY, "-m", "gpudeck.console", "watch", "fleet", "-f", str(fleet)], cwd=ROOT,
+                                 stdout=open(out, "w"), stderr=subprocess.STDOUT)
+        async with app.run_test(size=(160, 40), notifications=True) as pilot:
+            await wait_until(pilot, lambda: {"node1", "node2"} <= app.mover.nodes.up, 120, what="both nodes up")
+            await wait_until(pilot, lambda: "watching" in out.read_text(), 120, what="watch fleet started")
+            node1.link(False)
+
+            def told() -> str:
+                return " | ".join([out.read_text(), *app.move_news, *(v for j, op, v in app.verdicts if j == name)])
+
+            await wait_until(pilot, lambda: f"launched {name} on node2" in told(), 240, what="one of them to move it")
+            # the other one: it took the placement, saw the job alive on node2, or was refused at its record
+            await wait_until(pilot, lambda: "another gpudeck" in told(), 120, what="the other to say it was moved")
+            assert told().count(f"launched {name} on node2") == 1, told()
+            assert launches(node2.home, name) == 1, (node2.home / "audit.log").read_text()
+            # the console runs it there, whoever moved it
+            await wait_until(pilot, lambda: app.client.fleet.job(name).node == "node2", 60, what="the console's fleet")
+            assert not any(op == "move" and "failed" in v for j, op, v in app.verdicts), app.verdicts
+            assert "failed" not in out.read_text(), out.read_text()
+    finally:
+        node1.link(True)
+        if watch is not None:
+            watch.terminate()
+            watch.wait(30)
+        stop_job(node1.home, name)
+        stop_job(node2.home, name)

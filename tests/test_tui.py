@@ -380,3 +380,68 @@ async def test_a_kill_verdict_stays_on_screen_over_news_of_the_fleet(tmp_path, f
         assert verdict in notifications_text(app) and "planned 3h" not in notifications_text(app)
         app.notify("node gpu-b unreachable", severity="error")  # an error still gets through
         await wait_until(pilot, lambda: "gpu-b unreachable" in notifications_text(app), what="the error shown")
+
+
+async def test_a_adopts_the_selected_gpu_process_of_no_job_after_asking(tmp_path, fleet_home):
+    """The `a` key on a process gpudeck did not start, on the stand-in GPUs (agents/simgpu.py):
+    the question names it, yes adopts it, and it is a job from then on."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from gpudeck.console.actions import adopt_name
+    from gpudeck.console.rows import ProcRow
+    from support.core import env_with_repo
+    from support.stranger import STRANGER
+    from support.wait import wait_for
+
+    script, work = tmp_path / "stranger.py", tmp_path / "work"
+    script.write_text(STRANGER)
+    work.mkdir()
+    stranger = subprocess.Popen([sys.executable, str(script), str(fleet_home), str(work)], cwd=work,
+                                start_new_session=True, env=env_with_repo())
+    try:
+        wait_for(lambda: list((fleet_home / "simgpu").glob(f"{stranger.pid}-*.json")), 60,
+                 what="the stranger to hold its GPU")
+        box = (f'[[nodes]]\nname = "box"\nlocal = true\nhome = {json.dumps(str(fleet_home))}\n'
+               f'simulate_gpus = "2xTest GPU:16"\n')
+        app = app_on(tmp_path, fleet_home, [], box, initial_view="fleet")
+        async with app.run_test(size=SIZE, notifications=True) as pilot:
+            table = app.screen.table("fleet")
+
+            def its_row(job=None):
+                return next((r for r in table.rows() if isinstance(r, ProcRow) and r.pid == stranger.pid
+                             and r.job == job), None)
+
+            await wait_until(pilot, its_row, what="the stranger's GPU process, of no job")
+            # the opening summary first: its notice would take the line the answer is read from
+            await wait_until(pilot, lambda: app.state.timeline.summary is not None, what="the opening summary")
+            for _ in range(20):  # down to it, as the operator would
+                if table.cursor_row == its_row():
+                    break
+                await pilot.press("down")
+            assert table.cursor_row == its_row(), screen_text(app)
+            name = adopt_name(stranger.pid, its_row().command)
+            await pilot.press("a")
+            await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the adopt question")
+            text = screen_text(app)
+            assert f"Adopt process {stranger.pid}" in text and f" {name}?" in text and "on box as job" in text, text
+            await pilot.press("y")
+            await wait_until(pilot, lambda: f"adopted pid {stranger.pid}: pid {stranger.pid} on box is job {name} "
+                                            f"(GPU 1)" in notifications_text(app), what="the adoption told")
+            row = await wait_until(pilot, lambda: (r := job_row(app, name)) and r.state == "running" and r,
+                                   what="the adopted job running")
+            assert row.node == "box" and row.pid == stranger.pid and "adopted" in row.flags, row
+            await wait_until(pilot, lambda: its_row(job=name), what="its GPU process owned by the job")
+            assert its_row() is None
+            await pilot.press("2")
+            await wait_until(pilot, lambda: any(ln.startswith(f"{name} ") and "adopted" in ln
+                                                for ln in screen_text(app).splitlines()), what="its row drawn")
+    finally:
+        try:
+            os.killpg(stranger.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        stranger.wait()

@@ -155,6 +155,32 @@ async def test_at_80_columns_the_jobs_view_keeps_node_gpus_and_attempt():
         assert gen.split()[:5] == ["gen", "gpu-a", "running", "-", "2"]
 
 
+async def test_a_moved_job_says_where_it_moved_from_in_its_row_and_its_details():
+    from gpudeck.console.placements import Placement
+    from gpudeck.console.screens.job import JobScreen
+
+    app = pinned_app(initial_view="jobs")
+    async with app.run_test(size=(240, 40)) as pilot:
+        feed_pinned(app)
+        await settle(pilot)
+        app.state.set_moves({"audit": Placement("gpu-b", "gpu-a", "gpu-a", "001764496800000-gpu-b-0a1b2c3d",
+                                                PINNED_NOW - 7200)})
+        app.refresh_views()
+        await pilot.pause()
+        # the flags' column is what the others leave: on a wide screen the row says it all
+        audit = next(ln for ln in screen_text(app).splitlines() if ln.startswith("audit "))
+        assert audit.split()[:2] == ["audit", "gpu-b"] and audit.rstrip().endswith("moved from gpu-a 10:00"), audit
+        # on a narrower one, that it moved, first; the details say from where and when
+        await pilot.resize_terminal(120, 40)
+        await wait_until(pilot, lambda: any(ln.startswith("audit ") and "- moved fro" in ln
+                                            for ln in screen_text(app).splitlines()), what="the row at 120 columns")
+        table = app.screen.table("jobs")
+        table.move_cursor_to_key(next(r.key for r in table.rows() if r.name == "audit"))
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: isinstance(app.screen, JobScreen), what="the details")
+        await wait_until(pilot, lambda: "from gpu-a 10:00" in screen_text(app), what="the move in the details")
+
+
 async def test_the_sorted_column_stays_on_a_narrow_screen_and_its_marker_says_up_or_down_as_k9s_does():
     app = pinned_app(initial_view="jobs")
     async with app.run_test(size=(80, 24)) as pilot:

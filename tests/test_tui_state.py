@@ -193,3 +193,33 @@ def test_what_a_job_key_does_is_data():
     assert target_job(gpus["gpu:gpu-a:3"]) is None  # two jobs: the key cannot choose
     assert target_job(gpus["gpu:gpu-a:2"]) is None  # memory no job owns
     assert target_job(rows["gen"]) == "gen"
+
+
+def test_a_moved_jobs_row_says_where_it_moved_from_and_status_says_it_too(monkeypatch):
+    import time
+
+    from gpudeck.agents.contract.fencing import new_attempt_id
+    from gpudeck.console.commands.status import render_status
+    from gpudeck.console.placements import Placement, moved
+
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    try:
+        state = pinned_state()
+        place = Placement("gpu-b", "gpu-a", "gpu-a", new_attempt_id("gpu-b", now=PINNED_NOW - 7200), PINNED_NOW - 7200)
+        # extract's placement no longer holds: the fleet file names gpu-a, not the node it moved to
+        gone = Placement("gpu-b", "gpu-c", "gpu-c", new_attempt_id("gpu-b", now=1.0), 1.0)
+        state.set_moves(moved(state.fleet, {"audit": place, "extract": gone}))
+        rows = {r.name: r for r in state.job_rows()}
+        assert rows["audit"].moved == "moved from gpu-a 10:00" and rows["extract"].moved is None
+        doc = {j["name"]: j for j in state.to_json()["jobs"]}
+        assert doc["audit"]["moved_from"] == {"node": "gpu-a", "at": PINNED_NOW - 7200,
+                                              "attempt_id": place.attempt_id}
+        assert doc["gen"]["moved_from"] is None
+        assert f"  moved from gpu-a at 10:00 (attempt id {place.attempt_id})" in render_status(state)
+        # a day or more ago: with its date
+        state.set_moves({"audit": dataclasses.replace(place, at=PINNED_NOW - 2 * 86400)})
+        assert next(r for r in state.job_rows() if r.name == "audit").moved == "moved from gpu-a Nov 28 12:00"
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from .common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, err, exit_codes, fleet_arg, load_fleet
 
-EXITS = {EXIT_FAIL: "the kill on the old node did not complete (nothing launched), or the new node refused or "
-                    "could not be reached",
+EXITS = {EXIT_FAIL: "the kill on the old node did not complete (nothing launched), the new node refused or "
+                    "could not be reached, or another gpudeck of this machine moved the job meanwhile",
          EXIT_USAGE: "an unknown job or node, the node the job is already on, or a cluster's job"}
 
 

@@ -30,10 +30,12 @@ async def _status(args) -> int:
     from ..state import FleetState
     from ...remote.client import FleetClient
 
+    from ..placements import PlacementStore, moved
+
     fleet = load_fleet(args.fleet, getattr(args, "take_over", False))
     client = FleetClient(fleet)
     try:
-        state = FleetState(fleet)
+        state = FleetState(fleet, moves=moved(fleet, PlacementStore().of(fleet.path)))
         for view in await client.status(timeout=args.timeout):
             if view.snapshot is not None:
                 state.apply(view.snapshot)
@@ -183,6 +185,9 @@ def _job_lines(state) -> list[str]:
         if j.last_kill is not None:
             k = j.last_kill
             lines.append(f"  last kill at {_clock(k.at)}: {'ok' if k.ok else 'INCOMPLETE'}: {k.message}")
+        place = state.moved_from(node, j.name)
+        if place is not None:
+            lines.append(f"  moved from {place.moved_from} at {_clock(place.at)} (attempt id {place.attempt_id})")
     return lines
 
 

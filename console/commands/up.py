@@ -13,6 +13,9 @@ def register(sub) -> None:
     p.add_argument("--view", choices=("overview", "fleet", "jobs", "logs", "alerts", "events"), default="overview",
                    help="the view shown first (default: the overview of GPUs, jobs and alerts)")
     p.add_argument("--no-bell", action="store_true", help="no terminal bell for live events (died, gave up, ...)")
+    p.add_argument("--no-auto-move", action="store_true",
+                   help="leave the jobs of a lost node where they are (on_node_lost = \"move\" is then for "
+                        "`gpudeck watch fleet` alone); --read-only implies it")
     p.set_defaults(run=_up)
 
 
@@ -20,5 +23,6 @@ def _up(args) -> int:
     from ..app import make_app
 
     fleet = load_fleet(args.fleet, getattr(args, "take_over", False))
-    make_app(fleet, read_only=args.read_only, initial_view=args.view, bell=not args.no_bell).run()
+    make_app(fleet, read_only=args.read_only, initial_view=args.view, bell=not args.no_bell,
+             auto_move=not args.no_auto_move).run()
     return EXIT_OK

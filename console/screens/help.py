@@ -32,7 +32,8 @@ HELP = """\
 [b]Jobs[/b]
   ATT        attempt;  TOK/S and TREND: tokens per second, one cell per 15 s
   DONE       items done / total;  RATE items/s;  ETA at the current rate
-  FLAGS      quality counters: empty answers, no reasoning, cut at max tokens, errors
+  FLAGS      quality counters: empty answers, no reasoning, cut at max tokens, errors;
+             moved from gpu1 02:10: the node it ran on before a move, and when
   PLAN→NOW   the plan's finish (plan.json) and the projected one;  DRIFT  how far apart
   $/MTOK     dollars per million output tokens;  $/USEFUL  per useful completion
   engines    DONE shows running (r) and queued (q) requests, PROGRESS the KV cache,
@@ -77,7 +78,10 @@ JOB_KEYS = """\
               then k kills it with verification, r relaunches its command
   m           move the selected job to the first free spare node (spare = true):
               asks first; kill and verify (or fence an unreachable node), then
-              launch there, resuming from the job's output
+              launch there, resuming from the job's output.  A job with
+              on_node_lost = "move" is moved so by the console itself once its node
+              has been unreachable for \\[alerts] node_lost_s (as gpudeck watch fleet
+              does; gpudeck up --no-auto-move: not by this console)
 """
 READ_ONLY = "\n  [b]read-only[/b]: started with --read-only: the keys that act on jobs are off and not shown.\n"
 

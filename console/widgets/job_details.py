@@ -97,6 +97,8 @@ class JobDetails(Widget):
         grid.add_row("when", when)
         if j.flags:
             grid.add_row("flags", Text(" ".join(j.flags), st("job-details--warn")))
+        if j.moved:
+            grid.add_row("moved", Text(j.moved.removeprefix("moved "), st("job-details--muted")))
         if d.error:
             grid.add_row("error", Text(d.error, st("job-details--bad")))
         if d.last_kill is not None:

@@ -72,10 +72,15 @@ class JobsTable(LiveTable[JobRow]):
                 f"{cells.count(j.done)}/{cells.count(j.total)}" if j.total is not None else cells.count(j.done))
             progress = cells.bar(j.fraction, PROGRESS_BAR, st("bar"), st("bar-empty"))
             rate = cells.rate(j.rate_per_s)
-        flags = ((" ".join(j.flags), st("warn")),) if j.flags else (("-", st("muted")),)
+        # a move first (where it ran before: the first thing to know of a job found on another
+        # node), muted (news, not a problem), then the flags; the details say both in full
+        flags: list[tuple[str, Optional[Style]]] = [(j.moved, st("muted"))] if j.moved else []
+        if j.flags:
+            flags.append(((" " if flags else "") + " ".join(j.flags), st("warn")))
+        flags = flags or [("-", st("muted"))]
         return (j.name, j.node, j.kind.short, state, gpus, str(j.attempt),
                 cells.rate(j.tokens_per_s), spark, done, progress, rate, human_duration(j.eta_s),
-                *self._plan_cells(j), *self._cost_cells(j), *self._health_cells(j), flags)
+                *self._plan_cells(j), *self._cost_cells(j), *self._health_cells(j), tuple(flags))
 
     def _plan_cells(self, j: JobRow) -> tuple[Cell, Cell]:
         if j.planned_s is None:
