@@ -284,6 +284,33 @@ time = "30:00"
 
 
 @pytest.mark.system
+def test_usr1_before_the_time_limit_requeues_the_task_and_the_console_says_why(cluster, tmp_path):
+    fleet = cluster_fleet(tmp_path, cluster, holder_job(tmp_path, shards=3, max_running=3), name="us")
+    gpudeck("launch", "-f", str(fleet), "extract")
+    got = wait_states(fleet, {"extract/2": "running"})
+    array = got["extract/2"]["task"]["array_id"]
+    attempts = tmp_path / "shared" / "runs" / "us" / "extract" / "attempts" / "2.jsonl"
+    # the wrapper has set its traps once it records its start (RUNNING comes before that)
+    wait_for(lambda: attempts.exists() and '"start"' in attempts.read_text(), 120, "the wrapper of extract/2 started")
+    cluster.run("scancel", "--signal=USR1", "--batch", f"{array}_2")
+    last: dict = {}
+
+    def requeued() -> bool:
+        last.update(tasks(fleet)["extract/2"])
+        t = last["task"]  # pending (Slurm's BeginTime), or already its next attempt on a slow machine
+        return bool(t and t["note"] and "SIGUSR1" in t["note"] and (last["state"] == "pending" or
+                                                                     last["attempt"] >= 2))
+
+    wait_for(requeued, 180, "extract/2 requeued itself",
+             detail=lambda: f"{last}\nattempts:\n{attempts.read_text()}")
+    if last["state"] == "pending":
+        assert last["task"]["reason"] == "BeginTime"  # Slurm's own wait after a requeue, said in one line
+    text = gpudeck("status", "-f", str(fleet)).stdout
+    assert "requeued itself" in text and "SIGUSR1" in text
+    gpudeck("kill", "-f", str(fleet), "extract", check=False)
+
+
+@pytest.mark.system
 def test_after_min_job_age_a_finished_task_shows_its_real_end_from_the_wrappers_record(make_slurm_cluster, tmp_path):
     cluster = make_slurm_cluster(min_job_age=3)
     jobs = (holder_job(tmp_path, "ok", shards=1, max_running=1, gpus=0, task_args="--sleep 1 --exit 0")

@@ -300,7 +300,7 @@ class ClusterAgent(Agent):
             why = "on SIGUSR1 (its time limit was near, or it was preempted)"
             if (row is None or row.state == "PENDING") and (att.ended_at or 0) >= (att.started_at or 0):
                 note = (f"requeued itself at {when} {why}"
-                        + ("" if att.requeue_rc == 0 else f"; the requeue failed (exit {att.requeue_rc})"))
+                        + ("" if att.requeue_rc in (0, None) else f"; the requeue failed (exit {att.requeue_rc})"))
             elif att.started_at and att.started_at > att.requeued_at and note is None:
                 note = f"attempt {att.starts} began after the task requeued itself at {when} {why}"
         detail = self.details.get(row.raw) if row is not None else None

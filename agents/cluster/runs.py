@@ -38,33 +38,35 @@ note() {  # EVENT [EXTRA_JSON_FIELDS]
 }
 args=()
 for a in "$@"; do args+=("${a//@GD_TASK@/$task}"); done
-child=
-stop_child() {
-  [ -n "$child" ] && kill -TERM "$child" 2>/dev/null
-  wait "$child"; rc=$?
+child= usr1= term=
+reap() {  # wait for the child until it is gone: a trapped signal cuts a wait short
+  while :; do wait "$child"; rc=$?; kill -0 "$child" 2>/dev/null || break; done
 }
-on_usr1() {
-  note signal ',"signal":"USR1"'
-  stop_child
-  note end ",\"rc\":$rc,\"why\":\"usr1\""
-  out=$(scontrol requeue "${array}_$task" 2>&1); r=$?
-  note requeue ",\"rc\":$r"
-  [ $r -ne 0 ] && echo "gpudeck: requeue of ${array}_$task failed: $out" >&2
-  exit 0
-}
-on_term() {
-  note signal ',"signal":"TERM"'
-  stop_child
-  note end ",\"rc\":$rc,\"why\":\"term\""
-  exit 143
-}
+# the handlers only say what came and stop the child; what follows is done below, once the child is gone
+on_usr1() { trap '' USR1; usr1=1; note signal ',"signal":"USR1"'; [ -n "$child" ] && kill -TERM "$child" 2>/dev/null; }
+on_term() { trap '' TERM; term=1; note signal ',"signal":"TERM"'; [ -n "$child" ] && kill -TERM "$child" 2>/dev/null; }
 trap on_usr1 USR1
 trap on_term TERM
 note start ",\"gpus\":\"${SLURM_JOB_GPUS:-${SLURM_STEP_GPUS:-}}\",\"pid\":$$"
 echo "gpudeck: task $task of $shards, job ${array}_$task (raw $SLURM_JOB_ID), restart ${SLURM_RESTART_COUNT:-0}, on $(hostname -s), GPUs ${SLURM_JOB_GPUS:-none}"
-"${args[@]}" &
-child=$!
-wait "$child"; rc=$?
+rc=0
+if [ -z "$usr1$term" ]; then
+  "${args[@]}" &
+  child=$!
+  [ -n "$usr1$term" ] && kill -TERM "$child" 2>/dev/null  # a signal between the check and the start
+  reap
+fi
+if [ -n "$term" ]; then
+  note end ",\"rc\":$rc,\"why\":\"term\""
+  exit 143
+fi
+if [ -n "$usr1" ]; then  # the time limit is near (or a preemption): back in the queue, to resume
+  note end ",\"rc\":$rc,\"why\":\"usr1\""
+  scontrol requeue "${array}_$task" >"$att.requeue.out" 2>&1; r=$?
+  note requeue ",\"rc\":$r"
+  [ $r -ne 0 ] && echo "gpudeck: requeue of ${array}_$task failed: $(cat "$att.requeue.out")" >&2
+  exit 0
+fi
 note end ",\"rc\":$rc"
 exit $rc
 """
@@ -133,11 +135,18 @@ def read_attempts(path: Path) -> Attempts:
         if kind == "start":
             starts += 1
             requeue = {k: last[k] for k in ("requeued_at", "requeue_rc") if k in last}  # the last self-requeue
+            if "requeued_at" in requeue and requeue.get("requeue_rc") is None and \
+                    (ev.get("restart") or 0) > (last.get("restart") or 0):
+                requeue["requeue_rc"] = 0  # its record never came, but Slurm started it again: it was requeued
             last = {"started_at": ev.get("t"), "job_id": ev.get("job_id"), "array_id": ev.get("array_id"),
                     "host": ev.get("host"), "restart": ev.get("restart") or 0, "gpus": ev.get("gpus") or None,
                     **requeue}
         elif kind == "end":
+            if last.get("why") and not ev.get("why"):
+                continue  # a second, plain end of an attempt that a signal already ended: the signal's counts
             last.update(ended_at=ev.get("t"), exit_code=ev.get("rc"), why=ev.get("why"))
+            if ev.get("why") == "usr1":  # the wrapper requeues itself next; its record may never come
+                last.setdefault("requeued_at", ev.get("t"))  # (Slurm's requeue can kill it first)
         elif kind == "requeue":
             last.update(requeued_at=ev.get("t"), requeue_rc=ev.get("rc"))
     return Attempts(starts=starts, **{k: v for k, v in last.items() if k in Attempts.__dataclass_fields__})
