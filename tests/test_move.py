@@ -376,3 +376,44 @@ async def test_a_console_and_watch_fleet_move_a_lost_nodes_job_once(netns, tmp_p
             watch.wait(30)
         stop_job(node1.home, name)
         stop_job(node2.home, name)
+
+
+async def test_m_moves_the_selected_job_to_the_spare_after_asking(netns, tmp_path):
+    """The move key: the job on a healthy node1 is asked about, killed with proof, and runs on the
+    spare node2; its row says where it came from."""
+    from gpudeck.console.app import make_app
+    from gpudeck.console.screens.confirm import ConfirmScreen
+    from gpudeck.remote.fleet import load_fleet
+    from support.tui import screen_text, wait_until
+
+    node1, node2 = netns.node("node1"), netns.node("node2")
+    name = "mkey"
+    fleet = command_fleet(netns, tmp_path, name)
+    app = make_app(load_fleet(str(fleet)), grace_s=2.0)
+    app.animation_level = "none"
+    try:
+        async with app.run_test(size=(240, 50), notifications=True) as pilot:
+            await wait_until(pilot, lambda: (r := row_on(app, name, "node1")) and r.state == "pending", 120,
+                             what="the job declared on node1")
+            app.run_job_action("launch", name, quiet=True)
+            await wait_until(pilot, lambda: row_on(app, name, "node1").state == "running", 120,
+                             what="the job running on node1")
+            old_pid = row_on(app, name, "node1").pid
+            await pilot.press("2")  # the jobs view: its one row is selected
+            await wait_until(pilot, lambda: f"{name} " in screen_text(app), what="the jobs view")
+            await pilot.press("m")
+            await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the confirm dialog")
+            assert "to spare node [b]node2[/b]" in app.screen.question, app.screen.question
+            await pilot.press("y")
+            verdict = await wait_until(pilot, lambda: next((v for j, op, v in app.verdicts
+                                                            if j == name and op == "move"), None), 240,
+                                       what="the move's verdict")
+            assert f"launched {name} on node2" in verdict, verdict
+            row = await wait_until(pilot, lambda: (r := row_on(app, name, "node2")) and r.state == "running" and r,
+                                   120, what="the job running on node2")
+            assert row.moved is not None and row.moved.startswith("moved from node1 "), row
+            assert not alive(old_pid)  # the kill on node1 was verified before the launch
+            assert launches(node2.home, name) == 1
+    finally:
+        stop_job(node1.home, name)
+        stop_job(node2.home, name)
