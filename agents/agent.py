@@ -132,13 +132,21 @@ class Agent:
             self._trackers[name] = cur = (key, tracker)
         return cur[1]
 
-    def job_statuses(self, now: float) -> list[JobStatus]:
+    def read_by_console(self) -> bool:
+        """Whether a console will read this tick's snapshot: not so in a watcher that no console
+        is connected to, whose snapshots go only to the history, the textfile and the watcher's
+        checks (none of which reads what is there for the console alone: a job's processes,
+        what a relaunch would change)."""
+        return not self._running or self.consoles is None or bool(self.consoles.all())
+
+    def job_statuses(self, now: float, for_console: bool = True) -> list[JobStatus]:
         """Every job's status. One job that cannot be read (a file system error, a bad state
-        file) shows its error on its own row; the others are read as usual."""
+        file) shows its error on its own row; the others are read as usual. ``for_console``
+        False leaves out what only a console reads (``pids``, ``spec_changes``)."""
         out = []
         for name in self.sup.names():
             try:
-                out.append(self._job_status(name, now))
+                out.append(self._job_status(name, now, for_console))
             except Exception as exc:  # noqa: BLE001 -- one job must never blind the node
                 why = f"{type(exc).__name__}: {exc}"
                 if self._job_errors.get(name) != why:
@@ -152,7 +160,7 @@ class Agent:
                 self._job_errors.pop(name, None)
         return out
 
-    def _job_status(self, name: str, now: float) -> JobStatus:
+    def _job_status(self, name: str, now: float, for_console: bool = True) -> JobStatus:
         spec = self.sup.spec_of(name)
         rec = self.sup.records.get(name)
         state = rec.state if rec else JobState.PENDING
@@ -168,12 +176,12 @@ class Agent:
             name=name, kind=spec.kind if spec else JobKind.COMMAND, state=state, gpus=gpus,
             gpu_uuids=[uuids[i] for i in gpus if i < len(uuids)],
             pid=rec.pid if rec else None, pgid=rec.pgid if rec else None,
-            pids=self.sup.members(name) if rec else [], attempt=rec.attempt if rec else 0,
+            pids=self.sup.members(name) if rec and for_console else [], attempt=rec.attempt if rec else 0,
             exit_code=rec.exit_code if rec else None, started_at=rec.started_at if rec else None,
             ended_at=rec.ended_at if rec else None, progress=progress, engine=engine,
             log_path=str(self.sup.job_file(name, "job.log")) if rec else None,
             argv=rec.argv if rec else [], last_kill=rec.last_kill if rec else None, adopted=bool(rec and rec.adopted),
-            spec_changes=self.sup.spec_changes(name) if rec else [], fleet=self.sup.owned.owner(name),
+            spec_changes=self.sup.spec_changes(name) if rec and for_console else [], fleet=self.sup.owned.owner(name),
             **self.watch.job_fields(name, spec), **self.plans.fields(name, spec, rec, progress, now))
 
     def _honest(self, name: str, progress: Progress, alive: bool, now: float) -> Progress:
@@ -197,7 +205,7 @@ class Agent:
         self.sup.refresh()
         self.sup.cap_logs()
         gpus = self.gpu.sample(self.sup.owner_of)
-        jobs = self.job_statuses(now)
+        jobs = self.job_statuses(now, self.read_by_console())
         paths = [str(self.home)]
         for s in self.sup.declared.values():  # where jobs write: free disk is shown for each
             out = getattr(s.options, "out", None)

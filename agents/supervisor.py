@@ -228,16 +228,17 @@ class JobSupervisor:
             tree = _descendants(rec.pid) if rec.pid and self._leader_alive(rec) else None
             # the cheap walk down /proc's children lists; the full scan only where there is none
             members = set(tree) | {rec.pid} if tree is not None else set(self._group_members(rec))
-            live.members = sorted(members | self._cgroup_members(rec))
+            live.members = sorted(members | self._cgroup_members(rec, known=members))
             live.members_at = now
         return live.members
 
-    def _cgroup_members(self, rec: JobRecord) -> set[int]:
+    def _cgroup_members(self, rec: JobRecord, known: frozenset[int] | set[int] = frozenset()) -> set[int]:
         """The attempt's cgroup members (a cheap read; nothing in token mode, where finding
-        members means reading every environment)."""
+        members means reading every environment); those in ``known`` are not asked again
+        whether they run."""
         if not rec.cgroup:
             return set()
-        return {p for p in (self.contain.members(None, rec.cgroup) or ()) if killing.running(p)}
+        return {p for p in (self.contain.members(None, rec.cgroup) or ()) if p in known or killing.running(p)}
 
     def _read_exit_code(self, name: str) -> Optional[int]:
         try:

@@ -23,8 +23,7 @@ D = TypeVar("D")
 def read_document(cls: type[D], path: "str | os.PathLike[str]", max_bytes: int) -> D:
     """The document at ``path``, its fields checked by its type; ValueError says what is wrong
     (OSError: it cannot be read). Fields the type does not know are the writer's own: left."""
-    with open(path, "rb") as f:
-        data = f.read(max_bytes + 1)
+    data = read_at_most(path, max_bytes + 1)
     if len(data) > max_bytes:
         raise ValueError(f"larger than {max_bytes // 2**20} MiB: not a {cls.__name__}")
     try:
@@ -43,6 +42,22 @@ def read_document(cls: type[D], path: "str | os.PathLike[str]", max_bytes: int) 
             text = text.removeprefix(head)
         raise ValueError(text) from None
     return out
+
+
+def read_at_most(path: "str | os.PathLike[str]", limit: int) -> bytes:
+    """Up to ``limit`` bytes of the file at ``path``, read in buffers of the size it has (plus
+    one byte, to see whether it grew): ``read(limit)`` would make a buffer of ``limit`` bytes
+    first (16 MiB for a progress file read every tick: most of the read's cost)."""
+    with open(path, "rb", buffering=0) as f:
+        want = min(os.fstat(f.fileno()).st_size + 1, limit)
+        data = f.read(want)
+        while len(data) == want and len(data) < limit:  # it grew since fstat (or a file of no size: /proc)
+            want = min(len(data) + (1 << 20), limit)
+            more = f.read(want - len(data))
+            if not more:
+                break
+            data += more
+    return data
 
 
 def write_document(path: "str | os.PathLike[str]", doc: Any, extra: Optional[dict[str, Any]] = None,
