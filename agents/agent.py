@@ -136,13 +136,14 @@ class Agent:
         """Whether a console will read this tick's snapshot: not so in a watcher that no console
         is connected to, whose snapshots go only to the history, the textfile and the watcher's
         checks (none of which reads what is there for the console alone: a job's processes,
-        what a relaunch would change)."""
+        what a relaunch would change, the host's CPU and memory)."""
         return not self._running or self.consoles is None or bool(self.consoles.all())
 
     def job_statuses(self, now: float, for_console: bool = True) -> list[JobStatus]:
         """Every job's status. One job that cannot be read (a file system error, a bad state
         file) shows its error on its own row; the others are read as usual. ``for_console``
-        False leaves out what only a console reads (``pids``, ``spec_changes``)."""
+        False leaves out what only a console reads (``pids``, ``spec_changes``; the host's CPU,
+        memory and load are the last ones read, agents/host.py)."""
         out = []
         for name in self.sup.names():
             try:
@@ -205,12 +206,13 @@ class Agent:
         self.sup.refresh()
         self.sup.cap_logs()
         gpus = self.gpu.sample(self.sup.owner_of)
-        jobs = self.job_statuses(now, self.read_by_console())
+        for_console = self.read_by_console()
+        jobs = self.job_statuses(now, for_console)
         paths = [str(self.home)]
         for s in self.sup.declared.values():  # where jobs write: free disk is shown for each
             out = getattr(s.options, "out", None)
             paths += [os.path.expanduser(p) for p in (s.cwd, out, s.done_set, s.progress) if p]
-        host = self.host.sample(paths)
+        host = self.host.sample(paths, figures=for_console)
         changes = {name: t.last_change for name, (_, t) in self._trackers.items()}
         specs = {n: s for n in self.sup.names() if (s := self.sup.spec_of(n))}
         alerts = node_alerts(gpus, jobs, specs, host, changes, now)

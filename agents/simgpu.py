@@ -81,6 +81,7 @@ class SimGpuSampler:
         self.dir = claims_dir(home)
         self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         self._gpus = parse_spec(spec)
+        self._uuids = [f"GPU-sim-{i:04d}" for i in range(len(self._gpus))]  # asked for by every job each tick
         self.error: Optional[str] = None
         self._claims: list[Claim] = []
         self._read_at = 0.0
@@ -88,7 +89,7 @@ class SimGpuSampler:
 
     @property
     def uuids(self) -> list[str]:
-        return [f"GPU-sim-{i:04d}" for i in range(len(self._gpus))]
+        return self._uuids
 
     @property
     def totals(self) -> list[tuple[str, float]]:
