@@ -104,9 +104,14 @@ class SimGpuSampler:
         if now - self._read_at < max_age_s:
             return self._claims
         out = []
-        for path in self.dir.glob("*.json"):
-            if path.name == HEALTH_FILE:  # the simulated health readings, not a claim
+        try:
+            names = os.listdir(self.dir)  # (a tenth of Path.glob's cost, read every tick)
+        except FileNotFoundError:
+            names = []
+        for name in names:
+            if not name.endswith(".json") or name == HEALTH_FILE:  # the health readings are not a claim
                 continue
+            path = self.dir / name
             try:
                 c = Claim(**json.loads(path.read_text()))
                 alive = abs(psutil.Process(c.pid).create_time() - c.start_time) < 0.05 and \

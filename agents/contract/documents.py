@@ -47,16 +47,20 @@ def read_document(cls: type[D], path: "str | os.PathLike[str]", max_bytes: int) 
 def read_at_most(path: "str | os.PathLike[str]", limit: int) -> bytes:
     """Up to ``limit`` bytes of the file at ``path``, read in buffers of the size it has (plus
     one byte, to see whether it grew): ``read(limit)`` would make a buffer of ``limit`` bytes
-    first (16 MiB for a progress file read every tick: most of the read's cost)."""
-    with open(path, "rb", buffering=0) as f:
-        want = min(os.fstat(f.fileno()).st_size + 1, limit)
-        data = f.read(want)
+    first (16 MiB for a progress file read every tick: most of the read's cost). Plain
+    os.read: a file object costs a third more for a file this small."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        want = min(os.fstat(fd).st_size + 1, limit)
+        data = os.read(fd, want)
         while len(data) == want and len(data) < limit:  # it grew since fstat (or a file of no size: /proc)
             want = min(len(data) + (1 << 20), limit)
-            more = f.read(want - len(data))
+            more = os.read(fd, want - len(data))
             if not more:
                 break
             data += more
+    finally:
+        os.close(fd)
     return data
 
 
