@@ -120,10 +120,10 @@ class Agent:
     # ------------------------------------------------------------ sampling
 
     def _tracker(self, name: str, spec: Optional[JobSpec]) -> Optional[ProgressTracker]:
-        default = str(self.sup.job_file(name, "progress.json"))
         key = (spec.progress if spec else None, spec.done_set if spec else None, spec.total if spec else None)
         cur = self._trackers.get(name)
         if cur is None or cur[0] != key:
+            default = str(self.sup.job_file(name, "progress.json"))
             tracker = ProgressTracker(key[0] or (None if key[1] else default), key[1], key[2])
             # the rate window goes on where the last agent (or the last console's) left it
             horizon = time.time() - tracker.window_s

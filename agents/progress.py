@@ -129,7 +129,7 @@ class ProgressTracker:
             return
         self._mtime = key
         try:
-            parsed = read_progress(self.progress_path)  # its fields checked (agents/contract/documents.py)
+            parsed = read_progress(self.progress_path, st.st_size)  # its fields checked (contract/documents.py)
         except (OSError, ValueError) as exc:
             # keep the last good reading; say what is wrong with the file
             self._error = f"{self.progress_path}: {exc}"

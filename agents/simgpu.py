@@ -86,6 +86,7 @@ class SimGpuSampler:
         self._claims: list[Claim] = []
         self._read_at = 0.0
         self.procs = ProcInfo()
+        self._unclaimed: Optional[list[Gpu]] = None  # the readings with no claim, made once
 
     @property
     def uuids(self) -> list[str]:
@@ -127,6 +128,9 @@ class SimGpuSampler:
 
     def sample(self, owner_of: Optional[Callable[[int], Optional[str]]] = None) -> list[Gpu]:
         claims = self._live_claims()
+        if not claims and self._unclaimed is not None:  # nothing holds them: the same readings as last time
+            self.procs.forget_unseen()
+            return list(self._unclaimed)
         out = []
         for index, (name, total) in enumerate(self._gpus):
             mine = [c for c in claims if c.gpu == index]
@@ -141,6 +145,7 @@ class SimGpuSampler:
                            mem_total_mib=total, util_pct=util, temp_c=round(32 + util * 0.45, 1),
                            power_w=round(60 + util * 5.4, 1), processes=procs))
         self.procs.forget_unseen()
+        self._unclaimed = out if not claims else None
         return out
 
     def processes(self, index: int) -> list[tuple[int, float]]:
@@ -188,6 +193,7 @@ class SimHealth:
         self._stamp: Optional[tuple[int, int]] = None
         self._doc: dict = {}
         self._xids_seen: dict[int, int] = {}
+        self._steady: Optional[list] = None  # the last readings, while they hold no new XID error
 
     def read(self, now: Optional[float] = None) -> list:
         from .health import GpuHealth
@@ -198,11 +204,13 @@ class SimHealth:
         except OSError:
             stamp = None
         if stamp != self._stamp:
-            self._stamp = stamp
+            self._stamp, self._steady = stamp, None
             try:
                 self._doc = json.loads(self.path.read_text()) if stamp else {}
             except (OSError, ValueError):
                 self._doc = {}
+        elif self._steady is not None:  # the file as read, and its XID errors reported: as last time
+            return list(self._steady)
         out = []
         for i in range(self.count):
             e = self._doc.get(str(i)) or {}
@@ -211,6 +219,7 @@ class SimHealth:
             out.append(GpuHealth(index=i, xids=new, ecc_uncorrected=e.get("ecc_uncorrected", 0),
                                  pages_pending=e.get("pages_pending", False), throttle=list(e.get("throttle") or []),
                                  simulated=True))
+        self._steady = out if not any(h.xids for h in out) else None
         return out
 
 
