@@ -537,10 +537,11 @@ class HistoryDB:
         return self.tiers[-1]
 
     def read(self, since: float, until: Optional[float] = None, resolution: str = "auto",
-             gpu: Optional[int] = None, job: Optional[str] = None) -> tuple[str, list[HistoryPoint]]:
+             gpu: Optional[int] = None, job: Optional[str] = None,
+             gpus_only: bool = False) -> tuple[str, list[HistoryPoint]]:
         """Points in [since, until] at ``resolution`` ("1s", "1m", "1h", "auto"), a GPU's and a
         job's each, in time order; ``gpu``, ``job``: only that one (a GPU filter leaves the jobs out,
-        and a job filter the GPUs, unless both are given)."""
+        and a job filter the GPUs, unless both are given); ``gpus_only``: no job's."""
         now = self.clock()
         until = now if until is None else until
         tier = self.resolution_for(since, until, now) if resolution == "auto" else self._tier(resolution)
@@ -550,7 +551,7 @@ class HistoryDB:
         with _closing(self._reader()) as c:
             rows = self._buckets(c, level, since, until)
         want_gpus = job is None or gpu is not None
-        want_jobs = gpu is None or job is not None
+        want_jobs = (gpu is None or job is not None) and not gpus_only
         out: list[HistoryPoint] = []
         for t, agg in rows:
             if want_gpus:
