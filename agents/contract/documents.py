@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional, TypeVar
 
 from .atomic import atomic_write_json
-from .plain import ProtocolError, from_dict, to_plain
+from .plain import ProtocolError, from_dict, quick_init, to_plain
 from .units import human_duration
 from .wire import ServerHealth, Uploads
 
@@ -84,6 +84,7 @@ PROGRESS_FILE = "progress.json"
 MAX_PROGRESS_BYTES = 16 * 2**20
 
 
+@quick_init  # read for every job at every tick (agents/contract/plain.py)
 @dataclass(frozen=True)
 class ProgressDoc:
     """A job's progress.json: written by its worker every second or two (atomically, without

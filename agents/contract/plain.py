@@ -106,6 +106,48 @@ def to_plain(obj: Any) -> Any:
 _PLAIN = frozenset((str, int, bool, type(None)))
 
 
+_T = typing.TypeVar("_T")
+
+
+def quick_init(cls: type[_T]) -> type[_T]:
+    """A frozen dataclass whose ``__init__`` fills the instance's dict directly. The one
+    ``dataclass(frozen=True)`` writes sets each field through ``object.__setattr__``, a call per
+    field: four times slower for the types built for every job and GPU at every tick (a
+    JobStatus: 6 us against 1.6). Same signature, defaults, default factories and
+    ``__post_init__``; the instance stays frozen. Put it above ``@dataclass``."""
+    if not dataclasses.is_dataclass(cls) or "__slots__" in cls.__dict__:
+        raise TypeError(f"quick_init: {cls.__name__} must be a dataclass without slots")
+    fields = [f for f in dataclasses.fields(cls) if f.init]
+    import inspect
+    wanted = [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
+    if wanted != [f.name for f in fields] or any(not f.init for f in dataclasses.fields(cls)) or \
+            any(f.kw_only for f in fields):
+        raise TypeError(f"quick_init: {cls.__name__} has fields it does not know how to set "
+                        f"(init-only, keyword-only or not in __init__)")
+    ns: dict[str, Any] = {"_MISSING": object()}
+    params, body = [], ["    d = self.__dict__"]
+    for f in fields:
+        if f.default is not dataclasses.MISSING:
+            ns[f"_d_{f.name}"] = f.default
+            params.append(f"{f.name}=_d_{f.name}")
+            body.append(f"    d[{f.name!r}] = {f.name}")
+        elif f.default_factory is not dataclasses.MISSING:
+            ns[f"_f_{f.name}"] = f.default_factory
+            params.append(f"{f.name}=_MISSING")
+            body.append(f"    d[{f.name!r}] = _f_{f.name}() if {f.name} is _MISSING else {f.name}")
+        else:
+            params.append(f.name)
+            body.append(f"    d[{f.name!r}] = {f.name}")
+    if hasattr(cls, "__post_init__"):
+        body.append("    self.__post_init__()")
+    exec(f"def __init__(self, {', '.join(params)}):\n" + "\n".join(body), ns)  # noqa: S102 -- our own text
+    init = ns["__init__"]
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    init.__module__ = cls.__module__
+    setattr(cls, "__init__", init)
+    return cls
+
+
 # how each dataclass is read, found once per type: its fields, each with its reader and whether
 # it is required; a reader takes (value, where, field name) and builds the place's name
 # ("Snapshot.seq") only to say what is wrong
