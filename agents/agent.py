@@ -80,6 +80,8 @@ class Agent:
         self._last_rates: dict[str, tuple[Optional[float], Optional[float]]] = {}  # tokens/s, when
         self._job_errors: dict[str, str] = {}  # the last error logged per job: logged once, not every tick
         self._scraping: set[str] = set()
+        self._paths: list[str] = []
+        self._paths_of: Optional[dict] = None  # the declarations _paths was made from
         self._http = None
         self._write_lock = threading.Lock()
         self._pending: set[asyncio.Task] = set()
@@ -208,11 +210,7 @@ class Agent:
         gpus = self.gpu.sample(self.sup.owner_of)
         for_console = self.read_by_console()
         jobs = self.job_statuses(now, for_console)
-        paths = [str(self.home)]
-        for s in self.sup.declared.values():  # where jobs write: free disk is shown for each
-            out = getattr(s.options, "out", None)
-            paths += [os.path.expanduser(p) for p in (s.cwd, out, s.done_set, s.progress) if p]
-        host = self.host.sample(paths, figures=for_console)
+        host = self.host.sample(self._disk_paths(), figures=for_console)
         changes = {name: t.last_change for name, (_, t) in self._trackers.items()}
         specs = {n: s for n in self.sup.names() if (s := self.sup.spec_of(n))}
         alerts = node_alerts(gpus, jobs, specs, host, changes, now)
@@ -225,6 +223,18 @@ class Agent:
         self.history.record(snap)
         self.textfile.write(snap)
         return snap
+
+    def _disk_paths(self) -> list[str]:
+        """The home and where the jobs write (free disk is shown for each): worked out again only
+        when the fleet's jobs are (configure replaces them)."""
+        declared = self.sup.declared
+        if self._paths_of is not declared:
+            paths = [str(self.home)]
+            for s in declared.values():
+                out = getattr(s.options, "out", None)
+                paths += [os.path.expanduser(p) for p in (s.cwd, out, s.done_set, s.progress) if p]
+            self._paths, self._paths_of = paths, declared
+        return self._paths
 
     async def scrape_engines(self) -> None:
         """Start a scrape for each live engine whose last scrape has finished."""

@@ -79,6 +79,10 @@ POINTS_PER_SERIES = 720  # "auto" picks the finest tier that gives at most this 
 REWIND_SKIP_S = 3600.0  # a clock stepped back by at most this: samples wait until it passes the newest row
 
 
+# a row as compact JSON: json.dumps with separators makes a new encoder each call (a row a tick)
+_compact = json.JSONEncoder(separators=(",", ":")).encode
+
+
 def _r(v: Any, nd: int = 1) -> Optional[float]:
     return None if v is None else round(float(v), nd)
 
@@ -363,7 +367,7 @@ class HistoryDB:
             if verdict == "rewind":
                 self._drop_after(t)
             conn.execute(f"INSERT OR REPLACE INTO {self.tiers[0].table} (t, d) VALUES (?, ?)",
-                         (round(t, 3), json.dumps(row, separators=(",", ":"))))
+                         (round(t, 3), _compact(row)))
             if self._oldest.get(self.tiers[0].table) is None:
                 self._oldest[self.tiers[0].table] = round(t, 3)
             rolled = self._roll(t, done)
@@ -450,7 +454,7 @@ class HistoryDB:
             if tier is self.tiers[1] and b == 60 and done is not None and done.whole and done.bucket == mark:
                 agg = done.aggregate()
                 self.conn.execute(f"INSERT OR REPLACE INTO {tier.table} (t, d) VALUES (?, ?)",
-                                  (mark, json.dumps(agg, separators=(",", ":"))))
+                                  (mark, _compact(agg)))
                 self._set_mark(tier.table, mark + b)
                 if self._oldest.get(tier.table) is None:
                     self._oldest[tier.table] = mark
@@ -464,7 +468,7 @@ class HistoryDB:
                 continue
             agg = merge(_as_agg(json.loads(r[0]), bool(lower.bucket_s)) for r in rows)
             self.conn.execute(f"INSERT OR REPLACE INTO {tier.table} (t, d) VALUES (?, ?)",
-                              (mark, json.dumps(agg, separators=(",", ":"))))
+                              (mark, _compact(agg)))
             self._set_mark(tier.table, mark + b)
             if self._oldest.get(tier.table) is None:
                 self._oldest[tier.table] = mark

@@ -39,15 +39,19 @@ def disk_usage(paths: list[str]) -> list[Disk]:
     out = []
     for path in paths:
         probe = path
-        while probe and not os.path.exists(probe):  # an output dir not created yet: its parent
-            probe = os.path.dirname(probe.rstrip("/")) or "/"
-            if probe == "/":
+        while True:  # an output dir not created yet: its parent
+            try:
+                dev = os.stat(probe).st_dev
                 break
+            except OSError:
+                if not probe or probe == "/":
+                    dev = None
+                    break
+                probe = os.path.dirname(probe.rstrip("/")) or "/"
+        if dev is None or dev in seen:
+            continue
+        seen.add(dev)
         try:
-            dev = os.stat(probe).st_dev
-            if dev in seen:
-                continue
-            seen.add(dev)
             du = psutil.disk_usage(probe)
         except OSError:
             continue

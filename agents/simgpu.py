@@ -99,8 +99,6 @@ class SimGpuSampler:
 
     def _live_claims(self, max_age_s: float = 0.05) -> list[Claim]:
         """Claims of live processes; files of dead ones are removed. Read at most every 50 ms."""
-        import psutil
-
         now = time.monotonic()
         if now - self._read_at < max_age_s:
             return self._claims
@@ -113,6 +111,7 @@ class SimGpuSampler:
             if not name.endswith(".json") or name == HEALTH_FILE:  # the health readings are not a claim
                 continue
             path = self.dir / name
+            import psutil
             try:
                 c = Claim(**json.loads(path.read_text()))
                 alive = abs(psutil.Process(c.pid).create_time() - c.start_time) < 0.05 and \
@@ -196,8 +195,6 @@ class SimHealth:
         self._steady: Optional[list] = None  # the last readings, while they hold no new XID error
 
     def read(self, now: Optional[float] = None) -> list:
-        from .health import GpuHealth
-
         try:
             st = os.stat(self.path)
             stamp = (st.st_mtime_ns, st.st_size)
@@ -211,6 +208,8 @@ class SimHealth:
                 self._doc = {}
         elif self._steady is not None:  # the file as read, and its XID errors reported: as last time
             return list(self._steady)
+        from .health import GpuHealth
+
         out = []
         for i in range(self.count):
             e = self._doc.get(str(i)) or {}
