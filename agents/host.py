@@ -43,7 +43,7 @@ def disk_usage(paths: list[str]) -> list[Disk]:
             try:
                 dev = os.stat(probe).st_dev
                 break
-            except OSError:
+            except (OSError, ValueError):  # (a path with a null byte: as os.path.exists, not there)
                 if not probe or probe == "/":
                     dev = None
                     break
