@@ -80,6 +80,8 @@ class Agent:
         self._last_rates: dict[str, tuple[Optional[float], Optional[float]]] = {}  # tokens/s, when
         self._job_errors: dict[str, str] = {}  # the last error logged per job: logged once, not every tick
         self._scraping: set[str] = set()
+        self._paths: list[str] = []
+        self._paths_of: Optional[dict] = None  # the declarations _paths was made from
         self._http = None
         self._write_lock = threading.Lock()
         self._pending: set[asyncio.Task] = set()
@@ -120,10 +122,10 @@ class Agent:
     # ------------------------------------------------------------ sampling
 
     def _tracker(self, name: str, spec: Optional[JobSpec]) -> Optional[ProgressTracker]:
-        default = str(self.sup.job_file(name, "progress.json"))
         key = (spec.progress if spec else None, spec.done_set if spec else None, spec.total if spec else None)
         cur = self._trackers.get(name)
         if cur is None or cur[0] != key:
+            default = str(self.sup.job_file(name, "progress.json"))
             tracker = ProgressTracker(key[0] or (None if key[1] else default), key[1], key[2])
             # the rate window goes on where the last agent (or the last console's) left it
             horizon = time.time() - tracker.window_s
@@ -132,13 +134,22 @@ class Agent:
             self._trackers[name] = cur = (key, tracker)
         return cur[1]
 
-    def job_statuses(self, now: float) -> list[JobStatus]:
+    def read_by_console(self) -> bool:
+        """Whether a console will read this tick's snapshot: not so in a watcher that no console
+        is connected to, whose snapshots go only to the history, the textfile and the watcher's
+        checks (none of which reads what is there for the console alone: a job's processes,
+        what a relaunch would change, the host's CPU and memory)."""
+        return not self._running or self.consoles is None or bool(self.consoles.all())
+
+    def job_statuses(self, now: float, for_console: bool = True) -> list[JobStatus]:
         """Every job's status. One job that cannot be read (a file system error, a bad state
-        file) shows its error on its own row; the others are read as usual."""
+        file) shows its error on its own row; the others are read as usual. ``for_console``
+        False leaves out what only a console reads (``pids``, ``spec_changes``; the host's CPU,
+        memory and load are the last ones read, agents/host.py)."""
         out = []
         for name in self.sup.names():
             try:
-                out.append(self._job_status(name, now))
+                out.append(self._job_status(name, now, for_console))
             except Exception as exc:  # noqa: BLE001 -- one job must never blind the node
                 why = f"{type(exc).__name__}: {exc}"
                 if self._job_errors.get(name) != why:
@@ -152,7 +163,7 @@ class Agent:
                 self._job_errors.pop(name, None)
         return out
 
-    def _job_status(self, name: str, now: float) -> JobStatus:
+    def _job_status(self, name: str, now: float, for_console: bool = True) -> JobStatus:
         spec = self.sup.spec_of(name)
         rec = self.sup.records.get(name)
         state = rec.state if rec else JobState.PENDING
@@ -168,12 +179,12 @@ class Agent:
             name=name, kind=spec.kind if spec else JobKind.COMMAND, state=state, gpus=gpus,
             gpu_uuids=[uuids[i] for i in gpus if i < len(uuids)],
             pid=rec.pid if rec else None, pgid=rec.pgid if rec else None,
-            pids=self.sup.members(name) if rec else [], attempt=rec.attempt if rec else 0,
+            pids=self.sup.members(name) if rec and for_console else [], attempt=rec.attempt if rec else 0,
             exit_code=rec.exit_code if rec else None, started_at=rec.started_at if rec else None,
             ended_at=rec.ended_at if rec else None, progress=progress, engine=engine,
             log_path=str(self.sup.job_file(name, "job.log")) if rec else None,
             argv=rec.argv if rec else [], last_kill=rec.last_kill if rec else None, adopted=bool(rec and rec.adopted),
-            spec_changes=self.sup.spec_changes(name) if rec else [], fleet=self.sup.owned.owner(name),
+            spec_changes=self.sup.spec_changes(name) if rec and for_console else [], fleet=self.sup.owned.owner(name),
             **self.watch.job_fields(name, spec), **self.plans.fields(name, spec, rec, progress, now))
 
     def _honest(self, name: str, progress: Progress, alive: bool, now: float) -> Progress:
@@ -197,12 +208,9 @@ class Agent:
         self.sup.refresh()
         self.sup.cap_logs()
         gpus = self.gpu.sample(self.sup.owner_of)
-        jobs = self.job_statuses(now)
-        paths = [str(self.home)]
-        for s in self.sup.declared.values():  # where jobs write: free disk is shown for each
-            out = getattr(s.options, "out", None)
-            paths += [os.path.expanduser(p) for p in (s.cwd, out, s.done_set, s.progress) if p]
-        host = self.host.sample(paths)
+        for_console = self.read_by_console()
+        jobs = self.job_statuses(now, for_console)
+        host = self.host.sample(self._disk_paths(), figures=for_console)
         changes = {name: t.last_change for name, (_, t) in self._trackers.items()}
         specs = {n: s for n in self.sup.names() if (s := self.sup.spec_of(n))}
         alerts = node_alerts(gpus, jobs, specs, host, changes, now)
@@ -216,8 +224,21 @@ class Agent:
         self.textfile.write(snap)
         return snap
 
-    async def scrape_engines(self) -> None:
-        """Start a scrape for each live engine whose last scrape has finished."""
+    def _disk_paths(self) -> list[str]:
+        """The home and where the jobs write (free disk is shown for each): worked out again only
+        when the fleet's jobs are (configure replaces them)."""
+        declared = self.sup.declared
+        if self._paths_of is not declared:
+            paths = [str(self.home)]
+            for s in declared.values():
+                out = getattr(s.options, "out", None)
+                paths += [os.path.expanduser(p) for p in (s.cwd, out, s.done_set, s.progress) if p]
+            self._paths, self._paths_of = paths, declared
+        return self._paths
+
+    def scrape_engines(self) -> None:
+        """Start a scrape for each live engine whose last scrape has finished (tasks on the
+        running loop)."""
         for name in self.sup.names():
             spec = self.sup.spec_of(name)
             rec = self.sup.records.get(name)
@@ -386,20 +407,35 @@ class Agent:
             self.send(self.snapshot())  # the client sees its jobs at once, not a tick later
 
     async def _tick_loop(self) -> None:
+        """A snapshot every ``interval_s``, each one a callback armed at its time on the loop's
+        clock: a task woken from a sleep costs the loop twice the work, which at 1 Hz was a tenth
+        of the agent's. Ends with BrokenPipeError or ValueError (the console's pipe is gone);
+        any other failure is logged and the ticks go on."""
+        loop = asyncio.get_running_loop()  # its clock is time.monotonic
+        ended: asyncio.Future = loop.create_future()
         next_t = time.monotonic()
-        while True:
-            await self.scrape_engines()
+
+        def tick() -> None:
+            nonlocal next_t, handle
             try:
+                self.scrape_engines()
                 self.send(self.snapshot())
-            except (BrokenPipeError, ValueError):
-                raise
+            except (BrokenPipeError, ValueError) as exc:
+                if not ended.done():
+                    ended.set_exception(exc)
+                return
             except Exception:
                 log.exception("tick failed; going on")
             next_t += self.interval_s
-            delay = next_t - time.monotonic()
-            if delay < 0:  # fell behind (a suspended process): do not fire a burst of ticks
-                next_t, delay = time.monotonic(), 0
-            await asyncio.sleep(delay)
+            if next_t < time.monotonic():  # fell behind (a suspended process): do not fire a burst of ticks
+                next_t = time.monotonic()
+            handle = loop.call_at(next_t, tick)
+
+        handle: asyncio.Handle = loop.call_soon(tick)
+        try:
+            await ended
+        finally:
+            handle.cancel()
 
 
 def _line_id(line: bytes) -> int:

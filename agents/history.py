@@ -126,7 +126,7 @@ class HistoryRing:
             return ops.HistoryPage(samples=older + [s for s in ring if op.since < s.t <= until], node=node)
         if self.db is None:
             raise ValueError(f"node {node}: history is off on this node (the agent runs with --no-history)")
-        resolution, points = self.db.read(op.since, op.until, op.resolution, op.gpu, op.job)
+        resolution, points = self.db.read(op.since, op.until, op.resolution, op.gpu, op.job, op.gpus_only)
         return ops.HistoryPage(points=points, resolution=resolution, node=node)
 
     def close(self) -> None:

@@ -79,6 +79,10 @@ POINTS_PER_SERIES = 720  # "auto" picks the finest tier that gives at most this 
 REWIND_SKIP_S = 3600.0  # a clock stepped back by at most this: samples wait until it passes the newest row
 
 
+# a row as compact JSON: json.dumps with separators makes a new encoder each call (a row a tick)
+_compact = json.JSONEncoder(separators=(",", ":")).encode
+
+
 def _r(v: Any, nd: int = 1) -> Optional[float]:
     return None if v is None else round(float(v), nd)
 
@@ -363,7 +367,7 @@ class HistoryDB:
             if verdict == "rewind":
                 self._drop_after(t)
             conn.execute(f"INSERT OR REPLACE INTO {self.tiers[0].table} (t, d) VALUES (?, ?)",
-                         (round(t, 3), json.dumps(row, separators=(",", ":"))))
+                         (round(t, 3), _compact(row)))
             if self._oldest.get(self.tiers[0].table) is None:
                 self._oldest[self.tiers[0].table] = round(t, 3)
             rolled = self._roll(t, done)
@@ -450,7 +454,7 @@ class HistoryDB:
             if tier is self.tiers[1] and b == 60 and done is not None and done.whole and done.bucket == mark:
                 agg = done.aggregate()
                 self.conn.execute(f"INSERT OR REPLACE INTO {tier.table} (t, d) VALUES (?, ?)",
-                                  (mark, json.dumps(agg, separators=(",", ":"))))
+                                  (mark, _compact(agg)))
                 self._set_mark(tier.table, mark + b)
                 if self._oldest.get(tier.table) is None:
                     self._oldest[tier.table] = mark
@@ -464,7 +468,7 @@ class HistoryDB:
                 continue
             agg = merge(_as_agg(json.loads(r[0]), bool(lower.bucket_s)) for r in rows)
             self.conn.execute(f"INSERT OR REPLACE INTO {tier.table} (t, d) VALUES (?, ?)",
-                              (mark, json.dumps(agg, separators=(",", ":"))))
+                              (mark, _compact(agg)))
             self._set_mark(tier.table, mark + b)
             if self._oldest.get(tier.table) is None:
                 self._oldest[tier.table] = mark
@@ -537,10 +541,11 @@ class HistoryDB:
         return self.tiers[-1]
 
     def read(self, since: float, until: Optional[float] = None, resolution: str = "auto",
-             gpu: Optional[int] = None, job: Optional[str] = None) -> tuple[str, list[HistoryPoint]]:
+             gpu: Optional[int] = None, job: Optional[str] = None,
+             gpus_only: bool = False) -> tuple[str, list[HistoryPoint]]:
         """Points in [since, until] at ``resolution`` ("1s", "1m", "1h", "auto"), a GPU's and a
         job's each, in time order; ``gpu``, ``job``: only that one (a GPU filter leaves the jobs out,
-        and a job filter the GPUs, unless both are given)."""
+        and a job filter the GPUs, unless both are given); ``gpus_only``: no job's."""
         now = self.clock()
         until = now if until is None else until
         tier = self.resolution_for(since, until, now) if resolution == "auto" else self._tier(resolution)
@@ -550,7 +555,7 @@ class HistoryDB:
         with _closing(self._reader()) as c:
             rows = self._buckets(c, level, since, until)
         want_gpus = job is None or gpu is not None
-        want_jobs = gpu is None or job is not None
+        want_jobs = (gpu is None or job is not None) and not gpus_only
         out: list[HistoryPoint] = []
         for t, agg in rows:
             if want_gpus:

@@ -10,8 +10,7 @@ import os
 import time
 from typing import Optional
 
-from .contract.documents import read_progress
-from .contract.plain import to_plain
+from .contract.documents import ProgressDoc, read_progress
 from .contract.wire import Progress
 from .rates import CounterRate, eta_seconds
 
@@ -62,7 +61,7 @@ class ProgressTracker:
         self.total = total
         self.window_s = window_s
         self._mtime: Optional[tuple[float, int]] = None
-        self._doc: dict = {}
+        self._doc: Optional[ProgressDoc] = None  # the last good reading
         self._health: dict = {}  # the job's servers, uploads and blocked, from the last good reading
         self._error: Optional[str] = None
         self._done_rate = CounterRate(window_s, min_span_s=MIN_SPAN_S)
@@ -74,17 +73,17 @@ class ProgressTracker:
         now = time.time() if now is None else now
         if self.done_set is not None:
             done = self.done_set.poll()
-            doc = {"done": done}
+            doc = ProgressDoc(done=done)
+            total = self.total
         elif self.progress_path:
             self._read_progress_file()
-            doc = self._doc
-            if "done" not in doc:
+            if self._doc is None:
                 return Progress(done=0, total=self.total, error=self._error) if self._error else None
-            done = doc["done"]
+            doc = self._doc
+            done, total = doc.done, doc.total
         else:
             return None
-        tokens = doc.get("tokens")
-        total = doc.get("total", self.total)
+        tokens = doc.tokens
         self._done_rate.add(now, done)
         if tokens is not None:
             self._tok_rate.add(now, tokens)
@@ -93,18 +92,17 @@ class ProgressTracker:
         rate = self._done_rate.rate()
         tps = self._tok_rate.rate() if tokens is not None else None
         if tps is None:
-            tps = _number(doc.get("tokens_per_s"))
+            tps = doc.tokens_per_s
         if rate is None:
-            rate = _number(doc.get("rate_per_s"))
+            rate = doc.rate_per_s
         eta = eta_seconds(done, total, rate)
         if eta is None and rate is None:
-            eta = _number(doc.get("eta_s"))
-        updated = _number(doc.get("updated_at"))
-        updated = self._last_change if updated is None else updated
-        quality = {k: int(v) for k, v in (doc.get("quality") or {}).items() if _number(v) is not None}
+            eta = doc.eta_s
+        updated = self._last_change if doc.updated_at is None else doc.updated_at
+        quality = {k: int(v) for k, v in doc.quality.items() if _number(v) is not None} if doc.quality else {}
         return Progress(done=done, total=total, tokens=tokens, rate_per_s=rate, tokens_per_s=tps,
                         eta_s=eta, updated_at=updated, quality=quality,
-                        error=self._error, useful=_count(doc.get("useful")), useful_of=_count(doc.get("useful_of")),
+                        error=self._error, useful=_count(doc.useful), useful_of=_count(doc.useful_of),
                         **(self._health if self.done_set is None else {}))
 
     def seed(self, points: list[tuple[float, int, Optional[int]]]) -> None:
@@ -131,12 +129,12 @@ class ProgressTracker:
             return
         self._mtime = key
         try:
-            parsed = read_progress(self.progress_path)  # its fields checked (agents/contract/documents.py)
+            parsed = read_progress(self.progress_path, st.st_size)  # its fields checked (contract/documents.py)
         except (OSError, ValueError) as exc:
             # keep the last good reading; say what is wrong with the file
             self._error = f"{self.progress_path}: {exc}"
             return
-        self._doc, self._error = to_plain(parsed), None
+        self._doc, self._error = parsed, None  # its floats are finite or None (plain.from_dict)
         # the job's health, typed as the wire has it: generate's uploads, or extract's (``s3``)
         self._health = {"servers": parsed.servers, "uploads": parsed.uploads or parsed.s3, "blocked": parsed.blocked,
                         # its start-up (extract): the watcher takes no compile for a stall (contract/stall.py)

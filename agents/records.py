@@ -114,16 +114,28 @@ def descendants(pid: int) -> Optional[list[int]]:
 START_TIME_TOLERANCE_S = 0.05
 
 
-def leader_alive(rec: JobRecord, live: "_Live") -> bool:
+def ended_pidfds(fds: list[int]) -> set[int]:
+    """Those of ``fds`` (pidfds) whose process has ended: one poll(2) for them all."""
+    if not fds:
+        return set()
+    poller = select.poll()
+    for fd in fds:
+        poller.register(fd, select.POLLIN)
+    return {fd for fd, _ in poller.poll(0)}
+
+
+def leader_alive(rec: JobRecord, live: "_Live", ended: Optional[set[int]] = None) -> bool:
     """Whether the job's leader process still runs: through its pidfd once opened (a pid
-    that cannot be reused), else /proc with the start time checked."""
+    that cannot be reused), else /proc with the start time checked. ``ended``: the pidfds
+    found readable just now (:func:`ended_pidfds`), so that this one is not asked again."""
     if rec.pid is None:
         return False
     if live.popen is not None and live.popen.poll() is not None:
         live.close_pidfd()
         return False  # our child, and reaped just now
     if live.pidfd is not None:
-        if select.select([live.pidfd], [], [], 0)[0]:  # readable: the process has ended
+        if (live.pidfd in ended if ended is not None
+                else select.select([live.pidfd], [], [], 0)[0]):  # readable: the process has ended
             live.close_pidfd()
             return False
         return True

@@ -42,8 +42,8 @@ from .contract.needs import launch_problem
 from .owners import Declarations
 from .contract.plain import to_plain
 from .contract.wire import KillVerdict, LaunchResult, LogChunk
-from .records import (START_TIME_TOLERANCE_S, JobRecord, _Live, descendants as _descendants, first_start_of,
-                      group_members, leader_alive)
+from .records import (START_TIME_TOLERANCE_S, JobRecord, _Live, descendants as _descendants, ended_pidfds,
+                      first_start_of, group_members, leader_alive)
 from .specdiff import spec_changes
 from .contract.atomic import atomic_write_json as write_json_atomic
 
@@ -63,6 +63,7 @@ WRAPPER = ('{ [ -z "$GPUDECK_CGROUP" ] || echo $$ > "$GPUDECK_CGROUP/cgroup.proc
            'printf "%s\\n" "$code" > "$GPUDECK_JOB_DIR/exit_code.tmp" && '
            'mv -f "$GPUDECK_JOB_DIR/exit_code.tmp" "$GPUDECK_JOB_DIR/exit_code"; exit $code')
 MEMBERS_REFRESH_S = 5.0
+LOG_CHECK_S = 5.0  # the agent's look at its jobs' log sizes (their keepers look every 0.5 s)
 ADOPTED = "adopted.json"  # what an adoption read of the process (the environment's values stay in spec.json)
 
 
@@ -88,6 +89,7 @@ class JobSupervisor:
         self._lock = threading.RLock()
         self._busy: set[str] = set()  # jobs with a launch/kill under way
         self._capper = joblog.Capper()
+        self._logs_due = 0.0  # when cap_logs looks at the logs next (monotonic)
         self._stored: dict[str, tuple[int, Optional[JobSpec]]] = {}  # spec.json by its mtime
         self._dirs: dict[str, Path] = {}
         self.on_audit: Optional[Callable[[str, Optional[str], dict[str, Any]], None]] = None  # the timeline's copy
@@ -228,16 +230,17 @@ class JobSupervisor:
             tree = _descendants(rec.pid) if rec.pid and self._leader_alive(rec) else None
             # the cheap walk down /proc's children lists; the full scan only where there is none
             members = set(tree) | {rec.pid} if tree is not None else set(self._group_members(rec))
-            live.members = sorted(members | self._cgroup_members(rec))
+            live.members = sorted(members | self._cgroup_members(rec, known=members))
             live.members_at = now
         return live.members
 
-    def _cgroup_members(self, rec: JobRecord) -> set[int]:
+    def _cgroup_members(self, rec: JobRecord, known: frozenset[int] | set[int] = frozenset()) -> set[int]:
         """The attempt's cgroup members (a cheap read; nothing in token mode, where finding
-        members means reading every environment)."""
+        members means reading every environment); those in ``known`` are not asked again
+        whether they run."""
         if not rec.cgroup:
             return set()
-        return {p for p in (self.contain.members(None, rec.cgroup) or ()) if killing.running(p)}
+        return {p for p in (self.contain.members(None, rec.cgroup) or ()) if p in known or killing.running(p)}
 
     def _read_exit_code(self, name: str) -> Optional[int]:
         try:
@@ -295,16 +298,17 @@ class JobSupervisor:
     def refresh(self) -> None:
         """One tick: notice jobs that ended since the last one."""
         with self._lock:
-            for name, rec in self.records.items():
-                if name in self._busy or not rec.state.alive:
-                    continue
+            todo = [(name, rec) for name, rec in self.records.items() if name not in self._busy and rec.state.alive]
+            ended = ended_pidfds([fd for name, _ in todo if (live := self._live.get(name)) is not None
+                                  and (fd := live.pidfd) is not None])
+            for name, rec in todo:
                 try:
-                    self._refresh_one(name, rec)
+                    self._refresh_one(name, rec, ended)
                 except OSError as exc:  # one job's state directory failing stops no other job
                     log.warning("job %s: cannot record how it ended: %s", name, exc)
 
-    def _refresh_one(self, name: str, rec: JobRecord) -> None:
-        if self._leader_alive(rec):
+    def _refresh_one(self, name: str, rec: JobRecord, ended: Optional[set[int]] = None) -> None:
+        if leader_alive(rec, self._live.setdefault(name, _Live()), ended):
             return
         # the leader is gone; members of its group may still run (and hold a GPU)
         live = self._live.setdefault(name, _Live())
@@ -623,8 +627,14 @@ class JobSupervisor:
         path = self.job_dir(name) / "job.log"
         return joblog.tail(name, path, lines) if offset is None else joblog.read_on(name, path, int(offset))
 
-    def cap_logs(self) -> None:
-        """Cut the log of each live job that grew past its ``log_max_mb`` (joblog.Capper)."""
+    def cap_logs(self, now: Optional[float] = None) -> None:
+        """Cut the log of each live job that grew past its ``log_max_mb`` (joblog.Capper), every
+        ``LOG_CHECK_S``: the job's own keeper (agents/logcap.py) cuts it every half second; this
+        is for when the keeper is gone."""
+        now = time.monotonic() if now is None else now
+        if now < self._logs_due:
+            return
+        self._logs_due = now + LOG_CHECK_S
         self._capper.check((name, self.job_file(name, "job.log"), int(spec.log_max_mb * 2**20))
                            for name, rec in list(self.records.items())
                            if rec.state.alive and (spec := self.spec_of(name)) is not None)

@@ -12,7 +12,8 @@ error comes back as a message and is shown.
 
 A chart over a range the node keeps (6h, 24h, 7d) asks for its page of the node's history
 (``HistoryWanted``): one ``ReadHistory`` at the range's resolution in a worker, its answer
-kept in the state per job and range (``apply_history_page``), asked again when it is old.
+kept in the state per job (or per node, for a node's chart of its GPUs) and range
+(``apply_history_page``), asked again when it is old.
 
 Each node's timeline is read by a follower of its own (a worker started when the node comes
 up, ended when its link is gone): what happened before the console opened first, then what
@@ -187,16 +188,21 @@ class GpuDeckApp(NoticeLine, App[None]):
 
     def on_history_wanted(self, message: HistoryWanted) -> None:
         node, job, rng = message.node, message.job, message.range
+        if self.state.history_asking(node, job, rng):  # asked twice before the first was seen: one read
+            return
         now = self.config.clock()
         if not self.config.connect:
             self.state.history_failed(node, job, rng, "not connected", now)
             return
         self.state.history_asked(node, job, rng, now)
-        self.run_worker(self._read_history(node, job, rng, now), group=f"history:{node}/{job}/{rng}",
-                        exclusive=True, exit_on_error=False, name=f"history of {job} ({rng})")
+        what = job if job is not None else f"{node}'s GPUs"
+        self.run_worker(self._read_history(node, job, rng, now), group=f"history:{node}/{job or ''}/{rng}",
+                        exclusive=True, exit_on_error=False, name=f"history of {what} ({rng})")
 
-    async def _read_history(self, node: str, job: str, rng: str, now: float) -> None:
-        op = ops.ReadHistory(since=now - RANGES[rng], resolution=RESOLUTION[rng], job=job)
+    async def _read_history(self, node: str, job: Optional[str], rng: str, now: float) -> None:
+        since, resolution = now - RANGES[rng], RESOLUTION[rng]
+        op = ops.ReadHistory(since=since, resolution=resolution, job=job) if job is not None else \
+            ops.ReadHistory(since=since, resolution=resolution, gpus_only=True)  # a node's chart: its GPUs
         try:
             page = await self.client.request(op, node=node, timeout=30.0, connect=False)
         except OPERATOR_ERRORS as exc:

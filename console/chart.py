@@ -10,7 +10,8 @@ Where the figures come from, by range: 1h from the console's 15 s series (memory
 and 7d from the node's history (``ReadHistory`` at ``RESOLUTION``), read when the range is
 picked and kept per range, with the coarse series of the state (a minute a bucket, the
 greeting's 12 hours and every snapshot since) for what came after the read, and for the whole
-window until the read is answered.
+window until the read is answered. A node's chart (its GPUs' mean utilization) reads its
+page the same way, with ``gpus_only``.
 
 The hand-made chart beat textual-plotext here by an order of magnitude at the same size
 (docs/console.md#charts gives the figures): a column of eighth blocks per time slot, a

@@ -10,7 +10,7 @@ requests; the answers to the operator's actions and the log follower's chunks co
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 from textual.message import Message
 
@@ -84,10 +84,11 @@ class EventsFetchFailed(Message):
 
 @dataclass
 class HistoryPageFetched(Message):
-    """A node answered ``ReadHistory`` for ``job``'s chart over ``range`` (chart.RANGES)."""
+    """A node answered ``ReadHistory`` for ``job``'s chart over ``range`` (chart.RANGES); ``job``
+    None: the node's own chart (its GPUs)."""
 
     node: str
-    job: str
+    job: Optional[str]
     range: str
     page: HistoryPage
     at: float  # when it was asked
@@ -98,7 +99,7 @@ class HistoryPageFailed(Message):
     """A node could not answer ``ReadHistory`` for a chart (its history is off, it is down)."""
 
     node: str
-    job: str
+    job: Optional[str]
     range: str
     error: str
 
@@ -108,10 +109,11 @@ class HistoryPageFailed(Message):
 
 @dataclass
 class HistoryWanted(Message):
-    """A chart over ``range`` of ``job`` on ``node`` needs the node's history (picked, or old)."""
+    """A chart over ``range`` of ``job`` on ``node`` needs the node's history (picked, or old);
+    ``job`` None: the node's own chart (its GPUs)."""
 
     node: str
-    job: str
+    job: Optional[str]
     range: str
 
 

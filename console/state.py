@@ -43,6 +43,7 @@ GPU_SPARK_BUCKET_S = 5.0
 FIGURES = ("tokens_per_s", "done", "running", "queued", "kv")
 COARSE_FIGURES = FIGURES[:2]  # what a job's coarse series keeps: tokens/s and items done
 PAGE_FIGURES = ("tokens_per_s", "done", "running", "queued", "kv_usage")  # FIGURES as the history names them
+GPU_PAGE_FIGURE = "util_pct"  # what a node's chart draws of its GPUs' history: their mean, per bucket
 PAGE_RETRY_S = 60.0  # a page that could not be read is asked for again after this long
 
 # the vocabulary for the rows built every second: a dict keyed by the members is quicker than
@@ -78,7 +79,9 @@ class FleetState:
         self._gpu_util: dict[str, Recent] = {}  # node: its GPUs' utilization
         self._coarse: dict[tuple[str, str], Coarse] = {}  # (node, job): tokens/s and done a minute, 12 h
         self._node_coarse: dict[str, Coarse] = {}  # node: its GPUs' mean utilization a minute, 12 h
-        self._pages: dict[tuple[str, str, str], _Page] = {}  # (node, job, range): the node's history, read
+        # (node, job, range): the node's history, read for a job's chart; job None: for the node's
+        # own chart (its GPUs' mean utilization)
+        self._pages: dict[tuple[str, Optional[str], str], _Page] = {}
         self._last_t: dict[str, float] = {}  # newest sample time per node, live or backfilled
         self._disk_trend: dict[tuple[str, str], DiskTrend] = {}
         self._first_seen: dict[tuple, float] = {}
@@ -163,10 +166,16 @@ class FleetState:
         self._last_t[history.node] = newest
         self.version += 1
 
-    def apply_history_page(self, node: str, job: str, rng: str, page: HistoryPage, fetched_at: float) -> None:
+    def apply_history_page(self, node: str, job: Optional[str], rng: str, page: HistoryPage,
+                           fetched_at: float) -> None:
         """A page of the node's history read for ``job``'s chart over ``rng`` (its points at the
-        range's resolution): kept per range until it is old (``_Page.fresh``)."""
+        range's resolution), or for the node's own chart (``job`` None: its GPUs' points): kept
+        per range until it is old (``_Page.fresh``)."""
         step = charts.STEP_S.get(page.resolution or "", 60.0)
+        if job is None:
+            self._pages[(node, None, rng)] = _gpu_page(page, step, fetched_at, fetched_at - charts.RANGES[rng])
+            self.version += 1
+            return
         figures: dict[str, list[charts.Bucket]] = {f: [] for f in PAGE_FIGURES}
         until = fetched_at - charts.RANGES[rng]
         for p in page.points:
@@ -181,13 +190,18 @@ class FleetState:
         self._pages[(node, job, rng)] = _Page(fetched_at, page.resolution or "", until, figures)
         self.version += 1
 
-    def history_asked(self, node: str, job: str, rng: str, at: float) -> None:
+    def history_asked(self, node: str, job: Optional[str], rng: str, at: float) -> None:
         """A page was asked for: not asked again while the answer is due."""
         old = self._pages.get((node, job, rng))
         self._pages[(node, job, rng)] = _Page(at, "", old.until if old else 0.0, old.figures if old else {},
                                               asking=True)
 
-    def history_failed(self, node: str, job: str, rng: str, error: str, at: float) -> None:
+    def history_asking(self, node: str, job: Optional[str], rng: str) -> bool:
+        """Whether that page's read is under way."""
+        page = self._pages.get((node, job, rng))
+        return page is not None and page.asking
+
+    def history_failed(self, node: str, job: Optional[str], rng: str, error: str, at: float) -> None:
         old = self._pages.get((node, job, rng))
         self._pages[(node, job, rng)] = _Page(at, old.resolution if old else "", old.until if old else 0.0,
                                               old.figures if old else {}, error=error)
@@ -572,8 +586,10 @@ class FleetState:
         return f"node history at {page.resolution}", not page.fresh(rng, now)
 
     def node_chart(self, node: str, rng: Optional[str], width: int) -> Optional[charts.Chart]:
-        """A node's GPUs, their mean utilization over ``rng`` (None: 12 hours' worth, 24h), from
-        the coarse series: the greeting's 12 hours and every snapshot since."""
+        """A node's GPUs, their mean utilization over ``rng`` (None: 24h). 1h from the coarse
+        series (the greeting's 12 hours and every snapshot since); the longer ranges from the
+        node's history page when one was read, the coarse series after it (or for the whole
+        window, until it is), as a job's chart."""
         c = self._node_coarse.get(node)
         view = self.nodes.get(node)
         if view is None:
@@ -581,14 +597,20 @@ class FleetState:
         now = self.clock()
         rng = rng if rng in charts.RANGES else "24h"
         start = now - charts.RANGES[rng]
-        values = charts.columns(c.buckets(start) if c is not None else [], start, now, width)
+        page = self._pages.get((node, None, rng)) if rng in charts.RESOLUTION else None
+        got: list[charts.Bucket] = []
+        after = start
+        if page is not None and page.figures:
+            got, after = list(page.figures.get(GPU_PAGE_FIGURE, ())), page.until
+        if c is not None:
+            got += [b for b in c.buckets(after) if b[0] >= after - 1e-6]
+        values = charts.columns(got, start, now, width)
         gpus = len(view.snapshot.gpus) if view.snapshot is not None else 0
         seen = [v for v in values if v is not None]
         title = f"{node}  GPU utilization (mean of {gpus})  now {_pct(seen[-1] if seen else None)}  " \
                 f"peak {_pct(max(seen) if seen else None)}"
-        note = "from this console's 12 h (the greeting, then every snapshot)" if charts.RANGES[rng] > 12 * 3600 \
-            else ""
-        return charts.Chart(rng, start, now, (charts.Panel(title, values, 100.0),), note)
+        note, wants = self._chart_note(rng, page, now)
+        return charts.Chart(rng, start, now, (charts.Panel(title, values, 100.0),), note, wants)
 
     def _detail_series(self, node: str, job: str, width: int, now: float) -> dict[str, tuple]:
         s = self._series.get((node, job))
@@ -733,8 +755,9 @@ def job_tokens_per_s(j: JobStatus) -> Optional[float]:
 
 @dataclass
 class _Page:
-    """A page of a node's history for one job's chart over one range: its figures as buckets,
-    read at ``at`` up to ``until``; or the read under way (``asking``), or why it failed."""
+    """A page of a node's history for one job's chart (or the node's own) over one range: its
+    figures as buckets, read at ``at`` up to ``until``; or the read under way (``asking``), or
+    why it failed."""
 
     at: float
     resolution: str
@@ -747,6 +770,20 @@ class _Page:
         """Read again after a 24th of its range (15 min for 6h, an hour for 24h): the coarse
         series fills what came after it meanwhile."""
         return now - self.at < max(60.0, charts.RANGES[rng] / 24)
+
+
+def _gpu_page(page: HistoryPage, step: float, fetched_at: float, until: float) -> "_Page":
+    """A page of a node's GPU points as the node chart's buckets: the mean of its GPUs'
+    utilization in each bucket (the GPUs the node had then; a GPU without a reading is left out)."""
+    by_t: dict[float, list[float]] = {}
+    for p in page.points:
+        v = p.mean.get(GPU_PAGE_FIGURE) if p.gpu is not None else None
+        if v is not None:
+            by_t.setdefault(p.t, []).append(v)
+    buckets = [(t, t + step, sum(vs) / len(vs)) for t, vs in sorted(by_t.items())]
+    if buckets:
+        until = max(until, min(buckets[-1][1], fetched_at))
+    return _Page(fetched_at, page.resolution or "", until, {GPU_PAGE_FIGURE: buckets})
 
 
 def _mean(values: list[Optional[float]]) -> Optional[float]:

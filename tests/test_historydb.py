@@ -273,6 +273,23 @@ def test_read_history_checks_its_arguments():
     assert op == ops.ReadHistory(since=1.0, job="gen", resolution="1m")
     page = op.answer({"points": [{"t": 1.0, "job": "gen", "n": 60, "mean": {"done": 5.0}}], "resolution": "1m"})
     assert page.points[0].mean == {"done": 5.0}
+    with pytest.raises(ProtocolError, match="'gpus_only' leaves the jobs out"):
+        ops.op_of(Request(id=1, op="history", args={"job": "gen", "gpus_only": True}))
+
+
+def test_a_nodes_chart_reads_every_gpu_and_no_job(tmp_path):
+    """``gpus_only`` (the console's chart of a node): each GPU's points, none of a job's."""
+    clock = Clock()
+    ring = HistoryRing(3600.0, 1.0, path=tmp_path / "history.db", clock=clock)
+    for k in range(0, 180):
+        clock.t = T0 + k
+        ring.record(snap(clock.t, gpus=3, jobs=2, util=10.0 * (k // 60)))
+    page = ring.read(ops.ReadHistory(since=T0, resolution="1m", gpus_only=True))
+    assert page.resolution == "1m" and {p.gpu for p in page.points} == {"0", "1", "2"}
+    assert all(p.job is None for p in page.points)
+    assert [p.mean["util_pct"] for p in page.points if p.gpu == "1"] == [0.0, 10.0, 20.0]
+    both = ring.read(ops.ReadHistory(since=T0, resolution="1m"))
+    assert {p.job for p in both.points} == {None, "job0", "job1"}  # without it: the jobs too, as before
 
 
 def test_rows_are_json_an_operator_can_read_with_sqlite3(tmp_path):

@@ -66,3 +66,47 @@ def test_non_finite_floats_are_sent_as_null_and_read_as_none():
     # an older agent's NaN on the wire is read as unknown
     snap = decode('{"type": "history", "node": "n", "samples": [{"t": 1.0, "gpu_util": [NaN]}]}')
     assert snap.samples[0].gpu_util == [None]
+
+
+def test_quick_init_builds_what_the_dataclass_init_builds():
+    """The wire types built every tick fill their dict directly (plain.quick_init): the same
+    fields, defaults, fresh default lists, __post_init__ and frozenness as dataclass's own."""
+    import dataclasses
+    import inspect
+    from dataclasses import dataclass, field
+    from typing import Optional
+
+    from gpudeck.agents.contract.documents import ProgressDoc
+    from gpudeck.agents.contract.plain import quick_init
+
+    def make():
+        @dataclass(frozen=True)
+        class Doc:
+            name: str
+            n: int = 0
+            tags: list = field(default_factory=list)
+            note: Optional[str] = None
+
+            def __post_init__(self) -> None:
+                if self.n < 0:
+                    raise ValueError(f"n: {self.n}")
+        return Doc
+
+    slow, quick = make(), quick_init(make())
+    for args, kw in [(("a",), {}), (("a", 2), {"note": "x"}), ((), {"name": "b", "tags": [1]}), (("a", 1, [2], "y"), {})]:
+        assert vars(quick(*args, **kw)) == vars(slow(*args, **kw))
+    assert quick("a").tags is not quick("a").tags  # a fresh list each time
+    for bad_args, bad_kw in [((), {}), (("a",), {"nope": 1}), (("a", 1, [], None, 5), {}), (("a", -1), {})]:
+        errors = []
+        for cls in (slow, quick):
+            with pytest.raises((TypeError, ValueError)) as exc:
+                cls(*bad_args, **bad_kw)
+            errors.append(type(exc.value))
+        assert errors[0] is errors[1]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        quick("a").n = 3  # type: ignore[misc]
+    with pytest.raises(ProtocolError, match="done"):
+        ProgressDoc(done=-1)
+    for cls in (Progress, JobStatus, Snapshot, Gpu, Host, ProgressDoc):
+        assert [p for p in inspect.signature(cls.__init__).parameters][1:] == [f.name for f in dataclasses.fields(cls)]
+    assert wire.decode(wire.encode(_snapshot())) == _snapshot()

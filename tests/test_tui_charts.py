@@ -150,6 +150,11 @@ class HistoryClient(FleetClient):
             raise AgentError(node or "gpu-a", "not connected")
         self.asked.append(op)
         start = int(op.since // 60) * 60
+        if op.gpus_only:  # a node's chart: its two GPUs, at 40% and 60% all along
+            step = int(chart.STEP_S[op.resolution])
+            points = [HistoryPoint(t=float(t), gpu=str(i), n=step, mean={"util_pct": 40.0 + 20 * i})
+                      for t in range(start, int(NOW), step) for i in (0, 1)]
+            return HistoryPage(points=points, resolution=op.resolution, node=node or "")
         points = [HistoryPoint(t=float(t), job="gen", state="running", n=60,
                                mean={"tokens_per_s": 1000.0 + (t - start) / 60, "done": float(t - start)})
                   for t in range(start, int(NOW), 60)]
@@ -192,3 +197,39 @@ async def test_picking_24h_draws_the_nodes_history_with_axes(tmp_path):
         await pilot.press("t", "t", "t", "t")
         await wait_until(pilot, lambda: "[24h]" in screen_text(app), what="back at 24h")
         assert len([op for op in client.asked[n:] if op.since == NOW - 86400]) == 0
+
+
+async def test_a_nodes_chart_at_24h_and_7d_draws_the_nodes_history(tmp_path):
+    """On a node's row of the overview the chart is the node's GPUs; at 24h and 7d it reads the
+    node's history (every GPU, no job) as a job's chart does, not only this console's 12 hours."""
+    fleet = pinned_fleet()
+    client = HistoryClient(fleet)
+    app = make_app(fleet, client=client, clock=lambda: NOW, tick_s=0, initial_view="overview",
+                   looked_file=str(tmp_path / "looked.json"), summary_wait_s=3600)
+    app.animation_level = "none"
+    async with app.run_test(size=(120, 40)) as pilot:
+        feed_pinned(app)
+        await wait_until(pilot, lambda: app.state.nodes["gpu-b"].error is not None, what="the pinned state")
+        app.refresh_views()
+        nodes = app.screen.query_one("#overview-fleet")
+        nodes.focus()
+        nodes.move_cursor_to_key("node:gpu-a")
+        app.refresh_views()
+        await wait_until(pilot, lambda: "GPU utilization" in screen_text(app) and "node history at 1m" in screen_text(app),
+                         what="the node's chart at 24h, from its history")
+        asked = [op for op in client.asked if op.gpus_only]
+        assert asked and asked[0] == ops.ReadHistory(since=NOW - 86400, resolution="1m", gpus_only=True)
+        shown = app.screen.query_one("#overview-chart").chart
+        values = shown.panels[0].values
+        assert shown.range == "24h" and values[0] == pytest.approx(50.0)  # the mean of its GPUs, a day ago
+        assert all(v == pytest.approx(50.0) for v in values[: len(values) // 2])  # before the greeting's 12 h
+        await pilot.press("t")
+        await wait_until(pilot, lambda: "[7d]" in screen_text(app) and "node history at 1h" in screen_text(app),
+                         what="the node's chart at 7d, from its history")
+        assert any(op.gpus_only and op.resolution == "1h" and op.since == NOW - 7 * 86400 for op in client.asked)
+        shown = app.screen.query_one("#overview-chart").chart
+        assert shown.range == "7d" and shown.panels[0].values[0] == pytest.approx(50.0)
+        n = len(client.asked)  # the pages are kept: round the ranges back to 24h asks nothing again
+        await pilot.press("t", "t", "t")
+        await wait_until(pilot, lambda: "[24h]" in screen_text(app), what="back at 24h")
+        assert not [op for op in client.asked[n:] if op.gpus_only and op.since == NOW - 86400]

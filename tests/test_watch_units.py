@@ -118,6 +118,39 @@ def test_a_projection_that_slips_by_more_than_a_quarter_is_news():
     assert slip.event is EventKind.DEADLINE and slip.key == "deadline-slip:j"
 
 
+def test_the_slip_is_measured_against_the_days_earliest_projection_as_ever():
+    """The day's projections are kept as a sliding minimum (a tick no longer scans 1,441 of
+    them a job): over two and a half days of projections going up and down, the slips are the
+    ones a scan of every projection of the day finds."""
+    import random
+    from collections import deque
+
+    checks = Checks()
+    spec = {"j": JobSpec(name="j", command=["x"], deadline="2030-01-01T00:00:00Z")}
+    rng = random.Random(5)
+    day: deque = deque()  # every projection of the last day, one a minute: what the scan looked at
+    t, eta, slips = 0.0, 50_000.0, 0
+    while t < 2.5 * 86400:
+        t += rng.uniform(5, 25)
+        eta = max(100.0, eta + rng.uniform(-900, 1000))
+        finish = t + eta
+        while day and t - day[0][0] > 86400:
+            day.popleft()
+        if not day or t - day[-1][0] >= 60:
+            day.append((t, finish))
+        t0, f0 = min(day, key=lambda x: x[1])
+        want = f0 > t0 and finish - f0 > 0.25 * (f0 - t0)
+        got = checks._slips(t, [JobStatus(name="j", kind="command", state=JobState.RUNNING,
+                                          progress=Progress(done=1, eta_s=eta))], spec)
+        assert bool(got) == want, t
+        if got:
+            slips += 1
+            from gpudeck.agents.watch.checks import _fmt_t
+            assert got[0].message.startswith(f"job j: projected finish moved from {_fmt_t(f0)} to {_fmt_t(finish)}")
+    assert 0 < slips
+    assert len(checks._proj["j"]) < len(day)  # only the projections no later one undercuts
+
+
 class _Broken:
     """An NVML where every call fails, as on a board without the features."""
 

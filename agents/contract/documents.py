@@ -13,18 +13,18 @@ from dataclasses import dataclass, field
 from typing import Any, Optional, TypeVar
 
 from .atomic import atomic_write_json
-from .plain import ProtocolError, from_dict, to_plain
+from .plain import ProtocolError, from_dict, quick_init, to_plain
 from .units import human_duration
 from .wire import ServerHealth, Uploads
 
 D = TypeVar("D")
 
 
-def read_document(cls: type[D], path: "str | os.PathLike[str]", max_bytes: int) -> D:
+def read_document(cls: type[D], path: "str | os.PathLike[str]", max_bytes: int, size: Optional[int] = None) -> D:
     """The document at ``path``, its fields checked by its type; ValueError says what is wrong
-    (OSError: it cannot be read). Fields the type does not know are the writer's own: left."""
-    with open(path, "rb") as f:
-        data = f.read(max_bytes + 1)
+    (OSError: it cannot be read). Fields the type does not know are the writer's own: left.
+    ``size``: its size, where the caller has just read it (read_at_most)."""
+    data = read_at_most(path, max_bytes + 1, size)
     if len(data) > max_bytes:
         raise ValueError(f"larger than {max_bytes // 2**20} MiB: not a {cls.__name__}")
     try:
@@ -45,6 +45,28 @@ def read_document(cls: type[D], path: "str | os.PathLike[str]", max_bytes: int) 
     return out
 
 
+def read_at_most(path: "str | os.PathLike[str]", limit: int, size: Optional[int] = None) -> bytes:
+    """Up to ``limit`` bytes of the file at ``path``, read in buffers of the size it has (plus
+    one byte, to see whether it grew): ``read(limit)`` would make a buffer of ``limit`` bytes
+    first (16 MiB for a progress file read every tick: most of the read's cost). ``size``: the
+    size a stat of the caller's just gave (else it is asked here); a file replaced since is
+    read whole all the same. Plain os.read: a file object costs a third more for a file this
+    small."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        want = min((os.fstat(fd).st_size if size is None else size) + 1, limit)
+        data = os.read(fd, want)
+        while len(data) == want and len(data) < limit:  # it grew since fstat (or a file of no size: /proc)
+            want = min(len(data) + (1 << 20), limit)
+            more = os.read(fd, want - len(data))
+            if not more:
+                break
+            data += more
+    finally:
+        os.close(fd)
+    return data
+
+
 def write_document(path: "str | os.PathLike[str]", doc: Any, extra: Optional[dict[str, Any]] = None,
                    fsync: bool = True, mode: int = 0o644) -> None:
     """The one writer of a document: its fields, then the writer's ``extra`` ones (which may
@@ -62,6 +84,7 @@ PROGRESS_FILE = "progress.json"
 MAX_PROGRESS_BYTES = 16 * 2**20
 
 
+@quick_init  # read for every job at every tick (agents/contract/plain.py)
 @dataclass(frozen=True)
 class ProgressDoc:
     """A job's progress.json: written by its worker every second or two (atomically, without
@@ -100,8 +123,8 @@ class ProgressDoc:
             raise ProtocolError(f"ProgressDoc.done: expected an integer >= 0, got {self.done}")
 
 
-def read_progress(path: "str | os.PathLike[str]") -> ProgressDoc:
-    return read_document(ProgressDoc, path, MAX_PROGRESS_BYTES)
+def read_progress(path: "str | os.PathLike[str]", size: Optional[int] = None) -> ProgressDoc:
+    return read_document(ProgressDoc, path, MAX_PROGRESS_BYTES, size)
 
 # ---------------------------------------------------------------- plan.json
 

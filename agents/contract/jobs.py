@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import enum
+import functools
 import re
 import shlex
 from dataclasses import dataclass, field
@@ -297,15 +298,16 @@ class JobSpec:
         if self.success_marker is not None and (not isinstance(self.success_marker, str) or not self.success_marker):
             raise SpecError(f"job {self.name!r}: 'success_marker' must be a path")
 
-    @property
+    # read every tick for every job (a frozen spec's figures never change): worked out once
+    @functools.cached_property
     def restart_policy(self) -> RestartPolicy:
         return RestartPolicy(self.restart)
 
-    @property
+    @functools.cached_property
     def stall_restart_s(self) -> Optional[float]:
         return parse_duration(self.restart_on_stall) if self.restart_on_stall is not None else None
 
-    @property
+    @functools.cached_property
     def deadline_t(self) -> Optional[float]:
         return parse_deadline(self.deadline) if self.deadline is not None else None
 
@@ -340,7 +342,7 @@ class JobSpec:
         return cls.from_dict(obj)
 
     # -- what to run
-    @property
+    @functools.cached_property
     def scrape_url(self) -> Optional[str]:
         if self.metrics_url:
             return self.metrics_url

@@ -237,8 +237,8 @@ class ReadHistory(Op):
     """The node's history from ``since`` to ``until`` (unix times; ``until`` None: now). With no
     ``resolution``: compact samples for the sparklines (every sample of the last hour, a
     minute's means before it). With one (``auto``, ``1s``, ``1m``, ``1h``): points per GPU and per
-    job, only ``gpu``'s or ``job``'s when given. Answered in a thread: a long read never holds
-    up a tick."""
+    job, only ``gpu``'s or ``job``'s when given, only the GPUs' with ``gpus_only`` (a node's
+    chart). Answered in a thread: a long read never holds up a tick."""
 
     name: ClassVar[str] = "history"
     Result: ClassVar[type] = HistoryPage
@@ -247,6 +247,7 @@ class ReadHistory(Op):
     resolution: Optional[str] = None
     job: Optional[str] = None  # routes the op to the job's node (FleetClient.request)
     gpu: Optional[int] = None
+    gpus_only: bool = False  # every GPU's points and no job's
 
     def check(self) -> None:
         if self.resolution is not None and self.resolution not in HISTORY_RESOLUTIONS:
@@ -256,6 +257,8 @@ class ReadHistory(Op):
             raise ProtocolError(f"'history': 'until' ({self.until!r}) is before 'since' ({self.since!r})")
         if self.gpu is not None and self.gpu < 0:
             raise ProtocolError(f"'history': 'gpu' must be an index (0 or more), got {self.gpu!r}")
+        if self.gpus_only and self.job is not None:
+            raise ProtocolError(f"'history': 'gpus_only' leaves the jobs out; it takes no 'job' (got {self.job!r})")
 
 
 @dataclass(frozen=True)

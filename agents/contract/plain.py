@@ -13,7 +13,7 @@ import enum
 import math
 import types
 import typing
-from typing import Any, Callable, Union
+from typing import Any, Callable, Optional, Union
 
 
 class ProtocolError(ValueError):
@@ -106,7 +106,53 @@ def to_plain(obj: Any) -> Any:
 _PLAIN = frozenset((str, int, bool, type(None)))
 
 
-_HINTS: dict[type, dict[str, Any]] = {}
+_T = typing.TypeVar("_T")
+
+
+def quick_init(cls: type[_T]) -> type[_T]:
+    """A frozen dataclass whose ``__init__`` fills the instance's dict directly. The one
+    ``dataclass(frozen=True)`` writes sets each field through ``object.__setattr__``, a call per
+    field: four times slower for the types built for every job and GPU at every tick (a
+    JobStatus: 6 us against 1.6). Same signature, defaults, default factories and
+    ``__post_init__``; the instance stays frozen. Put it above ``@dataclass``."""
+    if not dataclasses.is_dataclass(cls) or "__slots__" in cls.__dict__:
+        raise TypeError(f"quick_init: {cls.__name__} must be a dataclass without slots")
+    fields = [f for f in dataclasses.fields(cls) if f.init]
+    import inspect
+    wanted = [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
+    if wanted != [f.name for f in fields] or any(not f.init for f in dataclasses.fields(cls)) or \
+            any(f.kw_only for f in fields):
+        raise TypeError(f"quick_init: {cls.__name__} has fields it does not know how to set "
+                        f"(init-only, keyword-only or not in __init__)")
+    ns: dict[str, Any] = {"_MISSING": object()}
+    params, body = [], ["    d = self.__dict__"]
+    for f in fields:
+        if f.default is not dataclasses.MISSING:
+            ns[f"_d_{f.name}"] = f.default
+            params.append(f"{f.name}=_d_{f.name}")
+            body.append(f"    d[{f.name!r}] = {f.name}")
+        elif f.default_factory is not dataclasses.MISSING:
+            ns[f"_f_{f.name}"] = f.default_factory
+            params.append(f"{f.name}=_MISSING")
+            body.append(f"    d[{f.name!r}] = _f_{f.name}() if {f.name} is _MISSING else {f.name}")
+        else:
+            params.append(f.name)
+            body.append(f"    d[{f.name!r}] = {f.name}")
+    if hasattr(cls, "__post_init__"):
+        body.append("    self.__post_init__()")
+    exec(f"def __init__(self, {', '.join(params)}):\n" + "\n".join(body), ns)  # noqa: S102 -- our own text
+    init = ns["__init__"]
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    init.__module__ = cls.__module__
+    setattr(cls, "__init__", init)
+    return cls
+
+
+# how each dataclass is read, found once per type: its fields, each with its reader and whether
+# it is required; a reader takes (value, where, field name) and builds the place's name
+# ("Snapshot.seq") only to say what is wrong
+_Reader = Callable[[Any, str, str], Any]
+_PLANS: dict[type, tuple[tuple[str, _Reader, bool], ...]] = {}
 
 
 def from_dict(cls: type, obj: Any, where: str = "") -> Any:
@@ -114,16 +160,85 @@ def from_dict(cls: type, obj: Any, where: str = "") -> Any:
     where = where or cls.__name__
     if not isinstance(obj, dict):
         raise ProtocolError(f"{where}: expected an object, got {type(obj).__name__}")
-    hints = _HINTS.get(cls)
-    if hints is None:
-        hints = _HINTS[cls] = typing.get_type_hints(cls)
+    plan = _PLANS.get(cls)
+    if plan is None:
+        plan = _plan(cls)
     kwargs = {}
-    for f in dataclasses.fields(cls):
-        if f.name in obj:
-            kwargs[f.name] = _convert(hints[f.name], obj[f.name], f"{where}.{f.name}")
-        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            raise ProtocolError(f"{where}: missing field {f.name!r}")
+    for name, read, required in plan:
+        if name in obj:
+            kwargs[name] = read(obj[name], where, name)
+        elif required:
+            raise ProtocolError(f"{where}: missing field {name!r}")
     return cls(**kwargs)
+
+
+def _plan(cls: type) -> tuple[tuple[str, _Reader, bool], ...]:
+    hints = typing.get_type_hints(cls)
+    plan = _PLANS[cls] = tuple(
+        (f.name, _reader(hints[f.name]),
+         f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
+        for f in dataclasses.fields(cls))
+    return plan
+
+
+def _reader(hint: Any) -> _Reader:
+    """What reads a field of type ``hint``: a scalar (or None, for an Optional one) is checked
+    here as :func:`_convert` checks it; anything else goes to ``_convert`` itself."""
+    tp, optional = hint, False
+    if typing.get_origin(hint) in (Union, types.UnionType):
+        inner = [a for a in typing.get_args(hint) if a is not type(None)]
+        if len(inner) != 1:
+            return _read_deep(hint)
+        tp, optional = inner[0], True  # Optional[X]
+    scalar = _scalar_reader(tp)
+    if scalar is None:
+        return _read_deep(hint)
+    if not optional:
+        return scalar
+
+    def read_optional(value: Any, where: str, name: str) -> Any:
+        return None if value is None else scalar(value, where, name)
+    return read_optional
+
+
+def _read_deep(hint: Any) -> _Reader:
+    def read_deep(value: Any, where: str, name: str) -> Any:
+        return _convert(hint, value, f"{where}.{name}")
+    return read_deep
+
+
+def _scalar_reader(tp: Any) -> Optional[_Reader]:
+    if tp is Any:
+        return lambda value, where, name: value
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        def read_enum(value: Any, where: str, name: str) -> Any:
+            try:
+                return tp(value)
+            except ValueError:
+                raise ProtocolError(f"{where}.{name}: expected one of {', '.join(str(m.value) for m in tp)}, "
+                                    f"got {value!r}") from None
+        return read_enum
+    if tp is float:
+        def read_float(value: Any, where: str, name: str) -> Any:
+            if value.__class__ is not float:
+                if isinstance(value, bool) or not isinstance(value, (int, float)):
+                    raise ProtocolError(f"{where}.{name}: expected a number, got {value!r}")
+                value = float(value)
+            return value if math.isfinite(value) else None  # an older agent's NaN: unknown
+        return read_float
+    if tp is int:
+        def read_int(value: Any, where: str, name: str) -> Any:
+            if value.__class__ is not int and (isinstance(value, bool) or not isinstance(value, int)):
+                raise ProtocolError(f"{where}.{name}: expected an integer, got {value!r}")
+            return value
+        return read_int
+    if tp is str or tp is bool:
+        def read_plain(value: Any, where: str, name: str) -> Any:
+            if not isinstance(value, tp):
+                raise ProtocolError(f"{where}.{name}: expected {tp.__name__}, got {value!r}")
+            return value
+        return read_plain
+    return None
 
 
 def _convert(tp: Any, value: Any, where: str) -> Any:

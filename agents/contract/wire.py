@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
 from . import VERSION as __version__
-from .plain import ProtocolError, from_dict, to_plain  # the wire's own API too
+from .plain import ProtocolError, from_dict, quick_init, to_plain  # the wire's own API too
 from .vocab import AlertKind, EngineState, EventKind, JobState, RestartPolicy
 from .jobs import JobKind
 
@@ -26,6 +26,7 @@ PROTOCOL = 1
 # ---------------------------------------------------------------- snapshot parts
 
 
+@quick_init  # built every tick (agents/contract/plain.py)
 @dataclass(frozen=True)
 class GpuProcess:
     pid: int
@@ -36,6 +37,7 @@ class GpuProcess:
     started_at: Optional[float] = None  # its start (unix time): an adopt sends it back, so a reused pid is refused
 
 
+@quick_init  # built every tick (agents/contract/plain.py)
 @dataclass(frozen=True)
 class Gpu:
     index: int
@@ -50,6 +52,7 @@ class Gpu:
     host: Optional[str] = None  # on a cluster: the compute node the GPU is on (its index is that node's)
 
 
+@quick_init  # built every tick (agents/contract/plain.py)
 @dataclass(frozen=True)
 class Disk:
     path: str
@@ -57,6 +60,7 @@ class Disk:
     total_bytes: int
 
 
+@quick_init  # built every tick (agents/contract/plain.py)
 @dataclass(frozen=True)
 class Host:
     hostname: str
@@ -70,6 +74,7 @@ class Host:
     disks: list[Disk] = field(default_factory=list)
 
 
+@quick_init  # built every tick (agents/contract/plain.py)
 @dataclass(frozen=True)
 class Engine:
     """What an inference server's /metrics says, reduced to what an operator acts on."""
@@ -121,6 +126,7 @@ class Uploads:
     last_upload_at: Optional[float] = None  # the last file that went up (unix time; across attempts)
 
 
+@quick_init  # built every tick (agents/contract/plain.py)
 @dataclass(frozen=True)
 class Progress:
     done: int
@@ -258,6 +264,7 @@ class ClusterInfo:
     setup_error: Optional[str] = None  # this login cannot be used at all (no squeue: not a Slurm login node)
 
 
+@quick_init  # built every tick (agents/contract/plain.py)
 @dataclass(frozen=True)
 class JobStatus:
     name: str
@@ -312,6 +319,7 @@ class Event:
     details: dict[str, Any] = field(default_factory=dict)
 
 
+@quick_init  # built every tick (agents/contract/plain.py)
 @dataclass(frozen=True)
 class Alert:
     kind: AlertKind
@@ -339,6 +347,7 @@ class Hello:
     type: str = "hello"
 
 
+@quick_init  # built every tick (agents/contract/plain.py)
 @dataclass(frozen=True)
 class Snapshot:
     node: str
@@ -355,6 +364,7 @@ class Snapshot:
     type: str = "snapshot"
 
 
+@quick_init  # built every tick (agents/contract/plain.py)
 @dataclass(frozen=True)
 class Sample:
     """One compact history point: enough to redraw sparklines after a reconnect."""

@@ -194,7 +194,9 @@ class MainScreen(Screen[None]):
         fleet = self.query_one("#overview-fleet", LiveTable)
         node = _node_of(fleet.cursor_row) if self.focused is fleet else None
         if node is not None:  # on a node or a GPU: the node's GPUs over the range
-            chart.chart = state.node_chart(node, self.chart_range, width)
+            chart.chart = shown = state.node_chart(node, self.chart_range, width)
+            if shown is not None and shown.wants:
+                self.post_message(HistoryWanted(node, None, shown.range))
             return
         key = jobs.cursor_key
         detail = state.job_detail(key, spark_width=12, chart_range=self.chart_range, chart_width=width) if key else None
