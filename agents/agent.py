@@ -244,8 +244,10 @@ class Agent:
         running loop)."""
         for name in self.sup.names():
             spec = self.sup.spec_of(name)
-            rec = self.sup.records.get(name)
             url = spec.scrape_url if spec else None
+            if url is None and name not in self._engines:  # no engine (most jobs): nothing to do
+                continue
+            rec = self.sup.records.get(name)
             if not url or rec is None or not rec.state.alive:
                 if name in self._engines and (rec is None or not rec.state.alive):
                     self._engines.pop(name, None)
