@@ -17,6 +17,8 @@ def node_alerts(gpus: list[Gpu], jobs: list[JobStatus], specs: dict[str, JobSpec
     alerts: list[Alert] = []
     # two jobs on one GPU: seen by NVML, or declared by two live jobs
     for g in gpus:
+        if not g.processes:  # (most GPUs of a tick: nothing to look at)
+            continue
         owners = sorted({p.job for p in g.processes if p.job})
         if len(owners) > 1:
             alerts.append(Alert(AlertKind.SHARED_GPU, f"GPU {g.index}: jobs {', '.join(owners)} share it", gpu=g.index))

@@ -110,3 +110,19 @@ def test_quick_init_builds_what_the_dataclass_init_builds():
     for cls in (Progress, JobStatus, Snapshot, Gpu, Host, ProgressDoc):
         assert [p for p in inspect.signature(cls.__init__).parameters][1:] == [f.name for f in dataclasses.fields(cls)]
     assert wire.decode(wire.encode(_snapshot())) == _snapshot()
+
+
+def test_a_wrong_object_is_told_by_its_first_field_in_order_whatever_the_keys_order():
+    """from_dict reads the object's own keys; the error is still the first field's, in the
+    dataclass's order (a wrong node before a wrong seq, a missing seq before a wrong host)."""
+    from gpudeck.agents.contract.plain import from_dict
+
+    good = wire.encode(_snapshot())
+    import json
+    doc = json.loads(good)
+    doc.pop("type", None)
+    with pytest.raises(ProtocolError, match=r"^Snapshot\.node: expected str, got 5$"):
+        from_dict(Snapshot, {"seq": "x", **{k: v for k, v in doc.items() if k not in ("seq", "node")}, "node": 5})
+    with pytest.raises(ProtocolError, match=r"^Snapshot: missing field 'seq'$"):
+        from_dict(Snapshot, {**{k: v for k, v in doc.items() if k not in ("seq", "host")}, "host": 7})
+    assert from_dict(Snapshot, dict(reversed(list(doc.items())))) == _snapshot()  # any order reads the same

@@ -148,23 +148,43 @@ def quick_init(cls: type[_T]) -> type[_T]:
     return cls
 
 
-# how each dataclass is read, found once per type: its fields, each with its reader and whether
-# it is required; a reader takes (value, where, field name) and builds the place's name
-# ("Snapshot.seq") only to say what is wrong
+# how each dataclass is read, found once per type: its fields in order, each with its reader
+# and whether it is required, then the readers by name and the required names; a reader takes
+# (value, where, field name) and builds the place's name ("Snapshot.seq") only to say what is wrong
 _Reader = Callable[[Any, str, str], Any]
-_PLANS: dict[type, tuple[tuple[str, _Reader, bool], ...]] = {}
+_Plan = tuple[tuple[tuple[str, _Reader, bool], ...], dict[str, _Reader], tuple[str, ...]]
+_PLANS: dict[type, _Plan] = {}
 
 
 def from_dict(cls: type, obj: Any, where: str = "") -> Any:
-    """Build dataclass ``cls`` from plain JSON data, checking types on the way."""
+    """Build dataclass ``cls`` from plain JSON data, checking types on the way. The object's own
+    keys are read (a progress.json has 3 of ProgressDoc's 19 fields); when one is wrong or a
+    required field missing, the fields are read again in their order, so the error said is the
+    first field's, whatever the object's order."""
     where = where or cls.__name__
     if not isinstance(obj, dict):
         raise ProtocolError(f"{where}: expected an object, got {type(obj).__name__}")
     plan = _PLANS.get(cls)
     if plan is None:
         plan = _plan(cls)
+    _, readers, required = plan
     kwargs = {}
-    for name, read, required in plan:
+    try:
+        for name, value in obj.items():
+            read = readers.get(name)
+            if read is not None:
+                kwargs[name] = read(value, where, name)
+    except Exception:  # noqa: BLE001 -- said below, field by field in order
+        return _from_dict_in_order(cls, obj, where, plan)
+    for name in required:
+        if name not in kwargs:
+            return _from_dict_in_order(cls, obj, where, plan)
+    return cls(**kwargs)
+
+
+def _from_dict_in_order(cls: type, obj: dict, where: str, plan: _Plan) -> Any:
+    kwargs = {}
+    for name, read, required in plan[0]:
         if name in obj:
             kwargs[name] = read(obj[name], where, name)
         elif required:
@@ -172,12 +192,13 @@ def from_dict(cls: type, obj: Any, where: str = "") -> Any:
     return cls(**kwargs)
 
 
-def _plan(cls: type) -> tuple[tuple[str, _Reader, bool], ...]:
+def _plan(cls: type) -> _Plan:
     hints = typing.get_type_hints(cls)
-    plan = _PLANS[cls] = tuple(
-        (f.name, _reader(hints[f.name]),
-         f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
-        for f in dataclasses.fields(cls))
+    fields = tuple((f.name, _reader(hints[f.name]),
+                    f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
+                   for f in dataclasses.fields(cls))
+    plan = _PLANS[cls] = (fields, {name: read for name, read, _ in fields},
+                          tuple(name for name, _, required in fields if required))
     return plan
 
 

@@ -59,7 +59,8 @@ class Checks:
         now_true += self._idle_paid(now, gpus, jobs, limits, price_per_hour)
         once: list[Condition] = []
         for h in health:
-            now_true += _health(h, owner.get(h.index))
+            if h.ecc_uncorrected or h.pages_pending or h.throttle:
+                now_true += _health(h, owner.get(h.index))
             for xid in h.xids:
                 c = Condition(f"gpu_health:xid:{h.index}:{xid}", EventKind.GPU_HEALTH,
                               f"{_sim(h)}GPU {h.index}: XID error {xid}" + _on(owner.get(h.index)),
@@ -289,6 +290,8 @@ def _owners(gpus: list[Gpu], jobs: list[JobStatus]) -> dict[int, str]:
             for i in j.gpus:
                 owner.setdefault(i, j.name)
     for g in gpus:
+        if not g.processes:
+            continue
         names = sorted({p.job for p in g.processes if p.job})
         if names:
             owner[g.index] = ", ".join(names)
