@@ -182,7 +182,7 @@ def from_dict(cls: type, obj: Any, where: str = "") -> Any:
     return cls(**kwargs)
 
 
-def _from_dict_in_order(cls: type, obj: dict, where: str, plan: _Plan) -> Any:
+def _from_dict_in_order(cls: type, obj: dict[str, Any], where: str, plan: _Plan) -> Any:
     kwargs = {}
     for name, read, required in plan[0]:
         if name in obj:
