@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import gc
 import json
 import os
 import shutil
@@ -98,6 +99,16 @@ def main() -> None:
         if args.profile:
             import cProfile
             prof = cProfile.Profile()
+        gc_ns = [0, 0, 0]  # thread CPU in the collector, collections, the start of the one running
+
+        def gc_clock(phase: str, info: dict) -> None:
+            if phase == "start":
+                gc_ns[2] = time.thread_time_ns()
+            elif parts.on or args.profile:
+                gc_ns[0] += time.thread_time_ns() - gc_ns[2]
+                gc_ns[1] += 1
+
+        gc.callbacks.append(gc_clock)
         ticks = []
         for _ in range(args.ticks):
             parts.on = not args.profile
@@ -127,6 +138,8 @@ def main() -> None:
           f"{'a console' if args.console else 'no console'}: snapshot {sum(ticks) / n / 1e6:.3f} ms CPU a tick "
           f"(median {ticks[n // 2] / 1e6:.3f}, {ticks[0] / 1e6:.3f} to {ticks[-1] / 1e6:.3f})"
           + (" with the per-part timers" if not args.profile else f"; cProfile in {args.profile}"))
+    print(f"  (the garbage collector: {gc_ns[0] / n / 1e6:.3f} ms a tick in {gc_ns[1] / n:.1f} collections, "
+          f"inside the parts above)")
     for label in parts.labels if not args.profile else []:
         print(f"  {label:22s} {parts.ns[label] / n / 1e6:7.3f} ms a tick  ({parts.calls[label] / n:.0f} calls)")
 
