@@ -8,8 +8,11 @@
 - ``fixed``: 3,000 prompts against a sim-engine whose every answer takes 200 ms
   (``--latency-ms 200``): a pilot of 100 at 8,16, the other 2,900 at 16. Here the client's
   own overhead decides the pace, which a latency model misses.
-- ``llama``: 240 prompts against llama.cpp's llama-server serving SmolLM2-135M on the CPU
-  (tests/tools/llama_server.sh; ``--parallel 8``): a pilot of 40 at 2,8, max_tokens 32.
+- ``llama``: 600 prompts against llama.cpp's llama-server serving SmolLM2-135M on the CPU
+  (tests/tools/llama_server.sh; ``--parallel 8``): a pilot of 120 at 2,8, max_tokens 32. A
+  pilot of 40 held 8 full for 7 s (15 completions, a 90% interval of about +-11%), and on
+  this shared machine it missed the run by 9 to 18%; 120 count 8 on about 80 (+-5%), and the
+  plan says so when a pilot is too short for its spread (its ``cautions``).
 
 In one process: the plan, then the real run of the rest at the plan's best concurrency
 through the generate worker. Prints the projected and the actual wall time and the error,
@@ -45,7 +48,7 @@ ENGINES = {
                       "--out-sigma", "1.1", "--out-tokens", "1-32768", "--seed", "1"],
               "prompts": 20000, "pilot": 200, "levels": "1,32,64,128", "max_tokens": 4096},
     "fixed": {"sim": ["--latency-ms", "200"], "prompts": 3000, "pilot": 100, "levels": "8,16", "max_tokens": 4096},
-    "llama": {"sim": None, "prompts": 240, "pilot": 40, "levels": "2,8", "max_tokens": 32},
+    "llama": {"sim": None, "prompts": 600, "pilot": 120, "levels": "2,8", "max_tokens": 32},
 }
 
 
@@ -171,6 +174,7 @@ def bench(engine: str, a: argparse.Namespace) -> str:
         f"projected {p['projected_wall_s']:.1f} s (90% interval {p['projected_wall_s_low']:.1f}-"
         f"{p['projected_wall_s_high']:.1f} s, {'actual inside' if inside else 'actual OUTSIDE'}), "
         f"actual {wall:.1f} s, error {err:+.1%}",
+        *[f"the plan's caution: {c}" for c in p.get("cautions") or []],
         f"load average (1 min) on {os.cpu_count()} cores: {load[0]:.1f} before the pilot, {load[1]:.1f} after it, "
         f"{load[2]:.1f} after the run (other work on the machine moves the pilot and the run apart)"])
 

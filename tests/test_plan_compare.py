@@ -201,9 +201,10 @@ def test_extract_time_divides_over_the_gpus_and_dollars_follow(tmp_path, prompts
 
 # ---------------------------------------------------------------- the pilot's rate in its steady state
 
-def fixed_latency_pilot(levels: list[int], n: int, latency: float, gap: float, seed: int = 1) -> PilotResult:
+def fixed_latency_pilot(levels: list[int], n: int, latency: float, gap: float, seed: int = 1,
+                        spread: float = 0.05) -> PilotResult:
     """A pilot as pilot.py records it, against a server whose every answer takes ``latency``
-    (+-5%), from a client that takes ``gap`` seconds between a request's end and the next
+    (+-``spread``), from a client that takes ``gap`` seconds between a request's end and the next
     start: the levels one after the other, the limit raised when a level's prompts are taken."""
     rng = random.Random(seed)
     chunks = split_levels(n, levels)
@@ -219,7 +220,7 @@ def fixed_latency_pilot(levels: list[int], n: int, latency: float, gap: float, s
             lvl = level_of(taken)
             taken, active = taken + 1, active + 1
             result.timeline.append((t, float(active)))
-            heapq.heappush(ends, (t + latency * rng.uniform(0.95, 1.05), t, lvl, rng.randint(16, 96)))
+            heapq.heappush(ends, (t + latency * rng.uniform(1 - spread, 1 + spread), t, lvl, rng.randint(16, 96)))
             want = levels[level_of(taken)] if taken < n else 0
             while opened < want:
                 heapq.heappush(ready, t)
@@ -331,3 +332,25 @@ def test_two_real_pilots_compared_by_the_command(tmp_path, sim_engines):
     assert (doc["cheaper"], doc["faster"]) == ("slow", "fast"), doc
     r = cli("compare", str(tmp_path / "slow"))
     assert r.returncode == 2 and "at least two plans" in r.stderr
+
+
+def test_a_pilot_too_short_for_its_spread_says_so_and_how_many_prompts_would_do():
+    """Answers that take 0.1 to 0.9 s: 40 prompts at 2 and 8 count the rate at 8 on a dozen
+    completions, a wide interval, which the plan says with the pilot that would narrow it; the
+    pilot it names does. A go stays a go."""
+    short = build_plan(fixed_latency_pilot([2, 8], 40, latency=0.5, gap=0.0, spread=0.8), [2, 8], n_servers=1,
+                       total=1000, done=40, max_tokens=4096)
+    assert short["verdict"] == "go" and len(short["cautions"]) == 1
+    import re
+    m = re.search(r"projection is \+-(\d+)% .* rate at 8 per server was counted on (\d+) completions in \d+s held "
+                  r"full; a pilot of about (\d+) prompts would narrow it to \+-5%", short["cautions"][0])
+    assert m, short["cautions"]
+    assert int(m.group(1)) > 5 and int(m.group(2)) == short["levels"][1]["steady_completions"]
+    more = int(m.group(3))
+    assert more > 40
+    from gpudeck.agents.workers.plan.render import render_generate
+    assert "caution: the projection is +-" in render_generate({**short, "pilot_s": 1.0})
+    enough = build_plan(fixed_latency_pilot([2, 8], more, latency=0.5, gap=0.0, spread=0.8), [2, 8], n_servers=1,
+                        total=1000 + more, done=more, max_tokens=4096)
+    half = (enough["projected_wall_s_high"] - enough["projected_wall_s_low"]) / 2 / enough["projected_wall_s"]
+    assert half <= 0.05 and enough["cautions"] == []

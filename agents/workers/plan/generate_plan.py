@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import sys
 import time
@@ -42,6 +43,7 @@ MAX_FAILED = 0.05  # no-go thresholds, shares of the pilot
 MAX_EMPTY = 0.05
 MAX_CUT = 0.10
 MIN_TIME_AT_LEVEL = 0.02  # a level the pilot spent less of its time near is not measured
+CAUTION_HALF_WIDTH = 0.05  # a wider 90% interval (a share of the projection) is said, with the pilot to narrow it
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -211,6 +213,7 @@ def build_plan(result, levels: list[int], *, n_servers: int, total: int, done: i
                 if best["measured"] == "steady state" else
                 stats.project(fit, obs, timeline, tokens, best["concurrency"], n_servers, remaining, seed=seed))
         _project(plan, proj, best["concurrency"], n_servers, remaining, deadline_s, price)
+    plan["cautions"] = cautions(plan, best)
     plan["verdict"], plan["reasons"] = verdict(plan)
     return plan
 
@@ -227,6 +230,27 @@ def _project(plan: dict, proj, c: int, n_servers: int, remaining: int, deadline_
         if plan["servers_needed"]:
             wall = remaining * proj.mean_latency_s / (c * plan["servers_needed"]) + proj.tail_s
             plan["projected_cost_at_servers_needed"] = round(plan["servers_needed"] * wall / 3600 * price, 2)
+
+
+def cautions(plan: dict, best: Optional[dict]) -> list[str]:
+    """What the projection is not sure of, in plain sentences (a go stays a go): a 90% interval
+    wider than +-CAUTION_HALF_WIDTH, with the pilot that would narrow it to that. The interval is
+    the bootstrap of the completions the best level was counted on; it narrows as one over the
+    square root of their number, and the run's own error on a shared machine was about 1.5
+    times its half-width (bench/results/plan_accuracy/README.md)."""
+    wall, low, high = plan["projected_wall_s"], plan["projected_wall_s_low"], plan["projected_wall_s_high"]
+    if best is None or not wall or low is None or high is None:
+        return []
+    half = (high - low) / 2 / wall
+    if half <= CAUTION_HALF_WIDTH:
+        return []
+    n = best.get("steady_completions") or best["completions"]
+    counted = (f"{n} completions in {best['steady_s']:.0f}s held full" if best.get("measured") == "steady state"
+               else f"the latency model of {best['completions']} completions")
+    tried = plan["pilot_done"] + plan["pilot_failed"]
+    more = math.ceil(tried * (half / CAUTION_HALF_WIDTH) ** 2 / 10) * 10
+    return [f"the projection is +-{half:.0%} (90% interval): the rate at {best['concurrency']} per server was "
+            f"counted on {counted}; a pilot of about {more} prompts would narrow it to +-{CAUTION_HALF_WIDTH:.0%}"]
 
 
 def verdict(plan: dict) -> tuple[str, list[str]]:

@@ -46,6 +46,7 @@ def render_generate(plan: dict) -> str:
                  if plan.get("projected_cost_at_servers_needed") is not None
                  and plan["servers_needed"] != plan["servers"] else "")
         lines.append(f"cost at ${plan['price_per_hour']}/server-hour: ${plan['projected_cost']:,.2f}{extra}")
+    lines += [f"caution: {c}" for c in plan.get("cautions") or []]
     lines += ["", _verdict_line(plan)]
     return "\n".join(lines)
 
