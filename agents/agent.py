@@ -393,6 +393,8 @@ class Agent:
         get back to its loop. Otherwise stop reading requests, answer those under way, exit."""
         _write_stderr_nowait(b"agent INFO asked to exit (SIGTERM): a newer agent is taking over this node\n")
         if not self._pending or self._stop_reading is None:
+            # a notification under way is answered and removed first, or the newer agent sends it again
+            self.watch.outbox.quiesce()
             os._exit(0)
         self._draining = True
         self._stop_reading()

@@ -84,3 +84,49 @@ def test_a_console_that_keeps_running_sends_node_unreachable_and_resolved(tmp_pa
         out = proc.communicate(timeout=20)[0]
         rx.stop()
     assert "ghost: unreachable" in out and "node_unreachable" in out and TOKEN not in out
+
+
+def _event(kind: str, job: str, seq: int) -> dict:
+    return {"kind": kind, "node": "n1", "job": job, "message": f"{job} {kind}", "t": time.time(), "seq": seq}
+
+
+def test_an_agent_that_goes_lets_its_message_under_way_be_taken_so_the_next_does_not_send_it_again(tmp_path):
+    """Each time the last console leaves, the detached watcher takes the node over from the
+    console's agent (a SIGTERM: Agent.on_takeover). A message that agent had under way is
+    answered and removed before it exits, so the watcher, reading the same outbox, does not
+    send it again; one cut off by the bound stays, and goes again with its id."""
+    from gpudeck.agents.contract.watching import NotifyTarget
+    from gpudeck.agents.watch.outbox import Outbox
+
+    rx = Receiver()
+    rx.delay_s = 1.0  # the receiver has the message a second before it answers
+    target = NotifyTarget(url=rx.url)
+    going = Outbox(tmp_path / "a")
+    going.serve([target])
+    going.put([target], _event("died", "boom", 1))
+    wait_for(lambda: len(rx.raw) == 1, 30, what="the message under way")
+    assert going.quiesce(timeout_s=30.0), "the sender was still running"
+    assert going.pending() == []
+    rx.delay_s = 0.0
+    taking_over = Outbox(tmp_path / "a")
+    taking_over.serve([target])
+    taking_over.put([target], _event("restarted", "steady", 2))  # sent after anything older still pending
+    rx.wait(lambda ms: len(ms) >= 2, 30, what="the taking-over agent's own message")
+    assert rx.kinds() == ["died", "restarted"]
+    taking_over.quiesce()
+
+    rx.delay_s = 3.0  # answered later than the bound: cut off, kept, sent again with the same id
+    cut = Outbox(tmp_path / "b")
+    cut.serve([target])
+    cut.put([target], _event("died", "late", 3))
+    wait_for(lambda: len(rx.raw) == 3, 30, what="the second message under way")
+    assert not cut.quiesce(timeout_s=0.2)
+    assert len(cut.pending()) == 1
+    rx.delay_s = 0.0
+    again = Outbox(tmp_path / "b")
+    again.serve([target])
+    rx.wait(lambda ms: len(ms) >= 4, 30, what="the cut-off message, again")
+    late = [m for m in rx.messages if m.get("job") == "late"]
+    assert len(late) == 2 and late[0]["id"] == late[1]["id"]
+    again.quiesce()
+    rx.stop()

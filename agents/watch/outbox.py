@@ -9,7 +9,10 @@ kill -9 leaves its pending files; the next one sends them. The outbox is bounded
 
 A message is removed after the receiver answered 2xx; a kill in between those two would send
 it again, so each carries an id (``X-Gpudeck-Message-Id`` and ``id`` in the JSON format) a
-receiver can use to drop a repeat.
+receiver can use to drop a repeat. An agent that exits on its own (a newer agent taking the
+node over: every time the last console leaves, the detached watcher does) first lets a message
+under way be answered and removed, for at most ``QUIESCE_S`` (:meth:`Outbox.quiesce`), so
+the one taking over does not send it again.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ log = logging.getLogger("agents")
 OUTBOX = "outbox"
 MAX_PENDING = int(os.environ.get("GPUDECK_OUTBOX_MAX", "1000"))
 BACKOFF_MIN_S, BACKOFF_MAX_S = 1.0, 300.0
+QUIESCE_S = 5.0  # an exiting agent waits this long at most for a message under way (the takeover's grace is 10 s)
 
 
 class Outbox:
@@ -105,6 +109,17 @@ class Outbox:
             sender.stop()
         self._senders.clear()
 
+    def quiesce(self, timeout_s: float = QUIESCE_S) -> bool:
+        """Before this process exits: no sender starts another message, and a message under way
+        has up to ``timeout_s`` to be answered and removed. True when no sender is left running
+        (False: one was cut off; its message stays, and the next agent sends it again with its id)."""
+        senders = list(self._senders.values())
+        self.stop()
+        deadline = time.monotonic() + timeout_s
+        for sender in senders:
+            sender.join(max(0.0, deadline - time.monotonic()))
+        return not any(sender.running for sender in senders)
+
     def status(self) -> OutboxStatus:
         per = {tid: len(self.pending(tid)) for tid in self._senders}
         return OutboxStatus(pending=sum(per.values()), targets=[
@@ -129,6 +144,13 @@ class Sender:
         self._stop.set()
         self.wake.set()
 
+    def join(self, timeout_s: float) -> None:
+        self._thread.join(timeout_s)
+
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
     def _run(self) -> None:
         backoff = 0.0
         while not self._stop.is_set():
@@ -145,6 +167,8 @@ class Sender:
                 log.warning("outbox: %s cannot be read (%s); dropped", path.name, exc)
                 path.unlink(missing_ok=True)
                 continue
+            if self._stop.is_set():  # stopped meanwhile: this message is the next agent's
+                break
             self.in_flight_since = time.time()
             try:
                 why = deliver(self.target, event, mid)

@@ -229,6 +229,6 @@ class Watcher:
         return True
 
     def close(self) -> None:
-        self.outbox.stop()
+        self.outbox.quiesce()  # a message under way is answered and removed before this agent goes
         self.heartbeat.stop()
 

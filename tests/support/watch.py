@@ -22,14 +22,15 @@ TOKEN = "T0KEN-s3cr3t-9f8e7d6c5b4a"  # in every webhook URL of these tests: it m
 
 
 class Receiver:
-    """A webhook receiver: ``mode`` is "up" (answers 200), "down" (answers 503) or "hang"
-    (reads the request, never answers). ``stop()``/``start()`` close and reopen the port."""
+    """A webhook receiver: ``mode`` is "up" (answers 200, ``delay_s`` after it took the
+    message), "down" (answers 503) or "hang" (reads the request, never answers). ``stop()``/``start()`` close and reopen the port."""
 
     def __init__(self, port: int = 0) -> None:
         self.messages: list[dict] = []
         self.gets: list[tuple[float, str]] = []  # (when, path) of every GET: a push monitor's pings
         self.raw: list[tuple[str, dict, bytes]] = []  # (path, headers, body) of every request, taken or not
         self.mode = "up"
+        self.delay_s = 0.0
         self._cv = threading.Condition()
         self._release = threading.Event()
         self.port = port
@@ -70,6 +71,8 @@ class Receiver:
                         doc = {"text": body.decode(errors="replace"), "headers": dict(self.headers)}
                     outer.messages.append({"path": self.path, **doc} if isinstance(doc, dict) else {"doc": doc})
                     outer._cv.notify_all()
+                if outer.delay_s:  # taken, and answered late: a sender that dies meanwhile sends it again
+                    time.sleep(outer.delay_s)
                 self.send_response(200)
                 self.end_headers()
 
