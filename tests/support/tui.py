@@ -44,7 +44,16 @@ async def wait_until(pilot, cond: Callable[[], Any], timeout: float = 30.0, what
     """``wait_for_async`` for a Textual app: the app runs between polls (``pilot.pause``), and a
     failure shows what was on the screen."""
     return await wait_for_async(cond, timeout, what, pause=pilot.pause,
-                                detail=lambda: f"--- screen:\n{screen_text(pilot.app)}")
+                                detail=lambda: f"--- screen:\n{screen_text(pilot.app)}\n{_app_state(pilot.app)}")
+
+
+def _app_state(app) -> str:
+    """For a failure: the app's workers, its verdicts and the notices it still holds (the screen
+    shows one notice at a time, and a short one is gone by then)."""
+    workers = [f"{w.name} ({w.group}): {w.state.name}" for w in app.workers]
+    notices = [f"{n.title}: {n.message}" for n in getattr(app, "_notifications", [])]
+    verdicts = [f"{j} {op}: {v}" for j, op, v in getattr(app, "verdicts", [])]
+    return (f"--- workers: {workers}\n--- verdicts: {verdicts}\n--- notices held: {notices}")
 
 
 async def wait_for_text(pilot, text: str, timeout: float = 30.0) -> str:
