@@ -59,8 +59,7 @@ class Checks:
         now_true += self._idle_paid(now, gpus, jobs, limits, price_per_hour)
         once: list[Condition] = []
         for h in health:
-            if h.ecc_uncorrected or h.pages_pending or h.throttle:
-                now_true += _health(h, owner.get(h.index))
+            now_true += _health(h, owner.get(h.index))
             for xid in h.xids:
                 c = Condition(f"gpu_health:xid:{h.index}:{xid}", EventKind.GPU_HEALTH,
                               f"{_sim(h)}GPU {h.index}: XID error {xid}" + _on(owner.get(h.index)),
