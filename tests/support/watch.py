@@ -23,7 +23,8 @@ TOKEN = "T0KEN-s3cr3t-9f8e7d6c5b4a"  # in every webhook URL of these tests: it m
 
 class Receiver:
     """A webhook receiver: ``mode`` is "up" (answers 200, ``delay_s`` after it took the
-    message), "down" (answers 503) or "hang" (reads the request, never answers). ``stop()``/``start()`` close and reopen the port."""
+    message), "down" (answers 503) or "hang" (reads the request, never answers).
+    ``stop()``/``start()`` close and reopen the port."""
 
     def __init__(self, port: int = 0) -> None:
         self.messages: list[dict] = []

@@ -244,9 +244,8 @@ def cautions(plan: dict, best: Optional[dict]) -> list[str]:
     half = (high - low) / 2 / wall
     if half <= CAUTION_HALF_WIDTH:
         return []
-    n = best.get("steady_completions") or best["completions"]
-    counted = (f"{n} completions in {best['steady_s']:.0f}s held full" if best.get("measured") == "steady state"
-               else f"the latency model of {best['completions']} completions")
+    counted = (f"{best['steady_completions']} completions in {best['steady_s']:.0f}s held full"
+               if best["measured"] == "steady state" else f"the latency model of {best['completions']} completions")
     tried = plan["pilot_done"] + plan["pilot_failed"]
     more = math.ceil(tried * (half / CAUTION_HALF_WIDTH) ** 2 / 10) * 10
     return [f"the projection is +-{half:.0%} (90% interval): the rate at {best['concurrency']} per server was "
