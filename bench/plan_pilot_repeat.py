@@ -3,6 +3,10 @@ CPU, as bench/plan_accuracy.py starts it), REPS times a pilot of PILOT prompts a
 the run of RUN more at the top level; for each, the rate the plan counts at the top level
 (stats.project_steady) and four other estimators on the same records, against the run's own
 rate, and the projected wall time against the run's. The records go to ``--keep`` as JSON.
+For each part (pilot, run) it also prints what the server had of the CPU: its own CPU time
+over the wall time (a share of one core; it runs one thread), the machine's steal time (the
+host's other guests), and its CPU per completion: when the completions cost the server the
+same CPU in the pilot and the run, a rate that differs is the CPU the server was given.
 
     .venv/bin/python bench/plan_pilot_repeat.py [--reps 4] [--pilot 120] [--run 480] [--levels 2,8]
 
@@ -17,6 +21,7 @@ import json
 import os
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -40,6 +45,21 @@ def pilot(prompts: str, out: str, url: str, n: int, levels: list[int]) -> dict:
     asyncio.run(gen.run())
     return {"completions": [c.__dict__ for c in gen.result.completions], "timeline": gen.result.timeline,
             "levels": levels}
+
+
+def meter(pid: int) -> tuple[float, float, float]:
+    """(wall, the server's CPU seconds, the machine's steal seconds) now."""
+    import psutil
+    t = psutil.Process(pid).cpu_times()
+    with open("/proc/stat") as f:
+        steal = int(f.readline().split()[8]) / os.sysconf("SC_CLK_TCK")
+    return time.monotonic(), t.user + t.system, steal
+
+
+def cpu_part(name: str, a: tuple, b: tuple, completions: int) -> str:
+    wall, cpu, steal = (y - x for x, y in zip(a, b))
+    return (f"{name}: server {cpu / wall:.0%} of a core, steal {steal / wall:.1%}, "
+            f"{cpu / max(completions, 1) * 1e3:.0f} ms CPU a completion")
 
 
 def report(r: dict) -> str:
@@ -83,10 +103,14 @@ def main() -> int:
             os.makedirs(d)
             prompts, out = os.path.join(d, "prompts.jsonl"), os.path.join(d, "out")
             pa.write_prompts(prompts, a.pilot + a.run, chat=True, seed=i)
+            m0 = meter(server.pid)
             r = pilot(prompts, out, url, a.pilot, levels)
+            m1 = meter(server.pid)
             r["run_wall"], r["run_made"], _ = pa.full_run(prompts, out, url, max(levels), 32, "smollm2")
+            m2 = meter(server.pid)
             records.append(r)
-            lines.append(f"pair {i}: {report(r)}")
+            lines.append(f"pair {i}: {report(r)}\n  {cpu_part('pilot', m0, m1, len(r['completions']))}; "
+                         f"{cpu_part('run', m1, m2, r['run_made'])}")
             print(lines[-1], flush=True)
     finally:
         server.terminate()

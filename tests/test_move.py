@@ -382,9 +382,8 @@ async def test_m_moves_the_selected_job_to_the_spare_after_asking(netns, tmp_pat
     """The move key: the job on a healthy node1 is asked about, killed with proof, and runs on the
     spare node2; its row says where it came from."""
     from gpudeck.console.app import make_app
-    from gpudeck.console.screens.confirm import ConfirmScreen
     from gpudeck.remote.fleet import load_fleet
-    from support.tui import screen_text, wait_until
+    from support.tui import answer, confirm_dialog, screen_text, wait_until
 
     node1, node2 = netns.node("node1"), netns.node("node2")
     name = "mkey"
@@ -402,9 +401,9 @@ async def test_m_moves_the_selected_job_to_the_spare_after_asking(netns, tmp_pat
             await pilot.press("2")  # the jobs view: its one row is selected
             await wait_until(pilot, lambda: f"{name} " in screen_text(app), what="the jobs view")
             await pilot.press("m")
-            await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the confirm dialog")
+            await confirm_dialog(pilot, "the confirm dialog")
             assert "to spare node [b]node2[/b]" in app.screen.question, app.screen.question
-            await pilot.press("y")
+            await answer(pilot, "y")
             verdict = await wait_until(pilot, lambda: next((v for j, op, v in app.verdicts
                                                             if j == name and op == "move"), None), 240,
                                        what="the move's verdict")

@@ -14,7 +14,7 @@ from gpudeck.console.app import make_app
 from gpudeck.console.screens.confirm import ConfirmScreen
 from gpudeck.console.screens.help import HelpScreen
 from gpudeck.console.screens.job import JobScreen
-from support.tui import (closed_port, job_row, notifications_text, progress_script, screen_text, shell_job, wait_for_text,
+from support.tui import (answer, closed_port, confirm_dialog, job_row, notifications_text, progress_script, screen_text, shell_job, wait_for_text,
                          wait_until, write_fleet)
 from support import pid_alive
 
@@ -114,14 +114,13 @@ async def test_kill_asks_first_then_shows_the_verdict(tmp_path, fleet_home):
         await launched(pilot, "gen")
         pid = job_row(app, "gen").pid
         await pilot.press("k")
-        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the confirm dialog")
+        await confirm_dialog(pilot, "the confirm dialog")
         assert "Kill job gen on local?" in screen_text(app)
-        await pilot.press("n")  # no: nothing happens
-        await wait_until(pilot, lambda: not isinstance(app.screen, ConfirmScreen), what="the dialog closed")
+        await answer(pilot, "n")  # no: nothing happens
         assert job_row(app, "gen").state == "running" and pid_alive(pid)
         await pilot.press("k")
-        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the confirm dialog")
-        await pilot.press("y")
+        await confirm_dialog(pilot, "the confirm dialog")
+        await answer(pilot, "y")
         verdict = await wait_until(pilot, lambda: next((v for j, op, v in app.verdicts if op == "kill"), None),
                                    what="the agent's verdict")
         assert verdict.startswith("stopped in") and "held no GPU memory" in verdict
@@ -136,8 +135,8 @@ async def test_relaunch_resumes_where_the_job_stopped(tmp_path, fleet_home):
         await launched(pilot, "gen")
         await wait_until(pilot, lambda: (job_row(app, "gen").done or 0) >= 5, what="some progress")
         await pilot.press("k")
-        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the confirm dialog")
-        await pilot.press("y")
+        await confirm_dialog(pilot, "the confirm dialog")
+        await answer(pilot, "y")
         await wait_until(pilot, lambda: job_row(app, "gen").state == "killed", what="the job killed")
         stopped_at = job_row(app, "gen").done
         await pilot.press("r")  # not running: no question asked
@@ -148,7 +147,7 @@ async def test_relaunch_resumes_where_the_job_stopped(tmp_path, fleet_home):
         await wait_until(pilot, lambda: job_row(app, "gen").done > stopped_at, what="progress after the relaunch")
         # a running job is killed first: that asks
         await pilot.press("r")
-        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the relaunch question")
+        await confirm_dialog(pilot, "the relaunch question")
         text = screen_text(app)
         assert "Relaunch job gen on local?" in text and "It is running:" in text
         await pilot.press("escape")
@@ -160,18 +159,18 @@ async def test_launch_key_asks_first_then_starts_the_job_and_errors_are_shown(tm
         await wait_until(pilot, lambda: job_row(app, "idle") and job_row(app, "idle").state == "pending",
                          what="the job declared")
         await pilot.press("L")  # shift-l: a launch takes GPUs and starts spending, so it asks, as kill does
-        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the launch question")
+        await confirm_dialog(pilot, "the launch question")
         assert "Launch job idle on local?" in screen_text(app) and "attempt 1" in screen_text(app)
-        await pilot.press("n")
+        await answer(pilot, "n")
         await wait_until(pilot, lambda: "launch of idle cancelled" in notifications_text(app), what="cancelled")
         assert job_row(app, "idle").state == "pending"
         await pilot.press("L")
-        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the launch question")
-        await pilot.press("y")
+        await confirm_dialog(pilot, "the launch question")
+        await answer(pilot, "y")
         await wait_until(pilot, lambda: job_row(app, "idle").state == "running", what="the job launched")
         await pilot.press("L")  # already running: the agent refuses, and the operator reads why
-        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the launch question")
-        await pilot.press("y")
+        await confirm_dialog(pilot, "the launch question")
+        await answer(pilot, "y")
         await wait_until(pilot, lambda: "launch idle failed" in notifications_text(app), what="the error shown")
         assert "already running" in notifications_text(app)
 
@@ -337,8 +336,8 @@ async def test_the_command_palette_jumps_to_a_job_and_runs_its_keys(tmp_path, fl
         await pilot.press(*"launch other")
         await wait_for_text(pilot, "launch other")
         await pilot.press("enter")
-        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the launch question")
-        await pilot.press("y")
+        await confirm_dialog(pilot, "the launch question")
+        await answer(pilot, "y")
         await wait_until(pilot, lambda: job_row(app, "other") is not None and job_row(app, "other").alive,
                          timeout=60, what="other launched through the palette")
 
@@ -354,7 +353,7 @@ async def test_relaunch_after_an_edit_of_the_fleet_file_shows_the_change_and_run
         write_fleet(tmp_path, fleet_home, [shell_job("gen", "echo fixed; exec sleep 60")])  # the fix, in the file
         await pilot.press("2")
         await pilot.press("r")
-        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the relaunch question")
+        await confirm_dialog(pilot, "the relaunch question")
         text = screen_text(app)
         assert "The fleet file changed since gen on local last launched" in text, text
         assert "command: sh -c 'echo first; exit 3' -> sh -c 'echo fixed; exec" in text, text
@@ -425,10 +424,14 @@ async def test_a_adopts_the_selected_gpu_process_of_no_job_after_asking(tmp_path
             assert table.cursor_row == its_row(), screen_text(app)
             name = adopt_name(stranger.pid, its_row().command)
             await pilot.press("a")
-            await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the adopt question")
-            text = screen_text(app)
-            assert f"Adopt process {stranger.pid}" in text and f" {name}?" in text and "on box as job" in text, text
-            await pilot.press("y")
+            from rich.text import Text
+
+            dialog = await confirm_dialog(pilot, "the adopt question")
+            # the question as asked (on the screen it wraps where the temporary path's length says)
+            text = " ".join(Text.from_markup(dialog.question).plain.split())
+            assert f"Adopt process {stranger.pid}" in text and f"on box as job {name}?" in text, text
+            assert f"Adopt process {stranger.pid}" in screen_text(app)
+            await answer(pilot, "y")
             await wait_until(pilot, lambda: f"adopted pid {stranger.pid}: pid {stranger.pid} on box is job {name} "
                                             f"(GPU 1)" in notifications_text(app), what="the adoption told")
             row = await wait_until(pilot, lambda: (r := job_row(app, name)) and r.state == "running" and r,

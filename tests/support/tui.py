@@ -53,7 +53,28 @@ def _app_state(app) -> str:
     workers = [f"{w.name} ({w.group}): {w.state.name}" for w in app.workers]
     notices = [f"{n.title}: {n.message}" for n in getattr(app, "_notifications", [])]
     verdicts = [f"{j} {op}: {v}" for j, op, v in getattr(app, "verdicts", [])]
-    return (f"--- workers: {workers}\n--- verdicts: {verdicts}\n--- notices held: {notices}")
+    client = getattr(app, "client", None)
+    links = sorted(getattr(client, "links", {}) or {})
+    return (f"--- workers: {workers}\n--- verdicts: {verdicts}\n--- notices held: {notices}\n"
+            f"--- nodes linked: {links}")
+
+
+async def confirm_dialog(pilot, what: str = "the confirm dialog", timeout: float = 30.0) -> Any:
+    """The confirm dialog once it takes keys: pushed, mounted, and its safe button focused (its
+    on_mount), so that the answer pressed next is the dialog's and not the screen's under it."""
+    from gpudeck.console.screens.confirm import ConfirmScreen
+
+    def ready() -> Any:
+        s = pilot.app.screen
+        return isinstance(s, ConfirmScreen) and s.is_mounted and getattr(s.focused, "id", None) == "no" and s
+    return await wait_until(pilot, ready, timeout, what=what)
+
+
+async def answer(pilot, key: str) -> None:
+    """Press ``key`` in the confirm dialog that is up, and wait until it has closed."""
+    dialog = pilot.app.screen
+    await pilot.press(key)
+    await wait_until(pilot, lambda: dialog not in pilot.app.screen_stack, what=f"the dialog closed by {key!r}")
 
 
 async def wait_for_text(pilot, text: str, timeout: float = 30.0) -> str:
