@@ -18,7 +18,7 @@ from typing import Optional, Union
 
 from ..agents.contract.vocab import AlertKind, EngineState, ShownState
 from ..agents.contract.jobs import JobKind
-from ..agents.contract.wire import Gpu, JobPlan, KillVerdict
+from ..agents.contract.wire import Gpu, JobPlan, KillVerdict, ServerHealth, Uploads
 from .chart import Chart
 from .formatting import round_int
 
@@ -242,3 +242,6 @@ class JobDetail:
     plan: Optional[JobPlan] = None  # its plan.json against how it goes, or why plan.json cannot be read
     useful: Optional[float] = None  # the share of its records that are useful (generate), 0..1
     chart: Optional[Chart] = None  # its chart over the range picked (chart.py), with its axes
+    servers: tuple[ServerHealth, ...] = ()  # the servers it sends to, as it reports them (generate)
+    uploads: Optional[Uploads] = None  # its uploads to S3, as it reports them
+    at: Optional[float] = None  # when this was put together (the console's clock): ages are counted from it

@@ -504,7 +504,8 @@ class FleetState:
                     last_kill=j.last_kill, argv=tuple(j.argv),
                     last_tokens_per_s=p.last_tokens_per_s if p else None,
                     last_rate_at=p.last_rate_at if p else None, error=j.error, plan=j.plan,
-                    useful=cost.useful_share(p),
+                    useful=cost.useful_share(p), servers=tuple(p.servers) if p else (),
+                    uploads=p.uploads if p else None, at=now,
                     spark=series.last(spark_width, now) if series else (None,) * spark_width,
                     bucket_s=self.spark_bucket_s, **self._detail_series(n, j.name, spark_width, now),
                     chart=self.job_chart(n, j, chart_range, chart_width or spark_width, now, row))

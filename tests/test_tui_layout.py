@@ -376,3 +376,38 @@ async def test_long_log_lines_scroll_sideways_with_the_arrow_keys_as_the_help_sa
         await pilot.press("question_mark")
         text = await wait_until(pilot, lambda: "gpudeck help" in (t := screen_text(app)) and t, what="the help")
         assert "← →         scroll a log sideways: long lines are not wrapped" in text
+
+
+async def test_the_details_list_each_server_and_the_uploads_the_job_reports():
+    """A generate job's details: what waits to go to S3 and since when, and one line a server,
+    the ones down first, each with its counts and, when down, since when and why."""
+    from gpudeck.agents.contract.wire import ServerHealth, Uploads
+
+    app = pinned_app(initial_view="jobs")
+    async with app.run_test(size=(160, 50)) as pilot:
+        feed_pinned(app)
+        await settle(pilot)
+        snap = next(e for e in pinned_events() if isinstance(e, Snapshot) and e.node == "gpu-a")
+        servers = [ServerHealth("http://10.0.0.1:30000", "ok", 4, 1200, 0),
+                   ServerHealth("http://10.0.0.2:30000", "resting", 0, 800, 9, "ConnectError: refused",
+                                PINNED_NOW - 420)]
+        uploads = Uploads(pending=3, uploaded=41, failures=2, last_error="S3 PutObject: SlowDown",
+                          pending_bytes=3 * 2**20, oldest_pending_at=PINNED_NOW - 600,
+                          last_upload_at=PINNED_NOW - 90)
+        jobs = [dataclasses.replace(j, progress=dataclasses.replace(j.progress, servers=servers, uploads=uploads))
+                if j.name == "gen" else j for j in snap.jobs]
+        app.post_message(SnapshotReceived(dataclasses.replace(snap, seq=snap.seq + 1, jobs=jobs)))
+        await wait_until(pilot, lambda: app.state.job_rows() and any(r.name == "gen" and r.servers_down == 1
+                                                                     for r in app.state.job_rows()),
+                         what="the job's servers in the state")
+        text = await open_details(pilot, "gen")
+        lines = [" ".join(ln.split()) for ln in text.splitlines()]
+        up = next(ln for ln in lines if ln.startswith("uploads "))
+        assert "3 waiting (3.1 MB), the oldest for 10m 00s" in up and "41 uploaded" in up and "last 1m 30s ago" in up, up
+        assert "2 failed attempts" in up and "SlowDown" in up, up
+        at = next(i for i, ln in enumerate(lines) if ln.startswith("servers "))
+        assert lines[at] == "servers 1 of 2 resting or failing", lines[at:at + 3]
+        assert lines[at + 1].startswith("http://10.0.0.2:30000 resting 800 ok 9 failed 0 in flight down for 7m"), \
+            lines[at + 1]
+        assert lines[at + 1].endswith("ConnectError: refused"), lines[at + 1]
+        assert lines[at + 2] == "http://10.0.0.1:30000 ok 1,200 ok 0 failed 4 in flight", lines[at + 2]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shlex
+import time
 from typing import Optional
 
 from rich.table import Table
@@ -13,6 +14,7 @@ from textual.widget import Widget
 from ...agents.contract.vocab import EngineState
 from ...agents.contract.jobs import JobKind
 from ...agents.contract.documents import drift_text
+from ...agents.contract.units import human_bytes
 from ..cost import dollars
 from ..formatting import human_duration
 from ..rows import JobDetail
@@ -20,6 +22,7 @@ from . import cells
 from .jobs_table import STATE_STYLE
 
 BAR = 30
+MAX_SERVERS = 12  # server lines shown; the rest counted
 
 
 class JobDetails(Widget):
@@ -91,6 +94,10 @@ class JobDetails(Widget):
             if d.engine_error:
                 eng.append(f"  {d.engine_error}", st("job-details--bad"))
             grid.add_row("engine", eng)
+        if d.uploads is not None:
+            grid.add_row("uploads", self._uploads(d))
+        if d.servers:
+            grid.add_row("servers", self._servers(d))
         when = Text(f"started {cells.clock_time(d.started_at)}")
         if d.ended_at:
             when.append(f"  ended {cells.clock_time(d.ended_at)}")
@@ -121,6 +128,44 @@ class JobDetails(Widget):
         text.append(f"  {p.path}", st("job-details--muted"))
         if p.error:
             text.append(f"  {p.error}", st("job-details--bad"))
+        return text
+
+    def _uploads(self, d: JobDetail) -> Text:
+        """What waits to go to S3 and since when, the last upload, the last error."""
+        st, u, now = self.get_component_rich_style, d.uploads, d.at or time.time()
+        assert u is not None
+        size = f" ({human_bytes(u.pending_bytes)})" if u.pending_bytes else ""
+        text = Text(f"{u.pending} waiting{size}", st("job-details--warn") if u.pending else None)
+        if u.pending and u.oldest_pending_at is not None:
+            text.append(f", the oldest for {human_duration(max(0.0, now - u.oldest_pending_at))}",
+                        st("job-details--warn"))
+        text.append(f"  ·  {u.uploaded} uploaded  ·  last "
+                    + (f"{human_duration(max(0.0, now - u.last_upload_at))} ago" if u.last_upload_at else "never"))
+        if u.failures:
+            text.append(f"  ·  {u.failures} failed attempts", st("job-details--warn"))
+        if u.last_error:
+            text.append(f"  {u.last_error}", st("job-details--bad"))
+        return text
+
+    def _servers(self, d: JobDetail) -> Text:
+        """One line a server: its state, its answers and failures, and for one that is down,
+        since when and its last error."""
+        st, now = self.get_component_rich_style, d.at or time.time()
+        style = {"ok": "job-details--ok", "probing": "job-details--warn"}
+        down = sum(1 for s in d.servers if s.down)
+        text = Text(f"{down} of {len(d.servers)} resting or failing" if down else f"all {len(d.servers)} answering",
+                    st("job-details--warn" if down else "job-details--muted"))
+        shown = sorted(d.servers, key=lambda s: not s.down)[:MAX_SERVERS]  # the ones down first
+        for s in shown:
+            text.append(f"\n{s.url}  ")
+            text.append(s.state, st(style.get(s.state, "job-details--bad")))
+            text.append(f"  {s.ok:,} ok  {s.failed:,} failed  {s.outstanding} in flight", st("job-details--muted"))
+            if s.down and s.down_since is not None:
+                text.append(f"  down for {human_duration(max(0.0, now - s.down_since))}", st("job-details--bad"))
+            if s.down and s.last_error:
+                text.append(f"  {s.last_error}", st("job-details--bad"))
+        if len(d.servers) > len(shown):
+            text.append(f"\n… and {len(d.servers) - len(shown)} more", st("job-details--muted"))
         return text
 
     def _cost(self, d: JobDetail) -> Text:
