@@ -14,8 +14,8 @@ from gpudeck.console.app import make_app
 from gpudeck.console.screens.confirm import ConfirmScreen
 from gpudeck.console.screens.help import HelpScreen
 from gpudeck.console.screens.job import JobScreen
-from support.tui import (answer, closed_port, confirm_dialog, job_row, notifications_text, progress_script, screen_text, shell_job, wait_for_text,
-                         wait_until, write_fleet)
+from support.tui import (answer, closed_port, confirm_dialog, job_row, notifications_text, progress_script,
+                         screen_text, shell_job, wait_for_text, wait_until, write_fleet)
 from support import pid_alive
 
 pytestmark = pytest.mark.system  # the console over real agents and their jobs

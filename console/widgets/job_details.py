@@ -139,8 +139,9 @@ class JobDetails(Widget):
         if u.pending and u.oldest_pending_at is not None:
             text.append(f", the oldest for {human_duration(max(0.0, now - u.oldest_pending_at))}",
                         st("job-details--warn"))
+        ago = d.row.last_upload_s  # the jobs table's UPLOADED, worked out once in the state
         text.append(f"  ·  {u.uploaded} uploaded  ·  last "
-                    + (f"{human_duration(max(0.0, now - u.last_upload_at))} ago" if u.last_upload_at else "never"))
+                    + (f"{human_duration(ago)} ago" if ago is not None else "never"))
         if u.failures:
             text.append(f"  ·  {u.failures} failed attempts", st("job-details--warn"))
         if u.last_error:
@@ -152,7 +153,7 @@ class JobDetails(Widget):
         since when and its last error."""
         st, now = self.get_component_rich_style, d.at or time.time()
         style = {"ok": "job-details--ok", "probing": "job-details--warn"}
-        down = sum(1 for s in d.servers if s.down)
+        down = d.row.servers_down or 0  # the row's count (Progress.servers_down)
         text = Text(f"{down} of {len(d.servers)} resting or failing" if down else f"all {len(d.servers)} answering",
                     st("job-details--warn" if down else "job-details--muted"))
         shown = sorted(d.servers, key=lambda s: not s.down)[:MAX_SERVERS]  # the ones down first
