@@ -18,7 +18,8 @@ In one process: the plan, then the real run of the rest at the plan's best concu
 through the generate worker. Prints the projected and the actual wall time and the error,
 last; ``--engine all`` runs the three one after the other.
 
-    .venv/bin/python bench/plan_accuracy.py [--engine batch|fixed|llama|all] [--prompts N] [--pilot N] [--keep DIR]
+    .venv/bin/python bench/plan_accuracy.py [--engine batch|fixed|llama|all] [--prompts N] [--pilot N] [--hold S]
+        [--keep DIR]
 """
 
 from __future__ import annotations
@@ -103,6 +104,7 @@ def start_llama(work: str) -> tuple[subprocess.Popen, str]:
 
 
 def plan(prompts: str, out: str, url: str, pilot: int, levels: str, max_tokens: int, extra: list[str]) -> dict:
+    """The plan of ``gpudeck plan generate`` with these options (``extra``: more of them)."""
     from gpudeck.agents.workers.plan import generate_plan
     p = argparse.ArgumentParser(conflict_handler="resolve")
     generate_plan.add_arguments(p)
@@ -151,7 +153,8 @@ def bench(engine: str, a: argparse.Namespace) -> str:
     model = "smollm2" if engine == "llama" else None
     load = [os.getloadavg()[0]]
     try:
-        p = plan(prompts, out, url, pilot, e["levels"], e["max_tokens"], ["--model", model] if model else [])
+        extra = (["--model", model] if model else []) + (["--hold", str(a.hold)] if a.hold is not None else [])
+        p = plan(prompts, out, url, pilot, e["levels"], e["max_tokens"], extra)
         load.append(os.getloadavg()[0])
         wall, made, rc = full_run(prompts, out, url, p["best_concurrency"], e["max_tokens"], model)
         load.append(os.getloadavg()[0])
@@ -163,7 +166,8 @@ def bench(engine: str, a: argparse.Namespace) -> str:
             shutil.rmtree(work, ignore_errors=True)
     inside = p["projected_wall_s_low"] <= wall <= p["projected_wall_s_high"]
     err = (p["projected_wall_s"] - wall) / wall
-    levels = ", ".join(f"{r['concurrency']}: {r['completions_per_s']}/s" for r in p["levels"])
+    levels = ", ".join(f"{r['concurrency']}: {r['completions_per_s']}/s"
+                       + (f" over {r['steady_s']:.0f}s held full" if r["steady_s"] else "") for r in p["levels"])
     return "\n".join([
         f"[{engine}] {'llama-server SmolLM2-135M' if engine == 'llama' else 'sim-engine ' + ' '.join(e['sim'])}",
         f"pilot {p['pilot_done']} at {e['levels']} ({levels}); best concurrency {p['best_concurrency']}; "
@@ -184,6 +188,7 @@ def main() -> int:
     ap.add_argument("--engine", choices=[*ENGINES, "all"], default="all")
     ap.add_argument("--prompts", type=int, help="prompts in the dataset (default: the engine's)")
     ap.add_argument("--pilot", type=int, help="prompts in the pilot (default: the engine's)")
+    ap.add_argument("--hold", type=float, help="the plan's --hold: seconds each level is held full (default: its own)")
     ap.add_argument("--keep", help="work in this directory and keep it")
     a = ap.parse_args()
     reports = [bench(name, a) for name in (ENGINES if a.engine == "all" else [a.engine])]

@@ -1,6 +1,7 @@
 """The pilot's error against llama-server, repeated: on one llama-server (SmolLM2-135M on the
 CPU, as bench/plan_accuracy.py starts it), REPS times a pilot of PILOT prompts at LEVELS, then
-the run of RUN more at the top level; for each, the rate the plan counts at the top level
+the run of what is left at the top level (RUN at least: with HOLD, each level held full HOLD
+seconds, the pilot may take up to half of the 2 x RUN others); for each, the rate the plan counts at the top level
 (stats.project_steady) and four other estimators on the same records, against the run's own
 rate, and the projected wall time against the run's. The records go to ``--keep`` as JSON.
 For each part (pilot, run) it also prints what the server had of the CPU: its own CPU time
@@ -8,7 +9,7 @@ over the wall time (a share of one core; it runs one thread), the machine's stea
 host's other guests), and its CPU per completion: when the completions cost the server the
 same CPU in the pilot and the run, a rate that differs is the CPU the server was given.
 
-    .venv/bin/python bench/plan_pilot_repeat.py [--reps 4] [--pilot 120] [--run 480] [--levels 2,8]
+    .venv/bin/python bench/plan_pilot_repeat.py [--reps 4] [--pilot 120] [--run 480] [--levels 2,8] [--hold 20]
 
 Used for bench/results/plan_accuracy/README.md ("A pilot of 120 on llama-server").
 """
@@ -29,10 +30,9 @@ import plan_accuracy as pa  # noqa: E402 -- its llama-server, prompts and run
 
 from gpudeck.agents.workers.plan import generate_plan, stats  # noqa: E402
 from gpudeck.agents.workers.plan.pilot import PilotGenerator  # noqa: E402
-from gpudeck.agents.workers.plan.sample import sample_prompts, split_levels  # noqa: E402
 
 
-def pilot(prompts: str, out: str, url: str, n: int, levels: list[int]) -> dict:
+def pilot(prompts: str, out: str, url: str, n: int, levels: list[int], hold: float) -> dict:
     p = argparse.ArgumentParser(conflict_handler="resolve")
     generate_plan.add_arguments(p)
     args = p.parse_args(["--prompts", prompts, "--out", out, "--server", url, "--pilot", str(n), "--concurrency",
@@ -40,8 +40,7 @@ def pilot(prompts: str, out: str, url: str, n: int, levels: list[int]) -> dict:
     opts = generate_plan.options_from_args(argparse.Namespace(**{**vars(args), "concurrency": max(levels)}))
     gen = PilotGenerator(opts, levels)
     gen.prepare()
-    chosen, _, _ = sample_prompts(prompts, n, gen._is_taken, seed=0)
-    gen.set_prompts(chosen, split_levels(len(chosen), levels))
+    generate_plan.choose_prompts(gen, n, levels, hold)
     asyncio.run(gen.run())
     return {"completions": [c.__dict__ for c in gen.result.completions], "timeline": gen.result.timeline,
             "levels": levels}
@@ -91,6 +90,8 @@ def main() -> int:
     ap.add_argument("--pilot", type=int, default=120)
     ap.add_argument("--run", type=int, default=480)
     ap.add_argument("--levels", default="2,8")
+    ap.add_argument("--hold", type=float, default=generate_plan.HOLD_S,
+                    help=f"seconds each level is held full (default {generate_plan.HOLD_S:g}; 0: PILOT prompts only)")
     ap.add_argument("--keep", help="write the records here (JSON)")
     a = ap.parse_args()
     levels = [int(x) for x in a.levels.split(",")]
@@ -102,9 +103,10 @@ def main() -> int:
             d = os.path.join(work, f"r{i}")
             os.makedirs(d)
             prompts, out = os.path.join(d, "prompts.jsonl"), os.path.join(d, "out")
-            pa.write_prompts(prompts, a.pilot + a.run, chat=True, seed=i)
+            # with a hold, the pilot may take up to half of the others: RUN are left at least
+            pa.write_prompts(prompts, a.pilot + (2 if a.hold > 0 else 1) * a.run, chat=True, seed=i)
             m0 = meter(server.pid)
-            r = pilot(prompts, out, url, a.pilot, levels)
+            r = pilot(prompts, out, url, a.pilot, levels, a.hold)
             m1 = meter(server.pid)
             r["run_wall"], r["run_made"], _ = pa.full_run(prompts, out, url, max(levels), 32, "smollm2")
             m2 = meter(server.pid)

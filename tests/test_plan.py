@@ -205,7 +205,8 @@ def test_plan_generate_against_the_sim_engine_then_the_run_skips_the_pilot(tmp_p
     ids = write_prompts(prompts, 300)
     out = tmp_path / "out"
     r = plan_cli("generate", "--prompts", str(prompts), "--out", str(out), "--server", sim.url, "--pilot", "60",
-                 "--concurrency", "1,4,16", "--max-tokens", "200", "--price-per-hour", "2", "--deadline", "1h")
+                 "--concurrency", "1,4,16", "--max-tokens", "200", "--price-per-hour", "2", "--deadline", "1h",
+                 "--hold", "1")
     assert r.returncode == 0, r.stderr[-3000:]
     assert "verdict: GO" in r.stdout and "CONC/SERVER" in r.stdout
     plan = json.loads((out / "plan.json").read_text())
@@ -213,12 +214,15 @@ def test_plan_generate_against_the_sim_engine_then_the_run_skips_the_pilot(tmp_p
                 "projected_wall_s", "projected_wall_s_low", "projected_wall_s_high", "projected_output_tokens",
                 "projected_bytes", "projected_cost", "verdict"):
         assert plan[key] is not None, key
-    assert plan["prompts"] == 300 and plan["pilot_done"] == 60 and plan["remaining"] == 240
+    # each level held full for a second: more than its share of the 60, from a reserve of half the 240 others
+    taken = plan["pilot_done"]
+    assert 60 < taken <= 180 and plan["prompts"] == 300 and plan["remaining"] == 300 - taken
+    assert all(row["measured"] == "steady state" and row["steady_s"] >= 0.7 for row in plan["levels"]), plan["levels"]
     assert plan["projected_wall_s_low"] <= plan["projected_wall_s"] <= plan["projected_wall_s_high"]
     assert plan["best_concurrency"] == 16  # 3,200 tok/s shared: 16 in flight is the fastest here
     assert 0 < plan["output_length"]["cut_share"] < 0.1 and plan["output_length"]["reasoning_share"] > 0.4
     assert plan["servers_needed"] == 1
-    assert len(read_done(out / "done.txt")) == 60
+    assert len(read_done(out / "done.txt")) == taken
     # the run itself: the pilot's 60 are not generated again
     rc = run_generate(generate_argv(prompts, out, [sim.url], "--max-tokens", "200"), tmp_path / "gen.log")
     assert rc == 0, (tmp_path / "gen.log").read_text()[-3000:]
@@ -236,6 +240,8 @@ def test_plan_generate_json_no_go_and_bad_input(tmp_path, sim_engines):
                  "--concurrency", "1,4", "--max-tokens", "20", "--json")
     assert r.returncode == 1, r.stderr[-3000:]
     plan = json.loads(r.stdout)
+    assert 10 < plan["pilot_done"] <= 25  # the 10 and a reserve of half the other 30 (the default hold is not met)
+    assert plan["projected_wall_s"] > 0  # the few prompts left take a few milliseconds: not rounded to nothing
     assert plan["verdict"] == "no-go" and any("cut at max_tokens=20" in why for why in plan["reasons"])
     assert plan["output_length"]["cut_share"] == 1.0
     for bad, where in ((("--concurrency", "1,x"), "--concurrency"), (("--deadline", "someday"), "--deadline")):
@@ -268,7 +274,8 @@ def test_plan_generate_against_a_real_llama_server(tmp_path, llama_server):
                     + "\n")
     out = tmp_path / "out"
     r = plan_cli("generate", "--prompts", str(prompts), "--out", str(out), "--server", llama_server, "--pilot", "8",
-                 "--concurrency", "1,2", "--max-tokens", "48", "--model", "smollm2", "--json", timeout=840)
+                 "--hold", "0", "--concurrency", "1,2", "--max-tokens", "48", "--model", "smollm2", "--json",
+                 timeout=840)
     assert r.returncode in (0, 1), r.stderr[-3000:]  # a small model may ramble past 48 tokens: a no-go
     plan = json.loads(r.stdout)
     assert plan["pilot_done"] == 8 and plan["pilot_failed"] == 0 and plan["best_concurrency"] in (1, 2)

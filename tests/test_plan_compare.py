@@ -343,14 +343,25 @@ def test_a_pilot_too_short_for_its_spread_says_so_and_how_many_prompts_would_do(
     assert short["verdict"] == "go" and len(short["cautions"]) == 1
     import re
     m = re.search(r"projection is \+-(\d+)% .* rate at 8 per server was counted on (\d+) completions in \d+s held "
-                  r"full; a pilot of about (\d+) prompts would narrow it to \+-5%", short["cautions"][0])
+                  r"full; holding it full about (\d+)s \(--hold\) or a pilot of about (\d+) prompts would narrow it "
+                  r"to \+-5%", short["cautions"][0])
     assert m, short["cautions"]
     assert int(m.group(1)) > 5 and int(m.group(2)) == short["levels"][1]["steady_completions"]
-    more = int(m.group(3))
-    assert more > 40
+    more = int(m.group(4))
+    assert more > 40 and int(m.group(3)) > short["levels"][1]["steady_s"]
     from gpudeck.agents.workers.plan.render import render_generate
     assert "caution: the projection is +-" in render_generate({**short, "pilot_s": 1.0})
     enough = build_plan(fixed_latency_pilot([2, 8], more, latency=0.5, gap=0.0, spread=0.8), [2, 8], n_servers=1,
                         total=1000 + more, done=more, max_tokens=4096)
     half = (enough["projected_wall_s_high"] - enough["projected_wall_s_low"]) / 2 / enough["projected_wall_s"]
     assert half <= 0.05 and enough["cautions"] == []
+
+
+def test_a_pilot_that_took_every_prompt_projects_nothing_and_says_so():
+    """A small file, or a pilot held long enough to send it all: the levels are counted, but no
+    run is left to project (a projection of 0 s would be refused by plan.json's reader)."""
+    plan = build_plan(fixed_latency_pilot([8, 16], 100, latency=0.25, gap=0.0), [8, 16], n_servers=1,
+                      total=100, done=100, max_tokens=4096)
+    assert plan["remaining"] == 0 and plan["best_concurrency"] == 16 and plan["projected_wall_s"] is None
+    from gpudeck.agents.workers.plan.render import render_generate
+    assert "the pilot did all 100 prompts; nothing is left to run" in render_generate({**plan, "pilot_s": 1.0})

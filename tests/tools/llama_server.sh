@@ -40,6 +40,6 @@ case "${1:-}" in
   model) model ;;
   run)
     exec "$CACHE/llama-server" -m "$(model)" --host 127.0.0.1 --port "${2:-8082}" --metrics --slots \
-      --parallel 8 --ctx-size 8192 --threads "$(( $(nproc) > 2 ? $(nproc) - 1 : 1 ))" --alias smollm2 ;;
-  *) echo "usage: $0 build | model | run [PORT]"; exit 2 ;;
+      --parallel 8 --ctx-size 8192 --threads "${LLAMA_THREADS:-$(( $(nproc) > 2 ? $(nproc) - 1 : 1 ))}" --alias smollm2 ;;
+  *) echo "usage: $0 build | model | run [PORT]   (run: LLAMA_THREADS, default one core less than there are)"; exit 2 ;;
 esac

@@ -43,6 +43,8 @@ MAX_FAILED = 0.05  # no-go thresholds, shares of the pilot
 MAX_EMPTY = 0.05
 MAX_CUT = 0.10
 MIN_TIME_AT_LEVEL = 0.02  # a level the pilot spent less of its time near is not measured
+HOLD_S = 20.0  # each level held full at least this long: a fast server counted over a window as long as a slow one
+RESERVE = 9  # prompts a pilot may add to hold its levels: this many times --pilot, and half of the others at most
 CAUTION_HALF_WIDTH = 0.05  # a wider 90% interval (a share of the projection) is said, with the pilot to narrow it
 
 
@@ -52,6 +54,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--concurrency", default="1,32,64,128",
                    help="levels of requests in flight per server to try (default 1,32,64,128)")
     p.add_argument("--pilot", type=int, default=200, help="prompts in the pilot (default 200)")
+    p.add_argument("--hold", type=number(0), default=HOLD_S,
+                   help=f"seconds each level is held full at least, with up to {RESERVE}x --pilot more prompts "
+                        f"and half of the rest at most (default {HOLD_S:g}; 0: --pilot prompts and no more)")
     p.add_argument("--seed", type=int, default=0, help="seed of the pilot's sample (default 0)")
     p.add_argument("--deadline", help="when the run must be done: a duration (5d, 36h) or an ISO time")
     p.add_argument("--price-per-hour", type=number(0), help="dollars per server-hour")
@@ -84,23 +89,13 @@ def run(args: argparse.Namespace) -> int:
 def _pilot_and_plan(args, gen, levels: list[int], deadline_s: Optional[float]) -> int:
     import asyncio
 
-    from .sample import sample_prompts, split_levels
-
     t0 = time.monotonic()
     try:
-        prompts, bad, total = sample_prompts(gen.o.prompts, args.pilot, gen._is_taken, seed=args.seed)
+        total = choose_prompts(gen, args.pilot, levels, args.hold, args.seed)
     except OSError as exc:
         gen._lock.release()
         print(f"gpudeck plan generate: {exc}", file=sys.stderr)
         return EXIT_NO_GO
-    for b in bad[:5]:
-        log.warning("%s; not in the pilot", b)
-    if gen.o.part is not None:  # the lines of the part alone (the sample is of the part too: gen._is_taken)
-        total = gen.total_estimate
-    chunks = split_levels(len(prompts), levels)
-    gen.set_prompts(prompts, chunks)
-    log.info("pilot: %d prompts of %d, levels %s per server (%s prompts each)", len(prompts), total,
-             ",".join(map(str, levels)), ",".join(map(str, chunks)))
     asyncio.run(gen.run())
     if gen.result.status != 0:
         print("gpudeck plan generate: stopped during the pilot; its finished completions are kept",
@@ -117,6 +112,31 @@ def _pilot_and_plan(args, gen, levels: list[int], deadline_s: Optional[float]) -
         log.error("cannot write %s: %s", os.path.join(gen.out, PLAN_FILE), exc.strerror or exc)
     print(json.dumps(plan, indent=1) if args.json else render_generate(plan))
     return EXIT_GO if plan["verdict"] == "go" else EXIT_NO_GO
+
+
+def choose_prompts(gen, n: int, levels: list[int], hold_s: float, seed: int = 0) -> int:
+    """Sample the pilot's ``n`` prompts, and with ``hold_s`` a reserve of more (another seed,
+    none of the first): RESERVE x ``n``, and never more than half of the prompts not done
+    otherwise, so that a run is left to project; give them to the pilot ``gen`` (prepared).
+    Returns the prompts in the file (or its part). OSError when the file cannot be read."""
+    from .sample import sample_prompts, split_levels
+
+    prompts, bad, total = sample_prompts(gen.o.prompts, n, gen._is_taken, seed=seed)
+    for b in bad[:5]:
+        log.warning("%s; not in the pilot", b)
+    if gen.o.part is not None:  # the lines of the part alone (the sample is of the part too: gen._is_taken)
+        total = gen.total_estimate
+    reserve: list = []
+    room = min(RESERVE * n, (total - len(gen.done) - len(prompts)) // 2)
+    if hold_s > 0 and room > 0:
+        ids = {p.id for p in prompts}
+        reserve, _, _ = sample_prompts(gen.o.prompts, room, lambda pid: gen._is_taken(pid) or pid in ids,
+                                       seed=seed + 1)
+    chunks = split_levels(len(prompts), levels)
+    gen.set_prompts(prompts, chunks, reserve, hold_s)
+    log.info("pilot: %d prompts of %d, levels %s per server (%s prompts each; each held full %gs, up to %d more)",
+             len(prompts), total, ",".join(map(str, levels)), ",".join(map(str, chunks)), hold_s, len(reserve))
+    return total
 
 
 def _level_rows(result, levels: list[int], n_servers: int, tokens: list[int], fit, timeline,
@@ -207,7 +227,7 @@ def build_plan(result, levels: list[int], *, n_servers: int, total: int, done: i
         "deadline_s": deadline_s, "servers_needed": None, "price_per_hour": price, "projected_cost": None,
         "seconds_per_request": round(fit.a, 4) if fit else None,
     }
-    if best is not None:
+    if best is not None and remaining > 0:  # a pilot that took every prompt leaves nothing to project
         j = levels.index(best["concurrency"])
         proj = (stats.project_steady(fit, windows[j], tokens, best["concurrency"], n_servers, remaining, seed=seed)
                 if best["measured"] == "steady state" else
@@ -220,8 +240,9 @@ def build_plan(result, levels: list[int], *, n_servers: int, total: int, done: i
 
 def _project(plan: dict, proj, c: int, n_servers: int, remaining: int, deadline_s: Optional[float],
              price: Optional[float]) -> None:
-    plan.update(projected_wall_s=round(proj.wall_s, 1), projected_wall_s_low=round(proj.low_s, 1),
-                projected_wall_s_high=round(proj.high_s, 1), projected_tail_s=round(proj.tail_s, 1))
+    plan.update(projected_wall_s=round(proj.wall_s, 1) or proj.wall_s,  # a few prompts on a fast server: not 0
+                projected_wall_s_low=round(proj.low_s, 1), projected_wall_s_high=round(proj.high_s, 1),
+                projected_tail_s=round(proj.tail_s, 1))
     if deadline_s is not None:
         plan["servers_needed"] = stats.servers_for(deadline_s, remaining, proj.mean_latency_s, c,
                                                    proj.tail_s)
@@ -234,7 +255,7 @@ def _project(plan: dict, proj, c: int, n_servers: int, remaining: int, deadline_
 
 def cautions(plan: dict, best: Optional[dict]) -> list[str]:
     """What the projection is not sure of, in plain sentences (a go stays a go): a 90% interval
-    wider than +-CAUTION_HALF_WIDTH, with the pilot that would narrow it to that. The interval is
+    wider than +-CAUTION_HALF_WIDTH, with the hold or the pilot that would narrow it to that. The interval is
     the bootstrap of the completions the best level was counted on; it narrows as one over the
     square root of their number, and the run's own error on a shared machine was about 1.5
     times its half-width (bench/results/plan_accuracy/README.md)."""
@@ -247,9 +268,13 @@ def cautions(plan: dict, best: Optional[dict]) -> list[str]:
     counted = (f"{best['steady_completions']} completions in {best['steady_s']:.0f}s held full"
                if best["measured"] == "steady state" else f"the latency model of {best['completions']} completions")
     tried = plan["pilot_done"] + plan["pilot_failed"]
-    more = math.ceil(tried * (half / CAUTION_HALF_WIDTH) ** 2 / 10) * 10
+    grow = (half / CAUTION_HALF_WIDTH) ** 2
+    more = math.ceil(tried * grow / 10) * 10
+    hold = (f"holding it full about {math.ceil(best['steady_s'] * grow / 5) * 5}s (--hold) or "
+            if best["measured"] == "steady state" else "")
     return [f"the projection is +-{half:.0%} (90% interval): the rate at {best['concurrency']} per server was "
-            f"counted on {counted}; a pilot of about {more} prompts would narrow it to +-{CAUTION_HALF_WIDTH:.0%}"]
+            f"counted on {counted}; {hold}a pilot of about {more} prompts would narrow it to "
+            f"+-{CAUTION_HALF_WIDTH:.0%}"]
 
 
 def verdict(plan: dict) -> tuple[str, list[str]]:

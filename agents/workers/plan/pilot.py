@@ -4,7 +4,10 @@ so that every pilot completion is a real record of the output and the run that f
 skips it.
 
 The levels run one after the other without draining in between: the first prompts go out
-with 1 in flight per server, the next ones with 32, and so on. Each completion records its
+with 1 in flight per server, the next ones with 32, and so on. A level moves on when its
+share of the sample has gone out and it has been held full for ``hold_s`` seconds; until
+then it takes prompts from a reserve (a second sample), so that a fast server is counted
+over as long a window as a slow one. Each completion records its
 latency, its tokens and the number of requests in flight per server averaged over its life
 (the ramp-up and the drain make that differ from the level), which is what stats.py fits.
 """
@@ -15,11 +18,12 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Optional, Sequence
 
 from ..generate.generator import Generator
 from ..generate.options import EXIT_OK, EXIT_TERM, Options
 from ..generate.prompts import Prompt
+from .sample import split_levels
 
 log = logging.getLogger("gpudeck.plan")
 
@@ -54,6 +58,7 @@ class _Gate:
     def __init__(self) -> None:
         self.limit = 0
         self.active = 0
+        self.full_at: Optional[float] = None  # when the current limit was first reached
         self.area = 0.0
         self._t = time.monotonic()
         self.timeline: list[tuple[float, float]] = []
@@ -71,6 +76,8 @@ class _Gate:
             await self._cond.wait_for(lambda: self.active < self.limit)
             now = self._account()
             self.active += 1
+            if self.full_at is None and self.active >= self.limit:
+                self.full_at = now
             self.timeline.append((now, self.active))
             return now, self.area
 
@@ -85,8 +92,12 @@ class _Gate:
     async def raise_to(self, limit: int) -> None:
         if limit > self.limit:
             async with self._cond:
-                self.limit = limit
+                self.limit, self.full_at = limit, None
                 self._cond.notify_all()
+
+    def held_s(self) -> float:
+        """Seconds since the current limit was first reached (0 before)."""
+        return 0.0 if self.full_at is None else time.monotonic() - self.full_at
 
 
 class PilotGenerator(Generator):
@@ -95,8 +106,11 @@ class PilotGenerator(Generator):
         super().__init__(opts)
         self.levels, self.n_servers = levels, len(opts.servers)
         self.pilot: list[Prompt] = []
-        self.bounds: list[int] = []
-        self.taken = 0
+        self.reserve: list[list[Prompt]] = [[] for _ in levels]  # each level's own
+        self.chunks: list[int] = []
+        self.hold_s = 0.0
+        self.level = 0  # the level now sent at
+        self.taken = [0] * len(levels)  # prompts each level started
         self.result = PilotResult(wall_s=[0.0] * len(levels))
         self._level_span = [[float("inf"), 0.0] for _ in levels]
         self._gate = _Gate()
@@ -113,30 +127,52 @@ class PilotGenerator(Generator):
 
         self.writer.add = measured_add
 
-    def set_prompts(self, prompts: list[Prompt], chunks: list[int]) -> None:
+    def set_prompts(self, prompts: list[Prompt], chunks: list[int], reserve: Sequence[Prompt] = (),
+                    hold_s: float = 0.0) -> None:
         """The prompts to send (after :meth:`prepare`, which opens the done-set they are
-        sampled against), and how many of them each level starts."""
+        sampled against), how many of them each level starts, and the ``reserve`` a level
+        draws on once its own are out while it has not yet been held full ``hold_s`` seconds
+        (split over the levels as the prompts are: a low level that fills slowly does not take
+        what the top one needs)."""
         self.pilot = list(reversed(prompts))  # popped from the end
-        self.bounds = [sum(chunks[:i + 1]) for i in range(len(chunks))]  # prompts taken when each level ends
+        rest = list(reversed(reserve))
+        self.reserve = [[rest.pop() for _ in range(k)][::-1] for k in split_levels(len(rest), self.levels)]
+        self.chunks, self.hold_s = list(chunks), hold_s
 
     def _write_resume_hint(self) -> None:
         """The pilot takes prompts out of file order: the resume hint (a low-water mark of the
         file) stays where the last real run left it."""
 
-    def _level_of(self, i: int) -> int:
-        return next((j for j, b in enumerate(self.bounds) if i < b), len(self.bounds) - 1)
+    def _current(self) -> int:
+        """The level to send at now: the next one once this one's share is out and it has been
+        held full long enough (or the reserve is empty)."""
+        while (self.level + 1 < len(self.levels) and self.taken[self.level] >= self.chunks[self.level]
+               and (not self.reserve[self.level] or self._gate.held_s() >= self.hold_s)):
+            self.level += 1
+        return self.level
+
+    def _take(self) -> Optional[tuple[int, Prompt]]:
+        """(the level, the next prompt), or None when the pilot has sent all it will."""
+        j = self._current()
+        if self.taken[j] < self.chunks[j] and self.pilot:
+            p = self.pilot.pop()
+        elif self.reserve[j] and self._gate.held_s() < self.hold_s:
+            p = self.reserve[j].pop()
+        else:
+            return None
+        self.taken[j] += 1
+        return j, p
 
     async def _worker(self) -> None:
         gate = self._gate
         while not self._stop.is_set():
-            await gate.raise_to(self.levels[self._level_of(self.taken)] * self.n_servers)
+            await gate.raise_to(self.levels[self._current()] * self.n_servers)
             start, area0 = await gate.acquire()
-            if not self.pilot or self._stop.is_set():
+            got = None if self._stop.is_set() else self._take()
+            if got is None:
                 await gate.release()
                 return
-            p = self.pilot.pop()
-            level = self._level_of(self.taken)
-            self.taken += 1
+            level, p = got
             self.inflight.add(p.id)
             try:
                 await self._process(p)

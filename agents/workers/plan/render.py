@@ -35,6 +35,8 @@ def render_generate(plan: dict) -> str:
                      f"(90% interval {human_duration(plan['projected_wall_s_low'])}"
                      f"-{human_duration(plan['projected_wall_s_high'])}, of it {plan['projected_tail_s']:.0f}s of "
                      f"drain at the end)")
+    elif plan["best_concurrency"] is not None and plan["remaining"] == 0:
+        lines.append(f"projection: none, the pilot did all {plan['prompts']} prompts; nothing is left to run")
     lines.append(f"whole dataset: {_f(plan['projected_output_tokens'], '{:,.0f}')} output tokens, "
                  f"{human_bytes(plan['projected_bytes'])} of shards")
     if plan["deadline_s"] is not None:
