@@ -17,7 +17,8 @@ from gpudeck.agents.contract.watching import AlertThresholds, ConfigError, Notif
 from gpudeck.agents.contract.wire import (Alert, Gpu, GpuProcess, Host, JobStatus, Progress, ServerHealth,
                                           Snapshot, Uploads)
 from gpudeck.agents.progress import ProgressTracker
-from gpudeck.agents.watch.checks import Checks, gpu_ranges, idle_gpus
+from gpudeck.agents.contract.units import index_ranges
+from gpudeck.agents.watch.checks import Checks, idle_gpus
 from gpudeck.agents.watch.conditions import Conditions
 from gpudeck.agents.watch.config import WatchConfig
 from gpudeck.console.commands.status import render_status
@@ -166,7 +167,7 @@ def test_idle_gpus_are_those_at_zero_use_or_unreported_and_unheld():
     gpus = [_gpu(0, 0.0), _gpu(1, 0.0), _gpu(2, 55.0), _gpu(3, 80.0), _gpu(4, None), _gpu(5, None, [GpuProcess(7, 1.0)]),
             _gpu(6, None)]
     assert idle_gpus(gpus, [held]) == [0, 1, 4, 6]  # GPU 1: its job at 0%; 5: a process; 6: no job, no use known
-    assert gpu_ranges([6, 0, 1, 2, 3, 9, 10]) == "0-3,6,9-10"
+    assert index_ranges([6, 0, 1, 2, 3, 9, 10]) == "0-3,6,9-10"
 
 
 def test_idle_paid_says_the_money_and_since_when_then_clears_when_a_job_uses_them():

@@ -39,19 +39,20 @@ from ..contract import ops, wire
 from ..contract.errors import Refusal
 from ..contract.cluster import ClusterSpec, slurm_job_name, split_task, task_name
 from ..contract.jobs import JobKind, JobSpec
+from ..contract.units import index_ranges
 from ..contract.vocab import JobState
-from ..contract.wire import (ClusterInfo, Gpu, GpuHolder, JobStatus, KillVerdict, LaunchResult, LogChunk, Snapshot,
+from ..contract.wire import (ClusterInfo, GpuHolder, JobStatus, KillVerdict, LaunchResult, LogChunk, Snapshot,
                              TaskInfo)
 from ..progress import ProgressTracker
 from ..supervisor import JobError
 from .. import joblog
 from .runs import TASK_TOKEN, Attempts, install_wrapper, read_attempts, run_dir
-from .slurm import REASONS, TERMINAL, QueueRow, Slurm, SlurmError, TaskDetail
+from .observe import Observers
+from .slurm import REASONS, TERMINAL, QueueRow, Slurm, SlurmError, TaskDetail, newer, refused_for_input
 
 log = logging.getLogger("agents")
 
 EXTRA_POLLS_S = (1.0, 3.0, 7.0)  # after an action: a few polls soon, then back to poll_s
-OBSERVER_INTERVAL_S = 2.0
 OBSERVER_DELAY_S = 2.0  # after the agent's first poll, before the first observers start
 REQUEUE_SIGNAL_S = 120  # --signal=B:USR1@120: the wrapper requeues its task before the time limit
 
@@ -148,7 +149,7 @@ class ClusterAgent(Agent):
             job = row.name[len(prefix):] if self.fleet else row.name.split(":", 2)[-1]
             key = (job, row.index)
             old = by_task.get(key)
-            if old is None or _newer(row, old):
+            if old is None or newer(row, old):
                 by_task[key] = row
         for row in by_task.values():
             seen = self._detail_at.get(row.raw)
@@ -419,7 +420,7 @@ class ClusterAgent(Agent):
         assert res is not None
         run = self._run(spec.name)
         c = self.spec
-        array = _ranges(indices) + (f"%{res.max_running}" if res.max_running else "")
+        array = index_ranges(indices) + (f"%{res.max_running}" if res.max_running else "")
         argv = ["-J", slurm_job_name(self.fleet, spec.name), f"--array={array}",
                 "-o", str(run / "logs" / "%a.log"), "--open-mode=append"]
         for flag, value in (("-p", c.partition), ("-A", c.account), ("-q", c.qos), ("-C", c.constraint),
@@ -534,7 +535,7 @@ class ClusterAgent(Agent):
         for r in pending:
             arrays.setdefault(r.array_id, []).append(r.index)  # type: ignore[arg-type]
         for array, indices in arrays.items():
-            self.slurm.cancel(f"{array}_[{_ranges(indices)}]")
+            self.slurm.cancel(f"{array}_[{index_ranges(indices)}]")
         if arrays:
             self.poll()  # the rows as Slurm now has them, before each task's own verdict
 
@@ -676,141 +677,3 @@ class ClusterAgent(Agent):
         spec, index = self._task(name)
         path = self._run(spec.name) / "logs" / f"{index if index is not None else 0}.log"
         return joblog.tail(name, path, lines) if offset is None else joblog.read_on(name, path, int(offset))
-
-
-_INPUT_MISTAKES = ("invalid partition", "requested node configuration is not available", "invalid --time",
-                   "invalid account", "invalid qos", "invalid generic resource", "invalid feature specification",
-                   "more processors requested than permitted", "memory specification can not be satisfied",
-                   "invalid gres", "invalid --mem")
-
-
-def refused_for_input(said: str) -> bool:
-    """sbatch's refusal is about what was asked (exit 2), not a failing controller."""
-    low = said.lower()
-    return any(m in low for m in _INPUT_MISTAKES)
-
-
-def _newer(a: QueueRow, b: QueueRow) -> bool:
-    def key(r: QueueRow) -> tuple[int, int]:
-        return (int(r.array_id) if r.array_id.isdigit() else 0, 0 if r.terminal else 1)
-    return key(a) > key(b)
-
-
-def _ranges(indices: list[int]) -> str:
-    """[0, 1, 2, 5] -> "0-2,5"."""
-    out = []
-    idx = sorted(set(indices))
-    start = prev = idx[0]
-    for i in idx[1:] + [None]:  # type: ignore[list-item]
-        if i is not None and i == prev + 1:
-            prev = i
-            continue
-        out.append(f"{start}-{prev}" if prev != start else f"{start}")
-        if i is not None:
-            start = prev = i
-    return ",".join(out)
-
-
-class Observers:
-    """One ``srun --overlap`` observer per running task, all on this agent's pipes."""
-
-    def __init__(self, agent: ClusterAgent) -> None:
-        self.agent = agent
-        self.procs: dict[str, tuple[str, asyncio.subprocess.Process, asyncio.Task]] = {}
-        self.latest: dict[str, Snapshot] = {}
-        self.failed: dict[str, tuple[str, float]] = {}  # task -> (raw id, when): do not retry at once
-
-    def wanted(self) -> dict[str, tuple[str, str]]:
-        out = {}
-        with self.agent._lock:
-            rows = dict(self.agent.rows)
-        for (job, index), row in rows.items():
-            if row.state == "RUNNING" and row.node:
-                out[task_name(job, index)] = (row.raw, row.node)
-        return out
-
-    async def reconcile(self) -> None:
-        wanted = self.wanted()
-        for name in list(self.procs):
-            raw, proc, _ = self.procs[name]
-            if wanted.get(name, (None,))[0] != raw or proc.returncode is not None:
-                await self._stop(name)
-        now = time.monotonic()
-        for name, (raw, node) in wanted.items():
-            if name in self.procs:
-                continue
-            failed = self.failed.get(name)
-            if failed is not None and failed[0] == raw and now - failed[1] < 30:
-                continue
-            await self._start(name, raw, node)
-
-    def argv(self, raw: str, node: str) -> list[str]:
-        a = self.agent
-        python = a.task_python(JobSpec(name="observer", command=["true"]))
-        argv = ["srun", "--overlap", "--jobid", raw, "-w", node, "--nodes=1", "--ntasks=1", "--quiet",
-                "--mem=0", python, "-m", "gpudeck.agents", "--observe", "--node", node,
-                "--interval", str(OBSERVER_INTERVAL_S), "--home", str(a.home)]
-        if a.spec.simulate_gpus:
-            argv += ["--simulate-gpus", a.spec.simulate_gpus]
-        return argv
-
-    async def _start(self, name: str, raw: str, node: str) -> None:
-        try:
-            proc = await asyncio.create_subprocess_exec(*self.argv(raw, node), stdin=asyncio.subprocess.PIPE,
-                                                        stdout=asyncio.subprocess.PIPE,
-                                                        stderr=asyncio.subprocess.DEVNULL, env=self.agent.slurm.env,
-                                                        limit=16 * 2**20)
-        except OSError as exc:
-            log.warning("cluster %s: cannot start the observer of %s: %s", self.agent.node, name, exc)
-            self.failed[name] = (raw, time.monotonic())
-            return
-        task = asyncio.get_running_loop().create_task(self._read(name, raw, proc))
-        self.procs[name] = (raw, proc, task)
-
-    async def _read(self, name: str, raw: str, proc: asyncio.subprocess.Process) -> None:
-        assert proc.stdout is not None
-        while True:
-            line = await proc.stdout.readline()
-            if not line:
-                break
-            try:
-                msg = wire.decode(line)
-            except wire.ProtocolError:
-                continue
-            if isinstance(msg, Snapshot):
-                self.latest[name] = msg
-        await proc.wait()
-        if proc.returncode not in (0, None):
-            self.failed[name] = (raw, time.monotonic())
-
-    async def _stop(self, name: str) -> None:
-        raw, proc, task = self.procs.pop(name)
-        self.latest.pop(name, None)
-        if proc.returncode is None:
-            try:
-                if proc.stdin is not None:
-                    proc.stdin.close()
-                await asyncio.wait_for(proc.wait(), 5.0)
-            except (asyncio.TimeoutError, OSError):
-                try:
-                    proc.terminate()
-                except ProcessLookupError:
-                    pass
-        task.cancel()
-
-    async def close(self) -> None:
-        for name in list(self.procs):
-            await self._stop(name)
-
-    def gpus(self, jobs: list[JobStatus]) -> list[Gpu]:
-        """The GPUs of the observed tasks, each with its compute node."""
-        out: dict[tuple[str, int], Gpu] = {}
-        for job in jobs:
-            snap = self.latest.get(job.name)
-            if snap is None or job.task is None or not job.state.alive:
-                continue
-            for g in snap.gpus:
-                if g.index in job.gpus:
-                    procs = [dataclasses.replace(p, job=job.name) for p in g.processes]
-                    out[(snap.node, g.index)] = dataclasses.replace(g, host=snap.node, processes=procs)
-        return [out[k] for k in sorted(out)]

@@ -1,5 +1,6 @@
 """An observer beside a running task: ``srun --overlap --jobid RAW -w NODE <python> -m
-gpudeck.agents --observe``. It reports the node's GPUs (NVML, or the tests' stand-in) and host
+gpudeck.agents --observe`` (:func:`observe`), and the cluster agent's side of them
+(:class:`Observers`: one per running task, all on the agent's own pipes). It reports the node's GPUs (NVML, or the tests' stand-in) and host
 figures as snapshots on stdout, once per interval, and exits when its stdin closes (the cluster
 agent went away). It never launches, kills or writes anything: it is a step of the user's job,
 and Slurm ends it with the job.
@@ -7,15 +8,27 @@ and Slurm ends it with the job.
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
+import logging
 import os
 import sys
 import threading
 import time
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from ..contract import wire
-from ..contract.wire import Snapshot
+from ..contract.cluster import task_name
+from ..contract.jobs import JobSpec
+from ..contract.wire import Gpu, JobStatus, Snapshot
+
+if TYPE_CHECKING:
+    from .agent import ClusterAgent
+
+log = logging.getLogger("agents")
+
+OBSERVER_INTERVAL_S = 2.0
 
 
 def observe(node: str, home: Path, interval_s: float, simulate_gpus: Optional[str], nvml: bool = True,
@@ -55,3 +68,108 @@ def observe(node: str, home: Path, interval_s: float, simulate_gpus: Optional[st
             return 0
         done.wait(interval_s)
     return 0
+
+
+class Observers:
+    """One ``srun --overlap`` observer per running task, all on this agent's pipes."""
+
+    def __init__(self, agent: ClusterAgent) -> None:
+        self.agent = agent
+        self.procs: dict[str, tuple[str, asyncio.subprocess.Process, asyncio.Task]] = {}
+        self.latest: dict[str, Snapshot] = {}
+        self.failed: dict[str, tuple[str, float]] = {}  # task -> (raw id, when): do not retry at once
+
+    def wanted(self) -> dict[str, tuple[str, str]]:
+        out = {}
+        with self.agent._lock:
+            rows = dict(self.agent.rows)
+        for (job, index), row in rows.items():
+            if row.state == "RUNNING" and row.node:
+                out[task_name(job, index)] = (row.raw, row.node)
+        return out
+
+    async def reconcile(self) -> None:
+        wanted = self.wanted()
+        for name in list(self.procs):
+            raw, proc, _ = self.procs[name]
+            if wanted.get(name, (None,))[0] != raw or proc.returncode is not None:
+                await self._stop(name)
+        now = time.monotonic()
+        for name, (raw, node) in wanted.items():
+            if name in self.procs:
+                continue
+            failed = self.failed.get(name)
+            if failed is not None and failed[0] == raw and now - failed[1] < 30:
+                continue
+            await self._start(name, raw, node)
+
+    def argv(self, raw: str, node: str) -> list[str]:
+        a = self.agent
+        python = a.task_python(JobSpec(name="observer", command=["true"]))
+        argv = ["srun", "--overlap", "--jobid", raw, "-w", node, "--nodes=1", "--ntasks=1", "--quiet",
+                "--mem=0", python, "-m", "gpudeck.agents", "--observe", "--node", node,
+                "--interval", str(OBSERVER_INTERVAL_S), "--home", str(a.home)]
+        if a.spec.simulate_gpus:
+            argv += ["--simulate-gpus", a.spec.simulate_gpus]
+        return argv
+
+    async def _start(self, name: str, raw: str, node: str) -> None:
+        try:
+            proc = await asyncio.create_subprocess_exec(*self.argv(raw, node), stdin=asyncio.subprocess.PIPE,
+                                                        stdout=asyncio.subprocess.PIPE,
+                                                        stderr=asyncio.subprocess.DEVNULL, env=self.agent.slurm.env,
+                                                        limit=16 * 2**20)
+        except OSError as exc:
+            log.warning("cluster %s: cannot start the observer of %s: %s", self.agent.node, name, exc)
+            self.failed[name] = (raw, time.monotonic())
+            return
+        task = asyncio.get_running_loop().create_task(self._read(name, raw, proc))
+        self.procs[name] = (raw, proc, task)
+
+    async def _read(self, name: str, raw: str, proc: asyncio.subprocess.Process) -> None:
+        assert proc.stdout is not None
+        while True:
+            line = await proc.stdout.readline()
+            if not line:
+                break
+            try:
+                msg = wire.decode(line)
+            except wire.ProtocolError:
+                continue
+            if isinstance(msg, Snapshot):
+                self.latest[name] = msg
+        await proc.wait()
+        if proc.returncode not in (0, None):
+            self.failed[name] = (raw, time.monotonic())
+
+    async def _stop(self, name: str) -> None:
+        raw, proc, task = self.procs.pop(name)
+        self.latest.pop(name, None)
+        if proc.returncode is None:
+            try:
+                if proc.stdin is not None:
+                    proc.stdin.close()
+                await asyncio.wait_for(proc.wait(), 5.0)
+            except (asyncio.TimeoutError, OSError):
+                try:
+                    proc.terminate()
+                except ProcessLookupError:
+                    pass
+        task.cancel()
+
+    async def close(self) -> None:
+        for name in list(self.procs):
+            await self._stop(name)
+
+    def gpus(self, jobs: list[JobStatus]) -> list[Gpu]:
+        """The GPUs of the observed tasks, each with its compute node."""
+        out: dict[tuple[str, int], Gpu] = {}
+        for job in jobs:
+            snap = self.latest.get(job.name)
+            if snap is None or job.task is None or not job.state.alive:
+                continue
+            for g in snap.gpus:
+                if g.index in job.gpus:
+                    procs = [dataclasses.replace(p, job=job.name) for p in g.processes]
+                    out[(snap.node, g.index)] = dataclasses.replace(g, host=snap.node, processes=procs)
+        return [out[k] for k in sorted(out)]

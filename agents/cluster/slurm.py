@@ -280,6 +280,25 @@ class Slurm:
         self.run(["scontrol", "update", f"jobid={task_id}", "StartTime=now"], check=False)
 
 
+_INPUT_MISTAKES = ("invalid partition", "requested node configuration is not available", "invalid --time",
+                   "invalid account", "invalid qos", "invalid generic resource", "invalid feature specification",
+                   "more processors requested than permitted", "memory specification can not be satisfied",
+                   "invalid gres", "invalid --mem")
+
+
+def refused_for_input(said: str) -> bool:
+    """sbatch's refusal is about what was asked (exit 2), not a failing controller."""
+    low = said.lower()
+    return any(m in low for m in _INPUT_MISTAKES)
+
+
+def newer(a: QueueRow, b: QueueRow) -> bool:
+    """Whether ``a`` is a later row of the same task than ``b`` (a later array, or the one still alive)."""
+    def key(r: QueueRow) -> tuple[int, int]:
+        return (int(r.array_id) if r.array_id.isdigit() else 0, 0 if r.terminal else 1)
+    return key(a) > key(b)
+
+
 def _said(proc: subprocess.CompletedProcess) -> str:
     lines = [ln.strip() for ln in (proc.stderr or "").splitlines() + (proc.stdout or "").splitlines() if ln.strip()]
     return " / ".join(lines[-3:])

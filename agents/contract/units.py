@@ -82,3 +82,18 @@ def human_bytes(n: Optional[float], binary: bool = False) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= step
     return f"{n:.1f} {units[-1]}"
+
+
+def index_ranges(indexes: list[int]) -> str:
+    """``[0, 1, 2, 3, 6, 9, 10]`` -> ``"0-3,6,9-10"``: sorted, once each, runs joined (GPU
+    indexes, a Slurm array's task ids)."""
+    parts: list[str] = []
+    run: list[int] = []
+    for i in sorted(set(indexes)):
+        if run and i != run[-1] + 1:
+            parts.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+            run = []
+        run.append(i)
+    if run:
+        parts.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+    return ",".join(parts)

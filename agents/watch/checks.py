@@ -13,7 +13,7 @@ from ..health import GpuHealth
 from ..contract.vocab import AlertKind, EventKind, JobState
 from ..contract.jobs import JobSpec
 from ..contract.documents import drift_text, over_plan
-from ..contract.units import human_bytes, human_duration
+from ..contract.units import human_bytes, human_duration, index_ranges
 from ..contract.wire import Alert, Gpu, Host, JobStatus
 from .conditions import Condition
 from ..contract.watching import AlertThresholds
@@ -130,7 +130,7 @@ class Checks:
             return []
         per_hour = price / len(gpus) * len(over)
         since = min(self._paid_idle_since[i] for i in over)
-        which = gpu_ranges(over)
+        which = index_ranges(over)
         on = f" on {self.node}" if self.node else ""
         return [Condition(f"idle_paid:{which}", EventKind.IDLE_PAID,
                           f"GPU {which}{on}: ${per_hour:,.2f}/h idle since {_hhmm(since)}",
@@ -244,20 +244,6 @@ def idle_gpus(gpus: list[Gpu], jobs: list[JobStatus]) -> list[int]:
     return [g.index for g in gpus
             if (g.util_pct is not None and g.util_pct <= 0)
             or (g.util_pct is None and g.index not in held and not g.processes)]
-
-
-def gpu_ranges(indexes: list[int]) -> str:
-    """``0-3,6``: sorted GPU indexes, runs joined."""
-    parts: list[str] = []
-    run: list[int] = []
-    for i in sorted(indexes):
-        if run and i != run[-1] + 1:
-            parts.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
-            run = []
-        run.append(i)
-    if run:
-        parts.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
-    return ",".join(parts)
 
 
 def _hhmm(t: float) -> str:
