@@ -53,6 +53,7 @@ from .slurm import REASONS, TERMINAL, QueueRow, Slurm, SlurmError, TaskDetail, n
 log = logging.getLogger("agents")
 
 EXTRA_POLLS_S = (1.0, 3.0, 7.0)  # after an action: a few polls soon, then back to poll_s
+OBSERVER_INTERVAL_S = 2.0
 OBSERVER_DELAY_S = 2.0  # after the agent's first poll, before the first observers start
 REQUEUE_SIGNAL_S = 120  # --signal=B:USR1@120: the wrapper requeues its task before the time limit
 
@@ -94,7 +95,7 @@ class ClusterAgent(Agent):
         self.kills: dict[str, KillVerdict] = {}
         self.node_hosts: dict[str, Optional[str]] = {}
         self.local_names = {socket.gethostname(), socket.gethostname().split(".")[0], "localhost", "127.0.0.1"}
-        self.observers = Observers(self)
+        self.observers = Observers(node, self.slurm.env, self.running_tasks, self.observer_argv)
         self._lock = threading.RLock()
         self._due: list[float] = []  # monotonic times of the extra polls an action asked for
         self._wake: Optional[asyncio.Event] = None
@@ -219,6 +220,23 @@ class ClusterAgent(Agent):
             await self.observers.close()
 
     # ------------------------------------------------------------ the snapshot
+
+    def running_tasks(self) -> dict[str, tuple[str, str]]:
+        """The tasks running now, to observe: task name -> (raw Slurm id, compute node)."""
+        with self._lock:
+            rows = dict(self.rows)
+        return {task_name(job, index): (row.raw, row.node) for (job, index), row in rows.items()
+                if row.state == "RUNNING" and row.node}
+
+    def observer_argv(self, raw: str, node: str) -> list[str]:
+        """The observer step beside task ``raw`` on ``node`` (agents/cluster/observe.py)."""
+        python = self.task_python(JobSpec(name="observer", command=["true"]))
+        argv = ["srun", "--overlap", "--jobid", raw, "-w", node, "--nodes=1", "--ntasks=1", "--quiet",
+                "--mem=0", python, "-m", "gpudeck.agents", "--observe", "--node", node,
+                "--interval", str(OBSERVER_INTERVAL_S), "--home", str(self.home)]
+        if self.spec.simulate_gpus:
+            argv += ["--simulate-gpus", self.spec.simulate_gpus]
+        return argv
 
     def _run(self, job: str) -> Path:
         return run_dir(self.spec.shared_dir, self.fleet, job)

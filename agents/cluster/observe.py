@@ -16,19 +16,12 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import Callable, Optional
 
 from ..contract import wire
-from ..contract.cluster import task_name
-from ..contract.jobs import JobSpec
 from ..contract.wire import Gpu, JobStatus, Snapshot
 
-if TYPE_CHECKING:
-    from .agent import ClusterAgent
-
 log = logging.getLogger("agents")
-
-OBSERVER_INTERVAL_S = 2.0
 
 
 def observe(node: str, home: Path, interval_s: float, simulate_gpus: Optional[str], nvml: bool = True,
@@ -71,25 +64,20 @@ def observe(node: str, home: Path, interval_s: float, simulate_gpus: Optional[st
 
 
 class Observers:
-    """One ``srun --overlap`` observer per running task, all on this agent's pipes."""
+    """One ``srun --overlap`` observer per running task, all on this agent's pipes.
 
-    def __init__(self, agent: ClusterAgent) -> None:
-        self.agent = agent
+    ``running`` gives the tasks to observe now (task name: (raw Slurm id, compute node)),
+    ``argv`` the observer's command line for one of them; ``env`` is Slurm's environment."""
+
+    def __init__(self, node: str, env: dict[str, str], running: Callable[[], dict[str, tuple[str, str]]],
+                 argv: Callable[[str, str], list[str]]) -> None:
+        self.node, self.env, self.running, self.argv = node, env, running, argv
         self.procs: dict[str, tuple[str, asyncio.subprocess.Process, asyncio.Task]] = {}
         self.latest: dict[str, Snapshot] = {}
         self.failed: dict[str, tuple[str, float]] = {}  # task -> (raw id, when): do not retry at once
 
-    def wanted(self) -> dict[str, tuple[str, str]]:
-        out = {}
-        with self.agent._lock:
-            rows = dict(self.agent.rows)
-        for (job, index), row in rows.items():
-            if row.state == "RUNNING" and row.node:
-                out[task_name(job, index)] = (row.raw, row.node)
-        return out
-
     async def reconcile(self) -> None:
-        wanted = self.wanted()
+        wanted = self.running()
         for name in list(self.procs):
             raw, proc, _ = self.procs[name]
             if wanted.get(name, (None,))[0] != raw or proc.returncode is not None:
@@ -103,24 +91,14 @@ class Observers:
                 continue
             await self._start(name, raw, node)
 
-    def argv(self, raw: str, node: str) -> list[str]:
-        a = self.agent
-        python = a.task_python(JobSpec(name="observer", command=["true"]))
-        argv = ["srun", "--overlap", "--jobid", raw, "-w", node, "--nodes=1", "--ntasks=1", "--quiet",
-                "--mem=0", python, "-m", "gpudeck.agents", "--observe", "--node", node,
-                "--interval", str(OBSERVER_INTERVAL_S), "--home", str(a.home)]
-        if a.spec.simulate_gpus:
-            argv += ["--simulate-gpus", a.spec.simulate_gpus]
-        return argv
-
     async def _start(self, name: str, raw: str, node: str) -> None:
         try:
             proc = await asyncio.create_subprocess_exec(*self.argv(raw, node), stdin=asyncio.subprocess.PIPE,
                                                         stdout=asyncio.subprocess.PIPE,
-                                                        stderr=asyncio.subprocess.DEVNULL, env=self.agent.slurm.env,
+                                                        stderr=asyncio.subprocess.DEVNULL, env=self.env,
                                                         limit=16 * 2**20)
         except OSError as exc:
-            log.warning("cluster %s: cannot start the observer of %s: %s", self.agent.node, name, exc)
+            log.warning("cluster %s: cannot start the observer of %s: %s", self.node, name, exc)
             self.failed[name] = (raw, time.monotonic())
             return
         task = asyncio.get_running_loop().create_task(self._read(name, raw, proc))
