@@ -303,8 +303,9 @@ def test_usr1_before_the_time_limit_requeues_the_task_and_the_console_says_why(c
 
     wait_for(requeued, 180, "extract/2 requeued itself",
              detail=lambda: f"{last}\nattempts:\n{attempts.read_text()}")
-    if last["state"] == "pending":
-        assert last["task"]["reason"] == "BeginTime"  # Slurm's own wait after a requeue, said in one line
+    if last["state"] == "pending":  # Slurm's own wait after a requeue (BeginTime); once it is over and before the
+        # scheduler's next pass, squeue says no reason at all ("None"), which a busy machine can catch
+        assert last["task"]["reason"] in ("BeginTime", None), last
     text = gpudeck("status", "-f", str(fleet)).stdout
     assert "requeued itself" in text and "SIGUSR1" in text
     gpudeck("kill", "-f", str(fleet), "extract", check=False)
