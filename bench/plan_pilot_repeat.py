@@ -1,8 +1,9 @@
 """The pilot's error against llama-server, repeated: on one llama-server (SmolLM2-135M on the
 CPU, as bench/plan_accuracy.py starts it), REPS times a pilot of PILOT prompts at LEVELS, then
 the run of what is left at the top level (RUN at least: with HOLD, each level held full HOLD
-seconds, the pilot may take up to half of the 2 x RUN others); for each, the rate the plan counts at the top level
-(stats.project_steady) and four other estimators on the same records, against the run's own
+seconds, the pilot may take up to half of the 2 x RUN others); for each, the rate the plan
+counts at the top level (stats.project_steady) and four other estimators on the same records,
+against the run's own
 rate, and the projected wall time against the run's. The records go to ``--keep`` as JSON.
 For each part (pilot, run) it also prints what the server had of the CPU: its own CPU time
 over the wall time (a share of one core; it runs one thread), the machine's steal time (the

@@ -1,9 +1,13 @@
-"""An observer beside a running task: ``srun --overlap --jobid RAW -w NODE <python> -m
-gpudeck.agents --observe`` (:func:`observe`), and the cluster agent's side of them
-(:class:`Observers`: one per running task, all on the agent's own pipes). It reports the node's GPUs (NVML, or the tests' stand-in) and host
+"""The observers beside running tasks on a Slurm cluster.
+
+:func:`observe` is one observer: ``srun --overlap --jobid RAW -w NODE <python> -m
+gpudeck.agents --observe``. It reports the node's GPUs (NVML, or the tests' stand-in) and host
 figures as snapshots on stdout, once per interval, and exits when its stdin closes (the cluster
 agent went away). It never launches, kills or writes anything: it is a step of the user's job,
 and Slurm ends it with the job.
+
+:class:`Observers` is the cluster agent's side: one observer per running task, all on the
+agent's own pipes, and the GPUs their snapshots report.
 """
 
 from __future__ import annotations

@@ -119,9 +119,10 @@ def choose_prompts(gen, n: int, levels: list[int], hold_s: float, seed: int = 0)
     none of the first): RESERVE x ``n``, and never more than half of the prompts not done
     otherwise, so that a run is left to project; give them to the pilot ``gen`` (prepared).
     Returns the prompts in the file (or its part). OSError when the file cannot be read."""
-    from .sample import sample_prompts, split_levels
+    from .sample import sample_prompts, scan_lines, split_levels
 
-    prompts, bad, total = sample_prompts(gen.o.prompts, n, gen._is_taken, seed=seed)
+    scan = scan_lines(gen.o.prompts)  # read once for both samples: a prompt file can be many GB
+    prompts, bad, total = sample_prompts(gen.o.prompts, n, gen._is_taken, seed=seed, scan=scan)
     for b in bad[:5]:
         log.warning("%s; not in the pilot", b)
     if gen.o.part is not None:  # the lines of the part alone (the sample is of the part too: gen._is_taken)
@@ -131,7 +132,7 @@ def choose_prompts(gen, n: int, levels: list[int], hold_s: float, seed: int = 0)
     if hold_s > 0 and room > 0:
         ids = {p.id for p in prompts}
         reserve, _, _ = sample_prompts(gen.o.prompts, room, lambda pid: gen._is_taken(pid) or pid in ids,
-                                       seed=seed + 1)
+                                       seed=seed + 1, scan=scan)
     chunks = split_levels(len(prompts), levels)
     gen.set_prompts(prompts, chunks, reserve, hold_s)
     log.info("pilot: %d prompts of %d, levels %s per server (%s prompts each; each held full %gs, up to %d more)",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 from array import array
-from typing import Callable
+from typing import Callable, Optional
 
 from ..generate.prompts import Prompt, PromptError, PromptReader
 
@@ -37,12 +37,13 @@ def _read_at(path: str, offset: int, line: int, is_done: Callable[[str], bool]):
     return None
 
 
-def sample_prompts(path: str, n: int, is_done: Callable[[str], bool], seed: int = 0
-                   ) -> tuple[list[Prompt], list[PromptError], int]:
+def sample_prompts(path: str, n: int, is_done: Callable[[str], bool], seed: int = 0,
+                   scan: Optional[tuple[array, array, array]] = None) -> tuple[list[Prompt], list[PromptError], int]:
     """``n`` prompts not done yet, one from each of ``n`` strata of equal size after sorting
     the lines by length (so the pilot sees short and long prompts in their proportions),
-    in a seeded random order. Returns (prompts, bad lines met, non-empty lines in the file)."""
-    offsets, lines, lengths = scan_lines(path)
+    in a seeded random order. ``scan``: the file's :func:`scan_lines`, when already read.
+    Returns (prompts, bad lines met, non-empty lines in the file)."""
+    offsets, lines, lengths = scan or scan_lines(path)
     total = len(offsets)
     rng = random.Random(seed)
     order = sorted(range(total), key=lengths.__getitem__)
