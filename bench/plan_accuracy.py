@@ -8,8 +8,9 @@
 - ``fixed``: 3,000 prompts against a sim-engine whose every answer takes 200 ms
   (``--latency-ms 200``): a pilot of 100 at 8,16, the other 2,900 at 16. Here the client's
   own overhead decides the pace, which a latency model misses.
-- ``llama``: 600 prompts against llama.cpp's llama-server serving SmolLM2-135M on the CPU
-  (tests/tools/llama_server.sh; ``--parallel 8``): a pilot of 120 at 2,8, max_tokens 32. A
+- ``llama``: 1,800 prompts against llama.cpp's llama-server serving SmolLM2-135M on the CPU
+  (tests/tools/llama_server.sh; ``--parallel 8``): a pilot of 120 at 2,8, max_tokens 32, then a
+  run many times the pilot's length, as a real one is (about 8 min here at 3/s). A
   pilot of 40 held 8 full for 7 s (15 completions, a 90% interval of about +-11%), and on
   this shared machine it missed the run by 9 to 18%; 120 count 8 on about 80 (+-5%), and the
   plan says so when a pilot is too short for its spread (its ``cautions``).
@@ -49,7 +50,7 @@ ENGINES = {
                       "--out-sigma", "1.1", "--out-tokens", "1-32768", "--seed", "1"],
               "prompts": 20000, "pilot": 200, "levels": "1,32,64,128", "max_tokens": 4096},
     "fixed": {"sim": ["--latency-ms", "200"], "prompts": 3000, "pilot": 100, "levels": "8,16", "max_tokens": 4096},
-    "llama": {"sim": None, "prompts": 600, "pilot": 120, "levels": "2,8", "max_tokens": 32},
+    "llama": {"sim": None, "prompts": 1800, "pilot": 120, "levels": "2,8", "max_tokens": 32},
 }
 
 
