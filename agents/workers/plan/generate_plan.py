@@ -258,8 +258,9 @@ def cautions(plan: dict, best: Optional[dict]) -> list[str]:
     """What the projection is not sure of, in plain sentences (a go stays a go): a 90% interval
     wider than +-CAUTION_HALF_WIDTH, with the hold or the pilot that would narrow it to that. The interval is
     the bootstrap of the completions the best level was counted on; it narrows as one over the
-    square root of their number, and the run's own error on a shared machine was about 1.5
-    times its half-width (bench/results/plan_accuracy/README.md)."""
+    square root of their number. It does not hold a server whose speed moves between one
+    stretch of time and the next: on the 2-core development machine the run's error was about
+    1.5 times its half-width, on a 16-core VM about 3 times (bench/results/plan_accuracy/README.md)."""
     wall, low, high = plan["projected_wall_s"], plan["projected_wall_s_low"], plan["projected_wall_s_high"]
     if best is None or not wall or low is None or high is None:
         return []
