@@ -41,6 +41,7 @@ class JobRecord:
     cgroup: Optional[str] = None  # the attempt's cgroup, in cgroup mode
     first_started_at: Optional[float] = None  # the run's first start (first_start_of): what plans and costs count from
     adopted: bool = False  # this attempt is a process gpudeck did not start (supervisor.adopt_process)
+    fenced: Optional[str] = None  # state fenced: where the job went ("the job moved to node b at …")
 
     def to_dict(self) -> dict[str, Any]:
         return to_plain(self)

@@ -35,7 +35,9 @@ from . import joblog, killing, writes
 from .contain import Containment, cgroup_path_of, token_of
 from .gpu import GpuSampler
 from .contract.errors import AdoptRefused
+from .contract.fencing import EXIT_FENCED, FENCED_NOTE
 from .contract.jobs import MARKER, JobKind, JobSpec, SpecError
+from .fenceread import launch_refusal
 from .contract.ops import Adopted
 from .contract.vocab import JobState
 from .contract.needs import launch_problem
@@ -256,10 +258,14 @@ class JobSupervisor:
             code = live.popen.returncode
             code = 128 - code if code < 0 else code
         rec.exit_code = code
+        spec = self.spec_of(rec.name)
         if rec.kill_requested:
             rec.state = JobState.KILLED
         elif code is None:
             rec.state = JobState.LOST
+        elif code == EXIT_FENCED and spec is not None and spec.kind in (JobKind.GENERATE, JobKind.EXTRACT):
+            rec.state = JobState.FENCED  # final: the job runs elsewhere now (contract/fencing.py)
+            rec.fenced = self._fenced_why(rec.name)
         else:
             rec.state = JobState.EXITED if code == 0 else JobState.FAILED
         rec.ended_at = rec.ended_at or time.time()
@@ -270,6 +276,30 @@ class JobSupervisor:
             live.members, live.popen = [], None
             live.close_pidfd()
         self._save(rec)
+
+    def _fenced_why(self, name: str) -> str:
+        """Where the job went, as its worker read it beside the output (``fenced.json``)."""
+        try:
+            doc = json.loads(self.job_file(name, FENCED_NOTE).read_text())
+            return str(doc["why"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return "a newer attempt of this job holds its output (it was moved); see its log"
+
+    def _clear_markers(self, spec: JobSpec, d: Path) -> None:
+        """A new attempt begins: the markers the agent wrote for the last one (its directory's,
+        and the spec's ``success_marker``, the old spec's and the new one's) say nothing of it.
+        A built-in worker removes its own, in its output and in S3, at its fence's claim."""
+        paths = {d / MARKER}
+        stored = self.stored_spec(spec.name)
+        for s in (spec, stored):
+            if s is not None and s.success_marker:
+                paths.add(Path(os.path.expanduser(s.success_marker)))
+        for path in paths:
+            try:
+                path.unlink(missing_ok=True)
+            except OSError as exc:
+                raise JobError(f"job {spec.name!r}: cannot remove its completion marker {path} before it starts "
+                               f"again: {exc}") from None
 
     def _write_success(self, rec: JobRecord) -> None:
         """The job's completion marker, ``_SUCCESS`` in its own directory (and at its spec's
@@ -358,7 +388,16 @@ class JobSupervisor:
                 raise JobError(f"job {name!r}: another launch or kill is under way; try again in a moment")
             self._busy.add(name)
 
-    def launch(self, name: str, *, relaunch: bool = False) -> LaunchResult:
+    def check_fence(self, spec: JobSpec) -> None:
+        """JobError when the job's output holds another node's attempt: the job was moved there,
+        and a launch here would take it back (agents/fenceread.py)."""
+        cwd = os.path.expanduser(spec.cwd) if spec.cwd else str(self.job_dir(spec.name))
+        why = launch_refusal(spec, self.node, cwd)
+        if why is not None:
+            raise JobError(f"job {spec.name!r} is not started on {self.node}: {why}. A launch here would take "
+                           f"it back from there; `gpudeck move {spec.name} --to {self.node}` brings it here")
+
+    def launch(self, name: str, *, relaunch: bool = False, fence_checked: bool = False) -> LaunchResult:
         """Start ``name`` with the fleet file's spec (the declared one), else the one it last ran
         with. A relaunch whose fleet file changed since says what changed (``changed``)."""
         spec = self.spec_of(name)
@@ -368,6 +407,8 @@ class JobSupervisor:
         problem = launch_problem(spec, spec.python or self.python)  # before anything starts
         if problem:
             raise JobError(problem)
+        if not fence_checked:
+            self.check_fence(spec)
         stored = self.stored_spec(name) if relaunch else None
         changed = spec_changes(stored, spec) if stored is not None else []
         self._claim(name)
@@ -393,6 +434,8 @@ class JobSupervisor:
             d = self.job_dir(name)
             d.mkdir(parents=True, exist_ok=True, mode=0o700)
             (d / "exit_code").unlink(missing_ok=True)
+            (d / FENCED_NOTE).unlink(missing_ok=True)
+            self._clear_markers(spec, d)
             write_json_atomic(d / "spec.json", spec.to_dict())
             argv = spec.argv(self.python)
             # an adopted job's recorded environment is all of it (the agent's own is not added),
@@ -400,7 +443,8 @@ class JobSupervisor:
             exact = name not in self.declared and (d / ADOPTED).exists()
             env = {} if exact else dict(os.environ)
             env.update(spec.env)
-            env.update(GPUDECK_JOB=name, GPUDECK_JOB_DIR=str(d), GPUDECK_ATTEMPT=str(rec.attempt + 1),
+            env.update(GPUDECK_JOB=name, GPUDECK_JOB_DIR=str(d), GPUDECK_NODE=self.node,
+                       GPUDECK_ATTEMPT=str(rec.attempt + 1),
                        GPUDECK_PROGRESS_FILE=str(d / "progress.json"))
             if spec.gpus and not exact:
                 env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, spec.gpus))
@@ -424,7 +468,6 @@ class JobSupervisor:
             except psutil.Error:
                 create_time = time.time()
             started = time.time()
-            (d / MARKER).unlink(missing_ok=True)  # this attempt has not finished yet
             rec = JobRecord(name=name, state=JobState.RUNNING, attempt=rec.attempt + 1, pid=popen.pid,
                             pgid=popen.pid, create_time=create_time, started_at=started,
                             first_started_at=first_start_of(rec, started),
@@ -612,12 +655,15 @@ class JobSupervisor:
     def relaunch(self, name: str, grace_s: float = 10.0) -> LaunchResult:
         """The next attempt, with the fleet file's spec (see launch). A job still running is killed first."""
         rec = self.records.get(name)
+        spec = self.spec_of(name)
+        if spec is not None:
+            self.check_fence(spec)  # before the kill: a refused relaunch leaves the job as it is
         verdict = None
         if rec is not None and rec.state.alive:
             verdict = self.kill(name, grace_s)
             if not verdict.ok:
                 raise JobError(f"job {name!r}: not relaunched, the kill did not finish: {verdict.message}")
-        result = self.launch(name, relaunch=True)
+        result = self.launch(name, relaunch=True, fence_checked=spec is not None)
         return dataclasses.replace(result, kill=verdict) if verdict is not None else result
 
     def logs(self, name: str, lines: int = 100, offset: Optional[int] = None) -> LogChunk:

@@ -463,6 +463,8 @@ class FleetState:
             flags += (j.waiting if len(j.waiting) <= 60 else j.waiting[:59] + "…",)
         if j.adopted and alive:
             flags += ("adopted",)
+        if j.fenced and j.state is JobState.FENCED:  # where the job went: "the job moved to node b at …"
+            flags += (j.fenced.replace("the job moved", "moved", 1),)
         place = self.moves.get(j.name)
         moved = None if place is None else moved_text(place, now) if node == place.node else \
             f"moved to {place.node}" if node == place.moved_from else None
@@ -671,6 +673,7 @@ class FleetState:
                 "restart": j.restart, "restarts": j.restarts, "max_restarts": j.max_restarts,
                 "next_restart_at": j.next_restart_at, "restart_note": j.restart_note,
                 "argv": j.argv, "spec_changes": j.spec_changes, "waiting": j.waiting, "adopted": j.adopted,
+                "fenced": j.fenced,
                 "error": j.error, "moved_from": _moved_json(self.moved_from(node, j.name)),
                 "task": dataclasses.asdict(j.task) if j.task else None,
                 **cost.job_json(j, job_costs.get((node, j.name))),

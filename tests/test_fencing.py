@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpudeck.agents.contract.fencing import (AttemptIdError, is_newer, new_attempt_id, parse_attempt_id)
+from gpudeck.agents.contract.fencing import (AttemptIdError, attempt_from_env, is_newer, new_attempt_id,
+                                             parse_attempt_id, refusal)
 from gpudeck.agents.workers.common.fence import Fence, Fenced, FileStore
 from gpudeck.agents.workers.common.s3sync.uploader import ShardUploader
 from gpudeck.agents.workers.common.s3sync.remote import S3Location
@@ -51,6 +52,37 @@ def test_claim_writes_the_id_and_a_stale_attempt_stops_before_writing():
     with pytest.raises(Fenced, match="newer than this one"):
         stale.claim()
     assert store.value == new.attempt_id  # not overwritten
+
+
+def test_an_id_made_here_never_takes_back_a_job_another_node_holds_since_a_move(tmp_path, monkeypatch):
+    """Only a move fences another node: a worker that made its own id (a restart on the node the
+    job left) is refused by any id of another node, however old; one of its own node's goes on.
+    The refusal says where the job went and when; the claim then removes no marker of theirs."""
+    moved = new_attempt_id("gpu2", now=1000.0)  # the move's id, older than any clock reading now
+    store = MemStore(moved)
+    restart = Fence(store, new_attempt_id("gpu1"), given=False)
+    with pytest.raises(Fenced, match="the job moved to node gpu2 at 1970-01-01 00:16:40 UTC"):
+        restart.claim()
+    assert store.value == moved  # not overwritten
+    assert refusal(moved, new_attempt_id("gpu1"), given=False) is not None
+    assert refusal(new_attempt_id("gpu1", now=1000.0), new_attempt_id("gpu1"), given=False) is None  # its own node
+    assert refusal(None, new_attempt_id("gpu1"), given=False) is None and refusal("garbage", moved, False) is None
+    # an id handed over by a move is refused only by a newer one
+    assert refusal(new_attempt_id("gpu1", now=500.0), moved, given=True) is None
+    assert "gpu3" in refusal(new_attempt_id("gpu3", now=2000.0), moved, given=True)
+    # the worker's own id is named for $GPUDECK_NODE (the fleet file's name, which a move uses too)
+    monkeypatch.delenv("GPUDECK_ATTEMPT_ID", raising=False)
+    monkeypatch.setenv("GPUDECK_NODE", "gpu1")
+    made, given = attempt_from_env()
+    assert parse_attempt_id(made)[1] == "gpu1" and not given
+    monkeypatch.setenv("GPUDECK_ATTEMPT_ID", moved)
+    assert attempt_from_env() == (moved, True)
+    # the claim that goes through removes the last run's marker, after its id is written
+    order = []
+    mem = MemStore(new_attempt_id("gpu1", now=1000.0))
+    mem.write = lambda v: order.append(("id", v))
+    Fence(mem, made, given=False, on_claim=lambda: order.append(("markers", None))).claim()
+    assert [k for k, _ in order] == ["id", "markers"]
 
 
 def test_check_raises_once_a_newer_attempt_claimed_and_stays_fenced():

@@ -176,6 +176,73 @@ def test_move_off_a_cut_node_fences_the_old_attempt_and_every_id_lands_once(netn
         sim.stop()
 
 
+def test_a_move_is_final_the_old_nodes_watcher_never_takes_the_job_back(netns, bridge_s3, tmp_path):
+    """The old node's watcher stays alive through the move, with a restart policy: its attempt,
+    fenced once the link is back, is final (state ``fenced``, saying where the job went), never
+    restarted; a relaunch there from a fleet file that still names it is refused with exit 1;
+    the job runs on the spare only, and S3's ``_attempt`` keeps the move's id."""
+    from support.watch import stop_watch
+
+    node1, node2 = netns.node("node1"), netns.node("node2")
+    s3 = s3_client(bridge_s3)
+    s3.create_bucket(Bucket=BUCKET)
+    prefix = "final"
+    prompts = tmp_path / "prompts.jsonl"
+    ids = write_prompts(prompts, N_PROMPTS)
+    sim = SimEngineProc("--host", f"{netns.subnet}.1", "--latency-ms", "150", "--out-tokens", "4-16",
+                        log_dir=tmp_path)
+    text = fleet_text(netns, prompts, sim.url, bridge_s3, 'restart = "on-failure"\nrestart_backoff_s = 1\n',
+                      prefix=prefix)
+    fleet = tmp_path / "fleet.toml"
+    fleet.write_text(text)
+    stale = tmp_path / "teammate.toml"  # a fleet file that still names node1 (no placement of its own)
+    stale.write_text(text)
+
+    def fence():
+        return s3.get_object(Bucket=BUCKET, Key=f"{prefix}/_attempt")["Body"].read().decode().strip()
+
+    try:
+        r = cli("watch", "start", "--supervise", "none", "-f", str(fleet))
+        assert r.returncode == 0, r.stdout + r.stderr
+        r = cli("launch", "gen", "-f", str(fleet))
+        assert r.returncode == 0, r.stderr
+        first = wait_for(lambda: (s := job_state(node1.home, "gen")).get("pid") and s, what="the job on node1")
+        wait_for(lambda: len(audit_s3(s3, BUCKET, prefix)[1]) >= 2, timeout=120, what="node1's first shards in S3")
+        node1.link(False)
+        assert len(audit_s3(s3, BUCKET, prefix)[0]) < N_PROMPTS, "node1 finished before it was cut"
+        r = cli("move", "gen", "--to", "node2", "-f", str(fleet))
+        assert r.returncode == 0, r.stdout + r.stderr
+        attempt = wait_for(lambda: (a := fence()).split("-")[1] == "node2" and a, timeout=120,
+                           what="the move's attempt id in S3", detail=fence)
+        node1.link(True)
+        # node1's watcher (alive all along) sees its attempt stop, fenced: final, where the job went
+        st = wait_for(lambda: (s := job_state(node1.home, "gen")).get("state") in ("fenced", "failed") and s,
+                      timeout=180, what="node1's attempt to stop", detail=lambda: job_state(node1.home, "gen"))
+        assert st["state"] == "fenced", st
+        assert st["exit_code"] == 5 and "moved to node node2" in st["fenced"], st
+        # a relaunch there, from a file that still names node1, is refused before anything starts
+        r = cli("relaunch", "gen", "--take-over", "-f", str(stale))
+        assert r.returncode == 1, r.stdout + r.stderr
+        assert "moved to node node2" in r.stderr and "gpudeck move gen --to node1" in r.stderr, r.stderr
+        code_file = node2.home / "jobs" / "gen" / "exit_code"
+        wait_for(lambda: code_file.exists() and code_file.read_text().strip(), timeout=300,
+                 what="the moved job to finish on node2",
+                 detail=lambda: (node2.home / "jobs" / "gen" / "job.log").read_text()[-3000:])
+        assert code_file.read_text().strip() == "0", (node2.home / "jobs" / "gen" / "job.log").read_text()[-3000:]
+        # node1 never started it again: one attempt there, its state still fenced; S3 holds the move's id
+        after = job_state(node1.home, "gen")
+        assert (after["attempt"], after["state"]) == (first["attempt"], "fenced"), after
+        assert launches(node1.home, "gen") == 1, (node1.home / "audit.log").read_text()
+        assert fence() == attempt
+        counts, _ = audit_s3(s3, BUCKET, prefix)
+        assert not {i: c for i, c in counts.items() if c > 1} and set(counts) == set(ids)
+    finally:
+        node1.link(True)
+        for node in (node1, node2):
+            stop_watch(node.home)
+        sim.stop()
+
+
 def test_move_to_an_unknown_node_or_its_own_node_is_refused_with_exit_2(tmp_path):
     fleet = tmp_path / "fleet.toml"  # refused before any connection: the hosts need not exist
     fleet.write_text('[[nodes]]\nname = "node1"\nhost = "192.0.2.1"\n[[nodes]]\nname = "node2"\nhost = "192.0.2.2"\n'

@@ -5,7 +5,14 @@ worker that writes an output (generate, extract) has an attempt id and writes it
 output (``<prefix>/_attempt`` in S3, ``OUT/_attempt`` in a directory) when it starts; a worker
 that later reads an id *newer* than its own stops writing and exits (:data:`EXIT_FENCED`).
 The console makes a moved job's id (``gpudeck move``) and hands it to the new attempt in
-``$GPUDECK_ATTEMPT_ID``; a worker started without one makes its own.
+``$GPUDECK_ATTEMPT_ID``; a worker started without one makes its own, named for its node
+(``$GPUDECK_NODE``, which the agent sets).
+
+Only a move fences another node. An id a worker made itself (a launch, a relaunch, a
+watcher's restart) orders after every id before it, so it would fence whatever runs now; it
+is therefore refused wherever the output already holds *another node's* id (:func:`refusal`):
+the job was moved there, and only ``gpudeck move`` brings it back. An attempt fenced or
+refused is final: it exits :data:`EXIT_FENCED`, which no restart policy restarts.
 
 An id is ``<unix ms, 15 digits>-<node>-<8 hex>``: zero-padded, so the order of the strings is
 the order of the clocks that made them (the node and the random part only break ties). Ids are
@@ -27,8 +34,10 @@ import time
 from typing import Optional
 
 ENV = "GPUDECK_ATTEMPT_ID"  # a moved job's id, set by the console in the job's env
+NODE_ENV = "GPUDECK_NODE"  # the node a job runs on (the fleet file's name), set by the agent
 FENCE_NAME = "_attempt"  # beside the output: s3://bucket/prefix/_attempt, or OUT/_attempt
 EXIT_FENCED = 5  # a worker that found a newer attempt and stopped (nothing more is written)
+FENCED_NOTE = "fenced.json"  # in the job's directory: why its worker stopped fenced (where the job went)
 
 _ID = re.compile(r"^(\d{15})-([A-Za-z0-9_.-]{1,64})-([0-9a-f]{8})$")
 
@@ -66,11 +75,53 @@ def is_newer(theirs: Optional[str], mine: str) -> bool:
 
 def attempt_id_from_env(node: Optional[str] = None) -> str:
     """``$GPUDECK_ATTEMPT_ID`` when it holds a valid id (a moved job), else a fresh one."""
+    return attempt_from_env(node)[0]
+
+
+def attempt_from_env(node: Optional[str] = None) -> tuple[str, bool]:
+    """(id, given): ``$GPUDECK_ATTEMPT_ID`` when it holds a valid id (a moved job: given), else a
+    fresh one for ``node`` (default ``$GPUDECK_NODE``, else the host's name)."""
     given = os.environ.get(ENV, "").strip()
     if given:
         parse_attempt_id(given)  # a bad one is the console's bug: say so, never guess
-        return given
-    return new_attempt_id(node)
+        return given, True
+    return new_attempt_id(node or os.environ.get(NODE_ENV) or None), False
+
+
+def node_of_id(attempt_id: str) -> Optional[str]:
+    """The node an id names; None for anything that is not an id."""
+    try:
+        return parse_attempt_id(attempt_id)[1]
+    except AttemptIdError:
+        return None
+
+
+def refusal(theirs: Optional[str], mine: str, given: bool) -> Optional[str]:
+    """Why the attempt ``mine`` may not claim an output that holds ``theirs``; None when it may.
+
+    ``given``: ``mine`` was handed over by a move (``$GPUDECK_ATTEMPT_ID``); it is refused only
+    by a newer id. An id the worker made itself is refused by a newer one and by *any* id of
+    another node: that node holds the job since a move, and a restart here must not take it back
+    with a fresher clock."""
+    if is_newer(theirs, mine):
+        assert theirs is not None
+        return moved_to(theirs)
+    if given or not theirs:
+        return None
+    there = node_of_id(theirs)
+    if there is None or there == node_of_id(mine):
+        return None
+    return moved_to(theirs)
+
+
+def moved_to(theirs: str) -> str:
+    """"the job moved to node b at 2026-12-04 10:00:00 UTC (attempt id …)" for the id there."""
+    try:
+        ms, node, _ = parse_attempt_id(theirs)
+    except AttemptIdError:
+        return f"the output holds attempt {theirs[:80]!r}"
+    at = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ms / 1000.0))
+    return f"the job moved to node {node} at {at} (attempt id {theirs})"
 
 
 def attempt_time(attempt_id: str) -> float:

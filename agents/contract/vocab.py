@@ -17,6 +17,7 @@ class JobState(str, enum.Enum):
     KILLED = "killed"  # ended by a kill we sent
     LOST = "lost"  # gone with no exit code and no kill: a reboot, an OOM of the wrapper...
     BLOCKED = "blocked"  # never launched: a job it runs `after` failed or gave up (agents/watch/phases.py)
+    FENCED = "fenced"  # stopped for good: the job was moved to another node, whose attempt holds the output
 
     def __str__(self) -> str:
         return self.value
@@ -42,6 +43,7 @@ class ShownState(str, enum.Enum):
     KILLED = "killed"
     LOST = "lost"
     BLOCKED = "blocked"
+    FENCED = "fenced"
     READY = "ready"
     UNKNOWN = "unknown"
 

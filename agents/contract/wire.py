@@ -302,6 +302,7 @@ class JobStatus:
     task: Optional[TaskInfo] = None  # a cluster job's task (the row is <job>/<index>)
     waiting: Optional[str] = None  # a job with `after` not started yet: what it waits for, or why it is blocked
     adopted: bool = False  # this attempt is a process gpudeck did not start (`gpudeck adopt`)
+    fenced: Optional[str] = None  # state fenced: where the job went, as its worker read it beside the output
 
 
 @dataclass(frozen=True)

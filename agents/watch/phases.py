@@ -9,6 +9,8 @@ What "finished ok" means, per job named:
   was lost with no restart to come (no policy, or ``gave_up``): the dependent is then
   ``blocked``, with the reason in its row, a ``blocked`` event and a notification. If that job
   runs again (a relaunch), the dependent goes back to waiting.
+- **moved away** (``fenced`` here: ``gpudeck move`` took it to another node): its marker at
+  the new place (its S3 prefix, or its ``success_marker``) once it ends there; never blocked.
 - **on another node**: its completion marker, ``_SUCCESS``, which the fleet file's parser
   resolved into ``JobSpec.after_markers`` (a path as this node sees it, or an ``s3://`` URL). A
   failure there is that node's news: here the dependent only waits.
@@ -25,7 +27,7 @@ import threading
 import time
 from typing import Any, Callable, Optional
 
-from ..contract.jobs import JobSpec
+from ..contract.jobs import JobSpec, completion_marker
 from ..contract.vocab import EventKind, JobState
 
 log = logging.getLogger("agents")
@@ -89,6 +91,14 @@ class Phases:
             return Waiting(f"{dep} (not started)")
         if rec.state is JobState.EXITED:
             return None
+        if rec.state is JobState.FENCED:  # it runs on another node since a move: its marker there says
+            dep_spec = self.sup.spec_of(dep)
+            there = completion_marker(dep_spec) if dep_spec is not None else None
+            if there is not None and (there.startswith("s3://") or dep_spec.success_marker):
+                if self._marker(there, now)[0]:
+                    return None
+                return Waiting(f"{dep} (moved: {rec.fenced or 'fenced'}; waiting for its marker {there})")
+            return Waiting(f"{dep} (moved: {rec.fenced or 'fenced'}; waiting for it there)")
         if rec.state.alive:
             return Waiting(f"{dep} ({rec.state.value})")
         how = f"exit code {rec.exit_code}" if rec.exit_code is not None else "no exit code"

@@ -147,7 +147,11 @@ class RestartEngine:
             self.emit(EventKind.STATE, f"job {j.name}: {old or 'unknown'} -> {state} (attempt {j.attempt})",
                       job=j.name, attempt=j.attempt, state=state)
             how = f"exit code {j.exit_code}" if j.exit_code is not None else "no exit code: lost"
-            if j.state in (JobState.FAILED, JobState.LOST):
+            if j.state is JobState.FENCED:
+                self.emit(EventKind.ACTION, f"job {j.name} stopped for good on attempt {j.attempt}, fenced: "
+                                            f"{j.fenced or 'it was moved to another node'}; no restart here",
+                          job=j.name, attempt=j.attempt, action="fenced")
+            elif j.state in (JobState.FAILED, JobState.LOST):
                 self.emit(EventKind.DIED, f"job {j.name} died ({how}) on attempt {j.attempt}", job=j.name,
                           attempt=j.attempt, exit_code=j.exit_code)
             elif j.state is JobState.EXITED:

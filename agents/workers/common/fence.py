@@ -10,8 +10,11 @@ Where the id lives:
 Ordering rules:
 
 1. :meth:`Fence.claim` runs before the worker restores or writes anything: it reads the id
-   there; a newer one means this attempt is stale (restarted on the node it was moved off)
-   and it stops before its first write (:class:`Fenced`); otherwise it writes its own. Where
+   there; a newer one, or any id of another node when this attempt made its own id (a
+   restart on the node the job was moved off: contract/fencing.py, ``refusal``), means this
+   attempt is stale and it stops before its first write (:class:`Fenced`); otherwise it writes
+   its own, then removes the completion markers the last run left (``on_claim``): from then on
+   no marker says more than the output holds, and the uploader sends nothing before. Where
    the store cannot be written yet (a bucket not there, S3 down), the worker starts all the
    same (uploads never block generation) and the id is written before its first upload:
    nothing of this attempt reaches the output before its id does.
@@ -32,10 +35,10 @@ import logging
 import os
 import threading
 import time
-from typing import Any, Optional, Protocol
+from typing import Any, Callable, Optional, Protocol
 
-from ...contract.atomic import atomic_write_bytes
-from ...contract.fencing import FENCE_NAME, is_newer
+from ...contract.atomic import atomic_write_bytes, atomic_write_json
+from ...contract.fencing import FENCE_NAME, FENCED_NOTE, is_newer, moved_to, refusal
 
 log = logging.getLogger("gpudeck.fence")
 
@@ -47,10 +50,12 @@ class FenceUnavailable(OSError):
 class Fenced(RuntimeError):
     """A newer attempt of this job writes the output now: this one must stop."""
 
-    def __init__(self, mine: str, theirs: str, where: str) -> None:
+    def __init__(self, mine: str, theirs: str, where: str, why: str = "") -> None:
         self.mine, self.theirs, self.where = mine, theirs, where
-        super().__init__(f"fenced: {where} holds attempt {theirs}, newer than this one ({mine}); "
-                         f"stopping without writing more (the job was moved)")
+        self.why = why or "the job was moved"
+        held = (f"attempt {theirs}, newer than this one ({mine})" if is_newer(theirs, mine)
+                else f"another node's attempt {theirs} (this one, {mine}, was not handed over by a move)")
+        super().__init__(f"fenced: {where} holds {held}: {self.why}; stopping without writing more")
 
 
 class Store(Protocol):
@@ -103,10 +108,13 @@ class S3Store:
 class Fence:
     """One attempt's hold on its output. Thread-safe; :attr:`fenced` is set once and stays."""
 
-    def __init__(self, store: Store, attempt_id: str, interval_s: float = 5.0) -> None:
+    def __init__(self, store: Store, attempt_id: str, interval_s: float = 5.0, given: bool = True,
+                 on_claim: Optional[Callable[[], None]] = None) -> None:
         self.store = store
         self.attempt_id = attempt_id
         self.interval_s = interval_s
+        self.given = given  # the id came with a move ($GPUDECK_ATTEMPT_ID), not made by this worker
+        self.on_claim = on_claim  # run once the id is written: removes the last run's markers
         self.fenced: Optional[Fenced] = None
         self.claimed = False
         self._next = 0.0
@@ -116,11 +124,13 @@ class Fence:
         """Rule 1: stop if a newer attempt is there, else write this one's id. Errors of the
         store propagate (a worker that cannot write its id does not start)."""
         theirs = self.store.read()
-        if is_newer(theirs, self.attempt_id):
+        why = refusal(theirs, self.attempt_id, self.given)
+        if why is not None:
             assert theirs is not None
-            self.fenced = Fenced(self.attempt_id, theirs, self.store.where)
-            raise self.fenced
+            raise self._fence(theirs, why)
         self.store.write(self.attempt_id)
+        if self.on_claim is not None:
+            self.on_claim()
         self.claimed = True
         self._next = time.monotonic() + self.interval_s
         log.info("attempt %s holds %s", self.attempt_id, self.store.where)
@@ -150,9 +160,22 @@ class Fence:
                 self._next = time.monotonic() + self.interval_s
             if is_newer(theirs, self.attempt_id):
                 assert theirs is not None
-                self.fenced = Fenced(self.attempt_id, theirs, self.store.where)
-                log.error("%s", self.fenced)
+                log.error("%s", self._fence(theirs, moved_to(theirs)))
                 raise self.fenced
+
+    def _fence(self, theirs: str, why: str) -> Fenced:
+        """This attempt is fenced for good; the agent reads why from the job's directory
+        (``fenced.json``: the job's state then says ``fenced`` and where the job went)."""
+        self.fenced = Fenced(self.attempt_id, theirs, self.store.where, why)
+        job_dir = os.environ.get("GPUDECK_JOB_DIR")
+        if job_dir:
+            try:
+                atomic_write_json(os.path.join(job_dir, FENCED_NOTE),
+                                  {"why": why, "theirs": theirs, "mine": self.attempt_id, "where": self.store.where,
+                                   "at": time.time()}, fsync=False)
+            except OSError as exc:  # the exit code says fenced all the same
+                log.warning("cannot write %s in %s: %s", FENCED_NOTE, job_dir, exc)
+        return self.fenced
 
     def check_due(self) -> None:
         """:meth:`check` when ``interval_s`` passed since the last one."""

@@ -4,7 +4,8 @@ a job that runs ``after`` it on another node sees it finished ok (agents/watch/p
 
 Crash ordering: the marker is written last, after the done-set is closed and the uploads have
 drained; a worker killed before that leaves none, and a run that starts again removes the old
-one before it writes anything (a marker never says more than the output holds)."""
+ones, in its directory and under its S3 prefix, once it holds its fence claim (common/fence.py,
+``on_claim``) and before it writes anything: a marker never says more than the output holds."""
 
 from __future__ import annotations
 
@@ -21,12 +22,16 @@ from ...contract.jobs import MARKER
 log = logging.getLogger(__name__)
 
 
-def clear(out_dir: str) -> None:
-    """A run begins: the last run's marker no longer says what the output holds."""
+def clear(out_dir: str, client: Any = None, s3_loc: Any = None) -> None:
+    """A run begins: the last run's markers no longer say what the output holds. With
+    ``client`` and ``s3_loc`` (an S3Location) the one under the prefix goes too; an error of S3
+    propagates (the claim is not done until the marker is gone, and is tried again)."""
     try:
         os.unlink(os.path.join(out_dir, MARKER))
     except FileNotFoundError:
         pass
+    if client is not None and s3_loc is not None:
+        client.delete_object(Bucket=s3_loc.bucket, Key=s3_loc.key(MARKER))  # no error when absent
 
 
 def write(out_dir: str, counts: dict[str, Any], s3_loc: Any = None, endpoint_url: Optional[str] = None) -> bool:

@@ -57,8 +57,7 @@ class Extraction:
             from .codec import plane_codec
             plane_codec()  # a missing zstandard fails now, not after the model has loaded
         os.makedirs(self.out_dir, exist_ok=True)
-        lock = DirLock(self.out_dir).acquire()
-        success.clear(self.out_dir)
+        lock = DirLock(self.out_dir).acquire()  # the markers go with the fence's claim (_resume)
         try:
             return self._run_locked()
         finally:
@@ -84,8 +83,16 @@ class Extraction:
             if verdict is not None:
                 log.warning("the data looks degenerate, extracting anyway because of --force: %s", verdict)
         check_ids(opts, files, self.out_dir)
-        runner, cfg, layers = self._load_model(dtype)
+        # the fence first: its claim removes the last run's completion markers, so nothing after
+        # (the model's load takes minutes, and writes the output's metadata) runs under a marker
+        # that says the output is complete
         uploader, res = self._resume()
+        try:
+            runner, cfg, layers = self._load_model(dtype)
+        except BaseException:
+            if uploader is not None:
+                uploader.stop()
+            raise
         ctx = RunContext(opts=opts, out_dir=self.out_dir, progress_path=progress, files=files, runner=runner,
                          cfg=cfg, layers=layers, tokenizer=self.tokenizer, res=res, uploader=uploader,
                          on_shard_closed=self.on_shard_closed, stages=self.stages, startup=self.startup,
@@ -181,16 +188,17 @@ class Extraction:
     def _resume(self):
         """(uploader or None, reconcile's result); S3 first: a fresh node gets its done-set
         back before reconciling."""
-        from ...contract.fencing import attempt_id_from_env
+        from ...contract.fencing import attempt_from_env
         from ..common.fence import Fence, FileStore
 
         uploader = None
         min_next = 0
-        attempt_id = attempt_id_from_env()
+        attempt_id, given = attempt_from_env()
         if self.opts.s3:  # the fence in S3, claimed before the restore (common/fence.py)
-            uploader, min_next, self.fence = _s3_setup(self.opts, self.out_dir, attempt_id)
+            uploader, min_next, self.fence = _s3_setup(self.opts, self.out_dir, attempt_id, given)
         else:
-            self.fence = Fence(FileStore(self.out_dir), attempt_id, self.opts.fence_interval_s)
+            self.fence = Fence(FileStore(self.out_dir), attempt_id, self.opts.fence_interval_s, given=given,
+                               on_claim=lambda: success.clear(self.out_dir))
             self.fence.claim()
         res = reconcile(self.out_dir, min_next_shard=min_next)
         if res.removed_tmp or res.reindexed or res.readded:
@@ -264,7 +272,7 @@ def _check_or_write_meta(out_dir: str, meta: dict) -> None:
     atomic_write_json(path, meta)
 
 
-def _s3_setup(opts: ExtractOptions, out_dir: str, attempt_id: str):
+def _s3_setup(opts: ExtractOptions, out_dir: str, attempt_id: str, given: bool = True):
     """Claim the fence, restore the done-set from S3 on a fresh node; return (uploader, first
     free shard number, fence)."""
     from ..common.s3sync.remote import S3Location
@@ -274,7 +282,8 @@ def _s3_setup(opts: ExtractOptions, out_dir: str, attempt_id: str):
     if opts.part is not None:
         loc = S3Location(loc.bucket, loc.key(part_name(opts.part)))
     s3 = start_s3(out_dir, loc, endpoint_url=opts.s3_endpoint, done_name=DONESET, names=NAMES,
-                  ids_of_file=_ids_of_shard, attempt_id=attempt_id, fence_interval_s=opts.fence_interval_s)
+                  ids_of_file=_ids_of_shard, attempt_id=attempt_id, fence_interval_s=opts.fence_interval_s,
+                  given=given)
     return s3.uploader, s3.next_number, s3.fence
 
 

@@ -32,7 +32,7 @@ import signal
 import time
 from typing import Any, Optional
 
-from ...contract.fencing import EXIT_FENCED, attempt_id_from_env
+from ...contract.fencing import EXIT_FENCED, attempt_from_env
 from ..common.dirlock import DirLock
 from ..common.fence import Fence, Fenced, FileStore
 from ..common.audit_gate import audit_verdict
@@ -74,7 +74,7 @@ class Generator:
         self._terminated = False
         self.gave_up = False  # every server dead for --give-up-after
         self._interrupted = False  # ctrl-c (SIGINT): exit 130, as every gpudeck command
-        self.attempt_id = attempt_id_from_env()
+        self.attempt_id, self.attempt_given = attempt_from_env()
         self.fence: Optional[Fence] = None
         self.fenced: Optional[Fenced] = None  # a newer attempt holds the output: stop, write nothing more
         self.total_estimate = 0
@@ -101,9 +101,9 @@ class Generator:
             raise UsageError(f"--prompts {o.prompts}: no such file")
         os.makedirs(self.out, exist_ok=True)
         self._lock = DirLock(self.out).acquire()
-        success.clear(self.out)
         if not o.s3:  # with --s3, the fence is in S3 (claimed by _s3_start, before the restore)
-            self.fence = Fence(FileStore(self.out), self.attempt_id, o.fence_interval_s)
+            self.fence = Fence(FileStore(self.out), self.attempt_id, o.fence_interval_s, given=self.attempt_given,
+                               on_claim=lambda: success.clear(self.out))
             self._claim(self.fence.claim)
         self._remove_stale_temp_files()
         self._audit()
@@ -203,7 +203,8 @@ class Generator:
         s3 = self._claim(lambda: start_s3(self.out, loc, endpoint_url=self.o.s3_endpoint, done_name=DONE_FILE,
                                           names=NAMES, ids_of_file=ids_in_jsonl, restore_attempts=5,
                                           list_attempts=(5, 3), local_numbers_on_failure=True,
-                                          attempt_id=self.attempt_id, fence_interval_s=self.o.fence_interval_s))
+                                          attempt_id=self.attempt_id, fence_interval_s=self.o.fence_interval_s,
+                                          given=self.attempt_given))
         self.uploader = s3.uploader
         self.fence = s3.fence
         return s3.taken

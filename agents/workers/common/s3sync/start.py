@@ -59,23 +59,28 @@ def with_retries(fn: Callable[[], T], what: str, attempts: int = 5) -> T:
 def start_s3(out_dir: str, loc: S3Location, *, endpoint_url: Optional[str], done_name: str, names: ShardNames,
              ids_of_file: Callable[[str], Iterable[str]], restore_attempts: int = 1,
              list_attempts: tuple[int, int] = (1, 1), local_numbers_on_failure: bool = False,
-             attempt_id: Optional[str] = None, fence_interval_s: float = 5.0) -> S3Start:
+             attempt_id: Optional[str] = None, fence_interval_s: float = 5.0, given: bool = True) -> S3Start:
     """Restore (on a fresh node), list the taken numbers, make the uploader. ``ids_of_file(path)``
     reads the ids of one shard file of this program. ``list_attempts``: (fresh node, known
     node). ``local_numbers_on_failure``: on a known node a listing that keeps failing is
     logged and the manifest's numbers are used. ``attempt_id``: claim the fence first (Fenced
-    when a newer attempt holds the prefix). Raises S3Error otherwise."""
+    when a newer attempt holds the prefix, or another node's when ``given`` is false: the id
+    was made here, contract/fencing.py); the claim removes the last run's completion markers,
+    local and under the prefix. Raises S3Error otherwise."""
     client = make_client(endpoint_url)
     fence = None
     if attempt_id is not None:
         from ....contract.fencing import FENCE_NAME
-        fence = Fence(S3Store(client, loc.bucket, loc.key(FENCE_NAME)), attempt_id, fence_interval_s)
+        from .. import success
+        fence = Fence(S3Store(client, loc.bucket, loc.key(FENCE_NAME)), attempt_id, fence_interval_s, given=given,
+                      on_claim=lambda: success.clear(out_dir, client, loc))
 
         try:
             fence.claim()
         except Fenced:
             raise
         except Exception as exc:  # the uploader writes it before its first upload (common/fence.py, rule 1)
+            success.clear(out_dir)  # this node's own copy goes now; the one in S3 with the claim
             log.warning("cannot write the attempt id to %s yet (%s); it goes up before the first upload",
                         loc.url(FENCE_NAME), describe_error(exc))
     fresh = not os.path.exists(os.path.join(out_dir, done_name))
