@@ -11,18 +11,21 @@ import json
 
 from ...agents.contract import ops
 from ...agents.contract.jobs import KINDS
-from .common import (EXIT_FAIL, EXIT_NOT_YOURS, EXIT_OK, EXIT_OWNED, EXIT_PID_REUSED, EXIT_USAGE, err, exit_codes,
-                     fleet_arg, load_fleet)
+from .common import (EXIT_FAIL, EXIT_HOLDS_NODE, EXIT_NOT_YOURS, EXIT_OK, EXIT_OWNED, EXIT_PID_REUSED, EXIT_USAGE,
+                     err, exit_codes, fleet_arg, load_fleet)
 
 # a node's refusal (ops.Adopt; agents/contract/errors.ADOPT_REFUSALS) -> the command's exit code
 REFUSAL_EXITS = {"no_such_pid": EXIT_USAGE, "name_taken": EXIT_USAGE, "not_yours": EXIT_NOT_YOURS,
-                 "pid_reused": EXIT_PID_REUSED, "owned": EXIT_OWNED}
+                 "pid_reused": EXIT_PID_REUSED, "owned": EXIT_OWNED, "holds_node": EXIT_HOLDS_NODE}
 EXITS = {EXIT_FAIL: "the node could not be reached, or failed",
          EXIT_USAGE: "a mistake on the command line or in the fleet file; no such process on the node; the node "
                      "already holds a job of that name",
          EXIT_NOT_YOURS: "the process is another user's (an agent adopts only its own user's processes)",
          EXIT_PID_REUSED: "the pid names another process than the one started at --started-at",
-         EXIT_OWNED: "a job already owns the process"}
+         EXIT_OWNED: "a job already owns the process",
+         EXIT_HOLDS_NODE: "its kill would take the node down: pid 1, a gpudeck agent (the node's agent, its "
+                          "watcher, a relay) or one of their ancestors, or a process whose tree or process group "
+                          "holds one, an sshd session or another job's process"}
 
 
 def register(sub) -> None:
