@@ -34,7 +34,7 @@ def register(sub) -> None:
     fleet_arg(p)
     p.add_argument("--node", required=True, help="the node the process runs on")
     p.add_argument("--pid", required=True, type=_pid, help="its process id")
-    p.add_argument("--as", dest="name", required=True, metavar="NAME", help="the job's name")
+    p.add_argument("--as", dest="name", required=True, metavar="NAME", type=_job_name, help="the job's name")
     p.add_argument("--progress-file", metavar="F", help="where the process reports progress (progress.json or "
                                                         "a done-set; relative: to its working directory)")
     p.add_argument("--kind", choices=KINDS, default="command", help="the job's kind (default command)")
@@ -43,6 +43,17 @@ def register(sub) -> None:
                         "that now names a process started at another time is refused")
     p.add_argument("--json", action="store_true", help="print what the node recorded as JSON")
     p.set_defaults(run=_adopt)
+
+
+def _job_name(text: str) -> str:
+    """Refused here, before any connection: a newline or an escape in a name would be a line or a
+    colour of its own in every view (agents/contract/jobs.job_name_problem)."""
+    from ...agents.contract.jobs import job_name_problem
+
+    problem = job_name_problem(text)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
+    return text
 
 
 def _pid(text: str) -> int:
