@@ -91,7 +91,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                     help="report this node's GPUs and host as snapshots on stdout until stdin closes; launch "
                          "nothing (a cluster agent runs it beside a task, with srun --overlap)")
     args = ap.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="agent %(levelname)s %(message)s")
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format=wire.STDERR_FORMAT)
     import getpass
     home = Path(str(args.home or default_home()).replace("{user}", getpass.getuser())).expanduser()
     if args.observe:

@@ -45,6 +45,20 @@ def test_a_home_others_may_write_to_is_refused(tmp_path):
     assert not (home / "jobs").exists()  # refused before anything was written there
 
 
+@pytest.mark.system
+def test_a_group_writable_home_is_said_first_not_after_a_guess(tmp_path):
+    home = tmp_path / "team-home"
+    home.mkdir()
+    home.chmod(0o770)
+    fleet = tmp_path / "fleet.toml"
+    fleet.write_text(f'[defaults]\nhome = "{home}"\nnvml = false\n')
+    r = gpudeck("status", "--json", "-f", str(fleet), check=False)
+    error = json.loads(r.stdout)["nodes"][0]["error"]
+    assert error.startswith(f"node local: the state directory {home} is writable by its group (mode 0770): "), error
+    assert error.endswith("the agent exited with code 3 before saying hello"), error
+    assert "is gpudeck installed" not in error and error.count("is writable by") == 1, error
+
+
 def test_watch_json_is_0600_from_its_first_byte(tmp_path, monkeypatch):
     from gpudeck.agents.watch.config import WatchConfig
 
