@@ -21,7 +21,7 @@ from typing import Any, Callable, Optional
 
 from . import doctor, writes
 from .contract import ops, wire
-from .contract.errors import AdoptRefused, Refusal
+from .contract.errors import KindedRefusal, Refusal
 from .alerts import node_alerts
 from .engines import EngineScraper
 from .gpu import GpuSampler
@@ -91,6 +91,7 @@ class Agent:
         self.consoles: Optional[Consoles] = None  # set by run()
         self.listener: Optional[Listener] = None  # relays on <home>/agent.sock (the lock holder's, bound early)
         self.detached = detached  # the node's watcher: no console of its own (agents/watch/daemon.py)
+        self.sup.agent_role = "watcher" if detached else "agent"  # how a refused kill names this process
         self.argv: list[str] = []  # this agent's arguments, for the detached watcher it may start
         from .watch import Watcher
         self.watch = Watcher(self.home, node, self.sup, self.gpu, detached=detached)
@@ -301,9 +302,10 @@ class Agent:
                 raise TypeError(f"{op.name!r} answered a {type(result).__name__}, not a {op.Result.__name__}")
             return Reply(id=req.id, ok=True, result=to_plain(result))
         except (JobError, SpecError, ValueError, TypeError, OSError) as exc:
-            adopt = exc if isinstance(exc, AdoptRefused) else None
-            return Reply(id=req.id, ok=False, error=str(exc), usage=isinstance(exc, Refusal) or bool(adopt and adopt.usage),
-                         refusal=adopt.kind if adopt else None)
+            kinded = exc if isinstance(exc, KindedRefusal) else None
+            return Reply(id=req.id, ok=False, error=str(exc),
+                         usage=isinstance(exc, Refusal) or bool(kinded and kinded.usage),
+                         refusal=kinded.kind if kinded else None)
         except Exception as exc:  # noqa: BLE001 -- a bug: still an answer, and the traceback in the log
             log.exception("request %s failed", req.op)
             return Reply(id=req.id, ok=False, error=f"the agent failed on {req.op!r}: {type(exc).__name__}: {exc}")

@@ -6,7 +6,11 @@ while the escaped process still holds a GPU. So every attempt is contained in on
 ways, chosen once per agent (the snapshot says which):
 
 ``cgroup``
-    The attempt runs in a cgroup v2 of its own, ``<parent>/home-<hash>/<job>.<attempt>``. The job's
+    The attempt runs in a cgroup v2 of its own, ``<parent>/home-<hash>/<job>.<attempt>``, the
+    hash of the home's path and of its instance (``<home>/instance-id``, random, written when the
+    home is first used): a home deleted and made again at the same path, its old jobs still
+    running in their cgroups, starts again at attempt 1 of the same job names, and must not
+    find the old processes in its new attempts' cgroups. The job's
     wrapper moves itself there before it starts the command, so every descendant is born
     inside; no process can leave a cgroup without privileges. Members are read from
     ``cgroup.procs``; the kill ends with ``cgroup.kill`` and is verified by the cgroup being
@@ -33,6 +37,8 @@ import secrets
 import signal
 from pathlib import Path
 from typing import Iterable, Optional
+
+from .contract.atomic import atomic_write_text
 
 log = logging.getLogger(__name__)
 
@@ -106,25 +112,29 @@ class Containment:
 
     def home_cgroup(self, home: Path) -> Optional[Path]:
         """The cgroup under which one agent home keeps its attempts: agents of several homes
-        on one machine (several users, the tests) never share an attempt's cgroup."""
+        on one machine (several users, the tests) never share an attempt's cgroup, nor do two
+        homes made one after the other at the same path (home_instance)."""
         if self.parent is None:
             return None
-        return self.parent / ("home-" + hashlib.sha1(str(Path(home).resolve()).encode()).hexdigest()[:12])
+        key = f"{Path(home).resolve()}\0{home_instance(Path(home))}"
+        return self.parent / ("home-" + hashlib.sha1(key.encode()).hexdigest()[:12])
 
     def prepare(self, home: Path, job: str, attempt: int, env: dict[str, str]) -> str:
         """Set up attempt ``attempt`` of ``job``: its token (always, also in cgroup mode, where
         it names the job of a GPU process cheaply) and its cgroup. Returns the token."""
         token = new_token()
         env[TOKEN_ENV] = token
-        base = self.home_cgroup(home)
-        if base is not None:
-            cg = base / f"{job}.{attempt}"
+        if self.parent is not None:
             try:
+                base = self.home_cgroup(home)
+                assert base is not None
                 base.mkdir(exist_ok=True)
+                cg = base / f"{job}.{attempt}"
                 cg.mkdir(exist_ok=True)
                 env[CGROUP_ENV] = str(cg)
             except OSError as exc:
-                log.warning("job %s: cannot make its cgroup %s (%s): contained by its token only", job, cg, exc)
+                log.warning("job %s: cannot make its cgroup under %s (%s): contained by its token only",
+                            job, self.parent, exc)
         return token
 
     def members(self, token: Optional[str], cgroup: Optional[str]) -> Optional[set[int]]:
@@ -159,6 +169,24 @@ class Containment:
                     os.rmdir(path)
                 except OSError:
                     return
+
+
+INSTANCE_FILE = "instance-id"
+
+
+def home_instance(home: Path) -> str:
+    """This home's instance: a random id in ``<home>/instance-id``, written the first time it is
+    asked for (by the one agent that holds the home: agents/lock.py). A home made again at the
+    same path has another one."""
+    path = home / INSTANCE_FILE
+    try:
+        text = path.read_text().strip()
+    except FileNotFoundError:
+        text = ""
+    if not text:
+        text = new_token()
+        atomic_write_text(str(path), text + "\n")  # whole or not at all
+    return text
 
 
 def read_cgroup_procs(cg: Path) -> Optional[set[int]]:

@@ -40,6 +40,16 @@ def home_mode_problem(home: Path) -> Optional[str]:
     return None
 
 
+def _node_name(text: str) -> str:
+    """--node: a name in every snapshot and event; a newline in it would be a line of its own."""
+    from .contract.names import name_problem
+
+    problem = name_problem(text, "a node name")
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
+    return text
+
+
 def _interval(text: str) -> float:
     """--interval: a number of seconds from 0.01 to 3600 (0 made the agent busy-loop)."""
     try:
@@ -54,7 +64,8 @@ def _interval(text: str) -> float:
 def main(argv: Optional[list[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m gpudeck.agents", description="gpudeck node agent")
     ap.add_argument("--home", type=Path, default=None, help="state directory (default ~/.gpudeck or $GPUDECK_HOME)")
-    ap.add_argument("--node", default=None, help="node name shown in the console (default: hostname)")
+    ap.add_argument("--node", default=None, type=_node_name,
+                    help="node name shown in the console (default: hostname)")
     ap.add_argument("--interval", type=_interval, default=1.0, help="seconds between snapshots (0.01 to 3600)")
     ap.add_argument("--no-nvml", action="store_true", help="do not poll GPUs")
     ap.add_argument("--simulate-gpus", metavar="SPEC", default=None,
@@ -80,7 +91,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                     help="report this node's GPUs and host as snapshots on stdout until stdin closes; launch "
                          "nothing (a cluster agent runs it beside a task, with srun --overlap)")
     args = ap.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="agent %(levelname)s %(message)s")
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format=wire.STDERR_FORMAT)
     import getpass
     home = Path(str(args.home or default_home()).replace("{user}", getpass.getuser())).expanduser()
     if args.observe:

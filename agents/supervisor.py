@@ -34,8 +34,9 @@ import psutil
 from . import joblog, killing, writes
 from .contain import Containment, cgroup_path_of, token_of
 from .gpu import GpuSampler
-from .contract.errors import AdoptRefused
+from .contract.errors import AdoptRefused, HoldsTheNode
 from .contract.fencing import EXIT_FENCED, FENCED_NOTE
+from .holds import holds_the_node
 from .contract.jobs import MARKER, JobKind, JobSpec, SpecError
 from .fenceread import launch_refusal
 from .contract.ops import Adopted
@@ -95,6 +96,7 @@ class JobSupervisor:
         self._stored: dict[str, tuple[int, Optional[JobSpec]]] = {}  # spec.json by its mtime
         self._dirs: dict[str, Path] = {}
         self.on_audit: Optional[Callable[[str, Optional[str], dict[str, Any]], None]] = None  # the timeline's copy
+        self.agent_role = "agent"  # or "watcher" (agents/agent.py): how a refused kill names this process
         self.adopt()
 
     # ------------------------------------------------------------ state on disk
@@ -489,7 +491,10 @@ class JobSupervisor:
         working directory and environment (read from /proc: this user's processes only), its
         process group and its GPUs go into spec.json and state.json, so it is shown, killed and
         verified, relaunched (the same command, directory and environment, contained) and
-        re-adopted by the next agent as a launched job is. AdoptRefused says why not."""
+        re-adopted by the next agent as a launched job is. AdoptRefused says why not, and
+        HoldsTheNode where the job's kill would take the node down (agents/holds.py)."""
+        if pid == 1:  # before anything is read: init's tree is every process on the node
+            self._refuse_holds(pid, "adopt")
         try:
             proc = psutil.Process(pid)
             create_time = proc.create_time()
@@ -504,18 +509,21 @@ class JobSupervisor:
                                              f"{time.strftime('%H:%M:%S', time.localtime(create_time))}, not "
                                              f"{time.strftime('%H:%M:%S', time.localtime(started_at))} as listed); "
                                              f"nothing adopted")
-        try:
-            uid = proc.uids().real
-        except psutil.Error:
-            uid = None
-        if uid != os.getuid():
-            who = _user_name(uid)
-            raise AdoptRefused("not_yours", f"pid {pid} on node {self.node} belongs to {who}; an agent adopts only "
-                                            f"its own user's processes ({_user_name(os.getuid())})")
         with self._lock:
             owner = self.owner_of(pid)
             if owner is not None:
                 raise AdoptRefused("owned", f"pid {pid} already belongs to job {owner!r} on node {self.node}")
+            # before whose it is: an sshd session or an agent's ancestor is often another user's
+            # (root's), and that its kill would take the node down is what the operator must read
+            self._refuse_holds(pid, "adopt")
+            try:
+                uid = proc.uids().real
+            except psutil.Error:
+                uid = None
+            if uid != os.getuid():
+                who = _user_name(uid)
+                raise AdoptRefused("not_yours", f"pid {pid} on node {self.node} belongs to {who}; an agent adopts "
+                                                f"only its own user's processes ({_user_name(os.getuid())})")
             if name in self.records or name in self.declared:
                 raise AdoptRefused("name_taken", f"node {self.node} already holds a job named {name!r}; adopt it "
                                                  f"under another name (--as)")
@@ -624,6 +632,8 @@ class JobSupervisor:
             if live and live.popen is not None:
                 live.popen.poll()
 
+        if rec.adopted and rec.pid:  # a process gpudeck did not start: its tree may have come to hold the node
+            self._refuse_holds(rec.pid, "kill", name, members)
         spec = self.spec_of(name)
         target = killing.Target(job=name, pgid=rec.pgid, started_at=rec.start_ticks,
                                 gpus=list(spec.gpus) if spec else [], members=lambda: self.all_members(rec),
@@ -640,17 +650,27 @@ class JobSupervisor:
 
     def kill_pid(self, pid: int, grace_s: float = 10.0) -> KillVerdict:
         """Kill a GPU process that belongs to no job, with the same verification."""
+        owner = self.owner_of(pid)
+        if owner is not None:
+            raise JobError(f"pid {pid} belongs to job {owner!r}: kill the job ({owner}), so it is verified whole")
+        self._refuse_holds(pid, "kill-pid")  # first: pid 1 holds no GPU, and that must not be what stops it
         on_gpu = any(p == pid for i in range(len(self.gpu.uuids)) for p, _ in self.gpu.processes(i))
         if not on_gpu:
             raise JobError(f"pid {pid} holds no GPU on node {self.node}: only GPU processes that belong to no "
                            f"job are killed by pid")
-        owner = self.owner_of(pid)
-        if owner is not None:
-            raise JobError(f"pid {pid} belongs to job {owner!r}: kill the job ({owner}), so it is verified whole")
         self.audit("kill-pid-start", None, pid=pid, grace_s=grace_s)
         verdict = killing.kill_process(pid, self.gpu, grace_s)
         self.audit("kill-pid", None, to_plain(verdict))
         return verdict
+
+    def _refuse_holds(self, pid: int, action: str, job: Optional[str] = None,
+                      members: Optional[set[int]] = None) -> None:
+        """HoldsTheNode, audited, where a kill of ``pid`` would take the node down (agents/holds.py)."""
+        why = holds_the_node(pid, self.node, os.getpid(), self.agent_role, self.owner_of, job, members)
+        if why is None:
+            return
+        self.audit(f"{action}-refused", job, pid=pid, reason=why)
+        raise HoldsTheNode(f"{why}; refused, nothing {'adopted' if action == 'adopt' else 'signalled'}")
 
     def relaunch(self, name: str, grace_s: float = 10.0) -> LaunchResult:
         """The next attempt, with the fleet file's spec (see launch). A job still running is killed first."""

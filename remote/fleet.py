@@ -25,6 +25,7 @@ from ..agents.contract.jobs import KINDS, JobKind, JobSpec, SpecError, completio
 from ..agents.contract.cluster import RESOURCE_KEYS, ClusterSpec, split_task
 from ..agents.contract.errors import UnknownName
 from ..agents.contract.kinds import OptionError
+from ..agents.contract.names import name_problem
 from ..agents.contract.watching import AlertThresholds, HeartbeatConfig, NotifyTarget, WatchSettings
 from .fleet_check import (FleetError, check_host_keys, check_range, check_type, did_you_mean, show,
                                         unknown_key)
@@ -280,6 +281,9 @@ def _parse_nodes(raw_nodes: Any, defaults: dict[str, Any], path: str, loc: "_Loc
             check_range(path, line, f"{where} {k!r}", k, v)
         if "host_keys" in raw:  # (one from [defaults] was checked there)
             check_host_keys(path, loc.key("nodes", i, "host_keys"), f"{where} 'host_keys'", raw["host_keys"])
+        problem = name_problem(values["name"], "a node name")
+        if problem:
+            raise FleetError(path, loc.key("nodes", i, "name"), f"{where} 'name': {problem}")
         if any(n.name == values["name"] for n in nodes):
             raise FleetError(path, loc.key("nodes", i, "name"), f"{where}: node {values['name']!r} is declared twice")
         nodes.append(Node(**values))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Optional
 
+from ..agents.contract.names import name_problem
 from ..agents.contract.cluster import MIN_POLL_S, RESOURCE_KEYS, ClusterSpec, TaskResources
 from .fleet_check import FleetError, check_host_keys, check_range, check_type, did_you_mean, show, unknown_key
 
@@ -55,6 +56,9 @@ def parse_clusters(raw: Any, defaults: dict[str, Any], node_names: set[str], pat
                     else ""))
         name = values["name"]
         where = f"[[clusters]] {name!r}"
+        problem = name_problem(name, "a cluster name")
+        if problem:
+            raise FleetError(path, line("name"), f"{where} 'name': {problem}")
         if name in node_names or any(c.name == name for c, _ in out):
             raise FleetError(path, line("name"), f"{where}: the name is already taken by a node or a cluster")
         if "kind" in values and values["kind"] != "slurm":

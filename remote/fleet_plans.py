@@ -14,6 +14,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from ..agents.contract.names import name_problem
 from .fleet_check import unknown_key
 from .fleet_watch import Fail, _kind
 
@@ -45,6 +46,8 @@ def parse_plans(raw: Any, base: str, loc: Any, fail: Fail) -> list[PlanRef]:
                 raise fail(line, unknown_key(where, k, PLAN_KEYS))
             if k in ("name", "path") and (not isinstance(v, str) or not v.strip()):
                 raise fail(line, f"{where} {k!r}: expected a non-empty string, got {_kind(v)}")
+            if k == "name" and (problem := name_problem(v, "a plan's name")):
+                raise fail(line, f"{where} 'name': {problem}")
             if k == "servers" and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
                 raise fail(line, f"{where} 'servers': expected a whole number of at least 1, got {v!r}")
             if k == "price" and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)

@@ -122,8 +122,13 @@ class AgentLink:
 
     async def explain_end(self) -> str:
         """Why the agent ended before its hello, from what the transport saw (its exit status,
-        its last stderr lines); empty when the transport has nothing to say."""
+        its last stderr lines but the one that states the cause); empty when the transport has
+        nothing to say."""
         return ""
+
+    def stderr_lines(self) -> list[str]:
+        """The agent's last stderr lines, where the transport keeps them."""
+        return []
 
     async def start_explained(self, timeout: Optional[float] = None) -> Hello:
         """:meth:`start`, with the transport's explanation added to a failure."""
@@ -135,7 +140,11 @@ class AgentLink:
             detail = await self.explain_end()
             if not detail:
                 raise
-            raise self.start_error(self.node.name, f"{exc.reason}; {detail}") from None
+            cause = wire.stated_cause(self.stderr_lines())
+            if cause is None:
+                raise self.start_error(self.node.name, f"{exc.reason}; {detail}") from None
+            # the agent said why it stopped: that leads, not a guess at a missing install
+            raise self.start_error(self.node.name, f"{cause}; {detail} before saying hello") from None
 
     async def start(self, timeout: Optional[float] = None) -> Hello:
         """Read the hello within ``timeout`` (default: the node's ``hello_timeout_s``) and check
@@ -274,7 +283,8 @@ def describe_end(node: str, status: Optional[int], signal_name: Optional[str], s
         parts.append(f"the agent exited with code {status}")
     elif signal_name:
         parts.append(f"the agent was killed by {signal_name}")
-    lines = [ln for ln in stderr if ln.strip()]
+    cause = wire.stated_cause(stderr)  # said first, by start_explained
+    lines = [ln for ln in stderr if ln.strip() and (cause is None or ln[len(wire.STDERR_ERROR):].strip() != cause)]
     if lines:
         parts.append("its stderr ends with: " + " | ".join(lines[-5:]))
     return "; ".join(parts)

@@ -26,6 +26,9 @@ class LocalAgentLink(AgentLink):
     stderr_tail: collections.deque
     stderr_task: asyncio.Task
 
+    def stderr_lines(self) -> list[str]:
+        return list(self.stderr_tail)
+
     async def explain_end(self) -> str:
         try:
             await asyncio.wait_for(self.process.wait(), 2.0)

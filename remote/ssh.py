@@ -121,6 +121,9 @@ class SshAgentLink(AgentLink):
     process: asyncssh.SSHClientProcess
     stderr_tail: collections.deque
     stderr_task: asyncio.Task
+
+    def stderr_lines(self) -> list[str]:
+        return list(self.stderr_tail)
     command: str
 
     start_error = AgentStartFailed

@@ -27,4 +27,5 @@ def test_every_refusal_has_its_own_exit_code():
     mine = {REFUSAL_EXITS[k] for k in ("not_yours", "pid_reused", "owned")}
     assert len(mine) == 3 and not mine & {0, 1, 2, 3}
     assert REFUSAL_EXITS["no_such_pid"] == REFUSAL_EXITS["name_taken"] == 2
+    assert REFUSAL_EXITS["holds_node"] == 8 and not {8} & mine  # what `kill --pid` gives it too (common.py)
     assert AdoptRefused("no_such_pid", "x").usage and not AdoptRefused("owned", "x").usage

@@ -226,8 +226,15 @@ def test_kill_by_pid_of_a_gpu_process_of_no_job_and_a_kept_verdict(tmp_path, hom
         r = gpudeck("kill", "-f", str(fleet), "--node", "local", "--pid", str(stranger.pid), "--grace", "2")
         assert f"pid {stranger.pid}: freed 2.0 GiB" in r.stdout, r.stdout
         assert stranger.wait(10) is not None
-        r = gpudeck("kill", "-f", str(fleet), "--node", "local", "--pid", str(os.getpid()), check=False)
+        idle = subprocess.Popen(["sleep", "600"], start_new_session=True)  # no GPU, and nothing of the node's
+        try:
+            r = gpudeck("kill", "-f", str(fleet), "--node", "local", "--pid", str(idle.pid), check=False)
+        finally:
+            idle.kill()
+            idle.wait()
         assert r.returncode == 1 and "holds no GPU" in r.stderr
+        r = gpudeck("kill", "-f", str(fleet), "--node", "local", "--pid", str(os.getpid()), check=False)
+        assert r.returncode == 8 and "is an ancestor of the node's agent" in r.stderr  # agents/holds.py
         gpudeck("kill", "holder", "-f", str(fleet), "--grace", "2")
         doc = json.loads(gpudeck("status", "--json", "-f", str(fleet)).stdout)
         node = doc["nodes"][0]

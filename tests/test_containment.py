@@ -101,8 +101,15 @@ def test_a_gpu_process_of_no_job_is_killed_by_pid_and_verified(start_agent, home
         snap = a.wait_snapshot(lambda s: s["gpus"][0]["processes"], what="the stranger on GPU 0")
         assert snap["gpus"][0]["processes"][0]["job"] is None
         assert any(al["kind"] == "unowned_gpu_process" for al in snap["alerts"])
-        r = a.request("kill_pid", pid=os.getpid())
-        assert not r["ok"] and "holds no GPU" in r["error"]
+        r = a.request("kill_pid", pid=os.getpid())  # the agent's parent (agents/holds.py)
+        assert not r["ok"] and r["refusal"] == "holds_node" and "is an ancestor of the node's agent" in r["error"]
+        idle = subprocess.Popen(["sleep", "600"], start_new_session=True)
+        try:
+            r = a.request("kill_pid", pid=idle.pid)
+        finally:
+            idle.kill()
+            idle.wait()
+        assert not r["ok"] and "holds no GPU" in r["error"] and r["refusal"] is None
         verdict = a.ok("kill_pid", pid=stranger.pid, grace_s=1)
         assert verdict["ok"] and verdict["freed_gib"] == 2.0 and verdict["message"].startswith(f"pid {stranger.pid}: ")
         assert stranger.wait(10) is not None
@@ -133,3 +140,48 @@ def test_a_gpu_process_older_than_the_job_is_not_blamed_on_its_kill(start_agent,
     finally:
         stranger.kill()
         stranger.wait()
+
+
+@pytest.mark.skipif(not CGROUP, reason="no writable cgroup v2 here: the agent is not root or not delegated")
+def test_a_home_made_again_at_the_same_path_does_not_count_the_old_home_s_processes(tmp_path, home):
+    """The old home's job goes on running in its cgroup after the home is deleted; the new
+    home's job of the same name (attempt 1 again) gets a cgroup of its own."""
+    import json
+    import shutil
+    import signal
+    from pathlib import Path
+
+    from support.cli import gpudeck
+    from support.core import pid_alive, reap
+    from support.watch import agent_pid
+
+    fleet = tmp_path / "fleet.toml"
+    fleet.write_text(f'[defaults]\nhome = "{home}"\nnvml = false\ninterval = 0.2\n\n'
+                     f'[[jobs]]\nname = "j"\ncommand = ["sleep", "600"]\n')
+    old: dict = {}
+    try:
+        gpudeck("launch", "j", "-f", str(fleet))
+        old = json.loads((home / "jobs" / "j" / "state.json").read_text())
+        old_pids = wait_for(lambda: (p := Containment.detect().members(None, old["cgroup"])) and len(p) >= 2 and p,
+                            15, what="the old job's wrapper and sleep in its cgroup")
+        agent = agent_pid(home)
+        wait_for(lambda: agent is None or not pid_alive(agent), 30, what="the console's agent to leave")
+        shutil.rmtree(home)  # its job goes on
+        home.mkdir(mode=0o700)
+        gpudeck("launch", "j", "-f", str(fleet))
+        new = json.loads((home / "jobs" / "j" / "state.json").read_text())
+        verdict = json.loads(gpudeck("kill", "j", "-f", str(fleet), "--json", "--grace", "2").stdout)
+        assert verdict["ok"] and not set(verdict["pids"]) & old_pids, (verdict["pids"], old_pids)
+        assert all(pid_alive(p) for p in old_pids)  # the old home's job was not the new one's to kill
+        assert new["attempt"] == 1 and new["cgroup"] != old["cgroup"], (old["cgroup"], new["cgroup"])
+    finally:
+        reap(home)
+        if old.get("pgid"):
+            try:
+                os.killpg(old["pgid"], signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if old.get("cgroup") and Path(old["cgroup"]).exists():
+            Path(old["cgroup"], "cgroup.kill").write_text("1")
+            wait_for(lambda: not Path(old["cgroup"], "cgroup.procs").read_text().strip(), 10, what="the old cgroup empty")
+            Containment.remove(old["cgroup"])

@@ -45,6 +45,20 @@ def test_a_home_others_may_write_to_is_refused(tmp_path):
     assert not (home / "jobs").exists()  # refused before anything was written there
 
 
+@pytest.mark.system
+def test_a_group_writable_home_is_said_first_not_after_a_guess(tmp_path):
+    home = tmp_path / "team-home"
+    home.mkdir()
+    home.chmod(0o770)
+    fleet = tmp_path / "fleet.toml"
+    fleet.write_text(f'[defaults]\nhome = "{home}"\nnvml = false\n')
+    r = gpudeck("status", "--json", "-f", str(fleet), check=False)
+    error = json.loads(r.stdout)["nodes"][0]["error"]
+    assert error.startswith(f"node local: the state directory {home} is writable by its group (mode 0770): "), error
+    assert error.endswith("the agent exited with code 3 before saying hello"), error
+    assert "is gpudeck installed" not in error and error.count("is writable by") == 1, error
+
+
 def test_watch_json_is_0600_from_its_first_byte(tmp_path, monkeypatch):
     from gpudeck.agents.watch.config import WatchConfig
 
@@ -56,3 +70,29 @@ def test_watch_json_is_0600_from_its_first_byte(tmp_path, monkeypatch):
     finally:
         os.umask(old)
     assert (tmp_path / "watch.json").stat().st_mode & 0o777 == 0o600
+
+
+@pytest.mark.system
+def test_a_name_with_a_control_character_is_refused_where_it_is_given(tmp_path, home):
+    # a node name with a newline would print as two lines, the second one looking like a node
+    fleet = tmp_path / "fleet.toml"
+    fleet.write_text(f'[defaults]\nhome = "{home}"\nnvml = false\n\n[[nodes]]\nname = "gpu1\\nfake  up"\nlocal = true\n')
+    r = gpudeck("status", "-f", str(fleet), check=False)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert (f"{fleet}:6: [[nodes]] #1 'name': a node name may not hold a control character; 'gpu1\\nfake  up' "
+            "holds '\\n' (U+000A) at position 5") in r.stderr, r.stderr
+    # adopt's name: refused on the command line, before any node is asked
+    r = gpudeck("adopt", "--pid", str(os.getpid()), "--as", "a\x1b[31mred", check=False)
+    assert r.returncode == 2 and "a job name holds only letters" in r.stderr and "\x1b" not in r.stderr, r.stderr
+    assert not (home / "jobs").exists()
+
+
+@pytest.mark.parametrize("table, where", [
+    ('[[clusters]]\nname = "c\\tx"\nlogin = "h"\nshared_dir = "/s"\n', "fleet.toml:2: [[clusters]]"),
+    ('[[plans]]\nname = "fast\\u202e"\npath = "p"\n', "fleet.toml:2: [[plans]] #1 'name'"),
+    ('[[jobs]]\nname = "j\\nx"\ncommand = "true"\n', "fleet.toml:1: [[jobs]] #1"),  # its table's line
+])
+def test_every_name_of_the_fleet_file_refuses_control_characters(table, where):
+    with pytest.raises(FleetError) as e:
+        parse_fleet(table, "fleet.toml")
+    assert str(e.value).startswith(where), str(e.value)

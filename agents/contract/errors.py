@@ -30,14 +30,25 @@ class Refusal(ValueError):
     exits 2 for it, as for a mistake in the fleet file itself."""
 
 
-class AdoptRefused(ValueError):
-    """A node's refusal of an ``adopt``, with its ``kind`` (one of :data:`ADOPT_REFUSALS`): the
-    command gives each kind an exit code of its own (console/commands/common.py)."""
+class KindedRefusal(ValueError):
+    """A node's refusal with a ``kind`` (the reply's ``refusal``), which a command gives an exit
+    code of its own (console/commands/common.py)."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        self.kind = kind
+        super().__init__(message)
+
+    @property
+    def usage(self) -> bool:
+        return False
+
+
+class AdoptRefused(KindedRefusal):
+    """A node's refusal of an ``adopt``, with its ``kind`` (one of :data:`ADOPT_REFUSALS`)."""
 
     def __init__(self, kind: str, message: str) -> None:
         assert kind in ADOPT_REFUSALS, kind
-        self.kind = kind
-        super().__init__(message)
+        super().__init__(kind, message)
 
     @property
     def usage(self) -> bool:
@@ -45,5 +56,17 @@ class AdoptRefused(ValueError):
         return self.kind in ("no_such_pid", "name_taken")
 
 
-# the kinds of AdoptRefused; `no_such_pid` and `name_taken` are the command's mistake (exit 2)
-ADOPT_REFUSALS = ("no_such_pid", "name_taken", "not_yours", "pid_reused", "owned")
+HOLDS_NODE = "holds_node"
+
+
+class HoldsTheNode(KindedRefusal):
+    """An adopt or a kill refused because the process's kill would take the node down: it is
+    init, a gpudeck agent or an ancestor of one, or its tree or group holds an agent, an sshd
+    session or another job's process (agents/holds.py). Nothing was adopted or signalled."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(HOLDS_NODE, message)
+
+
+# the kinds of an adopt's refusal; `no_such_pid` and `name_taken` are the command's mistake (exit 2)
+ADOPT_REFUSALS = ("no_such_pid", "name_taken", "not_yours", "pid_reused", "owned", HOLDS_NODE)

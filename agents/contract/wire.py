@@ -22,6 +22,20 @@ from .jobs import JobKind
 
 PROTOCOL = 1
 
+# The agent's stderr, a line per log record (agents/start.py). What stops an agent before its
+# hello (a home others may write to, a lock it cannot take) is logged at ERROR, so the console
+# can lead with that line rather than with a guess (remote/link.py stated_cause).
+STDERR_FORMAT = "agent %(levelname)s %(message)s"
+STDERR_ERROR = "agent ERROR "
+
+
+def stated_cause(stderr: list[str]) -> Optional[str]:
+    """The agent's own last word on why it stopped (its last ERROR line), or None."""
+    for line in reversed(stderr):
+        if line.startswith(STDERR_ERROR) and line[len(STDERR_ERROR):].strip():
+            return line[len(STDERR_ERROR):].strip()
+    return None
+
 
 # ---------------------------------------------------------------- snapshot parts
 

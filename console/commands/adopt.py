@@ -11,18 +11,21 @@ import json
 
 from ...agents.contract import ops
 from ...agents.contract.jobs import KINDS
-from .common import (EXIT_FAIL, EXIT_NOT_YOURS, EXIT_OK, EXIT_OWNED, EXIT_PID_REUSED, EXIT_USAGE, err, exit_codes,
-                     fleet_arg, load_fleet)
+from .common import (EXIT_FAIL, EXIT_HOLDS_NODE, EXIT_NOT_YOURS, EXIT_OK, EXIT_OWNED, EXIT_PID_REUSED, EXIT_USAGE,
+                     err, exit_codes, fleet_arg, load_fleet)
 
 # a node's refusal (ops.Adopt; agents/contract/errors.ADOPT_REFUSALS) -> the command's exit code
 REFUSAL_EXITS = {"no_such_pid": EXIT_USAGE, "name_taken": EXIT_USAGE, "not_yours": EXIT_NOT_YOURS,
-                 "pid_reused": EXIT_PID_REUSED, "owned": EXIT_OWNED}
+                 "pid_reused": EXIT_PID_REUSED, "owned": EXIT_OWNED, "holds_node": EXIT_HOLDS_NODE}
 EXITS = {EXIT_FAIL: "the node could not be reached, or failed",
          EXIT_USAGE: "a mistake on the command line or in the fleet file; no such process on the node; the node "
                      "already holds a job of that name",
          EXIT_NOT_YOURS: "the process is another user's (an agent adopts only its own user's processes)",
          EXIT_PID_REUSED: "the pid names another process than the one started at --started-at",
-         EXIT_OWNED: "a job already owns the process"}
+         EXIT_OWNED: "a job already owns the process",
+         EXIT_HOLDS_NODE: "its kill would take the node down: pid 1, a gpudeck agent (the node's agent, its "
+                          "watcher, a relay) or one of their ancestors, or a process whose tree or process group "
+                          "holds one, an sshd session or another job's process"}
 
 
 def register(sub) -> None:
@@ -31,7 +34,7 @@ def register(sub) -> None:
     fleet_arg(p)
     p.add_argument("--node", required=True, help="the node the process runs on")
     p.add_argument("--pid", required=True, type=_pid, help="its process id")
-    p.add_argument("--as", dest="name", required=True, metavar="NAME", help="the job's name")
+    p.add_argument("--as", dest="name", required=True, metavar="NAME", type=_job_name, help="the job's name")
     p.add_argument("--progress-file", metavar="F", help="where the process reports progress (progress.json or "
                                                         "a done-set; relative: to its working directory)")
     p.add_argument("--kind", choices=KINDS, default="command", help="the job's kind (default command)")
@@ -40,6 +43,17 @@ def register(sub) -> None:
                         "that now names a process started at another time is refused")
     p.add_argument("--json", action="store_true", help="print what the node recorded as JSON")
     p.set_defaults(run=_adopt)
+
+
+def _job_name(text: str) -> str:
+    """Refused here, before any connection: a newline or an escape in a name would be a line or a
+    colour of its own in every view (agents/contract/jobs.job_name_problem)."""
+    from ...agents.contract.jobs import job_name_problem
+
+    problem = job_name_problem(text)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
+    return text
 
 
 def _pid(text: str) -> int:

@@ -21,6 +21,7 @@ EXIT_UNREACHABLE = 3  # `status`: some node did not answer (the report says whic
 EXIT_NOT_YOURS = 4  # `adopt`: the process is another user's (or cannot be read)
 EXIT_PID_REUSED = 5  # `adopt`: the pid names another process than the one listed (--started-at)
 EXIT_OWNED = 6  # `adopt`: a job already owns the process
+EXIT_HOLDS_NODE = 8  # `adopt`, `kill`: the process's kill would take the node down (agents/holds.py); nothing done
 EXIT_INTERRUPTED = 130  # ctrl-c
 EXIT_BROKEN_PIPE = 141  # the reader of the output left (`| head`): 128 + SIGPIPE, what `cat` and `kubectl` give
 EXIT_TERMINATED = 143  # `generate`, `extract`: stopped by SIGTERM (a relaunch resumes)
@@ -108,7 +109,7 @@ def fleet_arg(p: argparse.ArgumentParser, help: str = "fleet file (TOML); defaul
 def run_command(args: argparse.Namespace) -> int:
     """Run the command ``args.run`` (a plain function or a coroutine function returning an
     exit code); a fleet-file or node error is printed and becomes its exit code."""
-    from ...agents.contract.errors import OperatorError
+    from ...agents.contract.errors import HOLDS_NODE, OperatorError
     from ...remote.client import AgentError, RequestFailed
 
     try:
@@ -116,6 +117,8 @@ def run_command(args: argparse.Namespace) -> int:
         return asyncio.run(rv) if inspect.iscoroutine(rv) else rv
     except RequestFailed as exc:
         err(f"{exc.node}: {exc}")
+        if exc.refusal == HOLDS_NODE:
+            return EXIT_HOLDS_NODE
         return EXIT_USAGE if exc.usage else EXIT_FAIL
     except AgentError as exc:  # a node that cannot be reached or used
         err(str(exc))

@@ -10,13 +10,16 @@ import json
 import sys
 
 from ...agents.contract import ops
-from .common import (EXIT_FAIL, EXIT_OK, EXIT_USAGE, err, exit_codes, fleet_arg, load_fleet,
+from .common import (EXIT_FAIL, EXIT_HOLDS_NODE, EXIT_OK, EXIT_USAGE, err, exit_codes, fleet_arg, load_fleet,
                                             take_over_arg)
 
 EXITS = {"launch": {EXIT_FAIL: "the agent refused (the job already runs, its command cannot start, ...)"},
          "relaunch": {EXIT_FAIL: "the agent refused, or the kill before it did not complete"},
          "kill": {EXIT_FAIL: "the agent refused, or the kill left processes or GPU memory behind (the verdict "
-                             "says which)"}}
+                             "says which)",
+                  EXIT_HOLDS_NODE: "refused, nothing signalled: the kill would take the node down (--pid 1, a "
+                                   "gpudeck agent or an ancestor of one, or a process, or an adopted job, whose tree "
+                                   "or process group holds one, an sshd session or another job's process)"}}
 
 
 def register(sub) -> None:
