@@ -94,6 +94,7 @@ class Agent:
         self.argv: list[str] = []  # this agent's arguments, for the detached watcher it may start
         from .watch import Watcher
         self.watch = Watcher(self.home, node, self.sup, self.gpu, detached=detached)
+        self.watch.consoles = lambda: len(self.consoles.all()) if self.consoles is not None else 0
         self.answers = self._table()
 
     # ------------------------------------------------------------ output

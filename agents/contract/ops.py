@@ -164,6 +164,9 @@ class WatchStatus:
     alerts: AlertThresholds = field(default_factory=AlertThresholds)
     active: list[str] = field(default_factory=list)
     jobs: list[WatchedJob] = field(default_factory=list)
+    # consoles connected to the agent that answered, the asker's own included: an agent that is
+    # not the detached watcher hands over only when the last one closes
+    consoles: int = 0
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from ..health import reader_for
 from ..contract.vocab import NOTIFY_EVENTS, AlertKind, EventKind
@@ -54,6 +54,7 @@ class Watcher:
         self._health: Any = False  # the reader, made at the first tick; None where there is none
         self._failed: set[str] = set()
         self.successor: Optional[Any] = None  # the detached agent this one started to take over
+        self.consoles: Callable[[], int] = lambda: 0  # how many consoles are connected (the agent sets it)
         if self.config.jobs and not sup.declared:  # the last console's fleet: known without a console
             try:
                 sup.configure([JobSpec.from_dict(d) for d in self.config.jobs], self.config.fleet or "")
@@ -198,7 +199,7 @@ class Watcher:
             since=self.config.since, fleet=self.config.fleet, log=str(self.home / "watch.log"),
             supervisor=supervise_state(self.config.supervisor, self.home), heartbeat=self.heartbeat.status(),
             notify=[t.label for t in self.config.notify], outbox=self.outbox.status(), alerts=self.config.alerts,
-            active=sorted(self.conditions.active), jobs=jobs)
+            active=sorted(self.conditions.active), jobs=jobs, consoles=self.consoles())
 
     # ------------------------------------------------------------ lingering
 

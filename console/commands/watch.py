@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
+from dataclasses import dataclass
 from typing import Any, Optional
 
 from ...agents.contract.ops import Watch, WatchStatus
@@ -91,22 +93,46 @@ def _nodes(fleet, names: list[str]):
     return out
 
 
+@dataclass(frozen=True)
+class NodeFailure:
+    """Why a node has no WatchStatus to show. ``state``: ``unreachable`` (it could not be
+    reached), ``refused`` (its agent answered, and refused) or ``error`` (it answered, and
+    something else went wrong: another version, a watcher that did not take over). Only the
+    first is ever shown as UNREACHABLE."""
+
+    state: str
+    reason: str
+
+
 async def _ask(fleet, nodes, op: Watch, timeout: float) -> dict[str, Any]:
-    """``op`` on every node at once: node -> its WatchStatus, or the error text."""
-    from ...remote.client import AgentError, FleetClient, RequestFailed
+    """``op`` on every node at once: node -> its WatchStatus, or a NodeFailure."""
+    from ...remote.client import AgentError, FleetClient, RequestFailed, VersionMismatch
 
     client = FleetClient(fleet)
 
     async def one(node) -> tuple[str, Any]:
         try:
             return node.name, await client.request(op, node=node.name, timeout=timeout)  # bounded: the hello apart
-        except (AgentError, RequestFailed, OSError) as exc:
-            return node.name, f"{exc}"
+        except RequestFailed as exc:
+            return node.name, NodeFailure("refused", exc.reason)
+        except VersionMismatch as exc:
+            return node.name, NodeFailure("error", exc.reason)
+        except AgentError as exc:
+            return node.name, NodeFailure("unreachable", exc.reason)
+        except OSError as exc:
+            return node.name, NodeFailure("unreachable", f"{exc}")
 
     try:
         return dict(await asyncio.gather(*(one(n) for n in nodes)))
     finally:
         await client.close()
+
+
+def _settled(r: Any) -> bool:
+    """Whether ``watch start`` is done with this node: its detached watcher answered, or the
+    agent that answered has another console open (it hands over when the last one closes, which
+    may be hours away: nothing to wait for)."""
+    return isinstance(r, WatchStatus) and (r.detached or r.consoles > 1)
 
 
 async def _start(args) -> int:
@@ -115,25 +141,34 @@ async def _start(args) -> int:
     fleet = _fleet(args.fleet)
     nodes = _nodes(fleet, args.nodes)
     first = await _ask(fleet, nodes, Watch(on=True, supervise=args.supervise), args.timeout)
-    # the links are closed: each node's agent hands over to its detached watcher; wait for it
-    pending = [n for n in nodes if isinstance(first.get(n.name), WatchStatus)]
-    results = {n: r for n, r in first.items() if not isinstance(r, WatchStatus)}
+    results = {n: r for n, r in first.items() if not isinstance(r, WatchStatus) or _settled(r)}
+    # the links are closed: each node's agent left alone hands over to its detached watcher; wait for it
+    pending = [n for n in nodes if n.name not in results]
     deadline = time.monotonic() + args.timeout
     while pending:
         got = await _ask(fleet, pending, Watch(), max(5.0, min(30.0, deadline - time.monotonic())))
         for n in list(pending):
             r = got.get(n.name)
-            if isinstance(r, WatchStatus) and r.detached:
+            if _settled(r):
                 results[n.name] = r
                 pending.remove(n)
         if pending and time.monotonic() > deadline:
-            for n in pending:
-                results[n.name] = f"the detached watcher did not answer within {args.timeout:g} s; see " \
-                                  f"{first[n.name].log}"
             break
         if pending:
             await asyncio.sleep(0.5)
-    return _report(args, results, "watching")
+    if pending:  # no half set-up watch behind an error: switched off again, and said so
+        undone = await _ask(fleet, pending, Watch(on=False), max(5.0, args.timeout))
+        for n in pending:
+            log_path = first[n.name].log
+            log_note = (f"its log on the node: {log_path}" if not n.local else
+                        f"see {log_path}" if os.path.exists(log_path) else f"it wrote no {log_path}")
+            back = undone.get(n.name)
+            off = ("watching is off again" if isinstance(back, WatchStatus) else
+                   f"and switching it off again failed ({back.reason if back else 'no answer'}): "
+                   f"run `gpudeck watch stop {n.name}`")
+            results[n.name] = NodeFailure("error", f"the detached watcher did not take over within "
+                                                   f"{args.timeout:g} s ({log_note}); {off}")
+    return _report(args, {n.name: results[n.name] for n in nodes}, "watching")
 
 
 async def _stop(args) -> int:
@@ -155,7 +190,7 @@ async def _status(args) -> int:
 
 def _report(args, results: dict[str, Any], verb: Optional[str]) -> int:
     if args.json:
-        print(json.dumps({n: (to_plain(r) if isinstance(r, WatchStatus) else {"error": r})
+        print(json.dumps({n: (to_plain(r) if isinstance(r, WatchStatus) else {"error": r.reason, "state": r.state})
                           for n, r in results.items()}, indent=1))
     else:
         for node, r in results.items():
@@ -164,10 +199,13 @@ def _report(args, results: dict[str, Any], verb: Optional[str]) -> int:
 
 
 def render(node: str, r: Any, verb: Optional[str] = None) -> str:
-    if not isinstance(r, WatchStatus):
-        return f"{node}: UNREACHABLE ({r})"
+    if isinstance(r, NodeFailure):
+        return f"{node}: {'UNREACHABLE' if r.state == 'unreachable' else r.state.upper()} ({r.reason})"
     if r.watching:
+        others = r.consoles - 1  # the consoles besides this command's own connection
         who = f"detached watcher pid {r.pid}" if r.detached else \
+            f"agent pid {r.pid} with {others} other console(s) open; the watcher takes over when the last " \
+            f"console closes" if others > 0 else \
             f"agent pid {r.pid} (hands over to a detached watcher when its last console leaves)"
         since = time.strftime("%Y-%m-%d %H:%M", time.localtime(r.since)) if r.since else "?"
         head = f"{node}: watching since {since}: {who}; log {r.log}"
