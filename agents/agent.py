@@ -284,6 +284,7 @@ class Agent:
             ops.ReadHistory: lambda op: self.history.read(op, self.node),
             ops.ReadEvents: self.watch.events,
             ops.Watch: self.watch.watch,
+            ops.Ack: self.watch.ack,
             ops.Launch: lambda op: sup.launch(op.job),
             ops.Kill: lambda op: sup.kill(op.job, op.grace_s),
             ops.Relaunch: lambda op: sup.relaunch(op.job, op.grace_s),
@@ -330,6 +331,7 @@ class Agent:
         listener = self.listener
         if listener is not None:
             listener.start(lambda conn: loop.call_soon_threadsafe(hub.on_relay, conn))
+        self.watch.begin()  # before the first tick: a watcher that died before this one is news
         ticker = loop.create_task(self._tick_loop())
         pending: set[asyncio.Task] = set()
         self._stop_reading = hub.stop_reading
@@ -396,6 +398,7 @@ class Agent:
         if not self._pending or self._stop_reading is None:
             # a notification under way is answered and removed first, or the newer agent sends it again
             self.watch.outbox.quiesce()
+            self.watch.life.stopped()  # handed over, not dead: the newer agent reports no restart
             os._exit(0)
         self._draining = True
         self._stop_reading()

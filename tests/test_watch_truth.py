@@ -55,3 +55,124 @@ def test_a_node_that_answers_and_refuses_is_never_called_unreachable(tmp_path, h
     assert not json.loads((home / "watch.json").read_text()).get("watching") if (home / "watch.json").exists() else 1
     doc = json.loads(gpudeck_watch("watch", "start", "-f", str(fleet), "--supervise", "systemd", "--json").stdout)
     assert doc["local"]["state"] == "refused"
+
+
+def _pings(receiver, after: float, fail: bool = False) -> list[float]:
+    return [t for t, path in list(receiver.gets) if t > after and path.startswith("/ping/") and
+            path.endswith("/fail") == fail]
+
+
+def test_ack_clears_a_gave_up_and_the_heartbeat_pings_plain_again(tmp_path, home, watched, receiver):
+    import time
+
+    from support.watch import events, job_state
+    from support.wait import wait_for
+
+    fleet = write_fleet(tmp_path / "fleet.toml", home, '''
+        [[jobs]]
+        name = "crash"
+        command = "exit 1"
+        restart = "on-failure"
+        max_restarts = 1
+        restart_backoff_s = 0
+    ''', notify=f'''
+        [heartbeat]
+        url = "http://127.0.0.1:{receiver.port}/ping/{{node}}"
+        every = 1
+    ''')
+    f = ["-f", str(fleet)]
+    assert gpudeck_watch("watch", "start", *f).returncode == 0
+    assert gpudeck_watch("launch", "crash", *f).returncode == 0
+    wait_for(lambda: _pings(receiver, 0, fail=True), 90, what="a /fail ping")
+    attempt = job_state(home, "crash")["attempt"]
+    assert "failing: gave_up" in gpudeck_watch("watch", "status", *f).stdout
+
+    r = gpudeck_watch("ack", "crash", *f)
+    acked_at = time.time()
+    assert r.returncode == 0 and "crash: gave_up acknowledged" in r.stdout, f"{r.stdout}\n{r.stderr}"
+    wait_for(lambda: _pings(receiver, acked_at), 30, what="a plain ping after the ack")
+    status = gpudeck_watch("watch", "status", *f).stdout
+    assert "failing:" not in status and "acknowledged" in status, status
+    assert [e for e in events(home) if e["kind"] == "acknowledged" and e["job"] == "crash"]
+    assert job_state(home, "crash")["attempt"] == attempt  # nothing was started
+    again = gpudeck_watch("ack", "crash", *f)
+    assert again.returncode == 0 and "acknowledged already" in again.stdout
+    # a job that has not given up has nothing to acknowledge: refused, and said why
+    write_fleet(tmp_path / "fleet.toml", home, '''
+        [[jobs]]
+        name = "crash"
+        command = "exit 1"
+
+        [[jobs]]
+        name = "fine"
+        command = "sleep 30"
+    ''')
+    no = gpudeck_watch("ack", "fine", *f)
+    assert no.returncode == 1 and "has not given up restarting" in no.stdout + no.stderr
+
+
+def test_a_watcher_killed_and_brought_back_by_cron_is_in_the_timeline_and_notified(tmp_path, home, watched,
+                                                                                   receiver):
+    """kill -9 the detached watcher, then run the command of gpudeck's crontab line, as cron
+    does each minute (this machine's crontab is left alone): the watcher that comes back
+    writes when the last one was down, who restarted it and the jobs it adopted."""
+    import os
+    import re
+    import signal
+    import subprocess
+    import time
+
+    import psutil
+
+    from gpudeck.agents.watch.supervise import cron_lines
+    from support import env_with_repo
+    from support.watch import events, watcher_pid
+    from support.wait import wait_for
+
+    fleet = write_fleet(tmp_path / "fleet.toml", home, notify=f'''
+        [[notify]]
+        url = "{receiver.url}"
+        events = ["watcher_restarted"]
+    ''', jobs='''
+        [[jobs]]
+        name = "a"
+        command = ["sh", "-c", "while true; do sleep 0.2; done"]
+
+        [[jobs]]
+        name = "b"
+        command = ["sh", "-c", "while true; do sleep 0.2; done"]
+    ''')
+    f = ["-f", str(fleet)]
+    assert gpudeck_watch("watch", "start", *f).returncode == 0
+    for job in ("a", "b"):
+        assert gpudeck_watch("launch", job, *f).returncode == 0
+    watcher = wait_for(lambda: watcher_pid(home), 30, what="the detached watcher")
+    wait_for(lambda: (home / "watcher-life.json").exists(), 30, what="the watcher's note")
+    wait_for(lambda: json.loads((home / "watcher-life.json").read_text())["pid"] == watcher, 30,
+             what="the detached watcher's own note")
+    os.kill(watcher, signal.SIGKILL)
+    killed_at = time.time()
+    wait_for(lambda: not psutil.pid_exists(watcher) or psutil.Process(watcher).status() == psutil.STATUS_ZOMBIE,
+             10, what="the watcher to die")
+    assert not [e for e in events(home) if e["kind"] == "watcher_restarted"]
+
+    line = cron_lines(home, ["--node", "local", "--interval", "0.2", "--no-nvml"])[1]
+    command = line.split(" ", 5)[5].rsplit(" # gpudeck-watch", 1)[0]  # "* * * * * CMD # tag": what cron runs
+    subprocess.run(["sh", "-c", command], check=True, timeout=60, env=env_with_repo())
+    back = wait_for(lambda: watcher_pid(home), 30, what="the watcher back")
+    assert back != watcher
+    sent = receiver.wait(lambda ms: [m for m in ms if m.get("kind") == "watcher_restarted"], 60,
+                         what="watcher_restarted")[0]
+    m = re.fullmatch(r"watcher down from (\d\d:\d\d:\d\d) to (\d\d:\d\d:\d\d) \((\d+)s\), restarted by cron, "
+                     r"2 jobs adopted", sent["message"])
+    assert m, sent["message"]
+    (ev,) = [e for e in events(home) if e["kind"] == "watcher_restarted"]
+    d = ev["details"]
+    assert d["down_from"] <= killed_at <= d["down_to"] and d["dead_pid"] == watcher
+    assert d["restarted_by"] == "cron" and d["adopted"] == ["a", "b"]
+    # a watcher that hands over or stops cleanly is no death: stop, and start again by hand
+    assert gpudeck_watch("watch", "stop", *f).returncode == 0
+    wait_for(lambda: not psutil.pid_exists(back), 30, what="the watcher to exit after watch stop")
+    assert gpudeck_watch("watch", "start", *f).returncode == 0
+    wait_for(lambda: watcher_pid(home), 30, what="a new watcher")
+    assert len([e for e in events(home) if e["kind"] == "watcher_restarted"]) == 1

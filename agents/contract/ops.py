@@ -170,6 +170,13 @@ class WatchStatus:
 
 
 @dataclass(frozen=True)
+class Acked:
+    job: str
+    cleared: bool  # this ack cleared the gave_up; False: it had been acknowledged already
+    message: str
+
+
+@dataclass(frozen=True)
 class Adopted:
     """What a node recorded of a process it adopted as a job (the environment's names only:
     its values are secrets)."""
@@ -287,6 +294,17 @@ class Watch(Op):
 
 
 @dataclass(frozen=True)
+class Ack(Op):
+    """Acknowledge a job that gave up restarting: its ``gave_up`` alert clears (and the
+    heartbeat's /fail with it); nothing is started. Refused for a job that has not given up."""
+
+    name: ClassVar[str] = "ack"
+    Result: ClassVar[type] = Acked
+    on_loop: ClassVar[bool] = True
+    job: str
+
+
+@dataclass(frozen=True)
 class Launch(Op):
     name: ClassVar[str] = "launch"
     Result: ClassVar[type] = LaunchResult
@@ -387,8 +405,8 @@ class Doctor(Op):
 
 DOCTOR_MAX_S = 1800.0
 
-ALL: tuple[type[Op], ...] = (Status, Configure, ReadHistory, ReadEvents, Watch, Launch, Kill, Relaunch, KillPid,
-                             Adopt, Logs, Doctor)
+ALL: tuple[type[Op], ...] = (Status, Configure, ReadHistory, ReadEvents, Watch, Ack, Launch, Kill, Relaunch,
+                             KillPid, Adopt, Logs, Doctor)
 OPS: dict[str, type[Op]] = {cls.name: cls for cls in ALL}
 
 

@@ -21,7 +21,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from .config import WatchConfig
 
@@ -31,8 +31,11 @@ LOG_FILE = "watch.log"
 LOG_MAX_BYTES = 8 * 2**20
 
 
-def spawn_detached(home: Path, argv: list[str]) -> subprocess.Popen:
-    """Start the detached watcher for ``home`` with this agent's arguments."""
+def spawn_detached(home: Path, argv: list[str], started_by: Optional[str] = None) -> subprocess.Popen:
+    """Start the detached watcher for ``home`` with this agent's arguments; ``started_by``
+    (``cron``) is what it writes into the timeline if it finds that the watcher before it died."""
+    from .life import STARTED_BY_ENV
+
     home = Path(home)
     log_path = home / LOG_FILE
     try:
@@ -45,7 +48,8 @@ def spawn_detached(home: Path, argv: list[str]) -> subprocess.Popen:
     try:
         return subprocess.Popen([sys.executable, "-m", "gpudeck.agents", *args, "--home", str(home), "--detached"],
                                 stdin=subprocess.DEVNULL, stdout=fd, stderr=fd, start_new_session=True,
-                                close_fds=True, cwd=str(home))
+                                close_fds=True, cwd=str(home),
+                                env={**os.environ, STARTED_BY_ENV: started_by} if started_by else None)
     finally:
         os.close(fd)
 
@@ -88,7 +92,7 @@ def ensure(home: Path, argv: list[str]) -> int:
         if found is not None:
             found[0].close()
             return 0
-        proc = spawn_detached(home, [a for a in argv if a != "--ensure"])
+        proc = spawn_detached(home, [a for a in argv if a != "--ensure"], started_by="cron")
         log.info("%s is watched and no agent serves it: started the detached watcher (pid %d)", home, proc.pid)
         return 0
     finally:

@@ -28,6 +28,7 @@ from ..contract.watching import WatchSettings
 from .config import WatchConfig
 from .events import EventLog
 from .heartbeat import Heartbeat, failing_reason
+from .life import Life, restart_message, started_by
 from .outbox import Outbox
 from .phases import Phases
 from .restarts import RestartEngine
@@ -65,6 +66,27 @@ class Watcher:
         self.heartbeat = Heartbeat(node)
         self.agent_argv: list[str] = ["--node", node]  # the agent's arguments (start.py sets them all)
         self.heartbeat.serve(self.config.heartbeat, self.config.watching)
+        self.life = Life(self.home)
+        self._living = False  # begin() ran: this agent serves the node (not --once)
+
+    def begin(self) -> None:
+        """This agent now serves the node (its loop runs): a watcher that died before it is
+        written into the timeline and notified (watch/life.py), then this one's own note."""
+        try:
+            dead = self.life.previous()
+            if dead is not None:
+                now = time.time()
+                adopted = sorted(n for n, rec in self.sup.records.items() if rec.state.alive)
+                who = started_by(self.detached)
+                self.emit(EventKind.WATCHER_RESTARTED, restart_message(dead, now, who, len(adopted)),
+                          down_from=dead["alive_at"], down_to=now, down_s=round(now - dead["alive_at"], 1),
+                          restarted_by=who, dead_pid=dead.get("pid"), adopted=adopted)
+            else:
+                started_by(self.detached)  # out of the environment, whoever it was
+            self._living = True
+            self.life.alive(time.time(), self.config.watching)
+        except Exception as exc:  # noqa: BLE001 -- never stops the agent
+            self._failure("life", exc)
 
     # ------------------------------------------------------------ events
 
@@ -100,6 +122,8 @@ class Watcher:
     def on_tick(self, now: float, gpus: list[Gpu], jobs: list[JobStatus], host: Optional[Host],
                 changes: dict[str, Optional[float]], specs: dict[str, JobSpec], alerts: list[Alert]) -> list[Alert]:
         """The restart policies and the checks; the alerts to add to the snapshot."""
+        if self._living:
+            self.life.alive(now, self.config.watching)
         try:
             self.restarts.tick(now, jobs, changes)
         except Exception as exc:  # noqa: BLE001 -- the tick goes on
@@ -152,6 +176,17 @@ class Watcher:
         self.outbox.serve(self.config.notify)
         self.heartbeat.serve(self.config.heartbeat, self.config.watching)
 
+    def ack(self, op: ops.Ack) -> ops.Acked:
+        """An operator acknowledged a job that gave up: the alert (and the heartbeat's /fail)
+        clears at the next tick; the job stays as it is until it is launched again."""
+        if self.sup.spec_of(op.job) is None and not self.sup.job_dir(op.job).is_dir():
+            raise ValueError(f"no job {op.job!r} on node {self.node}")
+        cleared, message = self.restarts.ack(op.job)
+        if cleared:
+            self.sup.audit("ack", op.job, message=message)
+            self.emit(EventKind.ACKNOWLEDGED, f"job {op.job}: {message}", job=op.job)
+        return ops.Acked(job=op.job, cleared=cleared, message=message)
+
     def events(self, op: ops.ReadEvents) -> ops.EventPage:
         seq = self.events_log.seq  # before the read: a follower asks from here next time, missing nothing
         return ops.EventPage(node=self.node, seq=seq, events=self.events_log.read(op.since, op.after_seq, op.limit))
@@ -163,6 +198,8 @@ class Watcher:
                 self.config.watching, self.config.since = op.on, time.time() if op.on else None
                 self.emit(EventKind.WATCH, f"watch {'started' if op.on else 'stopped'} (agent pid {os.getpid()})"
                           + (f"; {registered}" if registered else ""), notify=False)
+                if not op.on:  # no longer watched: an end after this is no watcher's death
+                    self.life.stopped()
             self.config.save(self.home)
             self.heartbeat.serve(self.config.heartbeat, self.config.watching)
         return self.status()
@@ -230,6 +267,7 @@ class Watcher:
         return True
 
     def close(self) -> None:
+        self.life.stopped()  # a clean end: the next agent reports no death
         self.outbox.quiesce()  # a message under way is answered and removed before this agent goes
         self.heartbeat.stop()
 
