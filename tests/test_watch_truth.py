@@ -176,3 +176,20 @@ def test_a_watcher_killed_and_brought_back_by_cron_is_in_the_timeline_and_notifi
     assert gpudeck_watch("watch", "start", *f).returncode == 0
     wait_for(lambda: watcher_pid(home), 30, what="a new watcher")
     assert len([e for e in events(home) if e["kind"] == "watcher_restarted"]) == 1
+
+
+@pytest.mark.parametrize("text, line, key", [
+    ('[heartbeat]\nurl = "https://hc-ping.com/abc"\nevery = "https://hc-ping.com/S3CRET-uuid"\n', 3, "'every'"),
+    ('[heartbeat]\nurl = "https://hc-ping.com/abc"\nevery = "hc-ping.com/S3CRET-uuid"\n', 3, "'every'"),
+    ('[heartbeat]\nurl = "https://hc-ping.com/abc"\nmethod = "https://hc-ping.com/S3CRET-uuid"\n', 3, "'method'"),
+    ('[[jobs]]\nname = "a"\ncommand = ["x"]\nrestart_on_stall = "https://hooks.example/S3CRET"\n', 1,
+     "'restart_on_stall'"),
+    ('[[jobs]]\nname = "a"\nkind = "https://hooks.example/S3CRET"\n', 3, "'kind'"),
+    ('[[jobs]]\nname = "a"\ncommand = ["x"]\ndeadline = "https://hooks.example/S3CRET"\n', 1, "'deadline'"),
+])
+def test_no_fleet_file_mistake_echoes_a_value_that_may_be_a_url(tmp_path, text, line, key):
+    fleet = tmp_path / "fleet.toml"
+    fleet.write_text(text)
+    r = gpudeck_watch("status", "-f", str(fleet))
+    assert r.returncode == 2 and f"fleet.toml:{line}:" in r.stderr and key in r.stderr, r.stderr
+    assert "S3CRET" not in r.stdout + r.stderr and "not shown" in r.stderr, r.stderr
