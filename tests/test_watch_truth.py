@@ -193,3 +193,56 @@ def test_no_fleet_file_mistake_echoes_a_value_that_may_be_a_url(tmp_path, text, 
     r = gpudeck_watch("status", "-f", str(fleet))
     assert r.returncode == 2 and f"fleet.toml:{line}:" in r.stderr and key in r.stderr, r.stderr
     assert "S3CRET" not in r.stdout + r.stderr and "not shown" in r.stderr, r.stderr
+
+
+def _crontab_test_missing() -> str:
+    import os
+    import shutil
+    from pathlib import Path
+
+    if os.geteuid() != 0:
+        return "needs root (a user of its own, whose crontab it changes)"
+    if not (shutil.which("crontab") and shutil.which("useradd") and Path("/usr/bin/python3").exists()):
+        return "needs crontab, useradd and /usr/bin/python3"
+    return ""
+
+
+@pytest.mark.skipif(bool(_crontab_test_missing()), reason=_crontab_test_missing() or "-")
+def test_two_homes_registered_with_cron_at_once_both_keep_their_lines(tmp_path):
+    """Two processes of one user each register 25 homes with cron (what the agent does on
+    `watch start --supervise cron`) at the same time, against the real crontab: every home's
+    two lines are there at the end. A throwaway user, so that no real crontab is touched; the
+    stdlib-only supervise module runs under Debian's python3 from this tree."""
+    import os
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    from support import ROOT
+
+    name = f"gdc{os.getpid() % 100000}"
+    base = Path(f"/tmp/{name}")  # outside pytest's 0700 tmp: the user must reach it
+    shutil.rmtree(base, ignore_errors=True)
+    base.mkdir(mode=0o755)
+    (base / "pp").mkdir(mode=0o755)
+    (base / "pp" / "gpudeck").symlink_to(ROOT)
+    subprocess.run(["userdel", "-r", name], capture_output=True)
+    subprocess.run(["useradd", "-m", "-d", str(base / "home"), "-s", "/bin/sh", name], check=True)
+    script = ("import sys; from pathlib import Path; from gpudeck.agents.watch.supervise import install\n"
+              "for i in range(25): install('cron', Path(f'/tmp/{sys.argv[1]}-{i}'), ['--node', 'n'])\n")
+    try:
+        procs = [subprocess.Popen(["su", "-s", "/bin/sh", name, "-c",
+                                   f"cd /tmp && PYTHONPATH={base / 'pp'} /usr/bin/python3 -c \"$0\" {side}",
+                                   script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                  stdin=subprocess.DEVNULL) for side in ("left", "right")]
+        for p in procs:
+            out, err = p.communicate(timeout=240)
+            assert p.returncode == 0, err
+        text = subprocess.run(["crontab", "-l", "-u", name], capture_output=True, text=True, check=True).stdout
+        missing = [f"{side}-{i}" for side in ("left", "right") for i in range(25)
+                   if sum(ln.endswith(f"# gpudeck-watch /tmp/{side}-{i}") for ln in text.splitlines()) != 2]
+        assert not missing, f"homes whose lines were lost: {missing}"
+    finally:
+        subprocess.run(["crontab", "-r", "-u", name], capture_output=True)
+        subprocess.run(["userdel", "-r", name], capture_output=True)
+        shutil.rmtree(base, ignore_errors=True)
