@@ -246,3 +246,51 @@ def test_two_homes_registered_with_cron_at_once_both_keep_their_lines(tmp_path):
         subprocess.run(["crontab", "-r", "-u", name], capture_output=True)
         subprocess.run(["userdel", "-r", name], capture_output=True)
         shutil.rmtree(base, ignore_errors=True)
+
+
+def test_a_node_key_changed_under_a_running_watcher_is_named_and_applied_by_watch_start(tmp_path, home, watched):
+    import psutil
+
+    from support.watch import watcher_pid
+    from support.wait import wait_for
+
+    jobs = '''
+        [[nodes]]
+        name = "gpu1"
+        local = true
+
+        [[jobs]]
+        name = "a"
+        node = "gpu1"
+        command = ["sh", "-c", "while true; do sleep 0.2; done"]
+    '''
+    fleet = write_fleet(tmp_path / "fleet.toml", home, jobs=jobs)
+    f = ["-f", str(fleet)]
+    assert gpudeck_watch("watch", "start", *f).returncode == 0
+    assert gpudeck_watch("launch", "a", *f).returncode == 0
+    old = wait_for(lambda: watcher_pid(home), 30, what="the detached watcher")
+    prom = tmp_path / "textfile"
+    prom.mkdir()
+    fleet.write_text(fleet.read_text().replace("local = true\n", f'local = true\ntextfile_dir = "{prom}"\n', 1))
+
+    status = gpudeck_watch("watch", "status", *f).stdout
+    assert "STALE settings" in status and f"--textfile-dir {prom}" in status, status
+    assert f"apply with: gpudeck watch start -f {fleet} gpu1" in status
+
+    r = gpudeck_watch("watch", "start", *f)
+    assert r.returncode == 0, f"{r.stdout}\n{r.stderr}"
+    new = wait_for(lambda: (p := watcher_pid(home)) != old and p, 30, what="a watcher with the new settings")
+    cmd = psutil.Process(new).cmdline()
+    assert cmd.count("--home") == 1 and "--textfile-dir" in cmd and str(prom) in cmd, cmd
+    wait_for(lambda: (prom / "gpudeck.prom").exists(), 30, what="the Prometheus file")
+    assert "STALE" not in gpudeck_watch("watch", "status", *f).stdout
+    # what the node's supervisor starts next (cron's line, the next handover) has them too
+    assert f"--textfile-dir" in json.loads((home / "watch.json").read_text())["agent_args"]
+    assert job_state_pid_kept(home, "a")
+
+
+def job_state_pid_kept(home, job: str) -> bool:
+    """The job was adopted by the new watcher, not relaunched: still its first attempt."""
+    from support.watch import job_state
+    st = job_state(home, job)
+    return st.get("attempt") == 1 and st.get("state") == "running"

@@ -167,6 +167,8 @@ class WatchStatus:
     # consoles connected to the agent that answered, the asker's own included: an agent that is
     # not the detached watcher hands over only when the last one closes
     consoles: int = 0
+    args: list[str] = field(default_factory=list)  # the answering agent's own arguments (agent_args)
+    want_args: Optional[list[str]] = None  # the arguments the next watcher starts with, when kept
 
 
 @dataclass(frozen=True)
@@ -291,6 +293,9 @@ class Watch(Op):
     on_loop: ClassVar[bool] = True
     on: Optional[bool] = None
     supervise: Optional[str] = None  # auto | systemd | cron | none
+    # with ``on``: the node's agent arguments by the fleet file now (``--interval``,
+    # ``--textfile-dir``...): the supervisor's line and the next watcher start with them
+    node_args: Optional[list[str]] = None
 
 
 @dataclass(frozen=True)

@@ -58,6 +58,21 @@ def scrub(text: str) -> str:
     return _URL.sub(lambda m: redact(m.group(0)), text)
 
 
+def agent_args(argv: list[str]) -> list[str]:
+    """An agent's own arguments (``--node``, ``--interval``, ``--textfile-dir``...), less the
+    home and the mode (``--detached``, ``--once``, ``--ensure``): what a watcher must be started
+    with, and what the console sets against the fleet file's to find a stale watcher."""
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a == "--home":
+            skip = True
+        elif a not in ("--detached", "--once", "--ensure"):
+            out.append(a)
+    return out
+
+
 class ConfigError(ValueError):
     """A [[notify]] or [alerts] entry that cannot be used; the text names it, never its URL
     (a message is scrubbed on its way in)."""

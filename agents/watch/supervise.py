@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Iterator, Optional
 
 from ..contract.ops import SupervisorState
+from ..contract.watching import agent_args
 
 log = logging.getLogger(__name__)
 
@@ -58,20 +59,6 @@ def _said(r: subprocess.CompletedProcess) -> str:
 
 def home_id(home: Path) -> str:
     return hashlib.sha256(str(Path(home).resolve()).encode()).hexdigest()[:10]
-
-
-def agent_args(argv: list[str]) -> list[str]:
-    """The agent's own arguments (``--node``, ``--interval``, ``--no-nvml``...) that the
-    supervisor's watcher must start with too, less the home and the mode."""
-    out, skip = [], False
-    for a in argv:
-        if skip:
-            skip = False
-        elif a == "--home":
-            skip = True
-        elif a not in ("--detached", "--once", "--ensure"):
-            out.append(a)
-    return out
 
 
 def ensure_argv(home: Path, args: list[str], python: str = sys.executable) -> list[str]:

@@ -24,7 +24,7 @@ from ..contract.plain import to_plain
 from ..contract.wire import Alert, Gpu, Host, JobStatus
 from .checks import Checks
 from .conditions import Conditions
-from ..contract.watching import WatchSettings
+from ..contract.watching import WatchSettings, agent_args
 from .config import WatchConfig
 from .events import EventLog
 from .heartbeat import Heartbeat, failing_reason
@@ -193,6 +193,8 @@ class Watcher:
 
     def watch(self, op: ops.Watch) -> ops.WatchStatus:
         if op.on is not None:
+            if op.on and op.node_args is not None:  # the fleet file's node keys now: the next watcher's
+                self.config.agent_args = agent_args(list(op.node_args))
             registered = self._supervise(op.on, op.supervise)
             if op.on != self.config.watching:
                 self.config.watching, self.config.since = op.on, time.time() if op.on else None
@@ -202,7 +204,28 @@ class Watcher:
                     self.life.stopped()
             self.config.save(self.home)
             self.heartbeat.serve(self.config.heartbeat, self.config.watching)
+            if op.on and self.detached and self.stale():
+                self._replace()
         return self.status()
+
+    def stale(self) -> bool:
+        """Whether this agent runs with other arguments than the fleet file's last `watch start`."""
+        want = self.config.agent_args
+        return want is not None and want != agent_args(self.agent_argv)
+
+    def _replace(self) -> None:
+        """This detached watcher has stale settings: a new one, started with the fleet file's,
+        takes the node over from it (a handover: its jobs are adopted, nothing is restarted)."""
+        if self.successor is not None and self.successor.poll() is None:
+            return
+        from .daemon import spawn_detached
+        try:
+            self.successor = spawn_detached(self.home, self.config.agent_args or [], started_by="watch start",
+                                            replaces=os.getpid())
+        except OSError as exc:
+            raise ValueError(f"'watch': cannot start a watcher with the new settings: {exc}") from None
+        log.info("new agent settings (%s): the watcher pid %d takes over with them",
+                 " ".join(self.config.agent_args or []), self.successor.pid)
 
     def _supervise(self, on: bool, wanted: Any) -> str:
         """Register the watcher with the node's supervisor (on), or remove what was registered
@@ -218,7 +241,8 @@ class Watcher:
         if kind != self.config.supervisor:
             supervise.remove(self.home)
         try:
-            did = supervise.install(kind, self.home, self.agent_argv)
+            did = supervise.install(kind, self.home, self.config.agent_args if self.config.agent_args is not None
+                                    else self.agent_argv)
         except OSError as exc:
             raise ValueError(f"'watch': cannot register the watcher with {kind}: {exc}") from None
         self.config.supervisor = kind
@@ -236,7 +260,8 @@ class Watcher:
             since=self.config.since, fleet=self.config.fleet, log=str(self.home / "watch.log"),
             supervisor=supervise_state(self.config.supervisor, self.home), heartbeat=self.heartbeat.status(),
             notify=[t.label for t in self.config.notify], outbox=self.outbox.status(), alerts=self.config.alerts,
-            active=sorted(self.conditions.active), jobs=jobs, consoles=self.consoles())
+            active=sorted(self.conditions.active), jobs=jobs, consoles=self.consoles(),
+            args=agent_args(self.agent_argv), want_args=self.config.agent_args)
 
     # ------------------------------------------------------------ lingering
 
@@ -257,7 +282,8 @@ class Watcher:
         if self.successor is None or self.successor.poll() is not None:
             from .daemon import spawn_detached
             try:
-                self.successor = spawn_detached(self.home, argv)
+                self.successor = spawn_detached(self.home, self.config.agent_args
+                                                if self.config.agent_args is not None else argv)
             except OSError as exc:
                 log.error("watch: cannot start the detached watcher in %s: %s; this agent stays instead",
                           self.home, exc)

@@ -104,15 +104,25 @@ class NodeFailure:
     reason: str
 
 
-async def _ask(fleet, nodes, op: Watch, timeout: float) -> dict[str, Any]:
-    """``op`` on every node at once: node -> its WatchStatus, or a NodeFailure."""
+def fleet_args(node) -> list[str]:
+    """The node's agent arguments by the fleet file now (node keys such as ``interval`` and
+    ``textfile_dir``), as a watcher reports its own (``WatchStatus.args``)."""
+    from ...agents.contract.watching import agent_args
+    from ...remote.link import agent_argv
+
+    return agent_args(agent_argv(node, "python")[3:])  # less "python -m gpudeck.agents"
+
+
+async def _ask(fleet, nodes, op: Any, timeout: float) -> dict[str, Any]:
+    """``op`` (or ``op(node)``) on every node at once: node -> its WatchStatus, or a NodeFailure."""
     from ...remote.client import AgentError, FleetClient, RequestFailed, VersionMismatch
 
     client = FleetClient(fleet)
 
     async def one(node) -> tuple[str, Any]:
         try:
-            return node.name, await client.request(op, node=node.name, timeout=timeout)  # bounded: the hello apart
+            one_op = op(node) if callable(op) else op
+            return node.name, await client.request(one_op, node=node.name, timeout=timeout)  # bounded: the hello apart
         except RequestFailed as exc:
             return node.name, NodeFailure("refused", exc.reason)
         except VersionMismatch as exc:
@@ -128,11 +138,11 @@ async def _ask(fleet, nodes, op: Watch, timeout: float) -> dict[str, Any]:
         await client.close()
 
 
-def _settled(r: Any) -> bool:
-    """Whether ``watch start`` is done with this node: its detached watcher answered, or the
-    agent that answered has another console open (it hands over when the last one closes, which
-    may be hours away: nothing to wait for)."""
-    return isinstance(r, WatchStatus) and (r.detached or r.consoles > 1)
+def _settled(r: Any, want: list[str]) -> bool:
+    """Whether ``watch start`` is done with this node: its detached watcher answered, with the
+    fleet file's settings, or the agent that answered has another console open (it hands over
+    when the last one closes, which may be hours away: nothing to wait for)."""
+    return isinstance(r, WatchStatus) and ((r.detached and r.args == want) or r.consoles > 1)
 
 
 async def _start(args) -> int:
@@ -140,8 +150,10 @@ async def _start(args) -> int:
 
     fleet = _fleet(args.fleet)
     nodes = _nodes(fleet, args.nodes)
-    first = await _ask(fleet, nodes, Watch(on=True, supervise=args.supervise), args.timeout)
-    results = {n: r for n, r in first.items() if not isinstance(r, WatchStatus) or _settled(r)}
+    want = {n.name: fleet_args(n) for n in nodes}
+    first = await _ask(fleet, nodes, lambda n: Watch(on=True, supervise=args.supervise, node_args=want[n.name]),
+                       args.timeout)
+    results = {n: r for n, r in first.items() if not isinstance(r, WatchStatus) or _settled(r, want[n])}
     # the links are closed: each node's agent left alone hands over to its detached watcher; wait for it
     pending = [n for n in nodes if n.name not in results]
     deadline = time.monotonic() + args.timeout
@@ -149,7 +161,7 @@ async def _start(args) -> int:
         got = await _ask(fleet, pending, Watch(), max(5.0, min(30.0, deadline - time.monotonic())))
         for n in list(pending):
             r = got.get(n.name)
-            if _settled(r):
+            if _settled(r, want[n.name]):
                 results[n.name] = r
                 pending.remove(n)
         if pending and time.monotonic() > deadline:
@@ -168,7 +180,7 @@ async def _start(args) -> int:
                    f"run `gpudeck watch stop {n.name}`")
             results[n.name] = NodeFailure("error", f"the detached watcher did not take over within "
                                                    f"{args.timeout:g} s ({log_note}); {off}")
-    return _report(args, {n.name: results[n.name] for n in nodes}, "watching")
+    return _report(args, {n.name: results[n.name] for n in nodes}, "watching", want)
 
 
 async def _stop(args) -> int:
@@ -185,20 +197,22 @@ async def _status(args) -> int:
     nodes = _nodes(fleet, args.nodes)
     if args.follow:
         return await _follow(fleet, nodes, args.unreachable_after)
-    return _report(args, await _ask(fleet, nodes, Watch(), args.timeout), None)
+    return _report(args, await _ask(fleet, nodes, Watch(), args.timeout), None,
+                   {n.name: fleet_args(n) for n in nodes})
 
 
-def _report(args, results: dict[str, Any], verb: Optional[str]) -> int:
+def _report(args, results: dict[str, Any], verb: Optional[str], want: Optional[dict[str, list[str]]] = None) -> int:
     if args.json:
         print(json.dumps({n: (to_plain(r) if isinstance(r, WatchStatus) else {"error": r.reason, "state": r.state})
                           for n, r in results.items()}, indent=1))
     else:
         for node, r in results.items():
-            print(render(node, r, verb))
+            print(render(node, r, verb, (want or {}).get(node), getattr(args, "fleet", None)))
     return 0 if all(isinstance(r, WatchStatus) for r in results.values()) else 1
 
 
-def render(node: str, r: Any, verb: Optional[str] = None) -> str:
+def render(node: str, r: Any, verb: Optional[str] = None, want: Optional[list[str]] = None,
+           fleet_path: Optional[str] = None) -> str:
     if isinstance(r, NodeFailure):
         return f"{node}: {'UNREACHABLE' if r.state == 'unreachable' else r.state.upper()} ({r.reason})"
     if r.watching:
@@ -213,6 +227,12 @@ def render(node: str, r: Any, verb: Optional[str] = None) -> str:
         head = f"{node}: not watching" + (f" (agent pid {r.pid} exits when its last console leaves)"
                                           if verb == "stopped" else "")
     lines = [head]
+    if r.watching and want is not None and r.args != want:  # a node key changed since it started
+        f = f" -f {fleet_path}" if fleet_path else ""
+        then = ("the watcher that takes over when the last console closes starts with the fleet file's"
+                if not r.detached and r.want_args == want else f"apply with: gpudeck watch start{f} {node}")
+        lines.append(f"  STALE settings: runs with `{' '.join(r.args)}`, the fleet file says "
+                     f"`{' '.join(want)}`; {then}")
     sup = r.supervisor
     if r.watching or sup.present:
         health = "healthy" if sup.healthy else "NOT HEALTHY" if sup.kind != "none" else "none"
