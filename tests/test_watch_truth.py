@@ -285,7 +285,7 @@ def test_a_node_key_changed_under_a_running_watcher_is_named_and_applied_by_watc
     wait_for(lambda: (prom / "gpudeck.prom").exists(), 30, what="the Prometheus file")
     assert "STALE" not in gpudeck_watch("watch", "status", *f).stdout
     # what the node's supervisor starts next (cron's line, the next handover) has them too
-    assert f"--textfile-dir" in json.loads((home / "watch.json").read_text())["agent_args"]
+    assert "--textfile-dir" in json.loads((home / "watch.json").read_text())["agent_args"]
     assert job_state_pid_kept(home, "a")
 
 
