@@ -95,6 +95,7 @@ class Agent:
         self.argv: list[str] = []  # this agent's arguments, for the detached watcher it may start
         from .watch import Watcher
         self.watch = Watcher(self.home, node, self.sup, self.gpu, detached=detached)
+        self.watch.consoles = lambda: len(self.consoles.all()) if self.consoles is not None else 0
         self.answers = self._table()
 
     # ------------------------------------------------------------ output
@@ -285,6 +286,7 @@ class Agent:
             ops.ReadHistory: lambda op: self.history.read(op, self.node),
             ops.ReadEvents: self.watch.events,
             ops.Watch: self.watch.watch,
+            ops.Ack: self.watch.ack,
             ops.Launch: lambda op: sup.launch(op.job),
             ops.Kill: lambda op: sup.kill(op.job, op.grace_s),
             ops.Relaunch: lambda op: sup.relaunch(op.job, op.grace_s),
@@ -332,6 +334,7 @@ class Agent:
         listener = self.listener
         if listener is not None:
             listener.start(lambda conn: loop.call_soon_threadsafe(hub.on_relay, conn))
+        self.watch.begin()  # before the first tick: a watcher that died before this one is news
         ticker = loop.create_task(self._tick_loop())
         pending: set[asyncio.Task] = set()
         self._stop_reading = hub.stop_reading
@@ -398,6 +401,7 @@ class Agent:
         if not self._pending or self._stop_reading is None:
             # a notification under way is answered and removed first, or the newer agent sends it again
             self.watch.outbox.quiesce()
+            self.watch.life.stopped()  # handed over, not dead: the newer agent reports no restart
             os._exit(0)
         self._draining = True
         self._stop_reading()

@@ -14,12 +14,15 @@ import re
 from typing import Any, Iterable, Optional
 
 from ..agents.contract.errors import OperatorError
+from ..agents.contract.watching import scrub
 
 
 class FleetError(OperatorError, ValueError):
     """A fleet file mistake: ``str()`` is ``file:line: what was expected``."""
 
     def __init__(self, path: str, line: Optional[int], message: str) -> None:
+        # whatever the key and whoever wrote the message, no value that may be a URL is echoed
+        message = scrub(message)
         self.path, self.line, self.message = path, line, message
         super().__init__(message, f"{path}:{line}" if line else path)
 

@@ -17,7 +17,7 @@ from support import ROOT
 EXAMPLES = [ops.Status(), ops.Configure(jobs=[JobSpec(name="j", command=["true"])], fleet="h:/f.toml", take_over=True,
                                         watch=WatchSettings(fleet="h:/f.toml")),
             ops.ReadHistory(since=5.0), ops.ReadEvents(after_seq=3, limit=10), ops.Watch(on=True, supervise="cron"),
-            ops.Launch(job="j"), ops.Kill(job="j", grace_s=2.5), ops.Relaunch(job="j"), ops.KillPid(pid=42),
+            ops.Ack(job="j"), ops.Launch(job="j"), ops.Kill(job="j", grace_s=2.5), ops.Relaunch(job="j"), ops.KillPid(pid=42),
             ops.Adopt(pid=42, job="found", started_at=1.7e9, progress_file="p.json", kind="generate"),
             ops.Logs(job="j", offset=100), ops.Doctor(console_time=1.5e9, venv="~/.gpudeck/venv", timeout_s=30.0)]
 

@@ -164,6 +164,18 @@ class WatchStatus:
     alerts: AlertThresholds = field(default_factory=AlertThresholds)
     active: list[str] = field(default_factory=list)
     jobs: list[WatchedJob] = field(default_factory=list)
+    # consoles connected to the agent that answered, the asker's own included: an agent that is
+    # not the detached watcher hands over only when the last one closes
+    consoles: int = 0
+    args: list[str] = field(default_factory=list)  # the answering agent's own arguments (agent_args)
+    want_args: Optional[list[str]] = None  # the arguments the next watcher starts with, when kept
+
+
+@dataclass(frozen=True)
+class Acked:
+    job: str
+    cleared: bool  # this ack cleared the gave_up; False: it had been acknowledged already
+    message: str
 
 
 @dataclass(frozen=True)
@@ -281,6 +293,20 @@ class Watch(Op):
     on_loop: ClassVar[bool] = True
     on: Optional[bool] = None
     supervise: Optional[str] = None  # auto | systemd | cron | none
+    # with ``on``: the node's agent arguments by the fleet file now (``--interval``,
+    # ``--textfile-dir``...): the supervisor's line and the next watcher start with them
+    node_args: Optional[list[str]] = None
+
+
+@dataclass(frozen=True)
+class Ack(Op):
+    """Acknowledge a job that gave up restarting: its ``gave_up`` alert clears (and the
+    heartbeat's /fail with it); nothing is started. Refused for a job that has not given up."""
+
+    name: ClassVar[str] = "ack"
+    Result: ClassVar[type] = Acked
+    on_loop: ClassVar[bool] = True
+    job: str
 
 
 @dataclass(frozen=True)
@@ -384,8 +410,8 @@ class Doctor(Op):
 
 DOCTOR_MAX_S = 1800.0
 
-ALL: tuple[type[Op], ...] = (Status, Configure, ReadHistory, ReadEvents, Watch, Launch, Kill, Relaunch, KillPid,
-                             Adopt, Logs, Doctor)
+ALL: tuple[type[Op], ...] = (Status, Configure, ReadHistory, ReadEvents, Watch, Ack, Launch, Kill, Relaunch,
+                             KillPid, Adopt, Logs, Doctor)
 OPS: dict[str, type[Op]] = {cls.name: cls for cls in ALL}
 
 

@@ -149,6 +149,8 @@ class EventKind(str, enum.Enum):
     IDLE_PAID = "idle_paid"
     BLOCKED = "blocked"  # a job's `after` can no longer be met: a job it runs after failed or gave up
     NODE_UNREACHABLE = "node_unreachable"  # sent by a console, never by the node itself
+    WATCHER_RESTARTED = "watcher_restarted"  # the watcher came back after dying (down from, to, who restarted it)
+    ACKNOWLEDGED = "acknowledged"  # an operator acknowledged a job's gave_up (`gpudeck ack JOB`)
     RESOLVED = "resolved"  # a condition above that has cleared
     # the timeline only, never notified
     STATE = "state"  # a job changed state
@@ -165,7 +167,8 @@ class EventKind(str, enum.Enum):
 NOTIFY_EVENTS = (EventKind.DIED, EventKind.RESTARTED, EventKind.GAVE_UP, EventKind.STALLED, EventKind.FINISHED,
                  EventKind.GPU_HEALTH, EventKind.DISK, EventKind.TEMPERATURE, EventKind.DEADLINE,
                  EventKind.PLAN_DRIFT, EventKind.S3_BACKLOG, EventKind.SERVERS_RESTING, EventKind.IDLE_PAID,
-                 EventKind.BLOCKED, EventKind.NODE_UNREACHABLE, EventKind.RESOLVED)
+                 EventKind.BLOCKED, EventKind.NODE_UNREACHABLE, EventKind.WATCHER_RESTARTED, EventKind.ACKNOWLEDGED,
+                 EventKind.RESOLVED)
 
 
 class NotifyFormat(str, enum.Enum):

@@ -36,12 +36,49 @@ def shown(value: Any) -> str:
     value put in the wrong key (``format``, ``events``, ``url_env``) is shown by its kind only."""
     text = value if isinstance(value, str) else repr(value)
     if "://" in text or "/" in text or "@" in text or len(text) > 40:
-        return "a value not shown (it may be a URL, a secret)"
+        return NOT_SHOWN
     return repr(value)
 
 
+_URL = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s\"'<>]+")
+_QUOTED = re.compile(r"'[^'\n]*'|\"[^\"\n]*\"")
+_HOST_PATH = re.compile(r"[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)+(:\d+)?/")  # hc-ping.com/<uuid>: a URL without its scheme
+NOT_SHOWN = "a value not shown (it may be a URL, a secret)"
+
+
+def may_be_url(text: str) -> bool:
+    return "://" in text or bool(_HOST_PATH.match(text))
+
+
+def scrub(text: str) -> str:
+    """An error message with no value that may be a URL: a quoted value that may be one is
+    said not to be shown, and any other URL is redacted (``redact``). The safety net of every
+    fleet file and watch settings error, whatever the key and whoever wrote the message."""
+    text = _QUOTED.sub(lambda m: NOT_SHOWN if may_be_url(m.group(0)[1:-1]) else m.group(0), text)
+    return _URL.sub(lambda m: redact(m.group(0)), text)
+
+
+def agent_args(argv: list[str]) -> list[str]:
+    """An agent's own arguments (``--node``, ``--interval``, ``--textfile-dir``...), less the
+    home and the mode (``--detached``, ``--once``, ``--ensure``): what a watcher must be started
+    with, and what the console sets against the fleet file's to find a stale watcher."""
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a == "--home":
+            skip = True
+        elif a not in ("--detached", "--once", "--ensure"):
+            out.append(a)
+    return out
+
+
 class ConfigError(ValueError):
-    """A [[notify]] or [alerts] entry that cannot be used; the text names it, never its URL."""
+    """A [[notify]] or [alerts] entry that cannot be used; the text names it, never its URL
+    (a message is scrubbed on its way in)."""
+
+    def __init__(self, message: str = "") -> None:
+        super().__init__(scrub(str(message)))
 
 
 @dataclass(frozen=True)
@@ -117,7 +154,7 @@ class HeartbeatConfig:
                                  "digits and _); its value is not shown: it may be a URL, a secret")
         every = self.every
         if isinstance(every, bool) or not isinstance(every, (int, float)) or not 1 <= every <= 86400:
-            raise HeartbeatError(f"[heartbeat] 'every': expected seconds from 1 to 86400, got {every!r}")
+            raise HeartbeatError(f"[heartbeat] 'every': expected seconds from 1 to 86400, got {shown(every)}")
         if self.method not in ("GET", "POST"):
             raise HeartbeatError(f"[heartbeat] 'method': expected GET or POST, got {shown(self.method)}")
 

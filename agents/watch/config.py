@@ -34,6 +34,7 @@ class WatchConfig:
     supervisor: Optional[str] = None  # what `watch start` registered the watcher with (watch/supervise.py)
     heartbeat: Optional[HeartbeatConfig] = None  # the fleet file's [heartbeat] (watch/heartbeat.py pings it)
     price_per_hour: Optional[float] = None  # this node's price in the fleet file (the idle_paid alert)
+    agent_args: Optional[list[str]] = None  # the agent's arguments `watch start` last sent (the fleet file's)
 
     @classmethod
     def load(cls, home: Path) -> "WatchConfig":
@@ -51,7 +52,7 @@ class WatchConfig:
                        heartbeat=heartbeat_from(doc.get("heartbeat")),
                        notify=[NotifyTarget.from_dict(n) for n in doc.get("notify") or []],
                        alerts=AlertThresholds.from_dict(doc.get("alerts") or {}),
-                       price_per_hour=_price(doc.get("price_per_hour")))
+                       price_per_hour=_price(doc.get("price_per_hour")), agent_args=_args(doc.get("agent_args")))
         except (ConfigError, TypeError, ValueError) as exc:
             log.warning("watch: %s in %s; its notify and alert settings are ignored", exc, path)
             return cls(watching=bool(doc.get("watching")), jobs=list(doc.get("jobs") or []),
@@ -81,6 +82,10 @@ class WatchConfig:
         self.notify, self.alerts, self.jobs = list(settings.notify), settings.alerts, list(jobs)
         self.heartbeat, self.fleet = settings.heartbeat, settings.fleet
         self.price_per_hour = settings.price_per_hour
+
+
+def _args(v: Any) -> Optional[list[str]]:
+    return list(v) if isinstance(v, list) and all(isinstance(a, str) for a in v) else None
 
 
 def _price(v: Any) -> Optional[float]:

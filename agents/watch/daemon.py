@@ -21,7 +21,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from .config import WatchConfig
 
@@ -31,8 +31,16 @@ LOG_FILE = "watch.log"
 LOG_MAX_BYTES = 8 * 2**20
 
 
-def spawn_detached(home: Path, argv: list[str]) -> subprocess.Popen:
-    """Start the detached watcher for ``home`` with this agent's arguments."""
+REPLACES_ENV = "GPUDECK_REPLACES_WATCHER"  # the pid of the watcher a new one replaces (new settings)
+
+
+def spawn_detached(home: Path, argv: list[str], started_by: Optional[str] = None,
+                   replaces: Optional[int] = None) -> subprocess.Popen:
+    """Start the detached watcher for ``home`` with this agent's arguments; ``started_by``
+    (``cron``) is what it writes into the timeline if it finds that the watcher before it died;
+    ``replaces``: the pid of the detached watcher it takes over from (one told new settings)."""
+    from .life import STARTED_BY_ENV
+
     home = Path(home)
     log_path = home / LOG_FILE
     try:
@@ -40,12 +48,15 @@ def spawn_detached(home: Path, argv: list[str]) -> subprocess.Popen:
             os.replace(log_path, log_path.with_name(LOG_FILE + ".1"))
     except FileNotFoundError:
         pass
-    args = [a for a in argv if a not in ("--detached", "--once")]
+    from ..contract.watching import agent_args
+    args = agent_args(argv)  # its own --home and mode are added below, once
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
     try:
         return subprocess.Popen([sys.executable, "-m", "gpudeck.agents", *args, "--home", str(home), "--detached"],
                                 stdin=subprocess.DEVNULL, stdout=fd, stderr=fd, start_new_session=True,
-                                close_fds=True, cwd=str(home))
+                                close_fds=True, cwd=str(home),
+                                env={**os.environ, **({STARTED_BY_ENV: started_by} if started_by else {}),
+                                     **({REPLACES_ENV: str(replaces)} if replaces else {})})
     finally:
         os.close(fd)
 
@@ -63,7 +74,7 @@ def detached_may_start(home: Path, found: Any) -> bool:
         if found is None:
             return True
         hello = wire.decode(found[2])
-        if isinstance(hello, wire.Hello) and hello.detached:
+        if isinstance(hello, wire.Hello) and hello.detached and os.environ.pop(REPLACES_ENV, None) != str(hello.pid):
             log.info("%s is watched already by the agent with pid %d", home, hello.pid)
             return False
         return True
@@ -88,7 +99,7 @@ def ensure(home: Path, argv: list[str]) -> int:
         if found is not None:
             found[0].close()
             return 0
-        proc = spawn_detached(home, [a for a in argv if a != "--ensure"])
+        proc = spawn_detached(home, [a for a in argv if a != "--ensure"], started_by="cron")
         log.info("%s is watched and no agent serves it: started the detached watcher (pid %d)", home, proc.pid)
         return 0
     finally:

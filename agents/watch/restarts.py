@@ -51,6 +51,7 @@ class RestartState:
     reason: Optional[str] = None  # why it is due
     weight: int = 1  # what the due restart will count
     gave_up: bool = False
+    acked: Optional[float] = None  # when an operator acknowledged the gave_up (`gpudeck ack`): no alert since
     note: Optional[str] = None
     attempt: int = 0  # the attempt this state last saw
     ours: int = 0  # the attempt our last restart started
@@ -126,7 +127,7 @@ class RestartEngine:
         if j.attempt != st.attempt:
             if j.attempt != st.ours and st.attempt:  # an operator launched it: a fresh budget
                 st.restarts = st.count = 0
-                st.gave_up, st.note = False, None
+                st.gave_up, st.acked, st.note = False, None, None
             elif j.attempt == st.ours and st.next_at is not None and j.name not in self._busy:
                 # our restart started this attempt, but its watcher died before it wrote so
                 # (a kill -9 between the relaunch and its save): count it now, never reset
@@ -244,4 +245,21 @@ class RestartEngine:
                   job=name, attempt=result.attempt, reason=reason)
 
     def gave_up(self) -> list[str]:
-        return [n for n, st in self._states.items() if st.gave_up]
+        """The jobs that gave up and that no operator has acknowledged."""
+        return [n for n, st in self._states.items() if st.gave_up and st.acked is None]
+
+    def ack(self, name: str) -> tuple[bool, str]:
+        """Acknowledge ``name``'s gave_up: (whether this cleared it, what was done). A job that
+        has not given up is a ValueError: there is nothing to acknowledge. The job is left as it
+        is (given up: no restart); an operator's launch starts a fresh budget as ever."""
+        with self._lock:
+            st = self.state(name)
+            if not st.gave_up:
+                raise ValueError(f"job {name!r} has not given up restarting: nothing to acknowledge")
+            if st.acked is not None:
+                when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(st.acked))
+                return False, f"gave_up acknowledged already, at {when}"
+            st.acked = time.time()
+            st.note = f"{st.note or 'gave up'}; acknowledged"
+            self._save(name, st)
+        return True, "gave_up acknowledged; no restart is made until the job is launched again"

@@ -15,20 +15,27 @@
 - **none**: nothing registered (the old behaviour: a console or `watch start` restarts it).
 
 ``watch stop`` removes what was added: the unit, or the tagged lines, nothing else of the user's.
+The crontab is read, changed and written back whole, so every change of it holds a lock of the
+user's (``fcntl`` on ``~/.cache/gpudeck/crontab.lock``): two homes of one user registered at
+once would otherwise lose one home's lines.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import logging
 import os
 import shlex
 import subprocess
 import sys
+import time
 from pathlib import Path
-from typing import Optional
+from typing import Iterator, Optional
 
 from ..contract.ops import SupervisorState
+from ..contract.watching import agent_args
 
 log = logging.getLogger(__name__)
 
@@ -52,20 +59,6 @@ def _said(r: subprocess.CompletedProcess) -> str:
 
 def home_id(home: Path) -> str:
     return hashlib.sha256(str(Path(home).resolve()).encode()).hexdigest()[:10]
-
-
-def agent_args(argv: list[str]) -> list[str]:
-    """The agent's own arguments (``--node``, ``--interval``, ``--no-nvml``...) that the
-    supervisor's watcher must start with too, less the home and the mode."""
-    out, skip = [], False
-    for a in argv:
-        if skip:
-            skip = False
-        elif a == "--home":
-            skip = True
-        elif a not in ("--detached", "--once", "--ensure"):
-            out.append(a)
-    return out
 
 
 def ensure_argv(home: Path, args: list[str], python: str = sys.executable) -> list[str]:
@@ -178,24 +171,60 @@ def _write_crontab(text: str) -> None:
         raise OSError(f"crontab -: {_said(r)}")
 
 
+CRONTAB_LOCK_WAIT_S = 60.0  # a holder runs two crontab commands of at most 10 s each
+
+
+def crontab_lock_path() -> Path:
+    return Path.home() / ".cache" / "gpudeck" / "crontab.lock"
+
+
+@contextlib.contextmanager
+def _crontab_lock() -> Iterator[None]:
+    """The user's crontab to ourselves while we read, change and write it back: one lock per
+    user (not per home), since every home of the user shares the one crontab. OSError when it
+    cannot be had (an unwritable home, a holder that does not let go)."""
+    path = crontab_lock_path()
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        deadline = time.monotonic() + CRONTAB_LOCK_WAIT_S
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise OSError(f"another gpudeck has held {path} for {CRONTAB_LOCK_WAIT_S:g} s; "
+                                  f"the crontab was not changed") from None
+                time.sleep(0.05)
+        yield
+    finally:
+        os.close(fd)  # lets go of the lock too
+
+
 def cron_install(home: Path, args: list[str], python: str = sys.executable) -> str:
-    text, why = _crontab()
-    if text is None:
-        raise OSError(f"crontab -l: {why}")
-    kept = [ln for ln in text.splitlines() if not ln.endswith(_tag(home))]
-    _write_crontab("\n".join(kept + cron_lines(home, args, python)) + "\n")
+    with _crontab_lock():
+        text, why = _crontab()
+        if text is None:
+            raise OSError(f"crontab -l: {why}")
+        kept = [ln for ln in text.splitlines() if not ln.endswith(_tag(home))]
+        _write_crontab("\n".join(kept + cron_lines(home, args, python)) + "\n")
     return "the user's crontab: @reboot and every minute, a watcher started when none is alive"
 
 
 def cron_remove(home: Path) -> bool:
     text, _ = _crontab()
-    if not text:
-        return False
-    lines = text.splitlines()
-    kept = [ln for ln in lines if not ln.endswith(_tag(home))]
-    if len(kept) == len(lines):
-        return False
-    _write_crontab("\n".join(kept) + "\n" if kept else "")
+    if not any(ln.endswith(_tag(home)) for ln in (text or "").splitlines()):
+        return False  # nothing of ours (every `watch start` asks): no lock, no write
+    with _crontab_lock():
+        text, _ = _crontab()
+        if not text:
+            return False
+        lines = text.splitlines()
+        kept = [ln for ln in lines if not ln.endswith(_tag(home))]
+        if len(kept) == len(lines):
+            return False
+        _write_crontab("\n".join(kept) + "\n" if kept else "")
     return True
 
 

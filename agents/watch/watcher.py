@@ -14,7 +14,7 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from ..health import reader_for
 from ..contract.vocab import NOTIFY_EVENTS, AlertKind, EventKind
@@ -24,10 +24,11 @@ from ..contract.plain import to_plain
 from ..contract.wire import Alert, Gpu, Host, JobStatus
 from .checks import Checks
 from .conditions import Conditions
-from ..contract.watching import WatchSettings
+from ..contract.watching import WatchSettings, agent_args
 from .config import WatchConfig
 from .events import EventLog
 from .heartbeat import Heartbeat, failing_reason
+from .life import Life, restart_message, started_by
 from .outbox import Outbox
 from .phases import Phases
 from .restarts import RestartEngine
@@ -54,6 +55,7 @@ class Watcher:
         self._health: Any = False  # the reader, made at the first tick; None where there is none
         self._failed: set[str] = set()
         self.successor: Optional[Any] = None  # the detached agent this one started to take over
+        self.consoles: Callable[[], int] = lambda: 0  # how many consoles are connected (the agent sets it)
         if self.config.jobs and not sup.declared:  # the last console's fleet: known without a console
             try:
                 sup.configure([JobSpec.from_dict(d) for d in self.config.jobs], self.config.fleet or "")
@@ -64,6 +66,27 @@ class Watcher:
         self.heartbeat = Heartbeat(node)
         self.agent_argv: list[str] = ["--node", node]  # the agent's arguments (start.py sets them all)
         self.heartbeat.serve(self.config.heartbeat, self.config.watching)
+        self.life = Life(self.home)
+        self._living = False  # begin() ran: this agent serves the node (not --once)
+
+    def begin(self) -> None:
+        """This agent now serves the node (its loop runs): a watcher that died before it is
+        written into the timeline and notified (watch/life.py), then this one's own note."""
+        try:
+            dead = self.life.previous()
+            if dead is not None:
+                now = time.time()
+                adopted = sorted(n for n, rec in self.sup.records.items() if rec.state.alive)
+                who = started_by(self.detached)
+                self.emit(EventKind.WATCHER_RESTARTED, restart_message(dead, now, who, len(adopted)),
+                          down_from=dead["alive_at"], down_to=now, down_s=round(now - dead["alive_at"], 1),
+                          restarted_by=who, dead_pid=dead.get("pid"), adopted=adopted)
+            else:
+                started_by(self.detached)  # out of the environment, whoever it was
+            self._living = True
+            self.life.alive(time.time(), self.config.watching)
+        except Exception as exc:  # noqa: BLE001 -- never stops the agent
+            self._failure("life", exc)
 
     # ------------------------------------------------------------ events
 
@@ -99,6 +122,8 @@ class Watcher:
     def on_tick(self, now: float, gpus: list[Gpu], jobs: list[JobStatus], host: Optional[Host],
                 changes: dict[str, Optional[float]], specs: dict[str, JobSpec], alerts: list[Alert]) -> list[Alert]:
         """The restart policies and the checks; the alerts to add to the snapshot."""
+        if self._living:
+            self.life.alive(now, self.config.watching)
         try:
             self.restarts.tick(now, jobs, changes)
         except Exception as exc:  # noqa: BLE001 -- the tick goes on
@@ -151,20 +176,56 @@ class Watcher:
         self.outbox.serve(self.config.notify)
         self.heartbeat.serve(self.config.heartbeat, self.config.watching)
 
+    def ack(self, op: ops.Ack) -> ops.Acked:
+        """An operator acknowledged a job that gave up: the alert (and the heartbeat's /fail)
+        clears at the next tick; the job stays as it is until it is launched again."""
+        if self.sup.spec_of(op.job) is None and not self.sup.job_dir(op.job).is_dir():
+            raise ValueError(f"no job {op.job!r} on node {self.node}")
+        cleared, message = self.restarts.ack(op.job)
+        if cleared:
+            self.sup.audit("ack", op.job, message=message)
+            self.emit(EventKind.ACKNOWLEDGED, f"job {op.job}: {message}", job=op.job)
+        return ops.Acked(job=op.job, cleared=cleared, message=message)
+
     def events(self, op: ops.ReadEvents) -> ops.EventPage:
         seq = self.events_log.seq  # before the read: a follower asks from here next time, missing nothing
         return ops.EventPage(node=self.node, seq=seq, events=self.events_log.read(op.since, op.after_seq, op.limit))
 
     def watch(self, op: ops.Watch) -> ops.WatchStatus:
         if op.on is not None:
+            if op.on and op.node_args is not None:  # the fleet file's node keys now: the next watcher's
+                self.config.agent_args = agent_args(list(op.node_args))
             registered = self._supervise(op.on, op.supervise)
             if op.on != self.config.watching:
                 self.config.watching, self.config.since = op.on, time.time() if op.on else None
                 self.emit(EventKind.WATCH, f"watch {'started' if op.on else 'stopped'} (agent pid {os.getpid()})"
                           + (f"; {registered}" if registered else ""), notify=False)
+                if not op.on:  # no longer watched: an end after this is no watcher's death
+                    self.life.stopped()
             self.config.save(self.home)
             self.heartbeat.serve(self.config.heartbeat, self.config.watching)
+            if op.on and self.detached and self.stale():
+                self._replace()
         return self.status()
+
+    def stale(self) -> bool:
+        """Whether this agent runs with other arguments than the fleet file's last `watch start`."""
+        want = self.config.agent_args
+        return want is not None and want != agent_args(self.agent_argv)
+
+    def _replace(self) -> None:
+        """This detached watcher has stale settings: a new one, started with the fleet file's,
+        takes the node over from it (a handover: its jobs are adopted, nothing is restarted)."""
+        if self.successor is not None and self.successor.poll() is None:
+            return
+        from .daemon import spawn_detached
+        try:
+            self.successor = spawn_detached(self.home, self.config.agent_args or [], started_by="watch start",
+                                            replaces=os.getpid())
+        except OSError as exc:
+            raise ValueError(f"'watch': cannot start a watcher with the new settings: {exc}") from None
+        log.info("new agent settings (%s): the watcher pid %d takes over with them",
+                 " ".join(self.config.agent_args or []), self.successor.pid)
 
     def _supervise(self, on: bool, wanted: Any) -> str:
         """Register the watcher with the node's supervisor (on), or remove what was registered
@@ -180,7 +241,8 @@ class Watcher:
         if kind != self.config.supervisor:
             supervise.remove(self.home)
         try:
-            did = supervise.install(kind, self.home, self.agent_argv)
+            did = supervise.install(kind, self.home, self.config.agent_args if self.config.agent_args is not None
+                                    else self.agent_argv)
         except OSError as exc:
             raise ValueError(f"'watch': cannot register the watcher with {kind}: {exc}") from None
         self.config.supervisor = kind
@@ -198,7 +260,8 @@ class Watcher:
             since=self.config.since, fleet=self.config.fleet, log=str(self.home / "watch.log"),
             supervisor=supervise_state(self.config.supervisor, self.home), heartbeat=self.heartbeat.status(),
             notify=[t.label for t in self.config.notify], outbox=self.outbox.status(), alerts=self.config.alerts,
-            active=sorted(self.conditions.active), jobs=jobs)
+            active=sorted(self.conditions.active), jobs=jobs, consoles=self.consoles(),
+            args=agent_args(self.agent_argv), want_args=self.config.agent_args)
 
     # ------------------------------------------------------------ lingering
 
@@ -219,7 +282,8 @@ class Watcher:
         if self.successor is None or self.successor.poll() is not None:
             from .daemon import spawn_detached
             try:
-                self.successor = spawn_detached(self.home, argv)
+                self.successor = spawn_detached(self.home, self.config.agent_args
+                                                if self.config.agent_args is not None else argv)
             except OSError as exc:
                 log.error("watch: cannot start the detached watcher in %s: %s; this agent stays instead",
                           self.home, exc)
@@ -229,6 +293,7 @@ class Watcher:
         return True
 
     def close(self) -> None:
+        self.life.stopped()  # a clean end: the next agent reports no death
         self.outbox.quiesce()  # a message under way is answered and removed before this agent goes
         self.heartbeat.stop()
 

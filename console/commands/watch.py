@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
+from dataclasses import dataclass
 from typing import Any, Optional
 
 from ...agents.contract.ops import Watch, WatchStatus
@@ -91,17 +93,44 @@ def _nodes(fleet, names: list[str]):
     return out
 
 
-async def _ask(fleet, nodes, op: Watch, timeout: float) -> dict[str, Any]:
-    """``op`` on every node at once: node -> its WatchStatus, or the error text."""
-    from ...remote.client import AgentError, FleetClient, RequestFailed
+@dataclass(frozen=True)
+class NodeFailure:
+    """Why a node has no WatchStatus to show. ``state``: ``unreachable`` (it could not be
+    reached), ``refused`` (its agent answered, and refused) or ``error`` (it answered, and
+    something else went wrong: another version, a watcher that did not take over). Only the
+    first is ever shown as UNREACHABLE."""
+
+    state: str
+    reason: str
+
+
+def fleet_args(node) -> list[str]:
+    """The node's agent arguments by the fleet file now (node keys such as ``interval`` and
+    ``textfile_dir``), as a watcher reports its own (``WatchStatus.args``)."""
+    from ...agents.contract.watching import agent_args
+    from ...remote.link import agent_argv
+
+    return agent_args(agent_argv(node, "python")[3:])  # less "python -m gpudeck.agents"
+
+
+async def _ask(fleet, nodes, op: Any, timeout: float) -> dict[str, Any]:
+    """``op`` (or ``op(node)``) on every node at once: node -> its WatchStatus, or a NodeFailure."""
+    from ...remote.client import AgentError, FleetClient, RequestFailed, VersionMismatch
 
     client = FleetClient(fleet)
 
     async def one(node) -> tuple[str, Any]:
         try:
-            return node.name, await client.request(op, node=node.name, timeout=timeout)  # bounded: the hello apart
-        except (AgentError, RequestFailed, OSError) as exc:
-            return node.name, f"{exc}"
+            one_op = op(node) if callable(op) else op
+            return node.name, await client.request(one_op, node=node.name, timeout=timeout)  # bounded: the hello apart
+        except RequestFailed as exc:
+            return node.name, NodeFailure("refused", exc.reason)
+        except VersionMismatch as exc:
+            return node.name, NodeFailure("error", exc.reason)
+        except AgentError as exc:
+            return node.name, NodeFailure("unreachable", exc.reason)
+        except OSError as exc:
+            return node.name, NodeFailure("unreachable", f"{exc}")
 
     try:
         return dict(await asyncio.gather(*(one(n) for n in nodes)))
@@ -109,31 +138,49 @@ async def _ask(fleet, nodes, op: Watch, timeout: float) -> dict[str, Any]:
         await client.close()
 
 
+def _settled(r: Any, want: list[str]) -> bool:
+    """Whether ``watch start`` is done with this node: its detached watcher answered, with the
+    fleet file's settings, or the agent that answered has another console open (it hands over
+    when the last one closes, which may be hours away: nothing to wait for)."""
+    return isinstance(r, WatchStatus) and ((r.detached and r.args == want) or r.consoles > 1)
+
+
 async def _start(args) -> int:
     from .common import load_fleet as _fleet
 
     fleet = _fleet(args.fleet)
     nodes = _nodes(fleet, args.nodes)
-    first = await _ask(fleet, nodes, Watch(on=True, supervise=args.supervise), args.timeout)
-    # the links are closed: each node's agent hands over to its detached watcher; wait for it
-    pending = [n for n in nodes if isinstance(first.get(n.name), WatchStatus)]
-    results = {n: r for n, r in first.items() if not isinstance(r, WatchStatus)}
+    want = {n.name: fleet_args(n) for n in nodes}
+    first = await _ask(fleet, nodes, lambda n: Watch(on=True, supervise=args.supervise, node_args=want[n.name]),
+                       args.timeout)
+    results = {n: r for n, r in first.items() if not isinstance(r, WatchStatus) or _settled(r, want[n])}
+    # the links are closed: each node's agent left alone hands over to its detached watcher; wait for it
+    pending = [n for n in nodes if n.name not in results]
     deadline = time.monotonic() + args.timeout
     while pending:
         got = await _ask(fleet, pending, Watch(), max(5.0, min(30.0, deadline - time.monotonic())))
         for n in list(pending):
             r = got.get(n.name)
-            if isinstance(r, WatchStatus) and r.detached:
+            if _settled(r, want[n.name]):
                 results[n.name] = r
                 pending.remove(n)
         if pending and time.monotonic() > deadline:
-            for n in pending:
-                results[n.name] = f"the detached watcher did not answer within {args.timeout:g} s; see " \
-                                  f"{first[n.name].log}"
             break
         if pending:
             await asyncio.sleep(0.5)
-    return _report(args, results, "watching")
+    if pending:  # no half set-up watch behind an error: switched off again, and said so
+        undone = await _ask(fleet, pending, Watch(on=False), max(5.0, args.timeout))
+        for n in pending:
+            log_path = first[n.name].log
+            log_note = (f"its log on the node: {log_path}" if not n.local else
+                        f"see {log_path}" if os.path.exists(log_path) else f"it wrote no {log_path}")
+            back = undone.get(n.name)
+            off = ("watching is off again" if isinstance(back, WatchStatus) else
+                   f"and switching it off again failed ({back.reason if back else 'no answer'}): "
+                   f"run `gpudeck watch stop {n.name}`")
+            results[n.name] = NodeFailure("error", f"the detached watcher did not take over within "
+                                                   f"{args.timeout:g} s ({log_note}); {off}")
+    return _report(args, {n.name: results[n.name] for n in nodes}, "watching", want)
 
 
 async def _stop(args) -> int:
@@ -150,24 +197,29 @@ async def _status(args) -> int:
     nodes = _nodes(fleet, args.nodes)
     if args.follow:
         return await _follow(fleet, nodes, args.unreachable_after)
-    return _report(args, await _ask(fleet, nodes, Watch(), args.timeout), None)
+    return _report(args, await _ask(fleet, nodes, Watch(), args.timeout), None,
+                   {n.name: fleet_args(n) for n in nodes})
 
 
-def _report(args, results: dict[str, Any], verb: Optional[str]) -> int:
+def _report(args, results: dict[str, Any], verb: Optional[str], want: Optional[dict[str, list[str]]] = None) -> int:
     if args.json:
-        print(json.dumps({n: (to_plain(r) if isinstance(r, WatchStatus) else {"error": r})
+        print(json.dumps({n: (to_plain(r) if isinstance(r, WatchStatus) else {"error": r.reason, "state": r.state})
                           for n, r in results.items()}, indent=1))
     else:
         for node, r in results.items():
-            print(render(node, r, verb))
+            print(render(node, r, verb, (want or {}).get(node), getattr(args, "fleet", None)))
     return 0 if all(isinstance(r, WatchStatus) for r in results.values()) else 1
 
 
-def render(node: str, r: Any, verb: Optional[str] = None) -> str:
-    if not isinstance(r, WatchStatus):
-        return f"{node}: UNREACHABLE ({r})"
+def render(node: str, r: Any, verb: Optional[str] = None, want: Optional[list[str]] = None,
+           fleet_path: Optional[str] = None) -> str:
+    if isinstance(r, NodeFailure):
+        return f"{node}: {'UNREACHABLE' if r.state == 'unreachable' else r.state.upper()} ({r.reason})"
     if r.watching:
+        others = r.consoles - 1  # the consoles besides this command's own connection
         who = f"detached watcher pid {r.pid}" if r.detached else \
+            f"agent pid {r.pid} with {others} other console(s) open; the watcher takes over when the last " \
+            f"console closes" if others > 0 else \
             f"agent pid {r.pid} (hands over to a detached watcher when its last console leaves)"
         since = time.strftime("%Y-%m-%d %H:%M", time.localtime(r.since)) if r.since else "?"
         head = f"{node}: watching since {since}: {who}; log {r.log}"
@@ -175,6 +227,12 @@ def render(node: str, r: Any, verb: Optional[str] = None) -> str:
         head = f"{node}: not watching" + (f" (agent pid {r.pid} exits when its last console leaves)"
                                           if verb == "stopped" else "")
     lines = [head]
+    if r.watching and want is not None and r.args != want:  # a node key changed since it started
+        f = f" -f {fleet_path}" if fleet_path else ""
+        then = ("the watcher that takes over when the last console closes starts with the fleet file's"
+                if not r.detached and r.want_args == want else f"apply with: gpudeck watch start{f} {node}")
+        lines.append(f"  STALE settings: runs with `{' '.join(r.args)}`, the fleet file says "
+                     f"`{' '.join(want)}`; {then}")
     sup = r.supervisor
     if r.watching or sup.present:
         health = "healthy" if sup.healthy else "NOT HEALTHY" if sup.kind != "none" else "none"
