@@ -735,7 +735,8 @@ def _fleet_name(fleet: Fleet) -> str:
 
 def make_app(fleet: Fleet, *, client: Optional[FleetClient] = None, **options: Any) -> GpuDeckApp:
     """The console on ``fleet``: the CLI's `up` and `demo` and the tests all start here."""
-    client = client or FleetClient(fleet)
+    # a read-only console is a look: never refused for, nor taking, another fleet's jobs
+    client = client or FleetClient(fleet, reading=bool(options.get("read_only")))
     client.adjust = _with_placements  # a fleet file read again keeps this laptop's moved jobs where they run
     return GpuDeckApp(ConsoleConfig(fleet=fleet, **options), client)
 
