@@ -129,7 +129,7 @@ class FleetClient:
         self.errors.pop(node, None)
         self.refused.pop(node, None)
 
-    async def connect(self, node: Node, timeout: Optional[float] = None) -> AgentLink:
+    async def connect(self, node: Node, timeout: Optional[float] = None, reading: Optional[bool] = None) -> AgentLink:
         """Open, hello, configure. The hello has a wait of its own (:func:`hello_timeout`); the
         rest is within ``timeout`` (default: the node's ``connect_timeout`` and ANSWER_S), every
         wait getting what is left."""
@@ -139,7 +139,7 @@ class FleetClient:
         try:
             await link.start_explained(hello_timeout(node, timeout))
             deadline += link.hello_wait_s  # a slow hello leaves configure its time
-            reply = await link.request(self._configure_op(self.fleet, node.name),
+            reply = await link.request(self._configure_op(self.fleet, node.name, reading),
                                        timeout=max(1.0, deadline - time.monotonic()))
             self._configured(node.name, reply)
             link.configured_seq = link.latest.seq if link.latest is not None else 0
@@ -172,10 +172,26 @@ class FleetClient:
             self.spec_changes.update({j.name: [] for j in jobs})
             self._configured(name, reply)
 
-    def _configure_op(self, fleet: Fleet, node: str) -> ops.Configure:
+    def _configure_op(self, fleet: Fleet, node: str, reading: Optional[bool] = None) -> ops.Configure:
+        reading = self.reading if reading is None else reading
         return ops.Configure(jobs=fleet.jobs_on(node), fleet=fleet.identity, source=fleet.source,
-                             take_over=self.take_over and not self.reading, reading=self.reading,
+                             take_over=self.take_over and not reading, reading=reading,
                              watch=fleet.watch_settings(node))
+
+    async def _connect_or_look(self, node: Node) -> AgentLink:
+        """The console's connect: where another fleet owns some of this file's jobs (and no
+        --take-over), the node is still read, as a look, its refusal kept in ``refused`` so that
+        the console refuses changes there, naming the owner; never shown as unreachable."""
+        from ..agents.contract.ownership import OWNED_ELSEWHERE
+
+        try:
+            return await self.connect(node)
+        except RequestFailed as exc:
+            if self.reading or exc.refusal != OWNED_ELSEWHERE:
+                raise
+            link = await self.connect(node, reading=True)
+            self.refused[node.name] = exc
+            return link
 
     def _configured(self, node: str, reply: ops.Configured) -> None:
         self.spec_changes.update(reply.changed)
@@ -279,7 +295,7 @@ class FleetClient:
         while True:
             ended: Optional[AgentLink] = None
             try:
-                link = await self.connect(node)
+                link = await self._connect_or_look(node)
             except (AgentError, RequestFailed, OSError, asyncio.TimeoutError) as exc:
                 error = _failure(node.name, exc, "connect timed out")
             except Exception as exc:  # untyped: show it on the node and keep the loop alive
