@@ -129,3 +129,34 @@ def test_a_fleet_name_makes_copies_one_owner_and_takes_the_paths_owners(tmp_path
     assert f"holds job(s) idle of fleet 'lab', declared by {_path_owner(c)}, which this file lacks" in r.stderr
     assert f"this file declares job(s) extra, which {_path_owner(c)}" in r.stderr
     assert _jobs(_status(c, 0))["idle"]["state"] == "running"
+
+
+@pytest.mark.parametrize("read_only", [True, False], ids=["read-only", "console"])
+async def test_the_console_on_a_copy_reads_the_node_and_marks_the_owner(tmp_path, fleet_home, read_only):
+    """`up --read-only` (and `up` without --take-over) on a copy: the node drawn up, never
+    unreachable, the job in its true state, the owner on the node's line; a change refused
+    there, naming the owner."""
+    from gpudeck.console.actions import JobOp
+    from gpudeck.console.app import make_app
+    from gpudeck.remote.fleet import load_fleet
+    from support.tui import job_row, notifications_text, shell_job, wait_for_text, wait_until, write_fleet
+
+    original = write_fleet(tmp_path, fleet_home, [shell_job("idle", "sleep 600")])
+    gpudeck("launch", "idle", "-f", original.path)
+    copy = tmp_path / "copy" / "fleet.toml"
+    copy.parent.mkdir()
+    shutil.copy(original.path, copy)
+    app = make_app(load_fleet(copy), grace_s=2.0, read_only=read_only, initial_view="fleet")
+    app.animation_level = "none"
+    async with app.run_test(size=(160, 40), notifications=True) as pilot:
+        text = await wait_for_text(pilot, "owned elsewhere: idle belong to fleet file")
+        assert any("● local" in ln and "owned elsewhere" in ln for ln in text.splitlines()), text
+        assert "unreachable" not in text
+        row = await wait_until(pilot, lambda: (r := job_row(app, "idle")) and r.state == "running" and r,
+                               what="the job in its true state")
+        assert not row.stale
+        if not read_only:  # a change there is refused, naming the owner
+            app._plan_job_action(JobOp.KILL, "idle")  # the `k` key's path, before its question
+            await wait_until(pilot, lambda: "belongs to another fleet" in notifications_text(app),
+                             what="the refusal told")
+            assert job_row(app, "idle").state == "running"
