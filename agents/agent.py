@@ -307,16 +307,20 @@ class Agent:
             kinded = exc if isinstance(exc, KindedRefusal) else None
             return Reply(id=req.id, ok=False, error=str(exc),
                          usage=isinstance(exc, Refusal) or bool(kinded and kinded.usage),
-                         refusal=kinded.kind if kinded else None)
+                         refusal=kinded.kind if kinded else getattr(exc, "refusal", None))
         except Exception as exc:  # noqa: BLE001 -- a bug: still an answer, and the traceback in the log
             log.exception("request %s failed", req.op)
             return Reply(id=req.id, ok=False, error=f"the agent failed on {req.op!r}: {type(exc).__name__}: {exc}")
 
     def _configure(self, op: ops.Configure) -> ops.Configured:
-        changed = self.sup.configure(op.jobs, op.fleet, op.take_over)  # first: a refusal changes nothing
-        self.watch.configure(op.watch, [s.to_dict() for s in op.jobs])
-        self.sup.audit("configure", None, jobs=[s.name for s in op.jobs], fleet=op.fleet)
-        return ops.Configured(jobs=[s.name for s in op.jobs], changed=changed)
+        # first: a refusal changes nothing
+        d = self.sup.configure(op.jobs, op.fleet, op.take_over, source=op.source, reading=op.reading)
+        if not d.elsewhere:  # a look at another fleet's jobs leaves the owner's watch settings alone
+            self.watch.configure(op.watch, [s.to_dict() for s in op.jobs])
+        self.sup.audit("configure", None, jobs=[s.name for s in op.jobs], fleet=op.fleet, source=op.source,
+                       reading=op.reading, **({"taken": d.taken} if d.taken else {}))
+        return ops.Configured(jobs=[s.name for s in op.jobs], changed=d.changed, owned_elsewhere=d.elsewhere,
+                              taken=d.taken, differs=d.differs)
 
     # ------------------------------------------------------------ the loop
 

@@ -42,7 +42,7 @@ from .fenceread import launch_refusal
 from .contract.ops import Adopted
 from .contract.vocab import JobState
 from .contract.needs import launch_problem
-from .owners import Declarations
+from .owners import Declarations, Declared
 from .contract.plain import to_plain
 from .contract.wire import KillVerdict, LaunchResult, LogChunk
 from .records import (START_TIME_TOLERANCE_S, JobRecord, _Live, descendants as _descendants, ended_pidfds,
@@ -207,13 +207,18 @@ class JobSupervisor:
 
         threading.Thread(target=finish, name=f"kill-{rec.name}", daemon=True).start()
 
-    def configure(self, specs: list[JobSpec], fleet: str = "", take_over: bool = False) -> dict[str, list[str]]:
-        """``fleet``'s declarations (agents/owners.py: another fleet file's stay theirs); returns,
-        per job, what its fleet file changed since it last launched."""
+    def configure(self, specs: list[JobSpec], fleet: str = "", take_over: bool = False, source: str = "",
+                  reading: bool = False) -> Declared:
+        """``fleet``'s declarations (agents/owners.py: another fleet's stay theirs, and a
+        ``reading`` configure takes nothing); the ownership's outcome, with ``changed``: per
+        job, what its fleet file changed since it last launched."""
         with self._lock:
-            self.declared = self.owned.declare(fleet, specs, take_over,
-                                               lambda n: (r := self.records.get(n)) is not None and r.state.alive)
-        return {s.name: changes for s in specs if (changes := self.spec_changes(s.name))}
+            declared = self.owned.declare(fleet, specs, take_over,
+                                          lambda n: (r := self.records.get(n)) is not None and r.state.alive,
+                                          source=source, reading=reading)
+            self.declared = declared.merged
+        declared.changed = {s.name: changes for s in specs if (changes := self.spec_changes(s.name))}
+        return declared
 
     # ------------------------------------------------------------ liveness
 

@@ -434,6 +434,10 @@ class GpuDeckApp(NoticeLine, App[None]):
 
     def _plan_job_action(self, op: JobOp, job: str, changes: tuple[str, ...] = ()) -> None:
         row = next((r for r in self.state.job_rows() if r.name == job), None)
+        refused = self.client.refused.get(row.node) if row is not None and not self.config.read_only else None
+        if refused is not None:  # another fleet owns this file's jobs there: a change needs --take-over
+            self.notify(f"{row.node}: {refused.reason}", severity="warning", timeout=6)
+            return
         dest = spare_for(self.client.fleet, job) if op is JobOp.MOVE else None
         plan = plan_job_action(op, job, row, read_only=self.config.read_only, grace_s=self.config.grace_s,
                                changes=changes, dest=dest)
@@ -735,7 +739,8 @@ def _fleet_name(fleet: Fleet) -> str:
 
 def make_app(fleet: Fleet, *, client: Optional[FleetClient] = None, **options: Any) -> GpuDeckApp:
     """The console on ``fleet``: the CLI's `up` and `demo` and the tests all start here."""
-    client = client or FleetClient(fleet)
+    # a read-only console is a look: never refused for, nor taking, another fleet's jobs
+    client = client or FleetClient(fleet, reading=bool(options.get("read_only")))
     client.adjust = _with_placements  # a fleet file read again keeps this laptop's moved jobs where they run
     return GpuDeckApp(ConsoleConfig(fleet=fleet, **options), client)
 

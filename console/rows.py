@@ -12,28 +12,16 @@ for 14 fields against 0.2 us (``bench/console_scale.py`` builds 2,300 of them a 
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass
 from typing import Optional, Union
 
-from ..agents.contract.vocab import AlertKind, EngineState, ShownState
+from ..agents.contract.vocab import AlertKind, EngineState, NodeState, ShownState
 from ..agents.contract.jobs import JobKind
 from ..agents.contract.wire import Gpu, JobPlan, KillVerdict, ServerHealth, Uploads
 from .chart import Chart
 from .formatting import round_int
 
 SPARK_BUCKET_S = 15.0  # one sparkline cell: 15 s of tokens/s
-
-
-class NodeState(str, enum.Enum):
-    """A node as the console sees it."""
-
-    UP = "up"  # its agent answers
-    CONNECTING = "connecting"  # not answered yet
-    UNREACHABLE = "unreachable"  # cannot be read: see its error
-
-    def __str__(self) -> str:
-        return self.value
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +62,7 @@ class NodeRow:
     since: Optional[float] = None  # unreachable since (unix time)
     down_for_s: Optional[int] = None
     retry_in_s: Optional[int] = None
+    owned_elsewhere: tuple[tuple[str, str], ...] = ()  # (job, owner): this file's jobs another fleet owns
 
 
 @dataclass(slots=True)

@@ -252,8 +252,11 @@ class FleetState:
         for name, view in self.nodes.items():
             if view.snapshot is None:
                 continue
+            declared = self._declared_on(name)
             for j in view.snapshot.jobs:
-                if not self.fleet.owns(j.fleet):  # another fleet file's job on a shared home
+                # another fleet's job on a shared home: not shown, unless this file declares it
+                # too (a copy of the file): then shown as it is, marked with its owner
+                if not self.fleet.owns(j.fleet) and j.name not in declared:
                     continue
                 out.append((name, j))
                 seen.add(j.name)
@@ -264,6 +267,23 @@ class FleetState:
                 out.append((spec.target or LOCAL, _unknown(spec)))
         self._jobs = (self.version, out)
         return out
+
+    def _declared_on(self, node: str) -> set[str]:
+        return {s.name for s in self.fleet.jobs_on(node)}
+
+    def owned_elsewhere(self, node: str) -> dict[str, str]:
+        """This fleet file's jobs on ``node`` that the node says another fleet owns: job -> owner."""
+        view = self.nodes.get(node)
+        if view is None or view.snapshot is None:
+            return {}
+        declared = self._declared_on(node)
+        return {j.name: j.fleet for j in view.snapshot.jobs
+                if j.fleet and j.name in declared and not self.fleet.owns(j.fleet)}
+
+    def node_state(self, view: NodeView) -> NodeState:
+        if not view.reachable:
+            return NodeState.UNREACHABLE if view.error else NodeState.CONNECTING
+        return NodeState.OWNED_ELSEWHERE if self.owned_elsewhere(view.name) else NodeState.UP
 
     def alerts(self) -> list[tuple[str, Alert]]:
         out = []
@@ -389,7 +409,7 @@ class FleetState:
     def _node_rows(self, view: NodeView, down_for: Optional[int], retry: Optional[int]) -> list[FleetRow]:
         snap = view.snapshot
         name = view.name
-        state = NodeState.UP if view.reachable else (NodeState.UNREACHABLE if view.error else NodeState.CONNECTING)
+        state = self.node_state(view)
         if snap is None:
             return [NodeRow(key=f"node:{name}", node=name, state=state, error=_reason(view),
                             since=view.unreachable_since, down_for_s=down_for, retry_in_s=retry)]
@@ -399,7 +419,7 @@ class FleetState:
             cpu_count=h.cpu_count, mem_used_gib=round(h.mem_used_bytes / 2**30, 1),
             mem_total_gib=round(h.mem_total_bytes / 2**30, 1), load1=round(h.load1, 1), gpu_count=len(snap.gpus),
             gpu_error=snap.gpu_error, error=_reason(view), since=view.unreachable_since, down_for_s=down_for,
-            retry_in_s=retry)]
+            retry_in_s=retry, owned_elsewhere=tuple(sorted(self.owned_elsewhere(name).items())))]
         stale = not view.reachable
         recent = self._gpu_util.get(name)
         for g in snap.gpus:
@@ -645,7 +665,9 @@ class FleetState:
             snap = view.snapshot
             nodes.append({
                 "name": name,
+                "state": self.node_state(view),
                 "reachable": view.reachable,
+                "owned_elsewhere": self.owned_elsewhere(name),
                 "error": str(view.error) if view.error is not None else None,
                 "unreachable_since": view.unreachable_since,
                 "gpus": [dataclasses.asdict(g) for g in snap.gpus] if snap else [],
@@ -660,7 +682,8 @@ class FleetState:
         for node, j in self.jobs():
             p = j.progress
             jobs.append({
-                "name": j.name, "node": node, "kind": j.kind, "state": j.state, "pids": j.pids or
+                "name": j.name, "node": node, "owner": j.fleet, "owned_elsewhere": not self.fleet.owns(j.fleet),
+                "kind": j.kind, "state": j.state, "pids": j.pids or
                 ([j.pid] if j.pid and j.state in _ALIVE else []),
                 "gpus": j.gpus, "attempt": j.attempt, "exit_code": j.exit_code,
                 "done": p.done if p else None, "total": p.total if p else None,

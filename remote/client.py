@@ -96,9 +96,13 @@ class FleetClient:
     """One link per node; every job operation goes to the job's node."""
 
     def __init__(self, fleet: Fleet, transports: Optional[dict[str, Transport]] = None,
-                 take_over: bool = False) -> None:
+                 take_over: bool = False, reading: bool = False) -> None:
         self.fleet = fleet
         self.take_over = take_over or fleet.take_over  # jobs another fleet file owns on a node become ours
+        # a look (status, doctor, events, logs, history, a read-only console): the nodes never
+        # refuse it for what another fleet owns, and it takes nothing (agents/owners.py)
+        self.reading = reading
+        self.configured: dict[str, ops.Configured] = {}  # per node: its last configure's answer
         self.spec_changes: dict[str, list[str]] = {}  # per job: what the fleet file changed since its launch
         try:  # when the fleet file was read (reload_fleet reads it again once it changes)
             self._fleet_stamp: Optional[int] = os.stat(fleet.path).st_mtime_ns if fleet.path else None
@@ -107,6 +111,9 @@ class FleetClient:
         self.links: dict[str, AgentLink] = {}
         # why each unreachable node is down, and since when
         self.errors: dict[str, tuple[AgentError, float]] = {}
+        # nodes whose agent refused this fleet's configure (another fleet owns its jobs there):
+        # a request raises the refusal itself, so that its kind reaches the exit code
+        self.refused: dict[str, RequestFailed] = {}
         self._transports = transports or {}  # by kind ("local", "ssh"); more are made on demand
         # what a fleet read again from its file becomes before use (the console's moved jobs:
         # console/placements.py); the identity by default
@@ -120,8 +127,9 @@ class FleetClient:
 
     def _up(self, node: str) -> None:
         self.errors.pop(node, None)
+        self.refused.pop(node, None)
 
-    async def connect(self, node: Node, timeout: Optional[float] = None) -> AgentLink:
+    async def connect(self, node: Node, timeout: Optional[float] = None, reading: Optional[bool] = None) -> AgentLink:
         """Open, hello, configure. The hello has a wait of its own (:func:`hello_timeout`); the
         rest is within ``timeout`` (default: the node's ``connect_timeout`` and ANSWER_S), every
         wait getting what is left."""
@@ -131,10 +139,9 @@ class FleetClient:
         try:
             await link.start_explained(hello_timeout(node, timeout))
             deadline += link.hello_wait_s  # a slow hello leaves configure its time
-            configure = ops.Configure(jobs=self.fleet.jobs_on(node.name), fleet=self.fleet.identity,
-                                      take_over=self.take_over, watch=self.fleet.watch_settings(node.name))
-            reply = await link.request(configure, timeout=max(1.0, deadline - time.monotonic()))
-            self.spec_changes.update(reply.changed)
+            reply = await link.request(self._configure_op(self.fleet, node.name, reading),
+                                       timeout=max(1.0, deadline - time.monotonic()))
+            self._configured(node.name, reply)
             link.configured_seq = link.latest.seq if link.latest is not None else 0
         except BaseException:
             await link.close()
@@ -161,10 +168,47 @@ class FleetClient:
         self.fleet, self._fleet_stamp = dataclasses.replace(fleet, take_over=self.take_over), stamp
         for name, link in list(self.links.items()):
             jobs = fleet.jobs_on(name)
-            reply = await link.request(ops.Configure(jobs=jobs, fleet=fleet.identity, take_over=self.take_over,
-                                                     watch=fleet.watch_settings(name)))
+            reply = await link.request(self._configure_op(fleet, name))
             self.spec_changes.update({j.name: [] for j in jobs})
-            self.spec_changes.update(reply.changed)
+            self._configured(name, reply)
+
+    def _configure_op(self, fleet: Fleet, node: str, reading: Optional[bool] = None) -> ops.Configure:
+        reading = self.reading if reading is None else reading
+        return ops.Configure(jobs=fleet.jobs_on(node), fleet=fleet.identity, source=fleet.source,
+                             take_over=self.take_over and not reading, reading=reading,
+                             watch=fleet.watch_settings(node))
+
+    async def _connect_or_look(self, node: Node) -> AgentLink:
+        """The console's connect: where another fleet owns some of this file's jobs (and no
+        --take-over), the node is still read, as a look, its refusal kept in ``refused`` so that
+        the console refuses changes there, naming the owner; never shown as unreachable."""
+        from ..agents.contract.ownership import OWNED_ELSEWHERE
+
+        try:
+            return await self.connect(node)
+        except RequestFailed as exc:
+            if self.reading or exc.refusal != OWNED_ELSEWHERE:
+                raise
+            link = await self.connect(node, reading=True)
+            self.refused[node.name] = exc
+            return link
+
+    def _configured(self, node: str, reply: ops.Configured) -> None:
+        self.spec_changes.update(reply.changed)
+        self.configured[node] = reply
+        for name, owner in sorted(reply.taken.items()):  # said where it happened: the agent's log too
+            log.warning("node %s: job %s taken over from %s", node, name, owner)
+
+    def taken(self) -> list[str]:
+        """What ``--take-over`` took, one line a job: the job, its node and its former owner."""
+        from ..agents.contract.ownership import owner_text
+
+        return [f"took job {name!r} on node {node} from {owner_text(owner)}"
+                for node, reply in sorted(self.configured.items()) for name, owner in sorted(reply.taken.items())]
+
+    def differs(self) -> list[str]:
+        """How this file's jobs differ from what the nodes hold for its fleet (another copy's)."""
+        return [line for _, reply in sorted(self.configured.items()) for line in reply.differs]
 
     async def connect_all(self, nodes: Optional[list[Node]] = None, timeout: Optional[float] = None) -> None:
         nodes = nodes if nodes is not None else self.nodes_in_use()
@@ -175,6 +219,8 @@ class FleetClient:
         try:
             return await self.connect(node, timeout)
         except (AgentError, RequestFailed, OSError) as exc:
+            if isinstance(exc, RequestFailed):
+                self.refused[node.name] = exc
             self._down(node.name, _failure(node.name, exc), time.time())
         except asyncio.TimeoutError:
             limit = timeout or node.connect_timeout + ANSWER_S
@@ -249,7 +295,7 @@ class FleetClient:
         while True:
             ended: Optional[AgentLink] = None
             try:
-                link = await self.connect(node)
+                link = await self._connect_or_look(node)
             except (AgentError, RequestFailed, OSError, asyncio.TimeoutError) as exc:
                 error = _failure(node.name, exc, "connect timed out")
             except Exception as exc:  # untyped: show it on the node and keep the loop alive
@@ -300,6 +346,8 @@ class FleetClient:
             if timeout is not None and opened is not None:
                 timeout = max(1.0, timeout - (time.monotonic() - began - opened.hello_wait_s))
         link = self.links.get(node)
+        if link is None and node in self.refused:
+            raise self.refused[node]
         if link is None:
             failure = self.errors.get(node)
             raise failure[0] if failure is not None else AgentError(node, "not connected")

@@ -271,14 +271,15 @@ async def _open(transport: SshTransport, node: Node, run_id: str, timeout: float
                     marker if isinstance(marker, dict) else {}, t0)
 
 
-async def _check_home(s: _Session, run_id: str, fleet_id: str, fleet_nodes: set[str]) -> None:
+async def _check_home(s: _Session, run_id: str, fleet_ids: tuple[str, ...], fleet_nodes: set[str]) -> None:
     """Refuse a home another node of the fleet uses: one seen in this run (its probe file is
     there), or the one deployed there last (the marker), while that node is still in the fleet."""
     pattern = shlex.quote(f"{s.home}/.deploy-{run_id}-") + "*"
     others = [ln.strip() for ln in (await s.run("probe", f"cat {pattern} 2>/dev/null || true")).splitlines()
               if ln.strip() and ln.strip() != s.node.name]
     owner = s.marker.get("node")
-    if not others and owner not in (None, s.node.name) and s.marker.get("fleet") == fleet_id \
+    # the marker of a deploy before this file took a [fleet] name names its host:/path
+    if not others and owner not in (None, s.node.name) and s.marker.get("fleet") in fleet_ids \
             and owner in fleet_nodes:
         others = [str(owner)]
     if others:
@@ -404,7 +405,7 @@ async def deploy(nodes: Sequence[Node], transport: SshTransport, wheel: Optional
 
         async def check(s: _Session) -> None:
             try:
-                await _check_home(s, run_id, fleet_id, fleet_nodes)
+                await _check_home(s, run_id, (fleet_id, fleet.source if fleet is not None else ""), fleet_nodes)
             except AgentError as exc:
                 failed(s.node, exc)
 

@@ -82,20 +82,29 @@ class Fleet:
     plans: list[PlanRef] = field(default_factory=list)  # [[plans]]: the plan.json files `plan compare` weighs
     warnings: tuple[str, ...] = ()  # not a key: what is odd but allowed (a deadline in the past), file:line each
     take_over: bool = False  # not a key: `--take-over`, jobs another fleet file owns on a node become ours
+    name: Optional[str] = None  # [fleet] name: the owner of its jobs on the nodes, whatever the file's path
 
     @property
-    def identity(self) -> str:
-        """Which fleet file this is, for the nodes (agents/owners.py): ``host:/abs/path``; ""
-        without a fleet file."""
+    def source(self) -> str:
+        """Where this file is, ``host:/abs/path`` ("" without a fleet file): the owner's key of
+        a file with no ``[fleet] name``, and the old key that a named file's owners migrate from."""
         if self.path is None:
             return ""
         import socket
         return f"{socket.gethostname()}:{Path(self.path).resolve()}"
 
+    @property
+    def identity(self) -> str:
+        """Which fleet this is, for the nodes (agents/owners.py): its ``[fleet] name``, which a
+        copy or a rename keeps; else ``host:/abs/path`` (:attr:`source`); "" without a fleet file."""
+        if self.path is None:
+            return ""
+        return self.name or self.source
+
     def owns(self, owner: Optional[str]) -> bool:
-        """Whether a job a node says belongs to ``owner`` is this fleet's to show. A console
-        with no fleet file shows every job of the node."""
-        return not owner or self.path is None or owner == self.identity
+        """Whether a job a node says belongs to ``owner`` is this fleet's. A console with no
+        fleet file shows every job of the node as its own."""
+        return not owner or self.path is None or owner in (self.identity, self.source)
 
     def watch_settings(self, node: Optional[str] = None) -> Optional[WatchSettings]:
         """What ``configure`` carries for the watcher of ``node`` (agents/watch/): None without a
@@ -146,7 +155,10 @@ _JOB_FIELDS = {f.name: f for f in dataclasses.fields(JobSpec) if f.name != "afte
 _DEFAULT_KEYS = {"python", "home", "nvml", "interval", "known_hosts", "host_keys", "user", "identity",
                  "connect_timeout", "hello_timeout_s", "venv", "jump", "price_per_hour", "textfile_dir"}
 NO_JUMP = "none"
-SECTIONS = ("defaults", "nodes", "clusters", "jobs", "notify", "alerts", "heartbeat", "plans")
+SECTIONS = ("fleet", "defaults", "nodes", "clusters", "jobs", "notify", "alerts", "heartbeat", "plans")
+FLEET_KEYS = ("name",)  # [fleet]
+# a fleet's name: no ':' nor '/', so that no name is taken for an owner of before names, ``host:/path``
+FLEET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 
 def parse_destination(dest: str) -> tuple[Optional[str], str, Optional[int]]:
@@ -196,8 +208,9 @@ def parse_fleet(text: str, path: str = "<fleet>") -> Fleet:
     if unknown:
         key = sorted(unknown)[0]
         raise FleetError(path, loc.top(key), f"unknown section {key!r}{did_you_mean(key, SECTIONS)}; expected "
-                                             f"[defaults], [[nodes]], [[clusters]], [[jobs]], [[notify]], [alerts], "
+                                             f"[fleet], [defaults], [[nodes]], [[clusters]], [[jobs]], [[notify]], [alerts], "
                                              f"[heartbeat] or [[plans]]")
+    name = _parse_fleet_table(doc.get("fleet", {}), path, loc)
     defaults = doc.get("defaults", {})
     if not isinstance(defaults, dict):
         raise FleetError(path, loc.top("defaults"), "'defaults' must be a table: [defaults]")
@@ -228,7 +241,24 @@ def parse_fleet(text: str, path: str = "<fleet>") -> Fleet:
     jobs = _resolve_servers(jobs, {n.name: n for n in nodes}, path, loc)
     jobs = _resolve_after(jobs, path, loc)
     return Fleet(path=path, nodes=nodes, jobs=jobs, notify=notify, alerts=alerts, heartbeat=heartbeat,
-                 plans=plans, warnings=tuple(warnings))
+                 plans=plans, warnings=tuple(warnings), name=name)
+
+
+def _parse_fleet_table(table: Any, path: str, loc: "_Locator") -> Optional[str]:
+    """``[fleet] name``: who owns this file's jobs on the nodes (docs/nodes.md#who-owns-a-nodes-jobs)."""
+    if not isinstance(table, dict):
+        raise FleetError(path, loc.top("fleet"), "'fleet' must be a table: [fleet]")
+    for k in table:
+        if k not in FLEET_KEYS:
+            raise FleetError(path, loc.key("fleet", None, k), unknown_key("[fleet]", k, FLEET_KEYS))
+    name = table.get("name")
+    if name is None:
+        return None
+    if not isinstance(name, str) or not FLEET_NAME.fullmatch(name):
+        raise FleetError(path, loc.key("fleet", None, "name"),
+                         f"[fleet] 'name': expected letters, digits, '.', '_' or '-' (1 to 64, no ':' nor '/'), "
+                         f"got {name!r}")
+    return name
 
 
 def cluster_node(spec: ClusterSpec, ssh: dict[str, Any], path: str, line: Optional[int]) -> Node:

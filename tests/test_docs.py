@@ -40,6 +40,7 @@ def accepted_fleet_keys() -> dict[str, frozenset[str]]:
     from gpudeck.agents.contract.cluster import RESOURCE_KEYS
 
     keys = {
+        "fleet": frozenset(fleet.FLEET_KEYS),
         "defaults": frozenset(fleet._DEFAULT_KEYS),
         # _parse_nodes: the Node fields (less `via`, which `jump` resolves to), and `local`,
         # which it accepts by name
@@ -124,7 +125,7 @@ def test_the_accepted_keys_are_the_ones_the_parser_lists_when_it_refuses_a_key()
     job kind), the parser's own "expected one of ..." is exactly what it returns. A key the
     parser accepts by some other route fails here, until accepted_fleet_keys reads it."""
     keys = accepted_fleet_keys()
-    probes = {"defaults": "[defaults]\n", "nodes": '[[nodes]]\nname = "n1"\n', "alerts": "[alerts]\n",
+    probes = {"fleet": "[fleet]\n", "defaults": "[defaults]\n", "nodes": '[[nodes]]\nname = "n1"\n', "alerts": "[alerts]\n",
               "clusters": '[[clusters]]\nname = "c1"\n',
               "notify": "[[notify]]\n", "heartbeat": "[heartbeat]\n", "plans": "[[plans]]\n"}
     probes.update({f"kind={k}": f'[[jobs]]\nname = "j1"\nkind = "{k}"\n' for k in KINDS})

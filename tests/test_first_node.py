@@ -160,15 +160,17 @@ def test_two_fleet_files_on_one_home_keep_their_own_jobs(tmp_path, home):
 
     assert names(b) == {"b-only"}  # not a's jobs, launched or only declared
     assert names(a) == {"shared", "a-only"}  # b's configure did not replace a's declarations
-    # b declares a job a owns: refused, naming a's file, until b takes it over
+    # b declares a job a owns: a look shows it, naming a's file (exit 7); a change is refused
+    # (exit 7) until b takes it over
     b2 = _fleet(tmp_path / "b.toml", home, "b-only", "shared")
     r = gpudeck("status", "-f", str(b2), check=False)
-    assert r.returncode != 0
-    assert "'shared'" in r.stdout + r.stderr and str(a) in r.stdout + r.stderr and "--take-over" in r.stdout + r.stderr
+    assert r.returncode == 7
+    assert "shared" in r.stdout and str(a) in r.stdout and "--take-over" in r.stdout
     r = gpudeck("launch", "shared", "-f", str(b2), check=False)
-    assert r.returncode != 0 and str(a) in r.stderr
+    assert r.returncode == 7 and str(a) in r.stderr
     assert names(a) == {"shared", "a-only"}  # the refusal changed nothing
-    gpudeck("status", "--take-over", "-f", str(b2))
+    r = gpudeck("kill", "shared", "--take-over", "-f", str(b2))
+    assert "took job 'shared' on node local from fleet file" in r.stdout and str(a) in r.stdout
     assert names(b2) == {"b-only", "shared"}
-    r = gpudeck("status", "-f", str(a), check=False)  # now a is the one refused, naming b's file
+    r = gpudeck("status", "-f", str(a), check=False)  # now a is the one told, naming b's file
     assert r.returncode != 0 and str(b2) in r.stdout + r.stderr

@@ -61,6 +61,10 @@ class Op:
 class Configured:
     jobs: list[str]  # the jobs the node now holds, in the fleet file's order
     changed: dict[str, list[str]] = field(default_factory=dict)  # job -> what its relaunch would change
+    # the file's jobs another fleet owns on the node (a reading configure): job -> owner
+    owned_elsewhere: dict[str, str] = field(default_factory=dict)
+    taken: dict[str, str] = field(default_factory=dict)  # jobs taken over (--take-over): job -> former owner
+    differs: list[str] = field(default_factory=list)  # how the file's jobs differ from another copy's on the node
 
 
 @dataclass(frozen=True)
@@ -236,8 +240,10 @@ class Configure(Op):
     Result: ClassVar[type] = Configured
     on_loop: ClassVar[bool] = True
     jobs: list[JobSpec] = field(default_factory=list)
-    fleet: str = ""  # the fleet file's identity, "host:/path" (agents/owners.py)
+    fleet: str = ""  # the fleet's identity: its [fleet] name, else "host:/path" (agents/owners.py)
     take_over: bool = False  # jobs another fleet file declared become this one's
+    source: str = ""  # the fleet file, "host:/path": owners of that key migrate to a [fleet] name
+    reading: bool = False  # a look (status, doctor, ...): never refused, takes and drops nothing
     watch: Optional[WatchSettings] = None  # [[notify]], [alerts], [heartbeat]; None: unchanged
 
 

@@ -59,6 +59,20 @@ class ShownState(str, enum.Enum):
         return self in (ShownState.STARTING, ShownState.RUNNING, ShownState.STOPPING, ShownState.READY)
 
 
+class NodeState(str, enum.Enum):
+    """A node as a console sees it: the ``state`` of each node in `status --json`."""
+
+    UP = "up"  # its agent answers
+    CONNECTING = "connecting"  # not answered yet
+    UNREACHABLE = "unreachable"  # cannot be read: see its error
+    # it answers, and some of this fleet file's jobs there belong to another fleet (a copy of
+    # the file without the same [fleet] name, or another file's): shown, marked with their owner
+    OWNED_ELSEWHERE = "owned_elsewhere"
+
+    def __str__(self) -> str:
+        return self.value
+
+
 class EngineState(str, enum.Enum):
     """An inference server as its /metrics answers: not listening, listening but not serving,
     serving, or answering in a way that says it is broken."""

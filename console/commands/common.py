@@ -21,6 +21,7 @@ EXIT_UNREACHABLE = 3  # `status`: some node did not answer (the report says whic
 EXIT_NOT_YOURS = 4  # `adopt`: the process is another user's (or cannot be read)
 EXIT_PID_REUSED = 5  # `adopt`: the pid names another process than the one listed (--started-at)
 EXIT_OWNED = 6  # `adopt`: a job already owns the process
+EXIT_OWNED_ELSEWHERE = 7  # another fleet owns jobs of this file on a node: `status` shows them, a change is refused
 EXIT_HOLDS_NODE = 8  # `adopt`, `kill`: the process's kill would take the node down (agents/holds.py); nothing done
 EXIT_INTERRUPTED = 130  # ctrl-c
 EXIT_BROKEN_PIPE = 141  # the reader of the output left (`| head`): 128 + SIGPIPE, what `cat` and `kubectl` give
@@ -91,10 +92,15 @@ def load_fleet(path: Optional[str], take_over: bool = False):
     return dataclasses.replace(fleet, take_over=True) if take_over else fleet
 
 
+OWNED_ELSEWHERE_EXIT = {EXIT_OWNED_ELSEWHERE: "a job of this fleet file belongs to another fleet on its node (one "
+                                              "home, two fleet files): refused, naming it; --take-over takes it"}
+
+
 def take_over_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--take-over", action="store_true",
-                   help="jobs of this fleet file that another fleet file owns on a node (one home shared by "
-                        "two fleet files) become this file's; without it such a node is refused, naming the other")
+                   help="jobs of this fleet file that another fleet owns on a node (one home shared by two fleet "
+                        "files) become this file's, each said with its former owner; without it the change is "
+                        "refused (exit 7), naming the other")
 
 
 def err(msg: str) -> None:
@@ -116,9 +122,13 @@ def run_command(args: argparse.Namespace) -> int:
         rv = args.run(args)
         return asyncio.run(rv) if inspect.iscoroutine(rv) else rv
     except RequestFailed as exc:
+        from ...agents.contract.ownership import OWNED_ELSEWHERE
+
         err(f"{exc.node}: {exc}")
         if exc.refusal == HOLDS_NODE:
             return EXIT_HOLDS_NODE
+        if exc.refusal == OWNED_ELSEWHERE:
+            return EXIT_OWNED_ELSEWHERE
         return EXIT_USAGE if exc.usage else EXIT_FAIL
     except AgentError as exc:  # a node that cannot be reached or used
         err(str(exc))

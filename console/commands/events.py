@@ -61,7 +61,7 @@ async def _events(args) -> int:
     fleet = _fleet(args.fleet)
     nodes = _nodes(fleet, args.nodes)
     since = _since(args.since)
-    client = FleetClient(fleet)
+    client = FleetClient(fleet, reading=True)  # a look: another fleet's jobs there are no reason to refuse
     after: dict[str, int] = {}
     down: dict[str, str] = {}
 

@@ -81,7 +81,7 @@ async def _history(args) -> int:
         targets = [None]  # the job's node (FleetClient.request routes it)
     else:
         targets = [n.name for n in _nodes(fleet, [])]
-    client = FleetClient(fleet)
+    client = FleetClient(fleet, reading=True)  # a look: another fleet's jobs there are no reason to refuse
     pages = []
     failed = 0
     try:

@@ -10,8 +10,8 @@ import json
 import sys
 
 from ...agents.contract import ops
-from .common import (EXIT_FAIL, EXIT_HOLDS_NODE, EXIT_OK, EXIT_USAGE, err, exit_codes, fleet_arg, load_fleet,
-                                            take_over_arg)
+from .common import (EXIT_FAIL, EXIT_HOLDS_NODE, EXIT_OK, EXIT_USAGE, OWNED_ELSEWHERE_EXIT, err, exit_codes,
+                     fleet_arg, load_fleet, take_over_arg)
 
 EXITS = {"launch": {EXIT_FAIL: "the agent refused (the job already runs, its command cannot start, ...)"},
          "relaunch": {EXIT_FAIL: "the agent refused, or the kill before it did not complete"},
@@ -27,7 +27,7 @@ def register(sub) -> None:
                                ("relaunch", _relaunch, "start a job again, resuming (kills it first); runs the "
                                                            "fleet file's version and prints what changed"),
                                ("kill", _kill, "stop a job and verify its GPU memory came back")):
-        p = sub.add_parser(name, help=helptext, epilog=exit_codes(EXITS[name]))
+        p = sub.add_parser(name, help=helptext, epilog=exit_codes({**EXITS[name], **OWNED_ELSEWHERE_EXIT}))
         fleet_arg(p)
         take_over_arg(p)
         if name == "kill":
@@ -79,9 +79,10 @@ def _count(text: str) -> int:
     return int(text)
 
 
-def _client(args):
+def _client(args, reading: bool = False):
     """A client of the fleet, once the job is known to it (an unknown job: UnknownName with the
-    fleet's jobs, before any connection)."""
+    fleet's jobs, before any connection). ``reading``: a look (logs), which another fleet's
+    ownership of the job never refuses."""
     from ...remote.client import FleetClient
 
     fleet = load_fleet(args.fleet, getattr(args, "take_over", False))
@@ -89,7 +90,16 @@ def _client(args):
         fleet.node(args.node)  # an unknown node: UnknownName naming the fleet's nodes
     else:
         fleet.job(args.job)
-    return FleetClient(fleet)
+    return FleetClient(fleet, reading=reading)
+
+
+def _told(client) -> None:
+    """What the change took from another fleet (--take-over), and how this file's jobs differ
+    from another copy's that the node held: said before the command's own result."""
+    for line in client.taken():
+        print(line)
+    for line in client.differs():
+        err(f"warning: {line}")
 
 
 def _node(args):
@@ -103,6 +113,7 @@ async def _launch(args) -> int:
         r = await client.request(ops.Launch(job=args.job), node=_node(args))
     finally:
         await client.close()
+    _told(client)
     print(f"launched {r.job}: pid {r.pid}, attempt {r.attempt}, log {r.log}")
     return EXIT_OK
 
@@ -113,6 +124,7 @@ async def _relaunch(args) -> int:
         r = await client.request(ops.Relaunch(job=args.job, grace_s=args.grace), node=_node(args))
     finally:
         await client.close()
+    _told(client)
     if r.kill is not None:
         print(f"killed {r.job}: {r.kill.message}")
     if r.changed:  # the fleet file's version ran, not the last launch's: say how they differ
@@ -138,6 +150,7 @@ async def _kill(args) -> int:
             r = await client.request(ops.KillPid(pid=args.pid, grace_s=args.grace), node=args.node)
         finally:
             await client.close()
+        _told(client)
     else:
         if not args.job:
             err("kill: give a JOB, or --node NODE --pid PID")
@@ -147,6 +160,7 @@ async def _kill(args) -> int:
             r = await client.request(ops.Kill(job=args.job, grace_s=args.grace), node=_node(args))
         finally:
             await client.close()
+        _told(client)
     if args.json:
         print(json.dumps(to_plain(r), indent=1))
     else:
@@ -155,7 +169,7 @@ async def _kill(args) -> int:
 
 
 async def _logs(args) -> int:
-    client = _client(args)
+    client = _client(args, reading=True)
     try:
         r = await client.request(ops.Logs(job=args.job, lines=args.lines), node=_node(args))
         sys.stdout.write(r.text)

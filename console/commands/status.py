@@ -8,7 +8,8 @@ import time
 from ...agents.contract.jobs import JobKind
 from ...agents.contract.vocab import JobState
 from ...agents.contract.documents import drift_text
-from .common import EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, err, exit_codes, fleet_arg, load_fleet, take_over_arg
+from .common import (EXIT_OK, EXIT_OWNED_ELSEWHERE, EXIT_UNREACHABLE, EXIT_USAGE, err, exit_codes, fleet_arg,
+                     load_fleet)
 from ..cost import NO_PRICE, dollars
 
 ALIVE = frozenset(s for s in JobState if s.alive)
@@ -16,9 +17,10 @@ ALIVE = frozenset(s for s in JobState if s.alive)
 
 def register(sub) -> None:
     p = sub.add_parser("status", help="nodes, GPUs, jobs and alerts", epilog=exit_codes(
-        {EXIT_UNREACHABLE: "some node did not answer (the report says which and why)"}))
-    fleet_arg(p)
-    take_over_arg(p)
+        {EXIT_UNREACHABLE: "some node did not answer (the report says which and why)",
+         EXIT_OWNED_ELSEWHERE: "every node answered, and some job of this fleet file belongs to another fleet "
+                               "there (shown, marked with its owner)"}))
+    fleet_arg(p)  # no --take-over: a look takes nothing (docs/nodes.md#who-owns-a-nodes-jobs)
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--timeout", type=float, default=15.0,
                    help="seconds to wait for each node; the agent's hello waits this or the node's "
@@ -32,8 +34,8 @@ async def _status(args) -> int:
 
     from ..placements import PlacementStore, moved
 
-    fleet = load_fleet(args.fleet, getattr(args, "take_over", False))
-    client = FleetClient(fleet)
+    fleet = load_fleet(args.fleet)
+    client = FleetClient(fleet, reading=True)
     try:
         state = FleetState(fleet, moves=moved(fleet, PlacementStore().of(fleet.path)))
         for view in await client.status(timeout=args.timeout):
@@ -43,6 +45,8 @@ async def _status(args) -> int:
                 state.mark_unreachable(view.name, view.error or "unreachable", view.unreachable_since)
     finally:
         await client.close()
+    for line in client.differs():  # another copy of this fleet declared its jobs there: how they differ
+        err(f"warning: {line}")
     if args.json:
         print(json.dumps(state.to_json(), indent=1))
     else:
@@ -55,7 +59,10 @@ async def _status(args) -> int:
     if setup:
         return EXIT_USAGE
     # 3: some node did not answer (its reason is in the report): scripts can tell a partial look
-    return EXIT_UNREACHABLE if any(not view.reachable for view in state.nodes.values()) else EXIT_OK
+    if any(not view.reachable for view in state.nodes.values()):
+        return EXIT_UNREACHABLE
+    # 7: every node answered, and another fleet owns some of this file's jobs (not a node down)
+    return EXIT_OWNED_ELSEWHERE if any(state.owned_elsewhere(name) for name in state.nodes) else EXIT_OK
 
 
 def render_status(state) -> str:
@@ -111,6 +118,9 @@ def _node_lines(state) -> list[str]:
             lines.append(f"{name}: UNREACHABLE{since} ({view.error})" + _node_money(costs.get(name), priced_only=True))
             continue
         h = snap.host
+        elsewhere = state.owned_elsewhere(name)
+        if elsewhere:  # the node answers: its own words, not "unreachable"
+            lines.append(f"{name}: OWNED_ELSEWHERE: {_elsewhere_text(elsewhere)}")
         if snap.cluster is not None:
             c = snap.cluster
             polled = f"last poll {c.poll_ms:.0f} ms" if c.poll_ms is not None else "not polled yet"
@@ -138,6 +148,17 @@ def _node_lines(state) -> list[str]:
     return lines
 
 
+def _elsewhere_text(elsewhere: dict[str, str]) -> str:
+    from ...agents.contract.ownership import owner_text
+
+    by_owner: dict[str, list[str]] = {}
+    for job, owner in sorted(elsewhere.items()):
+        by_owner.setdefault(owner, []).append(job)
+    return "; ".join(f"job(s) {', '.join(jobs)} of this fleet file belong to {owner_text(owner)}" for owner, jobs in
+                     by_owner.items()) + (" (shown as that fleet has them; give this file the same [fleet] name if "
+                                          "it is a copy, or change them with --take-over)")
+
+
 def _job_lines(state) -> list[str]:
     from ..formatting import human_duration
     from ..state import job_tokens_per_s
@@ -162,6 +183,9 @@ def _job_lines(state) -> list[str]:
                      f"{human_duration(p.eta_s if p and tps is not None else None):>8}")
         if tps is None and p is not None and p.last_tokens_per_s is not None:
             lines.append(f"  last {p.last_tokens_per_s:.0f} tok/s at {_clock(p.last_rate_at)}")
+        if not state.fleet.owns(j.fleet):
+            from ...agents.contract.ownership import owner_text
+            lines.append(f"  owned by {owner_text(j.fleet)}, not by this fleet file")
         if j.plan is not None:
             lines.append(f"  plan: {drift_text(j.plan.planned_wall_s, j.plan.projected_wall_s)}"
                          + (f" ({j.plan.error})" if j.plan.error else ""))

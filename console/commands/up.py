@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from .common import take_over_arg, EXIT_OK, fleet_arg, load_fleet
+from .common import EXIT_OK, OWNED_ELSEWHERE_EXIT, EXIT_USAGE, err, exit_codes, fleet_arg, load_fleet, take_over_arg
 
 
 def register(sub) -> None:
-    p = sub.add_parser("up", help="open the console (TUI) on a fleet")
+    p = sub.add_parser("up", help="open the console (TUI) on a fleet", epilog=exit_codes(OWNED_ELSEWHERE_EXIT))
     fleet_arg(p)
     take_over_arg(p)
     p.add_argument("--read-only", action="store_true", help="watch only: kill, relaunch and launch are off")
@@ -22,6 +22,9 @@ def register(sub) -> None:
 def _up(args) -> int:
     from ..app import make_app
 
+    if args.read_only and args.take_over:  # a look takes nothing (docs/nodes.md#who-owns-a-nodes-jobs)
+        err("up: --take-over is for a console that changes something; --read-only takes nothing")
+        return EXIT_USAGE
     fleet = load_fleet(args.fleet, getattr(args, "take_over", False))
     make_app(fleet, read_only=args.read_only, initial_view=args.view, bell=not args.no_bell,
              auto_move=not args.no_auto_move).run()

@@ -9,6 +9,7 @@ from rich.style import Style
 from rich.text import Text
 
 from ..formatting import human_duration
+from ...agents.contract.ownership import owner_text
 from ..rows import FleetRow, GpuRow, NodeRow, NodeState, ProcRow
 from . import cells
 from .live_table import Cell, Column, Frag, LiveTable
@@ -76,7 +77,7 @@ class FleetTable(LiveTable[FleetRow]):
 
     def _node_line(self, n: NodeRow) -> Text:
         t = Text(no_wrap=True, end="")
-        if n.state == NodeState.UP:
+        if n.state in (NodeState.UP, NodeState.OWNED_ELSEWHERE):  # both answer
             t.append("● ", self.style("ok"))
             t.append(n.node, self.style("node"))
             parts = [f"host {n.hostname}", f"cpu {n.cpu_pct}% of {n.cpu_count}",
@@ -84,6 +85,10 @@ class FleetTable(LiveTable[FleetRow]):
             parts.append(f"{n.gpu_count} GPU{'s' if n.gpu_count != 1 else ''}" if n.gpu_count
                          else f"no GPUs: {n.gpu_error or 'none found'}")
             t.append("  " + " · ".join(parts), self.style("muted"))
+            if n.owned_elsewhere:  # this file's jobs that another fleet owns there: read, not ours
+                owners = sorted({owner_text(o) for _, o in n.owned_elsewhere})
+                t.append(f"  owned elsewhere: {', '.join(j for j, _ in n.owned_elsewhere)} belong to "
+                         f"{', '.join(owners)}", self.style("bad"))
         elif n.state == NodeState.CONNECTING:
             t.append("◌ ", self.style("muted"))
             t.append(n.node, self.style("node"))
