@@ -120,3 +120,54 @@ def test_the_demo_fleet_file_works_with_status_events_and_watch(tmp_path):
     assert "no events on b200, pro6000" in r.stderr, r.stderr
     watch = gpudeck("watch", "status", *f).stdout
     assert "b200: not watching" in watch and "pro6000: not watching" in watch, watch
+
+
+@pytest.mark.usefixtures("reap_jobs")
+def test_a_generate_job_naming_its_engine_by_url_is_not_counted_twice(tmp_path, home, start_agent):
+    """The fleet's tokens/s (the console header's, `fleet.tokens_per_s`): a generate job whose
+    server is an engine job of the fleet, spelled `localhost` with a trailing slash where the
+    engine's metrics_url says 127.0.0.1 (and the engine has no `port` key), counts once."""
+    import sys
+
+    from support.generate import write_prompts
+    from support.wait import wait_for
+
+    port = free_port()
+    prompts = tmp_path / "prompts.jsonl"
+    write_prompts(prompts, 5000)
+    fleet = tmp_path / "fleet.toml"
+    fleet.write_text(textwrap.dedent(f'''
+        [defaults]
+        home = "{home}"
+        nvml = false
+        interval = 0.3
+
+        [[jobs]]
+        name = "engine"
+        command = ["{sys.executable}", "-m", "gpudeck.console", "sim-engine", "--port", "{port}", "--tok-s", "200"]
+        metrics_url = "http://127.0.0.1:{port}/metrics"
+
+        [[jobs]]
+        name = "gen"
+        kind = "generate"
+        servers = ["http://localhost:{port}/"]
+        prompts = "{prompts}"
+        out = "{tmp_path / 'out'}"
+        concurrency = 8
+    '''))
+    f = ["-f", str(fleet)]
+    start_agent(interval=0.3)  # the node's agent stays between the one-shot commands: an engine's rate takes two scrapes
+    gpudeck("launch", "engine", *f)
+    gpudeck("launch", "gen", *f)
+
+    def both_rates():
+        doc = json.loads(gpudeck("status", "--json", *f).stdout)
+        jobs = {j["name"]: j for j in doc["jobs"]}
+        engine = (jobs["engine"]["engine"] or {}).get("tokens_per_s")
+        return (engine and jobs["gen"]["tokens_per_s"]) and (doc, engine)
+    doc, engine = wait_for(both_rates, timeout=90, what="the engine and the generate job both reporting tokens/s",
+                           detail=lambda: gpudeck("status", *f).stdout)
+    from gpudeck.console.formatting import round_figures  # the header shows three figures
+
+    # the engine's own figure, not it plus the generate job's count of the same tokens
+    assert doc["fleet"]["tokens_per_s"] == round_figures(engine), doc["fleet"]
