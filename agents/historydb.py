@@ -548,6 +548,9 @@ class HistoryDB:
         and a job filter the GPUs, unless both are given); ``gpus_only``: no job's."""
         now = self.clock()
         until = now if until is None else until
+        # nothing is kept before the last tier's span: a time further back (a console's
+        # "9999999999w") asks for the same rows and would not fit an SQLite integer
+        since, until = (max(t, now - self.tiers[-1].keep_s) for t in (since, until))
         tier = self.resolution_for(since, until, now) if resolution == "auto" else self._tier(resolution)
         if not self.path.exists():
             return tier.name, []
