@@ -171,3 +171,26 @@ def test_a_generate_job_naming_its_engine_by_url_is_not_counted_twice(tmp_path, 
 
     # the engine's own figure, not it plus the generate job's count of the same tokens
     assert doc["fleet"]["tokens_per_s"] == round_figures(engine), doc["fleet"]
+
+
+@pytest.mark.parametrize("key,value,line", [("concurrency", 0, 8), ("shard_size", -5, 8)])
+def test_an_option_out_of_its_range_is_refused_by_the_fleet_file_and_the_worker(tmp_path, key, value, line):
+    """One declaration of the range (option(min=) in agents/contract/kinds.py): the fleet file's
+    error names the file and the line; the worker's flag is refused by argparse."""
+    fleet = tmp_path / "fleet.toml"
+    fleet.write_text(textwrap.dedent(f'''
+        [[jobs]]
+        name = "gen"
+        kind = "generate"
+        servers = ["http://127.0.0.1:30000"]
+        prompts = "/data/prompts.jsonl"
+        out = "/data/out"
+        {key} = {value}
+    '''))
+    r = gpudeck("status", "-f", str(fleet), check=False)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert f"{fleet}:{line}: [[jobs]] #1 ('gen') '{key}': must be at least 1, got {value}" in r.stderr, r.stderr
+    flag = "--" + key.replace("_", "-")
+    r = gpudeck("generate", "--prompts", str(tmp_path / "p.jsonl"), "--out", str(tmp_path / "out"),
+                "--server", "http://127.0.0.1:1", flag, str(value), check=False)
+    assert r.returncode == 2 and f"argument {flag}: must be at least 1, got {value}" in r.stderr, r.stderr
