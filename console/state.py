@@ -545,9 +545,17 @@ class FleetState:
 
         tps = figure(0)
         seen = [v for v in tps if v is not None] + ([row.tokens_per_s] if row.tokens_per_s is not None else [])
-        now_tps = cells_rate(row.tokens_per_s if row.tokens_per_s is not None else (seen[-1] if seen else None))
-        panels = [charts.Panel(f"{j.name}  tokens/s  now {now_tps}  peak {cells_rate(max(seen) if seen else None)}",
-                               tps)]
+        peak = cells_rate(max(seen) if seen else None)
+        if j.state in _ALIVE:
+            now_tps = cells_rate(row.tokens_per_s if row.tokens_per_s is not None else (seen[-1] if seen else None))
+            title = f"{j.name}  tokens/s  now {now_tps}  peak {peak}"
+        else:  # an ended job has no current rate: its last one, said as such, and when it ended
+            p = j.progress
+            last = p.last_tokens_per_s if p is not None and p.last_tokens_per_s is not None else \
+                (seen[-1] if seen else None)
+            ended = f" at {time.strftime('%H:%M', time.localtime(j.ended_at))}" if j.ended_at else ""
+            title = f"{j.name}  tokens/s  {j.state}{ended}, no rate now  last {cells_rate(last)}  peak {peak}"
+        panels = [charts.Panel(title, tps)]
         if row.done is not None:
             total = row.total
             title = f"done  {_count(row.done)}" + (f" / {_count(total)}" if total else "")
