@@ -53,7 +53,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
 from . import writes
-from .contract.ops import HistoryPoint
+from .contract.ops import HISTORY_KEPT_S, HistoryPoint
 from .contract.vocab import JobState
 from .contract.wire import Sample, Snapshot
 
@@ -74,7 +74,7 @@ class Tier:
     keep_s: int
 
 
-TIERS = (Tier("1s", "s1", 0, 3600), Tier("1m", "m1", 60, 7 * 86400), Tier("1h", "h1", 3600, 90 * 86400))
+TIERS = (Tier("1s", "s1", 0, 3600), Tier("1m", "m1", 60, 7 * 86400), Tier("1h", "h1", 3600, HISTORY_KEPT_S))
 POINTS_PER_SERIES = 720  # "auto" picks the finest tier that gives at most this many points a series
 REWIND_SKIP_S = 3600.0  # a clock stepped back by at most this: samples wait until it passes the newest row
 

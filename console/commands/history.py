@@ -49,7 +49,7 @@ def ago(text: Optional[str], flag: str, now: float) -> Optional[float]:
     that finds nothing more, and one past SQLite's integers cannot be asked at all."""
     from ...agents.contract.errors import OperatorError
     from ...agents.contract.units import parse_duration
-    from ...agents.historydb import TIERS
+    from ...agents.contract.ops import HISTORY_KEPT_S
 
     if text is None:
         return None
@@ -58,7 +58,7 @@ def ago(text: Optional[str], flag: str, now: float) -> Optional[float]:
     except ValueError as exc:
         raise OperatorError(str(exc), flag) from None
     assert seconds is not None
-    kept = TIERS[-1].keep_s
+    kept = HISTORY_KEPT_S
     if seconds > kept:
         print(f"{flag} {text}: the nodes keep {kept // 86400} days of history; reading from "
               f"{kept // 86400} days back", file=sys.stderr)
