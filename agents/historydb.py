@@ -53,7 +53,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
 from . import writes
-from .contract.ops import HistoryPoint
+from .contract.ops import HISTORY_KEPT_S, HistoryPoint
 from .contract.vocab import JobState
 from .contract.wire import Sample, Snapshot
 
@@ -74,7 +74,7 @@ class Tier:
     keep_s: int
 
 
-TIERS = (Tier("1s", "s1", 0, 3600), Tier("1m", "m1", 60, 7 * 86400), Tier("1h", "h1", 3600, 90 * 86400))
+TIERS = (Tier("1s", "s1", 0, 3600), Tier("1m", "m1", 60, 7 * 86400), Tier("1h", "h1", 3600, HISTORY_KEPT_S))
 POINTS_PER_SERIES = 720  # "auto" picks the finest tier that gives at most this many points a series
 REWIND_SKIP_S = 3600.0  # a clock stepped back by at most this: samples wait until it passes the newest row
 
@@ -548,6 +548,9 @@ class HistoryDB:
         and a job filter the GPUs, unless both are given); ``gpus_only``: no job's."""
         now = self.clock()
         until = now if until is None else until
+        # nothing is kept before the last tier's span: a time further back (a console's
+        # "9999999999w") asks for the same rows and would not fit an SQLite integer
+        since, until = (max(t, now - self.tiers[-1].keep_s) for t in (since, until))
         tier = self.resolution_for(since, until, now) if resolution == "auto" else self._tier(resolution)
         if not self.path.exists():
             return tier.name, []

@@ -95,7 +95,7 @@ class GpuDeckApp(NoticeLine, App[None]):
     BINDINGS = [
         Binding("q", "quit", "Quit", id="app.quit"),
         # as in k9s and nvitop; a priority binding: Textual's own ctrl+c copies text or says to press ctrl+q
-        Binding("ctrl+c", "quit", "Quit", show=False, priority=True, id="app.quit_ctrl_c"),
+        Binding("ctrl+c", "interrupt", "Quit", show=False, priority=True, id="app.quit_ctrl_c"),
         Binding("question_mark", "help", "Help", key_display="?", id="app.help"),
     ]
 
@@ -126,6 +126,13 @@ class GpuDeckApp(NoticeLine, App[None]):
 
     def get_default_screen(self) -> MainScreen:
         return MainScreen(self.state, self.fleet_name, self.config.read_only, self.config.initial_view)
+
+    def action_interrupt(self) -> None:
+        """ctrl+c: quit, with the exit code of an interrupted command (130), as the terminal's
+        SIGINT gives before the app has the keyboard (console/commands/common.py)."""
+        from .commands.common import EXIT_INTERRUPTED
+
+        self.exit(return_code=EXIT_INTERRUPTED)
 
     def on_mount(self) -> None:
         if self.config.tick_s:  # clocks and "unreachable for ...": paced like the rest

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional, Union
 
@@ -94,8 +95,7 @@ class FleetState:
         """The fleet file, read (again: the console re-reads it before a launch or relaunch)."""
         self.fleet = fleet
         self._specs: dict[str, JobSpec] = {j.name: j for j in self.fleet.jobs}
-        engine_ports = {s.port for s in self.fleet.jobs if s.port and (s.scrape_url or s.kind == JobKind.SGLANG_SERVER)}
-        self._engine_clients = frozenset(s.name for s in self.fleet.jobs if _client_of(s, engine_ports))
+        self._engine_clients = engine_clients(self.fleet)
         self._prices = {n.name: n.price_per_hour for n in self.fleet.nodes}  # None: not priced
         self._costs: Optional[tuple[tuple, dict, dict]] = None
         self.version += 1
@@ -377,11 +377,12 @@ class FleetState:
 
     def _counted_tokens_per_s(self, j: JobStatus) -> Optional[float]:
         """A job's share of the fleet's tokens/s. A client of an engine of this fleet (a
-        generate job against its servers) is not counted: the engine already counts them."""
-        if j.engine is not None and j.engine.tokens_per_s is not None:
-            return j.engine.tokens_per_s
+        generate job against its servers, a router before its workers) is not counted, even
+        when it scrapes figures of its own: the engine already counts them."""
         if j.name in self._engine_clients:
             return None
+        if j.engine is not None and j.engine.tokens_per_s is not None:
+            return j.engine.tokens_per_s
         return j.progress.tokens_per_s if j.progress else None
 
     # ------------------------------------------------------------ rows
@@ -566,9 +567,17 @@ class FleetState:
 
         tps = figure(0)
         seen = [v for v in tps if v is not None] + ([row.tokens_per_s] if row.tokens_per_s is not None else [])
-        now_tps = cells_rate(row.tokens_per_s if row.tokens_per_s is not None else (seen[-1] if seen else None))
-        panels = [charts.Panel(f"{j.name}  tokens/s  now {now_tps}  peak {cells_rate(max(seen) if seen else None)}",
-                               tps)]
+        peak = cells_rate(max(seen) if seen else None)
+        if j.state in _ALIVE:
+            now_tps = cells_rate(row.tokens_per_s if row.tokens_per_s is not None else (seen[-1] if seen else None))
+            title = f"{j.name}  tokens/s  now {now_tps}  peak {peak}"
+        else:  # an ended job has no current rate: its last one, said as such, and when it ended
+            p = j.progress
+            last = p.last_tokens_per_s if p is not None and p.last_tokens_per_s is not None else \
+                (seen[-1] if seen else None)
+            ended = f" at {time.strftime('%H:%M', time.localtime(j.ended_at))}" if j.ended_at else ""
+            title = f"{j.name}  tokens/s  {j.state}{ended}, no rate now  last {cells_rate(last)}  peak {peak}"
+        panels = [charts.Panel(title, tps)]
         if row.done is not None:
             total = row.total
             title = f"done  {_count(row.done)}" + (f" / {_count(total)}" if total else "")
@@ -706,7 +715,8 @@ class FleetState:
         alerts = [{"node": n, **dataclasses.asdict(a)} for n, a in self.alerts()]
         money = cost.fleet_cost(node_costs.values())
         fleet = {"spent": cost.money_json(money.spent), "to_finish": cost.money_json(money.to_finish),
-                 "nodes_priced": money.nodes_priced, "idle_per_hour": cost.money_json(self.idle_per_hour())}
+                 "nodes_priced": money.nodes_priced, "idle_per_hour": cost.money_json(self.idle_per_hour()),
+                 "tokens_per_s": self.totals().tokens_per_s}
         return {"fleet": fleet, "nodes": nodes, "jobs": jobs, "alerts": alerts}
 
 
@@ -753,19 +763,50 @@ def collapse_pending(jobs: list[tuple[str, JobStatus]]) -> list[tuple[str, JobSt
     return out
 
 
-def _port(url: str) -> Optional[int]:
+# the hosts that mean "this node" in a URL a job on it is given
+_LOOPBACK = frozenset(("127.0.0.1", "localhost", "0.0.0.0", "::1", "::"))
+
+
+def _endpoint(url: str, node: str, hosts: dict[str, str]) -> Optional[tuple[str, int]]:
+    """The (node, port) a job on ``node`` reaches through ``url``; None when the URL names a
+    host that is no node of the fleet (or is not a URL)."""
     try:
-        return int(url.rsplit(":", 1)[1].split("/", 1)[0])
-    except (IndexError, ValueError):
+        u = urllib.parse.urlsplit(url.strip())
+        port = u.port or {"http": 80, "https": 443}.get(u.scheme)
+    except ValueError:  # a port out of range or not a number
         return None
+    host = (u.hostname or "").lower()
+    if port is None or not host:
+        return None
+    target = node if host in _LOOPBACK else hosts.get(host)
+    return (target, port) if target is not None else None
 
 
-def _client_of(spec: JobSpec, engine_ports: set[Optional[int]]) -> bool:
-    """``spec`` sends its requests to one of these ports: an engine of this fleet."""
-    if not (spec.kind.engine_client or getattr(spec.options, "servers", None)):
-        return False
-    ports = {_port(u) for u in getattr(spec.options, "servers", []) + getattr(spec.options, "workers", [])}
-    return bool(ports & engine_ports)
+def engine_clients(fleet: Fleet) -> frozenset[str]:
+    """The jobs whose ``servers`` / ``workers`` reach an engine of this fleet (a job with figures
+    to scrape), however the URL is spelled: localhost or 127.0.0.1 or the node's host, a
+    trailing slash or a path, the engine's ``port`` or its ``metrics_url``'s. Their tokens are
+    the engine's, counted there."""
+    hosts = {n.host.lower(): n.name for n in fleet.nodes if n.host}
+    hosts.update((n.name.lower(), n.name) for n in fleet.nodes)
+    engines: set[tuple[str, int]] = set()
+    for s in fleet.jobs:
+        if s.scrape_url is None:
+            continue
+        node = s.node or LOCAL
+        if s.host.lower() not in _LOOPBACK:  # an engine bound to one address: reached through it too
+            hosts.setdefault(s.host.lower(), node)
+        try:
+            metrics_port = urllib.parse.urlsplit(s.scrape_url).port
+        except ValueError:
+            metrics_port = None
+        engines.update((node, port) for port in (s.port, metrics_port) if port)
+    out = set()
+    for s in fleet.jobs:
+        urls = list(getattr(s.options, "servers", None) or []) + list(getattr(s.options, "workers", None) or [])
+        if any(_endpoint(u, s.node or LOCAL, hosts) in engines for u in urls if isinstance(u, str)):
+            out.add(s.name)
+    return frozenset(out)
 
 
 def job_tokens_per_s(j: JobStatus) -> Optional[float]:

@@ -37,7 +37,8 @@ def test_status_json_with_no_fleet_file(home):
     r = gpudeck("status", "--json", env={"GPUDECK_HOME": str(home)})
     doc = json.loads(r.stdout)
     assert set(doc) == {"fleet", "nodes", "jobs", "alerts"}
-    assert doc["fleet"] == {"spent": None, "to_finish": None, "nodes_priced": 0, "idle_per_hour": None}  # no prices: null, never 0
+    assert doc["fleet"] == {"spent": None, "to_finish": None, "nodes_priced": 0, "idle_per_hour": None,
+                            "tokens_per_s": None}  # no prices: null, never 0; no job: no rate
     (node,) = doc["nodes"]
     assert node["name"] == "local" and node["reachable"] is True
     assert {"name", "reachable", "gpus", "host"} <= set(node)

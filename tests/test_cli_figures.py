@@ -40,7 +40,8 @@ def test_an_unreachable_priced_node_has_unknown_dollars_never_zero(tmp_path, hom
     (node,) = doc["nodes"]
     assert not node["reachable"] and node["price_per_hour"] == 36
     assert node["spent"] is None and node["to_finish"] is None  # unknown: null, never 0.0
-    assert doc["fleet"] == {"spent": None, "to_finish": None, "nodes_priced": 1, "idle_per_hour": None}
+    assert doc["fleet"] == {"spent": None, "to_finish": None, "nodes_priced": 1, "idle_per_hour": None,
+                            "tokens_per_s": None}  # no node answered: no rate known
     text = gpudeck("status", "-f", str(fleet), check=False).stdout
     assert "gone: UNREACHABLE" in text and ", $36/h: — spent, — to finish" in text, text
     assert "fleet: — spent, — to finish" in text and "$0.00" not in text, text
@@ -120,3 +121,77 @@ def test_the_demo_fleet_file_works_with_status_events_and_watch(tmp_path):
     assert "no events on b200, pro6000" in r.stderr, r.stderr
     watch = gpudeck("watch", "status", *f).stdout
     assert "b200: not watching" in watch and "pro6000: not watching" in watch, watch
+
+
+@pytest.mark.usefixtures("reap_jobs")
+def test_a_generate_job_naming_its_engine_by_url_is_not_counted_twice(tmp_path, home, start_agent):
+    """The fleet's tokens/s (the console header's, `fleet.tokens_per_s`): a generate job whose
+    server is an engine job of the fleet, spelled `localhost` with a trailing slash where the
+    engine's metrics_url says 127.0.0.1 (and the engine has no `port` key), counts once."""
+    import sys
+
+    from support.generate import write_prompts
+    from support.wait import wait_for
+
+    port = free_port()
+    prompts = tmp_path / "prompts.jsonl"
+    write_prompts(prompts, 5000)
+    fleet = tmp_path / "fleet.toml"
+    fleet.write_text(textwrap.dedent(f'''
+        [defaults]
+        home = "{home}"
+        nvml = false
+        interval = 0.3
+
+        [[jobs]]
+        name = "engine"
+        command = ["{sys.executable}", "-m", "gpudeck.console", "sim-engine", "--port", "{port}", "--tok-s", "200"]
+        metrics_url = "http://127.0.0.1:{port}/metrics"
+
+        [[jobs]]
+        name = "gen"
+        kind = "generate"
+        servers = ["http://localhost:{port}/"]
+        prompts = "{prompts}"
+        out = "{tmp_path / 'out'}"
+        concurrency = 8
+    '''))
+    f = ["-f", str(fleet)]
+    start_agent(interval=0.3)  # the node's agent stays between the one-shot commands: an engine's rate takes two scrapes
+    gpudeck("launch", "engine", *f)
+    gpudeck("launch", "gen", *f)
+
+    def both_rates():
+        doc = json.loads(gpudeck("status", "--json", *f).stdout)
+        jobs = {j["name"]: j for j in doc["jobs"]}
+        engine = (jobs["engine"]["engine"] or {}).get("tokens_per_s")
+        return (engine and jobs["gen"]["tokens_per_s"]) and (doc, engine)
+    doc, engine = wait_for(both_rates, timeout=90, what="the engine and the generate job both reporting tokens/s",
+                           detail=lambda: gpudeck("status", *f).stdout)
+    from gpudeck.console.formatting import round_figures  # the header shows three figures
+
+    # the engine's own figure, not it plus the generate job's count of the same tokens
+    assert doc["fleet"]["tokens_per_s"] == round_figures(engine), doc["fleet"]
+
+
+@pytest.mark.parametrize("key,value,line", [("concurrency", 0, 8), ("shard_size", -5, 8)])
+def test_an_option_out_of_its_range_is_refused_by_the_fleet_file_and_the_worker(tmp_path, key, value, line):
+    """One declaration of the range (option(min=) in agents/contract/kinds.py): the fleet file's
+    error names the file and the line; the worker's flag is refused by argparse."""
+    fleet = tmp_path / "fleet.toml"
+    fleet.write_text(textwrap.dedent(f'''
+        [[jobs]]
+        name = "gen"
+        kind = "generate"
+        servers = ["http://127.0.0.1:30000"]
+        prompts = "/data/prompts.jsonl"
+        out = "/data/out"
+        {key} = {value}
+    '''))
+    r = gpudeck("status", "-f", str(fleet), check=False)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert f"{fleet}:{line}: [[jobs]] #1 ('gen') '{key}': must be at least 1, got {value}" in r.stderr, r.stderr
+    flag = "--" + key.replace("_", "-")
+    r = gpudeck("generate", "--prompts", str(tmp_path / "p.jsonl"), "--out", str(tmp_path / "out"),
+                "--server", "http://127.0.0.1:1", flag, str(value), check=False)
+    assert r.returncode == 2 and f"argument {flag}: must be at least 1, got {value}" in r.stderr, r.stderr

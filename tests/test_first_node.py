@@ -141,6 +141,35 @@ def test_relaunch_after_an_edit_runs_the_files_version_and_prints_the_difference
     wait_for(lambda: "fixed" in (home / "jobs/job/job.log").read_text(), 60, what="the fixed command ran")
 
 
+def test_relaunch_shows_the_part_of_a_long_command_that_changed(tmp_path, home):
+    """Two long commands that share their first 60 characters: what relaunch prints (and
+    status --json's spec_changes) is the flag that changed, cut the same way on both sides."""
+    fleet = tmp_path / "fleet.toml"
+    prefix = "echo python -m sglang.launch_server --model-path /models/Qwen3-8B --host 127.0.0.1 --port 30000"
+
+    def write(fraction: str) -> None:
+        fleet.write_text(textwrap.dedent(f'''
+            [defaults]
+            home = "{home}"
+            nvml = false
+
+            [[jobs]]
+            name = "job"
+            command = "{prefix} --mem-fraction-static {fraction} --context-length 8192; exit 3"
+        '''))
+
+    write("0.80")
+    gpudeck("launch", "job", "-f", str(fleet))
+    wait_for(lambda: json.loads(gpudeck("status", "--json", "-f", str(fleet)).stdout)["jobs"][0]["state"] == "failed",
+             60, what="the job failed")
+    write("0.90")
+    change = "command: …--mem-fraction-static 0.80… -> …--mem-fraction-static 0.90…"
+    doc = json.loads(gpudeck("status", "--json", "-f", str(fleet)).stdout)
+    assert doc["jobs"][0]["spec_changes"] == [change]
+    r = gpudeck("relaunch", "job", "-f", str(fleet))
+    assert change in r.stdout, r.stdout
+
+
 # ---------------------------------------------------------------- two fleet files, one home (item 7)
 
 

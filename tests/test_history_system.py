@@ -136,3 +136,14 @@ def test_an_agent_with_no_history_keeps_no_database_and_refuses_a_history_read(s
     assert a.ok("history", since=0.0)["samples"]  # the sparklines' hour, in memory
     assert not (home / "history.db").exists()
     assert os.path.exists(home)
+
+
+@pytest.mark.system
+def test_history_since_further_back_than_kept_reads_the_90_days(tmp_path, home):
+    """`--since 9999999999999999999999w` is past SQLite's integers: it reads what is kept (90
+    days) and says so, never an OverflowError."""
+    fleet = tmp_path / "fleet.toml"
+    fleet.write_text(f'[defaults]\nhome = "{home}"\nnvml = false\ninterval = 0.2\n')
+    r = gpudeck("history", "--since", "9999999999999999999999w", "--json", "-f", str(fleet), check=False)
+    assert r.returncode == 0 and "Traceback" not in r.stderr and "Error" not in r.stderr, r.stderr
+    assert "--since 9999999999999999999999w: the nodes keep 90 days of history" in r.stderr, r.stderr

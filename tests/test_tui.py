@@ -448,3 +448,23 @@ async def test_a_adopts_the_selected_gpu_process_of_no_job_after_asking(tmp_path
         except ProcessLookupError:
             pass
         stranger.wait()
+
+
+async def test_an_ended_jobs_chart_shows_no_rate_now(tmp_path, fleet_home):
+    """A job that reported tokens/s and exited: its chart says it ended and shows the last rate
+    as the last, never as a "now" figure."""
+    script = ('i=0; while [ $i -lt 100 ]; do i=$((i+1)); printf \'{"done": %d, "total": 1000, "tokens": %d}\' '
+              '$i $((i*250)) > "$GPUDECK_PROGRESS_FILE.tmp"; mv "$GPUDECK_PROGRESS_FILE.tmp" '
+              '"$GPUDECK_PROGRESS_FILE"; sleep 0.1; done')
+    app = app_on(tmp_path, fleet_home, [shell_job("gen", script)])
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await launched(pilot, "gen")
+        await wait_until(pilot, lambda: (r := job_row(app, "gen")) and r.tokens_per_s, what="a rate while it runs")
+        await wait_until(pilot, lambda: job_row(app, "gen").state not in ("running", "starting"), what="gen ended")
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: isinstance(app.screen, JobScreen), what="the details screen")
+        title = await wait_until(pilot, lambda: (c := app.screen.query_one("#job-chart").chart) and c.panels
+                                 and c.panels[0].title, what="the chart drawn")
+        state = job_row(app, "gen").state
+        assert title.startswith(f"gen  tokens/s  {state} at ") and ", no rate now  last " in title, title
+        assert " now " not in title.replace("no rate now", ""), title

@@ -8,7 +8,7 @@ import dataclasses
 from gpudeck.agents.contract.wire import Disk, Engine, Gpu, History, Host, JobStatus, Progress, Sample, Snapshot
 from gpudeck.console.messages import SnapshotReceived
 from gpudeck.console.actions import Confirm, JobOp, Refuse, RunNow, plan_job_action, target_job
-from gpudeck.console.formatting import human_duration
+from gpudeck.console.formatting import human_duration, round_figures
 from gpudeck.console.rows import GpuRow, NodeRow
 from gpudeck.console.selection import select_alerts, select_fleet, select_jobs
 from gpudeck.console.series import Recent, Series
@@ -162,7 +162,9 @@ def test_status_json_keeps_its_shape():
     assert {"last_kill", "last_tokens_per_s", "last_rate_at", "argv", "error"} <= set(doc["jobs"][0])
     assert {"node", "kind", "message", "job", "gpu", "pid"} <= set(doc["alerts"][0])
     # dollars and plans: a fleet file without prices has none, and says null, never 0
-    assert doc["fleet"] == {"spent": None, "to_finish": None, "nodes_priced": 0, "idle_per_hour": None}
+    engine = next(j for j in doc["jobs"] if j["name"] == "sglang-0")["engine"]["tokens_per_s"]
+    assert doc["fleet"] == {"spent": None, "to_finish": None, "nodes_priced": 0, "idle_per_hour": None,
+                            "tokens_per_s": round_figures(engine)}  # the engine's, not also gen's count of them
     assert all(n["price_per_hour"] is None and n["spent"] is None and n["to_finish"] is None for n in doc["nodes"])
     gen = next(j for j in doc["jobs"] if j["name"] == "gen")
     assert {"cost_per_m_tokens", "cost_per_useful_completion", "planned_wall_s", "projected_wall_s", "drift_pct",

@@ -47,8 +47,8 @@ class GenerateOptions(KindOptions):
     servers: list[str] = option(required=True, flag="--server", metavar="URL", default_factory=list,
                                 help="an OpenAI-compatible server (repeat for several), e.g. http://127.0.0.1:30000; "
                                      "in a fleet file also the name of an engine job")
-    concurrency: int = option(64, help="requests in flight per server (default 64)")
-    max_tokens: int = option(4096, help="most tokens per completion (default 4096)")
+    concurrency: int = option(64, min=1, help="requests in flight per server (default 64)")
+    max_tokens: int = option(4096, min=1, help="most tokens per completion (default 4096)")
     model_name: Optional[str] = option(None, old_flag="--model",
                                        help="the model name sent with each request (default: what the first server "
                                             "lists at /v1/models)")
@@ -65,10 +65,10 @@ class GenerateOptions(KindOptions):
     force: bool = option(False, help="go on even when the audit finds the prompts degenerate")
     progress: Optional[str] = option(None, fleet=False,
                                      help="progress.json path (default $GPUDECK_PROGRESS_FILE, else OUT/progress.json)")
-    shard_size: int = option(1000, help="records per output shard (default 1000)")
-    request_timeout: float = option(1800.0, help="seconds for one completion (default 1800)")
-    max_attempts: int = option(8, help="attempts per prompt before it counts as failed (default 8)")
-    max_prompt_bytes: int = option(DEFAULT_PROMPT_BYTES,
+    shard_size: int = option(1000, min=1, help="records per output shard (default 1000)")
+    request_timeout: float = option(1800.0, min=0.001, help="seconds for one completion (default 1800)")
+    max_attempts: int = option(8, min=1, help="attempts per prompt before it counts as failed (default 8)")
+    max_prompt_bytes: int = option(DEFAULT_PROMPT_BYTES, min=1,
                                    help="a prompt line longer than this is a bad prompt line, skipped without being "
                                         f"read whole (default {DEFAULT_PROMPT_BYTES})")
     give_up_after: Optional[float] = option(600.0, parse=duration_or_never, show=show_seconds, metavar="TIME",
@@ -108,7 +108,7 @@ class ExtractOptions(KindOptions):
     layers: list[int] = option(required=True, parse=layers, show=show_layers, default_factory=list,
                                help="layers to keep, counted like output_hidden_states: 0 = embeddings, L = output of "
                                     "decoder layer L (e.g. 1,7,14,21,27)")
-    max_tokens_per_batch: int = option(32768, help="token budget of one forward pass (batch size x padded length); "
+    max_tokens_per_batch: int = option(32768, min=1, help="token budget of one forward pass (batch size x padded length); "
                                                     "default 32768")
     device: str = option("cuda", help="cuda, cuda:N or cpu (default cuda)")
     dtype: str = option("bfloat16", help="bfloat16 (default), float16 or float32")
@@ -123,8 +123,8 @@ class ExtractOptions(KindOptions):
                                              help="I/N: take only the ids of part I of N (one job per GPU); output "
                                                   "goes to OUT/part-I-of-N")
     shard_bytes: int = option(2 << 30, parse=size, help="close a shard at this size (default 2G)")
-    shard_samples: int = option(1000, help="close a shard at this many samples (default 1000)")
-    max_seq_len: Optional[int] = option(None, help="truncate longer samples (counted as 'truncated'); also caps the "
+    shard_samples: int = option(1000, min=1, help="close a shard at this many samples (default 1000)")
+    max_seq_len: Optional[int] = option(None, min=1, help="truncate longer samples (counted as 'truncated'); also caps the "
                                                     "model's context and --max-tokens-per-batch for one sample "
                                                     "(without it, a longer sample is refused)")
     dedupe: Optional[str] = option(None, choices=("first",),
@@ -137,8 +137,8 @@ class ExtractOptions(KindOptions):
                                            "reuses them (default $GPUDECK_HOME/cache/compile, else "
                                            "~/.gpudeck/cache/compile; 'off': torch's own defaults)")
     generic_forward: bool = option(False, help="use the model's own forward (all layers) instead of the fast path")
-    host_buffers: int = option(4, help="pinned host buffers in flight (default 4)")
-    writers: int = option(8, help="shards written and fsynced at once (default 8: on the H200 node 8 kept its disk "
+    host_buffers: int = option(4, min=1, help="pinned host buffers in flight (default 4)")
+    writers: int = option(8, min=1, help="shards written and fsynced at once (default 8: on the H200 node 8 kept its disk "
                                    "busier than 4 or 1)")
     compress: bool = option(False, help="store hidden states losslessly compressed (byte planes + zstd): about 0.67 of "
                                          "the bytes; open_extract reads them back bit for bit, other safetensors "

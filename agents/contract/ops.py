@@ -250,6 +250,9 @@ class Configure(Op):
 HISTORY_RESOLUTIONS = ("auto", "1s", "1m", "1h")
 
 
+HISTORY_KEPT_S = 90 * 86400  # how far back a node's history goes (agents/historydb.py's last tier)
+
+
 @dataclass(frozen=True)
 class ReadHistory(Op):
     """The node's history from ``since`` to ``until`` (unix times; ``until`` None: now). With no

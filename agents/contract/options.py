@@ -38,7 +38,8 @@ def option(default: Any = MISSING, *, help: str = "", flag: Optional[str] = None
            cli: bool = True, required: bool = False, parse: Optional[Callable[[str], Any]] = None,
            show: Optional[Callable[[Any], str]] = None, metavar: Optional[str] = None,
            choices: Optional[tuple[str, ...]] = None, old_key: Optional[str] = None, old_flag: Optional[str] = None,
-           from_spec: Optional[str] = None, body: Optional[str] = None, default_factory: Any = MISSING) -> Any:
+           from_spec: Optional[str] = None, body: Optional[str] = None, default_factory: Any = MISSING,
+           min: Optional[float] = None, max: Optional[float] = None) -> Any:
     """One option of a kind.
 
     ``flag``: its command-line flag (default: ``--`` and the name with dashes). ``fleet``: the
@@ -47,10 +48,12 @@ def option(default: Any = MISSING, *, help: str = "", flag: Optional[str] = None
     the value back to a flag's text. ``from_spec``: a fleet job gives it as this field of its
     JobSpec (``model``, ``progress``), not as an option of the kind. ``body``: the worker sends it
     in each request's body under this name (generate's sampling options), when it is set.
+    ``min``, ``max``: the range of a number, held in one place for the fleet file (its error
+    names the file and line) and the worker's command line (argparse refuses the flag).
     """
     meta = {"help": help, "flag": flag, "fleet": fleet and from_spec is None, "cli": cli, "required": required,
             "parse": parse, "show": show, "metavar": metavar, "choices": choices, "old_key": old_key,
-            "old_flag": old_flag, "from_spec": from_spec, "body": body}
+            "old_flag": old_flag, "from_spec": from_spec, "body": body, "min": min, "max": max}
     if default_factory is not MISSING:
         return field(default_factory=default_factory, metadata=meta)
     return field(default=None if default is MISSING else default, metadata=meta)  # a required one: None until set
@@ -176,7 +179,7 @@ class KindOptions:
                 kw["default"] = None
                 kw["type"] = typing.get_args(base)[0]
             else:
-                kw["type"] = m.get("parse") or (base if base in (int, float, str) else str)
+                kw["type"] = _in_range(m, m.get("parse") or (base if base in (int, float, str) else str))
                 kw["default"] = f.default if f.default is not MISSING else None
             kw["required"] = bool(m.get("required"))
             if m.get("metavar"):
@@ -255,7 +258,45 @@ def _fleet_value(f: dataclasses.Field[Any], tp: Any, value: Any, where: str) -> 
     return _scalar(base, m, value, where)
 
 
+def _range_problem(m: Any, value: Any) -> Optional[str]:
+    """What is wrong with ``value`` against the option's ``min``/``max``; None when it fits."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return None
+    lo, hi = m.get("min"), m.get("max")
+    if lo is not None and value < lo:
+        return f"must be at least {lo:g}" + (f" and at most {hi:g}" if hi is not None else "") + f", got {value!r}"
+    if hi is not None and value > hi:
+        return f"must be at most {hi:g}" + (f" and at least {lo:g}" if lo is not None else "") + f", got {value!r}"
+    return None
+
+
+def _in_range(m: Any, parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    """argparse's ``type`` for an option with a range: the parse, then the range checked."""
+    if m.get("min") is None and m.get("max") is None:
+        return parse
+
+    def checked(text: str) -> Any:
+        try:
+            value = parse(text)
+        except ValueError:  # argparse's own "invalid int value: 'x'"
+            raise argparse.ArgumentTypeError(f"invalid {getattr(parse, '__name__', 'value')} value: {text!r}") from None
+        problem = _range_problem(m, value)
+        if problem:
+            raise argparse.ArgumentTypeError(problem)
+        return value
+    checked.__name__ = getattr(parse, "__name__", "value")
+    return checked
+
+
 def _scalar(tp: Any, m: Any, value: Any, where: str) -> Any:
+    out = _scalar_value(tp, m, value, where)
+    problem = _range_problem(m, out)
+    if problem:
+        raise OptionError(f"{where}: {problem}")
+    return out
+
+
+def _scalar_value(tp: Any, m: Any, value: Any, where: str) -> Any:
     parse = m.get("parse")
     if parse is not None and isinstance(value, str):
         try:

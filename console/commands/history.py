@@ -44,9 +44,12 @@ def register(sub) -> None:
 
 
 def ago(text: Optional[str], flag: str, now: float) -> Optional[float]:
-    """``text`` ("12h") as the unix time that long before ``now``; None stays None."""
+    """``text`` ("12h") as the unix time that long before ``now``; None stays None. Further
+    back than the nodes keep anything (90 days) reads from there, and says so: a time before
+    that finds nothing more, and one past SQLite's integers cannot be asked at all."""
     from ...agents.contract.errors import OperatorError
     from ...agents.contract.units import parse_duration
+    from ...agents.contract.ops import HISTORY_KEPT_S
 
     if text is None:
         return None
@@ -55,6 +58,11 @@ def ago(text: Optional[str], flag: str, now: float) -> Optional[float]:
     except ValueError as exc:
         raise OperatorError(str(exc), flag) from None
     assert seconds is not None
+    kept = HISTORY_KEPT_S
+    if seconds > kept:
+        print(f"{flag} {text}: the nodes keep {kept // 86400} days of history; reading from "
+              f"{kept // 86400} days back", file=sys.stderr)
+        seconds = kept
     return now - seconds
 
 

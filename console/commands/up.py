@@ -26,6 +26,7 @@ def _up(args) -> int:
         err("up: --take-over is for a console that changes something; --read-only takes nothing")
         return EXIT_USAGE
     fleet = load_fleet(args.fleet, getattr(args, "take_over", False))
-    make_app(fleet, read_only=args.read_only, initial_view=args.view, bell=not args.no_bell,
-             auto_move=not args.no_auto_move).run()
-    return EXIT_OK
+    app = make_app(fleet, read_only=args.read_only, initial_view=args.view, bell=not args.no_bell,
+                   auto_move=not args.no_auto_move)
+    app.run()
+    return app.return_code or EXIT_OK  # ctrl+c: 130

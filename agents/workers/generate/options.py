@@ -21,8 +21,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def options_from_args(args: argparse.Namespace) -> Options:
     """The options of a command line, checked: a UsageError names the flag."""
-    if args.concurrency < 1 or args.shard_size < 1 or args.max_attempts < 1 or args.max_prompt_bytes < 1:
-        raise UsageError("--concurrency, --shard-size, --max-attempts and --max-prompt-bytes must be at least 1")
+    # the numbers' ranges are the kind's (option(min=) in agents/contract/kinds.py): argparse refused them
     if args.s3:
         from ..common.s3sync.remote import S3Location
         try:
