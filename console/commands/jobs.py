@@ -100,7 +100,8 @@ async def _launch(args) -> int:
         r = await client.request(ops.Launch(job=args.job), node=_node(args))
     finally:
         await client.close()
-    print(f"launched {r.job}: pid {r.pid}, attempt {r.attempt}, log {r.log}")
+    from ..formatting import started_as
+    print(f"launched {r.job}: {started_as(r)}, attempt {r.attempt}, log {r.log}")
     return EXIT_OK
 
 
@@ -116,7 +117,8 @@ async def _relaunch(args) -> int:
         print(f"relaunched {r.job} with the fleet file's version; changed since its last launch:")
         for line in r.changed:
             print(f"  {line}")
-    print(f"relaunched {r.job}: pid {r.pid}, attempt {r.attempt}")
+    from ..formatting import started_as
+    print(f"relaunched {r.job}: {started_as(r)}, attempt {r.attempt}")
     return EXIT_OK
 
 
