@@ -6,9 +6,10 @@ second console, ops table) with the jobs of the cluster in place of the node's o
   second console relays through this agent, as on a node);
 - ``scontrol -d`` once per task when it starts running (its GPUs by IDX), ``scontrol show
   config`` once;
-- a row per task (``extract/7``), from the queue while Slurm knows the task and from the
-  wrapper's attempts file after (agents/cluster/runs.py): nothing is shown as finished without
-  evidence;
+- a row per task (``extract/7``), from the queue while Slurm knows the task and after from the
+  newest of the wrapper's attempts file, the last state Slurm gave it and gpudeck's own kill
+  verdict (agents/cluster/runs.py): nothing is shown as finished without evidence, and a task
+  cancelled before it ran reads ``cancelled``, never ``pending``;
 - launch is ``sbatch`` of an array, kill is ``scancel A_T`` and then proof by the GPUs' own
   reading, relaunch is a requeue (or a resubmission once Slurm forgot the task), logs are read
   from the shared filesystem;
