@@ -15,7 +15,8 @@ from rich.markup import escape
 
 from ..agents.contract import ops
 from ..agents.contract.wire import KillVerdict, LaunchResult
-from ..agents.contract.vocab import AlertKind
+from ..agents.contract.vocab import AlertKind, ShownState
+from .formatting import started_as
 from .rows import AlertRow, EventRow, FleetRow, GpuRow, JobRow, ProcRow
 
 
@@ -54,7 +55,7 @@ def target_job(row: Union[JobRow, FleetRow, AlertRow, EventRow, None]) -> Option
     if row is None:
         return None
     if isinstance(row, JobRow):
-        return row.name
+        return row.acts_on
     if isinstance(row, GpuRow):
         return row.jobs[0] if len(row.jobs) == 1 else None
     if isinstance(row, (AlertRow, ProcRow, EventRow)):
@@ -124,6 +125,8 @@ def plan_job_action(op: JobOp, job: str, row: Optional[JobRow], *, read_only: bo
                   if row is not None and row.alive else "")
         return Confirm(f"{op} {job}", f"The fleet file changed since [b]{job}[/b]{where} last launched:\n{lines}\n\n"
                                       f"{killed}Relaunch it with the fleet file's version?", "Relaunch")
+    if row is not None and row.task_id is not None and op in (JobOp.KILL, JobOp.RELAUNCH):
+        return _plan_task_action(op, job, row)
     if op == JobOp.KILL:
         return Confirm(f"{op} {job}", f"Kill job [b]{job}[/b]{where}?\n\nSIGTERM to its process group, SIGKILL after "
                                       f"{grace} s, then a check that its processes are gone and its GPU memory came "
@@ -138,6 +141,22 @@ def plan_job_action(op: JobOp, job: str, row: Optional[JobRow], *, read_only: bo
         return Confirm(f"{op} {job}", f"Launch job [b]{job}[/b]{where}?\n\nIt starts{attempt}{gpus} with its spec from "
                                       f"the fleet file.", "Launch")
     return RunNow()
+
+
+def _plan_task_action(op: JobOp, job: str, row: JobRow) -> Plan:
+    """A Slurm task: the kill is Slurm's (``scancel A_T``: its own signals and KillWait), not a
+    signal gpudeck sends; a relaunch is a requeue."""
+    where = f" (Slurm {row.task_id}) on {row.node}"
+    if op == JobOp.KILL:
+        how = ("It waits in Slurm's queue: it is cancelled before it runs." if row.state == ShownState.PENDING else
+               "Slurm stops it (SIGTERM, then SIGKILL after the cluster's KillWait); then a check that its GPUs' "
+               "memory came back.")
+        return Confirm(f"{op} {job}", f"Cancel task [b]{job}[/b]{where}?\n\n`scancel {row.task_id}`. {how}",
+                       "Cancel it")
+    first = (f"It is running: it is cancelled first (`scancel {row.task_id}`), then " if row.alive else "It is ")
+    return Confirm(f"{op} {job}", f"Relaunch task [b]{job}[/b]{where}?\n\n{first}requeued "
+                                  f"(`scontrol requeue {row.task_id}`), or submitted again if Slurm has forgotten "
+                                  f"it, as attempt {row.attempt + 1}.", "Relaunch")
 
 
 def plan_process_kill(node: str, pid: int, *, read_only: bool, grace_s: float) -> Plan:
@@ -205,7 +224,7 @@ def outcome_notice(op: JobOp, job: str, result: Union[KillVerdict, LaunchResult,
     if isinstance(result, KillVerdict):
         return Notice(result.message, f"killed {job}" if result.ok else f"kill of {job} incomplete",
                       "information" if result.ok else "error", 15)
-    text = f"attempt {result.attempt}, pid {result.pid}"
+    text = f"attempt {result.attempt}, {started_as(result)}"
     if result.kill is not None:
         text = f"killed first: {result.kill.message}\n{text}"
     return Notice(text, f"{op}ed {job}", "information", 15)

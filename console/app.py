@@ -410,11 +410,12 @@ class GpuDeckApp(NoticeLine, App[None]):
             self.push_screen(HelpScreen(self.config.read_only))
 
     def on_job_opened(self, message: JobOpened) -> None:
-        row = next((r for r in self.state.job_rows() if r.name == message.job), None)
+        row = self.state.job_row(message.job)
         if row is None:
             self.notify(f"job {message.job} is not in any snapshot yet", severity="warning", timeout=4)
             return
-        self.push_screen(JobScreen(self.state, message.job, row.key, self.fleet_name, self.config.read_only))
+        job = row.acts_on  # a folded run of pending tasks opens its first task
+        self.push_screen(JobScreen(self.state, job, f"{row.node}/{job}", self.fleet_name, self.config.read_only))
 
     def on_job_action_requested(self, message: JobActionRequested) -> None:
         """Kill, relaunch or launch a job; destructive ones ask first. A launch or relaunch reads
@@ -440,7 +441,7 @@ class GpuDeckApp(NoticeLine, App[None]):
         self._plan_job_action(op, job, tuple(self.client.spec_changes.get(job, ())))
 
     def _plan_job_action(self, op: JobOp, job: str, changes: tuple[str, ...] = ()) -> None:
-        row = next((r for r in self.state.job_rows() if r.name == job), None)
+        row = self.state.job_row(job)
         refused = self.client.refused.get(row.node) if row is not None and not self.config.read_only else None
         if refused is not None:  # another fleet owns this file's jobs there: a change needs --take-over
             self.notify(f"{row.node}: {refused.reason}", severity="warning", timeout=6)
@@ -540,7 +541,7 @@ class GpuDeckApp(NoticeLine, App[None]):
         for a declared job (the client routes it)."""
         if any(j.name == job for j in self.client.fleet.jobs):
             return None
-        row = next((r for r in self.state.job_rows() if r.name == job), None)
+        row = self.state.job_row(job)
         return row.node if row is not None else None
 
     @work(group="actions", exit_on_error=False, name="job action")
@@ -701,6 +702,12 @@ class GpuDeckApp(NoticeLine, App[None]):
                     if chunk.text:
                         self.post_message(LogFetched(job, chunk, reset=False))
                 offset, delay = chunk.offset, self.config.log_poll_s
+            except RequestFailed as exc:
+                if exc.usage:  # the node judged the request wrong (no such job): it stays wrong
+                    self.post_message(LogFetchFailed(job, describe_error(exc), final=True))
+                    return
+                self.post_message(LogFetchFailed(job, describe_error(exc)))
+                delay = min(delay * 2, 15.0)
             except OPERATOR_ERRORS as exc:
                 self.post_message(LogFetchFailed(job, describe_error(exc)))
                 delay = min(delay * 2, 15.0)
@@ -715,8 +722,10 @@ class GpuDeckApp(NoticeLine, App[None]):
             panel.feed(message.chunk.text, message.reset, path)
 
     def on_log_fetch_failed(self, message: LogFetchFailed) -> None:
+        if message.final and self._following == message.job:
+            self._following = None  # a later request for it starts a follower again
         for panel in self._log_panels(message.job):
-            panel.fetch_failed(message.error)
+            panel.fetch_failed(message.error, message.final)
 
     # ------------------------------------------------------------ errors nobody expected
 

@@ -6,11 +6,14 @@ them, so a figure reads the same wherever it is shown.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
+
+if TYPE_CHECKING:
+    from ..agents.contract.wire import LaunchResult
 
 from ..agents.contract.units import human_duration  # noqa: F401 -- the node's spelling, shared with every view
 
-__all__ = ["QUALITY_NAMES", "human_duration", "quality_flags", "round_eta", "round_figures", "round_int"]
+__all__ = ["QUALITY_NAMES", "human_duration", "quality_flags", "round_eta", "round_figures", "round_int", "started_as"]
 
 QUALITY_NAMES = {"empty_answer": "empty", "no_reasoning": "no-reason", "cut_at_max_tokens": "cut",
                  "errors": "err", "error": "err"}
@@ -53,3 +56,9 @@ def startup_text(p, now: float) -> Optional[str]:
     if p.phase_since is None:
         return p.phase
     return f"{p.phase} {human_duration(max(0.0, now - p.phase_since))}"
+
+
+def started_as(result: "LaunchResult") -> str:
+    """What a launch or relaunch started: the node's process, or on a cluster the scheduler's
+    job (gpudeck knows no pid there: Slurm starts the task when it chooses)."""
+    return f"Slurm job {result.job_id}" if result.job_id else f"pid {result.pid}"

@@ -232,8 +232,10 @@ class LogFetched(Message):
 
 @dataclass
 class LogFetchFailed(Message):
-    """The log could not be read this time; the follower tries again."""
+    """The log could not be read this time; the follower tries again, unless ``final``: the
+    node refused the request itself (an unknown job), which asking again cannot change."""
 
     job: str
     error: str
+    final: bool = False
 

@@ -161,6 +161,14 @@ class JobRow:
     servers_down: Optional[int] = None  # servers resting or failing (None: the job reports no servers) ...
     servers_total: Optional[int] = None  # ... of all it sends to
     moved: Optional[str] = None  # "moved from gpu1 02:10" (console/placements.py), or on the old node "moved to gpu2"
+    task_id: Optional[str] = None  # a cluster task: the scheduler's id of it (Slurm's A_T, what scancel takes)
+    target: Optional[str] = None  # what the keys act on when it is not ``name``: a folded run of pending tasks
+    # (``extract/[2-5]``, no job of that name) opens and acts on its first task, ``extract/2``
+
+    @property
+    def acts_on(self) -> str:
+        """The job or task a key on this row acts on (never a folded row's range, which no node knows)."""
+        return self.target or self.name
 
     @property
     def fraction(self) -> Optional[float]:

@@ -435,6 +435,10 @@ class FleetState:
         now = self.clock()
         return [self._job_row(node, j, now) for node, j in collapse_pending(self.jobs())]
 
+    def job_row(self, job: str) -> Optional[JobRow]:
+        """The row ``job`` shows on: its own, or the folded run of pending tasks it opens (``acts_on``)."""
+        return next((r for r in self.job_rows() if job in (r.name, r.target)), None)
+
     def _plan_and_cost(self, node: str, j: JobStatus) -> dict[str, Any]:
         """A job row's plan and cost cells, and the flags their alerts add."""
         priced = self._prices.get(node) is not None
@@ -501,7 +505,7 @@ class FleetState:
             kv_usage=round(e.kv_usage, 3) if e and e.kv_usage is not None else None,
             accept_length=round(e.accept_length, 2) if e and e.accept_length is not None else None,
             stale=stale, pid=j.pid if alive else None, moved=moved, **self._plan_and_cost(node, j),
-            **_health_cells(p, now))
+            **_health_cells(p, now), **_task_cells(j))
 
     def job_detail(self, key: str, spark_width: int = 60, chart_range: Optional[str] = None,
                    chart_width: Optional[int] = None) -> Optional[JobDetail]:
@@ -694,7 +698,7 @@ class FleetState:
                 "name": j.name, "node": node, "owner": j.fleet, "owned_elsewhere": not self.fleet.owns(j.fleet),
                 "kind": j.kind, "state": j.state, "pids": j.pids or
                 ([j.pid] if j.pid and j.state in _ALIVE else []),
-                "gpus": j.gpus, "attempt": j.attempt, "exit_code": j.exit_code,
+                "gpus": j.gpus, "attempt": j.attempt, "exit_code": j.exit_code, "ended_at": j.ended_at,
                 "done": p.done if p else None, "total": p.total if p else None,
                 "tokens_per_s": job_tokens_per_s(j), "eta_s": p.eta_s if p else None,
                 "quality": p.quality if p else {},
@@ -723,6 +727,17 @@ class FleetState:
 # ---------------------------------------------------------------- helpers
 
 COLLAPSE_MIN = 3  # pending tasks of one job in a row, waiting for one reason: shown as one row
+
+
+def _task_cells(j: JobStatus) -> dict[str, Any]:
+    """A cluster task's row: its scheduler id, and for a folded run (collapse_pending: its task is
+    the run's first) the first task, which the keys act on."""
+    t = j.task
+    if t is None:
+        return {}
+    first = f"{t.job}/{t.index}"
+    return {"task_id": f"{t.array_id}_{t.index}" if t.array_id else None,
+            "target": first if j.name != first else None}
 
 
 def collapse_pending(jobs: list[tuple[str, JobStatus]]) -> list[tuple[str, JobStatus]]:

@@ -47,8 +47,8 @@ def test_scontrol_detail_gives_node_indices():
 
 
 def test_squeue_rows_of_an_array():
-    rows = parse_squeue("14_2|14|2|PENDING|JobArrayTaskLimit||gres:gpu:1|0:00|10:00|gd:f:extract\n"
-                        "14_0|15|0|RUNNING|None|vm|gres:gpu:1|1:02|10:00|gd:f:extract\n"
+    rows = parse_squeue("14_2|14|2|PENDING|JobArrayTaskLimit||gres:gpu:1|0:00|10:00|N/A|gd:f:extract\n"
+                        "14_0|15|0|RUNNING|None|vm|gres:gpu:1|1:02|10:00|NONE|gd:f:extract\n"
                         "a banner line a site wrapper printed\n")
     assert [(r.id, r.raw, r.index, r.state, r.node, r.elapsed_s, r.limit_s) for r in rows] == [
         ("14_2", "14", 2, "PENDING", None, 0.0, 600.0), ("14_0", "15", 0, "RUNNING", "vm", 62.0, 600.0)]
@@ -232,8 +232,10 @@ def test_relaunch_requeues_the_task_and_it_runs_again_as_attempt_2(cluster, tmp_
     fleet = cluster_fleet(tmp_path, cluster, holder_job(tmp_path, shards=2, max_running=2), name="rl")
     gpudeck("launch", "-f", str(fleet), "extract")
     wait_states(fleet, {"extract/0": "running", "extract/1": "running"})
+    array = tasks(fleet)["extract/1"]["task"]["array_id"]
     r = gpudeck("relaunch", "-f", str(fleet), "extract/1")
     assert "attempt 2" in r.stdout, r.stdout
+    assert f"relaunched extract/1: Slurm job {array}_1," in r.stdout and "pid" not in r.stdout, r.stdout
     got = wait_states(fleet, {"extract/1": "running"}, timeout=120)
     assert got["extract/1"]["attempt"] == 2
     assert got["extract/1"]["task"]["restarts"] >= 1
@@ -355,6 +357,45 @@ def test_a_task_gone_from_the_queue_without_an_end_is_lost_never_completed(make_
     wait_for(settled, 180, "the task left squeue", detail=lambda: str(last))
     assert last["state"] == "lost" and "no end recorded" in last["task"]["note"]
     assert got["extract/0"]["attempt"] == 1
+
+
+@pytest.mark.system
+def test_a_killed_array_reads_cancelled_for_what_never_ran_even_after_slurm_forgets_it(make_slurm_cluster, tmp_path):
+    """`kill arr` of 6 tasks, 2 at a time, one of them requeued (pending, BeginTime): the tasks
+    that waited read `cancelled`, never `pending`, and keep it (with its time) once squeue no
+    longer lists them (MinJobAge 3 s; a task cancelled in its array's pending record never had a
+    line of its own)."""
+    cluster = make_slurm_cluster(min_job_age=3)
+    fleet = cluster_fleet(tmp_path, cluster, holder_job(tmp_path, "arr", shards=6, max_running=2), name="cx")
+    launched = gpudeck("launch", "-f", str(fleet), "arr").stdout
+    got = wait_states(fleet, {"arr/0": "running", "arr/1": "running"})
+    array = got["arr/0"]["task"]["array_id"]
+    assert f"launched arr: Slurm job {array}," in launched and "pid" not in launched, launched
+    cluster.run("scontrol", "requeue", f"{array}_0")  # pending again: Slurm holds it until its BeginTime
+    wait_states(fleet, {"arr/0": "pending", "arr/1": "running", "arr/2": "running"})
+    r = gpudeck("kill", "-f", str(fleet), "arr", check=False)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "had already ended" not in r.stdout and "cancelled before they ran" in r.stdout, r.stdout
+    want = {"arr/0": "cancelled", "arr/1": "killed", "arr/2": "killed", "arr/3": "cancelled", "arr/4": "cancelled",
+            "arr/5": "cancelled"}
+    now = tasks(fleet)
+    assert {n: now[n]["state"] for n in want} == want, {n: (now[n]["state"], now[n]["task"]) for n in want}
+    assert now["arr/0"]["task"]["reason"] is None
+    assert now["arr/4"]["last_kill"]["state"] == "cancelled" and now["arr/4"]["last_kill"]["ok"] is True
+    text = gpudeck("status", "-f", str(fleet)).stdout
+    assert "pending" not in text, text
+    later: dict = {}
+
+    def forgotten() -> bool:
+        later.update(tasks(fleet))
+        return all(later[n]["task"]["source"] != "squeue" for n in want)
+
+    wait_for(forgotten, 120, "every task left squeue (MinJobAge 3 s)", detail=lambda: str(
+        {n: (later[n]["state"], later[n]["task"]["source"]) for n in want if n in later}))
+    assert {n: later[n]["state"] for n in want} == want, {n: (later[n]["state"], later[n]["task"]) for n in want}
+    for n in ("arr/0", "arr/3", "arr/5"):
+        assert later[n]["ended_at"] is not None and "before it ran" in later[n]["task"]["note"], later[n]
+    assert "pending" not in gpudeck("status", "-f", str(fleet)).stdout
 
 
 # ---------------------------------------------------------------- polling budget, observers
@@ -621,9 +662,41 @@ async def test_the_console_shows_a_clusters_tasks_and_folds_the_pending_ones(clu
                              what="extract/0 running in the console", timeout=180)
             await wait_until(pilot, lambda: "extract/[2-7]" in screen_text(app), what="the pending range folded",
                              timeout=180)
+            await _folded_row_opens_its_first_task_and_kills_say_scancel(app, pilot)
             await pilot.press("1")
             await wait_until(pilot, lambda: f"GPU0 {cluster.node}" in screen_text(app)
                              and "extract/0" in screen_text(app),
                              what="the observed GPUs, with their compute node", timeout=180)
     finally:
         gpudeck("kill", "-f", str(fleet_path), "extract", check=False)
+
+
+async def _folded_row_opens_its_first_task_and_kills_say_scancel(app, pilot) -> None:
+    """Enter on ``extract/[2-7]`` (no task of that name) opens extract/2, whose log is followed,
+    never "unknown job ... (retrying)"; k on a Slurm task asks about scancel, not signals."""
+    from gpudeck.console.screens.job import JobScreen
+    from gpudeck.console.widgets.log_panel import LogPanel
+    from support.tui import answer, confirm_dialog, wait_until
+
+    table = app.screen.query_one("#jobs-table")
+    table.focus()
+    assert table.move_cursor_to_key("lab/extract/[2-7]")
+    await pilot.press("enter")
+    opened = await wait_until(pilot, lambda: isinstance(app.screen, JobScreen) and app.screen, what="the job screen")
+    assert opened.job == "extract/2"
+    panel = opened.query_one(LogPanel)
+    await wait_until(pilot, lambda: panel.fed or panel.problem, what="extract/2's log answered")
+    assert panel.problem is None, panel.problem
+    await pilot.press("k")
+    text = (await confirm_dialog(pilot)).question  # the dialog's words, before the screen wraps them
+    assert "scancel" in text and "before it runs" in text and "process group" not in text, text
+    await answer(pilot, "n")
+    await pilot.press("escape")
+    await wait_until(pilot, lambda: not isinstance(app.screen, JobScreen), what="back to the jobs view")
+    table = app.screen.query_one("#jobs-table")
+    assert table.move_cursor_to_key("lab/extract/0")
+    table.focus()
+    await pilot.press("k")
+    text = (await confirm_dialog(pilot)).question
+    assert "scancel" in text and "KillWait" in text and "SIGTERM to its process group" not in text, text
+    await answer(pilot, "n")

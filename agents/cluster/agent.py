@@ -6,9 +6,10 @@ second console, ops table) with the jobs of the cluster in place of the node's o
   second console relays through this agent, as on a node);
 - ``scontrol -d`` once per task when it starts running (its GPUs by IDX), ``scontrol show
   config`` once;
-- a row per task (``extract/7``), from the queue while Slurm knows the task and from the
-  wrapper's attempts file after (agents/cluster/runs.py): nothing is shown as finished without
-  evidence;
+- a row per task (``extract/7``), from the queue while Slurm knows the task and after from the
+  newest of the wrapper's attempts file, the last state Slurm gave it and gpudeck's own kill
+  verdict (agents/cluster/runs.py): nothing is shown as finished without evidence, and a task
+  cancelled before it ran reads ``cancelled``, never ``pending``;
 - launch is ``sbatch`` of an array, kill is ``scancel A_T`` and then proof by the GPUs' own
   reading, relaunch is a requeue (or a resubmission once Slurm forgot the task), logs are read
   from the shared filesystem;
@@ -46,7 +47,7 @@ from ..contract.wire import (ClusterInfo, GpuHolder, JobStatus, KillVerdict, Lau
 from ..progress import ProgressTracker
 from ..supervisor import JobError
 from .. import joblog
-from .runs import TASK_TOKEN, Attempts, install_wrapper, read_attempts, run_dir
+from .runs import TASK_TOKEN, Attempts, SlurmSaid, install_wrapper, read_attempts, read_said, run_dir, write_said
 from .observe import Observers
 from .slurm import REASONS, TERMINAL, QueueRow, Slurm, SlurmError, TaskDetail, newer, refused_for_input
 
@@ -68,6 +69,10 @@ _STATES = {
 
 def job_state(slurm_state: str) -> JobState:
     return _STATES.get(slurm_state, JobState.FAILED if slurm_state in TERMINAL else JobState.RUNNING)
+
+
+def _clock(t: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(t))
 
 
 def fleet_name(identity: str) -> str:
@@ -93,6 +98,7 @@ class ClusterAgent(Agent):
         self.poll_ms: Optional[float] = None
         self.poll_error: Optional[str] = None
         self.kills: dict[str, KillVerdict] = {}
+        self._said: dict[str, dict[int, SlurmSaid]] = {}  # a job's run dir: what Slurm last said of each task
         self.node_hosts: dict[str, Optional[str]] = {}
         self.local_names = {socket.gethostname(), socket.gethostname().split(".")[0], "localhost", "127.0.0.1"}
         self.observers = Observers(node, self.slurm.env, self.running_tasks, self.observer_argv)
@@ -152,6 +158,10 @@ class ClusterAgent(Agent):
             old = by_task.get(key)
             if old is None or newer(row, old):
                 by_task[key] = row
+        metas: dict[tuple[str, str], QueueRow] = {}  # (job, array id): the array's own record, once it ended
+        for row in rows:
+            if row.name.startswith(prefix) and row.index is None and row.id == row.raw and row.terminal:
+                metas[(row.name[len(prefix):] if self.fleet else row.name.split(":", 2)[-1], row.id)] = row
         for row in by_task.values():
             seen = self._detail_at.get(row.raw)
             if row.state == "RUNNING" and (row.raw not in self.details or seen is None or
@@ -163,12 +173,63 @@ class ClusterAgent(Agent):
             elif row.state != "RUNNING":
                 self.details.pop(row.raw, None)
                 self._detail_at.pop(row.raw, None)
+        self._remember(by_task, metas)
         with self._lock:
             self.rows = by_task
             self.polls += 1
             self.polled_at = time.time()
             self.poll_ms = (time.monotonic() - t0) * 1000
             self.poll_error = None
+
+    # ------------------------------------------------------------ what Slurm said, kept
+
+    def _said_of(self, job: str) -> dict[int, SlurmSaid]:
+        """What Slurm last said of each task of ``job`` (runs.SlurmSaid), read once per agent."""
+        run = self._run(job)
+        key = str(run)
+        with self._lock:
+            if key not in self._said:
+                try:
+                    self._said[key] = read_said(run)
+                except (OSError, ValueError) as exc:
+                    log.warning("cluster %s: what Slurm said of %s's tasks cannot be read (%s); the queue and the "
+                                "attempts are all its rows have", self.node, job, exc)
+                    self._said[key] = {}
+            return self._said[key]
+
+    def _remember(self, by_task: dict[tuple[str, int], QueueRow], metas: dict[tuple[str, str], QueueRow]) -> None:
+        """Keep each task's state when Slurm changes it: once Slurm forgets the task (MinJobAge,
+        or never a record of its own: a task cancelled before it ran was a bit of its array's
+        pending record), this is what its row keeps, with its time."""
+        now = time.time()
+        by_job: dict[str, dict[int, QueueRow]] = {}
+        for (job, index), row in by_task.items():
+            by_job.setdefault(job, {})[index] = row
+        for job in set(by_job) | {job for job, _ in metas}:
+            said = self._said_of(job)
+            new = dict(said)
+            for index, row in by_job.get(job, {}).items():
+                old = said.get(index)
+                if old is not None and old.array_id == row.array_id and old.state == row.state:
+                    continue
+                if row.terminal:
+                    went_on = old is not None and old.array_id == row.array_id and old.ran and old.state not in TERMINAL
+                    new[index] = SlurmSaid(row.array_id, row.state, row.ended_at or now,
+                                           ran=(row.elapsed_s or 0) > 0 or went_on)
+                else:
+                    new[index] = SlurmSaid(row.array_id, row.state, now, ran=job_state(row.state) is not JobState.PENDING)
+            for index, old in said.items():  # a task that waited in its array's record, which has now ended
+                meta = metas.get((job, old.array_id))
+                if meta is not None and index not in by_job.get(job, {}) and old.state not in TERMINAL \
+                        and not old.ran:
+                    new[index] = SlurmSaid(old.array_id, meta.state, meta.ended_at or now, ran=False)
+            if new != said:
+                with self._lock:
+                    self._said[str(self._run(job))] = new
+                try:
+                    write_said(self._run(job), new)
+                except OSError as exc:
+                    log.warning("cluster %s: cannot keep what Slurm said of %s's tasks: %s", self.node, job, exc)
 
     def soon(self) -> None:
         """After an action: a few polls in the next seconds (bounded), then the usual pace."""
@@ -293,6 +354,10 @@ class ClusterAgent(Agent):
         note = None
         source = "squeue"
         exit_code = att.exit_code if att.ended_at else None
+        said = self._said_of(job).get(index)
+        verdict = self._last_kill(name, run, index)
+        ended_at = att.ended_at
+        last = None if row is not None else self._last_word(said, verdict, att)
         if row is not None:
             state = job_state(row.state)
             if row.state == "COMPLETED" and att.starts and att.ended_at is None:
@@ -300,6 +365,11 @@ class ClusterAgent(Agent):
                 note = "Slurm says COMPLETED but the wrapper recorded no end"
             elif row.state == "COMPLETED" and exit_code not in (None, 0):
                 state = JobState.FAILED
+            elif row.state == "CANCELLED":
+                state, ended_at = self._cancelled(row, said, verdict)
+        elif last is not None:
+            state, ended_at, note = last
+            source = "kept"  # Slurm no longer lists it: its last word (or gpudeck's scancel verdict), with its time
         elif att.starts:
             source = "attempts"  # Slurm forgot it (MinJobAge): the wrapper's file is the evidence
             if att.ended_at is None:
@@ -314,13 +384,13 @@ class ClusterAgent(Agent):
         else:
             state = JobState.PENDING
             note = "not submitted"
-        if att.requeued_at:
+        if att.requeued_at and note is None:
             when = time.strftime("%H:%M:%S", time.localtime(att.requeued_at))
             why = "on SIGUSR1 (its time limit was near, or it was preempted)"
-            if (row is None or row.state == "PENDING") and (att.ended_at or 0) >= (att.started_at or 0):
+            if state is JobState.PENDING and (att.ended_at or 0) >= (att.started_at or 0):
                 note = (f"requeued itself at {when} {why}"
                         + ("" if att.requeue_rc in (0, None) else f"; the requeue failed (exit {att.requeue_rc})"))
-            elif att.started_at and att.started_at > att.requeued_at and note is None:
+            elif att.started_at and att.started_at > att.requeued_at:
                 note = f"attempt {att.starts} began after the task requeued itself at {when} {why}"
         detail = self.details.get(row.raw) if row is not None else None
         gpus = list(detail.gpus) if detail is not None else []
@@ -336,19 +406,64 @@ class ClusterAgent(Agent):
         if observed is not None:
             by_index = {g.index: g for g in observed.gpus}
             uuids = [by_index[i].uuid for i in gpus if i in by_index]
+        waiting = row is not None and not row.terminal and row.reason != "None"  # a finished record keeps a stale reason
         info = TaskInfo(job=job, index=index, job_id=row.raw if row else att.job_id,
-                        array_id=row.array_id if row else att.array_id, host=row.node if row else att.host,
-                        scheduler_state=row.state if row else None, reason=row.reason if row and row.reason != "None"
-                        else None, reason_text=REASONS.get(row.reason) if row else None,
+                        array_id=row.array_id if row else (said.array_id if last and said else att.array_id),
+                        host=row.node if row else att.host,
+                        scheduler_state=row.state if row else None, reason=row.reason if row and waiting else None,
+                        reason_text=REASONS.get(row.reason) if row and waiting else None,
                         restarts=detail.restarts if detail else att.restart, elapsed_s=row.elapsed_s if row else None,
                         limit_s=row.limit_s if row else None, note=note, source=source,
                         observed=observed is not None)
         return JobStatus(
             name=name, kind=spec.kind if spec else JobKind.COMMAND, state=state, gpus=gpus, gpu_uuids=uuids,
             attempt=att.starts, exit_code=exit_code if not alive else None,
-            started_at=att.started_at, ended_at=att.ended_at if not alive else None, progress=progress,
-            log_path=str(run / "logs" / f"{index}.log"), last_kill=self._last_kill(name, run, index),
+            started_at=att.started_at, ended_at=ended_at if not alive else None, progress=progress,
+            log_path=str(run / "logs" / f"{index}.log"), last_kill=verdict,
             fleet=self.fleet_identity or None, task=info)
+
+    @staticmethod
+    def _cancelled(row: QueueRow, said: Optional[SlurmSaid], verdict: Optional[KillVerdict]
+                   ) -> tuple[JobState, Optional[float]]:
+        """A CANCELLED record: ``killed`` if the task ran, ``cancelled`` if it was cancelled while it
+        waited, and when. gpudeck's own scancel verdict knows; else what the agent saw before (a
+        requeued task keeps its node in squeue, so the node does not tell)."""
+        if verdict is not None and verdict.state is not None and verdict.at is not None and \
+                (row.ended_at is None or verdict.at + 1.0 >= row.ended_at):  # %e is whole seconds
+            return verdict.state, verdict.at
+        ran = said.ran if said is not None and said.array_id == row.array_id and said.state == "CANCELLED" else \
+            (row.elapsed_s or 0) > 0
+        return (JobState.KILLED if ran else JobState.CANCELLED), row.ended_at
+
+    def _last_word(self, said: Optional[SlurmSaid], verdict: Optional[KillVerdict], att: Attempts
+                   ) -> Optional[tuple[JobState, Optional[float], str]]:
+        """The state of a task Slurm no longer lists, from the newest of what Slurm last said of it
+        and gpudeck's own kill verdict, with its time and where it comes from; None when the
+        wrapper's attempts file is newer (or that is all there is)."""
+        said_when: list[tuple[float, JobState, str]] = []
+        if verdict is not None and verdict.state is not None and verdict.at is not None:
+            how = "cancelled by gpudeck (scancel) before it ran" if verdict.state is JobState.CANCELLED else \
+                "killed by gpudeck (scancel)"
+            said_when.append((verdict.at, verdict.state, f"{how} at {_clock(verdict.at)}; Slurm no longer lists it"))
+        if said is not None and said.state in TERMINAL and (said.state == "CANCELLED" or att.array_id != said.array_id):
+            state = (JobState.KILLED if said.ran else JobState.CANCELLED) if said.state == "CANCELLED" else \
+                job_state(said.state)
+            said_when.append((said.at, state, f"Slurm said {said.state} at {_clock(said.at)}"
+                                              f"{'' if said.ran else ', before it ran'}; it no longer lists it"))
+        elif said is not None and job_state(said.state) is JobState.PENDING:
+            if self.polled_at is not None:
+                said_when.append((said.at, JobState.LOST, f"Slurm listed it {said.state} (since {_clock(said.at)}), "
+                                                          f"then no more, and keeps no record of how it left: "
+                                                          f"cancelled outside gpudeck, or purged after MinJobAge"))
+            else:
+                said_when.append((said.at, JobState.PENDING, f"Slurm listed it {said.state} at {_clock(said.at)}; its "
+                                                             f"queue cannot be read now"))
+        if not said_when:
+            return None
+        at, state, note = max(said_when, key=lambda w: w[0])
+        if att.starts and max(att.started_at or 0, att.ended_at or 0) > at:
+            return None  # an attempt began or ended after it: the wrapper's record is the newer word
+        return state, at, note
 
     fleet_identity = ""
 
@@ -406,14 +521,14 @@ class ClusterAgent(Agent):
         spec = self.declared.get(job)
         if spec is None:
             known = ", ".join(self.declared) or "none"
-            raise JobError(f"unknown job {job!r} on cluster {self.node} (its jobs: {known})")
+            raise Refusal(f"unknown job {job!r} on cluster {self.node} (its jobs: {known})")  # asking again won't help
         return spec
 
     def _task(self, name: str) -> tuple[JobSpec, Optional[int]]:
         job, index = split_task(name)
         spec = self._spec(job)
         if index is not None and not 0 <= index < spec.shards:
-            raise JobError(f"{name!r}: job {job!r} has tasks 0 to {spec.shards - 1}")
+            raise Refusal(f"{name!r}: job {job!r} has tasks 0 to {spec.shards - 1}")
         return spec, index
 
     # -- launch
@@ -486,7 +601,7 @@ class ClusterAgent(Agent):
         self.soon()
         attempt = max((self._attempts(spec.name, i).starts for i in indices), default=0) + 1
         return LaunchResult(job=name, pid=0, attempt=attempt, log=str(run / "logs"), kill=kill,
-                            argv=["sbatch", *argv])
+                            argv=["sbatch", *argv], job_id=array if len(indices) > 1 else f"{array}_{indices[0]}")
 
     def after_ids(self, spec: JobSpec) -> list[str]:
         """The array id of each job of ``spec.after`` (on this cluster) that has not yet finished:
@@ -523,39 +638,91 @@ class ClusterAgent(Agent):
 
     def kill(self, name: str, grace_s: float = 10.0) -> KillVerdict:
         spec, index = self._task(name)
-        if index is None:
-            self._cancel_pending(spec)  # the waiting tasks at once: one scancel per array, nothing to prove
-            verdicts = [self.kill(task_name(spec.name, i), grace_s) for i in range(spec.shards)]
-            ok = all(v.ok for v in verdicts)
-            return KillVerdict(job=name, ok=ok, at=time.time(), message="; ".join(
-                f"{v.job}: {v.message}" for v in verdicts if not v.already) or f"{name}: no task was running",
-                gpu_holders=[h for v in verdicts for h in v.gpu_holders],
-                seconds=max((v.seconds or 0 for v in verdicts), default=None))
-        verdict = self._kill_task(spec, index, grace_s)
+        if index is not None:
+            verdict = self._kill_task(spec, index, grace_s)
+            self._keep_verdict(spec, index, verdict)
+            self.sup.audit("kill", name, verdict=wire.to_plain(verdict))
+            self.soon()
+            return verdict
+        cancelled = self._cancel_pending(spec)  # the waiting tasks at once: one scancel per array
+        verdicts = []
+        for i in range(spec.shards):
+            v = cancelled.get(i) or self._kill_task(spec, i, grace_s)
+            self._keep_verdict(spec, i, v)
+            verdicts.append(v)
+        before = [i for i, v in cancelled.items() if v.ok]
+        told = {id(v) for i, v in cancelled.items() if i in before}  # said once below, as a range
+        said = [f"{v.job}: {v.message}" for v in verdicts if not v.already and id(v) not in told]
+        if before:
+            some = task_name(spec.name, before[0]) if len(before) == 1 else f"{spec.name}/[{index_ranges(before)}]"
+            said.insert(0, f"{some}: cancelled before {'it' if len(before) == 1 else 'they'} ran")
+        verdict = KillVerdict(job=name, ok=all(v.ok for v in verdicts), at=time.time(),
+                              message="; ".join(said) or f"{name}: no task was running",
+                              gpu_holders=[h for v in verdicts for h in v.gpu_holders],
+                              seconds=max((v.seconds or 0 for v in verdicts), default=None))
+        self.sup.audit("kill", name, verdict=wire.to_plain(verdict))
+        self.soon()
+        return verdict
+
+    def _keep_verdict(self, spec: JobSpec, index: int, verdict: KillVerdict) -> None:
+        """Kept beside the task's attempts, so the next agent (and any login node) shows it. A
+        kill that found the task already ended changes nothing and replaces no earlier verdict."""
+        if verdict.already is not None:
+            return
+        name = task_name(spec.name, index)
         self.kills[name] = verdict
-        try:  # kept beside the task's attempts: the next agent (and any login node) shows it
+        try:
             from ..contract.atomic import atomic_write_json
             (self._run(spec.name) / "kills").mkdir(parents=True, exist_ok=True)
             atomic_write_json(self._run(spec.name) / "kills" / f"{index}.json", wire.to_plain(verdict))
         except OSError as exc:
             log.warning("cluster %s: cannot keep the verdict of %s: %s", self.node, name, exc)
-        self.sup.audit("kill", name, verdict=wire.to_plain(verdict))
-        self.soon()
-        return verdict
 
-    def _cancel_pending(self, spec: JobSpec) -> None:
-        """``scancel A_[ranges]`` for a job's pending tasks, one call per array; their rows then
-        read as cancelled before they ran."""
+    def _cancel_pending(self, spec: JobSpec) -> dict[int, KillVerdict]:
+        """``scancel A_[ranges]`` for a job's waiting tasks, one call per array, then the queue
+        read back until none of them waits: each one's verdict, ``cancelled`` (before it ran).
+        Slurm may keep no record of such a task (it was a bit of its array's pending record):
+        gone from the queue is then the answer, and this verdict what its row keeps."""
         with self._lock:
-            pending = [r for (job, _), r in self.rows.items() if job == spec.name and r.state == "PENDING"
-                       and r.index is not None]
+            pending = {i: r for (job, i), r in self.rows.items() if job == spec.name and
+                       job_state(r.state) is JobState.PENDING}
         arrays: dict[str, list[int]] = {}
-        for r in pending:
-            arrays.setdefault(r.array_id, []).append(r.index)  # type: ignore[arg-type]
+        for i, r in sorted(pending.items()):
+            arrays.setdefault(r.array_id, []).append(i)
+        if not arrays:
+            return {}
+        t0 = time.monotonic()
+        sent = {}
         for array, indices in arrays.items():
-            self.slurm.cancel(f"{array}_[{index_ranges(indices)}]")
-        if arrays:
-            self.poll()  # the rows as Slurm now has them, before each task's own verdict
+            task_ids = f"{array}_[{index_ranges(indices)}]"
+            self.slurm.cancel(task_ids)  # its exit status says nothing: the queue is read back
+            sent.update({i: task_ids for i in indices})
+        deadline = t0 + self.slurm.seconds_of("KillWait", 30.0) + 10.0
+        delay = 0.1
+        while True:
+            self.poll()
+            with self._lock:
+                rows = {i: self.rows.get((spec.name, i)) for i in pending}
+            waiting = [i for i, r in rows.items() if r is not None and job_state(r.state) is JobState.PENDING]
+            if not waiting or time.monotonic() > deadline:
+                break
+            time.sleep(delay)
+            delay = min(delay * 2, 1.0)
+        seconds = time.monotonic() - t0
+        out = {}
+        for i, r in rows.items():
+            name = task_name(spec.name, i)
+            if r is None or r.state == "CANCELLED":
+                slurm_says = r.state if r is not None else "no record: it never had one of its own"
+                out[i] = KillVerdict(job=name, ok=True, seconds=seconds, at=time.time(), state=JobState.CANCELLED,
+                                     message=f"cancelled before it ran (scancel {sent[i]}; Slurm: {slurm_says}); "
+                                             f"it held no GPU")
+            elif i in waiting:
+                out[i] = KillVerdict(job=name, ok=False, seconds=seconds, at=time.time(),
+                                     message=f"scancel {sent[i]} sent, but Slurm still lists it {r.state} after "
+                                             f"{seconds:.0f} s")
+            # else it started, or ended otherwise, meanwhile: its own kill (_kill_task) says what became of it
+        return out
 
     def _kill_task(self, spec: JobSpec, index: int, grace_s: float) -> KillVerdict:
         name = task_name(spec.name, index)
@@ -569,6 +736,7 @@ class ClusterAgent(Agent):
         if state is None or state in TERMINAL:
             return KillVerdict(job=name, ok=True, already=(state or row.state).lower(), at=time.time(),
                                message=f"{name} had already ended ({state or row.state})")
+        waited = job_state(state) is JobState.PENDING  # cancelled now, it never ran (this time)
         detail = self.details.get(row.raw) or (self.slurm.detail(row.raw) if state == "RUNNING" else None)
         gpus = detail.gpus if detail else []
         node = (detail.node if detail else None) or row.node
@@ -591,14 +759,14 @@ class ClusterAgent(Agent):
             delay = min(delay * 2, 1.0)
         ended_s = time.monotonic() - t0
         ended = f"{state or 'gone from the queue'} in {ended_s:.2f} s"
-        if state == "PENDING" or not gpus and row.state == "PENDING":
-            return KillVerdict(job=name, ok=True, seconds=ended_s, at=time.time(),
-                               message=f"cancelled before it ran ({ended}); it held no GPU")
+        if waited:
+            return KillVerdict(job=name, ok=True, seconds=ended_s, at=time.time(), state=JobState.CANCELLED,
+                               message=f"cancelled before it ran (scancel {task_id}; {ended}); it held no GPU")
         if not gpus:
-            return KillVerdict(job=name, ok=True, seconds=ended_s, at=time.time(),
+            return KillVerdict(job=name, ok=True, seconds=ended_s, at=time.time(), state=JobState.KILLED,
                                message=f"{ended}; it asked for no GPU")
         if not local:
-            return KillVerdict(job=name, ok=False, seconds=ended_s, at=time.time(),
+            return KillVerdict(job=name, ok=False, seconds=ended_s, at=time.time(), state=JobState.KILLED,
                                message=f"ended ({ended}); GPU memory not observed: no gpudeck agent sees node "
                                        f"{node} once the job's steps are gone (its observer ends with the job)")
         # the proof: the job's GPUs, by IDX, hold no memory of the processes it had there
@@ -614,11 +782,11 @@ class ClusterAgent(Agent):
             holders = [GpuHolder(pid=pid, gpu=g, mib=mib) for pid, (g, mib) in sorted(left.items())]
             said = ", ".join(f"pid {h.pid} holds {h.mib / 1024:.1f} GiB on GPU {h.gpu}" for h in holders)
             return KillVerdict(job=name, ok=False, seconds=seconds, freed_gib=freed, gpu_holders=holders,
-                               pids=sorted(before), survivors=sorted(left), at=time.time(),
+                               pids=sorted(before), survivors=sorted(left), at=time.time(), state=JobState.KILLED,
                                message=f"Slurm says {ended}, but {said} {seconds - ended_s:.1f} s later "
                                        f"(node {node}; a process that left the job's process tracking)")
         return KillVerdict(job=name, ok=True, seconds=seconds, freed_gib=freed, pids=sorted(before), at=time.time(),
-                           message=f"{ended}; GPU {','.join(map(str, gpus))} on {node}: "
+                           state=JobState.KILLED, message=f"{ended}; GPU {','.join(map(str, gpus))} on {node}: "
                                    + (f"{freed:.1f} GiB back in {seconds:.2f} s" if before else
                                       "held no memory of the job"))
 
@@ -664,7 +832,7 @@ class ClusterAgent(Agent):
                 self.soon()
                 return LaunchResult(job=name, pid=0, attempt=attempt, kill=kill,
                                     log=str(self._run(spec.name) / "logs" / f"{index}.log"),
-                                    argv=["scontrol", "requeue", task_id])
+                                    argv=["scontrol", "requeue", task_id], job_id=task_id)
         return self._submit(spec, [index], name, kill=kill)
 
     def _requeue(self, task_id: str, job: str, index: int, tries: int = 3) -> None:

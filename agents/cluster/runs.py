@@ -5,6 +5,8 @@ forgetting it (MinJobAge, accounting disabled) and its logs outlive it::
     SHARED/runs/FLEET/JOB/logs/T.log       task T's output, every attempt appended
     SHARED/runs/FLEET/JOB/attempts/T.jsonl one line per event of task T: start, signal, end, requeue
     SHARED/runs/FLEET/JOB/progress/T.json  task T's progress.json ($GPUDECK_PROGRESS_FILE)
+    SHARED/runs/FLEET/JOB/kills/T.json     the verdict of gpudeck's last kill of task T
+    SHARED/runs/FLEET/JOB/slurm-said.json  the last state Slurm gave each task, with its time (SlurmSaid)
 
 The wrapper runs the job's command as its child, records each attempt's start (raw id, host,
 restart count, GPUs) and end (exit code), and traps USR1 (``--signal=B:USR1@120``: the time
@@ -150,3 +152,43 @@ def read_attempts(path: Path) -> Attempts:
         elif kind == "requeue":
             last.update(requeued_at=ev.get("t"), requeue_rc=ev.get("rc"))
     return Attempts(starts=starts, **{k: v for k, v in last.items() if k in Attempts.__dataclass_fields__})
+
+
+SAID_FILE = "slurm-said.json"
+
+
+@dataclass(frozen=True)
+class SlurmSaid:
+    """The last state Slurm gave a task, kept because Slurm forgets: a finished task leaves
+    squeue after MinJobAge, accounting may be off, and a task cancelled before it ran never had
+    a record of its own (it was a bit of its array's pending record). ``at``: when Slurm said it
+    ended (squeue's %e) for a finished task, else when the agent first saw the state."""
+
+    array_id: str
+    state: str  # as Slurm spells it: PENDING, RUNNING, CANCELLED...
+    at: float
+    ran: bool = False  # the task ran in this submission before it reached ``state``
+
+    def to_dict(self) -> dict:
+        return {"array_id": self.array_id, "state": self.state, "at": self.at, "ran": self.ran}
+
+
+def read_said(run: Path) -> dict[int, SlurmSaid]:
+    """``run/slurm-said.json``: task index -> what Slurm last said of it; {} when none was kept.
+    A file that cannot be read or parsed raises OSError or ValueError (the caller says so)."""
+    try:
+        text = (run / SAID_FILE).read_text()
+    except FileNotFoundError:
+        return {}
+    try:
+        doc = json.loads(text)
+        return {int(k): SlurmSaid(array_id=str(v["array_id"]), state=str(v["state"]), at=float(v["at"]),
+                                  ran=bool(v.get("ran", False))) for k, v in doc.items()}
+    except (KeyError, TypeError, AttributeError, ValueError) as exc:
+        raise ValueError(f"{run / SAID_FILE}: not what gpudeck writes ({type(exc).__name__}: {exc})") from None
+
+
+def write_said(run: Path, said: dict[int, SlurmSaid]) -> None:
+    run.mkdir(parents=True, exist_ok=True)
+    text = json.dumps({str(k): v.to_dict() for k, v in sorted(said.items())}, sort_keys=True)
+    atomic_write_bytes(run / SAID_FILE, text.encode(), mode=0o644)

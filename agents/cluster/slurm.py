@@ -20,12 +20,13 @@ import os
 import re
 import shutil
 import subprocess
+import time
 from dataclasses import dataclass, field
 from typing import Optional
 
 from ..contract.cluster import ClusterSpec, slurm_seconds
 
-SQUEUE_FORMAT = "%i|%A|%K|%T|%r|%N|%b|%M|%l|%j"
+SQUEUE_FORMAT = "%i|%A|%K|%T|%r|%N|%b|%M|%l|%e|%j"  # %e: a finished task's end (its time, once it leaves)
 TERMINAL = frozenset({"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "BOOT_FAIL",
                       "DEADLINE", "PREEMPTED", "SPECIAL_EXIT", "REVOKED"})
 COMMAND_TIMEOUT_S = 60.0
@@ -74,6 +75,7 @@ class QueueRow:
     elapsed_s: Optional[float]
     limit_s: Optional[float]
     name: str
+    ended_at: Optional[float] = None  # %e of a finished task (unix time); None while it runs or waits
 
     @property
     def array_id(self) -> str:
@@ -119,15 +121,25 @@ def parse_squeue(text: str) -> list[QueueRow]:
     for line in text.splitlines():
         if not line.strip():
             continue
-        parts = line.split("|", 9)
-        if len(parts) != 10:
+        parts = line.split("|", 10)
+        if len(parts) != 11:
             continue  # not ours: a line of another format (a site's wrapper printing a banner)
-        i, raw, index, state, reason, node, gres, elapsed, limit, name = (p.strip() for p in parts)
+        i, raw, index, state, reason, node, gres, elapsed, limit, end, name = (p.strip() for p in parts)
         rows.append(QueueRow(id=i, raw=raw, index=int(index) if index.isdigit() else None, state=state,
                              reason=reason, node=node if node and node not in ("(null)", "N/A") else None,
                              gres=None if gres in ("N/A", "(null)", "") else gres,
-                             elapsed_s=_seconds(elapsed), limit_s=_seconds(limit), name=name))
+                             elapsed_s=_seconds(elapsed), limit_s=_seconds(limit), name=name,
+                             ended_at=parse_time(end) if state in TERMINAL else None))
     return rows
+
+
+def parse_time(text: str) -> Optional[float]:
+    """Slurm's timestamp (``2026-12-04T23:04:43``, the controller's local time) as unix time;
+    None for "Unknown", "N/A", "NONE" or another format (a site's SLURM_TIME_FORMAT)."""
+    try:
+        return time.mktime(time.strptime(text.strip(), "%Y-%m-%dT%H:%M:%S"))
+    except (ValueError, OverflowError):
+        return None
 
 
 def _seconds(text: str) -> Optional[float]:

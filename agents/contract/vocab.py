@@ -15,6 +15,7 @@ class JobState(str, enum.Enum):
     EXITED = "exited"  # ended by itself with code 0
     FAILED = "failed"  # ended by itself with a non-zero code
     KILLED = "killed"  # ended by a kill we sent
+    CANCELLED = "cancelled"  # a cluster task cancelled while it waited in the queue: it never ran (again)
     LOST = "lost"  # gone with no exit code and no kill: a reboot, an OOM of the wrapper...
     BLOCKED = "blocked"  # never launched: a job it runs `after` failed or gave up (agents/watch/phases.py)
     FENCED = "fenced"  # stopped for good: the job was moved to another node, whose attempt holds the output
@@ -41,6 +42,7 @@ class ShownState(str, enum.Enum):
     EXITED = "exited"
     FAILED = "failed"
     KILLED = "killed"
+    CANCELLED = "cancelled"
     LOST = "lost"
     BLOCKED = "blocked"
     FENCED = "fenced"

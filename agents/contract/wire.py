@@ -218,6 +218,9 @@ class KillVerdict:
     already: Optional[str] = None  # the job had already ended: the state it ended in
     exit_code: Optional[int] = None
     at: Optional[float] = None  # when the verdict was reached (unix time)
+    # a cluster task: the state the kill left it in, as the scheduler read back (killed: it ran;
+    # cancelled: it waited and never ran); its row keeps it once the scheduler forgets the task
+    state: Optional[JobState] = None
 
 
 @dataclass(frozen=True)
@@ -229,6 +232,7 @@ class LaunchResult:
     argv: list[str] = field(default_factory=list)  # the command line the node really ran
     kill: Optional[KillVerdict] = None  # a relaunch of a live job: the kill that came first
     changed: list[str] = field(default_factory=list)  # a relaunch: what the fleet file changed since the last launch
+    job_id: Optional[str] = None  # on a cluster: the scheduler's id (an array "14", a task "14_3"); pid is then 0
 
 
 @dataclass(frozen=True)
@@ -257,7 +261,9 @@ class TaskInfo:
     elapsed_s: Optional[float] = None
     limit_s: Optional[float] = None  # its time limit; None: none
     note: Optional[str] = None  # what the wrapper saw: "requeued itself on SIGUSR1 (time limit or preemption)"
-    source: str = "squeue"  # squeue, or "attempts": left squeue, read from the wrapper's file
+    # squeue; "attempts": left squeue, read from the wrapper's file; "kept": left squeue, the last
+    # state Slurm (or gpudeck's scancel verdict) gave it, newer than any attempt
+    source: str = "squeue"
     observed: bool = False  # an observer beside it reports its GPUs and host
 
 

@@ -114,7 +114,8 @@ async def _launch(args) -> int:
     finally:
         await client.close()
     _told(client)
-    print(f"launched {r.job}: pid {r.pid}, attempt {r.attempt}, log {r.log}")
+    from ..formatting import started_as
+    print(f"launched {r.job}: {started_as(r)}, attempt {r.attempt}, log {r.log}")
     return EXIT_OK
 
 
@@ -131,7 +132,8 @@ async def _relaunch(args) -> int:
         print(f"relaunched {r.job} with the fleet file's version; changed since its last launch:")
         for line in r.changed:
             print(f"  {line}")
-    print(f"relaunched {r.job}: pid {r.pid}, attempt {r.attempt}")
+    from ..formatting import started_as
+    print(f"relaunched {r.job}: {started_as(r)}, attempt {r.attempt}")
     return EXIT_OK
 
 

@@ -264,7 +264,7 @@ class MainScreen(Screen[None]):
         of a fleet of one."""
         view = self.active
         if view == "logs":
-            row = next((r for r in self.fleet_state.job_rows() if r.name == self.log_job), None)
+            row = self.fleet_state.job_row(self.log_job) if self.log_job else None
         else:
             row = self.table(view).cursor_row
         node = getattr(row, "node", None)
@@ -276,7 +276,7 @@ class MainScreen(Screen[None]):
     def _job_highlighted(self, event: LiveTable.Highlighted) -> None:
         row = event.table.row(event.key) if event.key else None
         if row is not None:
-            self.log_job = row.name
+            self.log_job = row.acts_on
             if event.table.id == "overview-jobs":  # the chart follows the cursor
                 self.show_state(self.fleet_state)
 

@@ -19,7 +19,8 @@ PROGRESS_BAR = 8
 SPARK = 12
 STATE_STYLE = {ShownState.RUNNING: "ok", ShownState.READY: "ok", ShownState.STARTING: "warn",
                ShownState.STOPPING: "warn", ShownState.FAILED: "bad", ShownState.LOST: "bad", ShownState.BLOCKED: "bad",
-               ShownState.KILLED: "muted", ShownState.FENCED: "muted", ShownState.EXITED: "muted", ShownState.PENDING: "muted",
+               ShownState.KILLED: "muted", ShownState.CANCELLED: "muted", ShownState.FENCED: "muted",
+               ShownState.EXITED: "muted", ShownState.PENDING: "muted",
                ShownState.UNKNOWN: "muted"}
 
 

@@ -30,6 +30,7 @@ class LogPanel(Vertical):
         self.job: Optional[str] = None
         self.path: Optional[str] = None
         self.problem: Optional[str] = None
+        self.final = False  # the problem is the node's refusal: not retried
         self.fed = False  # the tail has arrived
         self.term = ""  # what `/` searches for
         self.match: Optional[int] = None  # the line of the match shown, in ``matches``
@@ -46,7 +47,7 @@ class LogPanel(Vertical):
         """Start over with another job's log (the follower sends its tail next)."""
         if job == self.job:
             return
-        self.job, self.path, self.problem, self.fed = job, None, None, False
+        self.job, self.path, self.problem, self.fed, self.final = job, None, None, False, False
         self.log.clear()
         self._title()
 
@@ -61,8 +62,9 @@ class LogPanel(Vertical):
             self.problem = None
             self._title()
 
-    def fetch_failed(self, error: str) -> None:
+    def fetch_failed(self, error: str, final: bool = False) -> None:
         self.problem = error
+        self.final = final
         self._title()
 
     # ------------------------------------------------------------ search
@@ -115,7 +117,8 @@ class LogPanel(Vertical):
             title.update("no job selected: pick one in the jobs view")
             return
         where = f"  {self.path}" if self.path else ""
-        status = f"  ✗ {self.problem} (retrying)" if self.problem else ("  following" if self.fed else "  waiting for it…")
+        status = (f"  ✗ {self.problem} ({'not retried' if self.final else 'retrying'})" if self.problem else
+                  "  following" if self.fed else "  waiting for it…")
         found = ""
         if self.term:
             n = len(self.matches())
