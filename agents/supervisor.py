@@ -675,7 +675,7 @@ class JobSupervisor:
         if why is None:
             return
         self.audit(f"{action}-refused", job, pid=pid, reason=why)
-        raise HoldsTheNode(f"{why}; refused, nothing {'adopted' if action == 'adopt' else 'signalled'}")
+        raise HoldsTheNode(f"{why}; refused, nothing {'signalled' if action.startswith('kill') else 'adopted'}")
 
     def relaunch(self, name: str, grace_s: float = 10.0) -> LaunchResult:
         """The next attempt, with the fleet file's spec (see launch). A job still running is killed first."""

@@ -572,7 +572,7 @@ class FleetState:
         tps = figure(0)
         seen = [v for v in tps if v is not None] + ([row.tokens_per_s] if row.tokens_per_s is not None else [])
         peak = cells_rate(max(seen) if seen else None)
-        if j.state in _ALIVE:
+        if j.state in _ALIVE or j.state in (JobState.PENDING, JobState.BLOCKED):  # a rate now, or none yet
             now_tps = cells_rate(row.tokens_per_s if row.tokens_per_s is not None else (seen[-1] if seen else None))
             title = f"{j.name}  tokens/s  now {now_tps}  peak {peak}"
         else:  # an ended job has no current rate: its last one, said as such, and when it ended

@@ -339,7 +339,8 @@ async def test_the_details_say_the_finish_in_words_with_no_literal_dim():
 
 async def test_the_overview_chart_opens_on_a_job_with_a_tokens_per_second_series():
     """Sorted by name, the first jobs (audit, extract) never had a rate: the chart opens on gen,
-    the first that has; once the operator moves the cursor, the chart follows it."""
+    the first that has; once the operator moves the cursor, the chart follows it (to audit,
+    which exited: its title says so, with no rate now)."""
     app = pinned_app()
     async with app.run_test(size=(120, 40)) as pilot:
         feed_pinned(app)
@@ -348,7 +349,7 @@ async def test_the_overview_chart_opens_on_a_job_with_a_tokens_per_second_series
         jobs = app.screen.table("overview")
         assert jobs.cursor_key == "gpu-a/gen" and [r.name for r in jobs.rows()][0] == "audit"
         await pilot.press("home")
-        await wait_until(pilot, lambda: "audit  tokens/s  now -" in screen_text(app), what="the chart following")
+        await wait_until(pilot, lambda: "audit  tokens/s  exited at" in screen_text(app), what="the chart following")
         app.refresh_views()
         await pilot.pause()
         assert jobs.cursor_key == "gpu-b/audit"  # the operator's choice stays
