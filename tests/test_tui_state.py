@@ -125,17 +125,6 @@ def test_the_details_chart_series_follow_an_engine():
     assert d.done_series == (None,) * 4  # an engine counts no items
 
 
-def test_a_disk_filling_up_is_an_alert_before_it_is_full():
-    state = FleetState(pinned_fleet(), clock=lambda: PINNED_NOW)
-    total = 1000 * 2**30
-    for k in range(20):  # 1 GiB a minute: 100 GiB free lasts under two hours
-        free = 100 * 2**30 - k * 2**30 // 60 * 10
-        host = Host("gpu-a", 1.0, 1, 1, 2, 0.0, 0.0, 0.0, [Disk("/data", free, total)])
-        state.apply(Snapshot("gpu-a", k + 1, PINNED_NOW - 200 + 10 * k, host, [], []))
-    msgs = [a.message for _, a in state.alerts() if a.kind == "disk_filling"]
-    assert msgs and msgs[0].startswith("/data: ") and "full in 1h" in msgs[0]
-
-
 def test_filters_and_sorts_are_pure():
     state = pinned_state()
     jobs = state.job_rows()
