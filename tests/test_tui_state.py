@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from gpudeck.agents.contract.wire import Disk, Engine, Gpu, History, Host, JobStatus, Progress, Sample, Snapshot
+from gpudeck.agents.contract.wire import Alert, Engine, Gpu, History, Host, JobStatus, Progress, Sample, Snapshot
 from gpudeck.console.messages import SnapshotReceived
 from gpudeck.console.actions import Confirm, JobOp, Refuse, RunNow, plan_job_action, target_job
 from gpudeck.console.formatting import human_duration, round_figures
@@ -123,6 +123,19 @@ def test_the_details_chart_series_follow_an_engine():
     assert d.spark == (1000.0, 1001.0, 1002.0, 1003.0)
     assert d.running_series == (8.0,) * 4 and d.queued_series == (0.0, 1.0, 2.0, 3.0) and d.kv_series == (0.5,) * 4
     assert d.done_series == (None,) * 4  # an engine counts no items
+
+
+def test_an_alert_shows_the_nodes_start_time_and_an_undated_one_says_so():
+    state = FleetState(pinned_fleet(), clock=lambda: PINNED_NOW)
+    host = Host("gpu-a", 1.0, 1, 1, 2, 0.0, 0.0, 0.0)
+    alerts = [Alert("job_died", "job a died", job="a", since=PINNED_NOW - 3600),
+              Alert("stalled", "job b: no progress", job="b"),  # from an agent older than `since`
+              Alert("job_died", "job c died", job="c", since=PINNED_NOW - 60)]
+    state.apply(Snapshot("gpu-a", 1, PINNED_NOW, host, [], [], alerts))
+    rows = select_alerts(state.alert_rows())
+    assert [(r.job, r.since) for r in rows] == [("c", PINNED_NOW - 60), ("a", PINNED_NOW - 3600), ("b", None)]
+    state.clock = lambda: PINNED_NOW + 600  # the console's clock moves on: the node's times stay
+    assert [r.since for r in select_alerts(state.alert_rows())] == [r.since for r in rows]
 
 
 def test_filters_and_sorts_are_pure():
