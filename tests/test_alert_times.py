@@ -81,6 +81,7 @@ async def test_every_console_shows_when_the_alert_began_on_the_node(tmp_path, fl
         text = await wait_for_text(pilot, "shared gpu")
         line = next(ln for ln in text.splitlines() if "shared gpu" in ln)
         assert line.startswith(clock_time(began)), line
+        assert agents_of(fleet_home)  # (the agent, as it is found below once gone)
 
     # the console gone, its agent went with it; a console opened later starts a new one, and
     # the alert still began when the node first raised it
