@@ -22,7 +22,7 @@ from typing import Any, Callable, Optional
 from . import doctor, writes
 from .contract import ops, wire
 from .contract.errors import KindedRefusal, Refusal
-from .alerts import node_alerts
+from .alerts import AlertClock, node_alerts
 from .engines import EngineScraper
 from .gpu import GpuSampler
 from .history import HistoryRing
@@ -73,6 +73,7 @@ class Agent:
         self.plans = PlanWatch(self.sup.job_dir)  # each job's plan.json against its progress
         self.history = HistoryRing(3600.0, interval_s, path=self.home / "history.db")  # agents/historydb.py
         self.textfile = TextfileWriter(textfile_dir)  # node_exporter's textfile collector (agents/promfile.py)
+        self.alert_clock = AlertClock()  # since when each alert is up, where its rule keeps no time
         self.seq = 0
         self._trackers: dict[str, tuple[tuple, ProgressTracker]] = {}
         self._scrapers: dict[str, EngineScraper] = {}
@@ -222,6 +223,7 @@ class Agent:
         alerts = node_alerts(gpus, jobs, specs, host, changes, now)
         alerts += self.watch.on_tick(now, gpus, jobs, host, changes, specs, alerts)
         alerts += writes.alerts()  # files that could not be written: a full disk is an alert
+        alerts = self.alert_clock.stamp(alerts, now, self.watch.began)
         self.seq += 1
         snap = Snapshot(node=self.node, seq=self.seq, t=now, host=host, gpus=gpus, jobs=jobs,
                         alerts=alerts, gpu_error=self.gpu.error, containment=self.sup.contain.mode,

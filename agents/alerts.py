@@ -1,8 +1,16 @@
-"""What an operator must look at now, computed from one node's readings."""
+"""What an operator must look at now, computed from one node's readings, and since when.
+
+Every alert leaves the node with the time it began there (``Alert.since``), so every console
+and ``status --json`` show the same one. Most rules know it themselves: a job's end, a write
+that failed, a condition of the watcher (``watch-state.json``, kept across a new agent), an
+XID error, a restart policy that gave up. :class:`AlertClock` stamps the rest with the tick
+it first saw them, on the node.
+"""
 
 from __future__ import annotations
 
-from typing import Optional
+import dataclasses
+from typing import Callable, Optional
 
 from .contract.vocab import AlertKind, EngineState, JobState
 from .contract.jobs import JobSpec
@@ -44,7 +52,8 @@ def node_alerts(gpus: list[Gpu], jobs: list[JobStatus], specs: dict[str, JobSpec
                                 f"{len(gpus)} (0-{len(gpus) - 1})", job=j.name, gpu=missing[0]))
         if j.state in (JobState.FAILED, JobState.LOST):
             how = f"exit code {j.exit_code}" if j.exit_code is not None else "no exit code: lost"
-            alerts.append(Alert(AlertKind.JOB_DIED, f"job {j.name} died ({how}) on attempt {j.attempt}", job=j.name))
+            alerts.append(Alert(AlertKind.JOB_DIED, f"job {j.name} died ({how}) on attempt {j.attempt}", job=j.name,
+                                since=j.ended_at))
         if j.state is JobState.RUNNING and j.progress is not None:
             spec = specs.get(j.name)
             stall = spec.stall_after_s if spec else 600.0
@@ -64,3 +73,27 @@ def node_alerts(gpus: list[Gpu], jobs: list[JobStatus], specs: dict[str, JobSpec
                 alerts.append(Alert(AlertKind.DISK_FULL, f"{d.path}: only {d.free_bytes / 2**30:.1f} GiB free "
                                                  f"({100 * d.free_bytes / d.total_bytes:.1f}%)"))
     return alerts
+
+
+class AlertClock:
+    """Since when each alert is up, for the alerts whose rule keeps no time: the tick the node
+    first saw it, for as long as it stays. Kept in memory: a new agent starts these again."""
+
+    def __init__(self) -> None:
+        self._began: dict[tuple, float] = {}
+
+    def stamp(self, alerts: list[Alert], now: float,
+              known: Callable[[Alert], Optional[float]] = lambda a: None) -> list[Alert]:
+        """``alerts`` with their ``since``: their own, else ``known``'s (the watcher's record
+        of the condition), else when this clock first saw them."""
+        began: dict[tuple, float] = {}
+        out = []
+        for a in alerts:
+            key = a.ident()
+            if a.since is None:
+                t = known(a)
+                a = dataclasses.replace(a, since=t if t is not None else self._began.get(key, now))
+            began.setdefault(key, a.since)  # type: ignore[arg-type]
+            out.append(a)
+        self._began = began  # an alert gone is forgotten: if it comes back, it begins again
+        return out

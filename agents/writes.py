@@ -50,5 +50,5 @@ def alerts() -> list:
 
     with _lock:
         items = sorted(_failed.items())
-    return [Alert(AlertKind.DISK_FULL, f"cannot write {path}: {why} (since {time.strftime('%H:%M:%S', time.localtime(t))})")
-            for path, (t, why) in items]
+    return [Alert(AlertKind.DISK_FULL, f"cannot write {path}: {why} (since {time.strftime('%H:%M:%S', time.localtime(t))})",
+                  since=t) for path, (t, why) in items]

@@ -189,7 +189,7 @@ class AlertRow:
     message: str
     job: Optional[str]
     gpu: Optional[int]
-    since: float  # when the console first saw it
+    since: Optional[float]  # when it began on its node (unreachable: since this console cannot reach it); None: not said
     pid: Optional[int] = None  # the process an alert is about (a GPU process of no job)
 
 

@@ -109,7 +109,8 @@ def select_alerts(rows: Sequence[AlertRow], text: str = "", sort: str = "newest"
         return sorted(rows, key=lambda r: (r.node, r.kind, r.key), reverse=reverse)
     if sort == "kind":
         return sorted(rows, key=lambda r: (r.kind, r.node, r.key), reverse=reverse)
-    return sorted(rows, key=lambda r: (-r.since, r.key), reverse=reverse)
+    # newest first; an alert whose node said no start (an older agent) after every dated one
+    return sorted(rows, key=lambda r: (r.since is None, -(r.since or 0.0), r.key), reverse=reverse)
 
 
 def select_events(rows: Sequence[EventRow], text: str = "") -> list[EventRow]:

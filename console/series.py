@@ -1,6 +1,6 @@
-"""Time series the state keeps per job and per disk: tokens/s for the sparklines, the coarse
-series (a minute a bucket, 12 hours) the charts draw longer ranges from, and bytes used for
-the disk-filling trend."""
+"""Time series the state keeps per job and per node: tokens/s for the sparklines, and the coarse
+series (a minute a bucket, 12 hours) the charts draw longer ranges from. (A disk's trend is
+the node's: agents/watch/disks.py.)"""
 
 from __future__ import annotations
 
@@ -13,8 +13,6 @@ from .formatting import round_figures
 from .rows import SPARK_BUCKET_S
 
 SPARK_KEEP = 240  # buckets kept per job: one hour
-DISK_FILL_WINDOW_S = 600.0  # free-space trend measured over ten minutes
-DISK_FILL_MIN_SPAN_S = 120.0  # ... measured over two minutes at least
 
 
 class Series:
@@ -196,28 +194,3 @@ class Recent:
             return per_gpu[gpu]
         out = per_gpu[gpu] + (now,)
         return out[1:] if len(out) > self.keep else out
-
-
-class DiskTrend:
-    """Bytes used on one file system over the last minutes: how fast it fills."""
-
-    __slots__ = ("_points",)
-
-    def __init__(self) -> None:
-        self._points: deque[tuple[float, int]] = deque()
-
-    def add(self, t: float, used: int) -> None:
-        if self._points and used < self._points[-1][1] - (1 << 30):
-            self._points.clear()  # a GiB or more was deleted: the old trend says nothing now
-        self._points.append((t, used))
-        while len(self._points) > 2 and t - self._points[1][0] >= DISK_FILL_WINDOW_S:
-            self._points.popleft()
-
-    def rate(self) -> Optional[float]:
-        """Bytes per second, once the trend spans long enough to mean something."""
-        if len(self._points) < 2:
-            return None
-        (t0, v0), (t1, v1) = self._points[0], self._points[-1]
-        if t1 - t0 < DISK_FILL_MIN_SPAN_S:
-            return None
-        return (v1 - v0) / (t1 - t0)

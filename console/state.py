@@ -30,12 +30,11 @@ from .formatting import human_duration, quality_flags, round_eta, round_figures,
 from .placements import Placement, moved_text
 from .rows import (SPARK_BUCKET_S, AlertRow, FleetRow, GpuRow, JobDetail, JobRow, NodeRow, NodeState,
                                   ProcRow, Totals)
-from .series import Coarse, DiskTrend, Recent, Series
+from .series import Coarse, Recent, Series
 from .timeline import Timeline
 from ..remote.client import NodeError, NodeView
 from ..remote.fleet import LOCAL, Fleet
 
-DISK_FILL_HORIZON_S = 24 * 3600.0  # alert when a disk fills within a day
 BUSY_UTIL_PCT = 5.0
 GPU_SPARK = 10  # utilization buckets kept per GPU for its sparkline
 GPU_SPARK_BUCKET_S = 5.0
@@ -84,8 +83,6 @@ class FleetState:
         # own chart (its GPUs' mean utilization)
         self._pages: dict[tuple[str, Optional[str], str], _Page] = {}
         self._last_t: dict[str, float] = {}  # newest sample time per node, live or backfilled
-        self._disk_trend: dict[tuple[str, str], DiskTrend] = {}
-        self._first_seen: dict[tuple, float] = {}
         self._fleet_rows: dict[str, tuple[tuple, list[FleetRow]]] = {}
         self._jobs: Optional[tuple[int, list[tuple[str, JobStatus]]]] = None
         self.version = 0  # bumped on every change: views skip work when it has not moved
@@ -140,11 +137,6 @@ class FleetState:
             util = _utilization(snap.gpus)
             self._util_of(snap.node).add(t, util)
             self._node_coarse_of(snap.node).add(t, _mean(util))
-        for d in snap.host.disks:
-            trend = self._disk_trend.get((snap.node, d.path))
-            if trend is None:
-                trend = self._disk_trend[(snap.node, d.path)] = DiskTrend()
-            trend.add(snap.t, d.total_bytes - d.free_bytes)
         self.version += 1
 
     def apply_history(self, history: History) -> None:
@@ -286,25 +278,15 @@ class FleetState:
         return NodeState.OWNED_ELSEWHERE if self.owned_elsewhere(view.name) else NodeState.UP
 
     def alerts(self) -> list[tuple[str, Alert]]:
+        """The nodes' alerts as they sent them (each with since when it is up on its node, the
+        same in every console), and each node this console cannot reach, since it could not."""
         out = []
-        now = self.clock()
         for name, view in self.nodes.items():
             if view.error is not None:
-                out.append((name, Alert(AlertKind.UNREACHABLE, f"node {name} unreachable: {view.error.reason}")))
+                out.append((name, Alert(AlertKind.UNREACHABLE, f"node {name} unreachable: {view.error.reason}",
+                                        since=view.unreachable_since)))
             if view.snapshot is not None:
                 out.extend((name, a) for a in view.snapshot.alerts)
-                if view.error is None:
-                    out.extend((name, a) for a in self._disk_fill_alerts(name, view.snapshot, now))
-        return out
-
-    def _disk_fill_alerts(self, node: str, snap: Snapshot, now: float) -> list[Alert]:
-        out = []
-        for d in snap.host.disks:
-            trend = self._disk_trend.get((node, d.path))
-            rate = trend.rate() if trend is not None else None
-            if rate and rate > 0 and d.free_bytes > 0 and d.free_bytes / rate < DISK_FILL_HORIZON_S:
-                out.append(Alert(AlertKind.DISK_FILLING, f"{d.path}: {d.free_bytes / 2**30:.1f} GiB free, filling at "
-                                                 f"{rate / 2**20:.1f} MiB/s: full in {human_duration(d.free_bytes / rate)}"))
         return out
 
     def totals(self) -> Totals:
@@ -654,19 +636,11 @@ class FleetState:
                 for what in ("done", "running", "queued", "kv")}
 
     def alert_rows(self) -> list[AlertRow]:
-        now = self.clock()
         out = []
-        live: set[tuple] = set()
         for node, a in self.alerts():
-            ident = (node, a.kind, a.job, a.gpu, a.pid, a.message if a.kind == AlertKind.DISK_FULL else None)
-            live.add(ident)
-            since = self._first_seen.setdefault(ident, now)
-            key = "|".join(str(x) for x in ident[:5])
+            key = "|".join(str(x) for x in (node, *a.ident()))
             out.append(AlertRow(key=key, node=node, kind=AlertKind(a.kind), message=a.message, job=a.job, gpu=a.gpu,
-                                pid=a.pid,
-                                since=since))
-        for ident in [i for i in self._first_seen if i not in live]:
-            del self._first_seen[ident]
+                                pid=a.pid, since=a.since))
         return out
 
     def to_json(self) -> dict[str, Any]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from gpudeck.agents.contract.wire import Disk, Engine, Gpu, History, Host, JobStatus, Progress, Sample, Snapshot
+from gpudeck.agents.contract.wire import Alert, Engine, Gpu, History, Host, JobStatus, Progress, Sample, Snapshot
 from gpudeck.console.messages import SnapshotReceived
 from gpudeck.console.actions import Confirm, JobOp, Refuse, RunNow, plan_job_action, target_job
 from gpudeck.console.formatting import human_duration, round_figures
@@ -125,15 +125,17 @@ def test_the_details_chart_series_follow_an_engine():
     assert d.done_series == (None,) * 4  # an engine counts no items
 
 
-def test_a_disk_filling_up_is_an_alert_before_it_is_full():
+def test_an_alert_shows_the_nodes_start_time_and_an_undated_one_says_so():
     state = FleetState(pinned_fleet(), clock=lambda: PINNED_NOW)
-    total = 1000 * 2**30
-    for k in range(20):  # 1 GiB a minute: 100 GiB free lasts under two hours
-        free = 100 * 2**30 - k * 2**30 // 60 * 10
-        host = Host("gpu-a", 1.0, 1, 1, 2, 0.0, 0.0, 0.0, [Disk("/data", free, total)])
-        state.apply(Snapshot("gpu-a", k + 1, PINNED_NOW - 200 + 10 * k, host, [], []))
-    msgs = [a.message for _, a in state.alerts() if a.kind == "disk_filling"]
-    assert msgs and msgs[0].startswith("/data: ") and "full in 1h" in msgs[0]
+    host = Host("gpu-a", 1.0, 1, 1, 2, 0.0, 0.0, 0.0)
+    alerts = [Alert("job_died", "job a died", job="a", since=PINNED_NOW - 3600),
+              Alert("stalled", "job b: no progress", job="b"),  # from an agent older than `since`
+              Alert("job_died", "job c died", job="c", since=PINNED_NOW - 60)]
+    state.apply(Snapshot("gpu-a", 1, PINNED_NOW, host, [], [], alerts))
+    rows = select_alerts(state.alert_rows())
+    assert [(r.job, r.since) for r in rows] == [("c", PINNED_NOW - 60), ("a", PINNED_NOW - 3600), ("b", None)]
+    state.clock = lambda: PINNED_NOW + 600  # the console's clock moves on: the node's times stay
+    assert [r.since for r in select_alerts(state.alert_rows())] == [r.since for r in rows]
 
 
 def test_filters_and_sorts_are_pure():

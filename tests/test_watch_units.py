@@ -7,9 +7,10 @@ import pytest
 
 from gpudeck.agents.contract.vocab import AlertKind, EventKind, JobState
 from gpudeck.agents.contract.jobs import JobSpec, SpecError
-from gpudeck.agents.contract.wire import JobStatus, Progress
+from gpudeck.agents.contract.wire import Disk, Host, JobStatus, Progress
 from gpudeck.agents.watch.checks import Checks
 from gpudeck.agents.watch.conditions import Condition, Conditions
+from gpudeck.agents.watch.disks import DiskFilling
 from gpudeck.agents.contract.watching import redact
 from gpudeck.remote.fleet import FleetError, parse_fleet
 
@@ -168,3 +169,28 @@ def test_nvml_health_reads_never_raise():
 
     (h,) = NvmlHealth(_Broken(), ["handle"]).read()
     assert (h.xids, h.ecc_uncorrected, h.pages_pending, h.throttle) == ([], None, None, [])
+
+
+def _host(free: int) -> Host:
+    return Host("gpu-a", 1.0, 1, 1, 2, 0.0, 0.0, 0.0, [Disk("/data", free, 1000 * 2**30)])
+
+
+def test_a_disk_filling_up_is_the_nodes_alert_before_it_is_full():
+    rule = DiskFilling()
+    t0, got = 1_764_504_000.0, []
+    for k in range(20):  # 1 GiB a minute: 100 GiB free lasts under two hours
+        got = rule.conditions(t0 + 10 * k, _host(100 * 2**30 - k * 2**30 // 6), 86400.0, 600.0)
+    (c,) = got
+    assert c.key == "disk_filling:/data" and c.alert is AlertKind.DISK_FILLING and c.event is EventKind.DISK
+    assert c.message.startswith("/data: ") and "full in 1h" in c.message
+    assert rule.conditions(t0 + 200, _host(110 * 2**30), 86400.0, 600.0) == []  # GiBs deleted: no trend now
+
+
+def test_a_new_agent_keeps_a_disk_filling_up_until_it_has_measured_again():
+    t0 = 1_764_504_000.0
+    held = DiskFilling(held=lambda key: key == "disk_filling:/data")  # the last agent left it up
+    (c,) = held.conditions(t0, _host(100 * 2**30), 86400.0, 600.0)
+    assert "measured again" in c.message and c.key == "disk_filling:/data"
+    assert DiskFilling().conditions(t0, _host(100 * 2**30), 86400.0, 600.0) == []  # nothing left up: no news
+    later = held.conditions(t0 + 200, _host(100 * 2**30), 86400.0, 600.0)  # measured: it stopped filling
+    assert later == []

@@ -103,7 +103,7 @@ class AlertKind(str, enum.Enum):
     DISK_FULL = "disk_full"
     ENGINE_FAILED = "engine_failed"
     NO_SUCH_GPU = "no_such_gpu"  # a job declares a GPU index the node does not have
-    DISK_FILLING = "disk_filling"  # the console's trend: full within a day
+    DISK_FILLING = "disk_filling"  # the node's trend: full within [alerts] disk_fill_s (a day)
     UNREACHABLE = "unreachable"  # the console cannot read the node
     # raised by the watcher (agents/watch/): GPU health, thresholds, deadlines, restarts
     GPU_XID = "gpu_xid"  # an XID error reported by the driver

@@ -183,6 +183,8 @@ class AlertThresholds:
 
     gpu_temp_c: float = 85.0  # a GPU at or above this
     disk_free_pct: float = 5.0  # a disk the jobs write to with less free than this
+    disk_fill_s: float = 86400.0  # a disk the jobs write to projected full within this long (disk_filling) ...
+    disk_trend_s: float = 600.0  # ... at the rate it filled over this long (known from a fifth of it on)
     stall_s: float = 600.0  # a live job without progress this long (a job's stall_after_s wins)
     idle_gpu_s: float = 1800.0  # a running job's GPU at 0% use this long
     repeat_s: float = 900.0  # the same event for the same job or GPU is notified at most this often

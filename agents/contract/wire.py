@@ -349,6 +349,16 @@ class Alert:
     gpu: Optional[int] = None
     pid: Optional[int] = None
     per_hour: Optional[float] = None  # idle_paid: the dollars an hour the idle GPUs cost
+    # when it began on the node (unix time), kept by the node per alert across ticks and, where
+    # its rule's state is on disk, across a new agent: every console shows the same time. None
+    # only from an agent older than this field (the console then says it does not know)
+    since: Optional[float] = None
+
+    def ident(self) -> tuple[Any, ...]:
+        """What makes an alert the same one from tick to tick: its kind and what it is about (a
+        disk's alerts, by the path their message opens with)."""
+        by_path = self.kind in (AlertKind.DISK_FULL, AlertKind.DISK_FILLING)
+        return (self.kind, self.job, self.gpu, self.pid, self.message.split(":", 1)[0] if by_path else None)
 
 
 # ---------------------------------------------------------------- messages

@@ -1,4 +1,5 @@
 """What is wrong on the node this tick, as :class:`Condition` s: thresholds from ``[alerts]``,
+a disk filling up (watch/disks.py),
 GPU health (agents/health.py), idle GPUs under running jobs, deadlines, jobs off their plan,
 a job's S3 backlog and resting servers (what its progress.json says), priced GPUs idle (the
 node's price comes with the fleet's watch settings), and the agent's own alerts
@@ -7,7 +8,7 @@ node's price comes with the fleet's watch settings), and the agent's own alerts
 from __future__ import annotations
 
 from collections import deque
-from typing import Optional
+from typing import Callable, Optional
 
 from ..health import GpuHealth
 from ..contract.vocab import AlertKind, EventKind, JobState
@@ -16,6 +17,7 @@ from ..contract.documents import drift_text, over_plan
 from ..contract.units import human_bytes, human_duration, index_ranges
 from ..contract.wire import Alert, Gpu, Host, JobStatus
 from .conditions import Condition
+from .disks import DiskFilling
 from ..contract.watching import AlertThresholds
 
 XID_SHOWN_S = 600.0  # an XID error stays among the node's alerts this long
@@ -29,9 +31,23 @@ def _fmt_t(t: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t))
 
 
+def carried_key(a: Alert) -> Optional[str]:
+    """The condition an alert of agents/alerts.py is carried into the timeline as (its key in
+    watch/conditions.py, which knows since when it is up); None for one that is not."""
+    if a.kind is AlertKind.STALLED and a.job:
+        return f"stalled:{a.job}"
+    if a.kind in _CARRIED:
+        what = a.job or (f"gpu{a.gpu}" if a.gpu is not None else "") + (f"-pid{a.pid}" if a.pid else "")
+        return f"alert:{a.kind.value}:{what}"
+    if a.kind is AlertKind.DISK_FULL:  # under 5% free: the disk_free_pct condition of the same path
+        return f"disk:{a.message.split(':', 1)[0]}"
+    return None
+
+
 class Checks:
-    def __init__(self, node: str = "") -> None:
+    def __init__(self, node: str = "", held: Callable[[str], bool] = lambda key: False) -> None:
         self.node = node  # named in the idle_paid message
+        self.disks = DiskFilling(held)
         self._idle_since: dict[tuple[str, int], float] = {}
         self._paid_idle_since: dict[int, float] = {}  # GPU index -> idle since (unix time)
         self._xids: deque[tuple[float, Condition]] = deque(maxlen=256)
@@ -46,12 +62,11 @@ class Checks:
         now_true: list[Condition] = []
         for a in alerts:
             if a.kind is AlertKind.STALLED and a.job:
-                now_true.append(Condition(f"stalled:{a.job}", EventKind.STALLED, a.message, job=a.job))
+                now_true.append(Condition(carried_key(a) or "", EventKind.STALLED, a.message, job=a.job))
             elif a.kind in _CARRIED:
-                what = a.job or (f"gpu{a.gpu}" if a.gpu is not None else "") + (f"-pid{a.pid}" if a.pid else "")
-                now_true.append(Condition(f"alert:{a.kind.value}:{what}", EventKind.ALERT, a.message, job=a.job,
-                                          gpu=a.gpu))
+                now_true.append(Condition(carried_key(a) or "", EventKind.ALERT, a.message, job=a.job, gpu=a.gpu))
         now_true += self._thresholds(gpus, host, alerts, limits, owner)
+        now_true += self.disks.conditions(now, host, limits.disk_fill_s, limits.disk_trend_s)
         now_true += self._idle(now, gpus, jobs, limits)
         now_true += self._deadlines(now, jobs, specs)
         now_true += _plan_drift(jobs, limits)
@@ -69,9 +84,9 @@ class Checks:
         once += self._slips(now, jobs, specs)
         return now_true, once
 
-    def shown(self, now: float) -> list[Condition]:
-        """XID errors of the last ten minutes (for the snapshot's alerts)."""
-        return [c for t, c in self._xids if now - t < XID_SHOWN_S]
+    def shown(self, now: float) -> list[tuple[float, Condition]]:
+        """XID errors of the last ten minutes, each with when it came (for the snapshot's alerts)."""
+        return [(t, c) for t, c in self._xids if now - t < XID_SHOWN_S]
 
     def _thresholds(self, gpus: list[Gpu], host: Optional[Host], alerts: list[Alert], limits: AlertThresholds,
                     owner: dict[int, str]) -> list[Condition]:

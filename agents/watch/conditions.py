@@ -76,6 +76,12 @@ class Conditions:
             self._prune(now, repeat_s)
             self._save()
 
+    def began(self, key: str) -> Optional[float]:
+        """When the condition ``key`` came up (unix time), while it is up; None otherwise."""
+        was = self.active.get(key)
+        since = was.get("since") if isinstance(was, dict) else None
+        return float(since) if isinstance(since, (int, float)) else None
+
     def once(self, now: float, c: Condition, repeat_s: float) -> None:
         """Something that happened (an XID error): notified unless the same key was within ``repeat_s``."""
         notify = self._due(c.key, now, repeat_s)

@@ -51,6 +51,7 @@ class RestartState:
     reason: Optional[str] = None  # why it is due
     weight: int = 1  # what the due restart will count
     gave_up: bool = False
+    gave_up_at: Optional[float] = None  # when it gave up (unix time): its alert's since
     acked: Optional[float] = None  # when an operator acknowledged the gave_up (`gpudeck ack`): no alert since
     note: Optional[str] = None
     attempt: int = 0  # the attempt this state last saw
@@ -127,7 +128,7 @@ class RestartEngine:
         if j.attempt != st.attempt:
             if j.attempt != st.ours and st.attempt:  # an operator launched it: a fresh budget
                 st.restarts = st.count = 0
-                st.gave_up, st.acked, st.note = False, None, None
+                st.gave_up, st.gave_up_at, st.acked, st.note = False, None, None, None
             elif j.attempt == st.ours and st.next_at is not None and j.name not in self._busy:
                 # our restart started this attempt, but its watcher died before it wrote so
                 # (a kill -9 between the relaunch and its save): count it now, never reset
@@ -195,7 +196,7 @@ class RestartEngine:
     def _schedule(self, j: JobStatus, spec: JobSpec, st: RestartState, now: float, reason: str, weight: int,
                   delay: Optional[float] = None) -> bool:
         if st.restarts + weight > spec.max_restarts:
-            st.gave_up, st.next_at = True, None
+            st.gave_up, st.gave_up_at, st.next_at = True, now, None
             st.note = f"gave up after {st.count} restart(s): {reason}"
             self.sup.audit("restart-gave-up", j.name, reason=reason, restarts=st.restarts,
                            max_restarts=spec.max_restarts)

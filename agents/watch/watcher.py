@@ -22,7 +22,7 @@ from ..contract import ops
 from ..contract.jobs import JobSpec, SpecError
 from ..contract.plain import to_plain
 from ..contract.wire import Alert, Gpu, Host, JobStatus
-from .checks import Checks
+from .checks import Checks, carried_key
 from .conditions import Conditions
 from ..contract.watching import WatchSettings, agent_args
 from .config import WatchConfig
@@ -51,7 +51,7 @@ class Watcher:
         self.restarts = RestartEngine(sup, self.emit)
         self.phases = Phases(sup, self.emit, lambda name: self.restarts.state(name).gave_up)
         self.conditions = Conditions(self.home, self.emit)
-        self.checks = Checks(node)
+        self.checks = Checks(node, held=lambda key: key in self.conditions.active)
         self._health: Any = False  # the reader, made at the first tick; None where there is none
         self._failed: set[str] = set()
         self.successor: Optional[Any] = None  # the detached agent this one started to take over
@@ -140,15 +140,25 @@ class Watcher:
             self.conditions.update(now, now_true, repeat)
             for c in once:
                 self.conditions.once(now, c, repeat)
-            shown = [c for c in now_true + self.checks.shown(now) if c.alert is not None]
-            out = [Alert(c.alert, c.message, job=c.job, gpu=c.gpu, per_hour=c.per_hour) for c in shown]
-            out += [Alert(AlertKind.GAVE_UP, f"job {n}: restarts given up ({self.restarts.state(n).note})", job=n)
-                    for n in self.restarts.gave_up()]
+            # each alert with when its condition came up on this node (kept in watch-state.json)
+            shown = [(self.conditions.began(c.key), c) for c in now_true] + self.checks.shown(now)
+            out = [Alert(c.alert, c.message, job=c.job, gpu=c.gpu, per_hour=c.per_hour, since=t)
+                   for t, c in shown if c.alert is not None]
+            for n in self.restarts.gave_up():
+                st = self.restarts.state(n)
+                out.append(Alert(AlertKind.GAVE_UP, f"job {n}: restarts given up ({st.note})", job=n,
+                                 since=st.gave_up_at))
             self.heartbeat.set_failing(failing_reason(alerts + out))
             return out
         except Exception as exc:  # noqa: BLE001
             self._failure("checks", exc)
             return []
+
+    def began(self, alert: Alert) -> Optional[float]:
+        """Since when an alert of agents/alerts.py is up, where the watcher carries it as a
+        condition (kept across a new agent); None where it does not."""
+        key = carried_key(alert)
+        return self.conditions.began(key) if key is not None else None
 
     def _read_health(self) -> list:
         if self._health is False:

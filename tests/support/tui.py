@@ -206,9 +206,10 @@ def pinned_events() -> list[Any]:
                   progress=Progress(4_000, 914_000, None, None, None, None, t - 60, {})),
     ]
     a_alerts = [
-        Alert("shared_gpu", "GPU 3: jobs gen, sglang-0 share it", gpu=3),
-        Alert("unowned_gpu_process", "GPU 2: pid 4242 holds 54.1 GiB and belongs to no job", gpu=2, pid=4242),
-        Alert("job_died", "job extract died (exit code 137) on attempt 3", job="extract"),
+        Alert("shared_gpu", "GPU 3: jobs gen, sglang-0 share it", gpu=3, since=t),
+        Alert("unowned_gpu_process", "GPU 2: pid 4242 holds 54.1 GiB and belongs to no job", gpu=2, pid=4242,
+              since=t),
+        Alert("job_died", "job extract died (exit code 137) on attempt 3", job="extract", since=t),
     ]
     host_a = Host("gpu-a", 37.0, 64, 210 * 2**30, 1024 * 2**30, 12.3, 11.0, 10.0,
                   [Disk("/data", 4 * 2**40, 30 * 2**40)])
