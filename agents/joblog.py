@@ -1,10 +1,13 @@
 """A job's log file: the last lines, reading on from an offset, and the size cap.
 
-The job writes ``job.log`` through a file descriptor opened in append mode, so the file can
-be cut without the job's help (logrotate's "copytruncate"): past the cap, the newest half of
-the log is copied to ``job.log.1`` and ``job.log`` starts again from empty, and the job's
-next write lands at its new end. A job's logs take at most 1.5 times the cap on disk. The few
-bytes written between the copy and the cut are lost: the price of not owning the writer.
+The job's output reaches ``job.log`` through one writer, its keeper (agents/logcap.py,
+:class:`CappedLog`), which cuts the log before a write would pass the cap: the newest half of
+the log is copied to ``job.log.1`` and ``job.log`` starts again from empty. So ``job.log``
+never holds more than the cap and ``job.log.1`` more than half of it, however fast the job
+writes (it waits on its pipe), and nothing is lost at a cut. Whoever writes or cuts a log
+holds its lock (:func:`take_lock`). A job that writes ``job.log`` itself (launched before
+the keeper took its output) is cut from outside instead (:func:`cap`, logrotate's
+"copytruncate"), and the bytes it writes between the copy and the cut are lost.
 
 Reading is linear in what is returned. The tail reads blocks backwards until it has the
 lines asked for. A follower that fell behind a chatty job skips to the live end and is told

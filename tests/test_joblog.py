@@ -194,3 +194,35 @@ def test_a_keeper_killed_mid_cut_leaves_no_tmp_and_loses_no_log(start_agent, hom
     finally:
         writer.resume()
     assert a.ok("kill", job="fast", grace_s=1)["ok"]
+
+
+@pytest.mark.system
+def test_with_no_keeper_left_the_agent_writes_the_log_under_its_cap(start_agent, home, reap_jobs):
+    """The wrapper's restarting of the keeper is killed, then the keeper: the agent's own
+    check finds the log's lock free and writes the job's pipe into job.log itself, still cut
+    before the cap (the job goes on: it is not stuck on a pipe nobody reads)."""
+    import signal
+
+    import psutil
+
+    a = start_agent()
+    a.ok("configure", jobs=[command_job("fast", "exec yes 'as fast as it can'", log_max_mb=CAP / 2**20)])
+    pid = a.ok("launch", job="fast")["pid"]
+    log, old, _ = _cut_files(home, "fast")
+    keeper = wait_for(lambda: next(iter(_keepers(home, "fast")), None), what="the keeper")
+    restarter = keeper.parent()
+    assert restarter.ppid() == pid  # the wrapper's subshell that starts the keeper again
+    restarter.send_signal(signal.SIGKILL)
+    keeper.send_signal(signal.SIGKILL)
+    wait_for(lambda: not psutil.pid_exists(keeper.pid) or keeper.status() == psutil.STATUS_ZOMBIE, what="no keeper")
+    assert not _keepers(home, "fast")
+    cut_at = wait_for(lambda: old.exists() and old.stat().st_mtime_ns, what="job.log.1")
+    seen = {"cuts": 0}
+
+    def cut_again() -> bool:
+        assert _size(log) <= CAP and _size(old) <= CAP // 2
+        seen["cuts"] += old.stat().st_mtime_ns != cut_at
+        return seen["cuts"] >= 1 and not _keepers(home, "fast")
+
+    wait_for(cut_again, timeout=20, interval=0.01, what="a cut by the agent")
+    assert a.ok("kill", job="fast", grace_s=1)["ok"]
