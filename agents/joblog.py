@@ -210,17 +210,33 @@ PIPE = "job.pipe"  # the job's output, a FIFO in its directory (supervisor.WRAPP
 PIPE_CHUNK = 1 << 20  # one read from the job's pipe (the pipe is made this big too)
 
 
+def make_pipe(pipe: Path, wanted: bool) -> None:
+    """A fresh FIFO for the attempt's output (an old one may still be held by a job of
+    before); none when the log has no cap or FIFOs cannot be made here: then the job writes
+    ``job.log`` itself and the agent's check cuts it (:func:`cap`)."""
+    pipe.unlink(missing_ok=True)
+    if wanted:
+        try:
+            os.mkfifo(pipe, 0o600)
+        except OSError as exc:
+            log.warning("cannot make %s (the job will write its log itself, cut from outside): %s", pipe, exc)
+
+
 def open_pipe(pipe: Path) -> int:
     """The job's output pipe (``job.pipe``, a FIFO the wrapper holds open), for reading.
     Opened without waiting (a FIFO with no writer left would block the open forever: then
     the first read says end of file), then read blocking."""
     fd = os.open(pipe, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     os.set_blocking(fd, True)
+    size_pipe(fd)
+    return fd
+
+
+def size_pipe(fd: int) -> None:
     try:
         fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, PIPE_CHUNK)  # fewer wake-ups for a chatty job
     except OSError:
         pass  # over the node's pipe-max-size: the default 64 KiB pipe works, only with more reads
-    return fd
 
 
 def drain(fd: int, out: CappedLog) -> None:
