@@ -1,10 +1,13 @@
 """A job's log file: the last lines, reading on from an offset, and the size cap.
 
-The job writes ``job.log`` through a file descriptor opened in append mode, so the file can
-be cut without the job's help (logrotate's "copytruncate"): past the cap, the newest half of
-the log is copied to ``job.log.1`` and ``job.log`` starts again from empty, and the job's
-next write lands at its new end. A job's logs take at most 1.5 times the cap on disk. The few
-bytes written between the copy and the cut are lost: the price of not owning the writer.
+The job's output reaches ``job.log`` through one writer, its keeper (agents/logcap.py,
+:class:`CappedLog`), which cuts the log before a write would pass the cap: the newest half of
+the log is copied to ``job.log.1`` and ``job.log`` starts again from empty. So ``job.log``
+never holds more than the cap and ``job.log.1`` more than half of it, however fast the job
+writes (it waits on its pipe), and nothing is lost at a cut. Whoever writes or cuts a log
+holds its lock (:func:`take_lock`). A job that writes ``job.log`` itself (launched before
+the keeper took its output) is cut from outside instead (:func:`cap`, logrotate's
+"copytruncate"), and the bytes it writes between the copy and the cut are lost.
 
 Reading is linear in what is returned. The tail reads blocks backwards until it has the
 lines asked for. A follower that fell behind a chatty job skips to the live end and is told
@@ -13,11 +16,13 @@ how many bytes it skipped, rather than showing ever older output.
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import logging
 import os
 import threading
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Optional
 
 from .contract.wire import LogChunk
 
@@ -76,18 +81,44 @@ def read_on(job: str, path: Path, offset: int) -> LogChunk:
                     skipped=skipped)
 
 
-def cap(path: Path, max_bytes: int) -> bool:
-    """Cut ``path`` when it is over ``max_bytes``; True when it was cut."""
+def lock_path(path: Path) -> Path:
+    return path.with_name(path.name + ".lock")
+
+
+def take_lock(path: Path, wait: bool) -> Optional[int]:
+    """The log's lock (``job.log.lock``, an fcntl lock that dies with its holder): whoever
+    writes or cuts ``path`` holds it, so a keeper and the agent never cut the same log at once
+    and a left-over ``.tmp`` is only ever removed by the one cutter. None when another holds it
+    and ``wait`` is False. The caller closes the fd to let go."""
+    fd = os.open(lock_path(path), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
-        size = path.stat().st_size
-    except FileNotFoundError:
-        return False
-    if size <= max_bytes:
-        return False
-    keep = max_bytes // 2
-    old = path.with_name(path.name + ".1")
-    tmp = path.with_name(path.name + ".1.tmp")
+        fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _tmp_of(path: Path) -> Path:
+    return path.with_name(path.name + ".1.tmp")
+
+
+def _clean(path: Path) -> None:
+    """A cutter killed mid-copy left its half-written copy: the lock is ours, so no cut runs."""
+    _tmp_of(path).unlink(missing_ok=True)
+
+
+def _cut(path: Path, keep: int) -> None:
+    """The newest ``keep`` bytes of ``path`` to ``path.1``, then ``path`` from empty; the
+    caller holds the lock. ``path`` is never removed and ``path.1`` only ever replaced
+    whole, so a kill at any point loses neither (at worst a ``.1.tmp`` the next holder of
+    the lock removes, or a ``.1`` made again by the next cut)."""
+    old, tmp = path.with_name(path.name + ".1"), _tmp_of(path)
     with open(path, "rb") as src, open(tmp, "wb") as dst:
+        size = os.fstat(src.fileno()).st_size
         src.seek(max(0, size - keep))
         left = min(keep, size)  # what the job writes meanwhile is not copied: job.log.1 stays at half the cap
         while left > 0:
@@ -98,28 +129,173 @@ def cap(path: Path, max_bytes: int) -> bool:
             left -= len(block)
     os.replace(tmp, old)
     os.truncate(path, 0)
-    return True
+
+
+def cap(path: Path, max_bytes: int) -> bool:
+    """Cut ``path`` when it is over ``max_bytes`` (for a job that writes it itself, launched
+    before the keeper took its output: :class:`CappedLog`); True when it was cut. Nothing is
+    done while another holds the log's lock: a keeper writes it, or a cut runs."""
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        return False
+    if size <= max_bytes:
+        return False
+    lock = take_lock(path, wait=False)
+    if lock is None:
+        return False
+    try:
+        _clean(path)
+        if path.stat().st_size <= max_bytes:
+            return False
+        _cut(path, max_bytes // 2)
+        return True
+    finally:
+        os.close(lock)
+
+
+class CappedLog:
+    """``job.log`` written by its one writer (the job's keeper, agents/logcap.py, or the
+    agent when the keeper is gone), which cuts it *before* a write would take it past the cap:
+    the job's output reaches the file only through here, so ``job.log`` never holds more
+    than the cap however fast the job writes (a writer faster than the copy waits on its
+    pipe). Holds the log's lock from start to close."""
+
+    def __init__(self, path: Path, max_bytes: int, lock: Optional[int] = None) -> None:
+        self.path, self.max_bytes = path, max(1, max_bytes)
+        self._lock = take_lock(path, wait=True) if lock is None else lock
+        try:
+            _clean(path)
+            self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            if os.fstat(self._fd).st_size > self.max_bytes:  # the attempt's header on a full log, or a lower cap
+                _cut(path, self.max_bytes // 2)
+        except BaseException:
+            os.close(self._lock)
+            raise
+        self.cuts = 0
+        self.dropped = 0  # bytes that found the disk full
+
+    def write(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            size = os.fstat(self._fd).st_size  # asked each time: the agent appends each attempt's header itself
+            if size > 0 and size + len(view) > self.max_bytes:
+                _cut(self.path, self.max_bytes // 2)
+                self.cuts += 1
+                size = 0
+            n = min(len(view), max(1, self.max_bytes - size))
+            try:
+                n = os.write(self._fd, view[:n])
+            except OSError as exc:
+                if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                    raise
+                # a full disk: the job must not stop on it (it would have had the error on
+                # its own write before; the agent's disk_full alert says so); this part is gone
+                self.dropped += len(view)
+                return
+            view = view[n:]
+
+    def close(self) -> None:
+        os.close(self._fd)
+        os.close(self._lock)
+
+    def __enter__(self) -> "CappedLog":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+PIPE = "job.pipe"  # the job's output, a FIFO in its directory (supervisor.WRAPPER makes it)
+PIPE_CHUNK = 1 << 20  # one read from the job's pipe (the pipe is made this big too)
+
+
+def make_pipe(pipe: Path, wanted: bool) -> None:
+    """A fresh FIFO for the attempt's output (an old one may still be held by a job of
+    before); none when the log has no cap or FIFOs cannot be made here: then the job writes
+    ``job.log`` itself and the agent's check cuts it (:func:`cap`)."""
+    pipe.unlink(missing_ok=True)
+    if wanted:
+        try:
+            os.mkfifo(pipe, 0o600)
+        except OSError as exc:
+            log.warning("cannot make %s (the job will write its log itself, cut from outside): %s", pipe, exc)
+
+
+def open_pipe(pipe: Path) -> int:
+    """The job's output pipe (``job.pipe``, a FIFO the wrapper holds open), for reading.
+    Opened without waiting (a FIFO with no writer left would block the open forever: then
+    the first read says end of file), then read blocking."""
+    fd = os.open(pipe, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    os.set_blocking(fd, True)
+    size_pipe(fd)
+    return fd
+
+
+def size_pipe(fd: int) -> None:
+    try:
+        fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, PIPE_CHUNK)  # fewer wake-ups for a chatty job
+    except OSError:
+        pass  # over the node's pipe-max-size: the default 64 KiB pipe works, only with more reads
+
+
+def drain(fd: int, out: CappedLog) -> None:
+    """Copy the job's pipe into its capped log until every writer has closed it."""
+    while True:
+        data = os.read(fd, PIPE_CHUNK)
+        if not data:
+            return
+        out.write(data)
 
 
 class Capper:
-    """Cuts the logs of live jobs past their cap (:func:`cap`), each in a thread of its own,
-    so a big log never holds up the agent's tick; one cut at a time per job."""
+    """The agent's own check on its live jobs' logs, for when a job's keeper is gone: a job
+    whose output goes through its pipe (``job.pipe``) and whose log lock is free has no
+    keeper, so the agent drains the pipe into the capped log itself, until the job ends; a
+    job that writes ``job.log`` itself is cut past its cap (:func:`cap`). Each in a thread of
+    its own, so a big log never holds up the agent's tick; one at a time per job."""
 
     def __init__(self) -> None:
-        self._cutting: set[str] = set()
+        self._busy: set[str] = set()
 
     def check(self, jobs: Iterable[tuple[str, Path, int]]) -> None:
         """``jobs``: (name, log path, cap in bytes) of each live job."""
         for name, path, limit in jobs:
-            if name in self._cutting:
+            if name in self._busy:
                 continue
             try:
-                if path.stat().st_size <= limit:
+                if path.with_name(PIPE).exists():
+                    lock = take_lock(path, wait=False)
+                    if lock is None:
+                        continue  # the keeper holds it: all is well
+                    target, args = self._drain, (name, path, limit, lock)
+                elif path.stat().st_size > limit:
+                    target, args = self._cut, (name, path, limit)
+                else:
                     continue
-            except OSError:
+            except OSError as exc:
+                log.warning("job %s: cannot look at its log: %s", name, exc)
                 continue
-            self._cutting.add(name)
-            threading.Thread(target=self._cut, args=(name, path, limit), name=f"log-{name}", daemon=True).start()
+            self._busy.add(name)
+            threading.Thread(target=target, args=args, name=f"log-{name}", daemon=True).start()
+
+    def _drain(self, name: str, path: Path, limit: int, lock: int) -> None:
+        try:
+            fd = open_pipe(path.with_name(PIPE))
+        except OSError as exc:
+            os.close(lock)
+            self._busy.discard(name)
+            log.warning("job %s: cannot open its output pipe: %s", name, exc)
+            return
+        try:
+            with CappedLog(path, limit, lock=lock) as out:
+                log.info("job %s: its log keeper is gone: the agent writes job.log now", name)
+                drain(fd, out)
+        except OSError as exc:
+            log.warning("job %s: cannot write job.log: %s", name, exc)
+        finally:
+            os.close(fd)
+            self._busy.discard(name)
 
     def _cut(self, name: str, path: Path, limit: int) -> None:
         try:
@@ -128,4 +304,4 @@ class Capper:
         except OSError as exc:
             log.warning("job %s: cannot cut job.log: %s", name, exc)
         finally:
-            self._cutting.discard(name)
+            self._busy.discard(name)

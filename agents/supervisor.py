@@ -54,19 +54,28 @@ log = logging.getLogger(__name__)
 
 # The wrapper: runs the command as its child and records how it ended. It first moves itself
 # into the attempt's cgroup (contain.py), so every descendant is born there. Its first two
-# arguments are the agent's python and the log cap in bytes: the cap's keeper (agents/logcap.py)
-# runs beside the command, in its group, so the cap holds with no agent alive.
+# arguments are the agent's python and the log cap in bytes. The command's output goes to a
+# pipe (job.pipe, made by the agent: joblog.make_pipe, opened here at once, so nothing later
+# needs its name: the home may be deleted under a running job) whose reader, the log's keeper (agents/logcap.py), is the one writer of
+# job.log and cuts it before it passes the cap; it runs beside the command, in its group, so
+# the cap holds with no agent alive. The wrapper holds the pipe open both ways (fd 3), so
+# a keeper that dies never gives the job a SIGPIPE, and starts a killed keeper again (exit
+# status over 128); a keeper that cannot run at all (exit 1, 2) leaves a plain copy (cat, to
+# the wrapper's own job.log) and the agent's own cut (joblog.cap). Once the command ended it lets go of the pipe and waits
+# for the keeper to write the rest, so an ended job's log is whole. With no pipe (no cap, no
+# FIFOs here) the command writes job.log itself, as before.
 WRAPPER = ('{ [ -z "$GPUDECK_CGROUP" ] || echo $$ > "$GPUDECK_CGROUP/cgroup.procs"; } 2>/dev/null; '
-           'py=$1; cap=$2; shift 2; capper=; '
-           'if [ "$cap" -gt 0 ] 2>/dev/null; then '
-           '"$py" -m gpudeck.agents.logcap "$GPUDECK_JOB_DIR/job.log" "$cap" $$ </dev/null >/dev/null 2>&1 & '
-           'capper=$!; fi; '
-           '"$@"; code=$?; '
-           '[ -z "$capper" ] || kill $capper 2>/dev/null; '
-           'printf "%s\\n" "$code" > "$GPUDECK_JOB_DIR/exit_code.tmp" && '
-           'mv -f "$GPUDECK_JOB_DIR/exit_code.tmp" "$GPUDECK_JOB_DIR/exit_code"; exit $code')
+           'py=$1; cap=$2; shift 2; d=$GPUDECK_JOB_DIR; keeper=; '
+           'if [ "$cap" -gt 0 ] 2>/dev/null && [ -p "$d/job.pipe" ] '
+           '&& command exec 3<>"$d/job.pipe" 4>"$d/job.pipe" 5<"$d/job.pipe"; then '
+           '( while "$py" -m gpudeck.agents.logcap "$d/job.log" "$cap"; c=$?; [ $c -gt 128 ]; '
+           'do :; done; [ $c -eq 0 ] || exec cat ) <&5 3>&- 4>&- 5>&- & keeper=$!; '
+           '"$@" >&4 2>&4 3>&- 4>&- 5>&-; code=$?; exec 3>&- 4>&- 5>&-; '
+           'else "$@"; code=$?; fi; '
+           'printf "%s\\n" "$code" > "$d/exit_code.tmp" && mv -f "$d/exit_code.tmp" "$d/exit_code"; '
+           '[ -z "$keeper" ] || wait $keeper; exit $code')
 MEMBERS_REFRESH_S = 5.0
-LOG_CHECK_S = 5.0  # the agent's look at its jobs' log sizes (their keepers look every 0.5 s)
+LOG_CHECK_S = 5.0  # the agent's look at its jobs' log keepers (is one gone?) and log sizes
 ADOPTED = "adopted.json"  # what an adoption read of the process (the environment's values stay in spec.json)
 
 
@@ -459,6 +468,7 @@ class JobSupervisor:
             token = self.contain.prepare(self.home, name, rec.attempt + 1, env)
             cwd = os.path.expanduser(spec.cwd) if spec.cwd else str(d)
             log_path = d / "job.log"
+            joblog.make_pipe(d / joblog.PIPE, int(spec.log_max_mb * 2**20) > 0)
             with open(log_path, "ab") as logf:
                 logf.write(f"=== gpudeck: attempt {rec.attempt + 1} of {name} at "
                            f"{time.strftime('%Y-%m-%d %H:%M:%S')}: {shlex.join(argv)}\n".encode())
@@ -699,9 +709,9 @@ class JobSupervisor:
         return joblog.tail(name, path, lines) if offset is None else joblog.read_on(name, path, int(offset))
 
     def cap_logs(self, now: Optional[float] = None) -> None:
-        """Cut the log of each live job that grew past its ``log_max_mb`` (joblog.Capper), every
-        ``LOG_CHECK_S``: the job's own keeper (agents/logcap.py) cuts it every half second; this
-        is for when the keeper is gone."""
+        """Every ``LOG_CHECK_S``, for each live job whose log keeper (agents/logcap.py) is gone:
+        write its pipe into its capped log, or cut a log the job writes itself past its
+        ``log_max_mb`` (joblog.Capper)."""
         now = time.monotonic() if now is None else now
         if now < self._logs_due:
             return
