@@ -92,11 +92,13 @@ lint: $(LIGHT)
 # the fast loop, in the light venv: lint, then every test not marked `system`, that is every
 # test that starts no process and no server (those that need torch skip here, and run in
 # `make test`). It first makes sure the venv stayed light: a test that pulled torch into it
-# would make every fresh clone's first check install 2.5 GB.
+# would make every fresh clone's first check install 2.5 GB. Bytecode is written even where
+# PYTHONDONTWRITEBYTECODE is set: without it each run parses and rewrites every test module
+# and product module again (collection: 5 s instead of 1.6 s on 2 cores).
 check: lint
 	@heavy=$$($(LIGHT_BIN)/python -c "import importlib.util as u; print(' '.join(m for m in '$(HEAVY)'.split() if u.find_spec(m)))"); \
 	  if [ -n "$$heavy" ]; then echo "make check: $(LIGHT_VENV) holds $$heavy: it must stay light (make test's venv is $(VENV))"; exit 1; fi
-	$(LIGHT_BIN)/python -m pytest -q -p no:cacheprovider -m "not system" $(PYTEST_ARGS)
+	env -u PYTHONDONTWRITEBYTECODE $(LIGHT_BIN)/python -m pytest -q -p no:cacheprovider -m "not system" $(PYTEST_ARGS)
 
 demo: $(LIGHT)
 	$(LIGHT_BIN)/gpudeck demo
