@@ -3,8 +3,8 @@
 ``build_demo(root)`` writes ``root/fleet.toml`` and what the jobs read; its two nodes say
 ``local = true`` (agents on this machine, each with its own home, no SSH), so the file works
 with every command (`gpudeck status|events|watch -f root/fleet.toml`). Everything lives under ``root`` (default
-``~/.cache/gpudeck-demo``), each node's agent home included, so the demo never sees or
-touches the operator's own jobs.
+``~/.cache/gpudeck-demo/<checkout>-<hash>``, ``demo_dir``: one per checkout), each node's agent
+home included, so the demo never sees or touches the operator's own jobs, nor another checkout's demo.
 
 - ``b200``: 7 simulated B200 (183 GiB). One simulated SGLang server per GPU
   (``agents.workers.sim_engine``: real HTTP, SGLang's routes and metric names), each holding
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
 import importlib.util
 import json
 import os
@@ -57,10 +58,15 @@ STRANGER_GIB = 30
 
 
 def demo_dir() -> Path:
+    """$GPUDECK_DEMO_DIR, else a folder of this copy of gpudeck's own under
+    ``~/.cache/gpudeck-demo/``: the checkout's name (or ``gpudeck``, installed) and a hash of its
+    path. Two checkouts on one machine then run two demos with two sets of agent homes, and one
+    demo's ``q`` stops its own jobs only (a shared folder let it stop the other's engines)."""
     if os.environ.get("GPUDECK_DEMO_DIR"):
         return Path(os.environ["GPUDECK_DEMO_DIR"])
     cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(cache) / "gpudeck-demo"
+    copy = Path(__file__).resolve().parent.parent  # the checkout (pip install -e) or the installed gpudeck/
+    return Path(cache) / "gpudeck-demo" / f"{copy.name}-{hashlib.sha256(str(copy).encode()).hexdigest()[:8]}"
 
 
 def has_router(python: str = sys.executable) -> bool:

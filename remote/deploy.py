@@ -98,8 +98,57 @@ async def build_wheel(out_dir: Path, source: Path = PROJECT_ROOT) -> Path:
     out, _ = await proc.communicate()
     wheels = sorted(out_dir.glob(f"gpudeck-{__version__}-*.whl"))
     if proc.returncode != 0 or not wheels:
-        raise DeployError("local", "build", f"pip wheel exited with {proc.returncode}: {_tail(out)}")
+        raise DeployError("local", "build", f"pip wheel exited with {proc.returncode}: {build_failure(out, source)}")
     return wheels[-1]
+
+
+# pip's own words around a failed build, which say that it failed but never why
+_PIP_GENERIC = ("subprocess-exited-with-error", "metadata-generation-failed", "Failed building wheel",
+                "Failed to build", "Could not build wheels")
+
+
+def build_failure(out: Union[str, bytes, None], source: Path = PROJECT_ROOT) -> str:
+    """What a failed ``pip wheel`` of this tree says about why: the build backend's own error
+    line (pip boxes the backend's output and ends with a generic "metadata-generation-failed"),
+    then what the build needs that this python may lack. The build runs without isolation,
+    so pyproject.toml's [build-system] requires must be installed here: Python 3.11's venv has
+    setuptools 65 and no wheel, and fails with "invalid command 'bdist_wheel'"."""
+    text = out.decode(errors="replace") if isinstance(out, bytes) else (out or "")
+    lines = [ln.strip().lstrip("│╰─>×").strip() for ln in text.splitlines()]
+    why = [ln for ln in lines if re.match(r"(error|ERROR|[A-Za-z_.]*Error)\b:?", ln)
+           and not any(g in ln for g in _PIP_GENERIC)]
+    said = why[0] if why else _tail(text)
+    needs = build_requirements(source)
+    if not needs:
+        return said
+    have = "; ".join(f"{name} {_installed(name) or 'not installed'}" for name in
+                     (re.split(r"[<>=!~ ;\[]", r, maxsplit=1)[0] for r in needs))
+    fix = " ".join(shlex.quote(r) for r in needs)
+    return (f"{said} (the build runs without isolation and needs {', '.join(needs)} from pyproject.toml's "
+            f"[build-system] beside {sys.executable}, which has {have}: {sys.executable} -m pip install {fix}, "
+            f"or pass --wheel)")
+
+
+def build_requirements(source: Path = PROJECT_ROOT) -> list[str]:
+    """pyproject.toml's [build-system] requires, or nothing where the tree has none."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
+    try:
+        doc = tomllib.loads((source / "pyproject.toml").read_text())
+    except (OSError, tomllib.TOMLDecodeError):
+        return []
+    return [str(r) for r in doc.get("build-system", {}).get("requires", [])]
+
+
+def _installed(name: str) -> Optional[str]:
+    from importlib import metadata
+
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
 
 
 def wheel_from_installed(out_dir: Path, dist_name: str = "gpudeck") -> Path:

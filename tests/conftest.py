@@ -2,13 +2,38 @@
 
 from __future__ import annotations
 
+import importlib.util
 import socket
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from support.core import AgentProc, reap
+CHECKOUT = Path(__file__).resolve().parent.parent
+
+
+def pytest_sessionstart(session) -> None:
+    """`gpudeck.*` is whichever checkout last ran `pip install -e .` into the venv: a second
+    worktree sharing that venv would test the first one's code, and pass or fail for it. So
+    the session stops, naming both, before any test runs."""
+    for part in ("agents", "console", "remote"):
+        spec = importlib.util.find_spec(f"gpudeck.{part}")
+        found = Path(spec.origin).resolve().parent if spec is not None and spec.origin else None
+        if found != CHECKOUT / part:
+            pytest.exit(
+                f"gpudeck.{part} is imported from {found or 'nowhere (gpudeck is not installed)'}, not from this "
+                f"checkout ({CHECKOUT / part}): the tests would test another checkout's code. Install this one "
+                f"into its own venv (make venv, or `pip install -e {CHECKOUT}`) and run the tests with that venv's "
+                f"python", returncode=pytest.ExitCode.USAGE_ERROR)
+
+
+# asyncssh looks for its optional native libraries (liboqs, libnacl) when it is first imported,
+# through ctypes.util.find_library, which runs ldconfig and gcc: imported here, before any
+# test's guard below is armed, so that the first unmarked test to import it is not charged
+# with starting those processes.
+import asyncssh  # noqa: E402,F401
+
+from support.core import AgentProc, reap  # noqa: E402
 from support.generate import sim_engines  # noqa: F401  (a fixture, for every test)
 from support.s3 import moto_s3  # noqa: F401  (a fixture, for every test)
 from support.slurm import make_slurm_cluster, slurm_cluster  # noqa: F401  (fixtures, for every test)

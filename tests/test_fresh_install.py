@@ -29,7 +29,7 @@ def run(argv, **kw):
 
 def test_a_fresh_venv_without_extras_runs_help_the_demo_and_builds_the_deploy_wheel(tmp_path):
     src = tmp_path / "src"
-    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(".venv", ".git", "build", "*.egg-info", "__pycache__",
+    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(".venv*", ".git", "build", "*.egg-info", "__pycache__",
                                                              "tests", "bench", "docs"))
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=True)

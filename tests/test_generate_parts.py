@@ -58,6 +58,8 @@ def test_part_is_one_option_its_flag_fleet_key_and_argv():
 
 def test_extract_and_generate_split_by_the_one_rule():
     import zlib
+    pytest.importorskip("numpy", reason="the extraction worker's data module imports numpy (pip install "
+                                        "'.[extract]')")
     from gpudeck.agents.workers.extract import data
     assert not hasattr(data, "in_part"), "one in_part, in agents/workers/common/parts.py"
     assert part_name((1, 4)) == "part-1-of-4"

@@ -162,6 +162,7 @@ def s3_proxy(moto_s3):
 
 
 def test_describe_error_takes_connection_errors_that_carry_no_response():
+    pytest.importorskip("botocore", reason="S3 goes through boto3 (pip install '.[s3]')")
     from botocore.exceptions import ConnectionClosedError, ReadTimeoutError
     for exc in (ConnectionClosedError(endpoint_url="http://s3.example:9000/runs/k"),
                 ReadTimeoutError(endpoint_url="http://user:pw@s3.example:9000/runs/k")):

@@ -22,8 +22,11 @@ def register(sub) -> None:
                                     "B200) and pro6000 (4 simulated RTX PRO 6000), SGLang servers, jobs",
                        description="Open the console on a demo fleet on this machine. Its jobs stop when the "
                                    "console ends: on q, ctrl-c, SIGTERM or a closed terminal (SIGHUP).")
-    p.add_argument("--dir", help="where the demo keeps its files (default ~/.cache/gpudeck-demo); its fleet.toml "
-                                 "works with the other commands (gpudeck status -f DIR/fleet.toml)")
+    from ..demo import demo_dir
+
+    p.add_argument("--dir", help=f"where the demo keeps its files (default {demo_dir()}: a folder of this "
+                                 f"checkout's own, $GPUDECK_DEMO_DIR overrides it); its fleet.toml works with the "
+                                 f"other commands (gpudeck status -f DIR/fleet.toml)")
     p.add_argument("--reset", action="store_true", help="start over: forget what the demo jobs have done")
     p.add_argument("--keep", action="store_true", help="leave the demo's jobs running on exit")
     p.add_argument("--read-only", action="store_true", help="watch only: kill, relaunch and launch are off")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import socket
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -32,6 +33,13 @@ def screen_text(app) -> str:
                       color_system="truecolor", record=True, legacy_windows=False, safe_box=False)
     console.print(app.screen._compositor.render_update(full=True, screen_stack=app._background_screens))
     return console.export_text()
+
+
+def screen_words(app) -> str:
+    """The screen's words in reading order, one space between them, borders dropped: a
+    sentence a dialog wrapped reads whole, wherever it wrapped (a path in it moves the break:
+    tmp_path is longer under pytest-xdist, ``popen-gw0/``)."""
+    return " ".join(re.sub(r"[\u2500-\u259f]", " ", screen_text(app)).split())
 
 
 def notifications_text(app) -> str:
