@@ -35,7 +35,7 @@ import asyncssh  # noqa: E402,F401
 
 from support.core import AgentProc, reap  # noqa: E402
 from support.generate import sim_engines  # noqa: F401  (a fixture, for every test)
-from support.s3 import moto_s3  # noqa: F401  (a fixture, for every test)
+from support.s3 import _moto_server, moto_s3  # noqa: F401  (fixtures, for every test)
 from support.slurm import make_slurm_cluster, slurm_cluster  # noqa: F401  (fixtures, for every test)
 from support.watch import Receiver
 

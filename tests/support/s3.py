@@ -77,13 +77,21 @@ class MotoS3:
         return self.client().get_object(Bucket=bucket, Key=key)["Body"].read()
 
 
+@pytest.fixture(scope="session")
+def _moto_server():
+    """One moto server per test process (per xdist worker): starting one costs about a second,
+    and moto keeps its state per process anyway. Each test gets it empty (moto_s3)."""
+    s3 = MotoS3()
+    yield s3
+    s3.stop()
+
+
 @pytest.fixture
-def moto_s3(monkeypatch):
+def moto_s3(monkeypatch, _moto_server):
     for k in DROP_ENV:
         monkeypatch.delenv(k, raising=False)
     for k, v in S3_ENV.items():
         monkeypatch.setenv(k, v)
-    s3 = MotoS3()
-    yield s3
-    s3.reset()
-    s3.stop()
+    _moto_server.reset()
+    yield _moto_server
+    _moto_server.reset()
