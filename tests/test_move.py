@@ -186,13 +186,13 @@ def test_a_move_is_final_the_old_nodes_watcher_never_takes_the_job_back(netns, b
     node1, node2 = netns.node("node1"), netns.node("node2")
     s3 = s3_client(bridge_s3)
     s3.create_bucket(Bucket=BUCKET)
-    prefix = "final"
+    prefix = job = "final"  # a job of its own: the module's nodes hold the other tests' jobs, owned by their files
     prompts = tmp_path / "prompts.jsonl"
     ids = write_prompts(prompts, N_PROMPTS)
     sim = SimEngineProc("--host", f"{netns.subnet}.1", "--latency-ms", "150", "--out-tokens", "4-16",
                         log_dir=tmp_path)
     text = fleet_text(netns, prompts, sim.url, bridge_s3, 'restart = "on-failure"\nrestart_backoff_s = 1\n',
-                      prefix=prefix)
+                      name=job, prefix=prefix)
     fleet = tmp_path / "fleet.toml"
     fleet.write_text(text)
     stale = tmp_path / "teammate.toml"  # a fleet file that still names node1 (no placement of its own)
@@ -204,35 +204,35 @@ def test_a_move_is_final_the_old_nodes_watcher_never_takes_the_job_back(netns, b
     try:
         r = cli("watch", "start", "--supervise", "none", "-f", str(fleet))
         assert r.returncode == 0, r.stdout + r.stderr
-        r = cli("launch", "gen", "-f", str(fleet))
+        r = cli("launch", job, "-f", str(fleet))
         assert r.returncode == 0, r.stderr
-        first = wait_for(lambda: (s := job_state(node1.home, "gen")).get("pid") and s, what="the job on node1")
+        first = wait_for(lambda: (s := job_state(node1.home, job)).get("pid") and s, what="the job on node1")
         wait_for(lambda: len(audit_s3(s3, BUCKET, prefix)[1]) >= 2, timeout=120, what="node1's first shards in S3")
         node1.link(False)
         assert len(audit_s3(s3, BUCKET, prefix)[0]) < N_PROMPTS, "node1 finished before it was cut"
-        r = cli("move", "gen", "--to", "node2", "-f", str(fleet))
+        r = cli("move", job, "--to", "node2", "-f", str(fleet))
         assert r.returncode == 0, r.stdout + r.stderr
         attempt = wait_for(lambda: (a := fence()).split("-")[1] == "node2" and a, timeout=120,
                            what="the move's attempt id in S3", detail=fence)
         node1.link(True)
         # node1's watcher (alive all along) sees its attempt stop, fenced: final, where the job went
-        st = wait_for(lambda: (s := job_state(node1.home, "gen")).get("state") in ("fenced", "failed") and s,
-                      timeout=180, what="node1's attempt to stop", detail=lambda: job_state(node1.home, "gen"))
+        st = wait_for(lambda: (s := job_state(node1.home, job)).get("state") in ("fenced", "failed") and s,
+                      timeout=180, what="node1's attempt to stop", detail=lambda: job_state(node1.home, job))
         assert st["state"] == "fenced", st
         assert st["exit_code"] == 5 and "moved to node node2" in st["fenced"], st
         # a relaunch there, from a file that still names node1, is refused before anything starts
-        r = cli("relaunch", "gen", "--take-over", "-f", str(stale))
+        r = cli("relaunch", job, "--take-over", "-f", str(stale))
         assert r.returncode == 1, r.stdout + r.stderr
-        assert "moved to node node2" in r.stderr and "gpudeck move gen --to node1" in r.stderr, r.stderr
-        code_file = node2.home / "jobs" / "gen" / "exit_code"
+        assert "moved to node node2" in r.stderr and f"gpudeck move {job} --to node1" in r.stderr, r.stderr
+        code_file = node2.home / "jobs" / job / "exit_code"
         wait_for(lambda: code_file.exists() and code_file.read_text().strip(), timeout=300,
                  what="the moved job to finish on node2",
-                 detail=lambda: (node2.home / "jobs" / "gen" / "job.log").read_text()[-3000:])
-        assert code_file.read_text().strip() == "0", (node2.home / "jobs" / "gen" / "job.log").read_text()[-3000:]
+                 detail=lambda: (node2.home / "jobs" / job / "job.log").read_text()[-3000:])
+        assert code_file.read_text().strip() == "0", (node2.home / "jobs" / job / "job.log").read_text()[-3000:]
         # node1 never started it again: one attempt there, its state still fenced; S3 holds the move's id
-        after = job_state(node1.home, "gen")
+        after = job_state(node1.home, job)
         assert (after["attempt"], after["state"]) == (first["attempt"], "fenced"), after
-        assert launches(node1.home, "gen") == 1, (node1.home / "audit.log").read_text()
+        assert launches(node1.home, job) == 1, (node1.home / "audit.log").read_text()
         assert fence() == attempt
         counts, _ = audit_s3(s3, BUCKET, prefix)
         assert not {i: c for i, c in counts.items() if c > 1} and set(counts) == set(ids)
