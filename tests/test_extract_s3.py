@@ -67,3 +67,25 @@ def test_shards_go_to_s3_and_a_fresh_node_extracts_only_what_is_missing(tmp_path
     assert set(s3.get(BUCKET, "run/done.txt").decode().split()) == {rec["id"] for rec in recs}
     p = json.loads((tmp_path / "node2" / "progress.json").read_text())
     assert p["done"] == 30 and p["s3"]["pending"] == 0
+
+
+def test_a_run_that_starts_again_removes_its_s3_marker_before_the_model_loads(tmp_path, s3):
+    """The fence's claim comes first and takes the last run's `_SUCCESS` with it (local and in
+    S3): a job `after` this one never reads "complete" while the new run loads its model, here
+    a model that then fails to load."""
+    model = build_model(str(tmp_path / "model"), "qwen3")
+    data = tmp_path / "data.jsonl"
+    write_tokenized(str(data), 10, seed=3)
+    args = ("--s3", f"s3://{BUCKET}/again", "--s3-endpoint", s3.endpoint, "--shard-samples", "5")
+    out = tmp_path / "out"
+    r = run_extract(model, str(data), str(out), "1", *args)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "again/_SUCCESS" in s3.keys(BUCKET, "again/") and (out / "_SUCCESS").exists()
+
+    broken = tmp_path / "broken-model"
+    broken.mkdir()
+    (broken / "config.json").write_text("{}")  # loads nothing: the run stops at the model
+    r = run_extract(str(broken), str(data), str(out), "1", *args)
+    assert r.returncode != 0, r.stderr[-3000:]
+    assert "again/_SUCCESS" not in s3.keys(BUCKET, "again/"), s3.keys(BUCKET, "again/")
+    assert not (out / "_SUCCESS").exists()
