@@ -67,6 +67,14 @@ def signal_all(pgid: Optional[int], pids: Iterable[int], sig: int) -> None:
             pass
 
 
+def grace_left(started_at: Optional[float], grace_s: Optional[float], now: float) -> float:
+    """What is left at ``now`` of a kill's grace that began at ``started_at`` (unix time) and an
+    agent that died during it left behind: never negative; a kill with no recorded grace had
+    the default 10 s."""
+    grace = grace_s if grace_s is not None else 10.0
+    return max(0.0, (started_at or 0.0) + grace - now)
+
+
 def wait_gone(t: Target, timeout_s: float, sig: Optional[int] = None, clock: Clock = SYSTEM) -> set[int]:
     """Wait until the attempt has no live process; returns those still alive at the deadline.
     With ``sig``, a process that appears meanwhile (forked during the kill) gets it too."""

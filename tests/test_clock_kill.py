@@ -4,11 +4,13 @@ kernel's largest (2**22), so no signal can reach a real process; whether each is
 the test's to say.
 
 The wiring (a real job whose child ignores SIGTERM) stays proven by
-tests/test_supervisor.py::test_kill_of_a_job_whose_child_ignores_sigterm."""
+tests/test_supervisor.py::test_kill_of_a_job_whose_child_ignores_sigterm, and the grace taken over
+from a dead agent by
+tests/test_watch_restart_interrupted.py::test_a_watcher_killed_in_its_restarts_kill_is_followed_by_one_that_finishes_the_restart."""
 
 from __future__ import annotations
 
-from gpudeck.agents.killing import QUIET_S, Target, kill_and_verify
+from gpudeck.agents.killing import QUIET_S, Target, grace_left, kill_and_verify
 
 from support.clock import FakeClock
 
@@ -61,3 +63,10 @@ def test_a_process_that_outlives_sigkill_is_named_after_its_5_s():
     assert not verdict.ok and verdict.survivors == [NOBODY] and verdict.message == f"pid {NOBODY} still alive"
     assert verdict.seconds is not None and 15.0 <= verdict.seconds < 15.2  # the grace, then SIGKILL's 5 s
     assert round(clock.slept, 3) == verdict.seconds  # all of it was the clock's sleep: no real wait
+
+
+def test_a_kill_taken_over_from_a_dead_agent_gets_what_is_left_of_its_grace():
+    t = FakeClock().time()
+    assert grace_left(t, 30.0, t + 12.5) == 17.5
+    assert grace_left(t, 30.0, t + 45.0) == 0.0  # over already: SIGKILL at once
+    assert grace_left(t, None, t + 4.0) == 6.0  # a record from before grace_s was kept: 10 s

@@ -121,3 +121,12 @@ def test_a_heartbeat_whose_url_env_is_unset_says_so_and_sends_nothing(monkeypatc
     beat.ping(HeartbeatConfig(url_env="HC_URL"))
     assert beat.last is not None and beat.last.at == clock.time()
     assert beat.last.answer == "$HC_URL is not set on this node"
+
+
+def test_the_notify_deadline_from_the_environment_is_checked_and_names_its_variable():
+    from gpudeck.agents.contract.notify import _deadline_s
+
+    assert _deadline_s("3") == 3.0 and _deadline_s("15") == 15.0
+    for bad in ("0", "-1", "601", "soon", "nan"):
+        with pytest.raises(ValueError, match=r"\$GPUDECK_NOTIFY_DEADLINE_S: expected seconds from 0.5 to 600"):
+            _deadline_s(bad)
