@@ -5,8 +5,9 @@ the test's to say.
 
 The wiring (a real job whose child ignores SIGTERM) stays proven by
 tests/test_supervisor.py::test_kill_of_a_job_whose_child_ignores_sigterm, and the grace taken over
-from a dead agent by
-tests/test_watch_restart_interrupted.py::test_a_watcher_killed_in_its_restarts_kill_is_followed_by_one_that_finishes_the_restart."""
+from a dead agent by tests/test_supervisor.py::test_a_kill_interrupted_by_the_agent_dying_is_finished_by_the_next_agent
+(and, for a restart's kill, by
+tests/test_watch_restart_interrupted.py::test_a_watcher_killed_in_its_restarts_kill_is_followed_by_one_that_finishes_the_restart)."""
 
 from __future__ import annotations
 
