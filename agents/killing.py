@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from dataclasses import dataclass
 from typing import Callable, Iterable, Optional
 
 import psutil
 
+from .contract.clock import SYSTEM, Clock
 from .contract.wire import GpuHolder, KillVerdict
 
 
@@ -44,6 +44,7 @@ class Target:
     members: Callable[[], set[int]]  # every live process of the attempt, read now
     kill_all: Callable[[], None]  # SIGKILL everything contained (cgroup.kill where there is one)
     reap: Callable[[], None] = lambda: None  # poll our own child, so it does not stay a zombie
+    alive: Callable[[int], bool] = lambda pid: running(pid)  # whether a member still runs (not a zombie)
 
 
 def running(pid: int) -> bool:
@@ -66,26 +67,34 @@ def signal_all(pgid: Optional[int], pids: Iterable[int], sig: int) -> None:
             pass
 
 
-def wait_gone(t: Target, timeout_s: float, sig: Optional[int] = None) -> set[int]:
+def grace_left(started_at: Optional[float], grace_s: Optional[float], now: float) -> float:
+    """What is left at ``now`` of a kill's grace that began at ``started_at`` (unix time) and an
+    agent that died during it left behind: never negative; a kill with no recorded grace had
+    the default 10 s."""
+    grace = grace_s if grace_s is not None else 10.0
+    return max(0.0, (started_at or 0.0) + grace - now)
+
+
+def wait_gone(t: Target, timeout_s: float, sig: Optional[int] = None, clock: Clock = SYSTEM) -> set[int]:
     """Wait until the attempt has no live process; returns those still alive at the deadline.
     With ``sig``, a process that appears meanwhile (forked during the kill) gets it too."""
-    deadline = time.monotonic() + timeout_s
+    deadline = clock.monotonic() + timeout_s
     signalled: set[int] = set()
     quiet_since: Optional[float] = None
     while True:
         t.reap()
-        alive = {p for p in t.members() if running(p)}
+        alive = {p for p in t.members() if t.alive(p)}
         if sig is not None and alive - signalled:
             signal_all(None, alive - signalled, sig)
             signalled |= alive
-        now = time.monotonic()
+        now = clock.monotonic()
         if alive:
             quiet_since = None
         elif quiet_since is None:
             quiet_since = now  # empty once: a process forked just as its parent died may not be listed yet
         if (not alive and now - quiet_since >= QUIET_S) or now >= deadline:
             return alive
-        time.sleep(0.05)
+        clock.sleep(0.05)
 
 
 def gpu_holdings(gpu, pids: set[int]) -> list[tuple[int, int, float]]:
@@ -132,30 +141,31 @@ def strangers(gpu, gpus: set[int], since: Optional[int], owner_of: Callable[[int
 
 
 def kill_and_verify(t: Target, gpu, owner_of: Callable[[int], Optional[str]], grace_s: float,
-                    verify_timeout_s: float, on_stopping: Callable[[set[int]], None]) -> KillVerdict:
-    t0 = time.monotonic()
+                    verify_timeout_s: float, on_stopping: Callable[[set[int]], None],
+                    clock: Clock = SYSTEM) -> KillVerdict:
+    t0 = clock.monotonic()
     members = t.members()
     held_before = gpu_holdings(gpu, members)
     on_stopping(members)
     gpus = set(t.gpus) | {g for _, g, _ in held_before}
     signal_used = "SIGTERM"
     signal_all(t.pgid, members, signal.SIGTERM)
-    alive = wait_gone(t, grace_s, signal.SIGTERM)
+    alive = wait_gone(t, grace_s, signal.SIGTERM, clock)
     if alive:
         signal_used = "SIGKILL"
         t.kill_all()
         signal_all(t.pgid, alive, signal.SIGKILL)
-        alive = wait_gone(t, 5.0, signal.SIGKILL)
+        alive = wait_gone(t, 5.0, signal.SIGKILL, clock)
     everyone = members | alive
-    deadline = time.monotonic() + verify_timeout_s
+    deadline = clock.monotonic() + verify_timeout_s
     while True:  # NVML may report a dead process's memory for a moment: wait until it lets go
         held = gpu_holdings(gpu, everyone)
         escaped = [s for s in strangers(gpu, gpus, t.started_at, owner_of, t.job, t.pgid or 0)
                    if s[0] not in everyone]
-        if (not held and not escaped) or time.monotonic() >= deadline:
+        if (not held and not escaped) or clock.monotonic() >= deadline:
             break
-        time.sleep(0.1)
-    seconds = time.monotonic() - t0
+        clock.sleep(0.1)
+    seconds = clock.monotonic() - t0
     freed_mib = sum(m for _, _, m in held_before) - sum(m for _, _, m in held)
     ok = not alive and not held and not escaped
     if ok:
@@ -170,10 +180,10 @@ def kill_and_verify(t: Target, gpu, owner_of: Callable[[int], Optional[str]], gr
     return KillVerdict(job=t.job, ok=ok, signal=signal_used, seconds=round(seconds, 3),
                        freed_gib=round(freed_mib / 1024, 3), pids=sorted(members), survivors=sorted(alive),
                        gpu_holders=[GpuHolder(pid=p, gpu=g, mib=m) for p, g, m in held + escaped],
-                       message=message, at=time.time())
+                       message=message, at=clock.time())
 
 
-def kill_process(pid: int, gpu, grace_s: float, verify_timeout_s: float = 15.0) -> KillVerdict:
+def kill_process(pid: int, gpu, grace_s: float, verify_timeout_s: float = 15.0, clock: Clock = SYSTEM) -> KillVerdict:
     """Kill one GPU process that belongs to no job (the caller checked that), and verify that
     it is gone and its memory came back."""
     name = f"pid {pid}"
@@ -181,7 +191,7 @@ def kill_process(pid: int, gpu, grace_s: float, verify_timeout_s: float = 15.0) 
         proc = psutil.Process(pid)
         started = proc.create_time()
     except psutil.Error:
-        return KillVerdict(job="", ok=True, message=f"{name} had already ended", at=time.time())
+        return KillVerdict(job="", ok=True, message=f"{name} had already ended", at=clock.time())
 
     def same() -> set[int]:  # the very process, not a later one that took its pid
         try:
@@ -191,5 +201,6 @@ def kill_process(pid: int, gpu, grace_s: float, verify_timeout_s: float = 15.0) 
 
     t = Target(job="", pgid=None, started_at=None, gpus=[], members=same,
                kill_all=lambda: signal_all(None, same(), signal.SIGKILL))
-    verdict = kill_and_verify(t, gpu, lambda p: None, grace_s, verify_timeout_s, on_stopping=lambda m: None)
+    verdict = kill_and_verify(t, gpu, lambda p: None, grace_s, verify_timeout_s, on_stopping=lambda m: None,
+                              clock=clock)
     return KillVerdict(**{**verdict.__dict__, "message": f"{name}: {verdict.message}"})

@@ -203,8 +203,7 @@ class JobSupervisor:
         """The agent that began this kill died during it (its console closed, kill -9): finish
         it in the background with what is left of its grace, so the job never stays in
         ``stopping`` with its processes alive, and record the verdict."""
-        grace = rec.kill_grace_s if rec.kill_grace_s is not None else 10.0
-        left = max(0.0, (rec.kill_started_at or 0.0) + grace - time.time())
+        left = killing.grace_left(rec.kill_started_at, rec.kill_grace_s, time.time())
         log.warning("job %s: a kill was interrupted; finishing it (%.1f s of grace left)", rec.name, left)
         self.audit("kill-resume", rec.name, grace_left_s=round(left, 1))
 

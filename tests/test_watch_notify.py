@@ -19,7 +19,8 @@ def test_a_receiver_down_for_a_while_gets_every_message_in_order_and_the_tick_ne
     rx = Receiver()
     rx.mode = "hang"  # takes the request and never answers: each attempt waits out the client's timeout
     try:
-        a = start_agent(interval=0.2)
+        # a 5 s notify deadline rather than 15 s: the hang is waited out once, not for 15 s
+        a = start_agent(interval=0.2, env={"GPUDECK_NOTIFY_DEADLINE_S": "5"})
         jobs = [command_job(f"j{i}", f"sleep {0.3 * i}; exit {i + 1}") for i in range(6)]
         a.ok("configure", jobs=jobs, watch={"notify": [{"url": rx.url, "events": ["died"]}]})
         for j in jobs:
@@ -47,8 +48,8 @@ def test_a_receiver_down_for_a_while_gets_every_message_in_order_and_the_tick_ne
             [f"j{i}" for i in range(6)]
         wait_for(lambda: not list((home / "outbox").glob("*.json")), 10, what="an empty outbox")
         # the tick never waits for a sender: while the sender sat on the hanging receiver (a
-        # deadline of 15 s), the agent went on ticking (at 0.2 s: ~75 ticks; a tick that waited
-        # on the sender would make none). Counted, not timed: a busy machine slows both alike.
+        # deadline of 5 s, then a 1 s backoff), the agent went on ticking (at 0.2 s: ~30 ticks; a
+        # tick that waited on the sender would make none). Counted, not timed: a busy machine slows both alike.
         ticks = tick_times(home)
         during = [t for t in ticks if hang_from <= t <= hang_to]
         assert len(during) >= 10, f"{len(during)} ticks in the {hang_to - hang_from:.1f} s the sender was stuck"

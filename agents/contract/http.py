@@ -12,9 +12,10 @@ The answer is the status code, or why there is none; never the URL (a secret).
 from __future__ import annotations
 
 import threading
-import time
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
+
+from .clock import SYSTEM, Clock
 
 ANSWER_BYTES = 4096
 
@@ -35,12 +36,14 @@ class Answer:
 
 
 def request(method: str, url: str, deadline_s: float, content: Optional[bytes] = None,
-            headers: Optional[dict[str, str]] = None, connect_s: float = 3.0) -> Answer:
+            headers: Optional[dict[str, str]] = None, connect_s: float = 3.0, clock: Clock = SYSTEM,
+            transport: Any = None) -> Answer:
+    """``transport``: httpx's, for a test that answers without a socket (httpx.MockTransport)."""
     import httpx
 
-    t0 = time.monotonic()
+    t0 = clock.monotonic()
     client = httpx.Client(timeout=httpx.Timeout(deadline_s, connect=min(connect_s, deadline_s)),
-                          follow_redirects=False)
+                          follow_redirects=False, transport=transport)
     cut = threading.Timer(deadline_s, client.close)  # the total deadline: the connection goes
     cut.daemon = True
     cut.start()
@@ -49,11 +52,11 @@ def request(method: str, url: str, deadline_s: float, content: Optional[bytes] =
             got = 0
             for chunk in r.iter_raw():
                 got += len(chunk)
-                if got >= ANSWER_BYTES or time.monotonic() - t0 > deadline_s:
+                if got >= ANSWER_BYTES or clock.monotonic() - t0 > deadline_s:
                     break
-            return Answer(r.status_code, None, time.monotonic() - t0)
+            return Answer(r.status_code, None, clock.monotonic() - t0)
     except Exception as exc:  # noqa: BLE001 -- httpx's errors, and a client closed under a read
-        took = time.monotonic() - t0
+        took = clock.monotonic() - t0
         if took >= deadline_s - 0.05 or isinstance(exc, httpx.TimeoutException):
             return Answer(None, f"no whole answer within {deadline_s:g} s", took)
         return Answer(None, type(exc).__name__, took)

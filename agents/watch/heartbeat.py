@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
+from ..contract.clock import SYSTEM, Clock
 from ..contract.ops import HeartbeatStatus, Ping
 from ..contract.vocab import AlertKind
 from ..contract.watching import HeartbeatConfig
@@ -42,8 +42,11 @@ def failing_reason(alerts: list[Any]) -> Optional[str]:
 class Heartbeat:
     """The pinger: one daemon thread, armed by :meth:`serve`, told of failures by the tick."""
 
-    def __init__(self, node: str) -> None:
+    def __init__(self, node: str, clock: Clock = SYSTEM,
+                 send: Optional[Callable[[str, str, str], str]] = None) -> None:
         self.node = node
+        self.clock = clock
+        self.send = send or _send  # (method, url, body) -> the answer as text: one ping within DEADLINE_S
         self.config: Optional[HeartbeatConfig] = None
         self.on = False  # the node is watched
         self.failing: Optional[str] = None
@@ -75,31 +78,32 @@ class Heartbeat:
         if self.config is None:
             return None
         return HeartbeatStatus(target=self.config.label, every=self.config.every, on=self.on, failing=self.failing,
-                               last=self.last, in_flight_s=round(time.time() - self.in_flight_since, 1)
+                               last=self.last, in_flight_s=round(self.clock.time() - self.in_flight_since, 1)
                                if self.in_flight_since else None)
 
     def _run(self) -> None:
         while not self._stopped:
             cfg = self.config
             if cfg is not None and self.on:
-                self._ping(cfg)
+                self.ping(cfg)
             self._wake.clear()
             self._wake.wait(cfg.every if cfg is not None else 3600.0)
 
-    def _ping(self, cfg: HeartbeatConfig) -> None:
+    def ping(self, cfg: HeartbeatConfig) -> None:
+        """One ping, now: to ``/fail`` while :attr:`failing`, noted in :attr:`last`."""
         url = cfg.resolve(self.node)
         fail = self.failing is not None
         if url is None:
-            self.last = Ping(at=time.time(), fail=fail, answer=f"${cfg.url_env} is not set on this node")
+            self.last = Ping(at=self.clock.time(), fail=fail, answer=f"${cfg.url_env} is not set on this node")
             return
         if fail:
             url = url.rstrip("/") + "/fail"
-        self.in_flight_since = time.time()
+        self.in_flight_since = self.clock.time()
         try:
-            answer = _send(cfg.method, url, self.failing or "ok")
+            answer = self.send(cfg.method, url, self.failing or "ok")
         finally:
             self.in_flight_since = None
-        self.last = Ping(at=time.time(), fail=fail, answer=str(answer))
+        self.last = Ping(at=self.clock.time(), fail=fail, answer=str(answer))
 
 
 def _send(method: str, url: str, body: str) -> str:

@@ -31,6 +31,7 @@ from ..contract.vocab import EventKind
 from ..contract.watching import NotifyTarget
 from ..contract.notify import deliver
 from ..contract.atomic import atomic_write_json, fsync_dir
+from ..contract.clock import SYSTEM, Clock
 
 log = logging.getLogger("agents")
 
@@ -41,7 +42,8 @@ QUIESCE_S = 5.0  # an exiting agent waits this long at most for a message under 
 
 
 class Outbox:
-    def __init__(self, home: Path, on_event: Optional[Callable[..., Any]] = None) -> None:
+    def __init__(self, home: Path, on_event: Optional[Callable[..., Any]] = None, clock: Clock = SYSTEM) -> None:
+        self.clock = clock
         self.dir = Path(home) / OUTBOX
         self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.on_event = on_event  # (EventKind, message, **details): the timeline
@@ -124,8 +126,14 @@ class Outbox:
         per = {tid: len(self.pending(tid)) for tid in self._senders}
         return OutboxStatus(pending=sum(per.values()), targets=[
             TargetStatus(target=s.target.label, pending=per.get(tid, 0), failing=s.failing,
-                         in_flight_s=round(time.time() - s.in_flight_since, 1) if s.in_flight_since else None)
+                         in_flight_s=round(self.clock.time() - s.in_flight_since, 1) if s.in_flight_since else None)
             for tid, s in self._senders.items()])
+
+
+def next_backoff(backoff: float) -> float:
+    """The wait before a failed target's next attempt, after a wait of ``backoff`` (0 after a
+    success): 1 s, doubling, at most 5 min."""
+    return min(max(BACKOFF_MIN_S, backoff * 2), BACKOFF_MAX_S)
 
 
 class Sender:
@@ -169,7 +177,7 @@ class Sender:
                 continue
             if self._stop.is_set():  # stopped meanwhile: this message is the next agent's
                 break
-            self.in_flight_since = time.time()
+            self.in_flight_since = self.outbox.clock.time()
             try:
                 why = deliver(self.target, event, mid)
             finally:
@@ -183,7 +191,7 @@ class Sender:
                 log.warning("notify: %s failed: %s; retrying with backoff", self.target.label, why)
                 self._note(EventKind.NOTIFY_FAILED, f"{event['kind']} to {self.target.label}: {why} (retrying)", event)
             self.failing = why
-            backoff = min(max(BACKOFF_MIN_S, backoff * 2), BACKOFF_MAX_S)
+            backoff = next_backoff(backoff)
             self._stop.wait(backoff)
 
     def _note(self, kind: EventKind, message: str, event: dict[str, Any]) -> None:

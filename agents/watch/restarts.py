@@ -36,6 +36,7 @@ from ..contract.jobs import JobSpec
 from ..contract.stall import quiet_since
 from ..contract.wire import JobStatus
 from ..contract.atomic import atomic_write_json
+from ..contract.clock import SYSTEM, Clock
 
 log = logging.getLogger("agents")
 
@@ -61,10 +62,12 @@ class RestartState:
 
 
 class RestartEngine:
-    def __init__(self, sup: Any, emit: Callable[..., Any], started_at: Optional[float] = None) -> None:
+    def __init__(self, sup: Any, emit: Callable[..., Any], started_at: Optional[float] = None,
+                 clock: Clock = SYSTEM) -> None:
         self.sup = sup
         self.emit = emit  # (EventKind, message, job=..., notify=..., **details)
-        self.started_at = started_at or time.time()
+        self.clock = clock  # the tick brings its own now; an operator's ack reads this one
+        self.started_at = started_at or clock.time()
         self._states: dict[str, RestartState] = {}
         self._busy: set[str] = set()
         self._lock = threading.Lock()
@@ -260,7 +263,7 @@ class RestartEngine:
             if st.acked is not None:
                 when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(st.acked))
                 return False, f"gave_up acknowledged already, at {when}"
-            st.acked = time.time()
+            st.acked = self.clock.time()
             st.note = f"{st.note or 'gave up'}; acknowledged"
             self._save(name, st)
         return True, "gave_up acknowledged; no restart is made until the job is launched again"

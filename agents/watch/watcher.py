@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 from ..health import reader_for
+from ..contract.clock import SYSTEM, Clock
 from ..contract.vocab import NOTIFY_EVENTS, AlertKind, EventKind
 from ..contract import ops
 from ..contract.jobs import JobSpec, SpecError
@@ -42,13 +42,15 @@ _ACTIONS = {"launch", "relaunch", "kill", "kill-pid", "adopt", "adopt-ended", "a
 
 
 class Watcher:
-    def __init__(self, home: Path, node: str, sup: Any, gpu: Any, detached: bool = False) -> None:
+    def __init__(self, home: Path, node: str, sup: Any, gpu: Any, detached: bool = False,
+                 clock: Clock = SYSTEM) -> None:
         self.home, self.node, self.sup, self.gpu = Path(home), node, sup, gpu
+        self.clock = clock
         self.detached = detached
         self.config = WatchConfig.load(self.home)
         self.events_log = EventLog(self.home, node)
-        self.outbox = Outbox(self.home, on_event=self._note)
-        self.restarts = RestartEngine(sup, self.emit)
+        self.outbox = Outbox(self.home, on_event=self._note, clock=clock)
+        self.restarts = RestartEngine(sup, self.emit, clock=clock)
         self.phases = Phases(sup, self.emit, lambda name: self.restarts.state(name).gave_up)
         self.conditions = Conditions(self.home, self.emit)
         self.checks = Checks(node, held=lambda key: key in self.conditions.active)
@@ -63,7 +65,7 @@ class Watcher:
                 log.warning("watch: the saved job specs in %s do not load: %s", self.home / "watch.json", exc)
         sup.on_audit = self._on_audit
         self.outbox.serve(self.config.notify)
-        self.heartbeat = Heartbeat(node)
+        self.heartbeat = Heartbeat(node, clock=clock)
         self.agent_argv: list[str] = ["--node", node]  # the agent's arguments (start.py sets them all)
         self.heartbeat.serve(self.config.heartbeat, self.config.watching)
         self.life = Life(self.home)
@@ -75,7 +77,7 @@ class Watcher:
         try:
             dead = self.life.previous()
             if dead is not None:
-                now = time.time()
+                now = self.clock.time()
                 adopted = sorted(n for n, rec in self.sup.records.items() if rec.state.alive)
                 who = started_by(self.detached)
                 self.emit(EventKind.WATCHER_RESTARTED, restart_message(dead, now, who, len(adopted)),
@@ -84,7 +86,7 @@ class Watcher:
             else:
                 started_by(self.detached)  # out of the environment, whoever it was
             self._living = True
-            self.life.alive(time.time(), self.config.watching)
+            self.life.alive(self.clock.time(), self.config.watching)
         except Exception as exc:  # noqa: BLE001 -- never stops the agent
             self._failure("life", exc)
 
@@ -207,7 +209,7 @@ class Watcher:
                 self.config.agent_args = agent_args(list(op.node_args))
             registered = self._supervise(op.on, op.supervise)
             if op.on != self.config.watching:
-                self.config.watching, self.config.since = op.on, time.time() if op.on else None
+                self.config.watching, self.config.since = op.on, self.clock.time() if op.on else None
                 self.emit(EventKind.WATCH, f"watch {'started' if op.on else 'stopped'} (agent pid {os.getpid()})"
                           + (f"; {registered}" if registered else ""), notify=False)
                 if not op.on:  # no longer watched: an end after this is no watcher's death

@@ -1,0 +1,79 @@
+"""The lost-node rule on a clock moved by hand: a node unreachable for ``[alerts] node_lost_s``
+is lost, and only then does a job with ``on_node_lost = "move"`` move to a free spare
+(console/moving.py lost_node_moves) or a job that stays say so (console/fleetwatch.py
+LostNodeMover, the rule `gpudeck watch fleet` and the console run each second).
+
+The wiring (real nodes in network namespaces, a real cut link, a real move) stays proven by
+tests/test_move.py::test_watch_fleet_moves_a_lost_nodes_job_to_the_spare_after_node_lost_s."""
+
+from __future__ import annotations
+
+import asyncio
+
+from gpudeck.console.fleetwatch import LostNodeMover
+from gpudeck.console.moving import lost_node_moves
+from gpudeck.console.placements import PlacementStore
+from gpudeck.remote.client import AgentError, NodeDown, NodeUp
+from gpudeck.remote.fleet import parse_fleet
+
+from support.clock import FakeClock
+
+FLEET = """
+[alerts]
+node_lost_s = 300
+
+[[nodes]]
+name = "node1"
+host = "n1.example"
+
+[[nodes]]
+name = "node2"
+host = "n2.example"
+spare = true
+
+[[jobs]]
+name = "gen"
+node = "node1"
+command = ["x"]
+on_node_lost = "move"
+
+[[jobs]]
+name = "keep"
+node = "node1"
+command = ["y"]
+"""
+
+
+def test_a_job_moves_to_the_spare_once_its_node_is_down_node_lost_s_and_not_before():
+    fleet = parse_fleet(FLEET)
+    down = {"node1": 1000.0}
+    assert lost_node_moves(fleet, down, {"node2"}, 1299.9, fleet.alerts.node_lost_s) == []
+    (move,) = lost_node_moves(fleet, down, {"node2"}, 1300.0, fleet.alerts.node_lost_s)
+    assert (move.job, move.src, move.dest, move.lost_for_s) == ("gen", "node1", "node2", 300.0)
+    assert lost_node_moves(fleet, down, set(), 5000.0, 300) == []  # no spare up: it waits
+    assert lost_node_moves(fleet, down, {"node2"}, 5000.0, 300, running={"gen": "node2"}) == []  # moved already
+
+
+class FakeClient:
+    def __init__(self, fleet) -> None:
+        self.fleet = fleet
+
+
+def test_the_fleet_watch_says_a_staying_job_stays_once_the_clock_passes_node_lost_s(tmp_path):
+    fleet = parse_fleet(FLEET.replace('on_node_lost = "move"', 'on_node_lost = "stay"'), str(tmp_path / "f.toml"))
+    clock = FakeClock()
+    mover = LostNodeMover(FakeClient(fleet), store=PlacementStore(tmp_path / "placements.json"), clock=clock.time,
+                          tell_stays=True)
+    mover.nodes("node2", NodeUp(node="node2", hello=None))
+    mover.nodes("node1", NodeDown(node="node1", error=AgentError("node1", "connection refused"),
+                                  since=clock.time(), retry_in_s=1.0))
+    said: list[str] = []
+    clock.advance(299.9)
+    assert asyncio.run(mover.round(said.append)) == [] and said == []
+    clock.advance(0.1)
+    asyncio.run(mover.round(said.append))
+    assert said == ['node node1 lost: gen stays (on_node_lost = "stay")',
+                    'node node1 lost: keep stays (on_node_lost = "stay")']
+    clock.advance(60)
+    asyncio.run(mover.round(said.append))
+    assert len(said) == 2  # once per outage
