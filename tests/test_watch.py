@@ -63,8 +63,11 @@ def _worker(home, job: str, attempt: int):
         kids = psutil.Process(st["pid"]).children()
     except psutil.Error:
         return None
-    try:  # beside the log cap's keeper (agents/logcap.py), the wrapper's other child
-        return next((k for k in kids if "gpudeck.agents.workers.generate" in " ".join(k.cmdline())), None)
+    def runs_generate(argv: list[str]) -> bool:  # python -m gpudeck.agents.workers.generate ...: not a
+        return argv[1:3] == ["-m", "gpudeck.agents.workers.generate"]  # subshell of the wrapper that names it
+
+    try:  # beside the log's keeper (agents/logcap.py, in a subshell of the wrapper), the wrapper's other child
+        return next((k for k in kids if runs_generate(k.cmdline())), None)
     except psutil.Error:
         return None
 
