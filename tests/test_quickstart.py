@@ -107,9 +107,14 @@ def test_the_readme_quickstart_word_for_word_on_freshly_deployed_nodes(two_nodes
         tmux.press_until("2", lambda s: re.search(r"^JOB\W", s, re.M), "the jobs view")
         # the filter: the cursor on sglang-0's row whatever the order
         tmux.press_until("/", lambda s: "Close filter" in s, "the filter bar open")
-        tmux.keys("sglang", "Enter")
+        # the rows filter as it is typed: Enter only once they have (on a busy machine the filter
+        # can lag the keys, and an Enter before it would open the details of the row then first)
+        tmux.keys("sglang")
         tmux.wait(lambda s: re.search(r"^sglang-0 ", s, re.M) and not re.search(r"^gen ", s, re.M),
                   "the jobs filtered to sglang-0")
+        tmux.keys("Enter")
+        tmux.wait(lambda s: re.search(r"^sglang-0 ", s, re.M) and not re.search(r"^gen ", s, re.M),
+                  "the jobs still filtered to sglang-0")
         tmux.press_until("L", lambda s: "Launch job sglang-0" in s, "the launch question")
         tmux.press_until("y", lambda s: "Launch job sglang-0" not in s, "the question answered")
         tmux.wait(lambda s: re.search(r"^sglang-0 .*\b(ready|running|starting)\b", s, re.M), "sglang-0 launched",
