@@ -49,7 +49,7 @@ def state_home(tmp_path, monkeypatch) -> Path:
     path = tmp_path / "xdg-state"
     monkeypatch.setenv("XDG_STATE_HOME", str(path))
     # a `watch start` registers no supervisor (no line in this machine's crontab) unless the
-    # test asks for one (tests/test_watch_supervised.py)
+    # test asks for one (tests/system/test_watch_supervised.py)
     monkeypatch.setenv("GPUDECK_SUPERVISE", "none")
     return path
 

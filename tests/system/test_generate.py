@@ -366,7 +366,7 @@ def test_servers_dead_past_give_up_after_stop_the_run_with_exit_1(tmp_path):
 
 @pytest.mark.system
 def test_give_up_after_reads_times_and_never(tmp_path):
-    # the contract's one grammar (tests/test_units.py), with 'never' for no limit
+    # the contract's one grammar (tests/unit/test_units.py), with 'never' for no limit
     from gpudeck.agents.contract.units import parse_duration
     assert parse_duration("10m", never=True) == 600.0 and parse_duration("never", never=True) is None
     prompts = tmp_path / "prompts.jsonl"

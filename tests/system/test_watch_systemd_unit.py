@@ -2,7 +2,7 @@
 systemctl and loginctl calls are made. No user manager can run in this test's container, so
 `systemctl` and `loginctl` are stand-ins on PATH that record their calls and answer as a
 working systemd would; the cron path runs against the real cron daemon
-(tests/test_watch_supervised.py)."""
+(tests/system/test_watch_supervised.py)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The console's side of adopt, as data (console/actions.py) and the command's exit codes: no
-process started (tests/test_adopt.py drives real agents)."""
+process started (tests/system/test_adopt.py drives real agents)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 paid GPUs: progress.json -> ProgressDoc -> Progress on the wire, the watcher's rules
 (``s3_backlog``, ``servers_resting``, ``idle_paid``) on a clock the test sets, and what the
 console makes of them (rows, ``status --json``, the plain ``status``, the header's figure,
-"since you last looked"). No processes: tests/test_health_system.py runs the real worker."""
+"since you last looked"). No processes: tests/system/test_health_system.py runs the real worker."""
 
 from __future__ import annotations
 

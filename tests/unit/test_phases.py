@@ -1,6 +1,6 @@
 """Phases (`after = ["generate"]`): the fleet file's rules, the node's rule of when a job starts
 or is blocked (agents/watch/phases.py), and Slurm's `--dependency=afterok`. No process is
-started here (tests/test_phases_system.py runs them)."""
+started here (tests/system/test_phases_system.py runs them)."""
 
 from __future__ import annotations
 

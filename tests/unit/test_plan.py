@@ -1,5 +1,5 @@
 """``gpudeck plan generate`` and ``gpudeck plan extract``: the arithmetic, then the commands
-against a real sim-engine process, a real llama-server (tests/test_generate_llama.py's
+against a real sim-engine process, a real llama-server (tests/e2e/test_generate_llama.py's
 fixture) and a real (tiny) model on the CPU."""
 
 from __future__ import annotations
