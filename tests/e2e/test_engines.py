@@ -1,4 +1,7 @@
-"""Engine scrapers: the fixture pages, a real HTTP server playing every state, a real llama-server."""
+"""Engine scrapers: the fixture pages, a real HTTP server playing every state, a real llama-server.
+
+The e2e tier's tests of this file (end to end); the others are in tests/unit/test_engines.py,
+tests/system/test_engines.py."""
 
 from __future__ import annotations
 

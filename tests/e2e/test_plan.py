@@ -1,6 +1,9 @@
 """``gpudeck plan generate`` and ``gpudeck plan extract``: the arithmetic, then the commands
 against a real sim-engine process, a real llama-server (tests/e2e/test_generate_llama.py's
-fixture) and a real (tiny) model on the CPU."""
+fixture) and a real (tiny) model on the CPU.
+
+The e2e tier's tests of this file (end to end); the others are in tests/unit/test_plan.py,
+tests/system/test_plan.py."""
 
 from __future__ import annotations
 

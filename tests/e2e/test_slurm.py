@@ -3,7 +3,9 @@
 tasks that hold simulated GPU memory on the indices Slurm gave them (tests/support/slurm_task.py).
 
 gpudeck submits, observes, kills with proof and requeues; Slurm schedules.
-"""
+
+
+The e2e tier's tests of this file (end to end); the others are in tests/unit/test_slurm.py."""
 
 from __future__ import annotations
 

@@ -2,7 +2,9 @@
 
 The netns tests skip only where network namespaces cannot be created (no root, no
 iproute2, a sandbox that forbids them); the reason says which.
-"""
+
+
+The e2e tier's tests of this file (end to end); the others are in tests/system/test_ssh.py."""
 
 from __future__ import annotations
 

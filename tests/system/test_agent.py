@@ -1,4 +1,7 @@
-"""The agent process: hello, snapshots, bad input, history, exit on stdin close, --once."""
+"""The agent process: hello, snapshots, bad input, history, exit on stdin close, --once.
+
+The system tier's tests of this file (real processes and servers); the others are in
+tests/unit/test_agent.py."""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""gpudeck audit on good and on degenerate data, through the command line and the API."""
+"""gpudeck audit on good and on degenerate data, through the command line and the API.
+
+The system tier's tests of this file (real processes and servers); the others are in
+tests/unit/test_audit.py."""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""The headless commands, run as a user would: the `gpudeck` program on a fleet file."""
+"""The headless commands, run as a user would: the `gpudeck` program on a fleet file.
+
+The system tier's tests of this file (real processes and servers); the others are in
+tests/unit/test_cli.py."""
 
 from __future__ import annotations
 

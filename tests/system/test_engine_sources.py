@@ -5,7 +5,10 @@ builds for the ``sglang-server`` kind. Both run in a process of their own
 
 ``make test`` installs sglang==0.5.23 and the packages its imports need (see the Makefile);
 elsewhere these tests skip, naming what is missing.
-"""
+
+
+The system tier's tests of this file (real processes and servers); the others are in
+tests/unit/test_engine_sources.py."""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""Engine scrapers: the fixture pages, a real HTTP server playing every state, a real llama-server."""
+"""Engine scrapers: the fixture pages, a real HTTP server playing every state, a real llama-server.
+
+The system tier's tests of this file (real processes and servers); the others are in
+tests/unit/test_engines.py, tests/e2e/test_engines.py."""
 
 from __future__ import annotations
 

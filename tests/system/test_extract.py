@@ -6,7 +6,10 @@ plain transformers forward with output_hidden_states, batch 1, no padding):
   and right-padded);
 - bfloat16: 2e-2 (measured: 6.5e-3 at worst; the batched matmuls round differently from
   batch 1, and bf16 keeps 8 bits of mantissa).
-"""
+
+
+The system tier's tests of this file (real processes and servers); the others are in
+tests/unit/test_extract.py."""
 
 from __future__ import annotations
 

@@ -1,5 +1,8 @@
 """Resume: the extraction worker killed with SIGKILL at random points, relaunched each time,
-ends with every sample in exactly one shard; and each state a crash can leave is repaired."""
+ends with every sample in exactly one shard; and each state a crash can leave is repaired.
+
+The system tier's tests of this file (real processes and servers); the others are in
+tests/unit/test_extract_resume.py."""
 
 from __future__ import annotations
 

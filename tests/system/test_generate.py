@@ -1,5 +1,8 @@
 """gpudeck generate against real sim-engine processes: formats, records, resume, bad input,
-a server that dies mid-run, a full disk."""
+a server that dies mid-run, a full disk.
+
+The system tier's tests of this file (real processes and servers); the others are in
+tests/unit/test_generate.py."""
 
 from __future__ import annotations
 

@@ -1,7 +1,10 @@
 """``gpudeck generate --part I/N``: one option of GenerateOptions (flag, fleet key, argv), the
 split of the prompts between parts by extract's rule (every prompt in exactly one part, each
 bad line reported by one part), each part in its own directory and S3 prefix with its own
-total, and a part killed mid-run that resumes its own done-set."""
+total, and a part killed mid-run that resumes its own done-set.
+
+The system tier's tests of this file (real processes and servers); the others are in
+tests/unit/test_generate_parts.py."""
 
 from __future__ import annotations
 

@@ -1,5 +1,8 @@
 """A job's log: the tail in linear time, a follower that keeps up with a chatty job, and the
-size cap that keeps a job from filling the node's disk."""
+size cap that keeps a job from filling the node's disk.
+
+The system tier's tests of this file (real processes and servers); the others are in
+tests/unit/test_joblog.py."""
 
 from __future__ import annotations
 

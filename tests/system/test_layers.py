@@ -1,5 +1,8 @@
 """The layers: agents/ imports neither textual nor asyncssh; remote/ never imports textual; the
-console's core and its headless commands work without textual."""
+console's core and its headless commands work without textual.
+
+The system tier's tests of this file (real processes and servers); the others are in
+tests/unit/test_layers.py."""
 
 from __future__ import annotations
 

@@ -1,6 +1,9 @@
 """``gpudeck plan compare`` on plan.json files written here, ``plan extract``'s GPUs and price,
 and the pilot's rate counted in its steady state (a pilot simulated in memory): no process,
-but the last test, which runs two real pilots against two sim-engines."""
+but the last test, which runs two real pilots against two sim-engines.
+
+The system tier's tests of this file (real processes and servers); the others are in
+tests/unit/test_plan_compare.py."""
 
 from __future__ import annotations
 

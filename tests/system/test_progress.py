@@ -1,4 +1,7 @@
-"""Progress: a done-set counted while it grows, progress.json, rates, ETAs."""
+"""Progress: a done-set counted while it grows, progress.json, rates, ETAs.
+
+The system tier's tests of this file (real processes and servers); the others are in
+tests/unit/test_progress.py."""
 
 from __future__ import annotations
 

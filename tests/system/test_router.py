@@ -1,5 +1,8 @@
 """The router job kind: sglang-router in front of two sim-engines, generate through it, and
-its smg_* metrics through the agent's scraper."""
+its smg_* metrics through the agent's scraper.
+
+The system tier's tests of this file (real processes and servers); the others are in
+tests/unit/test_router.py."""
 
 from __future__ import annotations
 

@@ -1,5 +1,8 @@
 """S3 through boto3 against moto's server mode on loopback (real HTTP): uploads that fail and
-then succeed, the ordering of shards and done-set, restore on a fresh node."""
+then succeed, the ordering of shards and done-set, restore on a fresh node.
+
+The system tier's tests of this file (real processes and servers); the others are in
+tests/unit/test_s3.py."""
 
 from __future__ import annotations
 

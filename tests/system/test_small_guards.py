@@ -1,6 +1,9 @@
 """Small guards an adversarial run asked for (issue 20, item 3.9): a long job name is cut in
 errors, an odd deadline is said, a home others may write to is refused, watch.json is 0600
-from its first byte."""
+from its first byte.
+
+The system tier's tests of this file (real processes and servers); the others are in
+tests/unit/test_small_guards.py."""
 
 from __future__ import annotations
 

@@ -2,7 +2,10 @@
 
 The netns tests skip only where network namespaces cannot be created (no root, no
 iproute2, a sandbox that forbids them); the reason says which.
-"""
+
+
+The system tier's tests of this file (real processes and servers); the others are in
+tests/e2e/test_ssh.py."""
 
 from __future__ import annotations
 

@@ -1,6 +1,9 @@
 """Plans against reality and dollars, as pure functions: the drift text and the plan_drift
 condition on the seed's figures, plan.json read only when it changes (and a broken one named,
-never a crash), the cost arithmetic, and the console state and header over a priced fleet."""
+never a crash), the cost arithmetic, and the console state and header over a priced fleet.
+
+The tui tier's tests of this file (the pilots, no process); the others are in
+tests/unit/test_cost.py."""
 
 from __future__ import annotations
 

@@ -1,7 +1,10 @@
 """The console's doctor (`d` on a node, or the palette's "doctor NODE"): the checks of `gpudeck
 doctor` through the node's real agent, in a screen with a summary over them; a node that
 cannot be reached is said so, and the console goes on. One non-system test: a console that is
-not connected says so."""
+not connected says so.
+
+The tui tier's tests of this file (the pilots, no process); the others are in
+tests/system/test_tui_doctor.py."""
 
 from __future__ import annotations
 

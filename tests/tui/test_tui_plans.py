@@ -3,7 +3,10 @@
 than two plans, or plans that cannot be compared, say why. And the same [[plans]] through
 `gpudeck plan compare -f FLEET`, and the fleet file's checks of them.
 
-No process: the console is not connected (``connect=False``), the plans are files written here."""
+No process: the console is not connected (``connect=False``), the plans are files written here.
+
+The tui tier's tests of this file (the pilots, no process); the others are in
+tests/unit/test_tui_plans.py."""
 
 from __future__ import annotations
 

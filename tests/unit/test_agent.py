@@ -1,4 +1,6 @@
-"""The agent process: hello, snapshots, bad input, history, exit on stdin close, --once."""
+"""The agent process: hello, snapshots, bad input, history, exit on stdin close, --once.
+
+The unit tier's tests of this file (starts nothing); the others are in tests/system/test_agent.py."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""gpudeck audit on good and on degenerate data, through the command line and the API."""
+"""gpudeck audit on good and on degenerate data, through the command line and the API.
+
+The unit tier's tests of this file (starts nothing); the others are in tests/system/test_audit.py."""
 
 from __future__ import annotations
 

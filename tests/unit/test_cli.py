@@ -1,4 +1,6 @@
-"""The headless commands, run as a user would: the `gpudeck` program on a fleet file."""
+"""The headless commands, run as a user would: the `gpudeck` program on a fleet file.
+
+The unit tier's tests of this file (starts nothing); the others are in tests/system/test_cli.py."""
 
 from __future__ import annotations
 

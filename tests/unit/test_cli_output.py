@@ -1,5 +1,8 @@
 """What the commands print and how they end, run as a user would: into a pipe whose reader has
-gone (`gpudeck status | head`), with nothing to show, on ctrl-c, and in --help."""
+gone (`gpudeck status | head`), with nothing to show, on ctrl-c, and in --help.
+
+The unit tier's tests of this file (starts nothing); the others are in
+tests/system/test_cli_output.py."""
 
 from __future__ import annotations
 

@@ -1,6 +1,8 @@
 """Plans against reality and dollars, as pure functions: the drift text and the plan_drift
 condition on the seed's figures, plan.json read only when it changes (and a broken one named,
-never a crash), the cost arithmetic, and the console state and header over a priced fleet."""
+never a crash), the cost arithmetic, and the console state and header over a priced fleet.
+
+The unit tier's tests of this file (starts nothing); the others are in tests/tui/test_cost.py."""
 
 from __future__ import annotations
 

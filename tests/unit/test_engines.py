@@ -1,5 +1,8 @@
 """Engine scrapers on the fixture pages (tests/system/test_engines.py: a real HTTP server playing every
-state; tests/e2e/test_engines.py: a real llama-server)."""
+state; tests/e2e/test_engines.py: a real llama-server).
+
+The unit tier's tests of this file (starts nothing); the others are in tests/system/test_engines.py,
+tests/e2e/test_engines.py."""
 
 from __future__ import annotations
 

@@ -1,5 +1,8 @@
 """gpudeck generate against real sim-engine processes: formats, records, resume, bad input,
-a server that dies mid-run, a full disk."""
+a server that dies mid-run, a full disk.
+
+The unit tier's tests of this file (starts nothing); the others are in
+tests/system/test_generate.py."""
 
 from __future__ import annotations
 

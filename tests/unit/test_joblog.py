@@ -1,5 +1,7 @@
 """A job's log: the tail in linear time, a follower that keeps up with a chatty job, and the
-size cap that keeps a job from filling the node's disk."""
+size cap that keeps a job from filling the node's disk.
+
+The unit tier's tests of this file (starts nothing); the others are in tests/system/test_joblog.py."""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
 """The layers: agents/ imports neither textual nor asyncssh; remote/ never imports textual; the
-console's core and its headless commands work without textual."""
+console's core and its headless commands work without textual.
+
+The unit tier's tests of this file (starts nothing); the others are in tests/system/test_layers.py."""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""Progress: a done-set counted while it grows, progress.json, rates, ETAs."""
+"""Progress: a done-set counted while it grows, progress.json, rates, ETAs.
+
+The unit tier's tests of this file (starts nothing); the others are in
+tests/system/test_progress.py."""
 
 from __future__ import annotations
 

@@ -1,7 +1,10 @@
 """The node's Prometheus textfile (agents/promfile.py): the fleet key that turns it on, a real
 agent writing ``gpudeck.prom`` whose every series agrees with the snapshot it was written from,
 and a directory that cannot be written: one alert, the agent ticks on, a retry at most every
-RETRY_S seconds."""
+RETRY_S seconds.
+
+The unit tier's tests of this file (starts nothing); the others are in
+tests/system/test_promfile.py."""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
 """The router job kind: sglang-router in front of two sim-engines, generate through it, and
-its smg_* metrics through the agent's scraper."""
+its smg_* metrics through the agent's scraper.
+
+The unit tier's tests of this file (starts nothing); the others are in tests/system/test_router.py."""
 
 from __future__ import annotations
 

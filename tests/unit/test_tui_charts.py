@@ -1,7 +1,9 @@
 """The charts with axes: the layout of ``console/chart.py`` for each range (time labels, value
 labels, the plan line), the coarse series the greeting feeds, and the console picking 24h and
 drawing a page of the node's history. No process is started: the node's answer comes from a
-FleetClient whose ``request`` answers ``history`` in process."""
+FleetClient whose ``request`` answers ``history`` in process.
+
+The unit tier's tests of this file (starts nothing); the others are in tests/tui/test_tui_charts.py."""
 
 from __future__ import annotations
 

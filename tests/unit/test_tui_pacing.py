@@ -1,7 +1,9 @@
 """How often the console redraws (console/pacing.py): no more often than a redraw's cost
 allows, snapshots that arrive meanwhile drawn together, a key drawn at once. Redraws are
 counted through the pacer (``app.pacer.redraws``), never timed: the pacer's own rule is
-tested on a clock the test moves."""
+tested on a clock the test moves.
+
+The unit tier's tests of this file (starts nothing); the others are in tests/tui/test_tui_pacing.py."""
 
 from __future__ import annotations
 

@@ -3,7 +3,9 @@
 than two plans, or plans that cannot be compared, say why. And the same [[plans]] through
 `gpudeck plan compare -f FLEET`, and the fleet file's checks of them.
 
-No process: the console is not connected (``connect=False``), the plans are files written here."""
+No process: the console is not connected (``connect=False``), the plans are files written here.
+
+The unit tier's tests of this file (starts nothing); the others are in tests/tui/test_tui_plans.py."""
 
 from __future__ import annotations
 
