@@ -80,3 +80,21 @@ def test_a_test_marked_system_in_the_unit_tier_is_refused_before_anything_runs(t
     assert r.returncode == 4, out  # a usage error
     assert "tests marked `system` in a tier that starts nothing" in out, out
     assert "tests/unit/test_misplaced.py::test_starts_an_agent" in out and " passed" not in out, out
+
+
+def test_the_tests_of_one_xdist_group_run_on_one_worker_one_at_a_time(tmp_path):
+    """What cannot be shared (a fixture named in tests/support/tiers.py, here `netns`) stays on
+    one worker under `--dist loadgroup`; the rest spreads over the workers. A pytest whose node
+    ids xdist cannot mark with the group (pytest-xdist#1386) spreads them all: this fails."""
+    record = tmp_path / "workers"
+    record.mkdir()
+    body = ("import os, pathlib, pytest\n\n\n@pytest.fixture\ndef netns():\n    return 1\n\n\n"
+            "@pytest.mark.parametrize('i', range(6))\ndef test_grouped(netns, i):\n"
+            f"    pathlib.Path({str(record)!r}, f'grouped-{{i}}').write_text(os.environ['PYTEST_XDIST_WORKER'])\n\n\n"
+            "@pytest.mark.parametrize('i', range(6))\ndef test_free(i):\n"
+            f"    pathlib.Path({str(record)!r}, f'free-{{i}}').write_text(os.environ['PYTEST_XDIST_WORKER'])\n")
+    write_tree(tmp_path, {"system/test_groups.py": body})
+    r = run_pytest(tmp_path, "-n", "2", "--dist", "loadgroup")
+    assert r.returncode == 0 and "12 passed" in r.stdout, r.stdout + r.stderr
+    grouped = {p.read_text() for p in record.glob("grouped-*")}
+    assert len(grouped) == 1, f"the netns group ran on {sorted(grouped)}"
