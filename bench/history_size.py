@@ -77,7 +77,7 @@ def main() -> None:
     print(f"largest WAL seen: {wal_most / 2**20:.1f} MiB")
     print(f"history.db with its WAL while the agent runs: {live / 2**20:.1f} MiB")
     bound = rows_bound(args.gpus, args.jobs, 3600, 10080, 2160) + 4 * 2**20
-    print(f"the bound at 90 days ({args.gpus} GPUs, {args.jobs} jobs; tests/test_historydb.py): "
+    print(f"the bound at 90 days ({args.gpus} GPUs, {args.jobs} jobs; tests/unit/test_historydb.py): "
           f"{bound / 2**20:.0f} MiB")
     print(f"history.db after {args.days:g} days (closed, WAL checkpointed): {closed / 2**20:.1f} MiB")
 

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import importlib.util
-import socket
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -29,7 +27,7 @@ def pytest_sessionstart(session) -> None:
 
 # asyncssh looks for its optional native libraries (liboqs, libnacl) when it is first imported,
 # through ctypes.util.find_library, which runs ldconfig and gcc: imported here, before any
-# test's guard below is armed, so that the first unmarked test to import it is not charged
+# test's guard (support/tiers.py) is armed, so that the first unmarked test to import it is not charged
 # with starting those processes.
 import asyncssh  # noqa: E402,F401
 
@@ -37,6 +35,8 @@ from support.core import AgentProc, reap  # noqa: E402
 from support.generate import sim_engines  # noqa: F401  (a fixture, for every test)
 from support.s3 import _moto_server, moto_s3  # noqa: F401  (fixtures, for every test)
 from support.slurm import make_slurm_cluster, slurm_cluster  # noqa: F401  (fixtures, for every test)
+from support.tiers import pytest_collection_modifyitems  # noqa: F401  (the tiers' rules: docs/development.md)
+from support.tiers import unmarked_tests_start_nothing  # noqa: F401  (a fixture, for every test)
 from support.watch import Receiver
 
 
@@ -47,38 +47,9 @@ def state_home(tmp_path, monkeypatch) -> Path:
     path = tmp_path / "xdg-state"
     monkeypatch.setenv("XDG_STATE_HOME", str(path))
     # a `watch start` registers no supervisor (no line in this machine's crontab) unless the
-    # test asks for one (tests/test_watch_supervised.py)
+    # test asks for one (tests/system/test_watch_supervised.py)
     monkeypatch.setenv("GPUDECK_SUPERVISE", "none")
     return path
-
-
-@pytest.fixture(autouse=True)
-def unmarked_tests_start_nothing(request, monkeypatch):
-    """`make check` runs every test not marked `system`, and stays fast only if none of them
-    starts a process or a server. So such a test is watched: each process it starts (through
-    subprocess.Popen, which subprocess.run and asyncio's subprocesses use too) and each socket
-    it listens on is noted, and the test fails after it ran, naming them. Nothing is refused
-    while it runs (a server refused in its own thread would hang the test instead)."""
-    if request.node.get_closest_marker("system"):
-        yield
-        return
-    started: list[str] = []
-    popen_init, listen = subprocess.Popen.__init__, socket.socket.listen
-
-    def noting_popen_init(self, args, *a, **kw):
-        started.append(f"the process {str(args)[:200]}")
-        popen_init(self, args, *a, **kw)
-
-    def noting_listen(self, *a):
-        started.append(f"a server on {self.getsockname()}")
-        return listen(self, *a)
-
-    monkeypatch.setattr(subprocess.Popen, "__init__", noting_popen_init)
-    monkeypatch.setattr(socket.socket, "listen", noting_listen)
-    yield
-    if started:
-        pytest.fail("a test that starts a process or a server must be marked @pytest.mark.system; this one started "
-                    + "; ".join(started), pytrace=False)
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@
     python tests/tools/engine_metric_names.py /path/to/site-packages/sglang
 
 For engines whose metrics module cannot be imported on a CPU machine (vLLM: see
-tests/test_engine_sources.py), this is how the tests know the names without a GPU and without
+tests/unit/test_engine_sources.py), this is how the tests know the names without a GPU and without
 typing them by hand. A source is a wheel, a directory or a .py file. Prints JSON:
 ``{"source": ..., "metrics": {exposed name: "counter" | "gauge" | "histogram" | "summary" | "unknown"}}``.
 

@@ -1,0 +1,183 @@
+"""`gpudeck doctor`: each check of agents/doctor.py on its own (no process), then the op through a
+real agent and the command as a user runs it (marked system).
+
+The unit tier's tests of this file (starts nothing); the others are in tests/system/test_doctor.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from gpudeck.agents import doctor
+from gpudeck.agents.contract.jobs import JobSpec
+from gpudeck.agents.contract.ops import Check
+from support.doctor import FAIL, OK, WARN, generate_job, model_dir, no_aws
+
+
+def job_dir(tmp_path: Path):
+    return lambda name: tmp_path / "jobs" / name
+
+
+def extract_job(model: str, out: str, **options) -> JobSpec:
+    return JobSpec(name="ex", kind="extract", model=model, options={"data": "/d.jsonl", "out": out, "layers": [1],
+                                                                    **options})
+
+
+def sglang_job(model: str, **kw) -> JobSpec:
+    return JobSpec(name="srv", kind="sglang-server", model=model, port=30000, **kw)
+
+
+# ---------------------------------------------------------------- the model
+
+
+def test_a_missing_model_path_fails_naming_it(tmp_path):
+    c = doctor.check_model(extract_job(str(tmp_path / "nowhere"), str(tmp_path / "out")), job_dir(tmp_path), [])
+    assert c.verdict is FAIL and str(tmp_path / "nowhere") in c.detail and c.job == "ex"
+    assert "copy the model" in c.fix
+
+
+def test_a_hub_id_is_a_warning_not_a_missing_path(tmp_path):
+    c = doctor.check_model(sglang_job("Qwen/Qwen3-8B"), job_dir(tmp_path), [("H200", 141 * 1024.0)])
+    assert c.verdict is WARN and "Hugging Face Hub" in c.detail
+
+
+def test_weights_and_kv_cache_that_fit_say_what_was_assumed(tmp_path):
+    d = model_dir(tmp_path, weights=16 * 10**9)  # an 8B model in bf16
+    c = doctor.check_model(sglang_job(str(d)), job_dir(tmp_path), [("H200", 141 * 1024.0)])
+    assert c.verdict is OK, c.detail
+    assert "memory fraction 0.88 assumed" in c.detail and "safetensors index" in c.detail
+    # 2 x 32 layers x 8 KV heads x 128 x 2 B = 128 KiB per token
+    assert "KV 128 KiB per token" in c.detail and "contexts of 32,768" in c.detail
+
+
+def test_weights_that_do_not_fit_the_gpus_fail_and_tp_fixes_it(tmp_path):
+    d = model_dir(tmp_path, weights=140 * 10**9)  # 70B in bf16 on 80 GB GPUs
+    gpus = [("H100", 80 * 1024.0)] * 2
+    c = doctor.check_model(sglang_job(str(d), args=["--mem-fraction-static", "0.9"]), job_dir(tmp_path), gpus)
+    assert c.verdict is FAIL and "do not fit" in c.detail and "raise tp" in c.fix
+    c2 = doctor.check_model(sglang_job(str(d), tp=2, args=["--mem-fraction-static", "0.9"]), job_dir(tmp_path),
+                            gpus)
+    assert c2.verdict in (OK, WARN) and "tp 2" in c2.detail and "memory fraction" not in c2.detail
+
+
+def test_tp_over_the_gpus_there_are_fails(tmp_path):
+    d = model_dir(tmp_path, weights=16 * 10**9)
+    c = doctor.check_model(sglang_job(str(d), tp=8), job_dir(tmp_path), [("H200", 141 * 1024.0)] * 4)
+    assert c.verdict is FAIL and "8 GPUs, the node has 4" in c.detail
+
+
+def test_an_extract_model_is_set_against_one_gpu_in_its_dtype(tmp_path):
+    d = model_dir(tmp_path, weights=60 * 10**9, torch_dtype="float32")  # 15B params stored in fp32
+    c = doctor.check_model(extract_job(str(d), str(tmp_path / "out")), job_dir(tmp_path), [("L4", 24 * 1024.0)])
+    assert c.verdict is FAIL and "bfloat16" in c.detail  # 30 GB in bf16 on a 24 GiB GPU
+    ok = doctor.check_model(extract_job(str(d), str(tmp_path / "out")), job_dir(tmp_path), [("H200", 141 * 1024.0)])
+    assert ok.verdict is OK, ok.detail
+
+
+# ---------------------------------------------------------------- disk
+
+
+def test_an_out_dir_that_cannot_be_made_fails(tmp_path):
+    (tmp_path / "blocker").write_text("")
+    c = doctor.check_disk(extract_job("/m", str(tmp_path / "blocker" / "out")), job_dir(tmp_path))
+    assert c.verdict is FAIL and "is a file" in c.detail and c.job == "ex"
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes anywhere")
+def test_an_out_dir_without_write_permission_fails(tmp_path):
+    ro = tmp_path / "ro"
+    ro.mkdir(mode=0o500)
+    c = doctor.check_disk(extract_job("/m", str(ro / "out")), job_dir(tmp_path))
+    assert c.verdict is FAIL and "cannot write" in c.detail
+
+
+def test_free_disk_against_the_plan_s_projected_bytes(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    ok = doctor.check_disk(extract_job("/m", str(out)), job_dir(tmp_path))
+    assert ok.verdict is OK and "no plan.json" in ok.detail
+    (out / "plan.json").write_text(json.dumps({"projected_wall_s": 100.0, "projected_bytes": 10**18}))
+    short = doctor.check_disk(extract_job("/m", str(out)), job_dir(tmp_path))
+    assert short.verdict is FAIL and "short" in short.detail and "free space" in short.fix
+    (out / "plan.json").write_text(json.dumps({"projected_bytes": 1000}))
+    fits = doctor.check_disk(extract_job("/m", str(out)), job_dir(tmp_path))
+    assert fits.verdict is OK and "the plan projects 1.0 KB" in fits.detail
+
+
+def test_no_s3_credentials_fail_before_any_request(monkeypatch, tmp_path):
+    pytest.importorskip("boto3", reason="the s3 check reads credentials with boto3 (pip install '.[s3]'); "
+                                        "make check's light venv has none, make test's has it")
+    no_aws(monkeypatch, tmp_path)
+    c = doctor.check_s3(generate_job("s3://bucket/prefix", "http://127.0.0.1:9"))
+    assert c.verdict is FAIL and "no S3 credentials" in c.detail and "AWS_ACCESS_KEY_ID" in c.fix
+
+
+# ---------------------------------------------------------------- clock, limits, NVML, torch, timeouts
+
+
+def test_clock_skew_through_the_console_s_time():
+    now = time.time()
+    assert doctor.check_clock(now - 0.05, now).verdict is OK
+    warn = doctor.check_clock(now + 30, now)
+    assert warn.verdict is WARN and "30.0 s behind" in warn.detail and "timedatectl" in warn.fix
+    assert doctor.check_clock(now - 3600, now).verdict is FAIL
+
+
+def test_low_limits_warn_or_fail_with_the_fix():
+    def limits(nofile, nproc):
+        table = {resource.RLIMIT_NOFILE: nofile, resource.RLIMIT_NPROC: nproc}
+        return lambda which: table[which]
+
+    inf = resource.RLIM_INFINITY
+    fine = doctor.check_limits(limits((1 << 20, 1 << 20), (inf, inf)))
+    assert [c.verdict for c in fine] == [OK, OK] and "unlimited" in fine[1].detail
+    low = doctor.check_limits(limits((4096, 1 << 20), (100, 100)))
+    assert [c.name for c in low] == ["open files", "processes"]
+    assert low[0].verdict is WARN and "ulimit -n 65536" in low[0].fix  # the hard limit allows it
+    assert low[1].verdict is FAIL and "limits.conf" in low[1].fix
+    assert doctor.check_limits(limits((512, 512), (inf, inf)))[0].verdict is FAIL
+
+
+def test_no_nvml_fails_a_node_with_gpu_jobs_and_warns_one_without():
+    assert doctor.nvml_verdict(None, "libnvidia-ml.so not found", "install", ["ex"]).verdict is FAIL
+    none = doctor.nvml_verdict(None, "libnvidia-ml.so not found", "install", [])
+    assert none.verdict is WARN and "no job of this node needs a GPU" in none.detail
+    assert doctor.needs_gpu(extract_job("/m", "/o")) and not doctor.needs_gpu(extract_job("/m", "/o", device="cpu"))
+    assert doctor.needs_gpu(JobSpec(name="c", command=["true"], gpus=[0]))
+
+
+def test_torch_missing_slow_or_without_cuda():
+    th = doctor.Thresholds(import_warn_s=10.0)
+    missing = {"error": "ModuleNotFoundError: No module named 'torch'", "missing": True}
+    assert doctor.torch_verdict("/py", missing, "", ["ex"], [], th).verdict is FAIL
+    assert doctor.torch_verdict("/py", missing, "", [], [], th).verdict is WARN
+    slow = doctor.torch_verdict("/py", {"import_s": 12.34, "version": "2.5", "cuda": True, "devices": 8,
+                                        "device": "H200", "cuda_s": 1.0}, "", ["ex"], ["ex"], th)
+    assert slow.verdict is WARN and "imported in 12.3 s" in slow.detail and "over 10 s" in slow.detail
+    cpu = doctor.torch_verdict("/py", {"import_s": 1.0, "version": "2.5+cpu", "cuda": False, "cuda_build": None},
+                               "", ["ex"], ["ex"], th)
+    assert cpu.verdict is FAIL and "CUDA index" in cpu.fix
+    hung = doctor.torch_verdict("/py", None, "did not finish within 120 s", ["ex"], [], th)
+    assert hung.verdict is FAIL and "120 s" in hung.detail
+
+
+def test_a_check_that_hangs_is_a_failed_line_and_the_others_still_report():
+    release = threading.Event()
+    try:
+        got = doctor.run_checks([("hangs", 0.2, lambda: [release.wait(), Check("hangs", OK, "never")][1:]),
+                                 ("quick", 5.0, lambda: [Check("quick", OK, "fine")])])
+    finally:
+        release.set()
+    assert [(c.name, c.verdict) for c in got] == [("hangs", FAIL), ("quick", OK)]
+    assert "did not finish within 0.2 s" in got[0].detail
+
+
+def test_a_check_that_raises_is_a_failed_line():
+    got = doctor.run_checks([("boom", 5.0, lambda: [1 / 0])])
+    assert got[0].verdict is FAIL and "ZeroDivisionError" in got[0].detail
