@@ -227,10 +227,6 @@ class GpuDeckApp(NoticeLine, App[None]):
 
     def on_node_went_up(self, message: NodeWentUp) -> None:
         self._follow_events(message.node)
-        differs = self.client.untold_differs.pop(message.node, None)
-        if differs:  # another copy of this fleet declared the node's jobs: how this file's differ
-            self.notify("; ".join(differs), title=f"node {message.node}: this file's jobs differ",
-                        severity="warning", timeout=15)
         if message.node in self._down:
             self._down.discard(message.node)
             self.notify(f"node {message.node} is back", timeout=5)

@@ -103,7 +103,6 @@ class FleetClient:
         # refuse it for what another fleet owns, and it takes nothing (agents/owners.py)
         self.reading = reading
         self.configured: dict[str, ops.Configured] = {}  # per node: its last configure's answer
-        self.untold_differs: dict[str, list[str]] = {}  # per node: how this file's jobs differ from another copy's (the console tells it once)
         self.spec_changes: dict[str, list[str]] = {}  # per job: what the fleet file changed since its launch
         try:  # when the fleet file was read (reload_fleet reads it again once it changes)
             self._fleet_stamp: Optional[int] = os.stat(fleet.path).st_mtime_ns if fleet.path else None
@@ -197,8 +196,6 @@ class FleetClient:
     def _configured(self, node: str, reply: ops.Configured) -> None:
         self.spec_changes.update(reply.changed)
         self.configured[node] = reply
-        if reply.differs:  # kept until told: a later configure (a reload) finds the node as this one left it
-            self.untold_differs[node] = list(reply.differs)
         for name, owner in sorted(reply.taken.items()):  # said where it happened: the agent's log too
             log.warning("node %s: job %s taken over from %s", node, name, owner)
 

@@ -160,25 +160,3 @@ async def test_the_console_on_a_copy_reads_the_node_and_marks_the_owner(tmp_path
             await wait_until(pilot, lambda: "belongs to another fleet" in notifications_text(app),
                              what="the refusal told")
             assert job_row(app, "idle").state == "running"
-
-
-async def test_a_console_whose_jobs_differ_from_what_the_node_holds_is_told_so(tmp_path, fleet_home):
-    """Two files of one `[fleet] name` are one owner; the console of the one whose jobs differ
-    from what the other declared on the node says how, as `status` does."""
-    from gpudeck.console.app import make_app
-    from gpudeck.remote.fleet import load_fleet
-    from support.tui import wait_until
-
-    a = _fleet(tmp_path / "a.toml", fleet_home, "work", "idle", name="lab")
-    gpudeck("launch", "work", "-f", str(a))
-    _running(a, "work")
-    d = _fleet(tmp_path / "d.toml", fleet_home, "work", "extra", name="lab")
-    app = make_app(load_fleet(str(d)), grace_s=2.0, initial_view="fleet")
-    app.animation_level = "none"
-    async with app.run_test(size=(160, 40), notifications=True) as pilot:
-        def told() -> str:  # every notice it raised (the notice line shows one at a time)
-            return " ".join(f"{n.title}: {n.message}" for n in app._notifications)
-
-        await wait_until(pilot, lambda: "node local: this file's jobs differ" in told()
-                         and "idle of fleet 'lab'" in told() and "which this file lacks" in told(),
-                         what="the difference told")
