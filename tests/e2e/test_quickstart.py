@@ -112,9 +112,9 @@ def test_the_readme_quickstart_word_for_word_on_freshly_deployed_nodes(two_nodes
         tmux.keys("sglang")
         tmux.wait(lambda s: re.search(r"^sglang-0 ", s, re.M) and not re.search(r"^gen ", s, re.M),
                   "the jobs filtered to sglang-0")
-        tmux.keys("Enter")
-        tmux.wait(lambda s: re.search(r"^sglang-0 ", s, re.M) and not re.search(r"^gen ", s, re.M),
-                  "the jobs still filtered to sglang-0")
+        tmux.keys("Enter")  # the table takes the keys again once the footer no longer offers to close the bar
+        tmux.wait(lambda s: "Close filter" not in s and re.search(r"^sglang-0 ", s, re.M)
+                  and not re.search(r"^gen ", s, re.M), "the filter bar let go of the keys, on sglang-0")
         tmux.press_until("L", lambda s: "Launch job sglang-0" in s, "the launch question")
         tmux.press_until("y", lambda s: "Launch job sglang-0" not in s, "the question answered")
         tmux.wait(lambda s: re.search(r"^sglang-0 .*\b(ready|running|starting)\b", s, re.M), "sglang-0 launched",
