@@ -38,31 +38,32 @@ def launch_refusal(spec: JobSpec, node: str, cwd: str) -> Optional[str]:
 
 
 def _read(opts: Any, env: dict[str, str], cwd: str) -> Optional[str]:
+    """The id beside the output, read by the stores the worker's own claim reads (common/fence.py)."""
+    from .workers.common.fence import FileStore, S3Store
     from .workers.common.parts import part_name
+    from .workers.common.s3sync.remote import S3Location
 
     part = getattr(opts, "part", None)
     s3 = getattr(opts, "s3", None)
     if s3:
-        bucket, _, prefix = s3[len("s3://"):].partition("/")
-        key = "/".join(p for p in (prefix.strip("/"), part_name(part) if part else "", FENCE_NAME) if p)
-        return _read_s3(bucket, key, getattr(opts, "s3_endpoint", None), env)
+        loc = S3Location.parse(s3)
+        if part:
+            loc = S3Location(loc.bucket, loc.key(part_name(part)))
+        client = _client(getattr(opts, "s3_endpoint", None), env)
+        return S3Store(client, loc.bucket, loc.key(FENCE_NAME)).read()
     out = getattr(opts, "out", None)
     if not out:
         return None
-    path = os.path.join(cwd, os.path.expanduser(out), *([part_name(part)] if part else []), FENCE_NAME)
-    try:
-        with open(path, "rb") as f:
-            return f.read(256).decode(errors="replace").strip() or None
-    except FileNotFoundError:
-        return None
+    return FileStore(os.path.join(cwd, os.path.expanduser(out), *([part_name(part)] if part else []))).read()
 
 
-def _read_s3(bucket: str, key: str, endpoint: Optional[str], env: dict[str, str]) -> Optional[str]:
+def _client(endpoint: Optional[str], env: dict[str, str]) -> Any:
+    """A boto3 client with the job's own S3 settings (as its worker will have them) and one
+    short try: a launch waits for it."""
     import boto3  # the `s3` extra; an ImportError refuses nothing (launch_refusal)
     from botocore.config import Config
-    from botocore.exceptions import ClientError
 
-    def get(name: str) -> Optional[str]:  # the job's own settings first, as its worker will have them
+    def get(name: str) -> Optional[str]:
         return env.get(name) or os.environ.get(name) or None
 
     session = boto3.session.Session(aws_access_key_id=get("AWS_ACCESS_KEY_ID"),
@@ -71,12 +72,5 @@ def _read_s3(bucket: str, key: str, endpoint: Optional[str], env: dict[str, str]
                                     region_name=get("AWS_DEFAULT_REGION") or get("AWS_REGION") or "us-east-1")
     cfg = Config(retries={"max_attempts": 1}, connect_timeout=S3_TIMEOUT_S, read_timeout=S3_TIMEOUT_S,
                  s3={"addressing_style": "path"} if endpoint else None)
-    client = session.client("s3", endpoint_url=endpoint or get("AWS_ENDPOINT_URL_S3") or get("AWS_ENDPOINT_URL"),
-                            config=cfg)
-    try:
-        body = client.get_object(Bucket=bucket, Key=key)["Body"].read(256)
-    except ClientError as exc:
-        if str(exc.response.get("Error", {}).get("Code", "")) in ("404", "NoSuchKey", "NotFound"):
-            return None
-        raise
-    return body.decode(errors="replace").strip() or None
+    return session.client("s3", endpoint_url=endpoint or get("AWS_ENDPOINT_URL_S3") or get("AWS_ENDPOINT_URL"),
+                          config=cfg)
