@@ -300,16 +300,20 @@ class JobSupervisor:
         except (OSError, ValueError, KeyError, TypeError):
             return "a newer attempt of this job holds its output (it was moved); see its log"
 
-    def _clear_markers(self, spec: JobSpec, d: Path) -> None:
+    def _marker_paths(self, name: str, spec: Optional[JobSpec]) -> list[Path]:
+        """Where the agent writes a job's completion marker: its directory's ``_SUCCESS``, and
+        the spec's ``success_marker``."""
+        paths = [self.job_file(name, MARKER)]
+        if spec is not None and spec.success_marker:
+            paths.append(Path(os.path.expanduser(spec.success_marker)))
+        return paths
+
+    def _clear_markers(self, spec: JobSpec) -> None:
         """A new attempt begins: the markers the agent wrote for the last one (its directory's,
         and the spec's ``success_marker``, the old spec's and the new one's) say nothing of it.
         A built-in worker removes its own, in its output and in S3, at its fence's claim."""
-        paths = {d / MARKER}
-        stored = self.stored_spec(spec.name)
-        for s in (spec, stored):
-            if s is not None and s.success_marker:
-                paths.add(Path(os.path.expanduser(s.success_marker)))
-        for path in paths:
+        paths = {*self._marker_paths(spec.name, spec), *self._marker_paths(spec.name, self.stored_spec(spec.name))}
+        for path in sorted(paths):
             try:
                 path.unlink(missing_ok=True)
             except OSError as exc:
@@ -329,10 +333,7 @@ class JobSupervisor:
             doc["counts"] = {k: prog[k] for k in ("done", "total", "failed") if isinstance(prog.get(k), int)}
         except (OSError, ValueError, AttributeError):
             pass
-        paths = [self.job_file(rec.name, MARKER)]
-        if spec is not None and spec.success_marker:
-            paths.append(Path(os.path.expanduser(spec.success_marker)))
-        for path in paths:
+        for path in self._marker_paths(rec.name, spec):
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 write_json_atomic(path, doc)
@@ -450,7 +451,7 @@ class JobSupervisor:
             d.mkdir(parents=True, exist_ok=True, mode=0o700)
             (d / "exit_code").unlink(missing_ok=True)
             (d / FENCED_NOTE).unlink(missing_ok=True)
-            self._clear_markers(spec, d)
+            self._clear_markers(spec)
             write_json_atomic(d / "spec.json", spec.to_dict())
             argv = spec.argv(self.python)
             # an adopted job's recorded environment is all of it (the agent's own is not added),
