@@ -465,7 +465,9 @@ async def test_m_moves_the_selected_job_to_the_spare_after_asking(netns, tmp_pat
             await wait_until(pilot, lambda: row_on(app, name, "node1").state == "running", 120,
                              what="the job running on node1")
             old_pid = row_on(app, name, "node1").pid
-            await pilot.press("2")  # the jobs view: its one row is selected
+            await pilot.press("2")  # the jobs view; the module's nodes may show other tests' jobs: select this one
+            app.screen.focus_row("jobs", f"node1/{name}")
+            await wait_until(pilot, lambda: app.screen.selected_job() == name, what=f"{name} selected")
             await wait_until(pilot, lambda: f"{name} " in screen_text(app), what="the jobs view")
             await pilot.press("m")
             await confirm_dialog(pilot, "the confirm dialog")
