@@ -260,8 +260,10 @@ class Agent:
             if name in self._scraping:
                 continue
             scraper = self._scrapers.get(name)
-            if scraper is None or scraper.url != url:
+            # a scraper is one attempt's: a relaunched engine's tokens/s counts none of the last one's
+            if scraper is None or scraper.url != url or scraper.attempt != rec.attempt:
                 scraper = self._scrapers[name] = EngineScraper(url)
+                scraper.attempt = rec.attempt
             self._scraping.add(name)
             asyncio.get_running_loop().create_task(self._scrape_one(name, scraper))
 

@@ -20,6 +20,7 @@ The checks are against the jobs the fleet file declares for this node (the super
 - *model*: the weights (the safetensors index's ``total_size``, else the files' sizes) and the
   KV cache (from config.json) against the GPUs' memory: rough, and the line says what it
   assumed (SGLang's memory fraction, the KV cache's dtype, the context length).
+- *engine*: a ``llama-server`` job's program runs (its ``--version``) and its GGUF is a file.
 - *disk*: the free space of the output's file system against the plan's projected bytes
   (``OUT/plan.json``), else the free space alone; an output directory that cannot be made or
   written is a fail.
@@ -50,7 +51,7 @@ from .contain import cgroup2_mount
 from .contract import VERSION, ops
 from .contract.documents import PLAN_FILE, PlanDoc, MAX_PLAN_BYTES, read_document
 from .contract.jobs import JobKind, JobSpec
-from .contract.needs import Need, fix_line
+from .contract.needs import Need, fix_line, program_problem
 from .contract.ops import Check
 from .contract.units import human_bytes
 from .contract.vocab import Verdict
@@ -521,6 +522,32 @@ def _sglang_fit(spec, path, cfg, weights, source, model_b, totals, assumed, th) 
     return Check("model", OK, detail, job=spec.name)
 
 
+# ---------------------------------------------------------------- an engine's own program
+
+
+def check_program(spec: JobSpec, job_dir: Callable[[str], Path], timeout_s: float) -> Check:
+    """A ``llama-server`` job: its program is there and runs (``--version``, its build said),
+    and its GGUF model is a file."""
+    problem = program_problem(spec, str(job_dir(spec.name)))
+    if problem:
+        return Check("engine", FAIL, problem.split(": ", 1)[1], "set binary = and model = on the job to what the "
+                     "node has (docs/workers.md: llama-server)", job=spec.name)
+    binary = shutil.which(_job_path(spec.options.binary, spec, job_dir) if os.sep in spec.options.binary
+                          else spec.options.binary)
+    try:
+        r = subprocess.run([str(binary), "--version"], capture_output=True, text=True, timeout=timeout_s,
+                           stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return Check("engine", FAIL, f"{binary} --version did not run: {exc}",
+                     "a llama-server built for this machine (its CPU and CUDA)", job=spec.name)
+    said = [ln.strip() for ln in (r.stdout + r.stderr).splitlines() if ln.strip()]
+    build = "; ".join(ln for ln in said if ln.startswith(("version:", "built with"))) or (said[-1] if said else "")
+    if r.returncode != 0:
+        return Check("engine", FAIL, f"{binary} --version exited {r.returncode}: {said[-1] if said else ''}",
+                     "a llama-server built for this machine (a missing shared library shows here)", job=spec.name)
+    return Check("engine", OK, f"llama-server {binary} ({build}); model {spec.model}", job=spec.name)
+
+
 # ---------------------------------------------------------------- disk
 
 
@@ -785,6 +812,9 @@ def examine(op: ops.Doctor, agent: Any) -> ops.DoctorReport:
     for s in specs:
         if model_of(s):
             tasks.append(("model", quick, lambda s=s: [check_model(s, sup.job_dir, totals(), th)]))
+    for s in specs:
+        if s.kind is JobKind.LLAMA_SERVER and not s.command:
+            tasks.append(("engine", quick, lambda s=s: [check_program(s, sup.job_dir, quick)]))
     for s in specs:
         if getattr(s.options, "out", None):
             tasks.append(("disk", quick, lambda s=s: [check_disk(s, sup.job_dir, th)]))

@@ -136,6 +136,30 @@ def parse_metrics(text: str) -> EngineMetrics:
     return m
 
 
+def slots_usage(slots: object) -> Optional[float]:
+    """llama-server's KV use from its ``/slots`` page: the tokens its busy slots hold (the
+    prompt and what was decoded so far, at most the slot's context) over all slots' context.
+    An idle slot holds none that a request could not take back. None when the page is not a
+    list of slots with those figures (another build): unknown, never 0."""
+    if not isinstance(slots, list) or not slots:
+        return None
+    held = total = 0
+    for slot in slots:
+        if not isinstance(slot, dict) or not isinstance(slot.get("n_ctx"), int) or slot["n_ctx"] <= 0:
+            return None
+        total += slot["n_ctx"]
+        if not slot.get("is_processing"):
+            continue
+        prompt = slot.get("n_prompt_tokens")
+        nxt = slot.get("next_token")
+        decoded = nxt[0].get("n_decoded") if isinstance(nxt, list) and nxt and isinstance(nxt[0], dict) else \
+            nxt.get("n_decoded") if isinstance(nxt, dict) else None
+        if not isinstance(prompt, int) or not isinstance(decoded, int):
+            return None
+        held += min(slot["n_ctx"], prompt + decoded)
+    return held / total
+
+
 def _sglang_pools(m: EngineMetrics, pools: dict[str, list[tuple[dict, float]]], prefixes: list[str]) -> None:
     """KV usage of each rank = its fullest pool; the page's = the mean over DP ranks."""
     per_rank: dict[tuple, tuple[float, str]] = {}
@@ -201,6 +225,8 @@ class EngineScraper:
         self.base = metrics_url.rsplit("/", 1)[0]
         self.rate = CounterRate(window_s)
         self.ready_seen = False
+        self.slots_page = True  # llama-server: /slots is read for KV use until it answers that it has none
+        self.attempt: Optional[int] = None  # the job's attempt it scrapes (agents/agent.py)
 
     async def poll(self, client: "httpx.AsyncClient", now: Optional[float] = None) -> Engine:
         import httpx
@@ -215,6 +241,7 @@ class EngineScraper:
             return Engine(url=self.url, state=EngineState.FAILED, error=str(exc))
         except httpx.ConnectError:
             self.ready_seen = False
+            self.slots_page = True
             return Engine(url=self.url, state=EngineState.LOADING, error="connection refused: not listening yet")
         except httpx.HTTPError as exc:
             return Engine(url=self.url, state=EngineState.STARTING if not self.ready_seen else EngineState.FAILED,
@@ -239,6 +266,8 @@ class EngineScraper:
             self.ready_seen = True
         if m.generation_tokens is not None:
             self.rate.add(now, m.generation_tokens)
+        if m.flavor == "llamacpp" and m.kv_usage is None and self.slots_page:
+            m.kv_usage = await self._slots_usage(client)
         return Engine(url=self.url, state=EngineState.READY, flavor=m.flavor, tokens_per_s=self.rate.rate(),
                       generation_tokens=m.generation_tokens, running=m.running, queued=m.queued,
                       kv_usage=m.kv_usage, kv_pool=m.kv_pool, accept_length=m.accept_length,
@@ -260,6 +289,26 @@ class EngineScraper:
                 if len(body) > MAX_PAGE_BYTES:
                     raise PageTooLarge(f"/metrics page over the {MAX_PAGE_BYTES >> 20} MiB limit: not read")
             return r.status_code, bytes(body)
+
+    async def _slots_usage(self, client: "httpx.AsyncClient") -> Optional[float]:
+        """llama-server's build has no KV series on /metrics: its /slots page says what each slot
+        holds. A build without /slots (404, or 501 when started with --no-slots) is not asked
+        again until the engine restarts; any other failure leaves the figure unknown."""
+        import httpx
+
+        try:
+            r = await asyncio.wait_for(client.get(self.base + "/slots"), PAGE_DEADLINE_S)
+        except (asyncio.TimeoutError, httpx.HTTPError):
+            return None
+        if r.status_code in (404, 501):
+            self.slots_page = False
+            return None
+        if r.status_code != 200 or len(r.content) > MAX_PAGE_BYTES:
+            return None
+        try:
+            return slots_usage(r.json())
+        except ValueError:
+            return None
 
     async def _health_status(self, client: "httpx.AsyncClient") -> Optional[int]:
         import httpx

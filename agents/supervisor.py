@@ -420,7 +420,7 @@ class JobSupervisor:
         if spec is None:
             known = ", ".join(self.names()) or "none"
             raise JobError(f"unknown job {name!r} on node {self.node} (known: {known})")
-        problem = launch_problem(spec, spec.python or self.python)  # before anything starts
+        problem = launch_problem(spec, spec.python or self.python, str(self.job_dir(name)))  # before anything starts
         if problem:
             raise JobError(problem)
         if not fence_checked:

@@ -130,7 +130,7 @@ async def move_job(client: Any, job: str, dest: str, grace_s: float, store: Opti
         if not report.kill.ok:
             raise MoveFailed(f"the kill of {job} on {src} did not complete ({report.kill.message}); not launched "
                              f"on {dest}: two attempts would write one output", report.lines)
-    report.attempt_id = new_attempt_id(dest, now)
+    report.attempt_id = new_attempt_id(dest, now, moved=True)
     if report.unreachable is not None:
         report.lines.append(f"node {src} unreachable: fenced by attempt id {report.attempt_id} "
                             f"({report.unreachable}); its attempt stops once it reads that id")

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from .cluster import RESOURCE_KEYS, TaskResources
-from .kinds import ExtractOptions, GenerateOptions, KindOptions, OptionError, RouterOptions
+from .kinds import ExtractOptions, GenerateOptions, KindOptions, LlamaServerOptions, OptionError, RouterOptions
 from .units import parse_deadline, parse_duration
 from .vocab import RestartPolicy
 
@@ -25,6 +25,7 @@ class JobKind(str, enum.Enum):
     GENERATE = "generate"  # the built-in generation worker
     EXTRACT = "extract"  # the built-in hidden-state extraction worker
     ROUTER = "router"  # sglang-router in front of several servers
+    LLAMA_SERVER = "llama-server"  # llama.cpp's server, built from the spec and its options
 
     def __str__(self) -> str:
         return self.value
@@ -52,20 +53,27 @@ class JobKind(str, enum.Enum):
     def engine_client(self) -> bool:
         return KIND_INFO[self].engine_client
 
+    @property
+    def engine(self) -> bool:
+        """An inference engine gpudeck starts from the spec: it serves at the job's ``port``."""
+        return KIND_INFO[self].engine
+
 
 @dataclass(frozen=True)
 class KindInfo:
     short: str  # the console's KIND column
     options: Optional[type[KindOptions]] = None  # the kind's options, kept in JobSpec.options
     engine_client: bool = False  # it talks to engines: the console shows their figures on it
+    engine: bool = False  # an engine started from the spec: needs a port and a model, scraped at the port
 
 
 KIND_INFO: dict[JobKind, KindInfo] = {
     JobKind.COMMAND: KindInfo(short="cmd"),
-    JobKind.SGLANG_SERVER: KindInfo(short="sglang"),
+    JobKind.SGLANG_SERVER: KindInfo(short="sglang", engine=True),
     JobKind.GENERATE: KindInfo(short="gen", options=GenerateOptions, engine_client=True),
     JobKind.EXTRACT: KindInfo(short="extract", options=ExtractOptions),
     JobKind.ROUTER: KindInfo(short="router", options=RouterOptions, engine_client=True),
+    JobKind.LLAMA_SERVER: KindInfo(short="llama", options=LlamaServerOptions, engine=True),
 }
 KINDS = tuple(k.value for k in JobKind)
 
@@ -198,10 +206,10 @@ class JobSpec:
             raise SpecError(f"job {self.name!r}: 'gpus' must be a list of GPU indices")
         if self.kind is JobKind.COMMAND and not self.command:
             raise SpecError(f"job {self.name!r}: kind 'command' needs a 'command'")
-        if self.kind is JobKind.SGLANG_SERVER and not self.port:
-            raise SpecError(f"job {self.name!r}: kind 'sglang-server' needs a 'port'")
-        if self.kind is JobKind.SGLANG_SERVER and not self.model and not self.command:
-            raise SpecError(f"job {self.name!r}: kind 'sglang-server' needs a 'model' (or its own 'command')")
+        if self.kind.engine and not self.port:
+            raise SpecError(f"job {self.name!r}: kind {self.kind.value!r} needs a 'port'")
+        if self.kind.engine and not self.model and not self.command:
+            raise SpecError(f"job {self.name!r}: kind {self.kind.value!r} needs a 'model' (or its own 'command')")
         if any(not isinstance(g, int) or isinstance(g, bool) or g < 0 for g in self.gpus):
             raise SpecError(f"job {self.name!r}: 'gpus' must be GPU indices (integers >= 0)")
         self._check_watch_fields()
@@ -346,7 +354,7 @@ class JobSpec:
     def scrape_url(self) -> Optional[str]:
         if self.metrics_url:
             return self.metrics_url
-        if self.kind is JobKind.SGLANG_SERVER and self.port:
+        if self.kind.engine and self.port:
             return f"http://{self.host}:{self.port}/metrics"
         if self.kind is JobKind.ROUTER:  # sglang-router serves smg_* on its --prometheus-port, 29000 by default
             return f"http://{self.host}:29000/metrics"

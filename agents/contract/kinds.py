@@ -22,11 +22,11 @@ import shlex
 from dataclasses import dataclass
 from typing import Any, ClassVar, Optional
 
-from .options import (KindOptions, OptionError, duration_or_never, json_object, layers, option, part,
+from .options import (BadValue, KindOptions, OptionError, duration_or_never, json_object, layers, option, part,
                       show_layers, show_part, show_seconds, size)
 
 __all__ = ["BY_KIND", "DEFAULT_AUDIT_SAMPLE", "DEFAULT_PROMPT_BYTES", "ExtractOptions", "GenerateOptions",
-           "KindOptions", "OptionError", "RouterOptions", "option"]
+           "KindOptions", "LlamaServerOptions", "OptionError", "RouterOptions", "option"]
 
 # ---------------------------------------------------------------- the kinds
 
@@ -199,4 +199,74 @@ class RouterOptions(KindOptions):
         return argv + list(self.router_args) + list(spec.args)
 
 
-BY_KIND: dict[str, type[KindOptions]] = {c.kind: c for c in (GenerateOptions, ExtractOptions, RouterOptions)}
+def _gpu_layers(text: object) -> object:
+    """``gpu_layers``: a count of layers, or llama-server's own words ``auto`` and ``all``."""
+    if isinstance(text, int) and not isinstance(text, bool) and text >= 0:
+        return text
+    if isinstance(text, str) and text in ("auto", "all"):
+        return text
+    if isinstance(text, str) and text.isdigit():
+        return int(text)
+    raise BadValue(f"expected a number of layers (0 or more), 'auto' or 'all', got {text!r}")
+
+
+@dataclass
+class LlamaServerOptions(KindOptions):
+    """``kind = "llama-server"``: llama.cpp's HTTP server, a continuous-batching engine with an
+    OpenAI API, Prometheus metrics (``llamacpp:*``, always on: ``--metrics``) and ``/slots``
+    (the tokens each slot holds: the engine's KV use). Ready when ``/health`` answers 200.
+
+    Fleet file::
+
+        [[jobs]]
+        name = "llama"
+        kind = "llama-server"
+        model = "/models/SmolLM2-135M-Instruct.Q4_1.gguf"   # a GGUF file
+        port = 8080
+        binary = "/opt/llama.cpp/build/bin/llama-server"      # default: llama-server on the node's PATH
+        slots = 64            # requests decoded at once (--parallel)
+        context = 16384       # tokens each slot holds, prompt and completion (--ctx-size is context x slots)
+        gpu_layers = "all"    # --n-gpu-layers: a count, "auto" or "all" (default: the server's own, auto)
+        args = ["--threads", "8"]
+    """
+
+    kind: ClassVar[str] = "llama-server"
+
+    binary: str = option("llama-server", cli=False,
+                         help="the llama-server program: a path, or a name on the node's PATH (default llama-server)")
+    slots: int = option(4, min=1, cli=False, help="requests decoded at once: --parallel (default 4)")
+    context: int = option(4096, min=1, cli=False,
+                          help="tokens each slot holds, prompt and completion; --ctx-size is context x slots "
+                               "(default 4096)")
+    gpu_layers: Optional[Any] = option(None, cli=False, parse=_gpu_layers,
+                                       help="layers kept on the GPU: --n-gpu-layers N, 'auto' or 'all' (default: "
+                                            "the server's own, auto)")
+
+    DEFAULT_PORT: ClassVar[int] = 8080
+
+    def __post_init__(self) -> None:
+        if self.gpu_layers is not None:
+            try:
+                self.gpu_layers = _gpu_layers(self.gpu_layers)
+            except BadValue as exc:
+                raise OptionError(f"'gpu_layers': {exc}", "gpu_layers") from None
+        if not isinstance(self.binary, str) or not self.binary:
+            raise OptionError("'binary' must be the path or the name of the llama-server program", "binary")
+
+    def argv(self, spec: Any, python: str) -> list[str]:
+        if not spec.model:
+            raise OptionError(f"job {spec.name!r}: kind 'llama-server' needs a 'model' (a GGUF file)")
+        argv = [self.binary, "--model", str(spec.model), "--host", spec.host,
+                "--port", str(spec.port or self.DEFAULT_PORT), "--parallel", str(self.slots),
+                "--ctx-size", str(self.context * self.slots)]
+        if self.gpu_layers is not None:
+            argv += ["--n-gpu-layers", str(self.gpu_layers)]
+        argv += list(spec.args)
+        for flag in ("--metrics", "--slots"):  # the figures the agent reads: /metrics and /slots
+            if flag not in argv:
+                argv.append(flag)
+        return argv
+
+
+BY_KIND: dict[str, type[KindOptions]] = {c.kind: c for c in (GenerateOptions, ExtractOptions, RouterOptions,
+                                                             LlamaServerOptions)}

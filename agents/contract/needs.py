@@ -120,10 +120,40 @@ def missing(python: str, modules: list[str], timeout: float = 60.0) -> list[str]
     return [m for m in r.stdout.split() if m in modules]
 
 
-def launch_problem(spec: Any, python: str) -> Optional[str]:
+def program_problem(spec: Any, cwd: Optional[str] = None) -> Optional[str]:
+    """A ``llama-server`` job: the one line saying why its program or its model is not there
+    (a name not on the PATH, a path that is not an executable file, a GGUF that does not
+    exist), or None. Relative paths are the job's: from its ``cwd``, else ``cwd`` given here."""
+    import os
+    import shutil
+
+    from .jobs import JobKind
+
+    if spec.kind is not JobKind.LLAMA_SERVER or spec.command:
+        return None
+    base = os.path.expanduser(spec.cwd) if spec.cwd else cwd
+    who = f"job {spec.name!r} (kind llama-server)"
+    binary = os.path.expanduser(spec.options.binary)
+    where = os.path.join(base, binary) if base and os.sep in binary and not os.path.isabs(binary) else binary
+    if shutil.which(where) is None:
+        said = (f"{where} is not an executable file" if os.sep in binary else
+                f"no {binary!r} on the node's PATH ({os.environ.get('PATH', '')})")
+        return (f"{who}: {said}: set binary = \"/path/to/llama-server\" on the job (llama.cpp built with "
+                f"-DLLAMA_BUILD_SERVER=ON, and -DGGML_CUDA=ON for a GPU)")
+    model = os.path.expanduser(str(spec.model))
+    model = os.path.join(base, model) if base and not os.path.isabs(model) else model
+    if not os.path.isfile(model):
+        return f"{who}: its model {model} is not a file here: model = \"...\" must be a GGUF file on the node"
+    return None
+
+
+def launch_problem(spec: Any, python: str, cwd: Optional[str] = None) -> Optional[str]:
     """Before a launch: the one line saying why ``spec`` would fail with ``python`` (an engine
     kind without its engine, a worker without its dependencies, an interpreter that does not
-    run), or None."""
+    run, a llama-server job without its program or model), or None."""
+    program = program_problem(spec, cwd)
+    if program:
+        return program
     needs = needed_modules(spec)
     if not needs:
         return None

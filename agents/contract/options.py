@@ -131,6 +131,8 @@ class KindOptions:
             return cls(**values)  # type: ignore[call-arg]
         except TypeError as exc:
             raise OptionError(f"{where}: {exc}") from None
+        except OptionError as exc:  # a kind's own check of its values (__post_init__), naming the key
+            raise OptionError(f"{where} {exc}", exc.key) from None
 
     def fleet_dict(self) -> dict[str, Any]:
         """The options by fleet key (the wire's form of JobSpec.options)."""

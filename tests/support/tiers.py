@@ -36,6 +36,7 @@ XDIST_GROUPS_BY_FIXTURE = {
     "llama_server": "llama",
 }
 XDIST_GROUPS_BY_TEST = {
+    "e2e/test_llama_server_kind.py": "llama",
     "system/test_watch_supervised.py": "crontab",
     "system/test_watch_truth.py::test_two_homes_registered_with_cron_at_once_both_keep_their_lines": "crontab",
 }

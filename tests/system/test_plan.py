@@ -148,3 +148,56 @@ def test_plan_generate_runs_the_audit_first(tmp_path, sim_engines):
     r = plan_cli("generate", "--prompts", str(prompts), "--out", str(tmp_path / "out"), "--server", sim.url)
     assert r.returncode == 2 and "degenerate" in r.stderr
     assert sim.metric("sglang:num_requests_total") == 0
+
+
+@pytest.mark.system
+def test_a_fleet_job_launched_after_a_pilot_run_by_hand_takes_the_output_over(tmp_path, sim_engines):
+    """The documented flow: `plan generate` by hand on the node, then the fleet's generate job on
+    the same output. The pilot's attempt id is named for the host (no GPUDECK_NODE), the job's
+    for the fleet's node: another node's id that no move made, so the launch goes on (it used to
+    be refused with "the job moved to node <host>", a move that never happened)."""
+    import socket
+
+    from support.cli import gpudeck
+    from support.core import reap
+    from support.wait import wait_for
+
+    sim = sim_engines(*SIM_SHARED)
+    prompts, out, home = tmp_path / "prompts.jsonl", tmp_path / "out", tmp_path / "home"
+    home.mkdir()
+    ids = write_prompts(prompts, 120)
+    r = plan_cli("generate", "--prompts", str(prompts), "--out", str(out), "--server", sim.url, "--pilot", "20",
+                 "--concurrency", "4", "--max-tokens", "200", "--hold", "0")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert socket.gethostname() != "box" and (out / "_attempt").read_text().split("-")[1] != "box"
+    fleet = tmp_path / "fleet.toml"
+    fleet.write_text(f'''
+[defaults]
+nvml = false
+interval = 0.2
+
+[[nodes]]
+name = "box"
+local = true
+home = "{home}"
+
+[[jobs]]
+name = "gen"
+node = "box"
+kind = "generate"
+prompts = "{prompts}"
+out = "{out}"
+servers = ["{sim.url}"]
+max_tokens = 200
+''')
+    try:
+        r = gpudeck("launch", "-f", str(fleet), "gen", check=False)
+        assert r.returncode == 0 and "moved" not in r.stderr, r.stderr
+        job = wait_for(lambda: (j := next(j for j in json.loads(gpudeck("status", "-f", str(fleet), "--json").stdout)
+                                          ["jobs"] if j["name"] == "gen"))["state"] not in ("starting", "running")
+                       and j, timeout=120, what="the run of the rest")
+        assert job["state"] == "exited" and job["exit_code"] == 0, job
+        assert_exactly_once(read_shards(out), ids)
+        assert "-box-" in (out / "_attempt").read_text()
+    finally:
+        reap(home)

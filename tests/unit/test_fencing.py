@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpudeck.agents.contract.fencing import (AttemptIdError, attempt_from_env, is_newer, new_attempt_id,
+from gpudeck.agents.contract.fencing import (AttemptIdError, attempt_from_env, is_held, is_newer, keep_hold, new_attempt_id,
                                              parse_attempt_id, refusal)
 from gpudeck.agents.workers.common.fence import Fence, Fenced, FileStore
 from gpudeck.agents.workers.common.s3sync.uploader import ShardUploader
@@ -56,9 +56,9 @@ def test_claim_writes_the_id_and_a_stale_attempt_stops_before_writing():
 
 def test_an_id_made_here_never_takes_back_a_job_another_node_holds_since_a_move(tmp_path, monkeypatch):
     """Only a move fences another node: a worker that made its own id (a restart on the node the
-    job left) is refused by any id of another node, however old; one of its own node's goes on.
+    job left) is refused by any move's id of another node, however old; one of its own node's goes on.
     The refusal says where the job went and when; the claim then removes no marker of theirs."""
-    moved = new_attempt_id("gpu2", now=1000.0)  # the move's id, older than any clock reading now
+    moved = new_attempt_id("gpu2", now=1000.0, moved=True)  # the move's id, older than any clock reading now
     store = MemStore(moved)
     restart = Fence(store, new_attempt_id("gpu1"), given=False)
     with pytest.raises(Fenced, match="the job moved to node gpu2 at 1970-01-01 00:16:40 UTC"):
@@ -70,6 +70,8 @@ def test_an_id_made_here_never_takes_back_a_job_another_node_holds_since_a_move(
     # an id handed over by a move is refused only by a newer one
     assert refusal(new_attempt_id("gpu1", now=500.0), moved, given=True) is None
     assert "gpu3" in refusal(new_attempt_id("gpu3", now=2000.0), moved, given=True)
+    assert "a newer attempt on node gpu3 took the output over" in refusal(new_attempt_id("gpu3", now=2000.0), moved,
+                                                                          given=True)  # gpu3's own launch: no move
     # the worker's own id is named for $GPUDECK_NODE (the fleet file's name, which a move uses too)
     monkeypatch.delenv("GPUDECK_ATTEMPT_ID", raising=False)
     monkeypatch.setenv("GPUDECK_NODE", "gpu1")
@@ -83,6 +85,30 @@ def test_an_id_made_here_never_takes_back_a_job_another_node_holds_since_a_move(
     mem.write = lambda v: order.append(("id", v))
     Fence(mem, made, given=False, on_claim=lambda: order.append(("markers", None))).claim()
     assert [k for k, _ in order] == ["id", "markers"]
+
+
+def test_an_id_no_move_made_is_no_move_and_a_restart_where_the_job_was_moved_keeps_the_hold():
+    """`plan generate` run by hand on the node (its id named for the host) or a launch on another
+    node leave an unmarked id: a job of the fleet that starts after it takes the output over, and
+    nothing says the job "moved". A worker on the node a move placed the job on, making its own
+    id (a launch without the move's id), keeps the hold: its id is marked too, so the node the
+    job left still cannot take it back."""
+    pilot = new_attempt_id("vm", now=1000.0)  # plan generate, GPUDECK_NODE unset: the host's name
+    assert not is_held(pilot) and refusal(pilot, new_attempt_id("gpu"), given=False) is None
+    store = MemStore(pilot)
+    launch = Fence(store, new_attempt_id("gpu"), given=False)
+    launch.claim()
+    assert store.value == launch.attempt_id and not is_held(launch.attempt_id)
+    # a move to gpu2, then gpu2's own restart without the move's id: held, and gpu1 is refused
+    moved = new_attempt_id("gpu2", now=2000.0, moved=True)
+    assert is_held(moved) and parse_attempt_id(moved)[1] == "gpu2"
+    store = MemStore(moved)
+    restart = Fence(store, new_attempt_id("gpu2"), given=False)
+    restart.claim()
+    assert is_held(store.value) and store.value == restart.attempt_id and is_newer(store.value, moved)
+    with pytest.raises(Fenced, match="the job moved to node gpu2"):
+        Fence(store, new_attempt_id("gpu1"), given=False).claim()
+    assert keep_hold(pilot, new_attempt_id("gpu")).endswith("-m") is False
 
 
 def test_check_raises_once_a_newer_attempt_claimed_and_stays_fenced():

@@ -38,7 +38,7 @@ import time
 from typing import Any, Callable, Optional, Protocol
 
 from ...contract.atomic import atomic_write_bytes, atomic_write_json
-from ...contract.fencing import FENCE_NAME, FENCED_NOTE, is_newer, moved_to, refusal
+from ...contract.fencing import FENCE_NAME, FENCED_NOTE, is_newer, keep_hold, moved_to, refusal
 
 log = logging.getLogger("gpudeck.fence")
 
@@ -124,6 +124,8 @@ class Fence:
         """Rule 1: stop if a newer attempt is there, else write this one's id. Errors of the
         store propagate (a worker that cannot write its id does not start)."""
         theirs = self.store.read()
+        if not self.given:  # a restart on the node a move placed the job on keeps the hold
+            self.attempt_id = keep_hold(theirs, self.attempt_id)
         why = refusal(theirs, self.attempt_id, self.given)
         if why is not None:
             assert theirs is not None

@@ -1,0 +1,112 @@
+"""`kind = "llama-server"`: its options, its command line, its checks before a launch, its KV
+use from /slots. The real program is driven in tests/e2e/test_llama_server_kind.py."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+
+from gpudeck.agents.contract.jobs import JobKind, JobSpec, SpecError
+from gpudeck.agents.contract.needs import launch_problem
+from gpudeck.agents.engines import parse_metrics, slots_usage
+from gpudeck.remote.fleet import FleetError, parse_fleet
+
+FLEET = '''
+[[jobs]]
+name = "llama"
+kind = "llama-server"
+model = "/models/smol.gguf"
+port = 8080
+{more}
+'''
+
+
+def spec(**options) -> JobSpec:
+    return JobSpec.from_dict({"name": "llama", "kind": "llama-server", "model": "/models/smol.gguf", "port": 8080,
+                              "options": options})
+
+
+def test_its_command_line_comes_from_its_options_with_metrics_and_slots_always_on():
+    s = spec(binary="/opt/llama/llama-server", slots=64, context=16384, gpu_layers="all")
+    assert s.argv("python3") == ["/opt/llama/llama-server", "--model", "/models/smol.gguf", "--host", "127.0.0.1",
+                                 "--port", "8080", "--parallel", "64", "--ctx-size", str(64 * 16384),
+                                 "--n-gpu-layers", "all", "--metrics", "--slots"]
+    assert s.scrape_url == "http://127.0.0.1:8080/metrics"
+    assert s.kind.short == "llama" and s.kind.engine
+    # the defaults: llama-server on the PATH, 4 slots of 4096, the server's own GPU layers
+    d = spec()
+    assert d.argv("python3")[:1] == ["llama-server"] and "--n-gpu-layers" not in d.argv("python3")
+    # args go after, and a --metrics given there is not repeated
+    s = JobSpec.from_dict({**spec().to_dict(), "args": ["--threads", "8", "--metrics"]})
+    assert s.argv("p").count("--metrics") == 1 and s.argv("p")[-4:-1] == ["--threads", "8", "--metrics"]
+
+
+def test_the_fleet_file_names_the_line_of_a_bad_option():
+    f = parse_fleet(FLEET.format(more='slots = 8\ncontext = 2048\ngpu_layers = 20\nbinary = "/b/llama-server"'))
+    [job] = f.jobs
+    assert job.kind is JobKind.LLAMA_SERVER and job.options.slots == 8 and job.options.gpu_layers == 20
+    for more, said in (('gpu_layers = "most"', "'gpu_layers': expected a number of layers"),
+                       ("gpu_layers = -1", "'gpu_layers': expected a number of layers"),
+                       ("slots = 0", "'slots': must be at least 1"),
+                       ("context = 1.5", "'context': expected an integer"),
+                       ('quantize = "q4"', "no key 'quantize'")):
+        with pytest.raises(FleetError) as e:
+            parse_fleet(FLEET.format(more=more), "fleet.toml")
+        assert said in str(e.value) and "fleet.toml:" in str(e.value), str(e.value)
+    with pytest.raises(SpecError, match="kind 'llama-server' needs a 'port'"):
+        JobSpec.from_dict({"name": "x", "kind": "llama-server", "model": "/m.gguf"})
+    with pytest.raises(SpecError, match="kind 'llama-server' needs a 'model'"):
+        JobSpec.from_dict({"name": "x", "kind": "llama-server", "port": 1})
+
+
+def test_a_missing_program_or_model_is_one_line_before_the_launch(tmp_path, monkeypatch):
+    model = tmp_path / "smol.gguf"
+    model.write_bytes(b"GGUF")
+    program = tmp_path / "llama-server"
+    program.write_text("#!/bin/sh\n")
+    s = JobSpec.from_dict({"name": "l", "kind": "llama-server", "model": str(model), "port": 1,
+                           "options": {"binary": str(program)}})
+    assert "is not an executable file" in launch_problem(s, "python3")
+    program.chmod(program.stat().st_mode | stat.S_IXUSR)
+    assert launch_problem(s, "python3") is None
+    # a name is looked up on the PATH
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    named = JobSpec.from_dict({**s.to_dict(), "options": {"binary": "llama-server"}})
+    assert "no 'llama-server' on the node's PATH" in launch_problem(named, "python3")
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert launch_problem(named, "python3") is None
+    # a relative model is the job's, from its cwd
+    rel = JobSpec.from_dict({**named.to_dict(), "model": "smol.gguf", "cwd": str(tmp_path)})
+    assert launch_problem(rel, "python3") is None
+    gone = JobSpec.from_dict({**named.to_dict(), "model": str(tmp_path / "gone.gguf")})
+    assert f"its model {tmp_path / 'gone.gguf'} is not a file" in launch_problem(gone, "python3")
+    # its own command is the operator's: not checked
+    own = JobSpec.from_dict({**gone.to_dict(), "command": ["sh", "-c", "true"]})
+    assert launch_problem(own, "python3") is None
+    assert os.access(program, os.X_OK)
+
+
+BUSY = {"id": 1, "n_ctx": 512, "is_processing": True, "n_prompt_tokens": 100,
+        "next_token": [{"has_next_token": True, "n_remain": 50, "n_decoded": 28}]}
+
+
+def test_kv_use_is_what_the_busy_slots_hold_over_every_slots_context():
+    idle = {"id": 0, "n_ctx": 512, "is_processing": False}
+    assert slots_usage([idle, BUSY]) == 128 / 1024
+    assert slots_usage([idle, idle]) == 0.0
+    full = {**BUSY, "n_prompt_tokens": 500, "next_token": [{"n_decoded": 100}]}
+    assert slots_usage([full]) == 1.0  # at most the slot's context
+    assert slots_usage([{**BUSY, "next_token": {"n_decoded": 28}}]) == 128 / 512  # an older build's object
+    # another build's page: unknown, never 0
+    for page in ([], {}, [{"id": 0}], [{**BUSY, "n_prompt_tokens": None}], [{**BUSY, "next_token": []}], "x"):
+        assert slots_usage(page) is None, page
+
+
+def test_a_llamacpp_page_without_kv_series_leaves_kv_to_slots():
+    page = ("# TYPE llamacpp:tokens_predicted_total counter\nllamacpp:tokens_predicted_total 600\n"
+            "# TYPE llamacpp:requests_processing gauge\nllamacpp:requests_processing 2\n"
+            "# TYPE llamacpp:requests_deferred gauge\nllamacpp:requests_deferred 1\n")
+    m = parse_metrics(page)
+    assert (m.flavor, m.generation_tokens, m.running, m.queued, m.kv_usage) == ("llamacpp", 600, 2, 1, None)
