@@ -19,7 +19,13 @@ The checks are against the jobs the fleet file declares for this node (the super
   system: every start and restart pays it).
 - *model*: the weights (the safetensors index's ``total_size``, else the files' sizes) and the
   KV cache (from config.json) against the GPUs' memory: rough, and the line says what it
-  assumed (SGLang's memory fraction, the KV cache's dtype, the context length).
+  assumed (SGLang's memory fraction, the KV cache's dtype, the context length). A hybrid
+  model (``layer_types`` or ``full_attention_interval``: Qwen3-Next, Qwen3.5/3.6) holds KV
+  only in its attention layers, and a recurrent state per running request in its linear ones;
+  the fit takes SGLang's state pool (its ``--mamba-*`` and ``--max-running-requests`` flags,
+  else its own split) out of the room before the KV cache.
+- *sglang*: the import, and the version against the flags the jobs pass that SGLang has
+  only since a release (``SGLANG_FLAG_SINCE``).
 - *engine*: a ``llama-server`` job's program runs (its ``--version``) and its GGUF is a file.
 - *disk*: the free space of the output's file system against the plan's projected bytes
   (``OUT/plan.json``), else the free space alone; an output directory that cannot be made or
@@ -264,7 +270,31 @@ def torch_verdict(python: str, said: Optional[dict], why: str, needed_by: list[s
     return Check("torch", OK, head)
 
 
-def sglang_verdict(python: str, jobs: list[str], said: Optional[dict], why: str, th: Thresholds) -> Check:
+# The first SGLang release whose argument parser has each flag that sizes a hybrid model's state
+# pool (read from the sglang wheels on PyPI: server_args.py of 0.5.1 has none of them, 0.5.2 the
+# first two, 0.5.4 the third). An older SGLang refuses the job's command line at its start.
+SGLANG_FLAG_SINCE: dict[str, tuple[int, ...]] = {
+    "--max-mamba-cache-size": (0, 5, 2),
+    "--mamba-ssm-dtype": (0, 5, 2),
+    "--mamba-full-memory-ratio": (0, 5, 4),
+}
+
+
+def _release(version: str) -> Optional[tuple[int, ...]]:
+    """``"0.5.1.post3"`` -> ``(0, 5, 1)``; None for a version that does not start with one."""
+    m = re.match(r"\d+(?:\.\d+)*", version.strip())
+    return tuple(int(x) for x in m.group(0).split(".")) if m else None
+
+
+def _flags(args: list[str]) -> list[str]:
+    """The flags of an argv, ``--flag=value`` as ``--flag``, in order, once each."""
+    return list(dict.fromkeys(a.split("=", 1)[0] for a in args if a.startswith("--")))
+
+
+def sglang_verdict(python: str, jobs: list[str], said: Optional[dict], why: str, th: Thresholds,
+                   args: Optional[dict[str, list[str]]] = None) -> Check:
+    """The sglang line from what the import said (``said``) or why it said nothing (``why``);
+    ``args``: each job's SGLang arguments, whose flags are checked against the version."""
     job = jobs[0] if len(jobs) == 1 else None
     if said is None:
         fix = SLOW_FIX.format(python=python, module="sglang") if why.startswith("did not finish") else \
@@ -276,11 +306,33 @@ def sglang_verdict(python: str, jobs: list[str], said: Optional[dict], why: str,
         return Check("sglang", FAIL, f"{python}: import sglang failed: {said['error']} (for {_who(jobs)})", fix,
                      job=job)
     took = float(said.get("import_s", 0.0))
-    head = f"{python}: sglang {said.get('version')} imported in {took:.1f} s (for {_who(jobs)})"
+    version = str(said.get("version"))
+    head = f"{python}: sglang {version} imported in {took:.1f} s (for {_who(jobs)})"
+    have = _release(version)
+    used = [(name, flag, SGLANG_FLAG_SINCE[flag]) for name in jobs for flag in _flags((args or {}).get(name, []))
+            if flag in SGLANG_FLAG_SINCE]
+    too_new = [(name, flag, since) for name, flag, since in used if have is not None and have < since]
+    if too_new:
+        dotted = ".".join
+        need = dotted(map(str, max(since for _, _, since in too_new)))
+        return Check("sglang", FAIL, head + "; " + "; ".join(
+            f"{name!r} uses {flag}, which SGLang has since {dotted(map(str, since))}" for name, flag, since in too_new),
+                     f"{python} -m pip install 'sglang>={need}' (gpudeck never installs an engine), or set python = "
+                     f"\"/path/to/bin/python\" on the job to an interpreter with a newer SGLang", job=job)
+    if used and have is None:
+        head += f"; its version says no release number: the flags {', '.join(sorted({f for _, f, _ in used}))} " \
+                f"are not checked against it"
     if took > th.import_warn_s:
         return Check("sglang", WARN, f"{head}: slow (over {th.import_warn_s:g} s)",
                      SLOW_FIX.format(python=python, module="sglang"), job=job)
     return Check("sglang", OK, head, job=job)
+
+
+def check_sglang(python: str, specs: list[JobSpec], th: Thresholds) -> Check:
+    """A timed ``import sglang`` in a subprocess of ``python``, the interpreter of ``specs`` (its
+    sglang-server jobs), and its verdict."""
+    said, why = timed_import(python, _SGLANG, th.timeout_s)
+    return sglang_verdict(python, [s.name for s in specs], said, why, th, {s.name: list(s.args) for s in specs})
 
 
 # ---------------------------------------------------------------- the driver and NVML
@@ -395,17 +447,171 @@ def _arg(args: list[str], *flags: str) -> Optional[str]:
     return None
 
 
-def kv_bytes_per_token(cfg: dict, kv_dtype_bytes: int) -> tuple[int, str]:
-    """The KV cache's bytes per token over every layer, and the formula said in words."""
+def _nth(n: int) -> str:
+    return {1: "layer", 2: "2nd", 3: "3rd"}.get(n, f"{n}th")
+
+
+def layer_layout(cfg: dict) -> Optional[tuple[list[str], str]]:
+    """Each layer's type (transformers' names: ``full_attention``, ``linear_attention``, ...) and
+    where the list comes from, for a model whose config says it: ``layer_types``, else
+    ``full_attention_interval`` (every Nth layer full attention, the others linear, as
+    transformers' Qwen3-Next and Qwen3.5 configs build ``layer_types`` from it). None for a
+    model that says neither: every layer is attention."""
+    types = cfg.get("layer_types")
+    if isinstance(types, list) and types and all(isinstance(t, str) for t in types):
+        return list(types), "layer_types"
     layers = int(cfg.get("num_hidden_layers") or 0)
+    interval = cfg.get("full_attention_interval")
+    said = f"every {_nth(int(interval))}: full_attention_interval" if isinstance(interval, int) and interval > 0 \
+        else ""
+    if not said and cfg.get("linear_num_value_heads"):  # linear layers, and no word of where: transformers' default
+        interval, said = 4, "every 4th assumed: transformers' default full_attention_interval"
+    if not said or not layers:
+        return None
+    return ["full_attention" if (i + 1) % int(interval) == 0 else "linear_attention" for i in range(layers)], said
+
+
+def _holds_kv(layer_type: str) -> bool:
+    """An attention layer (full, sliding, chunked) holds a KV cache; a linear-attention, mamba or
+    conv layer holds a state of fixed size instead."""
+    return "attention" in layer_type and "linear" not in layer_type
+
+
+def kv_bytes_per_token(cfg: dict, kv_dtype_bytes: int) -> tuple[int, str]:
+    """The KV cache's bytes per token over the layers that hold one (every layer, or the
+    attention layers of a hybrid: :func:`layer_layout`), and the formula said in words."""
+    layout = layer_layout(cfg)
+    if layout:
+        types, source = layout
+        kv_types = [t for t in types if _holds_kv(t)]
+        which = "full-attention" if set(kv_types) <= {"full_attention"} else "attention"
+        layers = len(kv_types)
+        counted = f"{layers} {which} layers of {len(types)} ({source})"
+    else:
+        layers = int(cfg.get("num_hidden_layers") or 0)
+        counted = f"{layers} layers"
     if cfg.get("kv_lora_rank"):  # MLA (DeepSeek): one compressed latent per layer, the same on every GPU
         width = int(cfg["kv_lora_rank"]) + int(cfg.get("qk_rope_head_dim") or 0)
-        return layers * width * kv_dtype_bytes, f"MLA: {layers} layers x {width} x {kv_dtype_bytes} B"
+        return layers * width * kv_dtype_bytes, f"MLA: {counted} x {width} x {kv_dtype_bytes} B"
     heads = int(cfg.get("num_attention_heads") or 1)
     kv_heads = int(cfg.get("num_key_value_heads") or heads)
     head_dim = int(cfg.get("head_dim") or int(cfg.get("hidden_size") or 0) // heads)
     return (2 * layers * kv_heads * head_dim * kv_dtype_bytes,
-            f"2 x {layers} layers x {kv_heads} KV heads x {head_dim} x {kv_dtype_bytes} B")
+            f"2 x {counted} x {kv_heads} KV heads x {head_dim} x {kv_dtype_bytes} B")
+
+
+@dataclass(frozen=True)
+class RecurrentState:
+    """What one request holds in a hybrid model's linear-attention layers, whatever its length."""
+
+    per_request: int  # bytes over every linear layer, before tensor parallelism splits its heads
+    formula: str  # said in words
+    uncounted: str = ""  # layers that hold no KV cache and whose state is not counted, said in words
+
+
+def recurrent_state(cfg: dict, ssm_bytes: int, conv_bytes: int) -> Optional[RecurrentState]:
+    """A request's state in the Gated DeltaNet layers (``linear_attention``; the config's
+    ``linear_*`` keys, as transformers' Qwen3-Next and Qwen3.5 configs name them): per layer the
+    SSM state, value heads x key head dim x value head dim in ``ssm_bytes``, and the causal
+    conv's, (2 x key heads x key head dim + value heads x value head dim) x (kernel - 1) in
+    ``conv_bytes``. None for a model without linear layers."""
+    layout = layer_layout(cfg)
+    if not layout:
+        return None
+    types = [t for t in layout[0] if not _holds_kv(t)]
+    if not types:
+        return None
+    linear = types.count("linear_attention")
+    keys = ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim",
+            "linear_conv_kernel_dim")
+    shape = [cfg.get(k) for k in keys]
+    others = sorted(set(types) - {"linear_attention"})
+    uncounted = [f"{types.count(t)} {t} layers" for t in others]
+    if linear and not all(isinstance(v, int) and v > 0 for v in shape):
+        uncounted.insert(0, f"{linear} linear_attention layers (no {', '.join(keys)} in the config)")
+        linear = 0
+    note = f"the state of {' and '.join(uncounted)} is not counted" if uncounted else ""
+    if not linear:
+        return RecurrentState(0, "", note)
+    key_heads, value_heads, key_dim, value_dim, kernel = (int(v) for v in shape)  # type: ignore[arg-type]
+    ssm = value_heads * key_dim * value_dim * ssm_bytes
+    conv_dim = 2 * key_heads * key_dim + value_heads * value_dim
+    conv = conv_dim * (kernel - 1) * conv_bytes
+    return RecurrentState(
+        linear * (ssm + conv),
+        f"{linear} linear-attention layers x (SSM {value_heads} x {key_dim} x {value_dim} x {ssm_bytes} B = "
+        f"{human_bytes(ssm, binary=True)} + conv {conv_dim} x {kernel - 1} x {conv_bytes} B = "
+        f"{human_bytes(conv, binary=True)})", note)
+
+
+def sglang_ssm_dtype(args: list[str], env: dict[str, str], cfg: dict) -> tuple[str, str]:
+    """The SSM state's dtype as SGLang picks it, and where from: ``--mamba-ssm-dtype`` (which
+    sets SGLANG_MAMBA_SSM_DTYPE), the job's SGLANG_MAMBA_SSM_DTYPE, the config's
+    ``mamba_ssm_dtype``, else float32 (sglang/srt/configs/mamba_utils.py)."""
+    for value, said in ((_arg(args, "--mamba-ssm-dtype"), "--mamba-ssm-dtype"),
+                        (env.get("SGLANG_MAMBA_SSM_DTYPE"), "the job's SGLANG_MAMBA_SSM_DTYPE"),
+                        (cfg.get("mamba_ssm_dtype"), "the config's mamba_ssm_dtype")):
+        if value in ("float32", "bfloat16", "float16"):
+            return str(value), said
+    return "float32", "SGLang's default; --mamba-ssm-dtype sets it"
+
+
+@dataclass(frozen=True)
+class StatePool:
+    """The recurrent states an engine holds for a hybrid model, and the requests they let run."""
+
+    states: int  # each the state of one request (or of a prefix kept for reuse)
+    running: int  # requests that can run at once
+    said: str  # both, and where they come from, in words
+
+
+# SGLang keeps about 3 states a running request when its radix cache is on (the request's own,
+# and the prefixes it caches and tracks): MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO, the same
+# from 0.5.4 to 0.5.23. With --disable-radix-cache, one.
+SGLANG_STATES_PER_REQUEST = 3
+SGLANG_MAMBA_FULL_MEMORY_RATIO = 0.9  # --mamba-full-memory-ratio's default
+
+
+def sglang_state_pool(args: list[str], room: float, per_state: float) -> StatePool:
+    """How SGLang sizes its state pool (``--max-mamba-cache-size``; else, with
+    --disable-radix-cache, ``--max-running-requests``; else ``--mamba-full-memory-ratio`` of
+    what the weights leave, ``room``, the KV cache the rest) and the running requests it allows:
+    the pool over the states a request takes, at most ``--max-running-requests``."""
+    size = _arg(args, "--max-mamba-cache-size")
+    most = _arg(args, "--max-running-requests")
+    single = "--disable-radix-cache" in args
+    per_request = 1 if single else SGLANG_STATES_PER_REQUEST
+    why = "a state each" if single else f"{per_request} states a request with SGLang's radix cache"
+    if size:
+        states, source = int(size), f"--max-mamba-cache-size {size}"
+    elif single and most:
+        return StatePool(int(most), int(most), f"{most} requests running at once (--max-running-requests {most} "
+                                               f"with --disable-radix-cache: a state each)")
+    else:
+        ratio_arg = _arg(args, "--mamba-full-memory-ratio")
+        r = float(ratio_arg) if ratio_arg else SGLANG_MAMBA_FULL_MEMORY_RATIO
+        states = int(room * r / (1 + r) // per_state) if per_state > 0 else 0
+        source = f"{r:g}/{1 + r:g} of what the weights leave: --mamba-full-memory-ratio {r:g}" + (
+            "" if ratio_arg else " assumed, SGLang's default")
+    running = states // per_request
+    if most and int(most) <= running:
+        running, why = int(most), f"--max-running-requests {most}"
+    elif most:
+        why += f": fewer than --max-running-requests {most}"
+    return StatePool(states, running, f"{states} states ({source}), {running} requests running at once ({why})")
+
+
+DEFAULT_LLAMA_SLOTS = 4  # llama-server's --parallel -1 (auto): its start says "n_slots = 4"
+
+
+def llama_server_state_pool(slots: Optional[int]) -> StatePool:
+    """The state pool of a llama-server job (its ``slots``, the server's --parallel), for that
+    kind's fit: llama.cpp holds one recurrent state per slot, and a slot runs one request."""
+    if slots:
+        return StatePool(slots, slots, f"{slots} slots: {slots} requests running at once, a state each")
+    n = DEFAULT_LLAMA_SLOTS
+    return StatePool(n, n, f"{n} slots assumed (llama-server's --parallel when not given): {n} requests running "
+                           f"at once, a state each")
 
 
 def check_model(spec: JobSpec, job_dir: Callable[[str], Path], gpu_totals: list[tuple[str, float]],
@@ -494,6 +700,16 @@ def _sglang_fit(spec, path, cfg, weights, source, model_b, totals, assumed, th) 
     per_gpu_token = per_token / shards
     head = (f"{path}: weights {human_bytes(weights, binary=True)} (from {source}), tp {tp}, dp {dp}; "
             f"KV {per_token / 1024:.0f} KiB per token ({formula}, kv dtype {kv_arg})")
+    ssm_dtype, ssm_said = sglang_ssm_dtype(args, spec.env, cfg)
+    state = recurrent_state(cfg, _DTYPE_BYTES[ssm_dtype], model_b)
+    per_state = state.per_request / tp if state else 0.0  # the linear layers' heads split over the tp GPUs
+    if state and state.per_request:
+        head += f"; recurrent state {human_bytes(state.per_request, binary=True)} per request ({state.formula})"
+        if tp > 1:
+            head += f", {human_bytes(per_state, binary=True)} on each of tp {tp} GPUs"
+        head += f", SSM in {ssm_dtype} ({ssm_said}), conv in the model's dtype"
+    if state and state.uncounted:
+        head += f"; {state.uncounted}"
     if assumed:
         head += "; " + "; ".join(assumed)
     gpus = _gpus_of(spec, tp * dp, totals)
@@ -511,14 +727,30 @@ def _sglang_fit(spec, path, cfg, weights, source, model_b, totals, assumed, th) 
     if room <= 0:
         return Check("model", FAIL, detail + ": the weights do not fit",
                      "raise tp (more GPUs per replica), or a quantized model", job=spec.name)
-    tokens = int(room / per_gpu_token) if per_gpu_token else 0
-    detail += f", {human_bytes(room, binary=True)} left for the KV cache: about {tokens:,} tokens"
+    kv_room = room
+    less = "raise --mem-fraction-static or tp, or lower --context-length"
+    if per_state:
+        pool = sglang_state_pool(args, room, per_state)
+        held = pool.states * per_state
+        kv_room = room - held
+        detail += (f", {human_bytes(room, binary=True)} left: {pool.said}; their states take "
+                   f"{human_bytes(held, binary=True)}")
+        fewer = "lower --max-mamba-cache-size or --max-running-requests, halve the SSM state with " \
+                "--mamba-ssm-dtype bfloat16, or raise tp"
+        if kv_room <= 0:
+            return Check("model", FAIL, detail + ": the recurrent states do not fit", fewer, job=spec.name)
+        if pool.running < 1:
+            return Check("model", FAIL, detail + ": no request can run: SGLang refuses to start",
+                         "raise --max-mamba-cache-size or --mem-fraction-static, or halve the SSM state with "
+                         "--mamba-ssm-dtype bfloat16", job=spec.name)
+        less += ", or give the states less (--mamba-full-memory-ratio, --max-mamba-cache-size)"
+    tokens = int(kv_room / per_gpu_token) if per_gpu_token else 0
+    detail += f", {human_bytes(kv_room, binary=True)} left for the KV cache: about {tokens:,} tokens"
     if ctx:
         detail += f" ({tokens / ctx:.1f} contexts of {ctx:,})"
     detail += "; rough: activations and CUDA graphs come out of the rest"
     if ctx and tokens < ctx:
-        return Check("model", WARN, detail + ": less than one full context",
-                     "raise --mem-fraction-static or tp, or lower --context-length", job=spec.name)
+        return Check("model", WARN, detail + ": less than one full context", less, job=spec.name)
     return Check("model", OK, detail, job=spec.name)
 
 
@@ -773,19 +1005,18 @@ def examine(op: ops.Doctor, agent: Any) -> ops.DoctorReport:
         if needs_torch(s):
             torch_by.setdefault(s.python or python, []).append(s.name)
     cuda_jobs = {s.name for s in specs if needs_gpu(s) and needs_torch(s)}
-    sglang_by: dict[str, list[str]] = {}
+    sglang_by: dict[str, list[JobSpec]] = {}
     for s in specs:
         if s.kind is JobKind.SGLANG_SERVER and not s.command:
-            sglang_by.setdefault(s.python or python, []).append(s.name)
+            sglang_by.setdefault(s.python or python, []).append(s)
 
     def imports() -> list[Check]:
         out = []
         for py, jobs in (torch_by or {python: []}).items():
             said, why = timed_import(py, _TORCH, th.timeout_s)
             out.append(torch_verdict(py, said, why, jobs, [j for j in jobs if j in cuda_jobs], th))
-        for py, jobs in sglang_by.items():
-            said, why = timed_import(py, _SGLANG, th.timeout_s)
-            out.append(sglang_verdict(py, jobs, said, why, th))
+        for py, sglang_jobs in sglang_by.items():
+            out.append(check_sglang(py, sglang_jobs, th))
         return out
 
     gpu = agent.gpu

@@ -6,7 +6,9 @@ tests/unit/test_doctor.py."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import subprocess
 import sys
 import textwrap
 import time
@@ -15,9 +17,10 @@ from pathlib import Path
 import pytest
 
 from gpudeck.agents import doctor
+from gpudeck.agents.contract.jobs import JobSpec
 from support.cli import gpudeck
 from support.core import reap
-from support.doctor import FAIL, OK, generate_job, model_dir, no_aws
+from support.doctor import FAIL, OK, WARN, generate_job, model_dir, no_aws, seed_model_dir
 
 
 @pytest.mark.system  # moto's server
@@ -145,3 +148,129 @@ def test_an_unknown_node_is_a_usage_error_naming_the_fleet_s_nodes(tmp_path, hom
     fleet = doctor_fleet(tmp_path, home, Path(sys.executable), tmp_path / "m", tmp_path / "out")
     r = gpudeck("doctor", "-f", str(fleet), "--node", "nope", check=False)
     assert r.returncode == 2 and "unknown node 'nope'" in r.stderr and "box" in r.stderr.split("its nodes: ")[1]
+
+
+# ---------------------------------------------------------------- the seed's hybrid, through the command
+
+
+def fake_python(tmp_path: Path, name: str, packages: dict[str, str]) -> Path:
+    """A real python for a job whose PYTHONPATH starts with stand-in packages: ``packages`` maps
+    a package's name to its ``__init__.py``."""
+    lib = tmp_path / f"{name}-lib"
+    for package, source in packages.items():
+        (lib / package).mkdir(parents=True)
+        (lib / package / "__init__.py").write_text(textwrap.dedent(source))
+    py = tmp_path / name
+    py.write_text(f'#!/bin/sh\nPYTHONPATH="{lib}${{PYTHONPATH:+:$PYTHONPATH}}" exec {sys.executable} "$@"\n')
+    py.chmod(0o755)
+    return py
+
+
+def fake_sglang(version: str, before: str = "") -> str:
+    return f"{before}\n__version__ = {version!r}\n"
+
+
+CPU_TORCH = """
+    __version__ = "9.9.9+fake"
+    class version:
+        cuda = None
+    class cuda:
+        @staticmethod
+        def is_available():
+            return False
+"""
+
+
+@pytest.mark.system
+def test_the_command_on_the_seed_s_hybrid_says_64_kib_of_kv_and_the_state_per_request(tmp_path, home):
+    engine = fake_python(tmp_path, "engine-python", {"sglang": fake_sglang("0.5.23"), "torch": CPU_TORCH})
+    model = seed_model_dir(tmp_path)
+    fleet = tmp_path / "fleet.toml"
+    fleet.write_text(textwrap.dedent(f'''
+        [[nodes]]
+        name = "box"
+        local = true
+        python = "{sys.executable}"
+        home = "{home}"
+        simulate_gpus = "1xRTX PRO 6000:96"
+
+        [[jobs]]
+        name = "srv"
+        kind = "sglang-server"
+        node = "box"
+        python = "{engine}"
+        model = "{model}"
+        port = 30000
+        gpus = [0]
+        args = ["--mem-fraction-static", "0.9", "--max-running-requests", "64", "--disable-radix-cache"]
+    '''))
+    r = gpudeck("doctor", "-f", str(fleet), "--json", check=False)
+    [node] = json.loads(r.stdout)["nodes"]
+    by = {c["name"]: c for c in node["checks"]}
+    line = by["model"]["detail"]
+    assert "KV 64 KiB per token (2 x 16 full-attention layers of 64 (layer_types)" in line, line
+    assert "recurrent state 146.8 MiB per request (48 linear-attention layers" in line
+    assert "64 requests running at once" in line and "their states take 9.2 GiB" in line
+    assert by["model"]["verdict"] == "ok" and by["sglang"]["verdict"] == "ok", by["sglang"]
+
+
+# ---------------------------------------------------------------- the SGLang check: real interpreters
+
+
+def sglang_job(name: str, args: list[str]) -> JobSpec:
+    return JobSpec(name=name, kind="sglang-server", model="/models/m", port=30000, args=args)
+
+
+@pytest.mark.system
+@pytest.mark.skipif(importlib.util.find_spec("sglang") is None,
+                    reason="sglang is not installed in the test venv (make test installs sglang==0.5.23)")
+def test_an_engine_python_with_sglang_passes_with_its_version():
+    from sglang.version import __version__
+
+    c = doctor.check_sglang(sys.executable, [sglang_job("srv", ["--max-mamba-cache-size", "256"])],
+                            doctor.Thresholds())
+    assert c.verdict is OK, c.detail
+    assert f"{sys.executable}: sglang {__version__} imported in" in c.detail and "for 'srv'" in c.detail
+    assert c.job == "srv"
+
+
+@pytest.mark.system
+def test_an_engine_python_without_sglang_fails_with_the_fix(tmp_path):
+    bare = tmp_path / "bare"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True, timeout=120)
+    py = str(bare / "bin" / "python")
+    c = doctor.check_sglang(py, [sglang_job("srv", [])], doctor.Thresholds())
+    assert c.verdict is FAIL and "import sglang failed: ModuleNotFoundError" in c.detail, c.detail
+    assert f"{py} cannot import sglang (SGLang)" in c.fix and "set python =" in c.fix
+
+
+@pytest.mark.system
+def test_an_sglang_import_that_takes_too_long(tmp_path):
+    hangs = fake_python(tmp_path, "hangs", {"sglang": fake_sglang("0.5.23", "import threading\n"
+                                                                            "threading.Event().wait()")})
+    c = doctor.check_sglang(str(hangs), [sglang_job("srv", [])], doctor.Thresholds(timeout_s=2.0))
+    assert c.verdict is FAIL and f"{hangs}: import sglang did not finish within 2 s (for 'srv')" in c.detail
+    assert "importtime" in c.fix
+    slow = fake_python(tmp_path, "slow", {"sglang": fake_sglang("0.5.23", "import time\ntime.sleep(0.5)")})
+    w = doctor.check_sglang(str(slow), [sglang_job("srv", [])], doctor.Thresholds(import_warn_s=0.2))
+    assert w.verdict is WARN and "sglang 0.5.23 imported in" in w.detail and "over 0.2 s" in w.detail
+    assert float(w.detail.split("imported in ")[1].split(" s")[0]) >= 0.5
+
+
+@pytest.mark.system
+def test_an_sglang_older_than_the_flags_its_jobs_use_fails_naming_them(tmp_path):
+    old = fake_python(tmp_path, "old", {"sglang": fake_sglang("0.5.1.post3")})
+    jobs = [sglang_job("a", ["--max-mamba-cache-size", "256"]), sglang_job("b", ["--mamba-ssm-dtype=bfloat16"])]
+    c = doctor.check_sglang(str(old), jobs, doctor.Thresholds())
+    assert c.verdict is FAIL, c.detail
+    assert "sglang 0.5.1.post3 imported in" in c.detail
+    assert "'a' uses --max-mamba-cache-size, which SGLang has since 0.5.2; " \
+           "'b' uses --mamba-ssm-dtype, which SGLang has since 0.5.2" in c.detail
+    assert f"{old} -m pip install 'sglang>=0.5.2'" in c.fix
+    # a job without those flags is fine with that version; 0.5.3 has the first two, not the ratio (0.5.4)
+    assert doctor.check_sglang(str(old), [sglang_job("c", ["--max-running-requests", "64"])],
+                               doctor.Thresholds()).verdict is OK
+    mid = fake_python(tmp_path, "mid", {"sglang": fake_sglang("0.5.3")})
+    ratio = doctor.check_sglang(str(mid), [sglang_job("a", ["--max-mamba-cache-size", "256",
+                                                            "--mamba-full-memory-ratio", "0.5"])], doctor.Thresholds())
+    assert ratio.verdict is FAIL and "'a' uses --mamba-full-memory-ratio, which SGLang has since 0.5.4" in ratio.detail

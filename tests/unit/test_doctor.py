@@ -17,7 +17,8 @@ import pytest
 from gpudeck.agents import doctor
 from gpudeck.agents.contract.jobs import JobSpec
 from gpudeck.agents.contract.ops import Check
-from support.doctor import FAIL, OK, WARN, generate_job, model_dir, no_aws
+from support.doctor import (FAIL, OK, SEED_KV_PER_TOKEN, SEED_LINEAR, SEED_STATE_PER_REQUEST, SEED_WEIGHTS, WARN,
+                            config_dir, generate_job, model_dir, no_aws, seed_model_dir)
 
 
 def job_dir(tmp_path: Path):
@@ -54,6 +55,7 @@ def test_weights_and_kv_cache_that_fit_say_what_was_assumed(tmp_path):
     assert "memory fraction 0.88 assumed" in c.detail and "safetensors index" in c.detail
     # 2 x 32 layers x 8 KV heads x 128 x 2 B = 128 KiB per token
     assert "KV 128 KiB per token" in c.detail and "contexts of 32,768" in c.detail
+    assert "recurrent" not in c.detail  # every layer is attention: no state per request
 
 
 def test_weights_that_do_not_fit_the_gpus_fail_and_tp_fixes_it(tmp_path):
@@ -78,6 +80,87 @@ def test_an_extract_model_is_set_against_one_gpu_in_its_dtype(tmp_path):
     assert c.verdict is FAIL and "bfloat16" in c.detail  # 30 GB in bf16 on a 24 GiB GPU
     ok = doctor.check_model(extract_job(str(d), str(tmp_path / "out")), job_dir(tmp_path), [("H200", 141 * 1024.0)])
     assert ok.verdict is OK, ok.detail
+
+
+# ---------------------------------------------------------------- hybrid models (linear attention + full attention)
+
+GIB = 2**30
+CARD_96 = [("RTX PRO 6000", 96 * 1024.0)]
+
+
+def test_the_seed_s_hybrid_holds_kv_in_its_attention_layers_and_a_recurrent_state_per_request(tmp_path):
+    d = seed_model_dir(tmp_path)
+    args = ["--mem-fraction-static", "0.9", "--max-running-requests", "64", "--disable-radix-cache"]
+    c = doctor.check_model(sglang_job(str(d), args=args), job_dir(tmp_path), CARD_96)
+    assert c.verdict is OK, c.detail
+    # only the 16 full-attention layers hold a KV cache: 64 KiB, not the 256 KiB of all 64 layers
+    assert SEED_KV_PER_TOKEN == 64 * 1024
+    assert "KV 64 KiB per token (2 x 16 full-attention layers of 64 (layer_types) x 4 KV heads x 256 x 2 B" \
+        in c.detail
+    # the 48 Gated DeltaNet layers hold a state per request: 3 MiB of SSM (float32) + 60 KiB of conv each
+    assert "recurrent state 146.8 MiB per request (48 linear-attention layers x (SSM 48 x 128 x 128 x 4 B = " \
+           "3.0 MiB + conv 10240 x 3 x 2 B = 60.0 KiB)" in c.detail
+    assert "SSM in float32 (SGLang's default; --mamba-ssm-dtype sets it)" in c.detail
+    # the fit counts the 64 running requests' states (9.2 GiB) before the KV cache
+    assert "64 requests running at once (--max-running-requests 64 with --disable-radix-cache: a state each)" \
+        in c.detail and "their states take 9.2 GiB" in c.detail
+    room = 96 * GIB * 0.9 - SEED_WEIGHTS
+    tokens = int((room - 64 * SEED_STATE_PER_REQUEST) / SEED_KV_PER_TOKEN)
+    assert f"about {tokens:,} tokens" in c.detail and "contexts of 262,144" in c.detail
+
+
+def test_the_seed_s_states_without_flags_take_sglang_s_share_and_too_many_do_not_fit(tmp_path):
+    d = seed_model_dir(tmp_path)
+    c = doctor.check_model(sglang_job(str(d), args=["--mem-fraction-static", "0.9"]), job_dir(tmp_path), CARD_96)
+    room = 96 * GIB * 0.9 - SEED_WEIGHTS
+    states = int(room * 0.9 / 1.9 // SEED_STATE_PER_REQUEST)  # SGLang gives the states 0.9 / (1 + 0.9) of it
+    assert f"{states} states (0.9/1.9 of what the weights leave: --mamba-full-memory-ratio 0.9 assumed, " \
+           f"SGLang's default)" in c.detail, c.detail
+    assert f"{states // 3} requests running at once (3 states a request with SGLang's radix cache)" in c.detail
+    tokens = int((room - states * SEED_STATE_PER_REQUEST) / SEED_KV_PER_TOKEN)
+    assert f"about {tokens:,} tokens" in c.detail
+    assert c.verdict is OK, c.detail  # 19 GiB of KV: 1.2 contexts of 262,144 tokens
+    # a state pool set larger than the GPU: 400 x 146.8 MiB = 57 GiB where the weights leave 36
+    big = doctor.check_model(sglang_job(str(d), args=["--mem-fraction-static", "0.9", "--max-mamba-cache-size",
+                                                      "400"]), job_dir(tmp_path), CARD_96)
+    assert big.verdict is FAIL and "the recurrent states do not fit" in big.detail, big.detail
+    assert "400 states (--max-mamba-cache-size 400)" in big.detail and "--mamba-ssm-dtype bfloat16" in big.fix
+
+
+def test_a_hybrid_laid_out_by_full_attention_interval_alone(tmp_path):
+    # Qwen3-Next-80B-A3B's shape: flat, no layer_types, another model type
+    cfg = {"model_type": "qwen3_next", "num_hidden_layers": 48, "full_attention_interval": 4, "hidden_size": 2048,
+           "num_attention_heads": 16, "num_key_value_heads": 2, "head_dim": 256, "max_position_embeddings": 262144,
+           "torch_dtype": "bfloat16", **SEED_LINEAR, "linear_num_value_heads": 32}
+    d = config_dir(tmp_path, "qwen3-next", cfg, 160 * 10**9)
+    gpus = [("H200", 143771.0)] * 2
+    args = ["--mamba-ssm-dtype", "bfloat16", "--max-mamba-cache-size", "300"]
+    c = doctor.check_model(sglang_job(str(d), tp=2, args=args), job_dir(tmp_path), gpus)
+    assert c.verdict is OK, c.detail
+    assert "KV 24 KiB per token (2 x 12 full-attention layers of 48 (every 4th: full_attention_interval) x " \
+           "2 KV heads x 256 x 2 B" in c.detail
+    # 36 linear layers x (32 x 128 x 128 x 2 B = 1 MiB + (4096 + 4096) x 3 x 2 B = 48 KiB), halved by tp 2
+    per_request = 36 * (32 * 128 * 128 * 2 + (2 * 16 * 128 + 32 * 128) * 3 * 2)
+    assert "recurrent state 37.7 MiB per request (36 linear-attention layers x (SSM 32 x 128 x 128 x 2 B = " \
+           "1.0 MiB + conv 8192 x 3 x 2 B = 48.0 KiB)), 18.8 MiB on each of tp 2 GPUs" in c.detail
+    assert "SSM in bfloat16 (--mamba-ssm-dtype)" in c.detail
+    assert "300 states (--max-mamba-cache-size 300)" in c.detail and "100 requests running at once" in c.detail
+    room = 143771 * 2**20 * 0.88 - 80 * 10**9
+    tokens = int((room - 300 * per_request / 2) / (24 * 1024 / 2))  # the 2 KV heads split over the 2 GPUs
+    assert f"about {tokens:,} tokens" in c.detail
+    # linear_* keys and no word of the layout: transformers' default interval, said to be assumed
+    del cfg["full_attention_interval"]
+    unsaid = config_dir(tmp_path, "no-layout", cfg, 160 * 10**9)
+    u = doctor.check_model(sglang_job(str(unsaid), tp=2, args=args), job_dir(tmp_path), gpus)
+    assert "2 x 12 full-attention layers of 48 (every 4th assumed: transformers' default " \
+           "full_attention_interval)" in u.detail, u.detail
+
+
+def test_the_llama_server_hook_takes_its_slots_or_says_its_default():
+    eight = doctor.llama_server_state_pool(8)
+    assert (eight.states, eight.running) == (8, 8) and "8 slots" in eight.said
+    auto = doctor.llama_server_state_pool(None)
+    assert (auto.states, auto.running) == (4, 4) and "assumed" in auto.said and "--parallel" in auto.said
 
 
 # ---------------------------------------------------------------- disk
