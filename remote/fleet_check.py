@@ -33,7 +33,8 @@ RANGES: dict[str, tuple[Optional[float], Optional[float]]] = {
     "interval": (0.01, 3600.0), "connect_timeout": (0.1, 3600.0), "hello_timeout_s": (0.1, 3600.0),
     "port": (1, 65535),
     "stall_after_s": (1.0, None), "log_max_mb": (0.01, None), "total": (0, None), "tp": (1, None), "dp": (1, None),
-    "max_restarts": (0, 1000), "restart_backoff_s": (0.0, 86400.0), "price_per_hour": (0.0, None),
+    "max_restarts": (0, 1000), "restart_backoff_s": (0.0, 86400.0), "kill_grace_s": (0.0, 3600.0),
+    "price_per_hour": (0.0, None),
 }
 FINITE = {"price_per_hour"}  # keys where TOML's inf means nothing
 

@@ -166,6 +166,7 @@ class JobSpec:
     max_restarts: int = 5
     restart_backoff_s: float = 10.0  # before the first restart; doubling, at most 10 minutes
     restart_on_stall: Optional[str] = None  # "30m": a live job without progress that long is killed and restarted
+    kill_grace_s: float = 10.0  # a watcher's restart: SIGTERM, then SIGKILL after this many seconds
     deadline: Optional[str] = None  # "2026-12-05T00:00:00Z": alert when the projected finish passes it
     # phases (agents/watch/phases.py): started when every job named here has finished ok
     after: list[str] = field(default_factory=list)
@@ -283,6 +284,9 @@ class JobSpec:
         backoff = self.restart_backoff_s
         if isinstance(backoff, bool) or not isinstance(backoff, (int, float)) or not 0 <= backoff <= 86400:
             raise SpecError(f"job {self.name!r}: 'restart_backoff_s' must be seconds from 0 to 86400, got {backoff!r}")
+        grace = self.kill_grace_s
+        if isinstance(grace, bool) or not isinstance(grace, (int, float)) or not 0 <= grace <= 3600:
+            raise SpecError(f"job {self.name!r}: 'kill_grace_s' must be seconds from 0 to 3600, got {grace!r}")
         for key, parse in (("restart_on_stall", parse_duration), ("deadline", parse_deadline)):
             value = getattr(self, key)
             if value is not None:

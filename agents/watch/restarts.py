@@ -222,7 +222,7 @@ class RestartEngine:
 
         reason = st.reason or "restart"
         try:
-            result = self.sup.relaunch(name, grace_s=10.0)
+            result = self.sup.relaunch(name, grace_s=spec.kill_grace_s)
         except (JobError, OSError, ValueError) as exc:
             with self._lock:
                 st.count += 1

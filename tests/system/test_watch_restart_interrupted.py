@@ -22,7 +22,7 @@ STUBBORN = ("trap '' TERM; echo '{\"done\": 1, \"total\": 100}' > $GPUDECK_PROGR
 
 def _spec():
     return {"name": "stuck", "kind": "command", "command": ["sh", "-c", STUBBORN], "restart_on_stall": "2s",
-            "max_restarts": 5}
+            "max_restarts": 5, "kill_grace_s": 3}
 
 
 def _audit(home, action):
@@ -35,7 +35,7 @@ def test_a_watcher_killed_in_its_restarts_kill_is_followed_by_one_that_finishes_
     a.ok("configure", jobs=[_spec()])
     first = a.ok("launch", job="stuck")
     wait_for(lambda: _audit(home, "kill-start"), 60, what="the stall restart's kill under way")
-    os.kill(a.proc.pid, signal.SIGKILL)  # inside the kill's 10 s grace
+    os.kill(a.proc.pid, signal.SIGKILL)  # inside the kill's 3 s grace (the job's kill_grace_s)
     wait_for(lambda: not pid_alive(a.proc.pid), 10, what="the watcher gone")
 
     b = start_agent()

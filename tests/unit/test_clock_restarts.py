@@ -34,6 +34,7 @@ class FakeSup:
     def __init__(self, tmp_path, spec: JobSpec) -> None:
         self.tmp, self.spec = tmp_path, spec
         self.relaunches: list[str] = []
+        self.graces: list[float] = []
         self.audits: list[tuple[str, str]] = []
         self.relaunched = threading.Semaphore(0)
 
@@ -47,6 +48,7 @@ class FakeSup:
         self.audits.append((action, name))
 
     def relaunch(self, name: str, grace_s: float) -> Relaunched:
+        self.graces.append(grace_s)
         self.relaunches.append(name)
         self.relaunched.release()
         return Relaunched(attempt=len(self.relaunches) + 1)
@@ -130,6 +132,7 @@ def test_a_stalled_job_is_restarted_once_its_quiet_outlasts_restart_on_stall(tmp
     assert sup.relaunches == [] and EventKind.STALLED not in [k for k, _ in events]
     engine.tick(t + 1, [running], {"gen": t - 60})
     _relaunched(sup)
+    assert sup.graces == [10.0]  # the default: SIGTERM, SIGKILL after 10 s
     stalled = [m for k, m in events if k is EventKind.STALLED]
     assert stalled == ["job gen: no progress for 61 s (restart_on_stall 60s): killing and restarting"]
 
@@ -142,3 +145,14 @@ def test_an_acknowledgement_is_stamped_with_the_engines_clock(tmp_path):
     assert engine.ack("gen")[0]
     assert engine.state("gen").acked == clock.time()
     assert engine.started_at == clock.time() - 3600
+
+
+def test_a_restarts_kill_takes_the_jobs_own_grace(tmp_path):
+    clock = FakeClock()
+    engine, sup, _ = _engine(tmp_path, clock, restart="on-failure", max_restarts=2, restart_backoff_s=0,
+                             kill_grace_s=45)
+    failed = _job(JobState.FAILED, 1, exit_code=1)
+    engine.tick(clock.time(), [failed], {})  # scheduled: no backoff
+    engine.tick(clock.time(), [failed], {})
+    _relaunched(sup)
+    assert sup.graces == [45]
