@@ -31,11 +31,15 @@ class FakeEngine:
         self.metrics_status = 200
         self.health_status = 200
         self.body = ""
+        self.slots: tuple[int, str] = (404, "")
+        self.asked: list[str] = []
         outer = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_GET(self):
+                outer.asked.append(self.path)
                 status, body = ((outer.metrics_status, outer.body) if self.path == "/metrics"
+                                else outer.slots if self.path == "/slots"
                                 else (outer.health_status, "ok"))
                 data = body.encode()
                 self.send_response(status)
@@ -199,3 +203,32 @@ def test_non_finite_numbers_become_null_on_the_wire(start_agent, fake_engine, re
     job = a.job(snap, "eng")
     assert job["engine"]["running"] is None and job["engine"]["queued"] is None
     assert job["progress"]["done"] == 5 and job["progress"]["tokens_per_s"] is None
+
+
+LLAMA_PAGE = ("# TYPE llamacpp:tokens_predicted_total counter\nllamacpp:tokens_predicted_total 10\n"
+              "# TYPE llamacpp:requests_processing gauge\nllamacpp:requests_processing 1\n")
+
+
+@pytest.mark.system  # fake_engine: an HTTP server on loopback
+async def test_llama_servers_kv_comes_from_slots_and_a_build_without_them_says_unknown(fake_engine):
+    """llama-server's /metrics has no KV series: its /slots page says what the busy slots hold.
+    A build that answers 501 (started with --no-slots) or 404 is not asked again (its KV reads
+    unknown, never 0) until the engine restarts; garbage on /slots is unknown too."""
+    import json
+    fake_engine.body = LLAMA_PAGE
+    s = EngineScraper(f"http://127.0.0.1:{fake_engine.port}/metrics")
+    async with httpx.AsyncClient(timeout=2) as client:
+        fake_engine.slots = (200, json.dumps([{"id": 0, "n_ctx": 100, "is_processing": True, "n_prompt_tokens": 30,
+                                               "next_token": [{"n_decoded": 20}]},
+                                              {"id": 1, "n_ctx": 100, "is_processing": False}]))
+        e = await s.poll(client)
+        assert (e.flavor, e.running, e.kv_usage) == ("llamacpp", 1, 0.25)
+        fake_engine.slots = (200, "not json")
+        assert (await s.poll(client)).kv_usage is None
+        fake_engine.slots = (501, '{"error": "slots endpoint is disabled"}')
+        assert (await s.poll(client)).kv_usage is None
+        asked = fake_engine.asked.count("/slots")
+        for _ in range(3):
+            e = await s.poll(client)
+            assert e.state == "ready" and e.kv_usage is None
+        assert fake_engine.asked.count("/slots") == asked  # not asked again
