@@ -110,3 +110,33 @@ def test_a_llamacpp_page_without_kv_series_leaves_kv_to_slots():
             "# TYPE llamacpp:requests_deferred gauge\nllamacpp:requests_deferred 1\n")
     m = parse_metrics(page)
     assert (m.flavor, m.generation_tokens, m.running, m.queued, m.kv_usage) == ("llamacpp", 600, 2, 1, None)
+
+
+def test_a_generate_job_against_a_llama_server_job_is_its_client_counted_on_the_engine():
+    """The header's tokens/s counts an engine once: a generate job whose server is the
+    llama-server job (by name, or its URL however spelled) is that engine's client."""
+    from gpudeck.console.state import engine_clients
+
+    f = parse_fleet(FLEET.format(more="") + '''
+[[jobs]]
+name = "gen"
+kind = "generate"
+prompts = "p.jsonl"
+out = "out"
+servers = ["llama"]
+
+[[jobs]]
+name = "gen2"
+kind = "generate"
+prompts = "p.jsonl"
+out = "out2"
+servers = ["http://localhost:8080/"]
+
+[[jobs]]
+name = "other"
+kind = "generate"
+prompts = "p.jsonl"
+out = "out3"
+servers = ["http://127.0.0.1:9999"]
+''')
+    assert engine_clients(f) == frozenset({"gen", "gen2"})
