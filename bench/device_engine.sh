@@ -69,7 +69,7 @@ case $step in
       python3 -c "import gpudeck, textual, asyncssh; print('gpudeck', gpudeck.__file__)" || exit 1
       timeout ${RUN_S:-560} python3 bench/engine_e2e.py --binary $KEEP/build/bin/llama-server --model $G \
         --gpus 0 --slots 128 --context 8192 --gpu-layers all --min-gib 20 --pilot 200 --levels 16,64,128 \
-        --hold 20 --max-tokens 512 --run-s 150 --work /tmp/e2e --json ${OUT:-/tmp}/engine_e2e.json ${E2E_ARGS:-}
+        --hold 20 --max-tokens 512 --run-s 120 --work /tmp/e2e --json ${OUT:-/tmp}/engine_e2e.json ${E2E_ARGS:-}
       echo "engine_e2e exit $?"
       cp /tmp/e2e/out/plan.json ${OUT:-/tmp}/plan.json 2>/dev/null
       tail -30 /tmp/e2e/home/jobs/llama/job.log.1 /tmp/e2e/home/jobs/llama/job.log 2>/dev/null | grep -iE \
