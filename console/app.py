@@ -77,7 +77,7 @@ from .since import summarize
 from .state import FleetState
 from .timeline import Timeline, event_row, live_notice
 from .widgets.log_panel import LogPanel
-from ..remote.client import AgentError, FleetClient, NodeDown, NodeUp, RequestFailed
+from ..remote.client import AgentError, AgentFailed, FleetClient, NodeDown, NodeUp, RequestFailed
 from ..remote.fleet import Fleet, FleetError
 
 __all__ = ["ConsoleConfig", "GpuDeckApp", "describe_error", "make_app"]
@@ -236,7 +236,8 @@ class GpuDeckApp(NoticeLine, App[None]):
         self.state.mark_unreachable(message.node, message.error, message.since, message.retry_in_s)
         if message.node not in self._down:
             self._down.add(message.node)
-            self.notify(message.error.reason, title=f"node {message.node} unreachable", severity="error", timeout=10)
+            what = "its agent failed" if isinstance(message.error, AgentFailed) else "unreachable"
+            self.notify(message.error.reason, title=f"node {message.node} {what}", severity="error", timeout=10)
         self.schedule_refresh()
 
     # ------------------------------------------------------------ the automatic move

@@ -274,7 +274,10 @@ class FleetState:
 
     def node_state(self, view: NodeView) -> NodeState:
         if not view.reachable:
-            return NodeState.UNREACHABLE if view.error else NodeState.CONNECTING
+            if view.error is None:
+                return NodeState.CONNECTING
+            # it answered, and its agent would not serve: its own state, never "unreachable"
+            return NodeState.AGENT_FAILED if view.agent_failed else NodeState.UNREACHABLE
         return NodeState.OWNED_ELSEWHERE if self.owned_elsewhere(view.name) else NodeState.UP
 
     def alerts(self) -> list[tuple[str, Alert]]:
@@ -282,7 +285,10 @@ class FleetState:
         same in every console), and each node this console cannot reach, since it could not."""
         out = []
         for name, view in self.nodes.items():
-            if view.error is not None:
+            if view.error is not None and view.agent_failed:
+                out.append((name, Alert(AlertKind.AGENT_FAILED, f"node {name}: its agent failed: {view.error.reason}",
+                                        since=view.unreachable_since)))
+            elif view.error is not None:
                 out.append((name, Alert(AlertKind.UNREACHABLE, f"node {name} unreachable: {view.error.reason}",
                                         since=view.unreachable_since)))
             if view.snapshot is not None:

@@ -19,20 +19,23 @@ from ..agents.contract import ops
 from ..agents.contract.wire import Hello, Snapshot
 from .fleet import LOCAL, Fleet, Node
 from .transports import transport_for as choose_transport
-from .link import (LINE_LIMIT, AgentError, AgentLink, ByteWriter, NodeError, RequestFailed, Transport,
-                                 VersionMismatch)
+from .link import (LINE_LIMIT, AgentError, AgentFailed, AgentLink, ByteWriter, NodeError, RequestFailed,
+                   Transport, VersionMismatch)
 
-__all__ = ["LINE_LIMIT", "AgentError", "AgentLink", "ByteWriter", "FleetClient", "NodeDown", "NodeError",
+__all__ = ["LINE_LIMIT", "AgentError", "AgentFailed", "AgentLink", "ByteWriter", "FleetClient", "NodeDown", "NodeError",
            "NodeStatus", "NodeUp", "NodeView", "RequestFailed", "Transport", "VersionMismatch"]
 
 log = logging.getLogger(__name__)
 
 
 def _failure(node: str, exc: BaseException, fallback: Optional[str] = None) -> AgentError:
-    """Why ``node`` is down, typed: an AgentError as it is; another error (an OSError, a refused
-    request) becomes the reason of one; an error without text has ``fallback`` for reason."""
+    """Why ``node`` is down, typed: an AgentError as it is; a refused request (the agent answered:
+    its configure refused) an AgentFailed with the agent's reason; another error (an OSError)
+    becomes the reason of an AgentError; an error without text has ``fallback`` for reason."""
     if isinstance(exc, AgentError):
         return exc
+    if isinstance(exc, RequestFailed):
+        return AgentFailed(node, exc.reason or fallback or "refused")
     return AgentError(node, str(exc) or fallback or type(exc).__name__)
 
 
@@ -77,6 +80,11 @@ class NodeView:
     @property
     def since(self) -> Optional[float]:
         return self.unreachable_since
+
+    @property
+    def agent_failed(self) -> bool:
+        """It answered, and its agent would not serve (AgentFailed): not unreachable."""
+        return isinstance(self.error, AgentFailed)
 
 
 NodeStatus = NodeView  # the name FleetClient.status used before the two were one

@@ -44,7 +44,15 @@ class AgentError(NodeError):
     and deployment's errors are AgentErrors."""
 
 
-class VersionMismatch(AgentError):
+class AgentFailed(AgentError):
+    """The node answered, and its agent would not serve: it stopped before its hello (a home it
+    refuses, a lock another host holds, no python), said nothing, runs another version, or
+    refused this console's configure. The node is reachable; its agent is what to fix, and the
+    reason is the agent's own where it gave one (NodeState ``agent_failed``, never
+    ``unreachable``)."""
+
+
+class VersionMismatch(AgentFailed):
     """The node runs another gpudeck version than the console: `gpudeck deploy` fixes it."""
 
     def __init__(self, node: str, agent_version: str, agent_protocol: int) -> None:
@@ -118,7 +126,7 @@ class AgentLink:
         """``callback(node_name, message)`` for every snapshot and history message."""
         self._on_message.append(callback)
 
-    start_error: type = AgentError  # what a failed start raises, with the transport's explanation
+    start_error: type = AgentFailed  # what a failed start raises, with the transport's explanation
 
     async def explain_end(self) -> str:
         """Why the agent ended before its hello, from what the transport saw (its exit status,
@@ -134,12 +142,12 @@ class AgentLink:
         """:meth:`start`, with the transport's explanation added to a failure."""
         try:
             return await self.start(timeout)
-        except VersionMismatch:
+        except AgentFailed:
             raise
-        except AgentError as exc:
+        except AgentError as exc:  # the transport opened: whatever the agent did next is its failure
             detail = await self.explain_end()
             if not detail:
-                raise
+                raise self.start_error(self.node.name, exc.reason) from None
             cause = wire.stated_cause(self.stderr_lines())
             if cause is None:
                 raise self.start_error(self.node.name, f"{exc.reason}; {detail}") from None

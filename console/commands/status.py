@@ -17,7 +17,8 @@ ALIVE = frozenset(s for s in JobState if s.alive)
 
 def register(sub) -> None:
     p = sub.add_parser("status", help="nodes, GPUs, jobs and alerts", epilog=exit_codes(
-        {EXIT_UNREACHABLE: "some node did not answer (the report says which and why)",
+        {EXIT_UNREACHABLE: "some node could not be read: it did not answer, or its agent failed (the report says "
+                           "which and why)",
          EXIT_OWNED_ELSEWHERE: "every node answered, and some job of this fleet file belongs to another fleet "
                                "there (shown, marked with its owner)"}))
     fleet_arg(p)  # no --take-over: a look takes nothing (docs/nodes.md#who-owns-a-nodes-jobs)
@@ -58,7 +59,7 @@ async def _status(args) -> int:
         err(f"cluster {name}: {problem}")
     if setup:
         return EXIT_USAGE
-    # 3: some node did not answer (its reason is in the report): scripts can tell a partial look
+    # 3: some node could not be read (unreachable, or its agent failed; the report says why): a partial look
     if any(not view.reachable for view in state.nodes.values()):
         return EXIT_UNREACHABLE
     # 7: every node answered, and another fleet owns some of this file's jobs (not a node down)
@@ -115,7 +116,8 @@ def _node_lines(state) -> list[str]:
         if snap is None:
             since = (f" since {time.strftime('%H:%M:%S', time.localtime(view.unreachable_since))}"
                      if view.unreachable_since else "")
-            lines.append(f"{name}: UNREACHABLE{since} ({view.error})" + _node_money(costs.get(name), priced_only=True))
+            word = "AGENT_FAILED" if view.agent_failed else "UNREACHABLE"  # it answered: its agent's reason
+            lines.append(f"{name}: {word}{since} ({view.error})" + _node_money(costs.get(name), priced_only=True))
             continue
         h = snap.host
         elsewhere = state.owned_elsewhere(name)

@@ -96,7 +96,9 @@ class FleetTable(LiveTable[FleetRow]):
         else:
             t.append("✗ ", self.style("bad"))
             t.append(n.node, self.style("node"))
-            t.append(f"  unreachable since {cells.clock_time(n.since)}", self.style("bad"))
+            # a node that answered and whose agent would not serve is not "unreachable"
+            what = "agent failed" if n.state == NodeState.AGENT_FAILED else "unreachable"
+            t.append(f"  {what} since {cells.clock_time(n.since)}", self.style("bad"))
             if n.down_for_s is not None:
                 t.append(f" ({human_duration(n.down_for_s)})", self.style("bad"))
             if n.retry_in_s is not None:
