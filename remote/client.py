@@ -55,6 +55,9 @@ class NodeUp:
 
     node: str
     hello: Hello
+    # how this file's jobs differ from another copy's of its fleet on the node, as its configure
+    # said (None: they do not); the console shows it on the node's line until a configure says none
+    copy: Optional[ops.CopyDiff] = None
 
 
 
@@ -72,6 +75,7 @@ class NodeView:
     retry_in_s: Optional[float] = None  # the reconnect loop's next try, when it said
     told_at: Optional[float] = None  # when the error was recorded
     node: Optional[Node] = None  # the fleet file's node, where known
+    copy: Optional[ops.CopyDiff] = None  # how this file's jobs differ from another copy's there (configure)
 
     @property
     def reachable(self) -> bool:
@@ -214,6 +218,11 @@ class FleetClient:
         return [f"took job {name!r} on node {node} from {owner_text(owner)}"
                 for node, reply in sorted(self.configured.items()) for name, owner in sorted(reply.taken.items())]
 
+    def copy_of(self, node: str) -> Optional[ops.CopyDiff]:
+        """How this file's jobs differ from another copy's on ``node``, by its last configure."""
+        reply = self.configured.get(node)
+        return reply.copy if reply is not None else None
+
     def differs(self) -> list[str]:
         """How this file's jobs differ from what the nodes hold for its fleet (another copy's)."""
         return [line for _, reply in sorted(self.configured.items()) for line in reply.differs]
@@ -273,7 +282,7 @@ class FleetClient:
                         if link.closed:
                             raise
                         break
-                return NodeView(node.name, snapshot=snap, node=node)
+                return NodeView(node.name, snapshot=snap, node=node, copy=self.copy_of(node.name))
             except AgentError as exc:
                 return NodeView(node.name, error=exc, unreachable_since=time.time(), node=node)
 
@@ -311,7 +320,7 @@ class FleetClient:
                 error = AgentError(node.name, f"{type(exc).__name__}: {exc}")
             else:
                 delay, down_since = backoff_s, None
-                on_event(node.name, NodeUp(node.name, link.hello))
+                on_event(node.name, NodeUp(node.name, link.hello, self.copy_of(node.name)))
                 if link.history is not None:
                     on_event(node.name, link.history)
                 if link.latest is not None:

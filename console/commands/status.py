@@ -11,6 +11,7 @@ from ...agents.contract.documents import drift_text
 from .common import (EXIT_OK, EXIT_OWNED_ELSEWHERE, EXIT_UNREACHABLE, EXIT_USAGE, err, exit_codes, fleet_arg,
                      load_fleet)
 from ..cost import NO_PRICE, dollars
+from ..formatting import copy_text
 
 ALIVE = frozenset(s for s in JobState if s.alive)
 
@@ -42,6 +43,7 @@ async def _status(args) -> int:
         for view in await client.status(timeout=args.timeout):
             if view.snapshot is not None:
                 state.apply(view.snapshot)
+                state.set_copy(view.name, view.copy)
             else:
                 state.mark_unreachable(view.name, view.error or "unreachable", view.unreachable_since)
     finally:
@@ -123,6 +125,9 @@ def _node_lines(state) -> list[str]:
         elsewhere = state.owned_elsewhere(name)
         if elsewhere:  # the node answers: its own words, not "unreachable"
             lines.append(f"{name}: OWNED_ELSEWHERE: {_elsewhere_text(elsewhere)}")
+        differs = copy_text(view.copy)
+        if differs:  # another copy of this fleet declared other jobs there: said each look, until they agree
+            lines.append(f"{name}: COPY DIFFERS: {differs}")
         if snap.cluster is not None:
             c = snap.cluster
             polled = f"last poll {c.poll_ms:.0f} ms" if c.poll_ms is not None else "not polled yet"

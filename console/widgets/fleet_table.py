@@ -89,6 +89,8 @@ class FleetTable(LiveTable[FleetRow]):
                 owners = sorted({owner_text(o) for _, o in n.owned_elsewhere})
                 t.append(f"  owned elsewhere: {', '.join(j for j, _ in n.owned_elsewhere)} belong to "
                          f"{', '.join(owners)}", self.style("bad"))
+            if n.copy_differs:  # another copy of this fleet declared other jobs there: until they agree
+                t.append(f"  copy differs: {n.copy_differs}", self.style("warn"))
         elif n.state == NodeState.CONNECTING:
             t.append("◌ ", self.style("muted"))
             t.append(n.node, self.style("node"))
