@@ -218,11 +218,19 @@ class ClusterAgent(Agent):
                                            ran=(row.elapsed_s or 0) > 0 or went_on)
                 else:
                     new[index] = SlurmSaid(row.array_id, row.state, now, ran=job_state(row.state) is not JobState.PENDING)
+            listed = {row.array_id for row in by_job.get(job, {}).values()}
             for index, old in said.items():  # a task that waited in its array's record, which has now ended
+                if index in by_job.get(job, {}) or old.state in TERMINAL or old.ran:
+                    continue
                 meta = metas.get((job, old.array_id))
-                if meta is not None and index not in by_job.get(job, {}) and old.state not in TERMINAL \
-                        and not old.ran:
+                if meta is not None:
                     new[index] = SlurmSaid(old.array_id, meta.state, meta.ended_at or now, ran=False)
+                elif old.array_id in listed and job_state(old.state) is JobState.PENDING \
+                        and not self._ran_since(job, index, old.at):
+                    # gone from its array's pending record while the array is still listed: only a
+                    # cancel does that (a task that starts gets a line of its own), and it was not
+                    # gpudeck's (its verdict would say): an scancel by hand; Slurm keeps no trace
+                    new[index] = SlurmSaid(old.array_id, "CANCELLED", now, ran=False, gone=True)
             if new != said:
                 with self._lock:
                     self._said[str(self._run(job))] = new
@@ -230,6 +238,15 @@ class ClusterAgent(Agent):
                     write_said(self._run(job), new)
                 except OSError as exc:
                     log.warning("cluster %s: cannot keep what Slurm said of %s's tasks: %s", self.node, job, exc)
+
+    def _ran_since(self, job: str, index: int, since: float) -> bool:
+        """Whether the wrapper recorded an attempt of the task that began at ``since`` or after
+        (a task that ran and left squeue between two polls, MinJobAge being short)."""
+        try:
+            att = self._attempts(job, index)
+        except (OSError, ValueError):
+            return True  # no evidence either way: not called cancelled
+        return bool(att.starts) and (att.started_at or 0) >= since - 1.0
 
     def soon(self) -> None:
         """After an action: a few polls in the next seconds (bounded), then the usual pace."""
@@ -445,7 +462,12 @@ class ClusterAgent(Agent):
             how = "cancelled by gpudeck (scancel) before it ran" if verdict.state is JobState.CANCELLED else \
                 "killed by gpudeck (scancel)"
             said_when.append((verdict.at, verdict.state, f"{how} at {_clock(verdict.at)}; Slurm no longer lists it"))
-        if said is not None and said.state in TERMINAL and (said.state == "CANCELLED" or att.array_id != said.array_id):
+        if said is not None and said.gone:
+            said_when.append((said.at, JobState.CANCELLED, f"cancelled outside gpudeck before it ran: found gone from "
+                                                           f"its array's pending record at {_clock(said.at)}, the "
+                                                           f"array still listed; Slurm keeps no record of it"))
+        elif said is not None and said.state in TERMINAL and (said.state == "CANCELLED" or
+                                                              att.array_id != said.array_id):
             state = (JobState.KILLED if said.ran else JobState.CANCELLED) if said.state == "CANCELLED" else \
                 job_state(said.state)
             said_when.append((said.at, state, f"Slurm said {said.state} at {_clock(said.at)}"
