@@ -382,6 +382,29 @@ def test_a_waiting_task_cancelled_by_hand_reads_cancelled_even_after_slurm_forge
     assert later["arr/2"]["ended_at"] == t["ended_at"], (later["arr/2"], t)
 
 
+@pytest.mark.system
+def test_naming_the_fleet_keeps_its_submitted_tasks_found_and_killable(cluster, tmp_path):
+    """A fleet file gets a `[fleet] name` (or another one) while its array runs: the tasks Slurm
+    has under the old name, `gd:<old>:<job>`, stay the job's rows (same array, same attempts),
+    `kill` finds and ends them, and the run directory moves to the new name with a link left
+    for the running tasks' wrappers."""
+    fleet = cluster_fleet(tmp_path, cluster, holder_job(tmp_path, "arr", shards=2, max_running=1), name="fx")
+    gpudeck("launch", "-f", str(fleet), "arr")
+    got = wait_states(fleet, {"arr/0": "running", "arr/1": "pending"})
+    array = got["arr/0"]["task"]["array_id"]
+    runs = tmp_path / "shared" / "runs"
+    assert (runs / "fx" / "arr").is_dir()
+    fleet.write_text('[fleet]\nname = "renamed"\n' + fleet.read_text())
+    got = wait_states(fleet, {"arr/0": "running", "arr/1": "pending"}, timeout=60)
+    assert {got[n]["task"]["array_id"] for n in ("arr/0", "arr/1")} == {array}, got
+    assert got["arr/0"]["attempt"] == 1 and got["arr/0"]["task"]["source"] == "squeue", got["arr/0"]
+    assert (runs / "renamed" / "arr" / "attempts" / "0.jsonl").is_file() and (runs / "fx").is_symlink()
+    r = gpudeck("kill", "-f", str(fleet), "arr", check=False)
+    assert r.returncode == 0 and "arr/0" in r.stdout, r.stdout + r.stderr
+    got = wait_states(fleet, {"arr/0": "killed", "arr/1": "cancelled"}, timeout=60)
+    assert not cluster.run("squeue", "-h", "-t", "PD,R,CG", "-o", "%i", check=False).stdout.strip()
+
+
 # ---------------------------------------------------------------- polling budget, observers
 
 
