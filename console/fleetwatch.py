@@ -37,7 +37,8 @@ class LostNodes:
     fleet file that owns each). A node whose agent fails (AgentFailed: it answered, and its
     agent would not serve: another version, a home it refuses) is neither up nor down: it is
     not lost, its jobs may be running there, and a move would fence them for nothing; its
-    outage counts from when it stops answering."""
+    outage counts from when it stops answering. An agent that says nothing at all (no hello in
+    time: a machine hung behind its sshd, perhaps) counts as down, as before."""
 
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
         self.clock = clock
@@ -54,7 +55,7 @@ class LostNodes:
         elif isinstance(event, NodeUp):
             self.up.add(node)
             self.down_since.pop(node, None)
-        elif isinstance(event, NodeDown) and isinstance(event.error, AgentFailed):
+        elif isinstance(event, NodeDown) and isinstance(event.error, AgentFailed) and not event.error.silent:
             self.up.discard(node)
             self.down_since.pop(node, None)
             self._answered[node] = self.clock()

@@ -101,3 +101,18 @@ def test_a_node_whose_agent_fails_is_never_lost_its_outage_counts_from_when_it_s
     mover.nodes("node1", NodeDown(node="node1", error=AgentError("node1", "connection refused"),
                                   since=clock.time() - 3600, retry_in_s=1.0))
     assert mover.nodes.down_since["node1"] == clock.time()
+
+
+def test_an_agent_that_says_nothing_counts_as_down_for_node_lost_s(tmp_path):
+    """No hello at all (a machine hung behind a working sshd, say): nothing says its jobs run,
+    so the node is lost after node_lost_s as one that does not answer."""
+    from gpudeck.remote.client import AgentFailed
+
+    fleet = parse_fleet(FLEET, str(tmp_path / "f.toml"))
+    clock = FakeClock()
+    mover = LostNodeMover(FakeClient(fleet), store=PlacementStore(tmp_path / "placements.json"), clock=clock.time)
+    silent = AgentFailed("node1", "the agent sent no hello within 10 s")
+    silent.silent = True
+    mover.nodes("node1", NodeDown(node="node1", error=silent, since=clock.time(), retry_in_s=1.0))
+    assert mover.nodes.down_since["node1"] == clock.time()
+
