@@ -47,7 +47,7 @@ FILE_NAME = "gpudeck.prom"
 RETRY_S = 30.0  # a directory that failed is tried again this long after, not every tick
 MIB = 1024 * 1024
 # raised by the console alone (it cannot reach the node): never in a node's snapshot
-CONSOLE_ONLY = frozenset({AlertKind.UNREACHABLE})
+CONSOLE_ONLY = frozenset({AlertKind.UNREACHABLE, AlertKind.AGENT_FAILED})
 # Every name here is a classic one, which any escaping writes the same: "underscores" skips the
 # UTF-8 checks of the default (a quarter of the write). prometheus_client before 0.22 has no choice.
 _UNDERSCORES = getattr(getattr(openmetrics, "exposition", None), "UNDERSCORES", None)
