@@ -17,11 +17,12 @@ from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
 from textual import events
-from textual.binding import Binding
 from textual.geometry import Region, Size
 from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
+
+from ..bindings import bindings
 
 RowT = TypeVar("RowT")
 Frag = tuple[str, Optional[Style]]
@@ -48,15 +49,9 @@ class LiveTable(ScrollView, Generic[RowT], can_focus=True):
 
     COMPONENT_CLASSES = {f"live-table--{n}" for n in STYLE_NAMES}
 
-    BINDINGS = [
-        Binding("up", "cursor(-1)", "Up", show=False),
-        Binding("down", "cursor(1)", "Down", show=False),
-        Binding("pageup", "page(-1)", "Page up", show=False),
-        Binding("pagedown", "page(1)", "Page down", show=False),
-        Binding("home,g", "cursor_to(0)", "First", show=False),
-        Binding("end,G", "cursor_to(-1)", "Last", show=False),  # g and G as in vim, less and k9s
-        Binding("enter", "select_row", "Details", id="details"),
-    ]
+    # j k g G as in vim, less and k9s, beside the arrows (console/keymap.py); enter and d, describe,
+    # are the screen's: they describe the row under the cursor of whichever table
+    BINDINGS = bindings("table")
 
     class Highlighted(Message):
         """The cursor moved to another row."""
@@ -70,7 +65,7 @@ class LiveTable(ScrollView, Generic[RowT], can_focus=True):
             return self.table
 
     class Selected(Message):
-        """The operator pressed enter (or double-clicked) on a row."""
+        """The operator double-clicked a row (enter and d are the screen's describe)."""
 
         def __init__(self, table: "LiveTable", key: str) -> None:
             super().__init__()

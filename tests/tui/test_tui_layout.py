@@ -19,7 +19,7 @@ from gpudeck.console.messages import EventsFetched, LogFetched, SnapshotReceived
 from gpudeck.console.since import summarize
 from support.tui import event_of as event_row
 from gpudeck.console.widgets.cells import BLOCKS
-from support.tui import PINNED_NOW, feed_pinned, pinned_events, pinned_fleet, screen_text, wait_until
+from support.tui import PINNED_NOW, describe, feed_pinned, pinned_events, pinned_fleet, screen_text, wait_until
 
 EVENT_SIZES = [(80, 24), (120, 40), (200, 60)]
 
@@ -157,7 +157,6 @@ async def test_at_80_columns_the_jobs_view_keeps_node_gpus_and_attempt():
 
 async def test_a_moved_job_says_where_it_moved_from_in_its_row_and_its_details():
     from gpudeck.console.placements import Placement
-    from gpudeck.console.screens.job import JobScreen
 
     app = pinned_app(initial_view="jobs")
     async with app.run_test(size=(240, 40)) as pilot:
@@ -176,9 +175,10 @@ async def test_a_moved_job_says_where_it_moved_from_in_its_row_and_its_details()
                                             for ln in screen_text(app).splitlines()), what="the row at 120 columns")
         table = app.screen.table("jobs")
         table.move_cursor_to_key(next(r.key for r in table.rows() if r.name == "audit"))
-        await pilot.press("enter")
-        await wait_until(pilot, lambda: isinstance(app.screen, JobScreen), what="the details")
-        await wait_until(pilot, lambda: "from gpu-a 10:00" in screen_text(app), what="the move in the details")
+        await describe(pilot)
+        await wait_until(pilot, lambda: "moved from gpu-a 10:00" in screen_text(app), what="the move in its describe")
+        text = screen_text(app)  # and its placement whole: from where, to where, when, the move's attempt id
+        assert "moved from gpu-a to gpu-b at 2025-11-30 10:00:00" in text and "001764496800000-gpu-b-0a1b2c3d" in text
 
 
 async def test_the_sorted_column_stays_on_a_narrow_screen_and_its_marker_says_up_or_down_as_k9s_does():
@@ -188,9 +188,8 @@ async def test_the_sorted_column_stays_on_a_narrow_screen_and_its_marker_says_up
         await settle(pilot)
         table = app.screen.table("jobs")
         seen = {}
-        for _ in range(5):  # node, state, tokens/s, eta, progress
-            await pilot.press("s")
-            sort = app.screen.sorts["jobs"]
+        for key, sort in (("O", "node"), ("E", "state"), ("K", "tokens/s"), ("H", "eta"), ("P", "progress")):
+            await pilot.press(key)  # k9s: the column's shift+letter
             await wait_until(pilot, lambda: app.screen.sorts["jobs"] == sort and
                              ("▲" in table_head(app, "jobs-table") or "▼" in table_head(app, "jobs-table")),
                              what=f"the sort by {sort} marked")
@@ -201,9 +200,9 @@ async def test_the_sorted_column_stays_on_a_narrow_screen_and_its_marker_says_up
         assert "ETA▼" in seen["eta"]  # the longest ETA first
         assert "PROGRES▲" in seen["progress"]  # kept on screen although narrow screens drop it first
         assert "sort progress ▲" in screen_text(app)
-        await pilot.press("s", "s", "s")  # name, node, state
-        await pilot.press("s")  # tokens/s
-        await pilot.press("S")  # the slowest first now
+        await pilot.press("K")  # tokens/s, the fastest first
+        await wait_until(pilot, lambda: "TOK/S▼" in table_head(app, "jobs-table"), what="tokens/s: ▼")
+        await pilot.press("K")  # the same letter again: the slowest first now
         await wait_until(pilot, lambda: "TOK/S▲" in table_head(app, "jobs-table"), what="tokens/s reversed: ▲")
         assert "sort tokens/s ▲" in screen_text(app) and "by tokens/s ▲" in screen_text(app)
         names = [r.name for r in table.rows()]
@@ -301,8 +300,7 @@ def chart_columns(app, chart) -> dict[str, set[int]]:
 async def open_details(pilot, job: str, done: bool = True) -> str:
     app = pilot.app
     app.screen.table("jobs").move_cursor_to_key(f"gpu-a/{job}")
-    await pilot.press("enter")
-    await wait_until(pilot, lambda: app.screen.id == "job-screen", what="the details screen")
+    await describe(pilot, tab="log")
     want = "done  123.5k / 914.0k" if done else "gen  tokens/s"
     return await wait_until(pilot, lambda: want in (t := screen_text(app)) and t, what="the chart")
 
@@ -375,8 +373,10 @@ async def test_long_log_lines_scroll_sideways_with_the_arrow_keys_as_the_help_sa
         await pilot.pause()
         assert "THE-END-OF-THE-LINE" in screen_text(app) and panel.log.scroll_x > 0
         await pilot.press("question_mark")
-        text = await wait_until(pilot, lambda: "gpudeck help" in (t := screen_text(app)) and t, what="the help")
-        assert "← →         scroll a log sideways: long lines are not wrapped" in text
+        await wait_until(pilot, lambda: "gpudeck help" in screen_text(app), what="the help")
+        from gpudeck.console.screens.help import key_rows
+        assert any(keys == "← →" and what == "scroll a log sideways: long lines are not wrapped"
+                   for _, keys, what in key_rows(False, {}))
 
 
 async def test_the_details_list_each_server_and_the_uploads_the_job_reports():
