@@ -176,7 +176,8 @@ KEYMAP: tuple[Key, ...] = (
         "k9s, vim (tab)", priority=True),
     Key("command.close", "escape", "close", "command", "Close", "close the command line", "k9s, vim (esc)"),
     Key("picker.close", "escape,f6", "close", "picker", "Close", "close the column picker", "htop (F6)"),
-    Key("filter.close", "escape", "close", "filter", "Close filter", "close the filter, cleared", "gpudeck"),
+    Key("filter.close", "escape", "close", "filter", "Close filter", "close the filter, cleared", "gpudeck",
+        show=True),
 )
 
 BY_ID = {k.id: k for k in KEYMAP}

@@ -16,7 +16,6 @@ from .. import keymap as km
 from ..bindings import bindings
 
 HELP = """\
-{read_only}
 [b]Jobs[/b]
   ATT        attempt;  TOK/S and TREND: tokens per second, one cell per 15 s
   DONE       items done / total;  RATE items/s;  ETA at the current rate
@@ -126,11 +125,12 @@ class HelpScreen(ModalScreen[None]):
         self.keymap = keymap or {}
 
     def compose(self) -> ComposeResult:
-        text = HELP.format(read_only=READ_ONLY if self.read_only else "")
         with Vertical(id="dialog"):
             with VerticalScroll():
+                if self.read_only:  # first: why the keys that act are not listed
+                    yield Static(READ_ONLY.strip("\n") + "\n", id="help-read-only")
                 yield Static(keys_table(self.read_only, self.keymap), id="help-keys")
-                yield Static(text, id="help-text")
+                yield Static("\n" + HELP, id="help-text")
 
     def on_mount(self) -> None:
         self.query_one("#dialog").border_title = "gpudeck help"

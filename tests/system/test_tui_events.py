@@ -113,7 +113,7 @@ async def test_a_broken_last_look_file_is_a_warning_and_the_view_is_in_help_and_
         assert any(t == "last look forgotten" and "looking back 8 h" in m for t, m, _ in app.told)
         # the view is in the help and the command palette too
         await pilot.press("question_mark")
-        await wait_for_text(pilot, "e  (or 5)   events: the nodes' timeline")
+        await wait_for_text(pilot, "the events: the nodes' timeline")
         await pilot.press("escape")
         await pilot.press("ctrl+p")
         await pilot.press(*"view events")
