@@ -51,6 +51,11 @@ def start(tmux: Tmux, tmp_path, fleet: str, view: str = "jobs", size: tuple[int,
          f"env -u COLUMNS -u LINES {assigns} {cmd} up -f {shlex.quote(fleet)} --view {view}; echo EXIT=$?; sleep 600")
 
 
+def coloured(tmux: Tmux) -> str:
+    """The screen with its colours (escape sequences), as capture-pane -e gives it."""
+    return tmux("capture-pane", "-p", "-e", "-t", tmux.session)
+
+
 def rows(screen: str, names: tuple[str, ...]) -> list[str]:
     """The names of the job rows on screen, top to bottom."""
     return [ln.split()[0] for ln in screen.splitlines() if ln.split() and ln.split()[0] in names]
@@ -88,8 +93,11 @@ def test_colon_then_text_triggers_no_key(tmp_path, tmux, two_jobs):
     tmux.keys(":")
     tmux.wait(lambda s: "tab completes" in s, "the command line again")
     tmux.keys("-l", "fle")
+    # the line shows the suggestion greyed ("fle" then "et" in another colour) until tab takes it:
+    # read with its colours, "fleet" is one run of text only once completed
+    tmux.wait(lambda s: re.search(r":(?:\x1b\[[\d;]*m)+fle(?:\x1b\[[\d;]*m)+et", coloured(tmux)), "fle typed")
     tmux.keys("Tab")
-    tmux.wait(lambda s: re.search(r"^ ?: ?fleet\s*$", s, re.M), "fle completed to fleet")
+    tmux.wait(lambda s: re.search(r":(?:\x1b\[[\d;]*m)+fleet\b", coloured(tmux)), "fle completed to fleet")
     tmux.keys("Enter")
     tmux.wait(lambda s: "NODE / GPU" in s and "● local" in s, "the fleet view")
     assert "EXIT=" not in tmux.screen()
