@@ -351,7 +351,7 @@ class GpuDeckApp(NoticeLine, App[None]):
         missing = sorted(self._awaiting_backlog)
         if missing:
             text += f" (not heard from {', '.join(missing)} yet)"
-        timeline.summary = text
+        timeline.summary, timeline.summary_at = text, self.config.clock()
         self.state.version += 1
         self.notify(text, title="since you last looked", timeout=15, markup=False)
         self._record_look()

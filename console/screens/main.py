@@ -29,6 +29,7 @@ from ..rows import FleetRow, GpuRow, JobRow, NodeRow
 from ..state import FleetState
 from ..timeline import listed
 from ..widgets.alerts_table import AlertsTable
+from ..widgets.cells import clock_time
 from ..widgets.events_table import EventsTable
 from ..widgets.filter_bar import FilterBar
 from ..widgets.fleet_header import FleetHeader
@@ -199,7 +200,10 @@ class MainScreen(Screen[None]):
             self._events_listed = listed(rows, state.clock())
             self.table("events").show(rows)
         summary = self.query_one("#events-summary", Static)
-        said = "  ·  ".join(x for x in (state.timeline.summary, self._events_listed) if x)
+        opening = state.timeline.summary
+        if opening and state.timeline.summary_at is not None:  # said once: as of then, not of now
+            opening = f"on opening ({clock_time(state.timeline.summary_at)}): {opening}"
+        said = "  ·  ".join(x for x in (opening, self._events_listed) if x)
         summary.set_class(bool(said), "-shown")
         if str(summary.content) != said:
             summary.update(said)
