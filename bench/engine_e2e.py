@@ -152,12 +152,25 @@ async def probe(url: str, n: int, concurrency: int, max_tokens: int) -> float:
         return n / (time.monotonic() - t0)
 
 
-def output_tokens(out: Path) -> int:
-    """The completion tokens in the output's shards."""
+def done_ids(out: Path) -> set[str]:
+    try:
+        return {ln.strip() for ln in open(out / "done.txt") if ln.strip()}
+    except FileNotFoundError:
+        return set()
+
+
+def output_tokens(out: Path, skip: set[str]) -> int:
+    """The completion tokens of the output's records whose id is not in ``skip``: the pilot's
+    last shard is still open when the plan ends, and the run closes it with the pilot's records
+    in it, so a count by shard would give the run the pilot's tokens too."""
     tokens = 0
-    for shard in out.glob("shard-*.jsonl"):
+    for shard in out.glob("shard-*.jsonl*"):
         with open(shard) as f:
-            tokens += sum(json.loads(line).get("completion_tokens") or 0 for line in f if line.strip())
+            for line in f:
+                if line.strip():
+                    rec = json.loads(line)
+                    if str(rec.get("id")) not in skip:
+                        tokens += rec.get("completion_tokens") or 0
     return tokens
 
 
@@ -251,7 +264,7 @@ def main() -> int:
             f"prompts left; projected {plan['projected_wall_s']:.1f} s ({plan['projected_wall_s_low']:.1f}-"
             f"{plan['projected_wall_s_high']:.1f} s)")
 
-        pilot_tokens = output_tokens(out)
+        pilot_ids = done_ids(out)  # the pilot's records: the run's own are the others
         fleet.write_text(fleet_text(a, work / "home", prompts, out, best))  # the operator's edit
         launched = time.time()
         log(gpudeck(fleet, "launch", "gen").stdout.strip())
@@ -273,7 +286,7 @@ def main() -> int:
         ended = gen.get("ended_at") or time.time()
         wall = ended - launched
         done_lines = sum(1 for _ in open(out / "done.txt")) if (out / "done.txt").exists() else 0
-        tokens = output_tokens(out) - pilot_tokens
+        tokens = output_tokens(out, skip=pilot_ids)
         steady = [s for s in samples if 0.1 * wall <= s["t"] <= 0.9 * wall]
         mean = lambda key: statistics.mean(v) if (v := [s[key] for s in steady if s[key] is not None]) else None  # noqa: E731
         res["run"] = {"state": gen["state"], "exit_code": gen.get("exit_code"), "wall_s": wall, "done": done_lines,
