@@ -17,7 +17,7 @@ from typing import Optional, Union
 
 from ..agents.contract.vocab import AlertKind, EngineState, NodeState, ShownState
 from ..agents.contract.jobs import JobKind
-from ..agents.contract.wire import Gpu, JobPlan, KillVerdict, ServerHealth, Uploads
+from ..agents.contract.wire import Gpu, JobPlan, KillVerdict, QualityWindow, ServerHealth, Uploads
 from .chart import Chart
 from .formatting import round_int
 
@@ -242,3 +242,4 @@ class JobDetail:
     servers: tuple[ServerHealth, ...] = ()  # the servers it sends to, as it reports them (generate)
     uploads: Optional[Uploads] = None  # its uploads to S3, as it reports them
     at: Optional[float] = None  # when this was put together (the console's clock): ages are counted from it
+    window: Optional[QualityWindow] = None  # generate: its last completions' quality problems

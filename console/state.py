@@ -26,7 +26,7 @@ from ..agents.contract.ops import HistoryPage
 from ..agents.contract.wire import Alert, Gpu, History, JobStatus, Progress, Snapshot
 from . import chart as charts
 from . import cost
-from .formatting import human_duration, quality_flags, round_eta, round_figures, startup_text
+from .formatting import human_duration, junk_flags, quality_flags, round_eta, round_figures, startup_text
 from .placements import Placement, moved_text
 from .rows import (SPARK_BUCKET_S, AlertRow, FleetRow, GpuRow, JobDetail, JobRow, NodeRow, NodeState,
                                   ProcRow, Totals)
@@ -457,6 +457,8 @@ class FleetState:
         if view is not None and view.snapshot is not None:
             if any(a.kind == _STALLED and a.job == j.name for a in view.snapshot.alerts):
                 flags += (_STALLED.value,)  # the alert, named on its job
+            if p is not None and p.window is not None:  # its quality alerts: "junk cut 100%"
+                flags += junk_flags([a.kind.value for a in view.snapshot.alerts if a.job == j.name], p.window)
             if j.plan is not None and j.plan.drift_pct is not None and \
                     any(a.kind == _PLAN_DRIFT and a.job == j.name for a in view.snapshot.alerts):
                 flags += (f"plan {j.plan.drift_pct:+.0f}%",)
@@ -514,7 +516,7 @@ class FleetState:
                     last_tokens_per_s=p.last_tokens_per_s if p else None,
                     last_rate_at=p.last_rate_at if p else None, error=j.error, plan=j.plan,
                     useful=cost.useful_share(p), servers=tuple(p.servers) if p else (),
-                    uploads=p.uploads if p else None, at=now,
+                    uploads=p.uploads if p else None, at=now, window=p.window if p else None,
                     spark=series.last(spark_width, now) if series else (None,) * spark_width,
                     bucket_s=self.spark_bucket_s, **self._detail_series(n, j.name, spark_width, now),
                     chart=self.job_chart(n, j, chart_range, chart_width or spark_width, now, row))
@@ -676,6 +678,7 @@ class FleetState:
                 "done": p.done if p else None, "total": p.total if p else None,
                 "tokens_per_s": job_tokens_per_s(j), "eta_s": p.eta_s if p else None,
                 "quality": p.quality if p else {},
+                "quality_window": dataclasses.asdict(p.window) if p and p.window else None,
                 "last_tokens_per_s": p.last_tokens_per_s if p else None,
                 "last_rate_at": p.last_rate_at if p else None,
                 "engine": dataclasses.asdict(j.engine) if j.engine else None,

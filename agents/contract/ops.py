@@ -72,7 +72,9 @@ class HistoryPoint:
     """One GPU's or one job's figures at ``t``: a sample (``n`` 1), or a bucket's (``t`` its start)
     mean, with its ``lo`` and ``hi``. The figures by name: a GPU's ``mem_mib``, ``util_pct``,
     ``temp_c``, ``power_w``; a job's ``tokens_per_s``, ``done``, ``running``, ``queued``,
-    ``kv_usage``, ``tokens``. A figure the node had no reading of is absent."""
+    ``kv_usage``, ``tokens``, and a generate job's ``cut_pct``, ``empty_pct``, ``no_answer_pct``,
+    ``repetition_pct`` (the shares of its last completions with each quality problem). A figure
+    the node had no reading of is absent."""
 
     t: float
     gpu: Optional[str] = None  # its index ("3"), or "host:3" on a cluster

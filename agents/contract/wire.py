@@ -140,6 +140,24 @@ class Uploads:
     last_upload_at: Optional[float] = None  # the last file that went up (unix time; across attempts)
 
 
+@dataclass(frozen=True)
+class QualityWindow:
+    """generate's last completions judged (its progress.json ``window``): how many of the last
+    ``n`` (at most ``size``) had each quality problem, and the id of the newest that had it.
+    The problems (agents/workers/generate/quality.py defines them): ``cut_at_max_tokens``,
+    ``empty_answer``, ``no_answer``, ``repetition``. The watcher sets each share against its
+    ``[alerts]`` ``*_pct`` threshold once ``n`` is 100 or more."""
+
+    size: int
+    n: int
+    counts: dict[str, int] = field(default_factory=dict)
+    examples: dict[str, str] = field(default_factory=dict)
+
+    def share(self, problem: str) -> Optional[float]:
+        """The share (0..1) of the window with ``problem``; None for an empty window."""
+        return self.counts.get(problem, 0) / self.n if self.n > 0 else None
+
+
 @quick_init  # built every tick (agents/contract/plain.py)
 @dataclass(frozen=True)
 class Progress:
@@ -169,6 +187,8 @@ class Progress:
     phase: Optional[str] = None
     phase_since: Optional[float] = None
     startup_s: Optional[float] = None
+    # generate: its last completions' quality problems (the [alerts] *_pct thresholds judge them)
+    window: Optional[QualityWindow] = None
 
     @property
     def servers_down(self) -> int:

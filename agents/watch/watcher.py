@@ -150,7 +150,8 @@ class Watcher:
                 st = self.restarts.state(n)
                 out.append(Alert(AlertKind.GAVE_UP, f"job {n}: restarts given up ({st.note})", job=n,
                                  since=st.gave_up_at))
-            self.heartbeat.set_failing(failing_reason(alerts + out))
+            hb = self.config.heartbeat
+            self.heartbeat.set_failing(failing_reason(alerts + out, on_quality=hb is not None and hb.on_quality))
             return out
         except Exception as exc:  # noqa: BLE001
             self._failure("checks", exc)

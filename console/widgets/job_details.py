@@ -77,8 +77,12 @@ class JobDetails(Widget):
             grid.add_row("plan", self._plan(d))
         if j.kind == JobKind.GENERATE and j.alive and j.priced:  # unpriced: "—" in the table says it
             grid.add_row("cost", self._cost(d))
-        if d.quality or d.progress_error:
+        if d.quality or d.progress_error or d.window is not None:
             q = Text(" · ".join(f"{k} {v}" for k, v in d.quality) or "clean")
+            w = d.window
+            if w is not None and w.n:  # the last completions, as the watcher's quality alerts judge them
+                q.append(f"  ·  last {w.n:,}: " + " ".join(f"{k} {100 * w.counts.get(k, 0) / w.n:.0f}%"
+                                                           for k in sorted(w.counts)), st("job-details--muted"))
             if d.progress_error:
                 q.append(f"  progress file: {d.progress_error}", st("job-details--bad"))
             grid.add_row("quality", q)
