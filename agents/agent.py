@@ -291,6 +291,7 @@ class Agent:
             ops.ReadEvents: self.watch.events,
             ops.Watch: self.watch.watch,
             ops.Ack: self.watch.ack,
+            ops.Note: self.watch.note,
             ops.Launch: lambda op: sup.launch(op.job),
             ops.Kill: lambda op: sup.kill(op.job, op.grace_s),
             ops.Relaunch: lambda op: sup.relaunch(op.job, op.grace_s),

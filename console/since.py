@@ -63,6 +63,7 @@ _COUNTED = {"died": ("death", "deaths"), "restarted": ("restart", "restarts"), "
             "s3_backlog": ("S3 backlog", "S3 backlogs"), "servers_resting": ("servers resting", "servers resting"),
             "idle_paid": ("idle paid GPU alert", "idle paid GPU alerts"),
             "quality": ("quality alert", "quality alerts"),
+            "note": ("operator note", "operator notes"),
             "node_unreachable": ("node unreachable", "nodes unreachable"),
             "action": ("operator action", "operator actions"), "state": ("state change", "state changes"),
           "alert": ("alert", "alerts"), "plan_drift": ("plan drift", "plan drifts"),

@@ -185,6 +185,16 @@ class Acked:
 
 
 @dataclass(frozen=True)
+class Noted:
+    """An operator's note written into a node's timeline."""
+
+    node: str
+    seq: int  # its event's
+    t: float
+    notified: bool  # queued for the node's [[notify]] targets (asked for, and some target takes notes)
+
+
+@dataclass(frozen=True)
 class Adopted:
     """What a node recorded of a process it adopted as a job (the environment's names only:
     its values are secrets)."""
@@ -320,6 +330,34 @@ class Ack(Op):
     job: str
 
 
+NOTE_MAX_CHARS = 2000
+
+
+@dataclass(frozen=True)
+class Note(Op):
+    """An operator's note: a ``note`` event in the node's timeline, about ``job`` when given
+    (the job need not be the node's: a note about a move names both ends), sent to the node's
+    ``[[notify]]`` targets only with ``notify``; ``by``: who wrote it (user@host)."""
+
+    name: ClassVar[str] = "note"
+    Result: ClassVar[type] = Noted
+    on_loop: ClassVar[bool] = True
+    text: str
+    job: Optional[str] = None  # about this job; with no node given, the op goes to the job's node
+    notify: bool = False
+    by: Optional[str] = None
+
+    def check(self) -> None:
+        if not self.text.strip():
+            raise ProtocolError("'note': 'text' is empty: say something")
+        if len(self.text) > NOTE_MAX_CHARS:
+            raise ProtocolError(f"'note': 'text' is {len(self.text):,} characters, more than {NOTE_MAX_CHARS:,}: "
+                                f"a note is a line of the timeline, not a document")
+        if any(ord(c) < 32 and c not in "\t" for c in self.text):
+            raise ProtocolError("'note': 'text' holds a line break or another control character: a note is one "
+                                "line")
+
+
 @dataclass(frozen=True)
 class Launch(Op):
     name: ClassVar[str] = "launch"
@@ -421,7 +459,7 @@ class Doctor(Op):
 
 DOCTOR_MAX_S = 1800.0
 
-ALL: tuple[type[Op], ...] = (Status, Configure, ReadHistory, ReadEvents, Watch, Ack, Launch, Kill, Relaunch,
+ALL: tuple[type[Op], ...] = (Status, Configure, ReadHistory, ReadEvents, Watch, Ack, Note, Launch, Kill, Relaunch,
                              KillPid, Adopt, Logs, Doctor)
 OPS: dict[str, type[Op]] = {cls.name: cls for cls in ALL}
 

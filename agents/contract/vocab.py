@@ -173,6 +173,7 @@ class EventKind(str, enum.Enum):
     NODE_UNREACHABLE = "node_unreachable"  # sent by a console, never by the node itself
     WATCHER_RESTARTED = "watcher_restarted"  # the watcher came back after dying (down from, to, who restarted it)
     ACKNOWLEDGED = "acknowledged"  # an operator acknowledged a job's gave_up (`gpudeck ack JOB`)
+    NOTE = "note"  # an operator's note (`gpudeck note "text"`): notified only when it asks to be
     RESOLVED = "resolved"  # a condition above that has cleared
     # the timeline only, never notified
     STATE = "state"  # a job changed state
@@ -190,7 +191,7 @@ NOTIFY_EVENTS = (EventKind.DIED, EventKind.RESTARTED, EventKind.GAVE_UP, EventKi
                  EventKind.GPU_HEALTH, EventKind.DISK, EventKind.TEMPERATURE, EventKind.DEADLINE,
                  EventKind.PLAN_DRIFT, EventKind.S3_BACKLOG, EventKind.SERVERS_RESTING, EventKind.IDLE_PAID,
                  EventKind.BLOCKED, EventKind.QUALITY, EventKind.NODE_UNREACHABLE, EventKind.WATCHER_RESTARTED, EventKind.ACKNOWLEDGED,
-                 EventKind.RESOLVED)
+                 EventKind.NOTE, EventKind.RESOLVED)
 
 
 class NotifyFormat(str, enum.Enum):

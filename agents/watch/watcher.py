@@ -93,11 +93,13 @@ class Watcher:
     # ------------------------------------------------------------ events
 
     def emit(self, kind: EventKind, message: str, job: Optional[str] = None, gpu: Optional[int] = None,
-             key: Optional[str] = None, notify: bool = True, **details: Any) -> None:
-        """One line in the timeline; queued for every target that wants it when ``notify``."""
+             key: Optional[str] = None, notify: bool = True, **details: Any) -> Any:
+        """One line in the timeline; queued for every target that wants it when ``notify``.
+        Returns the event (wire.Event)."""
         event = self.events_log.add(kind, message, job=job, gpu=gpu, key=key, **details)
         if notify and kind in NOTIFY_EVENTS and self.config.notify:
             self.outbox.put(self.config.notify, to_plain(event))
+        return event
 
     def _note(self, kind: EventKind, message: str, **kw: Any) -> None:
         self.emit(kind, message, notify=False, **kw)
@@ -199,6 +201,13 @@ class Watcher:
             self.sup.audit("ack", op.job, message=message)
             self.emit(EventKind.ACKNOWLEDGED, f"job {op.job}: {message}", job=op.job)
         return ops.Acked(job=op.job, cleared=cleared, message=message)
+
+    def note(self, op: ops.Note) -> ops.Noted:
+        """An operator's note (`gpudeck note`): a ``note`` event, notified only when asked."""
+        notified = op.notify and any(t.wants(EventKind.NOTE) for t in self.config.notify)
+        details = {"by": op.by} if op.by else {}
+        event = self.emit(EventKind.NOTE, op.text.strip(), job=op.job, notify=op.notify, **details)
+        return ops.Noted(node=self.node, seq=event.seq, t=event.t, notified=notified)
 
     def events(self, op: ops.ReadEvents) -> ops.EventPage:
         seq = self.events_log.seq  # before the read: a follower asks from here next time, missing nothing
