@@ -320,12 +320,14 @@ class Agent:
     def _configure(self, op: ops.Configure) -> ops.Configured:
         # first: a refusal changes nothing
         d = self.sup.configure(op.jobs, op.fleet, op.take_over, source=op.source, reading=op.reading)
-        if not d.elsewhere:  # a look at another fleet's jobs leaves the owner's watch settings alone
+        # a look at another fleet's jobs, or at another copy's of this fleet, leaves the watch
+        # settings (and the jobs the watcher declares again after a restart) to their owner
+        if not d.elsewhere and not d.kept_copy:
             self.watch.configure(op.watch, [s.to_dict() for s in op.jobs])
         self.sup.audit("configure", None, jobs=[s.name for s in op.jobs], fleet=op.fleet, source=op.source,
                        reading=op.reading, **({"taken": d.taken} if d.taken else {}))
         return ops.Configured(jobs=[s.name for s in op.jobs], changed=d.changed, owned_elsewhere=d.elsewhere,
-                              taken=d.taken, differs=d.differs)
+                              taken=d.taken, differs=d.differs, copy=d.copy)
 
     # ------------------------------------------------------------ the loop
 

@@ -49,7 +49,7 @@ def _read(opts: Any, env: dict[str, str], cwd: str) -> Optional[str]:
         loc = S3Location.parse(s3)
         if part:
             loc = S3Location(loc.bucket, loc.key(part_name(part)))
-        client = _client(getattr(opts, "s3_endpoint", None), env)
+        client = s3_client(getattr(opts, "s3_endpoint", None), env)
         return S3Store(client, loc.bucket, loc.key(FENCE_NAME)).read()
     out = getattr(opts, "out", None)
     if not out:
@@ -57,9 +57,10 @@ def _read(opts: Any, env: dict[str, str], cwd: str) -> Optional[str]:
     return FileStore(os.path.join(cwd, os.path.expanduser(out), *([part_name(part)] if part else []))).read()
 
 
-def _client(endpoint: Optional[str], env: dict[str, str]) -> Any:
-    """A boto3 client with the job's own S3 settings (as its worker will have them) and one
-    short try: a launch waits for it."""
+def s3_client(endpoint: Optional[str], env: dict[str, str]) -> Any:
+    """A boto3 client with a job's own S3 settings (as its worker will have them: ``endpoint``,
+    its ``s3_endpoint``; ``env``, its environment over the agent's) and one short try: a launch,
+    and a tick of the phases, wait for it."""
     import boto3  # the `s3` extra; an ImportError refuses nothing (launch_refusal)
     from botocore.config import Config
 

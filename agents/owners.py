@@ -32,6 +32,7 @@ from typing import Callable, Optional
 
 from . import writes
 from .contract.jobs import JobSpec
+from .contract.ops import CopyDiff
 from .contract.atomic import atomic_write_json
 from .contract.ownership import OWNED_ELSEWHERE, owner_text
 
@@ -54,6 +55,10 @@ class Declared:
     elsewhere: dict[str, str] = field(default_factory=dict)  # this file's names another fleet owns: name -> owner
     taken: dict[str, str] = field(default_factory=dict)  # names taken over: name -> former owner
     differs: list[str] = field(default_factory=list)  # how this file's jobs differ from the node's for its fleet
+    copy: Optional[CopyDiff] = None  # the same, as data
+    # a look while another copy of the fleet declared its jobs last: that copy's declarations,
+    # and so the watcher's (its saved jobs and settings), stay as they are
+    kept_copy: bool = False
     changed: dict[str, list[str]] = field(default_factory=dict)  # job -> what its relaunch would change
 
 
@@ -118,23 +123,17 @@ class Declarations:
         held = {name for name, owner in self.owners.items() if owner == fleet}
         if other_copy:  # another file of this fleet's name declared it last: say how this one differs
             lacks, adds = sorted(held - set(mine) - set(foreign)), sorted(set(mine) - held)
-            verb = "holds" if reading else "held"
-            if lacks:
-                out.differs.append(f"node {self.node} {verb} job(s) {', '.join(lacks)} of fleet {fleet!r}, declared "
-                                   f"by {declared_from}, which this file lacks")
-            if adds:
-                out.differs.append(f"this file declares job(s) {', '.join(adds)}, which {declared_from} (fleet "
-                                   f"{fleet!r}) did not")
-            if out.differs and not reading:
-                out.differs.append(f"this file's jobs replace those of {declared_from} on node {self.node}")
+            if lacks or adds:
+                out.copy = CopyDiff(fleet, declared_from or "", lacks, adds, replaced=not reading)
+                out.differs = out.copy.lines(self.node)
         if reading:
             out.elsewhere = foreign
         if reading and other_copy:
             # a look takes nothing and drops nothing: another copy's declarations stay as they
-            # are; only names no fleet owns are added (so that they show, pending)
-            fresh = {n: s for n, s in mine.items() if self.owners.get(n) in (None, "")}
+            # are; this file's other names are added (so that they show, pending) and recorded
+            # as no one's, so that the next look finds the copies differ as this one did
             self.by_fleet[fleet] = {**mine, **self.by_fleet.get(fleet, {})}
-            self.owners.update((name, fleet) for name in fresh)
+            out.kept_copy = True
         else:  # this file's own declarations (a look leaves another fleet's names to it)
             taken = {} if reading else foreign
             out.taken = taken

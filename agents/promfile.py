@@ -50,7 +50,7 @@ FILE_NAME = "gpudeck.prom"
 RETRY_S = 30.0  # a directory that failed is tried again this long after, not every tick
 MIB = 1024 * 1024
 # raised by the console alone (it cannot reach the node): never in a node's snapshot
-CONSOLE_ONLY = frozenset({AlertKind.UNREACHABLE})
+CONSOLE_ONLY = frozenset({AlertKind.UNREACHABLE, AlertKind.AGENT_FAILED})
 # generate's quality problems (agents/workers/generate/quality.py; the agent does not import workers)
 QUALITY_PROBLEMS = ("cut_at_max_tokens", "empty_answer", "no_answer", "repetition")
 # Every name here is a classic one, which any escaping writes the same: "underscores" skips the

@@ -9,7 +9,9 @@
 #   here:   bash bench/device_engine.sh pack      (fills .devcarry/ and .devcarry2/, both ignored by git)
 #   call 1: bash bench/device_engine.sh build     (carry .devcarry: the trimmed llama.cpp source, the
 #           wheels the CLI needs beyond the image's, the model's first part; builds llama-server,
-#           sm_90 only, into /tmp/devkeep, installs the wheels into /tmp/site)
+#           sm_90 only, into /tmp/devkeep, installs the wheels into /tmp/site; BUILD_FA=ON compiles
+#           the FlashAttention kernels too: off by default, their template instances are most of
+#           the build's time, and a lease's device minutes are few)
 #   call 2: bash bench/device_engine.sh run       (carry .devcarry2: the model's second part; within the
 #           machine's 30 s warm time). E2E_ARGS adds arguments to engine_e2e.py.
 # Output goes to stdout and $OUT (device-<step>.log, engine_e2e.json).
@@ -52,6 +54,7 @@ case $step in
       cmake -S $KEEP/src/llama.cpp -B $KEEP/build -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
         -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_CUDA_COMPILER="$NVCC" -DGGML_NATIVE=OFF -DLLAMA_CURL=OFF \
         -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=ON -DBUILD_SHARED_LIBS=OFF \
+        -DGGML_CUDA_FA=${BUILD_FA:-OFF} \
         > $KEEP/cmake.log 2>&1 || { tail -40 $KEEP/cmake.log; exit 1; }
       timeout ${BUILD_S:-500} ninja -C $KEEP/build -j "$(nproc)" llama-server > $KEEP/ninja.log 2>&1
       rc=$?
@@ -69,7 +72,7 @@ case $step in
       python3 -c "import gpudeck, textual, asyncssh; print('gpudeck', gpudeck.__file__)" || exit 1
       timeout ${RUN_S:-560} python3 bench/engine_e2e.py --binary $KEEP/build/bin/llama-server --model $G \
         --gpus 0 --slots 128 --context 8192 --gpu-layers all --min-gib 20 --pilot 200 --levels 16,64,128 \
-        --hold 20 --max-tokens 512 --run-s 150 --work /tmp/e2e --json ${OUT:-/tmp}/engine_e2e.json ${E2E_ARGS:-}
+        --hold 20 --max-tokens 512 --run-s 120 --work /tmp/e2e --json ${OUT:-/tmp}/engine_e2e.json ${E2E_ARGS:-}
       echo "engine_e2e exit $?"
       cp /tmp/e2e/out/plan.json ${OUT:-/tmp}/plan.json 2>/dev/null
       tail -30 /tmp/e2e/home/jobs/llama/job.log.1 /tmp/e2e/home/jobs/llama/job.log 2>/dev/null | grep -iE \

@@ -185,6 +185,8 @@ def main() -> int:
     p.add_argument("--work", default=None)
     p.add_argument("--json", default=None)
     a = p.parse_args()
+    import signal
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a timeout still writes what was measured
 
     work = Path(a.work or f"/tmp/gpudeck-engine-e2e-{os.getpid()}")
     shutil.rmtree(work, ignore_errors=True)

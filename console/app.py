@@ -77,7 +77,7 @@ from .since import summarize
 from .state import FleetState
 from .timeline import Timeline, event_row, live_notice
 from .widgets.log_panel import LogPanel
-from ..remote.client import AgentError, FleetClient, NodeDown, NodeUp, RequestFailed
+from ..remote.client import AgentError, AgentFailed, FleetClient, NodeDown, NodeUp, RequestFailed
 from ..remote.fleet import Fleet, FleetError
 
 __all__ = ["ConsoleConfig", "GpuDeckApp", "describe_error", "make_app"]
@@ -177,7 +177,7 @@ class GpuDeckApp(NoticeLine, App[None]):
         elif isinstance(event, History):
             self.post_message(HistoryReceived(event))
         elif isinstance(event, NodeUp):
-            self.post_message(NodeWentUp(event.node, event.hello))
+            self.post_message(NodeWentUp(event.node, event.hello, event.copy))
         elif isinstance(event, NodeDown):
             self.post_message(NodeWentDown(event.node, event.error, event.since, event.retry_in_s))
 
@@ -227,6 +227,7 @@ class GpuDeckApp(NoticeLine, App[None]):
 
     def on_node_went_up(self, message: NodeWentUp) -> None:
         self._follow_events(message.node)
+        self._show_copy(message.node, message.copy)
         if message.node in self._down:
             self._down.discard(message.node)
             self.notify(f"node {message.node} is back", timeout=5)
@@ -236,7 +237,8 @@ class GpuDeckApp(NoticeLine, App[None]):
         self.state.mark_unreachable(message.node, message.error, message.since, message.retry_in_s)
         if message.node not in self._down:
             self._down.add(message.node)
-            self.notify(message.error.reason, title=f"node {message.node} unreachable", severity="error", timeout=10)
+            what = "its agent failed" if isinstance(message.error, AgentFailed) else "unreachable"
+            self.notify(message.error.reason, title=f"node {message.node} {what}", severity="error", timeout=10)
         self.schedule_refresh()
 
     # ------------------------------------------------------------ the automatic move
@@ -437,8 +439,24 @@ class GpuDeckApp(NoticeLine, App[None]):
             self.post_message(JobActionFailed(job, op, describe_error(exc)))
             return
         self.state.set_fleet(self.client.fleet)
+        for node in list(self.client.configured):  # the configure of each node said it again
+            self._show_copy(node, self.client.copy_of(node))
         self._show_moves()
         self._plan_job_action(op, job, tuple(self.client.spec_changes.get(job, ())))
+
+    def _show_copy(self, node: str, copy: Optional[ops.CopyDiff]) -> None:
+        """How this file's jobs differ from another copy's of its fleet on ``node``: on the node's
+        line (FleetState.set_copy) until a configure says they agree; a notice when it appears."""
+        from .formatting import copy_text
+
+        view = self.state.nodes.get(node)
+        before = view.copy if view is not None else None
+        self.state.set_copy(node, copy)
+        text = copy_text(copy)
+        if text and copy != before:
+            self.notify(text, title=f"node {node}: this file's jobs differ from another copy's", severity="warning",
+                        timeout=10, markup=False)
+        self.schedule_refresh()
 
     def _plan_job_action(self, op: JobOp, job: str, changes: tuple[str, ...] = ()) -> None:
         row = self.state.job_row(job)

@@ -50,7 +50,7 @@ class ArgumentParser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     ap = ArgumentParser(prog="gpudeck", description="A control console for LLM data pipelines on GPU nodes.",
-                        epilog=exit_codes({EXIT_UNREACHABLE: "`status`: some node did not answer"}))
+                        epilog=exit_codes({EXIT_UNREACHABLE: "`status`: some node did not answer, or its agent failed"}))
     ap.add_argument("--version", action="version", version=_version())
     sub = ap.add_subparsers(dest="command", required=True)
     for name in command_modules():

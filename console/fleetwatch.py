@@ -34,24 +34,34 @@ from .placements import PlacementStore, apply
 class LostNodes:
     """What the watch loop's events say: which nodes are up, since when each other one is down
     (the first NodeDown of an outage), and which jobs each node last said are alive (with the
-    fleet file that owns each)."""
+    fleet file that owns each). A node whose agent fails (AgentFailed: it answered, and its
+    agent would not serve: another version, a home it refuses) is neither up nor down: it is
+    not lost, its jobs may be running there, and a move would fence them for nothing; its
+    outage counts from when it stops answering. An agent that says nothing at all (no hello in
+    time: a machine hung behind its sshd, perhaps) counts as down, as before."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self.clock = clock
         self.up: set[str] = set()
         self.down_since: dict[str, float] = {}
         self.alive: dict[str, dict[str, Optional[str]]] = {}
+        self._answered: dict[str, float] = {}  # when a node whose agent failed last answered
 
     def __call__(self, node: str, event: Any) -> None:
-        from ..remote.client import NodeDown, NodeUp
+        from ..remote.client import AgentFailed, NodeDown, NodeUp
 
         if isinstance(event, Snapshot):
             self.alive[node] = {j.name: j.fleet for j in event.jobs if j.task is None and JobState(j.state).alive}
         elif isinstance(event, NodeUp):
             self.up.add(node)
             self.down_since.pop(node, None)
+        elif isinstance(event, NodeDown) and isinstance(event.error, AgentFailed) and not event.error.silent:
+            self.up.discard(node)
+            self.down_since.pop(node, None)
+            self._answered[node] = self.clock()
         elif isinstance(event, NodeDown):
             self.up.discard(node)
-            self.down_since.setdefault(node, event.since)
+            self.down_since.setdefault(node, max(event.since, self._answered.pop(node, event.since)))
 
 
 @dataclass(frozen=True)
@@ -82,7 +92,7 @@ class LostNodeMover:
         self.grace_s = grace_s
         self.store = store or PlacementStore()
         self.clock = clock
-        self.nodes = LostNodes()
+        self.nodes = LostNodes(clock)
         self.started = clock()
         self._told: set[tuple[str, str, str]] = set()  # (job, lost node, what): said once per outage
 

@@ -9,11 +9,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Iterable, Optional
 
 if TYPE_CHECKING:
+    from ..agents.contract.ops import CopyDiff
     from ..agents.contract.wire import LaunchResult
 
 from ..agents.contract.units import human_duration  # noqa: F401 -- the node's spelling, shared with every view
 
-__all__ = ["QUALITY_NAMES", "human_duration", "junk_flags", "quality_flags", "round_eta", "round_figures", "round_int", "started_as"]
+__all__ = ["QUALITY_NAMES", "copy_text", "human_duration", "junk_flags", "quality_flags", "round_eta", "round_figures",
+           "round_int", "started_as"]
 
 QUALITY_NAMES = {"empty_answer": "empty", "no_reasoning": "no-reason", "cut_at_max_tokens": "cut",
                  "no_answer": "no-answer", "repetition": "loop", "errors": "err", "error": "err"}
@@ -78,3 +80,21 @@ def started_as(result: "LaunchResult") -> str:
     """What a launch or relaunch started: the node's process, or on a cluster the scheduler's
     job (gpudeck knows no pid there: Slurm starts the task when it chooses)."""
     return f"Slurm job {result.job_id}" if result.job_id else f"pid {result.pid}"
+
+
+def copy_text(copy: Optional["CopyDiff"]) -> Optional[str]:
+    """How this fleet file's jobs differ from another copy's of its fleet on a node, in one line
+    (the node's line in the console, `status`): what the other copy declared that this file
+    lacks, what this file adds; None when they do not differ."""
+    if copy is None or not (copy.lacks or copy.adds):
+        return None
+    parts = []  # the jobs first: a line cut at the screen's edge keeps them; the file's path last
+    if copy.lacks:
+        parts.append(f"{', '.join(copy.lacks)} only in the other copy")
+    if copy.adds:
+        parts.append(f"{', '.join(copy.adds)} only in this file")
+    if copy.replaced:
+        parts.append("this file's jobs replaced the other copy's here")
+    parts.append(f"the other copy: {copy.declared_from}")
+    return "; ".join(parts)
+

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Optional, Union
 
 from textual.message import Message
 
-from ..agents.contract.ops import DoctorReport, HistoryPage
+from ..agents.contract.ops import CopyDiff, DoctorReport, HistoryPage
 from ..agents.contract.wire import Hello, History, KillVerdict, LaunchResult, LogChunk, Snapshot
 from ..remote.link import NodeError
 from .actions import JobOp
@@ -49,6 +49,7 @@ class NodeWentUp(Message):
 
     node: str
     hello: Hello
+    copy: Optional[CopyDiff] = None  # how this file's jobs differ from another copy's there (None: they do not)
 
 
 @dataclass

@@ -63,6 +63,7 @@ class NodeRow:
     down_for_s: Optional[int] = None
     retry_in_s: Optional[int] = None
     owned_elsewhere: tuple[tuple[str, str], ...] = ()  # (job, owner): this file's jobs another fleet owns
+    copy_differs: Optional[str] = None  # how this file's jobs differ from another copy's there (formatting.copy_text)
 
 
 @dataclass(slots=True)

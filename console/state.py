@@ -22,11 +22,11 @@ from typing import Any, Callable, Iterable, Optional, Union
 from ..agents.contract.vocab import AlertKind, EngineState, JobState, ShownState
 from ..agents.contract.jobs import JobKind, JobSpec
 from ..agents.contract.documents import over_plan
-from ..agents.contract.ops import HistoryPage
+from ..agents.contract.ops import CopyDiff, HistoryPage
 from ..agents.contract.wire import Alert, Gpu, History, JobStatus, Progress, Snapshot
 from . import chart as charts
 from . import cost
-from .formatting import human_duration, junk_flags, quality_flags, round_eta, round_figures, startup_text
+from .formatting import copy_text, human_duration, junk_flags, quality_flags, round_eta, round_figures, startup_text
 from .placements import Placement, moved_text
 from .rows import (SPARK_BUCKET_S, AlertRow, FleetRow, GpuRow, JobDetail, JobRow, NodeRow, NodeState,
                                   ProcRow, Totals)
@@ -208,6 +208,14 @@ class FleetState:
         view.told_at = self.clock()
         self.version += 1
 
+    def set_copy(self, node: str, copy: Optional[CopyDiff]) -> None:
+        """How this file's jobs differ from another copy's of its fleet on ``node``, as the node's
+        last configure said (None: they do not): kept until a configure says otherwise."""
+        view = self.nodes.setdefault(node, NodeView(node))
+        if view.copy != copy:
+            view.copy = copy
+            self.version += 1
+
     def _util_of(self, node: str) -> Recent:
         r = self._gpu_util.get(node)
         if r is None:
@@ -274,7 +282,10 @@ class FleetState:
 
     def node_state(self, view: NodeView) -> NodeState:
         if not view.reachable:
-            return NodeState.UNREACHABLE if view.error else NodeState.CONNECTING
+            if view.error is None:
+                return NodeState.CONNECTING
+            # it answered, and its agent would not serve: its own state, never "unreachable"
+            return NodeState.AGENT_FAILED if view.agent_failed else NodeState.UNREACHABLE
         return NodeState.OWNED_ELSEWHERE if self.owned_elsewhere(view.name) else NodeState.UP
 
     def alerts(self) -> list[tuple[str, Alert]]:
@@ -282,7 +293,10 @@ class FleetState:
         same in every console), and each node this console cannot reach, since it could not."""
         out = []
         for name, view in self.nodes.items():
-            if view.error is not None:
+            if view.error is not None and view.agent_failed:
+                out.append((name, Alert(AlertKind.AGENT_FAILED, f"node {name}: its agent failed: {view.error.reason}",
+                                        since=view.unreachable_since)))
+            elif view.error is not None:
                 out.append((name, Alert(AlertKind.UNREACHABLE, f"node {name} unreachable: {view.error.reason}",
                                         since=view.unreachable_since)))
             if view.snapshot is not None:
@@ -379,7 +393,7 @@ class FleetState:
             retry = None
             if view.retry_in_s is not None and view.told_at is not None:
                 retry = max(0, int(round(view.told_at + view.retry_in_s - now)))
-            key = (snap.seq if snap else None, snap.t if snap else None, str(view.error), down_for, retry)
+            key = (snap.seq if snap else None, snap.t if snap else None, str(view.error), down_for, retry, view.copy)
             cached = self._fleet_rows.get(name)
             if cached is not None and cached[0] == key:
                 out.extend(cached[1])
@@ -402,7 +416,8 @@ class FleetState:
             cpu_count=h.cpu_count, mem_used_gib=round(h.mem_used_bytes / 2**30, 1),
             mem_total_gib=round(h.mem_total_bytes / 2**30, 1), load1=round(h.load1, 1), gpu_count=len(snap.gpus),
             gpu_error=snap.gpu_error, error=_reason(view), since=view.unreachable_since, down_for_s=down_for,
-            retry_in_s=retry, owned_elsewhere=tuple(sorted(self.owned_elsewhere(name).items())))]
+            retry_in_s=retry, owned_elsewhere=tuple(sorted(self.owned_elsewhere(name).items())),
+            copy_differs=copy_text(view.copy))]
         stale = not view.reachable
         recent = self._gpu_util.get(name)
         for g in snap.gpus:
@@ -657,6 +672,7 @@ class FleetState:
                 "state": self.node_state(view),
                 "reachable": view.reachable,
                 "owned_elsewhere": self.owned_elsewhere(name),
+                "copy_differs": dataclasses.asdict(view.copy) if view.copy is not None else None,
                 "error": str(view.error) if view.error is not None else None,
                 "unreachable_since": view.unreachable_since,
                 "gpus": [dataclasses.asdict(g) for g in snap.gpus] if snap else [],

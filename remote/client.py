@@ -19,20 +19,23 @@ from ..agents.contract import ops
 from ..agents.contract.wire import Hello, Snapshot
 from .fleet import LOCAL, Fleet, Node
 from .transports import transport_for as choose_transport
-from .link import (LINE_LIMIT, AgentError, AgentLink, ByteWriter, NodeError, RequestFailed, Transport,
-                                 VersionMismatch)
+from .link import (LINE_LIMIT, AgentError, AgentFailed, AgentLink, ByteWriter, NodeError, RequestFailed,
+                   Transport, VersionMismatch)
 
-__all__ = ["LINE_LIMIT", "AgentError", "AgentLink", "ByteWriter", "FleetClient", "NodeDown", "NodeError",
+__all__ = ["LINE_LIMIT", "AgentError", "AgentFailed", "AgentLink", "ByteWriter", "FleetClient", "NodeDown", "NodeError",
            "NodeStatus", "NodeUp", "NodeView", "RequestFailed", "Transport", "VersionMismatch"]
 
 log = logging.getLogger(__name__)
 
 
 def _failure(node: str, exc: BaseException, fallback: Optional[str] = None) -> AgentError:
-    """Why ``node`` is down, typed: an AgentError as it is; another error (an OSError, a refused
-    request) becomes the reason of one; an error without text has ``fallback`` for reason."""
+    """Why ``node`` is down, typed: an AgentError as it is; a refused request (the agent answered:
+    its configure refused) an AgentFailed with the agent's reason; another error (an OSError)
+    becomes the reason of an AgentError; an error without text has ``fallback`` for reason."""
     if isinstance(exc, AgentError):
         return exc
+    if isinstance(exc, RequestFailed):
+        return AgentFailed(node, exc.reason or fallback or "refused")
     return AgentError(node, str(exc) or fallback or type(exc).__name__)
 
 
@@ -52,6 +55,9 @@ class NodeUp:
 
     node: str
     hello: Hello
+    # how this file's jobs differ from another copy's of its fleet on the node, as its configure
+    # said (None: they do not); the console shows it on the node's line until a configure says none
+    copy: Optional[ops.CopyDiff] = None
 
 
 
@@ -69,6 +75,7 @@ class NodeView:
     retry_in_s: Optional[float] = None  # the reconnect loop's next try, when it said
     told_at: Optional[float] = None  # when the error was recorded
     node: Optional[Node] = None  # the fleet file's node, where known
+    copy: Optional[ops.CopyDiff] = None  # how this file's jobs differ from another copy's there (configure)
 
     @property
     def reachable(self) -> bool:
@@ -77,6 +84,11 @@ class NodeView:
     @property
     def since(self) -> Optional[float]:
         return self.unreachable_since
+
+    @property
+    def agent_failed(self) -> bool:
+        """It answered, and its agent would not serve (AgentFailed): not unreachable."""
+        return isinstance(self.error, AgentFailed)
 
 
 NodeStatus = NodeView  # the name FleetClient.status used before the two were one
@@ -206,6 +218,11 @@ class FleetClient:
         return [f"took job {name!r} on node {node} from {owner_text(owner)}"
                 for node, reply in sorted(self.configured.items()) for name, owner in sorted(reply.taken.items())]
 
+    def copy_of(self, node: str) -> Optional[ops.CopyDiff]:
+        """How this file's jobs differ from another copy's on ``node``, by its last configure."""
+        reply = self.configured.get(node)
+        return reply.copy if reply is not None else None
+
     def differs(self) -> list[str]:
         """How this file's jobs differ from what the nodes hold for its fleet (another copy's)."""
         return [line for _, reply in sorted(self.configured.items()) for line in reply.differs]
@@ -265,7 +282,7 @@ class FleetClient:
                         if link.closed:
                             raise
                         break
-                return NodeView(node.name, snapshot=snap, node=node)
+                return NodeView(node.name, snapshot=snap, node=node, copy=self.copy_of(node.name))
             except AgentError as exc:
                 return NodeView(node.name, error=exc, unreachable_since=time.time(), node=node)
 
@@ -303,7 +320,7 @@ class FleetClient:
                 error = AgentError(node.name, f"{type(exc).__name__}: {exc}")
             else:
                 delay, down_since = backoff_s, None
-                on_event(node.name, NodeUp(node.name, link.hello))
+                on_event(node.name, NodeUp(node.name, link.hello, self.copy_of(node.name)))
                 if link.history is not None:
                     on_event(node.name, link.history)
                 if link.latest is not None:

@@ -150,8 +150,8 @@ def local_fleet() -> Fleet:
 
 
 _NODE_FIELDS = {f.name: f for f in dataclasses.fields(Node) if f.name not in ("via", "cluster")}
-# after_markers: not a key; _resolve_after fills it from `after`
-_JOB_FIELDS = {f.name: f for f in dataclasses.fields(JobSpec) if f.name != "after_markers"}
+# after_markers, after_endpoints: not keys; _resolve_after fills them from `after`
+_JOB_FIELDS = {f.name: f for f in dataclasses.fields(JobSpec) if f.name not in ("after_markers", "after_endpoints")}
 _DEFAULT_KEYS = {"python", "home", "nvml", "interval", "known_hosts", "host_keys", "user", "identity",
                  "connect_timeout", "hello_timeout_s", "venv", "jump", "price_per_hour", "textfile_dir"}
 NO_JUMP = "none"
@@ -545,6 +545,7 @@ def _resolve_after(jobs: list[JobSpec], path: str, loc: "_Locator") -> list[JobS
     out = []
     for i, job in enumerate(jobs):
         markers: dict[str, str] = {}
+        endpoints: dict[str, str] = {}  # an s3:// marker in a store of the job's own (its s3_endpoint)
         for dep in job.after:
             d = jobs[index[dep]]
             if job.cluster is not None or d.cluster is not None:
@@ -561,7 +562,10 @@ def _resolve_after(jobs: list[JobSpec], path: str, loc: "_Locator") -> list[JobS
                                                 f"{job.name!r} {_where(job)}, which cannot see it end; give {dep!r} "
                                                 f"a 'success_marker' on a filesystem both nodes share")
             markers[dep] = marker
-        out.append(dataclasses.replace(job, after_markers=markers) if markers else job)
+            endpoint = getattr(d.options, "s3_endpoint", None)
+            if marker.startswith("s3://") and endpoint:
+                endpoints[dep] = endpoint
+        out.append(dataclasses.replace(job, after_markers=markers, after_endpoints=endpoints) if markers else job)
     return out
 
 

@@ -44,7 +44,22 @@ class AgentError(NodeError):
     and deployment's errors are AgentErrors."""
 
 
-class VersionMismatch(AgentError):
+class AgentFailed(AgentError):
+    """The node answered, and its agent would not serve: it stopped before its hello (a home it
+    refuses, a lock another host holds, no python), said nothing, runs another version, or
+    refused this console's configure. The node is reachable; its agent is what to fix, and the
+    reason is the agent's own where it gave one (NodeState ``agent_failed``, never
+    ``unreachable``). ``silent``: it said nothing at all (no hello in time): whether the
+    machine behind it still works is not known."""
+
+    silent = False
+
+
+class _NoHello(AgentError):
+    """The agent sent no hello in time (start_explained makes it a silent AgentFailed)."""
+
+
+class VersionMismatch(AgentFailed):
     """The node runs another gpudeck version than the console: `gpudeck deploy` fixes it."""
 
     def __init__(self, node: str, agent_version: str, agent_protocol: int) -> None:
@@ -118,7 +133,7 @@ class AgentLink:
         """``callback(node_name, message)`` for every snapshot and history message."""
         self._on_message.append(callback)
 
-    start_error: type = AgentError  # what a failed start raises, with the transport's explanation
+    start_error: type = AgentFailed  # what a failed start raises, with the transport's explanation
 
     async def explain_end(self) -> str:
         """Why the agent ended before its hello, from what the transport saw (its exit status,
@@ -134,17 +149,17 @@ class AgentLink:
         """:meth:`start`, with the transport's explanation added to a failure."""
         try:
             return await self.start(timeout)
-        except VersionMismatch:
+        except AgentFailed:
             raise
-        except AgentError as exc:
+        except AgentError as exc:  # the transport opened: whatever the agent did next is its failure
             detail = await self.explain_end()
-            if not detail:
-                raise
-            cause = wire.stated_cause(self.stderr_lines())
-            if cause is None:
-                raise self.start_error(self.node.name, f"{exc.reason}; {detail}") from None
-            # the agent said why it stopped: that leads, not a guess at a missing install
-            raise self.start_error(self.node.name, f"{cause}; {detail} before saying hello") from None
+            cause = wire.stated_cause(self.stderr_lines()) if detail else None
+            if cause is not None:  # the agent said why it stopped: that leads, not a guess at a missing install
+                failed = self.start_error(self.node.name, f"{cause}; {detail} before saying hello")
+            else:
+                failed = self.start_error(self.node.name, f"{exc.reason}; {detail}" if detail else exc.reason)
+                failed.silent = isinstance(exc, _NoHello)
+            raise failed from None
 
     async def start(self, timeout: Optional[float] = None) -> Hello:
         """Read the hello within ``timeout`` (default: the node's ``hello_timeout_s``) and check
@@ -154,7 +169,7 @@ class AgentLink:
         try:
             line = await asyncio.wait_for(self._reader.readline(), timeout)
         except asyncio.TimeoutError:
-            raise AgentError(self.node.name, f"the agent sent no hello within {timeout:g} s; raise "
+            raise _NoHello(self.node.name, f"the agent sent no hello within {timeout:g} s; raise "
                                              f"`hello_timeout_s` for node {self.node.name} in the fleet "
                                              f"file") from None
         finally:

@@ -14,7 +14,7 @@ import signal
 import sys
 
 from .fleet import Node
-from .link import LINE_LIMIT, AgentLink, agent_argv, describe_end
+from .link import LINE_LIMIT, AgentFailed, AgentLink, agent_argv, describe_end
 
 __all__ = ["LocalTransport", "agent_argv"]
 
@@ -61,9 +61,12 @@ class LocalTransport:
     async def open(self, node: Node) -> AgentLink:
         python = node.python or sys.executable
         env = dict(os.environ)  # the console's interpreter: the agent runs from the same install
-        proc = await asyncio.create_subprocess_exec(
-            *agent_argv(node, python), stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE, env=env, limit=LINE_LIMIT)
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *agent_argv(node, python), stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE, env=env, limit=LINE_LIMIT)
+        except OSError as exc:  # this machine is there: its agent is what cannot start
+            raise AgentFailed(node.name, f"cannot start the agent ({python}): {exc.strerror or exc}") from None
         tail: collections.deque = collections.deque(maxlen=STDERR_LINES)
         assert proc.stdout is not None and proc.stdin is not None and proc.stderr is not None
         stderr_task = asyncio.get_running_loop().create_task(_collect(proc.stderr, tail))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .link import AgentError
+from .link import AgentError, AgentFailed
 
 
 class SshError(AgentError):
@@ -38,5 +38,5 @@ class HostCertificateRefused(HostKeyError):
     an unknown or revoked CA, expired or not yet valid, or principals that do not name it."""
 
 
-class AgentStartFailed(SshError):
-    """Connected, but the agent did not start or did not say hello."""
+class AgentStartFailed(SshError, AgentFailed):
+    """Connected, but the agent did not start or did not say hello: the node is reachable."""

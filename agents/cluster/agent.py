@@ -92,7 +92,11 @@ class ClusterAgent(Agent):
         self.details: dict[str, TaskDetail] = {}  # raw id: scontrol -d of a running task
         self._detail_at: dict[str, float] = {}  # raw id: the task's elapsed time when its detail was read
         self.declared: dict[str, JobSpec] = {}
-        self.fleet = ""
+        self.fleet = ""  # the short fleet name in the Slurm job names (gd:<fleet>:<job>) and run dirs
+        self.source = ""  # the fleet file it was last declared from (host:/path)
+        # the fleet's names before (the same file, renamed or given a [fleet] name): Slurm still
+        # has tasks under them, which stay this fleet's
+        self.former: list[str] = []
         self.polls = 0
         self.polled_at: Optional[float] = None
         self.poll_ms: Optional[float] = None
@@ -122,6 +126,8 @@ class ClusterAgent(Agent):
         try:
             doc = json.loads(self._state_file.read_text())
             self.fleet = doc.get("fleet", "")
+            self.source = doc.get("source", "")
+            self.former = [str(n) for n in doc.get("former", []) if n]
             self.declared = {j["name"]: JobSpec.from_dict(j) for j in doc.get("jobs", [])}
         except (OSError, ValueError, KeyError, TypeError) as exc:
             if not isinstance(exc, FileNotFoundError):
@@ -130,8 +136,8 @@ class ClusterAgent(Agent):
 
     def _save_declared(self) -> None:
         from ..contract.atomic import atomic_write_json
-        atomic_write_json(self._state_file, {"fleet": self.fleet, "jobs": [s.to_dict() for s in
-                                                                            self.declared.values()]}, mode=0o600)
+        atomic_write_json(self._state_file, {"fleet": self.fleet, "source": self.source, "former": self.former,
+                                             "jobs": [s.to_dict() for s in self.declared.values()]}, mode=0o600)
 
     # ------------------------------------------------------------ polling
 
@@ -148,20 +154,20 @@ class ClusterAgent(Agent):
                 self.poll_error = str(exc)
             log.warning("cluster %s: poll failed: %s", self.node, exc)
             return
-        prefix = f"gd:{self.fleet}:" if self.fleet else "gd:"
         by_task: dict[tuple[str, int], QueueRow] = {}
         for row in rows:
-            if not row.name.startswith(prefix) or row.index is None:
+            job = self._job_of(row.name)
+            if job is None or row.index is None:
                 continue
-            job = row.name[len(prefix):] if self.fleet else row.name.split(":", 2)[-1]
             key = (job, row.index)
             old = by_task.get(key)
             if old is None or newer(row, old):
                 by_task[key] = row
         metas: dict[tuple[str, str], QueueRow] = {}  # (job, array id): the array's own record, once it ended
         for row in rows:
-            if row.name.startswith(prefix) and row.index is None and row.id == row.raw and row.terminal:
-                metas[(row.name[len(prefix):] if self.fleet else row.name.split(":", 2)[-1], row.id)] = row
+            job = self._job_of(row.name)
+            if job is not None and row.index is None and row.id == row.raw and row.terminal:
+                metas[(job, row.id)] = row
         for row in by_task.values():
             seen = self._detail_at.get(row.raw)
             if row.state == "RUNNING" and (row.raw not in self.details or seen is None or
@@ -180,6 +186,44 @@ class ClusterAgent(Agent):
             self.polled_at = time.time()
             self.poll_ms = (time.monotonic() - t0) * 1000
             self.poll_error = None
+
+    def _job_of(self, slurm_name: str) -> Optional[str]:
+        """The job a Slurm job name ``gd:<fleet>:<job>`` is of, when it is this fleet's: under its
+        name now or one it had before (``former``); None for another's."""
+        if not self.fleet:
+            return slurm_name.split(":", 2)[-1] if slurm_name.startswith("gd:") else None
+        for name in (self.fleet, *self.former):
+            prefix = f"gd:{name}:"
+            if slurm_name.startswith(prefix):
+                return slurm_name[len(prefix):]
+        return None
+
+    def _renamed(self, old: str, new: str) -> None:
+        """The same fleet file under a new name (given a [fleet] name, or another one): Slurm's
+        tasks under the old name stay this fleet's (``former``), and the run directory moves to
+        the new name, with a link left at the old place for the wrappers of tasks submitted under
+        it (they write there, by the path they were given)."""
+        self.former = [old] + [n for n in self.former if n not in (old, new)]
+        shared = Path(os.path.expanduser(self.spec.shared_dir)) / "runs"
+        src, dst = shared / (old or "default"), shared / (new or "default")
+        try:
+            if dst.is_symlink() and dst.resolve() == src.resolve():
+                dst.unlink()  # renamed back: the link left the last time goes
+            if src.is_dir() and not src.is_symlink() and not dst.exists():
+                os.replace(src, dst)
+                src.symlink_to(dst.name)
+            elif src.is_dir() and not src.is_symlink():  # both have runs: each job that has none yet moves
+                for job in src.iterdir():
+                    if job.is_dir() and not job.is_symlink() and not (dst / job.name).exists():
+                        os.replace(job, dst / job.name)
+                        job.symlink_to(dst / job.name)
+        except OSError as exc:
+            log.warning("cluster %s: the fleet %r is now %r, and its runs in %s could not move to %s (%s): the "
+                        "attempts and logs of tasks submitted before are read from there no more", self.node, old,
+                        new, src, dst, exc)
+        else:
+            log.info("cluster %s: the fleet %r is now %r: its tasks in Slurm stay found, its runs are in %s",
+                     self.node, old, new, dst)
 
     # ------------------------------------------------------------ what Slurm said, kept
 
@@ -218,11 +262,19 @@ class ClusterAgent(Agent):
                                            ran=(row.elapsed_s or 0) > 0 or went_on)
                 else:
                     new[index] = SlurmSaid(row.array_id, row.state, now, ran=job_state(row.state) is not JobState.PENDING)
+            listed = {row.array_id for row in by_job.get(job, {}).values()}
             for index, old in said.items():  # a task that waited in its array's record, which has now ended
+                if index in by_job.get(job, {}) or old.state in TERMINAL or old.ran:
+                    continue
                 meta = metas.get((job, old.array_id))
-                if meta is not None and index not in by_job.get(job, {}) and old.state not in TERMINAL \
-                        and not old.ran:
+                if meta is not None:
                     new[index] = SlurmSaid(old.array_id, meta.state, meta.ended_at or now, ran=False)
+                elif old.array_id in listed and job_state(old.state) is JobState.PENDING \
+                        and not self._ran_since(job, index, old.at):
+                    # gone from its array's pending record while the array is still listed: only a
+                    # cancel does that (a task that starts gets a line of its own), and it was not
+                    # gpudeck's (its verdict would say): an scancel by hand; Slurm keeps no trace
+                    new[index] = SlurmSaid(old.array_id, "CANCELLED", now, ran=False, gone=True)
             if new != said:
                 with self._lock:
                     self._said[str(self._run(job))] = new
@@ -230,6 +282,15 @@ class ClusterAgent(Agent):
                     write_said(self._run(job), new)
                 except OSError as exc:
                     log.warning("cluster %s: cannot keep what Slurm said of %s's tasks: %s", self.node, job, exc)
+
+    def _ran_since(self, job: str, index: int, since: float) -> bool:
+        """Whether the wrapper recorded an attempt of the task that began at ``since`` or after
+        (a task that ran and left squeue between two polls, MinJobAge being short)."""
+        try:
+            att = self._attempts(job, index)
+        except (OSError, ValueError):
+            return True  # no evidence either way: not called cancelled
+        return bool(att.starts) and (att.started_at or 0) >= since - 1.0
 
     def soon(self) -> None:
         """After an action: a few polls in the next seconds (bounded), then the usual pace."""
@@ -445,7 +506,12 @@ class ClusterAgent(Agent):
             how = "cancelled by gpudeck (scancel) before it ran" if verdict.state is JobState.CANCELLED else \
                 "killed by gpudeck (scancel)"
             said_when.append((verdict.at, verdict.state, f"{how} at {_clock(verdict.at)}; Slurm no longer lists it"))
-        if said is not None and said.state in TERMINAL and (said.state == "CANCELLED" or att.array_id != said.array_id):
+        if said is not None and said.gone:
+            said_when.append((said.at, JobState.CANCELLED, f"cancelled outside gpudeck before it ran: found gone from "
+                                                           f"its array's pending record at {_clock(said.at)}, the "
+                                                           f"array still listed; Slurm keeps no record of it"))
+        elif said is not None and said.state in TERMINAL and (said.state == "CANCELLED" or
+                                                              att.array_id != said.array_id):
             state = (JobState.KILLED if said.ran else JobState.CANCELLED) if said.state == "CANCELLED" else \
                 job_state(said.state)
             said_when.append((said.at, state, f"Slurm said {said.state} at {_clock(said.at)}"
@@ -506,9 +572,20 @@ class ClusterAgent(Agent):
             self.declared = {s.name: s for s in mine}
             if op.fleet:
                 self.fleet_identity = op.fleet
-                if fleet_name(op.fleet) != self.fleet:
-                    self.fleet = fleet_name(op.fleet)
-                    self.rows = {}  # another fleet's tasks are not this one's rows
+                new = fleet_name(op.fleet)
+                if new != self.fleet:
+                    # the same file under another name (its [fleet] name given or changed): a rename,
+                    # whose tasks stay found; another file's fleet: its own, and none of these
+                    same = bool(self.fleet and op.source) and (
+                        self.source == op.source if self.source else fleet_name(op.source) == self.fleet)
+                    if same:
+                        self._renamed(self.fleet, new)
+                    else:
+                        self.former = []
+                    self.fleet = new
+                    self.rows = {}  # polled again under the names now
+                if op.source:
+                    self.source = op.source
         try:
             self._save_declared()
         except OSError as exc:

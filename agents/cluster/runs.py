@@ -168,9 +168,14 @@ class SlurmSaid:
     state: str  # as Slurm spells it: PENDING, RUNNING, CANCELLED...
     at: float
     ran: bool = False  # the task ran in this submission before it reached ``state``
+    # CANCELLED, not said by Slurm but read from its listing: the task left its array's pending
+    # record while the array stayed listed, which only a cancel does (an scancel outside gpudeck);
+    # ``at`` is when the agent found it gone
+    gone: bool = False
 
     def to_dict(self) -> dict:
-        return {"array_id": self.array_id, "state": self.state, "at": self.at, "ran": self.ran}
+        out = {"array_id": self.array_id, "state": self.state, "at": self.at, "ran": self.ran}
+        return {**out, "gone": True} if self.gone else out
 
 
 def read_said(run: Path) -> dict[int, SlurmSaid]:
@@ -183,7 +188,8 @@ def read_said(run: Path) -> dict[int, SlurmSaid]:
     try:
         doc = json.loads(text)
         return {int(k): SlurmSaid(array_id=str(v["array_id"]), state=str(v["state"]), at=float(v["at"]),
-                                  ran=bool(v.get("ran", False))) for k, v in doc.items()}
+                                  ran=bool(v.get("ran", False)), gone=bool(v.get("gone", False)))
+                for k, v in doc.items()}
     except (KeyError, TypeError, AttributeError, ValueError) as exc:
         raise ValueError(f"{run / SAID_FILE}: not what gpudeck writes ({type(exc).__name__}: {exc})") from None
 

@@ -196,6 +196,9 @@ class JobSpec:
     # not a fleet key: the fleet file's parser fills it, for each job of ``after`` on another node, with the
     # _SUCCESS marker that says it finished ok (a path as this node sees it, or an s3:// URL)
     after_markers: dict[str, str] = field(default_factory=dict)
+    # not a fleet key either: for each s3:// marker of ``after_markers`` whose job names its own
+    # S3-compatible store (``s3_endpoint``), that endpoint, where the marker is asked for
+    after_endpoints: dict[str, str] = field(default_factory=dict)
     # what a console or `gpudeck watch fleet` does when the job's node is lost ([alerts] node_lost_s):
     # "stay" (wait for it) or "move" (to a spare node, console/moving.py)
     on_node_lost: str = "stay"
@@ -327,8 +330,10 @@ class JobSpec:
         if self.name in self.after:
             raise SpecError(f"job {self.name!r}: 'after' names the job itself")
         marks = self.after_markers
-        if not isinstance(marks, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in marks.items()):
-            raise SpecError(f"job {self.name!r}: 'after_markers' must be a table of strings")
+        for key, table in (("after_markers", marks), ("after_endpoints", self.after_endpoints)):
+            if not isinstance(table, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                                      for k, v in table.items()):
+                raise SpecError(f"job {self.name!r}: {key!r} must be a table of strings")
         if self.success_marker is not None and (not isinstance(self.success_marker, str) or not self.success_marker):
             raise SpecError(f"job {self.name!r}: 'success_marker' must be a path")
 

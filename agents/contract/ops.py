@@ -58,6 +58,32 @@ class Op:
 
 
 @dataclass(frozen=True)
+class CopyDiff:
+    """How a fleet file's jobs differ from those another file of the same fleet (a copy: the
+    same ``[fleet] name``) last declared on the node."""
+
+    fleet: str
+    declared_from: str  # the other copy: host:/path of the file
+    lacks: list[str] = field(default_factory=list)  # the node holds them for the fleet; this file lacks them
+    adds: list[str] = field(default_factory=list)  # this file declares them; the other copy did not
+    replaced: bool = False  # this configure replaced the other copy's declarations (a change; a look never does)
+
+    def lines(self, node: str) -> list[str]:
+        """The difference in sentences, as a command prints them."""
+        out = []
+        verb = "held" if self.replaced else "holds"
+        if self.lacks:
+            out.append(f"node {node} {verb} job(s) {', '.join(self.lacks)} of fleet {self.fleet!r}, declared by "
+                       f"{self.declared_from}, which this file lacks")
+        if self.adds:
+            out.append(f"this file declares job(s) {', '.join(self.adds)}, which {self.declared_from} (fleet "
+                       f"{self.fleet!r}) did not")
+        if out and self.replaced:
+            out.append(f"this file's jobs replace those of {self.declared_from} on node {node}")
+        return out
+
+
+@dataclass(frozen=True)
 class Configured:
     jobs: list[str]  # the jobs the node now holds, in the fleet file's order
     changed: dict[str, list[str]] = field(default_factory=dict)  # job -> what its relaunch would change
@@ -65,6 +91,7 @@ class Configured:
     owned_elsewhere: dict[str, str] = field(default_factory=dict)
     taken: dict[str, str] = field(default_factory=dict)  # jobs taken over (--take-over): job -> former owner
     differs: list[str] = field(default_factory=list)  # how the file's jobs differ from another copy's on the node
+    copy: Optional[CopyDiff] = None  # the same, as data (None: no other copy declared the fleet's jobs last)
 
 
 @dataclass(frozen=True)

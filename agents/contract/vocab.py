@@ -67,6 +67,10 @@ class NodeState(str, enum.Enum):
     UP = "up"  # its agent answers
     CONNECTING = "connecting"  # not answered yet
     UNREACHABLE = "unreachable"  # cannot be read: see its error
+    # it answers over SSH (or is this machine), and its agent would not serve: it stopped before
+    # its hello (a home it refuses, no python), runs another version, or refused the configure;
+    # the error is the agent's own reason. Its jobs may still run: never counted as lost
+    AGENT_FAILED = "agent_failed"
     # it answers, and some of this fleet file's jobs there belong to another fleet (a copy of
     # the file without the same [fleet] name, or another file's): shown, marked with their owner
     OWNED_ELSEWHERE = "owned_elsewhere"
@@ -105,6 +109,7 @@ class AlertKind(str, enum.Enum):
     NO_SUCH_GPU = "no_such_gpu"  # a job declares a GPU index the node does not have
     DISK_FILLING = "disk_filling"  # the node's trend: full within [alerts] disk_fill_s (a day)
     UNREACHABLE = "unreachable"  # the console cannot read the node
+    AGENT_FAILED = "agent_failed"  # the console reaches the node, and its agent would not serve (NodeState)
     # raised by the watcher (agents/watch/): GPU health, thresholds, deadlines, restarts
     GPU_XID = "gpu_xid"  # an XID error reported by the driver
     GPU_ECC = "gpu_ecc"  # volatile uncorrected ECC errors
@@ -129,8 +134,8 @@ class AlertKind(str, enum.Enum):
 
     @property
     def severe(self) -> bool:
-        return self in (AlertKind.SHARED_GPU, AlertKind.JOB_DIED, AlertKind.UNREACHABLE, AlertKind.DISK_FULL,
-                        AlertKind.GPU_XID, AlertKind.GPU_ECC, AlertKind.GAVE_UP)
+        return self in (AlertKind.SHARED_GPU, AlertKind.JOB_DIED, AlertKind.UNREACHABLE, AlertKind.AGENT_FAILED,
+                        AlertKind.DISK_FULL, AlertKind.GPU_XID, AlertKind.GPU_ECC, AlertKind.GAVE_UP)
 
 
 class RestartPolicy(str, enum.Enum):

@@ -86,12 +86,12 @@ class Phases:
     def dependency(self, spec: JobSpec, dep: str, now: float) -> Optional[Waiting]:
         """None when ``dep`` finished ok; else what the job waits for, or why it is blocked."""
         marker = spec.after_markers.get(dep)
-        if marker is not None:
-            there, error = self._marker(marker, now)
+        if marker is not None:  # asked where that job writes it: its own S3 endpoint, with this job's env
+            there, error = self._marker(marker, now, spec.after_endpoints.get(dep), spec.env)
             if there:
                 return None
             junk = marker[: -len(MARKER)] + QUALITY_MARKER if marker.endswith("/" + MARKER) else None
-            why = self._quality(junk, now) if junk else None
+            why = self._quality(junk, now, spec.after_endpoints.get(dep), spec.env) if junk else None
             if why is not None:  # it ended there, its records mostly junk: no _SUCCESS will come
                 return Waiting(f"{dep} ended with too few useful records: {why} ({junk})", blocked=True)
             return Waiting(f"{dep} (its marker {marker}" + (f": {error})" if error else ")"))
@@ -104,7 +104,7 @@ class Phases:
             dep_spec = self.sup.spec_of(dep)
             there = completion_marker(dep_spec) if dep_spec is not None else None
             if there is not None and (there.startswith("s3://") or dep_spec.success_marker):
-                if self._marker(there, now)[0]:
+                if self._marker(there, now, getattr(dep_spec.options, "s3_endpoint", None), dep_spec.env)[0]:
                     return None
                 return Waiting(f"{dep} (moved: {rec.fenced or 'fenced'}; waiting for its marker {there})")
             return Waiting(f"{dep} (moved: {rec.fenced or 'fenced'}; waiting for it there)")
@@ -129,19 +129,23 @@ class Phases:
             return Waiting(f"{dep} ({rec.state.value}, {how}; to be restarted)")
         return Waiting(f"{dep} {rec.state.value} ({how})", blocked=True)
 
-    def _marker(self, marker: str, now: float) -> tuple[bool, Optional[str]]:
+    def _marker(self, marker: str, now: float, endpoint: Optional[str] = None,
+                env: Optional[dict[str, str]] = None) -> tuple[bool, Optional[str]]:
         if not marker.startswith("s3://"):
             return os.path.exists(os.path.expanduser(marker)), None
-        asked = self._s3.get(marker)
+        key = f"{endpoint or ''} {marker}"
+        asked = self._s3.get(key)
         if asked is not None and (asked[1] or now - asked[0] < S3_RECHECK_S):
             return asked[1], asked[2]
-        there, error = s3_exists(marker)
-        self._s3[marker] = (now, there, error)
+        there, error = s3_exists(marker, endpoint, env)
+        self._s3[key] = (now, there, error)
         return there, error
 
-    def _quality(self, path: str, now: float) -> Optional[str]:
+    def _quality(self, path: str, now: float, endpoint: Optional[str] = None,
+                 env: Optional[dict[str, str]] = None) -> Optional[str]:
         """The ``why`` of the ``_QUALITY`` document at ``path`` (a path, or an ``s3://`` URL
-        asked at most every :data:`S3_RECHECK_S`), or None when there is none."""
+        asked at most every :data:`S3_RECHECK_S`, at ``endpoint`` with ``env`` as a marker is),
+        or None when there is none."""
         if not path.startswith("s3://"):
             try:
                 with open(os.path.expanduser(path)) as f:
@@ -153,7 +157,7 @@ class Phases:
             if asked is not None and now - asked[0] < S3_RECHECK_S:
                 doc = asked[1]
             else:
-                doc = s3_json(path)
+                doc = s3_json(path, endpoint, env)
                 self._s3_docs[path] = (now, doc)
         if not isinstance(doc, dict):
             return None
@@ -183,33 +187,38 @@ class Phases:
         threading.Thread(target=launch, name=f"after-{name}", daemon=True).start()
 
 
-def s3_json(url: str) -> Any:
+def s3_json(url: str, endpoint: Optional[str] = None, env: Optional[dict[str, str]] = None) -> Any:
     """The JSON document at ``url`` (a small one: a ``_QUALITY``), or None when it is not there
-    or cannot be read (boto3, with the node's credentials)."""
+    or cannot be read (boto3, one short try; ``endpoint`` and ``env`` as :func:`s3_exists`)."""
     try:
-        import boto3  # the `s3` extra
-        from botocore.exceptions import BotoCoreError, ClientError
+        from botocore.exceptions import BotoCoreError, ClientError  # the `s3` extra
     except ImportError:
         return None
+    from ..fenceread import s3_client
+
     bucket, _, key = url[len("s3://"):].partition("/")
     try:
-        body = boto3.client("s3").get_object(Bucket=bucket, Key=key)["Body"].read(1 << 20)
+        body = s3_client(endpoint, env or {}).get_object(Bucket=bucket, Key=key)["Body"].read(1 << 20)
         return json.loads(body)
     except (ClientError, BotoCoreError, ValueError):
         return None
 
 
-def s3_exists(url: str) -> tuple[bool, Optional[str]]:
-    """Whether the object at ``url`` exists (boto3's HEAD; its credentials as the node has
-    them), and the error that kept it from being asked."""
+def s3_exists(url: str, endpoint: Optional[str] = None, env: Optional[dict[str, str]] = None
+              ) -> tuple[bool, Optional[str]]:
+    """Whether the object at ``url`` exists (boto3's HEAD, one short try), and the error that
+    kept it from being asked. ``endpoint``: the S3-compatible store of the job that writes it
+    (its ``s3_endpoint``; else AWS_ENDPOINT_URL_S3, else AWS); ``env``: the waiting job's
+    environment, over the agent's (its credentials)."""
     try:
-        import boto3  # the `s3` extra
-        from botocore.exceptions import BotoCoreError, ClientError
+        from botocore.exceptions import BotoCoreError, ClientError  # the `s3` extra
     except ImportError:
         return False, "boto3 is not installed for the agent's python: pip install 'gpudeck[s3]'"
+    from ..fenceread import s3_client
+
     bucket, _, key = url[len("s3://"):].partition("/")
     try:
-        boto3.client("s3").head_object(Bucket=bucket, Key=key)  # AWS_ENDPOINT_URL_S3: another S3
+        s3_client(endpoint, env or {}).head_object(Bucket=bucket, Key=key)
         return True, None
     except ClientError as exc:
         code = str(exc.response.get("Error", {}).get("Code", ""))

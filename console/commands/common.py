@@ -17,7 +17,7 @@ from typing import Optional
 EXIT_OK = 0  # done
 EXIT_FAIL = 1  # refused by a node, a kill that left processes or GPU memory behind, a degenerate dataset
 EXIT_USAGE = 2  # a mistake on the command line or in the fleet file
-EXIT_UNREACHABLE = 3  # `status`: some node did not answer (the report says which and why)
+EXIT_UNREACHABLE = 3  # `status`: some node could not be read: unreachable, or its agent failed (the report says why)
 EXIT_NOT_YOURS = 4  # `adopt`: the process is another user's (or cannot be read)
 EXIT_PID_REUSED = 5  # `adopt`: the pid names another process than the one listed (--started-at)
 EXIT_OWNED = 6  # `adopt`: a job already owns the process

@@ -9,11 +9,12 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ...agents.contract.ops import Check, Doctor, DoctorReport
 from ...agents.contract.plain import to_plain
-from ...agents.contract.vocab import Verdict
+from ...agents.contract.vocab import NodeState, Verdict
 
 if TYPE_CHECKING:
     from ...remote.fleet import Node
@@ -50,7 +51,7 @@ async def _doctor(args) -> int:
     from .common import EXIT_FAIL, EXIT_OK, load_fleet
     from .watch import _nodes
     from ...agents.contract.errors import OperatorError
-    from ...remote.client import AgentError, FleetClient, RequestFailed
+    from ...remote.client import AgentError, AgentFailed, FleetClient, RequestFailed
 
     for flag, value in (("--check-timeout", args.check_timeout), ("--import-warn", args.import_warn)):
         if not 0 < value <= 1800:
@@ -65,8 +66,10 @@ async def _doctor(args) -> int:
             # the op made after the connect: the skew the node sees is then the transit alone
             op = doctor_op(node, args.import_warn, args.check_timeout)
             return node.name, await client.request(op, node=node.name, timeout=args.timeout)
+        except AgentFailed as exc:  # it answered: its agent would not start
+            return node.name, NodeFailed(str(exc), agent_failed=True)
         except (AgentError, RequestFailed, OSError) as exc:
-            return node.name, str(exc) or "no answer"
+            return node.name, NodeFailed(str(exc) or "no answer")
 
     try:
         results = dict(await asyncio.gather(*(one(n) for n in nodes)))
@@ -88,10 +91,23 @@ def doctor_op(node: "Node", import_warn_s: float = 20.0, timeout_s: float = 120.
                   import_warn_s=import_warn_s, timeout_s=timeout_s)
 
 
+@dataclass(frozen=True)
+class NodeFailed:
+    """Why a node has no report: ``error`` names the node; ``agent_failed``: it answered, and
+    its agent would not start (never said to be unreachable)."""
+
+    error: str
+    agent_failed: bool = False
+
+    @property
+    def state(self) -> str:
+        return NodeState.AGENT_FAILED.value if self.agent_failed else NodeState.UNREACHABLE.value
+
+
 def _node_json(node: str, r: Any) -> dict[str, Any]:
-    if not isinstance(r, DoctorReport):
-        return {"node": node, "error": r, "worst": None, "checks": []}
-    return {"node": node, "error": None, "worst": r.worst.value, "at": r.at,
+    if isinstance(r, NodeFailed):
+        return {"node": node, "error": r.error, "state": r.state, "worst": None, "checks": []}
+    return {"node": node, "error": None, "state": NodeState.UP.value, "worst": r.worst.value, "at": r.at,
             "checks": [to_plain(c) for c in r.checks]}
 
 
@@ -114,6 +130,6 @@ def line(c: Check) -> str:
 
 
 def render(node: str, r: Any) -> str:
-    if not isinstance(r, DoctorReport):
-        return f"{node}: UNREACHABLE ({r})"
+    if isinstance(r, NodeFailed):
+        return f"{node}: {r.state.upper()} ({r.error})"
     return "\n".join([f"{node}: {counts(r)}", *(line(c) for c in r.checks)])

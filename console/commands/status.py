@@ -11,13 +11,15 @@ from ...agents.contract.documents import drift_text
 from .common import (EXIT_OK, EXIT_OWNED_ELSEWHERE, EXIT_UNREACHABLE, EXIT_USAGE, err, exit_codes, fleet_arg,
                      load_fleet)
 from ..cost import NO_PRICE, dollars
+from ..formatting import copy_text
 
 ALIVE = frozenset(s for s in JobState if s.alive)
 
 
 def register(sub) -> None:
     p = sub.add_parser("status", help="nodes, GPUs, jobs and alerts", epilog=exit_codes(
-        {EXIT_UNREACHABLE: "some node did not answer (the report says which and why)",
+        {EXIT_UNREACHABLE: "some node could not be read: it did not answer, or its agent failed (the report says "
+                           "which and why)",
          EXIT_OWNED_ELSEWHERE: "every node answered, and some job of this fleet file belongs to another fleet "
                                "there (shown, marked with its owner)"}))
     fleet_arg(p)  # no --take-over: a look takes nothing (docs/nodes.md#who-owns-a-nodes-jobs)
@@ -41,6 +43,7 @@ async def _status(args) -> int:
         for view in await client.status(timeout=args.timeout):
             if view.snapshot is not None:
                 state.apply(view.snapshot)
+                state.set_copy(view.name, view.copy)
             else:
                 state.mark_unreachable(view.name, view.error or "unreachable", view.unreachable_since)
     finally:
@@ -58,7 +61,7 @@ async def _status(args) -> int:
         err(f"cluster {name}: {problem}")
     if setup:
         return EXIT_USAGE
-    # 3: some node did not answer (its reason is in the report): scripts can tell a partial look
+    # 3: some node could not be read (unreachable, or its agent failed; the report says why): a partial look
     if any(not view.reachable for view in state.nodes.values()):
         return EXIT_UNREACHABLE
     # 7: every node answered, and another fleet owns some of this file's jobs (not a node down)
@@ -115,12 +118,16 @@ def _node_lines(state) -> list[str]:
         if snap is None:
             since = (f" since {time.strftime('%H:%M:%S', time.localtime(view.unreachable_since))}"
                      if view.unreachable_since else "")
-            lines.append(f"{name}: UNREACHABLE{since} ({view.error})" + _node_money(costs.get(name), priced_only=True))
+            word = "AGENT_FAILED" if view.agent_failed else "UNREACHABLE"  # it answered: its agent's reason
+            lines.append(f"{name}: {word}{since} ({view.error})" + _node_money(costs.get(name), priced_only=True))
             continue
         h = snap.host
         elsewhere = state.owned_elsewhere(name)
         if elsewhere:  # the node answers: its own words, not "unreachable"
             lines.append(f"{name}: OWNED_ELSEWHERE: {_elsewhere_text(elsewhere)}")
+        differs = copy_text(view.copy)
+        if differs:  # another copy of this fleet declared other jobs there: said each look, until they agree
+            lines.append(f"{name}: COPY DIFFERS: {differs}")
         if snap.cluster is not None:
             c = snap.cluster
             polled = f"last poll {c.poll_ms:.0f} ms" if c.poll_ms is not None else "not polled yet"

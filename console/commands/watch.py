@@ -96,9 +96,10 @@ def _nodes(fleet, names: list[str]):
 @dataclass(frozen=True)
 class NodeFailure:
     """Why a node has no WatchStatus to show. ``state``: ``unreachable`` (it could not be
-    reached), ``refused`` (its agent answered, and refused) or ``error`` (it answered, and
-    something else went wrong: another version, a watcher that did not take over). Only the
-    first is ever shown as UNREACHABLE."""
+    reached), ``agent_failed`` (it answered, and its agent would not start: a home it refuses,
+    another version; the agent's reason), ``refused`` (its agent answered, and refused) or
+    ``error`` (something else went wrong: a watcher that did not take over). Only the first is
+    ever shown as UNREACHABLE."""
 
     state: str
     reason: str
@@ -115,7 +116,7 @@ def fleet_args(node) -> list[str]:
 
 async def _ask(fleet, nodes, op: Any, timeout: float) -> dict[str, Any]:
     """``op`` (or ``op(node)``) on every node at once: node -> its WatchStatus, or a NodeFailure."""
-    from ...remote.client import AgentError, FleetClient, RequestFailed, VersionMismatch
+    from ...remote.client import AgentError, AgentFailed, FleetClient, RequestFailed
 
     client = FleetClient(fleet)
 
@@ -125,8 +126,8 @@ async def _ask(fleet, nodes, op: Any, timeout: float) -> dict[str, Any]:
             return node.name, await client.request(one_op, node=node.name, timeout=timeout)  # bounded: the hello apart
         except RequestFailed as exc:
             return node.name, NodeFailure("refused", exc.reason)
-        except VersionMismatch as exc:
-            return node.name, NodeFailure("error", exc.reason)
+        except AgentFailed as exc:  # another version among them
+            return node.name, NodeFailure("agent_failed", exc.reason)
         except AgentError as exc:
             return node.name, NodeFailure("unreachable", exc.reason)
         except OSError as exc:

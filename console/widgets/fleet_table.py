@@ -89,6 +89,8 @@ class FleetTable(LiveTable[FleetRow]):
                 owners = sorted({owner_text(o) for _, o in n.owned_elsewhere})
                 t.append(f"  owned elsewhere: {', '.join(j for j, _ in n.owned_elsewhere)} belong to "
                          f"{', '.join(owners)}", self.style("bad"))
+            if n.copy_differs:  # another copy of this fleet declared other jobs there: until they agree
+                t.append(f"  copy differs: {n.copy_differs}", self.style("warn"))
         elif n.state == NodeState.CONNECTING:
             t.append("◌ ", self.style("muted"))
             t.append(n.node, self.style("node"))
@@ -96,7 +98,9 @@ class FleetTable(LiveTable[FleetRow]):
         else:
             t.append("✗ ", self.style("bad"))
             t.append(n.node, self.style("node"))
-            t.append(f"  unreachable since {cells.clock_time(n.since)}", self.style("bad"))
+            # a node that answered and whose agent would not serve is not "unreachable"
+            what = "agent failed" if n.state == NodeState.AGENT_FAILED else "unreachable"
+            t.append(f"  {what} since {cells.clock_time(n.since)}", self.style("bad"))
             if n.down_for_s is not None:
                 t.append(f" ({human_duration(n.down_for_s)})", self.style("bad"))
             if n.retry_in_s is not None:

@@ -349,6 +349,62 @@ def test_a_killed_array_reads_cancelled_for_what_never_ran_even_after_slurm_forg
     assert "pending" not in gpudeck("status", "-f", str(fleet)).stdout
 
 
+@pytest.mark.system
+def test_a_waiting_task_cancelled_by_hand_reads_cancelled_even_after_slurm_forgets_it(make_slurm_cluster, tmp_path):
+    """`scancel A_2` by hand, outside gpudeck, of a task that waits in its array's pending record:
+    Slurm keeps no line of it (it never had one of its own), yet its array is still listed without
+    it, which only a cancel does. It reads `cancelled` (never `lost`, never `pending`), with when
+    it was found gone, and keeps it once Slurm forgets the whole array (MinJobAge 3 s)."""
+    cluster = make_slurm_cluster(min_job_age=3)
+    fleet = cluster_fleet(tmp_path, cluster, holder_job(tmp_path, "arr", shards=4, max_running=1), name="hx")
+    gpudeck("launch", "-f", str(fleet), "arr")
+    got = wait_states(fleet, {"arr/0": "running", "arr/1": "pending", "arr/2": "pending", "arr/3": "pending"})
+    array = got["arr/0"]["task"]["array_id"]
+    before = time.time()
+    cluster.run("scancel", f"{array}_2")  # by hand: gpudeck has no verdict of it
+    got = wait_states(fleet, {"arr/0": "running", "arr/1": "pending", "arr/2": "cancelled", "arr/3": "pending"})
+    t = got["arr/2"]
+    assert t["last_kill"] is None and t["task"]["source"] == "kept", t
+    assert "before it ran" in t["task"]["note"] and "outside gpudeck" in t["task"]["note"], t["task"]
+    assert t["ended_at"] is not None and t["ended_at"] >= before - 1, t
+    text = gpudeck("status", "-f", str(fleet)).stdout
+    assert "lost" not in text, text
+    gpudeck("kill", "-f", str(fleet), "arr", check=False)
+    later: dict = {}
+
+    def forgotten() -> bool:
+        later.update(tasks(fleet))
+        return all(later[f"arr/{i}"]["task"]["source"] != "squeue" for i in range(4))
+
+    wait_for(forgotten, 120, "every task left squeue (MinJobAge 3 s)", detail=lambda: str(
+        {n: (v["state"], v["task"]["source"]) for n, v in later.items()}))
+    assert later["arr/2"]["state"] == "cancelled", later["arr/2"]
+    assert later["arr/2"]["ended_at"] == t["ended_at"], (later["arr/2"], t)
+
+
+@pytest.mark.system
+def test_naming_the_fleet_keeps_its_submitted_tasks_found_and_killable(cluster, tmp_path):
+    """A fleet file gets a `[fleet] name` (or another one) while its array runs: the tasks Slurm
+    has under the old name, `gd:<old>:<job>`, stay the job's rows (same array, same attempts),
+    `kill` finds and ends them, and the run directory moves to the new name with a link left
+    for the running tasks' wrappers."""
+    fleet = cluster_fleet(tmp_path, cluster, holder_job(tmp_path, "arr", shards=2, max_running=1), name="fx")
+    gpudeck("launch", "-f", str(fleet), "arr")
+    got = wait_states(fleet, {"arr/0": "running", "arr/1": "pending"})
+    array = got["arr/0"]["task"]["array_id"]
+    runs = tmp_path / "shared" / "runs"
+    assert (runs / "fx" / "arr").is_dir()
+    fleet.write_text('[fleet]\nname = "renamed"\n' + fleet.read_text())
+    got = wait_states(fleet, {"arr/0": "running", "arr/1": "pending"}, timeout=60)
+    assert {got[n]["task"]["array_id"] for n in ("arr/0", "arr/1")} == {array}, got
+    assert got["arr/0"]["attempt"] == 1 and got["arr/0"]["task"]["source"] == "squeue", got["arr/0"]
+    assert (runs / "renamed" / "arr" / "attempts" / "0.jsonl").is_file() and (runs / "fx").is_symlink()
+    r = gpudeck("kill", "-f", str(fleet), "arr", check=False)
+    assert r.returncode == 0 and "arr/0" in r.stdout, r.stdout + r.stderr
+    got = wait_states(fleet, {"arr/0": "killed", "arr/1": "cancelled"}, timeout=60)
+    assert not cluster.run("squeue", "-h", "-t", "PD,R,CG", "-o", "%i", check=False).stdout.strip()
+
+
 # ---------------------------------------------------------------- polling budget, observers
 
 

@@ -234,7 +234,7 @@ home = "{tmp_path / 'old-home'}"
     assert str(err.value) == (f"node oldnode: agent version 0.0.1 (protocol 1) does not match the console's "
                               f"{__version__} (protocol 1); run `gpudeck deploy oldnode`")
     r = cli("status", "-f", str(path))
-    assert re.search(r"oldnode: UNREACHABLE since [\d:]+ \(node oldnode: agent version 0\.0\.1", r.stdout), r.stdout
+    assert re.search(r"oldnode: AGENT_FAILED since [\d:]+ \(node oldnode: agent version 0\.0\.1", r.stdout), r.stdout
     assert "node3 (gdn3):" in r.stdout  # the other nodes are not held up by it
     # the refused agent was told to go (stdin closed): none is left behind
     await wait_for_async(lambda: not agents_of(tmp_path / "old-home"), 15, "the old agent gone")

@@ -137,7 +137,8 @@ def test_every_help_ends_with_the_exit_codes():
     kill = gpudeck("kill", "--help").stdout
     assert "exit codes:\n  0    done\n  1    the agent refused, or the kill left processes or GPU memory" in kill
     assert "\n  130  interrupted (ctrl-c)\n" in kill and "\n  141  " in kill
-    assert "\n  3    some node did not answer" in gpudeck("status", "--help").stdout
+    assert "\n  3    some node could not be read: it did not answer, or its agent failed" in gpudeck(
+        "status", "--help").stdout
 
 
 @pytest.mark.system

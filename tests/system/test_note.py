@@ -98,19 +98,19 @@ def test_a_note_that_cannot_be_written_says_why_and_exits_2(tmp_path, receiver, 
     assert not (home_a / "events.jsonl").exists() and not (home_b / "events.jsonl").exists()
 
 
-async def test_a_note_shows_in_the_console_s_events_view(tmp_path, fleet_home):
+async def test_a_note_shows_in_the_console_s_events_view(tmp_path, fleet_home, state_home):
     from gpudeck.console.app import make_app
 
     fleet = write_fleet(tmp_path, fleet_home, [shell_job("gen", "sleep 600")])
-    app = make_app(fleet, grace_s=2.0, events_poll_s=0.2)
+    app = make_app(fleet, grace_s=2.0, events_poll_s=0.2, summary_wait_s=20.0)
     app.animation_level = "none"
     async with app.run_test(size=(120, 40)) as pilot:
-        await wait_until(pilot, lambda: app.state.job_rows(), what="the fleet's first snapshot")
-        r = await asyncio.to_thread(gpudeck_watch, "note", "-f", str(tmp_path / "fleet.toml"), WHY)
-        assert r.returncode == 0, r.stdout + r.stderr
+        await wait_until(pilot, lambda: app.state.timeline.summary is not None, what="the opening summary")
         await pilot.press("e")
         await wait_until(pilot, lambda: app.screen.active == "events", what="the events view")
         table = app.screen.query_one("#events-table")
+        r = await asyncio.to_thread(gpudeck_watch, "note", "-f", str(tmp_path / "fleet.toml"), WHY)
+        assert r.returncode == 0, r.stdout + r.stderr
         await wait_until(pilot, lambda: any(row.kind == "note" for row in table.rows()), what="the note's row")
         line = next(ln for ln in (await wait_for_text(pilot, WHY[:60])).splitlines() if WHY[:60] in ln)
         assert "note" in line and "local" in line

@@ -160,3 +160,50 @@ async def test_the_console_on_a_copy_reads_the_node_and_marks_the_owner(tmp_path
             await wait_until(pilot, lambda: "belongs to another fleet" in notifications_text(app),
                              what="the refusal told")
             assert job_row(app, "idle").state == "running"
+
+
+async def test_a_copy_whose_jobs_differ_is_told_on_its_nodes_line_until_they_agree(tmp_path, home):
+    """Two files of one [fleet] name whose jobs differ: `status` says so under the node, every
+    time it looks (a look drops nothing), and in its JSON; the console says so on the node's
+    line for as long as the node says so, not in a notice that the next one covers; once the
+    file declares what the node holds, the line is gone."""
+    from gpudeck.console.app import make_app
+    from gpudeck.remote.fleet import load_fleet
+    from gpudeck.console.actions import JobOp
+    from gpudeck.console.messages import JobActionRequested
+    from support.tui import answer, confirm_dialog, job_row, screen_text, wait_until
+
+    c = _fleet(tmp_path / "c.toml", home, "work", "idle", name="lab")
+    gpudeck("launch", "idle", "-f", str(c))
+    _running(c, "idle")
+    d = _fleet(tmp_path / "d.toml", home, "work", "extra", name="lab")
+    said = "idle only in the other copy; extra only in this file"
+    for _ in range(2):  # a look leaves the node's declarations as they are: said again
+        r = gpudeck("status", "-f", str(d))
+        assert f"local: COPY DIFFERS: {said}; the other copy: {_path_owner(c)}\n" in r.stdout, r.stdout
+        node = _status(d)["nodes"][0]
+        assert node["copy_differs"] == {"fleet": "lab", "declared_from": _path_owner(c), "lacks": ["idle"],
+                                        "adds": ["extra"], "replaced": False}, node
+    assert _status(c)["nodes"][0]["copy_differs"] is None
+
+    app = make_app(load_fleet(d), grace_s=2.0, initial_view="fleet")
+    app.animation_level = "none"
+    async with app.run_test(size=(240, 40), notifications=True) as pilot:
+        def node_line() -> str:
+            return next((ln for ln in screen_text(app).splitlines() if "● local" in ln), "")
+        line = await wait_until(pilot, lambda: "copy differs:" in node_line() and node_line(),
+                                what="the node's line telling the copy differs")
+        assert f"copy differs: {said}; this file's jobs replaced the other copy's here" in line, line
+        seq = app.state.nodes["local"].snapshot.seq  # still there snapshots later: no notice to cover it
+        await wait_until(pilot, lambda: app.state.nodes["local"].snapshot.seq > seq + 3, what="later snapshots")
+        assert "copy differs:" in node_line(), screen_text(app)
+
+        _fleet(d, home, "work", "idle", name="lab")  # the file now declares what the node holds
+        app.post_message(JobActionRequested(JobOp.LAUNCH, "work"))  # the L key's path: it reads the file again
+        await confirm_dialog(pilot, "the launch question")
+        await answer(pilot, "y")
+        await wait_until(pilot, lambda: (r := job_row(app, "work")) and r.state == "running", what="work running")
+        await wait_until(pilot, lambda: node_line() and "copy differs" not in node_line(),
+                         what="the node's line without the difference")
+    r = gpudeck("status", "-f", str(c))
+    assert "COPY DIFFERS" not in r.stdout and _status(c)["nodes"][0]["copy_differs"] is None, r.stdout

@@ -4,6 +4,8 @@ event and a notification) when the first fails. Real CLI, detached watcher, real
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from support.watch import events, gpudeck_watch, job_state, stop_watch, wait_state, write_fleet
@@ -87,7 +89,7 @@ home = "{home_b}"
 
 @pytest.mark.timeout(300)
 def test_a_phase_never_starts_on_half_an_output_a_second_run_removes_its_s3_marker_first(
-        tmp_path, moto_s3, sim_engines, monkeypatch):
+        tmp_path, moto_s3, sim_engines):
     """`generate --s3` ran once and left `s3://…/_SUCCESS`; it runs again on the same prefix
     with more prompts. The second run removes the marker once it holds its fence claim, before
     it writes anything, so a job `after` it on another node (which waits for that S3 object)
@@ -97,7 +99,6 @@ def test_a_phase_never_starts_on_half_an_output_a_second_run_removes_its_s3_mark
     from support.generate import write_prompts
     from support.wait import wait_for
 
-    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", moto_s3.endpoint)  # the nodes' phases ask this S3
     s3 = moto_s3.client()
     s3.create_bucket(Bucket="phase")
     engine = sim_engines("--latency-ms", "100", "--out-tokens", "4-8")
@@ -165,6 +166,47 @@ after = ["gen"]
         assert marker()  # the second run's own marker, at its end
     finally:
         stop_watch(home_a)
+        stop_watch(home_b)
+
+
+@pytest.mark.timeout(120)
+def test_a_phase_asks_for_its_dependencys_s3_marker_at_that_jobs_own_s3_endpoint(tmp_path, moto_s3):
+    """`gen` writes to an S3-compatible store of its own (`s3_endpoint`), on node a; `ext`, on
+    node b, runs after it. Node b's watcher asks that endpoint for gen's `_SUCCESS`, not AWS
+    (nothing points the node at the test's S3: no AWS_ENDPOINT_URL_S3)."""
+    from support.wait import wait_for
+
+    s3 = moto_s3.client()
+    s3.create_bucket(Bucket="phase")
+    s3.put_object(Bucket="phase", Key="gen/_SUCCESS", Body=b"")  # gen finished ok on node a
+    home_a, home_b = tmp_path / "a", tmp_path / "b"
+    started = tmp_path / "ext-started"
+    fleet = tmp_path / "fleet.toml"
+    fleet.write_text(_two_local_nodes(home_a, home_b) + f'''
+[[jobs]]
+name = "gen"
+node = "a"
+kind = "generate"
+prompts = "{tmp_path / 'prompts.jsonl'}"
+out = "{tmp_path / 'out'}"
+servers = ["http://127.0.0.1:9"]
+s3 = "s3://phase/gen"
+s3_endpoint = "{moto_s3.endpoint}"
+
+[[jobs]]
+name = "ext"
+node = "b"
+command = ["sh", "-c", "date +%s.%N > '{started}'"]
+after = ["gen"]
+''')
+    try:
+        r = gpudeck_watch("watch", "start", "--supervise", "none", "-f", str(fleet), "b")
+        assert r.returncode == 0, r.stdout + r.stderr
+        wait_for(lambda: started.exists(), 60, what="ext started on node b, gen's marker found at its endpoint",
+                 detail=lambda: str([j.get("waiting") for j in json.loads(gpudeck_watch(
+                     "status", "--json", "-f", str(fleet)).stdout)["jobs"] if j["name"] == "ext"]))
+        assert job_state(home_b, "ext")["state"] in ("running", "exited")
+    finally:
         stop_watch(home_b)
 
 

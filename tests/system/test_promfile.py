@@ -55,7 +55,8 @@ def expected(snap: dict) -> dict[str, list[tuple[dict[str, str], float]]]:
             out["gpudeck_gpu_memory_used_bytes"].append(({"node": node, "gpu": str(g["index"]), "job": name}, mib * MIB))
         out["gpudeck_gpu_memory_used_bytes"].append(
             ({"node": node, "gpu": str(g["index"]), "job": ""}, (g["mem_used_mib"] - sum(by_job.values())) * MIB))
-    kinds = {k.value: 0 for k in AlertKind if k is not AlertKind.UNREACHABLE}  # the console's alone
+    console_only = (AlertKind.UNREACHABLE, AlertKind.AGENT_FAILED)  # raised by the console alone
+    kinds = {k.value: 0 for k in AlertKind if k not in console_only}
     for a in snap["alerts"]:
         kinds[a["kind"]] += 1
     out["gpudeck_alerts_active"] = [({"node": node, "kind": k}, n) for k, n in kinds.items()]

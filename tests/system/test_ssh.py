@@ -217,3 +217,61 @@ def test_a_watcher_started_over_ssh_outlives_the_session_and_a_kill9_is_replaced
         assert (after["pid"], after["attempt"]) == (st["pid"], st["attempt"])  # adopted, not relaunched
     finally:
         stop_watch(home)
+
+
+async def test_a_node_whose_agent_will_not_start_reads_agent_failed_with_its_reason_never_unreachable(sshd, tmp_path):
+    """Two nodes that answer over SSH and whose agent will not serve: a home writable by its group
+    (the agent refuses it) and another gpudeck version. `status`, its JSON, `watch start`, `doctor`
+    and the console say `agent_failed` with the agent's own reason, never "unreachable"."""
+    import re
+
+    from gpudeck.console.app import make_app
+    from support.ssh import old_version_python
+    from support.tui import screen_text, wait_until
+
+    team_home = tmp_path / "team-home"
+    team_home.mkdir()
+    team_home.chmod(0o770)
+    old = old_version_python(tmp_path, "0.0.1")
+    text = (loopback_node(sshd, tmp_path, name="team", home=str(team_home))
+            + loopback_node(sshd, tmp_path, name="old", python=str(old)))
+    path = write_fleet(tmp_path, text)
+    why_team = f"the state directory {team_home} is writable by its group (mode 0770)"
+    why_old = "agent version 0.0.1 (protocol 1) does not match the console's"
+
+    r = cli("status", "-f", str(path))
+    assert r.returncode == 3, r.stdout + r.stderr  # a partial look, as for a node that did not answer
+    assert "UNREACHABLE" not in r.stdout and "unreachable" not in r.stdout, r.stdout
+    assert re.search(rf"^team: AGENT_FAILED since [\d:]+ \(node team: {re.escape(why_team)}", r.stdout, re.M), r.stdout
+    assert re.search(rf"^old: AGENT_FAILED since [\d:]+ \(node old: {re.escape(why_old)}", r.stdout, re.M), r.stdout
+    assert "ALERT team: node team: its agent failed: " + why_team in r.stdout, r.stdout
+
+    r = cli("status", "-f", str(path), "--json")
+    doc = json.loads(r.stdout)
+    nodes = {n["name"]: n for n in doc["nodes"]}
+    assert {n: (v["state"], v["reachable"]) for n, v in nodes.items()} == {
+        "team": ("agent_failed", False), "old": ("agent_failed", False)}, nodes
+    assert why_team in nodes["team"]["error"] and why_old in nodes["old"]["error"]
+    assert {a["kind"] for a in doc["alerts"]} == {"agent_failed"}, doc["alerts"]
+
+    r = cli("watch", "start", "-f", str(path), "--timeout", "20")
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert f"team: AGENT_FAILED ({why_team}" in r.stdout and f"old: AGENT_FAILED ({why_old}" in r.stdout, r.stdout
+    assert "UNREACHABLE" not in r.stdout, r.stdout
+
+    r = cli("doctor", "-f", str(path))
+    assert f"team: AGENT_FAILED (node team: {why_team}" in r.stdout and "UNREACHABLE" not in r.stdout, r.stdout
+
+    app = make_app(load_fleet(path), initial_view="fleet")
+    app.animation_level = "none"
+    async with app.run_test(size=(160, 40), notifications=True) as pilot:
+        screen = await wait_until(pilot, lambda: (t := screen_text(app)) and "✗ team  agent failed since" in t
+                                  and "✗ old  agent failed since" in t and t, what="both nodes' agent failed")
+        line = next(ln for ln in screen.splitlines() if "✗ team" in ln)
+        assert "· the state directory" in line, line  # the agent's own reason (cut at the screen's edge)
+        assert "unreachable" not in screen, screen
+        await pilot.press("4")  # the alerts: the node's own words, not "unreachable"
+        screen = await wait_until(pilot, lambda: (t := screen_text(app)) and "node team: its agent failed: the" in t
+                                  and "node old: its agent failed: agent version 0.0.1" in t and t,
+                                  what="the agent_failed alerts")
+        assert "unreachable" not in screen, screen

@@ -57,6 +57,68 @@ def test_a_node_that_answers_and_refuses_is_never_called_unreachable(tmp_path, h
     assert doc["local"]["state"] == "refused"
 
 
+def test_a_detached_watcher_that_never_answers_leaves_no_watch_half_set_up(tmp_path, home, watched):
+    """`watch start --supervise cron` where the detached watcher never comes up (here it stops
+    at once, as one whose python cannot import would). Within --timeout, `watch start` says so
+    (exit 1, ERROR, never UNREACHABLE) and has undone all it did: the watching flag is off, the
+    crontab lines it wrote are gone, and no agent is left for the home.
+
+    The user's crontab is this machine's, shared with everything else: `crontab` here is a
+    stand-in on PATH that keeps it in the test's directory, and a process named cron stands
+    for the daemon the agent checks runs. The watcher's failure is a sitecustomize on the
+    agent's PYTHONPATH that stops any `--detached` agent before it starts."""
+    import os
+    import shutil
+    import subprocess
+
+    import psutil
+
+    from support import ROOT
+    from support.wait import wait_for
+
+    bin_dir, site = tmp_path / "bin", tmp_path / "site"
+    bin_dir.mkdir()
+    site.mkdir()
+    table, calls = tmp_path / "crontab.txt", tmp_path / "crontab.calls"
+    (bin_dir / "crontab").write_text(f"""#!/bin/sh
+echo "$*" >> {calls}
+case "$1" in
+  -l) [ -f {table} ] && exec cat {table}; echo "no crontab for $(id -un)" >&2; exit 1 ;;
+  -) cat > {table}.tmp && mv {table}.tmp {table} ;;
+  *) echo "crontab stand-in: $*" >&2; exit 2 ;;
+esac
+""")
+    (bin_dir / "crontab").chmod(0o755)
+    (site / "sitecustomize.py").write_text(
+        "import os, sys\n"
+        "if '--detached' in sys.argv:\n"
+        "    sys.stderr.write('agent ERROR the watcher cannot start (the test stops it)\\n')\n"
+        "    os._exit(3)\n")
+    daemon = None
+    if not any(p.info["name"] in ("cron", "crond") for p in psutil.process_iter(["name"])):
+        shutil.copy(shutil.which("sleep"), bin_dir / "cron")
+        daemon = subprocess.Popen([str(bin_dir / "cron"), "600"])
+    env = {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": f"{ROOT}{os.pathsep}{site}"}
+    fleet = write_fleet(tmp_path / "fleet.toml", home, jobs="")
+    try:
+        r = gpudeck_watch("watch", "start", "-f", str(fleet), "--supervise", "cron", "--timeout", "3", env=env)
+        assert r.returncode == 1, f"{r.stdout}\n{r.stderr}"
+        assert "UNREACHABLE" not in r.stdout, r.stdout
+        assert "local: ERROR (the detached watcher did not take over within 3 s" in r.stdout, r.stdout
+        assert "watching is off again" in r.stdout and str(home / "watch.log") in r.stdout, r.stdout
+        assert "the watcher cannot start" in (home / "watch.log").read_text()
+        # it was set up (the crontab written with the home's lines) and wholly undone
+        assert calls.read_text().splitlines().count("-") == 2, calls.read_text()
+        assert "gpudeck-watch" not in table.read_text(), table.read_text()
+        doc = json.loads((home / "watch.json").read_text())
+        assert doc["watching"] is False and not doc.get("supervisor"), doc
+        wait_for(lambda: not psutil.pid_exists(agent_pid(home) or 0), 30, what="no agent left for the home")
+    finally:
+        if daemon is not None:
+            daemon.kill()
+            daemon.wait()
+
+
 def _pings(receiver, after: float, fail: bool = False) -> list[float]:
     return [t for t, path in list(receiver.gets) if t > after and path.startswith("/ping/") and
             path.endswith("/fail") == fail]

@@ -77,3 +77,42 @@ def test_the_fleet_watch_says_a_staying_job_stays_once_the_clock_passes_node_los
     clock.advance(60)
     asyncio.run(mover.round(said.append))
     assert len(said) == 2  # once per outage
+
+
+def test_a_node_whose_agent_fails_is_never_lost_its_outage_counts_from_when_it_stops_answering(tmp_path):
+    """A node that answers over SSH and whose agent would not serve (another version after an
+    upgrade of the console, a home it refuses) still runs its jobs: moving them would fence them
+    for nothing. Its outage, should it stop answering, counts from then."""
+    from gpudeck.remote.client import AgentFailed
+
+    fleet = parse_fleet(FLEET, str(tmp_path / "f.toml"))
+    clock = FakeClock()
+    mover = LostNodeMover(FakeClient(fleet), store=PlacementStore(tmp_path / "placements.json"), clock=clock.time,
+                          tell_stays=True)
+    mover.nodes("node2", NodeUp(node="node2", hello=None))
+    failed = AgentFailed("node1", "agent version 0.0.1 (protocol 1) does not match the console's")
+    mover.nodes("node1", NodeDown(node="node1", error=failed, since=clock.time(), retry_in_s=1.0))
+    said: list[str] = []
+    clock.advance(3600)
+    mover.nodes("node1", NodeDown(node="node1", error=failed, since=clock.time() - 3600, retry_in_s=1.0))
+    assert asyncio.run(mover.round(said.append)) == [] and said == []
+    assert "node1" not in mover.nodes.down_since
+    # now it stops answering: lost node_lost_s later, not at once for the hour its agent failed
+    mover.nodes("node1", NodeDown(node="node1", error=AgentError("node1", "connection refused"),
+                                  since=clock.time() - 3600, retry_in_s=1.0))
+    assert mover.nodes.down_since["node1"] == clock.time()
+
+
+def test_an_agent_that_says_nothing_counts_as_down_for_node_lost_s(tmp_path):
+    """No hello at all (a machine hung behind a working sshd, say): nothing says its jobs run,
+    so the node is lost after node_lost_s as one that does not answer."""
+    from gpudeck.remote.client import AgentFailed
+
+    fleet = parse_fleet(FLEET, str(tmp_path / "f.toml"))
+    clock = FakeClock()
+    mover = LostNodeMover(FakeClient(fleet), store=PlacementStore(tmp_path / "placements.json"), clock=clock.time)
+    silent = AgentFailed("node1", "the agent sent no hello within 10 s")
+    silent.silent = True
+    mover.nodes("node1", NodeDown(node="node1", error=silent, since=clock.time(), retry_in_s=1.0))
+    assert mover.nodes.down_since["node1"] == clock.time()
+

@@ -116,6 +116,7 @@ def test_a_job_on_another_node_is_met_by_its_marker():
         prompts = "/p.jsonl"
         out = "/local/gen"
         s3 = "s3://bucket/run7"
+        s3_endpoint = "http://minio.lab:9000"
         servers = ["http://127.0.0.1:1"]
         [[jobs]]
         name = "prep"
@@ -131,6 +132,8 @@ def test_a_job_on_another_node_is_met_by_its_marker():
     assert f.job("ext").after_markers == {"gen": "/shared/gen/part-1-of-4/_SUCCESS",
                                           "gen-s3": "s3://bucket/run7/_SUCCESS",
                                           "prep": "/shared/prep/_SUCCESS"}
+    # an S3 marker is asked for where its job writes it: that job's own store
+    assert f.job("ext").after_endpoints == {"gen-s3": "http://minio.lab:9000"}
 
 
 def test_a_command_job_on_another_node_needs_a_success_marker():
@@ -148,13 +151,14 @@ def test_a_command_job_on_another_node_needs_a_success_marker():
         ''')
 
 
-def test_after_markers_is_not_a_fleet_key():
-    with pytest.raises(FleetError, match="has no key 'after_markers'"):
-        fleet('''
+@pytest.mark.parametrize("key", ["after_markers", "after_endpoints"])
+def test_after_markers_is_not_a_fleet_key(key):
+    with pytest.raises(FleetError, match=f"has no key '{key}'"):
+        fleet(f'''
             [[jobs]]
             name = "x"
             command = "true"
-            after_markers = { y = "/m" }
+            {key} = {{ y = "/m" }}
         ''')
 
 
