@@ -304,6 +304,20 @@ class ClusterInfo:
     setup_error: Optional[str] = None  # this login cannot be used at all (no squeue: not a Slurm login node)
 
 
+@dataclass(frozen=True)
+class AttemptSpan:
+    """One attempt of a job on this node, for its spend (console/cost.py): when it ran (unix
+    times; ``ended_at`` None while it runs), how it ended, and how many of the node's GPUs it
+    held (its spec's ``gpus`` at its launch)."""
+
+    attempt: int
+    started_at: Optional[float] = None
+    ended_at: Optional[float] = None
+    state: Optional[JobState] = None
+    exit_code: Optional[int] = None
+    gpus: int = 0
+
+
 @quick_init  # built every tick (agents/contract/plain.py)
 @dataclass(frozen=True)
 class JobStatus:
@@ -343,6 +357,9 @@ class JobStatus:
     waiting: Optional[str] = None  # a job with `after` not started yet: what it waits for, or why it is blocked
     adopted: bool = False  # this attempt is a process gpudeck did not start (`gpudeck adopt`)
     fenced: Optional[str] = None  # state fenced: where the job went, as its worker read it beside the output
+    # every attempt of the job on this node (the last MAX_ATTEMPTS_KEPT), the current one last:
+    # what the console's spend per attempt and "burned" are made of
+    attempts: list[AttemptSpan] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -77,6 +77,14 @@ class JobDetails(Widget):
             grid.add_row("plan", self._plan(d))
         if j.kind == JobKind.GENERATE and j.alive and j.priced:  # unpriced: "—" in the table says it
             grid.add_row("cost", self._cost(d))
+        s = d.spend
+        if s is not None and s.spent is not None:  # its attempts, on every node it ran on
+            nodes = sorted({a.node for a in s.attempts})
+            spend = Text(f"{dollars(s.spent)} over {len(s.attempts)} attempt(s)"
+                         + (f" on {', '.join(nodes)}" if len(nodes) > 1 else ""))
+            if s.burned:
+                spend.append(f"  {dollars(s.burned)} burned (killed, failed, lost)", st("job-details--warn"))
+            grid.add_row("spend", spend)
         if d.quality or d.progress_error or d.window is not None:
             q = Text(" · ".join(f"{k} {v}" for k, v in d.quality) or "clean")
             w = d.window
