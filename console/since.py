@@ -64,6 +64,7 @@ _COUNTED = {"died": ("death", "deaths"), "restarted": ("restart", "restarts"), "
             "idle_paid": ("idle paid GPU alert", "idle paid GPU alerts"),
             "quality": ("quality alert", "quality alerts"),
             "note": ("operator note", "operator notes"),
+            "idle_action": ("idle action run", "idle actions run"),
             "node_unreachable": ("node unreachable", "nodes unreachable"),
             "action": ("operator action", "operator actions"), "state": ("state change", "state changes"),
           "alert": ("alert", "alerts"), "plan_drift": ("plan drift", "plan drifts"),

@@ -56,6 +56,9 @@ class Node:
     jump: Optional[str] = None  # a bastion: a node of the fleet, or [user@]host[:port]; "none": not even ProxyJump
     price_per_hour: Optional[float] = None  # dollars per hour for the node (>= 0); None: not priced, never $0
     textfile_dir: Optional[str] = None  # node_exporter's textfile directory: the agent writes gpudeck.prom there
+    # a shell command the node's watcher runs once its every GPU has been idle for [alerts]
+    # idle_paid_s with no job alive (its cloud's stop call, say); None: alert only
+    idle_action: Optional[str] = None
     spare: bool = False  # a node kept free: jobs with on_node_lost = "move" move here when their node is lost
     via: Optional["Node"] = None  # the bastion's Node, resolved from `jump` (not a fleet-file key)
     # a [[clusters]] table: this "node" is its login (not a [[nodes]] key); not hashed (it holds lists)
@@ -113,9 +116,10 @@ class Fleet:
         with no console open."""
         if self.path is None:
             return None
-        price = next((n.price_per_hour for n in self.nodes if n.name == node), None)
+        it = next((n for n in self.nodes if n.name == node), None)
         return WatchSettings(fleet=self.identity, notify=list(self.notify), alerts=self.alerts,
-                             heartbeat=self.heartbeat, price_per_hour=price)
+                             heartbeat=self.heartbeat, price_per_hour=it.price_per_hour if it else None,
+                             idle_action=it.idle_action if it else None)
 
     def node(self, name: str) -> Node:
         for n in self.nodes:
@@ -153,7 +157,7 @@ _NODE_FIELDS = {f.name: f for f in dataclasses.fields(Node) if f.name not in ("v
 # after_markers, after_endpoints: not keys; _resolve_after fills them from `after`
 _JOB_FIELDS = {f.name: f for f in dataclasses.fields(JobSpec) if f.name not in ("after_markers", "after_endpoints")}
 _DEFAULT_KEYS = {"python", "home", "nvml", "interval", "known_hosts", "host_keys", "user", "identity",
-                 "connect_timeout", "hello_timeout_s", "venv", "jump", "price_per_hour", "textfile_dir"}
+                 "connect_timeout", "hello_timeout_s", "venv", "jump", "price_per_hour", "textfile_dir", "idle_action"}
 NO_JUMP = "none"
 SECTIONS = ("fleet", "defaults", "nodes", "clusters", "jobs", "notify", "alerts", "heartbeat", "plans")
 FLEET_KEYS = ("name",)  # [fleet]

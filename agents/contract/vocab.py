@@ -173,6 +173,7 @@ class EventKind(str, enum.Enum):
     S3_BACKLOG = "s3_backlog"
     SERVERS_RESTING = "servers_resting"
     IDLE_PAID = "idle_paid"
+    IDLE_ACTION = "idle_action"  # the node's idle_action ran: its exit and output (agents/watch/idle.py)
     BLOCKED = "blocked"  # a job's `after` can no longer be met: a job it runs after failed or gave up
     QUALITY = "quality"  # a generate job's completions are junk past an [alerts] *_pct threshold
     NODE_UNREACHABLE = "node_unreachable"  # sent by a console, never by the node itself
@@ -195,6 +196,7 @@ class EventKind(str, enum.Enum):
 NOTIFY_EVENTS = (EventKind.DIED, EventKind.RESTARTED, EventKind.GAVE_UP, EventKind.STALLED, EventKind.FINISHED,
                  EventKind.GPU_HEALTH, EventKind.DISK, EventKind.TEMPERATURE, EventKind.DEADLINE,
                  EventKind.PLAN_DRIFT, EventKind.S3_BACKLOG, EventKind.SERVERS_RESTING, EventKind.IDLE_PAID,
+                 EventKind.IDLE_ACTION,
                  EventKind.BLOCKED, EventKind.QUALITY, EventKind.NODE_UNREACHABLE, EventKind.WATCHER_RESTARTED, EventKind.ACKNOWLEDGED,
                  EventKind.NOTE, EventKind.RESOLVED)
 

@@ -249,8 +249,11 @@ class WatchSettings:
     alerts: AlertThresholds = field(default_factory=AlertThresholds)
     heartbeat: Optional[HeartbeatConfig] = None
     price_per_hour: Optional[float] = None  # this node's price (the idle_paid alert); None: not priced
+    idle_action: Optional[str] = None  # this node's [[nodes]] idle_action (watch/idle.py); None: alert only
 
     def __post_init__(self) -> None:
+        if self.idle_action is not None and (not isinstance(self.idle_action, str) or not self.idle_action.strip()):
+            raise ConfigError("'watch': 'idle_action' must be a shell command (a non-empty string)")
         p = self.price_per_hour
         if p is not None and (isinstance(p, bool) or not isinstance(p, (int, float)) or not (p >= 0 and math.isfinite(p))):
             raise ConfigError(f"'watch': 'price_per_hour' must be a finite number >= 0, got {p!r}")
@@ -263,7 +266,7 @@ class WatchSettings:
         unknown = set(d) - {f.name for f in dataclasses.fields(cls)}
         if unknown:
             raise ConfigError(f"'watch' has no key {sorted(unknown)[0]!r}; expected fleet, notify, alerts, heartbeat, "
-                              f"price_per_hour")
+                              f"price_per_hour, idle_action")
         notify = d.get("notify") or []
         if not isinstance(notify, list):
             raise ConfigError(f"'watch': 'notify' must be a list of [[notify]] entries, got {type(notify).__name__}")
@@ -271,6 +274,6 @@ class WatchSettings:
             return cls(fleet=d["fleet"] if isinstance(d.get("fleet"), str) else None,
                        notify=[NotifyTarget.from_dict(n) for n in notify],
                        alerts=AlertThresholds.from_dict(d.get("alerts") or {}), heartbeat=heartbeat_from(d.get("heartbeat")),
-                       price_per_hour=d.get("price_per_hour"))
+                       price_per_hour=d.get("price_per_hour"), idle_action=d.get("idle_action"))
         except TypeError as exc:  # a value of the wrong type: the dataclass's own words, never a URL
             raise ConfigError(f"'watch': {exc}") from None

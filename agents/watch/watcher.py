@@ -28,6 +28,7 @@ from ..contract.watching import WatchSettings, agent_args
 from .config import WatchConfig
 from .events import EventLog
 from .heartbeat import Heartbeat, failing_reason
+from .idle import IdleAction
 from .life import Life, restart_message, started_by
 from .outbox import Outbox
 from .phases import Phases
@@ -54,6 +55,7 @@ class Watcher:
         self.phases = Phases(sup, self.emit, lambda name: self.restarts.state(name).gave_up)
         self.conditions = Conditions(self.home, self.emit)
         self.checks = Checks(node, held=lambda key: key in self.conditions.active)
+        self.idle = IdleAction(self.home, node, self.emit)
         self._health: Any = False  # the reader, made at the first tick; None where there is none
         self._failed: set[str] = set()
         self.successor: Optional[Any] = None  # the detached agent this one started to take over
@@ -136,6 +138,10 @@ class Watcher:
             self.phases.tick(now)
         except Exception as exc:  # noqa: BLE001 -- the tick goes on
             self._failure("phases", exc)
+        try:
+            self.idle.tick(now, gpus, jobs, self.config.idle_action, self.config.alerts.idle_paid_s)
+        except Exception as exc:  # noqa: BLE001 -- the tick goes on
+            self._failure("idle_action", exc)
         try:
             health = self._read_health()
             now_true, once = self.checks.evaluate(now, gpus, jobs, host, alerts, health, self.config.alerts, specs,
