@@ -230,6 +230,39 @@ def spend_json(s: Optional[JobSpend]) -> dict[str, Any]:
                           "dollars": money_json(a.dollars)} for a in s.attempts]}
 
 
+# ---------------------------------------------------------------- what S3 holds, and costs a month
+
+GB = 1e9
+
+
+def s3_monthly(stored_bytes: Optional[int], price_per_gb_month: float) -> Optional[float]:
+    """The dollars a month of ``stored_bytes`` in S3 at ``price_per_gb_month`` (None: not known)."""
+    return None if stored_bytes is None else stored_bytes / GB * price_per_gb_month
+
+
+def s3_json(p: Optional[Progress], price_per_gb_month: float) -> dict[str, Any]:
+    """A job's S3 inventory in `status --json`: what its prefix holds (its run's one listing at
+    the start, plus what it uploaded since: its progress.json's ``uploads``) and the monthly cost."""
+    u = p.uploads if p is not None else None
+    stored = u.stored_bytes if u is not None else None
+    return {"s3_objects": u.stored_objects if u is not None else None, "s3_bytes": stored,
+            "s3_listed_at": u.stored_listed_at if u is not None else None,
+            "s3_cost_per_month": money_json(s3_monthly(stored, price_per_gb_month))}
+
+
+def fleet_s3(jobs: Iterable[JobStatus]) -> Optional[int]:
+    """The bytes the jobs' prefixes hold, each job once (a moved job: its newest listing's)."""
+    newest: dict[str, tuple[float, int]] = {}
+    for j in jobs:
+        u = j.progress.uploads if j.progress is not None else None
+        if u is None or u.stored_bytes is None:
+            continue
+        at = u.stored_listed_at or 0.0
+        if j.name not in newest or at > newest[j.name][0]:
+            newest[j.name] = (at, u.stored_bytes)
+    return sum(b for _, b in newest.values()) if newest else None
+
+
 # ---------------------------------------------------------------- `status --json`
 
 def money_json(v: Optional[float]) -> Optional[float]:

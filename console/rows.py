@@ -246,3 +246,4 @@ class JobDetail:
     at: Optional[float] = None  # when this was put together (the console's clock): ages are counted from it
     window: Optional[QualityWindow] = None  # generate: its last completions' quality problems
     spend: Optional[Any] = None  # cost.JobSpend: its attempts' dollars on every node, and what was burned
+    s3_price_per_gb_month: Optional[float] = None  # the fleet file's: what its S3 inventory costs a month

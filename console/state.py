@@ -557,7 +557,7 @@ class FleetState:
                     last_rate_at=p.last_rate_at if p else None, error=j.error, plan=j.plan,
                     useful=cost.useful_share(p), servers=tuple(p.servers) if p else (),
                     uploads=p.uploads if p else None, at=now, window=p.window if p else None,
-                    spend=self.spends().get(j.name),
+                    spend=self.spends().get(j.name), s3_price_per_gb_month=self.fleet.s3_price_per_gb_month,
                     spark=series.last(spark_width, now) if series else (None,) * spark_width,
                     bucket_s=self.spark_bucket_s, **self._detail_series(n, j.name, spark_width, now),
                     chart=self.job_chart(n, j, chart_range, chart_width or spark_width, now, row))
@@ -690,6 +690,7 @@ class FleetState:
         """The documented shape of ``gpudeck status --json``."""
         node_costs, job_costs = self.costs()
         spends = self.spends()
+        s3_bytes = cost.fleet_s3(j for _, j in self.jobs())
         now = self.clock()
         nodes = []
         for name, view in self.nodes.items():
@@ -733,6 +734,7 @@ class FleetState:
                 "error": j.error, "moved_from": _moved_json(self.moved_from(node, j.name)),
                 "task": dataclasses.asdict(j.task) if j.task else None,
                 **cost.job_json(j, job_costs.get((node, j.name))), **cost.spend_json(spends.get(j.name)),
+                **cost.s3_json(p, self.fleet.s3_price_per_gb_month),
                 **_health_json(p),
                 **_startup_json(p, now if j.state in _ALIVE else None),
             })
@@ -741,6 +743,8 @@ class FleetState:
         fleet = {"spent": cost.money_json(money.spent), "to_finish": cost.money_json(money.to_finish),
                  "nodes_priced": money.nodes_priced, "idle_per_hour": cost.money_json(self.idle_per_hour()),
                  "burned": cost.money_json(self.burned()),
+                 "s3_bytes": s3_bytes, "s3_price_per_gb_month": self.fleet.s3_price_per_gb_month,
+                 "s3_cost_per_month": cost.money_json(cost.s3_monthly(s3_bytes, self.fleet.s3_price_per_gb_month)),
                  "tokens_per_s": self.totals().tokens_per_s}
         return {"fleet": fleet, "nodes": nodes, "jobs": jobs, "alerts": alerts}
 

@@ -138,6 +138,11 @@ class Uploads:
     pending_bytes: Optional[int] = None  # the bytes of the pending files
     oldest_pending_at: Optional[float] = None  # when the oldest pending file was closed (unix time)
     last_upload_at: Optional[float] = None  # the last file that went up (unix time; across attempts)
+    # what the job's prefix holds: its run's one listing at the start (what earlier runs left
+    # too) plus what it uploaded since; None: the listing failed, or a worker that does not say
+    stored_objects: Optional[int] = None
+    stored_bytes: Optional[int] = None
+    stored_listed_at: Optional[float] = None  # when that listing was taken (unix time)
 
 
 @dataclass(frozen=True)

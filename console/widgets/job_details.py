@@ -158,6 +158,10 @@ class JobDetails(Widget):
             text.append(f"  ·  {u.failures} failed attempts", st("job-details--warn"))
         if u.last_error:
             text.append(f"  {u.last_error}", st("job-details--bad"))
+        if u.stored_bytes is not None:  # what the prefix holds: the run's listing at its start, plus its uploads
+            text.append(f"  ·  stored {human_bytes(u.stored_bytes)} in {u.stored_objects or 0:,} objects")
+            if d.s3_price_per_gb_month is not None:
+                text.append(f", {dollars(u.stored_bytes / 1e9 * d.s3_price_per_gb_month)}/month")
         return text
 
     def _servers(self, d: JobDetail) -> Text:

@@ -14,7 +14,7 @@ import logging
 import os
 import socket
 import time
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from ...contract.atomic import atomic_write_json
 from ...contract.jobs import MARKER, QUALITY_MARKER
@@ -35,23 +35,26 @@ def clear(out_dir: str, client: Any = None, s3_loc: Any = None) -> None:
             client.delete_object(Bucket=s3_loc.bucket, Key=s3_loc.key(name))  # no error when absent
 
 
-def write(out_dir: str, counts: dict[str, Any], s3_loc: Any = None, endpoint_url: Optional[str] = None) -> bool:
+def write(out_dir: str, counts: dict[str, Any], s3_loc: Any = None, endpoint_url: Optional[str] = None,
+          stored: Optional[Callable[[str, int], None]] = None) -> bool:
     """The marker in ``out_dir`` and, with ``s3_loc`` (an S3Location), under its prefix. False
-    (said in the log) when one could not be written: the run's output is complete all the same."""
+    (said in the log) when one could not be written: the run's output is complete all the same.
+    ``stored(name, bytes)``: told of the object put in S3 (the uploader's count of the prefix)."""
     return _put(MARKER, {"ok": True, "at": time.time(), "host": socket.gethostname(), "counts": counts}, out_dir,
-                s3_loc, endpoint_url)
+                s3_loc, endpoint_url, stored)
 
 
 def write_quality(out_dir: str, figures: dict[str, Any], s3_loc: Any = None,
-                  endpoint_url: Optional[str] = None) -> bool:
+                  endpoint_url: Optional[str] = None, stored: Optional[Callable[[str, int], None]] = None) -> bool:
     """``_QUALITY`` instead of the marker: the run ended with every record done but too few of
     them useful (generate's ``--min-useful-pct``); ``figures`` say how many and why. Where
     ``_SUCCESS`` would be, so a job after it on another node finds it and is blocked."""
     return _put(QUALITY_MARKER, {"ok": False, "at": time.time(), "host": socket.gethostname(), **figures}, out_dir,
-                s3_loc, endpoint_url)
+                s3_loc, endpoint_url, stored)
 
 
-def _put(name: str, doc: dict[str, Any], out_dir: str, s3_loc: Any, endpoint_url: Optional[str]) -> bool:
+def _put(name: str, doc: dict[str, Any], out_dir: str, s3_loc: Any, endpoint_url: Optional[str],
+         stored: Optional[Callable[[str, int], None]] = None) -> bool:
     ok = True
     try:
         atomic_write_json(os.path.join(out_dir, name), doc)
@@ -61,8 +64,10 @@ def _put(name: str, doc: dict[str, Any], out_dir: str, s3_loc: Any, endpoint_url
     if s3_loc is not None:
         from .s3sync.remote import describe_error, make_client
         try:
-            make_client(endpoint_url).put_object(Bucket=s3_loc.bucket, Key=s3_loc.key(name),
-                                                 Body=json.dumps(doc).encode())
+            body = json.dumps(doc).encode()
+            make_client(endpoint_url).put_object(Bucket=s3_loc.bucket, Key=s3_loc.key(name), Body=body)
+            if stored is not None:
+                stored(name, len(body))
         except Exception as exc:  # noqa: BLE001 -- boto3's errors are many; the message says which
             log.error("cannot write %s: %s", s3_loc.url(name), describe_error(exc))
             ok = False

@@ -329,11 +329,14 @@ class Generator:
             counts = {"done": len(self.done), "total": self.total(), "failed": q["errors"],
                       "bad_prompts": q["bad_prompts"]}
             junk = self._below_useful()
+            stored = self.uploader.count if self.uploader is not None else None  # the prefix's inventory
             if junk is not None:  # ended, but mostly junk: no _SUCCESS, the figures in _QUALITY
-                success.write_quality(self.out, {**counts, **junk}, self._s3_loc(), self.o.s3_endpoint)
+                success.write_quality(self.out, {**counts, **junk}, self._s3_loc(), self.o.s3_endpoint, stored)
                 status = EXIT_QUALITY
             else:
-                success.write(self.out, counts, self._s3_loc(), self.o.s3_endpoint)
+                success.write(self.out, counts, self._s3_loc(), self.o.s3_endpoint, stored)
+            if stored is not None:
+                self.progress.write(self, final=True)  # the marker counted in what the prefix holds
         self._lock.release()
         return status
 
