@@ -160,6 +160,26 @@ def dollars(v: Optional[float]) -> str:
     return f"${v:.{digits}f}"
 
 
+def _two(x: float) -> str:
+    """Two significant digits, three above 100: 41, 4.1, 0.41, 410."""
+    return f"{x:.0f}" if x >= 100 else f"{x:.2g}"
+
+
+def money_fit(v: Optional[float], width: int) -> str:
+    """``dollars(v)`` in ``width`` cells, its meaningful digits kept: a figure too long for its
+    column is said per thousand or per million of its unit (``$0.000041`` per completion reads
+    ``$41/M``: per million completions), or in thousands or millions (``$12k``); never cut."""
+    s = dollars(v)
+    if v is None or len(s) <= width:
+        return s
+    if v < 1:
+        steps = [(v * 1e3, "/k"), (v * 1e6, "/M")]
+        picked = [f"${_two(x)}{unit}" for x, unit in steps if x >= 1] or [f"${_two(v * 1e6)}/M"]
+    else:
+        picked = [f"${_two(v / scale)}{unit}" for scale, unit in ((1e6, "M"), (1e3, "k")) if v >= scale]
+    return next((p for p in picked if len(p) <= width), s)  # nothing fits: the table cuts it (under 5 cells)
+
+
 # ---------------------------------------------------------------- spend per attempt, and burned
 
 # an attempt that ended so is "burned": killed, failed or lost (what it cost bought no finished run)

@@ -190,7 +190,7 @@ def test_what_a_job_key_does_is_data():
     launch = plan_job_action(JobOp.LAUNCH, "gen", rows["gen"], read_only=False, grace_s=10.0)
     assert isinstance(launch, Confirm) and launch.yes == "Launch"  # it takes GPUs and starts spending: asks
     assert "Launch job [b]gen[/b] on gpu-a?" in launch.question and "attempt 3" in launch.question
-    assert JobOp.LAUNCH.key == "L" and JobOp.KILL.key == "k"  # l is the log's key, as in k9s
+    assert JobOp.LAUNCH.key == "L" and JobOp.KILL.key == "ctrl+k"  # l is the log's key, k moves up: k9s's kill
     assert isinstance(plan_job_action(JobOp.RELAUNCH, "extract", rows["extract"], read_only=False, grace_s=10.0),
                       RunNow)  # not running: nothing to kill first
     assert isinstance(plan_job_action(JobOp.KILL, "gen", rows["gen"], read_only=True, grace_s=10.0), Refuse)
