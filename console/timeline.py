@@ -33,7 +33,7 @@ that clears one of them."""
 
 _ERRORS = frozenset(k.value for k in (EventKind.DIED, EventKind.GAVE_UP, EventKind.GPU_HEALTH, EventKind.DISK,
                                       EventKind.NODE_UNREACHABLE))
-_GOOD = frozenset(k.value for k in (EventKind.FINISHED, EventKind.RESOLVED))
+_GOOD = frozenset(k.value for k in (EventKind.FINISHED, EventKind.RESOLVED, EventKind.NOTE))
 
 
 def redact_urls(text: str) -> str:

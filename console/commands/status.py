@@ -75,7 +75,8 @@ def render_status(state) -> str:
     money = state.totals()
     if money.priced:
         jobs.append(f"fleet: {dollars(money.spent)} spent, {dollars(money.to_finish)} to finish at the current rate"
-                    + (f"; {dollars(money.idle_per_hour)}/h idle" if money.idle_per_hour is not None else ""))
+                    + (f"; {dollars(money.idle_per_hour)}/h idle" if money.idle_per_hour is not None else "")
+                    + (f"; {dollars(money.burned)} burned by killed, failed and lost attempts" if money.burned else ""))
     if jobs:
         lines.append("")
         lines.extend(jobs)
