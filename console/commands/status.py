@@ -43,7 +43,7 @@ async def _status(args) -> int:
         for view in await client.status(timeout=args.timeout):
             if view.snapshot is not None:
                 state.apply(view.snapshot)
-                state.set_copy(view.name, view.copy)
+                state.set_copy(view.snapshot.node, view.copy)  # the state keys a node by its snapshot's name
             else:
                 state.mark_unreachable(view.name, view.error or "unreachable", view.unreachable_since)
     finally:
