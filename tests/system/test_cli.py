@@ -41,7 +41,8 @@ def test_status_json_with_no_fleet_file(home):
     doc = json.loads(r.stdout)
     assert set(doc) == {"fleet", "nodes", "jobs", "alerts"}
     assert doc["fleet"] == {"spent": None, "to_finish": None, "nodes_priced": 0, "idle_per_hour": None,
-                            "tokens_per_s": None}  # no prices: null, never 0; no job: no rate
+                            "tokens_per_s": None, "burned": None, "s3_bytes": None, "s3_cost_per_month": None,
+                            "s3_price_per_gb_month": 0.023}  # no prices: null, never 0; no job: no rate
     (node,) = doc["nodes"]
     assert node["name"] == "local" and node["reachable"] is True
     assert {"name", "reachable", "gpus", "host"} <= set(node)
