@@ -12,11 +12,15 @@ import os
 import socket
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import BinaryIO, Optional
 
 from .contract import wire
-from .agent import Agent
+from .contract.cluster import ClusterSpec
+from .agent import Agent, make_home
+from .gpu import GpuSampler
+from .jobs.backend import GpuReader
 from .lock import AgentLock, AgentLockError
+from .supervisor import JobSupervisor
 
 log = logging.getLogger("agents")
 
@@ -61,6 +65,34 @@ def _interval(text: str) -> float:
     return value
 
 
+def gpu_reader(home: Path, nvml: bool = True, simulate_gpus: Optional[str] = None) -> GpuReader:
+    """NVML's GPUs, or the stand-in ones of the demo and the tests (only ever by explicit request)."""
+    if simulate_gpus:
+        from .simgpu import SimGpuSampler
+        return SimGpuSampler(home, simulate_gpus)
+    return GpuSampler(enabled=nvml)
+
+
+def node_agent(home: Path, node: str, interval_s: float = 1.0, *, nvml: bool = True,
+               simulate_gpus: Optional[str] = None, detached: bool = False, textfile_dir: Optional[str] = None,
+               out: Optional[BinaryIO] = None) -> Agent:
+    """The agent of a node: its jobs are this host's processes (agents/supervisor.py)."""
+    home = make_home(home)
+    gpu = gpu_reader(home, nvml, simulate_gpus)
+    jobs = JobSupervisor(home, gpu, node=node, role="watcher" if detached else "agent")
+    return Agent(home, node, jobs, gpu, interval_s, out=out, detached=detached, textfile_dir=textfile_dir)
+
+
+def cluster_agent(home: Path, node: str, spec: ClusterSpec, interval_s: float = 1.0, *, nvml: bool = True,
+                  simulate_gpus: Optional[str] = None, out: Optional[BinaryIO] = None) -> Agent:
+    """The agent of a cluster's login node: Slurm runs its jobs (agents/cluster/)."""
+    from .cluster.agent import ClusterJobs
+
+    home = make_home(home)
+    gpu = gpu_reader(home, nvml, simulate_gpus)
+    return Agent(home, node, ClusterJobs(home, node, spec, gpu), gpu, interval_s, out=out)
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m gpudeck.agents", description="gpudeck node agent")
     ap.add_argument("--home", type=Path, default=None, help="state directory (default ~/.gpudeck or $GPUDECK_HOME)")
@@ -100,7 +132,6 @@ def main(argv: Optional[list[str]] = None) -> int:
                        nvml=not args.no_nvml)
     cluster = None
     if args.cluster:
-        from .contract.cluster import ClusterSpec
         try:
             import json
             cluster = ClusterSpec.from_dict(json.loads(args.cluster))
@@ -151,13 +182,12 @@ def main(argv: Optional[list[str]] = None) -> int:
             return relay(*found)
     try:
         if cluster is not None:
-            from .cluster.agent import ClusterAgent
-            agent: Agent = ClusterAgent(home, args.node or cluster.name, cluster, args.interval,
-                                        nvml=not args.no_nvml, simulate_gpus=args.simulate_gpus)
+            agent = cluster_agent(home, args.node or cluster.name, cluster, args.interval, nvml=not args.no_nvml,
+                                  simulate_gpus=args.simulate_gpus)
         else:
-            agent = Agent(home, args.node or socket.gethostname(), args.interval, nvml=not args.no_nvml,
-                          simulate_gpus=args.simulate_gpus, detached=args.detached and not args.once,
-                          textfile_dir=args.textfile_dir)
+            agent = node_agent(home, args.node or socket.gethostname(), args.interval, nvml=not args.no_nvml,
+                               simulate_gpus=args.simulate_gpus, detached=args.detached and not args.once,
+                               textfile_dir=args.textfile_dir)
     except OSError as exc:  # an unwritable home, a full disk: say so, not a traceback
         log.error("cannot start the agent in %s: %s", home, exc)
         return 3
