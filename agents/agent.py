@@ -20,18 +20,19 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Optional
 
-from . import doctor, writes
+from . import doctor
+from .sense import writes
 from .contract import ops, wire
 from .contract.errors import KindedRefusal, Refusal
 from .alerts import AlertClock, node_alerts
-from .engines import EngineScraper
+from .sense.engines import EngineScraper
 from .history import HistoryRing
-from .host import HostSampler
+from .sense.host import HostSampler
 from .contract.vocab import EngineState, JobState
 from .contract.jobs import JobSpec, SpecError
 from .links import Consoles, Link, Listener
 from .planwatch import PlanWatch
-from .progress import ProgressTracker
+from .sense.progress import ProgressTracker
 from .promfile import TextfileWriter
 from .contract.plain import to_plain
 from .contract.wire import Alert, Engine, JobStatus, Progress, Reply, Request, Snapshot

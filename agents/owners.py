@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from . import writes
+from .sense import writes
 from .contract.jobs import JobSpec
 from .contract.atomic import atomic_write_json
 from .contract.ownership import OWNED_ELSEWHERE, owner_text

@@ -17,7 +17,7 @@ from typing import BinaryIO, Optional
 from .contract import wire
 from .contract.cluster import ClusterSpec
 from .agent import Agent, make_home
-from .gpu import GpuSampler
+from .sense.gpu import GpuSampler
 from .jobs.backend import GpuReader
 from .lock import AgentLock, AgentLockError
 from .supervisor import JobSupervisor

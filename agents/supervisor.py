@@ -33,9 +33,10 @@ from typing import Any, Optional
 
 import psutil
 
-from . import joblog, killing, writes
+from . import joblog, killing
+from .sense import writes
 from .contain import Containment, cgroup_path_of, token_of
-from .gpu import GpuSampler
+from .sense.gpu import GpuSampler
 from .jobs.audit import AuditLog
 from .jobs.backend import AuditHook, Contained, Extras, GpuReader, GpusSeen, JobError, JobFacts
 from .contract.errors import AdoptRefused, HoldsTheNode

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 
-from gpudeck.agents.gpu import GpuSampler
+from gpudeck.agents.sense.gpu import GpuSampler
 
 
 def main() -> int:

@@ -45,10 +45,11 @@ from ..contract.jobs import JobKind, JobSpec
 from ..contract.units import index_ranges
 from ..contract.vocab import JobState
 from ..contract.wire import ClusterInfo, GpuHolder, JobStatus, KillVerdict, LaunchResult, LogChunk, Progress, TaskInfo
-from ..progress import ProgressTracker
+from ..sense.progress import ProgressTracker
 from ..jobs.audit import AuditLog
 from ..jobs.backend import AuditHook, Contained, Extras, GpuReader, GpusSeen, JobError, JobFacts
-from .. import joblog, writes
+from .. import joblog
+from ..sense import writes
 from .runs import TASK_TOKEN, Attempts, SlurmSaid, install_wrapper, read_attempts, read_said, run_dir, write_said
 from .observe import Observers
 from .slurm import REASONS, TERMINAL, QueueRow, Slurm, SlurmError, TaskDetail, newer, refused_for_input

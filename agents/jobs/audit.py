@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from .. import writes
+from ..sense import writes
 from .backend import AuditHook
 
 log = logging.getLogger(__name__)

@@ -25,7 +25,7 @@ from ..contract import ops
 from ..contract.jobs import JobSpec
 from ..contract.vocab import JobState
 from ..contract.wire import ClusterInfo, Gpu, JobStatus, KillVerdict, LaunchResult, LogChunk
-from ..health import HealthReader
+from ..sense.health import HealthReader
 
 
 class JobError(Exception):

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Callable, Optional
 
-from ..health import GpuHealth
+from ..sense.health import GpuHealth
 from ..contract.vocab import AlertKind, EventKind, JobState
 from ..contract.jobs import JobSpec
 from ..contract.documents import drift_text, over_plan

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from .. import writes
+from ..sense import writes
 from ..contract.vocab import AlertKind, EventKind
 from ..contract.atomic import atomic_write_json
 

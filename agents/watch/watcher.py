@@ -22,7 +22,7 @@ from ..contract import ops
 from ..contract.jobs import JobSpec, SpecError
 from ..contract.plain import to_plain
 from ..contract.wire import Alert, Gpu, Host, JobStatus
-from ..health import GpuHealth, HealthReader
+from ..sense.health import GpuHealth, HealthReader
 from ..jobs.backend import GpuReader, JobBackend
 from .checks import Checks, carried_key
 from .conditions import Conditions

@@ -13,7 +13,7 @@ from gpudeck.agents.cluster.agent import ClusterJobs
 from gpudeck.agents.contract import ops, wire
 from gpudeck.agents.contract.cluster import ClusterSpec
 from gpudeck.agents.contract.jobs import JobSpec
-from gpudeck.agents.gpu import GpuSampler
+from gpudeck.agents.sense.gpu import GpuSampler
 from gpudeck.agents.jobs.backend import GpuReader, JobBackend
 from gpudeck.agents.simgpu import SimGpuSampler
 from gpudeck.agents.supervisor import JobSupervisor

@@ -17,7 +17,7 @@ from gpudeck.agents.contract.jobs import JobKind, JobSpec
 from gpudeck.agents.contract.stall import STARTUP_CAP_S, quiet_since, starting_up
 from gpudeck.agents.contract.vocab import AlertKind, EventKind, JobState
 from gpudeck.agents.contract.wire import JobStatus, Progress
-from gpudeck.agents.progress import ProgressTracker
+from gpudeck.agents.sense.progress import ProgressTracker
 from gpudeck.agents.watch.restarts import RestartEngine
 from gpudeck.agents.workers.extract import compile_cache
 from gpudeck.agents.workers.extract.startup import StartupClock, process_started_at

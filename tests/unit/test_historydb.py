@@ -9,7 +9,7 @@ import sqlite3
 
 import pytest
 
-from gpudeck.agents import writes
+from gpudeck.agents.sense import writes
 from gpudeck.agents.contract import ops
 from gpudeck.agents.contract.jobs import JobKind
 from gpudeck.agents.contract.vocab import EngineState, JobState

@@ -246,7 +246,7 @@ def test_a_cluster_job_after_another_is_submitted_with_afterok(tmp_path):
     from gpudeck.agents.cluster.agent import ClusterJobs
     from gpudeck.agents.cluster.slurm import QueueRow
     from gpudeck.agents.contract.cluster import ClusterSpec
-    from gpudeck.agents.gpu import GpuSampler
+    from gpudeck.agents.sense.gpu import GpuSampler
 
     cluster = ClusterJobs(tmp_path / "home", "hpc", ClusterSpec(name="hpc", shared_dir=str(tmp_path / "shared")),
                         GpuSampler(enabled=False))

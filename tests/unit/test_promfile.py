@@ -12,7 +12,8 @@ import dataclasses
 from pathlib import Path
 
 import pytest
-from gpudeck.agents import promfile, writes
+from gpudeck.agents import promfile
+from gpudeck.agents.sense import writes
 from gpudeck.agents.contract.wire import Alert, Gpu, GpuProcess, Host, JobStatus, Progress, Snapshot
 from gpudeck.agents.contract.vocab import AlertKind, JobState
 from gpudeck.agents.contract.jobs import JobKind

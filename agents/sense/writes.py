@@ -17,10 +17,10 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Union
 
-from .contract.vocab import AlertKind
+from ..contract.vocab import AlertKind
 
 if TYPE_CHECKING:
-    from .contract.wire import Alert
+    from ..contract.wire import Alert
 
 log = logging.getLogger("agents")
 
@@ -49,7 +49,7 @@ def ok(path: Union[str, Path]) -> None:
 def alerts() -> list[Alert]:
     if not _failed:  # (every tick)
         return []
-    from .contract.wire import Alert
+    from ..contract.wire import Alert
 
     with _lock:
         items = sorted(_failed.items())

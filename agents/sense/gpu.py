@@ -7,7 +7,7 @@ from typing import Callable, Optional
 
 import psutil
 
-from .contract.wire import Gpu, GpuProcess
+from ..contract.wire import Gpu, GpuProcess
 from .health import NvmlHealth
 
 log = logging.getLogger(__name__)
