@@ -26,7 +26,7 @@ from .contract import ops, wire
 from .contract.errors import KindedRefusal, Refusal
 from .alerts import AlertClock, node_alerts
 from .sense.engines import EngineScraper
-from .history import HistoryRing
+from .history.ring import HistoryRing
 from .sense.host import HostSampler
 from .contract.vocab import EngineState, JobState
 from .contract.jobs import JobSpec, SpecError

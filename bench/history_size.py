@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from gpudeck.agents.historydb import HistoryDB  # noqa: E402
+from gpudeck.agents.history.db import HistoryDB  # noqa: E402
 from test_historydb import T0, Clock, rows_bound, worst_snap  # noqa: E402
 
 

@@ -22,10 +22,10 @@ from collections import deque
 from pathlib import Path
 from typing import Callable, Optional
 
-from .contract import ops
-from .contract.vocab import JobState
-from .contract.wire import Sample, Snapshot
-from .historydb import REWIND_SKIP_S, HistoryDB, job_tps, minute_sample
+from ..contract import ops
+from ..contract.vocab import JobState
+from ..contract.wire import Sample, Snapshot
+from .db import REWIND_SKIP_S, HistoryDB, job_tps, minute_sample
 
 log = logging.getLogger(__name__)
 
