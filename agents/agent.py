@@ -31,7 +31,7 @@ from .sense.host import HostSampler
 from .contract.vocab import EngineState, JobState
 from .contract.jobs import JobSpec, SpecError
 from .links import Consoles, Link, Listener
-from .planwatch import PlanWatch
+from .jobs.planwatch import PlanWatch
 from .sense.progress import ProgressTracker
 from .promfile import TextfileWriter
 from .contract.plain import to_plain

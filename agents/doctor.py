@@ -53,7 +53,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 from urllib.parse import urlsplit, urlunsplit
 
-from .contain import cgroup2_mount
+from .jobs.contain import cgroup2_mount
 from .contract import VERSION, ops
 from .contract.documents import PLAN_FILE, PlanDoc, MAX_PLAN_BYTES, read_document
 from .contract.jobs import JobKind, JobSpec

@@ -20,7 +20,7 @@ from .agent import Agent, make_home
 from .sense.gpu import GpuSampler
 from .jobs.backend import GpuReader
 from .lock import AgentLock, AgentLockError
-from .supervisor import JobSupervisor
+from .jobs.supervisor import JobSupervisor
 
 log = logging.getLogger("agents")
 

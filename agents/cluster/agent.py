@@ -48,7 +48,7 @@ from ..contract.wire import ClusterInfo, GpuHolder, JobStatus, KillVerdict, Laun
 from ..sense.progress import ProgressTracker
 from ..jobs.audit import AuditLog
 from ..jobs.backend import AuditHook, Contained, Extras, GpuReader, GpusSeen, JobError, JobFacts
-from .. import joblog
+from ..jobs import joblog
 from ..sense import writes
 from .runs import TASK_TOKEN, Attempts, SlurmSaid, install_wrapper, read_attempts, read_said, run_dir, write_said
 from .observe import Observers

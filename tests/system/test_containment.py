@@ -13,7 +13,7 @@ import pytest
 
 from support import command_job
 from support.wait import wait_for
-from gpudeck.agents.contain import Containment
+from gpudeck.agents.jobs.contain import Containment
 
 pytestmark = pytest.mark.system  # a real agent and its jobs
 

@@ -16,7 +16,7 @@ from gpudeck.agents.contract.jobs import JobSpec
 from gpudeck.agents.sense.gpu import GpuSampler
 from gpudeck.agents.jobs.backend import GpuReader, JobBackend
 from gpudeck.agents.simgpu import SimGpuSampler
-from gpudeck.agents.supervisor import JobSupervisor
+from gpudeck.agents.jobs.supervisor import JobSupervisor
 from support.jobs import FakeJobs
 
 
@@ -44,7 +44,8 @@ def test_both_backends_answer_every_method_of_the_seam(tmp_path):
 
 
 def test_no_backend_leaves_a_method_unimplemented_or_subclasses_the_agent():
-    from gpudeck.agents import agent, supervisor
+    from gpudeck.agents import agent
+    from gpudeck.agents.jobs import supervisor
     from gpudeck.agents.cluster import agent as cluster
     for module in (supervisor, cluster):
         assert "NotImplementedError" not in inspect.getsource(module), module.__name__

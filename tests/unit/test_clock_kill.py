@@ -11,7 +11,7 @@ tests/test_watch_restart_interrupted.py::test_a_watcher_killed_in_its_restarts_k
 
 from __future__ import annotations
 
-from gpudeck.agents.killing import QUIET_S, Target, grace_left, kill_and_verify
+from gpudeck.agents.jobs.killing import QUIET_S, Target, grace_left, kill_and_verify
 
 from support.clock import FakeClock
 

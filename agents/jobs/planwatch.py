@@ -25,11 +25,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from .contract.jobs import JobSpec
-from .contract.vocab import JobState
-from .contract.documents import PLAN_FILE, drift_pct, read_plan  # noqa: F401 -- PLAN_FILE: the agent's name for it
-from .contract.wire import JobPlan, Progress
-from .jobs.backend import JobFacts
+from ..contract.jobs import JobSpec
+from ..contract.vocab import JobState
+from ..contract.documents import PLAN_FILE, drift_pct, read_plan  # noqa: F401 -- PLAN_FILE: the agent's name for it
+from ..contract.wire import JobPlan, Progress
+from .backend import JobFacts
 
 log = logging.getLogger("agents")
 

@@ -25,8 +25,8 @@ from typing import Callable, Iterable, Optional
 
 import psutil
 
-from .contract.clock import SYSTEM, Clock
-from .contract.wire import GpuHolder, KillVerdict
+from ..contract.clock import SYSTEM, Clock
+from ..contract.wire import GpuHolder, KillVerdict
 
 
 

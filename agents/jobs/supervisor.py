@@ -34,26 +34,26 @@ from typing import Any, Optional
 import psutil
 
 from . import joblog, killing
-from .sense import writes
+from ..sense import writes
 from .contain import Containment, cgroup_path_of, token_of
-from .sense.gpu import GpuSampler
-from .jobs.audit import AuditLog
-from .jobs.backend import AuditHook, Contained, Extras, GpuReader, GpusSeen, JobError, JobFacts
-from .contract.errors import AdoptRefused, HoldsTheNode
-from .contract.fencing import EXIT_FENCED, FENCED_NOTE
+from ..sense.gpu import GpuSampler
+from .audit import AuditLog
+from .backend import AuditHook, Contained, Extras, GpuReader, GpusSeen, JobError, JobFacts
+from ..contract.errors import AdoptRefused, HoldsTheNode
+from ..contract.fencing import EXIT_FENCED, FENCED_NOTE
 from .holds import holds_the_node
-from .contract.jobs import MARKER, JobKind, JobSpec, SpecError
+from ..contract.jobs import MARKER, JobKind, JobSpec, SpecError
 from .fenceread import launch_refusal
-from .contract.ops import Adopted, Configured
-from .contract.vocab import JobState
-from .contract.needs import launch_problem
+from ..contract.ops import Adopted, Configured
+from ..contract.vocab import JobState
+from ..contract.needs import launch_problem
 from .owners import Declarations
-from .contract.plain import to_plain
-from .contract.wire import ClusterInfo, JobStatus, KillVerdict, LaunchResult, LogChunk
+from ..contract.plain import to_plain
+from ..contract.wire import ClusterInfo, JobStatus, KillVerdict, LaunchResult, LogChunk
 from .records import (START_TIME_TOLERANCE_S, JobRecord, _Live, descendants as _descendants, ended_pidfds,
                       first_start_of, group_members, leader_alive)
 from .specdiff import spec_changes
-from .contract.atomic import atomic_write_json as write_json_atomic
+from ..contract.atomic import atomic_write_json as write_json_atomic
 
 log = logging.getLogger(__name__)
 

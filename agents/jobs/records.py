@@ -13,9 +13,9 @@ from typing import Any, Optional
 
 import psutil
 
-from .contract.vocab import JobState
-from .contract.plain import ProtocolError, from_dict, to_plain
-from .contract.wire import KillVerdict
+from ..contract.vocab import JobState
+from ..contract.plain import ProtocolError, from_dict, to_plain
+from ..contract.wire import KillVerdict
 
 
 @dataclass

@@ -38,7 +38,7 @@ import signal
 from pathlib import Path
 from typing import Iterable, Optional
 
-from .contract.atomic import atomic_write_text
+from ..contract.atomic import atomic_write_text
 
 log = logging.getLogger(__name__)
 
