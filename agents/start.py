@@ -86,7 +86,7 @@ def node_agent(home: Path, node: str, interval_s: float = 1.0, *, nvml: bool = T
 def cluster_agent(home: Path, node: str, spec: ClusterSpec, interval_s: float = 1.0, *, nvml: bool = True,
                   simulate_gpus: Optional[str] = None, out: Optional[BinaryIO] = None) -> Agent:
     """The agent of a cluster's login node: Slurm runs its jobs (agents/cluster/)."""
-    from .cluster.agent import ClusterJobs
+    from .cluster.backend import ClusterJobs
 
     home = make_home(home)
     gpu = gpu_reader(home, nvml, simulate_gpus)

@@ -69,7 +69,7 @@ def states(path: Path) -> dict[str, dict]:
 
 
 def poll_cost(tmp: Path, tasks: int, polls: int) -> tuple[float, float]:
-    from gpudeck.agents.cluster.agent import ClusterJobs
+    from gpudeck.agents.cluster.backend import ClusterJobs
     from gpudeck.agents.sense.gpu import GpuSampler
     from gpudeck.remote.fleet import load_fleet
 

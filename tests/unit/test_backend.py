@@ -9,7 +9,7 @@ import inspect
 
 import pytest
 
-from gpudeck.agents.cluster.agent import ClusterJobs
+from gpudeck.agents.cluster.backend import ClusterJobs
 from gpudeck.agents.contract import ops, wire
 from gpudeck.agents.contract.cluster import ClusterSpec
 from gpudeck.agents.contract.jobs import JobSpec
@@ -46,7 +46,7 @@ def test_both_backends_answer_every_method_of_the_seam(tmp_path):
 def test_no_backend_leaves_a_method_unimplemented_or_subclasses_the_agent():
     from gpudeck.agents import agent
     from gpudeck.agents.jobs import supervisor
-    from gpudeck.agents.cluster import agent as cluster
+    from gpudeck.agents.cluster import backend as cluster
     for module in (supervisor, cluster):
         assert "NotImplementedError" not in inspect.getsource(module), module.__name__
     assert not issubclass(ClusterJobs, agent.Agent) and not issubclass(JobSupervisor, agent.Agent)

@@ -243,7 +243,7 @@ def test_a_job_on_another_node_starts_when_its_marker_appears(tmp_path):
 
 
 def test_a_cluster_job_after_another_is_submitted_with_afterok(tmp_path):
-    from gpudeck.agents.cluster.agent import ClusterJobs
+    from gpudeck.agents.cluster.backend import ClusterJobs
     from gpudeck.agents.cluster.slurm import QueueRow
     from gpudeck.agents.contract.cluster import ClusterSpec
     from gpudeck.agents.sense.gpu import GpuSampler
