@@ -112,7 +112,7 @@ def measure_in_process(line: bytes, directory: Path, writes: int) -> tuple[float
     import dataclasses
 
     from gpudeck.agents.contract import wire
-    from gpudeck.agents.promfile import TextfileWriter, generate_text
+    from gpudeck.agents.node.promfile import TextfileWriter, generate_text
 
     snap = wire.decode(line)
     assert isinstance(snap, wire.Snapshot)

@@ -30,8 +30,8 @@ from typing import Any, Callable
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import agent_tick  # noqa: E402 -- the watcher case's jobs and settings, as the process bench has them
 
-from gpudeck.agents import agent as agent_module  # noqa: E402
-from gpudeck.agents.start import node_agent  # noqa: E402
+from gpudeck.agents.node import agent as agent_module  # noqa: E402
+from gpudeck.agents.node.start import node_agent  # noqa: E402
 from gpudeck.agents.contract import ops, wire  # noqa: E402
 
 

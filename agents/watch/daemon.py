@@ -88,7 +88,7 @@ def ensure(home: Path, argv: list[str]) -> int:
     detached watcher when ``home`` is watched and no agent serves it; otherwise nothing. An
     agent of a console that is connected is left alone: it hands over when its console leaves."""
     from ..contract import wire
-    from ..links import StartLock, find_agent
+    from ..node.consoles import StartLock, find_agent
 
     home = Path(home)
     if not WatchConfig.load(home).watching:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from gpudeck.agents import doctor
+from gpudeck.agents.node import doctor
 from gpudeck.agents.contract.jobs import JobSpec
 from support.cli import gpudeck
 from support.core import reap

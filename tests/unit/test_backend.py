@@ -44,7 +44,7 @@ def test_both_backends_answer_every_method_of_the_seam(tmp_path):
 
 
 def test_no_backend_leaves_a_method_unimplemented_or_subclasses_the_agent():
-    from gpudeck.agents import agent
+    from gpudeck.agents.node import agent
     from gpudeck.agents.jobs import supervisor
     from gpudeck.agents.cluster import backend as cluster
     for module in (supervisor, cluster):
@@ -77,7 +77,7 @@ def test_every_gpu_reader_has_every_member_of_the_reader(tmp_path):
     (ops.Launch(job="a"), "launched"), (ops.Relaunch(job="a", grace_s=3.0), "relaunches"),
 ])
 def test_the_ops_table_reaches_the_jobs_through_the_backend_it_holds(tmp_path, op, called):
-    from gpudeck.agents.agent import Agent
+    from gpudeck.agents.node.agent import Agent
 
     jobs = FakeJobs([JobSpec(name="a", command=["true"])])
     agent = Agent(tmp_path / "home", "n", jobs, GpuSampler(enabled=False))

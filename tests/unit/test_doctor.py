@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gpudeck.agents import doctor
+from gpudeck.agents.node import doctor
 from gpudeck.agents.contract.jobs import JobSpec
 from gpudeck.agents.contract.ops import Check
 from support.doctor import (FAIL, OK, SEED_KV_PER_TOKEN, SEED_LINEAR, SEED_STATE_PER_REQUEST, SEED_WEIGHTS, WARN,

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from gpudeck.agents.alerts import node_alerts
+from gpudeck.agents.node.alerts import node_alerts
 from gpudeck.agents.contract.documents import ProgressDoc, read_progress, write_document
 from gpudeck.agents.contract.jobs import JobKind, JobSpec
 from gpudeck.agents.contract.stall import STARTUP_CAP_S, quiet_since, starting_up

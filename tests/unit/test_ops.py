@@ -73,7 +73,7 @@ def test_a_reply_is_read_into_the_op_s_result():
 
 
 def test_the_agent_answers_every_op_from_one_table(tmp_path):
-    from gpudeck.agents.start import node_agent
+    from gpudeck.agents.node.start import node_agent
 
     agent = node_agent(tmp_path / "home", "n", nvml=False)
     try:

@@ -12,7 +12,7 @@ import dataclasses
 from pathlib import Path
 
 import pytest
-from gpudeck.agents import promfile
+from gpudeck.agents.node import promfile
 from gpudeck.agents.sense import writes
 from gpudeck.agents.contract.wire import Alert, Gpu, GpuProcess, Host, JobStatus, Progress, Snapshot
 from gpudeck.agents.contract.vocab import AlertKind, JobState

@@ -37,9 +37,9 @@ from prometheus_client import CollectorRegistry, generate_latest, write_to_textf
 from prometheus_client import openmetrics
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from .sense import writes
-from .contract.vocab import AlertKind
-from .contract.wire import JobStatus, Snapshot
+from ..sense import writes
+from ..contract.vocab import AlertKind
+from ..contract.wire import JobStatus, Snapshot
 
 log = logging.getLogger("agents")
 

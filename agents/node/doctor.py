@@ -53,15 +53,15 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 from urllib.parse import urlsplit, urlunsplit
 
-from .jobs.contain import cgroup2_mount
-from .contract import VERSION, ops
-from .contract.documents import PLAN_FILE, PlanDoc, MAX_PLAN_BYTES, read_document
-from .contract.jobs import JobKind, JobSpec
-from .contract.needs import Need, fix_line, program_problem
-from .contract.ops import Check
-from .contract.units import human_bytes
-from .contract.vocab import Verdict
-from .jobs.backend import GpuReader, JobBackend
+from ..jobs.contain import cgroup2_mount
+from ..contract import VERSION, ops
+from ..contract.documents import PLAN_FILE, PlanDoc, MAX_PLAN_BYTES, read_document
+from ..contract.jobs import JobKind, JobSpec
+from ..contract.needs import Need, fix_line, program_problem
+from ..contract.ops import Check
+from ..contract.units import human_bytes
+from ..contract.vocab import Verdict
+from ..jobs.backend import GpuReader, JobBackend
 
 log = logging.getLogger("agents")
 

@@ -21,22 +21,22 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Optional
 
 from . import doctor
-from .sense import writes
-from .contract import ops, wire
-from .contract.errors import KindedRefusal, Refusal
+from ..sense import writes
+from ..contract import ops, wire
+from ..contract.errors import KindedRefusal, Refusal
 from .alerts import AlertClock, node_alerts
-from .sense.engines import EngineScraper
-from .history.ring import HistoryRing
-from .sense.host import HostSampler
-from .contract.vocab import EngineState, JobState
-from .contract.jobs import JobSpec, SpecError
-from .links import Consoles, Link, Listener
-from .jobs.planwatch import PlanWatch
-from .sense.progress import ProgressTracker
+from ..sense.engines import EngineScraper
+from ..history.ring import HistoryRing
+from ..sense.host import HostSampler
+from ..contract.vocab import EngineState, JobState
+from ..contract.jobs import JobSpec, SpecError
+from .consoles import Consoles, Link, Listener
+from ..jobs.planwatch import PlanWatch
+from ..sense.progress import ProgressTracker
 from .promfile import TextfileWriter
-from .contract.plain import to_plain
-from .contract.wire import Alert, Engine, JobStatus, Progress, Reply, Request, Snapshot
-from .jobs.backend import GpuReader, JobBackend, JobError, JobFacts
+from ..contract.plain import to_plain
+from ..contract.wire import Alert, Engine, JobStatus, Progress, Reply, Request, Snapshot
+from ..jobs.backend import GpuReader, JobBackend, JobError, JobFacts
 
 if TYPE_CHECKING:
     import httpx
@@ -100,7 +100,7 @@ class Agent:
         self.listener: Optional[Listener] = None  # relays on <home>/agent.sock (the lock holder's, bound early)
         self.detached = detached  # the node's watcher: no console of its own (agents/watch/daemon.py)
         self.argv: list[str] = []  # this agent's arguments, for the detached watcher it may start
-        from .watch import Watcher
+        from ..watch import Watcher
         self.watch = Watcher(self.home, node, jobs, gpu, detached=detached)
         self.watch.consoles = lambda: len(self.consoles.all()) if self.consoles is not None else 0
         self.answers = self._table()

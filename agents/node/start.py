@@ -14,13 +14,13 @@ import sys
 from pathlib import Path
 from typing import BinaryIO, Optional
 
-from .contract import wire
-from .contract.cluster import ClusterSpec
+from ..contract import wire
+from ..contract.cluster import ClusterSpec
 from .agent import Agent, make_home
-from .sense.gpu import GpuSampler
-from .jobs.backend import GpuReader
+from ..sense.gpu import GpuSampler
+from ..jobs.backend import GpuReader
 from .lock import AgentLock, AgentLockError
-from .jobs.supervisor import JobSupervisor
+from ..jobs.supervisor import JobSupervisor
 
 log = logging.getLogger("agents")
 
@@ -46,7 +46,7 @@ def home_mode_problem(home: Path) -> Optional[str]:
 
 def _node_name(text: str) -> str:
     """--node: a name in every snapshot and event; a newline in it would be a line of its own."""
-    from .contract.names import name_problem
+    from ..contract.names import name_problem
 
     problem = name_problem(text, "a node name")
     if problem:
@@ -68,7 +68,7 @@ def _interval(text: str) -> float:
 def gpu_reader(home: Path, nvml: bool = True, simulate_gpus: Optional[str] = None) -> GpuReader:
     """NVML's GPUs, or the stand-in ones of the demo and the tests (only ever by explicit request)."""
     if simulate_gpus:
-        from .simgpu import SimGpuSampler
+        from ..simgpu import SimGpuSampler
         return SimGpuSampler(home, simulate_gpus)
     return GpuSampler(enabled=nvml)
 
@@ -86,7 +86,7 @@ def node_agent(home: Path, node: str, interval_s: float = 1.0, *, nvml: bool = T
 def cluster_agent(home: Path, node: str, spec: ClusterSpec, interval_s: float = 1.0, *, nvml: bool = True,
                   simulate_gpus: Optional[str] = None, out: Optional[BinaryIO] = None) -> Agent:
     """The agent of a cluster's login node: Slurm runs its jobs (agents/cluster/)."""
-    from .cluster.backend import ClusterJobs
+    from ..cluster.backend import ClusterJobs
 
     home = make_home(home)
     gpu = gpu_reader(home, nvml, simulate_gpus)
@@ -127,7 +127,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     import getpass
     home = Path(str(args.home or default_home()).replace("{user}", getpass.getuser())).expanduser()
     if args.observe:
-        from .cluster.observe import observe
+        from ..cluster.observe import observe
         return observe(args.node or socket.gethostname(), home, args.interval, args.simulate_gpus,
                        nvml=not args.no_nvml)
     cluster = None
@@ -143,7 +143,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         log.error("%s", problem)
         return 3
     if args.ensure:
-        from .watch.daemon import ensure
+        from ..watch.daemon import ensure
         try:
             return ensure(home, list(sys.argv[1:] if argv is None else argv))
         except OSError as exc:
@@ -154,7 +154,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         # one agent per node: relay to the one serving this home, or take the node over from
         # an agent that does not answer (or is another version) before touching any job; agents
         # starting together take turns until the winner's socket is bound
-        from .links import Listener, StartLock, find_agent, relay
+        from .consoles import Listener, StartLock, find_agent, relay
         try:
             start = StartLock(home)
         except OSError as exc:
@@ -163,7 +163,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         try:
             found = find_agent(home, wire.__version__, wire.PROTOCOL)
             if args.detached:  # the watcher takes over from a console's agent, never from a watcher
-                from .watch.daemon import detached_may_start
+                from ..watch.daemon import detached_may_start
                 if not detached_may_start(home, found):
                     return 0
                 found = None
