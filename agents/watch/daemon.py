@@ -81,27 +81,3 @@ def detached_may_start(home: Path, found: Any) -> bool:
     finally:
         if found is not None:
             found[0].close()
-
-
-def ensure(home: Path, argv: list[str]) -> int:
-    """``--ensure``, what the node's supervisor runs (cron's @reboot and every minute): start a
-    detached watcher when ``home`` is watched and no agent serves it; otherwise nothing. An
-    agent of a console that is connected is left alone: it hands over when its console leaves."""
-    from ..contract import wire
-    from ..node.consoles import StartLock, find_agent
-
-    home = Path(home)
-    if not WatchConfig.load(home).watching:
-        return 0
-    start = StartLock(home)  # the start of agents is one at a time: two ensures never both spawn
-    try:
-        found = find_agent(home, wire.__version__, wire.PROTOCOL)
-        if found is not None:
-            found[0].close()
-            return 0
-        proc = spawn_detached(home, [a for a in argv if a != "--ensure"], started_by="cron")
-        log.info("%s is watched and no agent serves it: started the detached watcher (pid %d)", home, proc.pid)
-        return 0
-    finally:
-        start.release()
-
