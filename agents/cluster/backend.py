@@ -1,6 +1,6 @@
 """The jobs of a cluster, for the agent on its login node (``python -m gpudeck.agents
 --cluster SPEC``): the second backend (jobs/backend.py JobBackend) beside the node's own
-supervisor. The agent is the node agent of agents/agent.py (the same hello, links, relays for a
+supervisor. The agent is the node agent of agents/node/agent.py (the same hello, links, relays for a
 second console, ops table); its jobs are the cluster's:
 
 - one ``squeue`` per ``poll_s``, plus a few soon after an action, shared by every console (a

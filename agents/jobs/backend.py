@@ -2,10 +2,10 @@
 the jobs it answers for, and the one between them and the GPUs they run on.
 
 - :class:`JobBackend`: the jobs of one agent. Two implement it: the node's own supervisor
-  (agents/supervisor.py: its jobs are this host's processes) and a cluster's login-node agent
-  (agents/cluster/agent.py: Slurm runs its tasks on other hosts). The start-up picks one; the
+  (agents/jobs/supervisor.py: its jobs are this host's processes) and a cluster's login-node agent
+  (agents/cluster/backend.py: Slurm runs its tasks on other hosts). The start-up picks one; the
   agent's ops table maps each op to one of its methods, the same for both.
-- :class:`GpuReader`: the GPUs of this host, read through NVML (agents/gpu.py) or the stand-in
+- :class:`GpuReader`: the GPUs of this host, read through NVML (agents/sense/gpu.py) or the stand-in
   GPUs of the demo and the tests (agents/simgpu.py).
 
 Nothing here hands out a backend's own state: what a caller gets is a copy (:class:`JobFacts`,
@@ -69,7 +69,7 @@ class GpusSeen:
 AuditHook = Callable[[str, Optional[str], dict[str, Any]], None]
 # (name, spec, facts or None before its first launch, where it reports progress unless its spec
 # names a file) -> fields of the job's JobStatus that the agent reads itself: its progress, its
-# engine, its restarts and plan (agents/agent.py); a "state" among them overrides the backend's
+# engine, its restarts and plan (agents/node/agent.py); a "state" among them overrides the backend's
 Extras = Callable[[str, Optional[JobSpec], Optional[JobFacts], str], dict[str, Any]]
 
 
@@ -204,13 +204,13 @@ class JobBackend(Protocol):
         ...
 
     def write_note(self, name: str, note: str, doc: dict[str, Any]) -> None:
-        """Keep ``doc`` beside the job; a write that fails is an alert (agents/writes.py),
+        """Keep ``doc`` beside the job; a write that fails is an alert (agents/sense/writes.py),
         not an exception."""
         ...
 
 
 class GpuReader(Protocol):
-    """The GPUs of this host: NVML's (agents/gpu.py) or the stand-in ones (agents/simgpu.py)."""
+    """The GPUs of this host: NVML's (agents/sense/gpu.py) or the stand-in ones (agents/simgpu.py)."""
 
     error: Optional[str]  # why there are no GPUs to read, or None
     simulated: bool

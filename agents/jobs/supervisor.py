@@ -135,7 +135,7 @@ class JobSupervisor:
 
     def _save(self, rec: JobRecord) -> None:
         """state.json, atomically: on a full disk the last good version stays, the record in
-        memory goes on, and the failure is an alert (agents/writes.py)."""
+        memory goes on, and the failure is an alert (agents/sense/writes.py)."""
         path = self._job_file(rec.name, "state.json")
         try:
             write_json_atomic(path, rec.to_dict())
@@ -206,7 +206,7 @@ class JobSupervisor:
         try:
             path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             write_json_atomic(path, doc, fsync=False)
-        except OSError as exc:  # a full disk: an alert (agents/writes.py), the caller's state stays in memory
+        except OSError as exc:  # a full disk: an alert (agents/sense/writes.py), the caller's state stays in memory
             writes.failed(path, exc)
         else:
             writes.ok(path)
@@ -321,7 +321,7 @@ class JobSupervisor:
 
     def configure(self, specs: list[JobSpec], fleet: str = "", take_over: bool = False, source: str = "",
                   reading: bool = False) -> Configured:
-        """``fleet``'s declarations (agents/owners.py: another fleet's stay theirs, and a
+        """``fleet``'s declarations (agents/jobs/owners.py: another fleet's stay theirs, and a
         ``reading`` configure takes nothing); the ownership's outcome, with ``changed``: per
         job, what its fleet file changed since it last launched."""
         with self._lock:
@@ -515,7 +515,7 @@ class JobSupervisor:
 
     def check_fence(self, spec: JobSpec) -> None:
         """JobError when the job's output holds another node's attempt: the job was moved there,
-        and a launch here would take it back (agents/fenceread.py)."""
+        and a launch here would take it back (agents/jobs/fenceread.py)."""
         cwd = os.path.expanduser(spec.cwd) if spec.cwd else str(self._job_dir(spec.name))
         why = launch_refusal(spec, self.node, cwd)
         if why is not None:
@@ -616,7 +616,7 @@ class JobSupervisor:
         process group and its GPUs go into spec.json and state.json, so it is shown, killed and
         verified, relaunched (the same command, directory and environment, contained) and
         re-adopted by the next agent as a launched job is. AdoptRefused says why not, and
-        HoldsTheNode where the job's kill would take the node down (agents/holds.py)."""
+        HoldsTheNode where the job's kill would take the node down (agents/jobs/holds.py)."""
         if pid == 1:  # before anything is read: init's tree is every process on the node
             self._refuse_holds(pid, "adopt")
         try:
@@ -789,7 +789,7 @@ class JobSupervisor:
 
     def _refuse_holds(self, pid: int, action: str, job: Optional[str] = None,
                       members: Optional[set[int]] = None) -> None:
-        """HoldsTheNode, audited, where a kill of ``pid`` would take the node down (agents/holds.py)."""
+        """HoldsTheNode, audited, where a kill of ``pid`` would take the node down (agents/jobs/holds.py)."""
         why = holds_the_node(pid, self.node, os.getpid(), self._role, self.owner_of, job, members)
         if why is None:
             return

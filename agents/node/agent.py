@@ -3,7 +3,7 @@ jobs of one backend (agents/jobs/backend.py: the node's own supervisor, or a clu
 
 Started as ``python -m gpudeck.agents`` (over SSH, or as a local subprocess). It reads requests on
 stdin and writes messages on stdout, logs to stderr and opens no port. A second console's
-``python -m gpudeck.agents`` relays to it through a Unix socket in its home (agents/links.py), so
+``python -m gpudeck.agents`` relays to it through a Unix socket in its home (agents/node/consoles.py), so
 one agent serves every console of the node; it exits when the last of them closes. Jobs it
 launched keep running after it exits.
 """
@@ -67,7 +67,7 @@ def make_home(home: Path) -> Path:
 class Agent:
     """The agent of one node home: its links to consoles, its ticks and its ops table, over the
     jobs of one backend (``jobs``: the node's own supervisor, or a cluster's scheduler; the
-    start-up picks it, agents/start.py) and the GPUs of this host (``gpu``)."""
+    start-up picks it, agents/node/start.py) and the GPUs of this host (``gpu``)."""
 
     def __init__(self, home: Path, node: str, jobs: JobBackend, gpu: GpuReader, interval_s: float = 1.0,
                  out: Optional[BinaryIO] = None, detached: bool = False, textfile_dir: Optional[str] = None) -> None:
@@ -80,8 +80,8 @@ class Agent:
         self.jobs = jobs
         self.host = HostSampler()
         self.plans = PlanWatch(jobs.workdir)  # each job's plan.json against its progress
-        self.history = HistoryRing(3600.0, interval_s, path=self.home / "history.db")  # agents/historydb.py
-        self.textfile = TextfileWriter(textfile_dir)  # node_exporter's textfile collector (agents/promfile.py)
+        self.history = HistoryRing(3600.0, interval_s, path=self.home / "history.db")  # agents/history/db.py
+        self.textfile = TextfileWriter(textfile_dir)  # node_exporter's textfile collector (agents/node/promfile.py)
         self.alert_clock = AlertClock()  # since when each alert is up, where its rule keeps no time
         self.seq = 0
         self._trackers: dict[str, tuple[tuple[Optional[str], Optional[str], Optional[int]], ProgressTracker]] = {}

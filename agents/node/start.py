@@ -77,7 +77,7 @@ def gpu_reader(home: Path, nvml: bool = True, simulate_gpus: Optional[str] = Non
 def node_agent(home: Path, node: str, interval_s: float = 1.0, *, nvml: bool = True,
                simulate_gpus: Optional[str] = None, detached: bool = False, textfile_dir: Optional[str] = None,
                out: Optional[BinaryIO] = None) -> Agent:
-    """The agent of a node: its jobs are this host's processes (agents/supervisor.py)."""
+    """The agent of a node: its jobs are this host's processes (agents/jobs/supervisor.py)."""
     home = make_home(home)
     gpu = gpu_reader(home, nvml, simulate_gpus)
     jobs = JobSupervisor(home, gpu, node=node, role="watcher" if detached else "agent")

@@ -108,7 +108,7 @@ class GpuSampler:
         return nv.nvmlDeviceGetMemoryInfo(self._handles[index]).used / MIB
 
     def health_reader(self) -> Optional[NvmlHealth]:
-        """XID, ECC, page and clock health through NVML (agents/health.py); None without GPUs."""
+        """XID, ECC, page and clock health through NVML (agents/sense/health.py); None without GPUs."""
         return NvmlHealth(self._nvml, list(self._handles)) if self._nvml is not None and self._handles else None
 
 

@@ -3,7 +3,7 @@
 `gpudeck watch start` only sets the ``watching`` flag. When the last console of an agent
 that watches leaves, that agent (whose stdin and stdout are the console's SSH channel or
 pipes) starts ``python -m gpudeck.agents ... --detached`` with :func:`spawn_detached` and ticks
-on; the new one takes the node over through the agent lock (agents/agent.py AgentLock: a
+on; the new one takes the node over through the agent lock (agents/node/agent.py AgentLock: a
 SIGTERM, upon which the old one exits at once), so the history has no gap and there is never
 more than one agent per home. A console that connects later relays to it through
 ``<home>/agent.sock`` as to any agent.

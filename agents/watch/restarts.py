@@ -85,7 +85,7 @@ class RestartEngine:
         return st
 
     def _save(self, name: str, st: RestartState) -> None:
-        # a full disk: an alert (agents/writes.py), the state stays in memory
+        # a full disk: an alert (agents/sense/writes.py), the state stays in memory
         self.jobs.write_note(name, STATE_FILE, dataclasses.asdict(st))
 
     def fields(self, name: str, spec: Optional[JobSpec]) -> dict[str, Any]:

@@ -160,7 +160,7 @@ class Watcher:
             return []
 
     def began(self, alert: Alert) -> Optional[float]:
-        """Since when an alert of agents/alerts.py is up, where the watcher carries it as a
+        """Since when an alert of agents/node/alerts.py is up, where the watcher carries it as a
         condition (kept across a new agent); None where it does not."""
         key = carried_key(alert)
         return self.conditions.began(key) if key is not None else None

@@ -1,4 +1,4 @@
-"""`gpudeck doctor`: each check of agents/doctor.py on its own (no process), then the op through a
+"""`gpudeck doctor`: each check of agents/node/doctor.py on its own (no process), then the op through a
 real agent and the command as a user runs it (marked system).
 
 The unit tier's tests of this file (starts nothing); the others are in tests/system/test_doctor.py."""

@@ -1,4 +1,4 @@
-"""The node's history database (agents/historydb.py), driven with snapshots at a fake clock:
+"""The node's history database (agents/history/db.py), driven with snapshots at a fake clock:
 the tiers and their roll-ups, pruning, the size bound, a clock stepped back, a corrupt or
 foreign file, a full disk. No processes here (tests/system/test_history_system.py starts agents)."""
 
