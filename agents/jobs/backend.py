@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional, Protocol
+from typing import Any, Callable, NamedTuple, Optional, Protocol
 
 from ..contract import ops
 from ..contract.jobs import JobSpec
@@ -32,10 +32,9 @@ class JobError(Exception):
     """A request a backend refuses; the message says why and what to do."""
 
 
-@dataclass(frozen=True)
-class JobFacts:
+class JobFacts(NamedTuple):
     """One job (or one task of a cluster's job) as its backend knows it now: a copy, so
-    nothing done with it changes the job."""
+    nothing done with it changes the job (a tuple: made for every job at every tick)."""
 
     name: str
     state: JobState

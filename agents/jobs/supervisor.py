@@ -111,6 +111,7 @@ class JobSupervisor:
         self._logs_due = 0.0  # when cap_logs looks at the logs next (monotonic)
         self._stored: dict[str, tuple[int, Optional[JobSpec]]] = {}  # spec.json by its mtime
         self._dirs: dict[str, Path] = {}
+        self._progress_files: dict[str, str] = {}  # GPUDECK_PROGRESS_FILE of each job, for the agent's readings
         self._role = role
         self._paths: list[str] = []  # disk_paths, made again only when the declarations change
         self._paths_of: Optional[dict[str, JobSpec]] = None  # the declarations _paths was made from
@@ -253,8 +254,10 @@ class JobSupervisor:
             spec_changes=self.spec_changes(name) if rec and for_console else [],
             fleet=self._owned.owner(name) if for_console else None)
         if extras is not None:
-            fields.update(extras(name, spec, _facts(rec) if rec is not None else None,
-                                 str(self._job_file(name, "progress.json"))))
+            progress_file = self._progress_files.get(name)
+            if progress_file is None:
+                progress_file = self._progress_files[name] = str(self._job_file(name, "progress.json"))
+            fields.update(extras(name, spec, _facts(rec) if rec is not None else None, progress_file))
         return JobStatus(**fields)
 
     def read_gpus(self, jobs: list[JobStatus]) -> GpusSeen:

@@ -165,8 +165,9 @@ class Agent:
         if progress is not None:
             progress = self._honest(name, progress, state.alive, now)
         engine = self._engines.get(name) if spec and spec.scrape_url else None
-        out: dict[str, Any] = {"progress": progress, "engine": engine,
-                               **self.watch.job_fields(name, spec), **self.plans.fields(name, spec, facts, progress, now)}
+        out = self.watch.job_fields(name, spec)  # a dict of its own, each call
+        out.update(self.plans.fields(name, spec, facts, progress, now))
+        out["progress"], out["engine"] = progress, engine
         if engine is not None and state is JobState.RUNNING and not engine.state.answers:
             out["state"] = JobState.STARTING
         return out
