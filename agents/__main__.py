@@ -1,5 +1,5 @@
 import sys
 
-from .start import main
+from .node.start import main
 
 sys.exit(main())

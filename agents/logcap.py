@@ -33,7 +33,7 @@ def main(argv: list[str]) -> int:
         return 2
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)  # the job's last words come after these
-    from .joblog import CappedLog, drain, size_pipe
+    from .jobs.joblog import CappedLog, drain, size_pipe
 
     size_pipe(0)
     try:

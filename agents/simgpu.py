@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-from .gpu import ProcInfo
+from .sense.gpu import ProcInfo
 from .contract.wire import Gpu, GpuProcess
 
 MIB = 1024 * 1024
@@ -216,7 +216,7 @@ class SimHealth:
                 self._doc = {}
         elif self._steady is not None:  # the file as read, and its XID errors reported: as last time
             return list(self._steady)
-        from .health import GpuHealth
+        from .sense.health import GpuHealth
 
         out = []
         for i in range(self.count):

@@ -8,7 +8,7 @@ policies and deadlines, 3 notify targets, the GPU health checks on. Prints the r
 
 ``--history``: only the detached watcher case, twice in the same run: first with
 ``--no-history`` (the baseline: no history database), then with it (<home>/history.db,
-agents/historydb.py); the ratio is printed last.
+agents/history/db.py); the ratio is printed last.
 
 The agent runs with --interval short so that many ticks fit in a short run; at a real 1 Hz
 pace (``--interval 1 --ticks 60``) a tick costs more for the same work (docs/history.md#cost

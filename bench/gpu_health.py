@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import time
 
-from gpudeck.agents.gpu import GpuSampler
-from gpudeck.agents.health import reader_for
+from gpudeck.agents.sense.gpu import GpuSampler
 
 
 def main() -> int:
@@ -19,7 +18,7 @@ def main() -> int:
         print("no NVML:", gpu.error)
         return 1
     t0 = time.perf_counter()
-    reader = reader_for(gpu)
+    reader = gpu.health_reader()
     print(f"health reader over {len(gpu.uuids)} GPU(s) set up in {1000 * (time.perf_counter() - t0):.1f} ms;"
           f" XID events {'registered' if reader._events is not None else 'NOT available'}")
     for i in range(3):

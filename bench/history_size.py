@@ -1,5 +1,5 @@
 """The history database after a simulated week: 8 stand-in GPUs and 16 jobs, every second for
-7 days, written by the real code (agents/historydb.py) at a fast clock, with figures that
+7 days, written by the real code (agents/history/db.py) at a fast clock, with figures that
 change every sample (the worst case for the size). Prints the size of each tier and of the
 file, the CPU per sample, and the 90-day bound.
 
@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from gpudeck.agents.historydb import HistoryDB  # noqa: E402
+from gpudeck.agents.history.db import HistoryDB  # noqa: E402
 from test_historydb import T0, Clock, rows_bound, worst_snap  # noqa: E402
 
 

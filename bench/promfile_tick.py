@@ -1,4 +1,4 @@
-"""What the Prometheus textfile (agents/promfile.py, `--textfile-dir`) costs the agent each tick,
+"""What the Prometheus textfile (agents/node/promfile.py, `--textfile-dir`) costs the agent each tick,
 at 8 stand-in GPUs and 16 jobs that each hold GPU memory and report progress.
 
     python bench/promfile_tick.py [--ticks 200] [--interval 0.05] [--rounds 2] [--writes 2000]
@@ -112,7 +112,7 @@ def measure_in_process(line: bytes, directory: Path, writes: int) -> tuple[float
     import dataclasses
 
     from gpudeck.agents.contract import wire
-    from gpudeck.agents.promfile import TextfileWriter, generate_text
+    from gpudeck.agents.node.promfile import TextfileWriter, generate_text
 
     snap = wire.decode(line)
     assert isinstance(snap, wire.Snapshot)

@@ -69,7 +69,8 @@ def states(path: Path) -> dict[str, dict]:
 
 
 def poll_cost(tmp: Path, tasks: int, polls: int) -> tuple[float, float]:
-    from gpudeck.agents.cluster.agent import ClusterAgent
+    from gpudeck.agents.cluster.backend import ClusterJobs
+    from gpudeck.agents.sense.gpu import GpuSampler
     from gpudeck.remote.fleet import load_fleet
 
     cluster = SlurmCluster(tmp / "c-poll").up()
@@ -78,9 +79,9 @@ def poll_cost(tmp: Path, tasks: int, polls: int) -> tuple[float, float]:
         assert gpudeck("launch", "-f", str(path), "b").returncode == 0
         wait_for(lambda: sum(1 for j in states(path).values() if j["state"] == "running") >= 1, 60, "tasks running")
         node = load_fleet(path).node("lab")
-        agent = ClusterAgent(tmp / "home-poll-agent", "lab", node.cluster, out=open("/dev/null", "wb"))
+        agent = ClusterJobs(tmp / "home-poll-agent", "lab", node.cluster, GpuSampler(enabled=False))
+        agent.configure(load_fleet(path).jobs)
         agent.fleet = "poll"
-        agent.declared = {j.name: j for j in load_fleet(path).jobs}
         agent.poll()
         assert len(agent.rows) == tasks, f"{len(agent.rows)} rows for {tasks} tasks"
         bare, full = [], []
@@ -93,7 +94,7 @@ def poll_cost(tmp: Path, tasks: int, polls: int) -> tuple[float, float]:
             agent.poll()
             full.append(time.perf_counter() - t0)
         snap_t0 = time.perf_counter()
-        agent.snapshot()
+        agent.statuses(time.time(), True)
         snap_s = time.perf_counter() - snap_t0
         print(f"poll at {tasks} tasks: median {statistics.median(full) * 1000:.1f} ms "
               f"(bare squeue {statistics.median(bare) * 1000:.1f} ms); a snapshot of {tasks} rows "

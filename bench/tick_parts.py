@@ -30,8 +30,8 @@ from typing import Any, Callable
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import agent_tick  # noqa: E402 -- the watcher case's jobs and settings, as the process bench has them
 
-from gpudeck.agents import agent as agent_module  # noqa: E402
-from gpudeck.agents.agent import Agent  # noqa: E402
+from gpudeck.agents.node import agent as agent_module  # noqa: E402
+from gpudeck.agents.node.start import node_agent  # noqa: E402
 from gpudeck.agents.contract import ops, wire  # noqa: E402
 
 
@@ -70,7 +70,7 @@ def main() -> None:
     ap.add_argument("--profile", metavar="FILE", default=None, help="cProfile the ticks into FILE instead")
     args = ap.parse_args()
     home = Path(tempfile.mkdtemp(prefix="gpudeck-bench-parts-"))
-    agent = Agent(home, "bench", args.interval, nvml=False, simulate_gpus="8xH200:141", detached=True)
+    agent = node_agent(home, "bench", args.interval, nvml=False, simulate_gpus="8xH200:141", detached=True)
     if args.no_history:
         agent.history.path = None
     agent._running = True  # as under run(): the snapshots go to the consoles, of which there are none ...
@@ -82,14 +82,14 @@ def main() -> None:
                      ops.op_of(wire.Request(id=1, op="configure",
                                             args={"jobs": agent_tick.watch_jobs(16), "watch": agent_tick.WATCH})))
         for i in range(16):
-            agent.sup.launch(f"job{i}")
+            agent.jobs.launch(f"job{i}")
         for _ in range(10):  # warm up: imports, first readings, the jobs' first progress
             send(agent.snapshot())
             time.sleep(args.interval)
         parts = Parts()
         w = agent.watch
         for owner, attr, label in [
-                (agent.sup, "refresh", "sup.refresh"), (agent.sup, "cap_logs", "sup.cap_logs"),
+                (agent.jobs, "refresh", "jobs.refresh"), (agent.jobs, "_cap_logs", "  jobs._cap_logs"),
                 (agent.gpu, "sample", "gpu.sample"), (agent, "job_statuses", "job_statuses"),
                 (agent_module.ProgressTracker, "poll", "  progress poll"),
                 (agent.host, "sample", "host.sample"), (agent_module, "node_alerts", "node_alerts"),

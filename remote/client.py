@@ -112,7 +112,7 @@ class FleetClient:
         self.fleet = fleet
         self.take_over = take_over or fleet.take_over  # jobs another fleet file owns on a node become ours
         # a look (status, doctor, events, logs, history, a read-only console): the nodes never
-        # refuse it for what another fleet owns, and it takes nothing (agents/owners.py)
+        # refuse it for what another fleet owns, and it takes nothing (agents/jobs/owners.py)
         self.reading = reading
         self.configured: dict[str, ops.Configured] = {}  # per node: its last configure's answer
         self.spec_changes: dict[str, list[str]] = {}  # per job: what the fleet file changed since its launch

@@ -103,7 +103,7 @@ class Fleet:
 
     @property
     def identity(self) -> str:
-        """Which fleet this is, for the nodes (agents/owners.py): its ``[fleet] name``, which a
+        """Which fleet this is, for the nodes (agents/jobs/owners.py): its ``[fleet] name``, which a
         copy or a rename keeps; else ``host:/abs/path`` (:attr:`source`); "" without a fleet file."""
         if self.path is None:
             return ""

@@ -1,14 +1,16 @@
 """The agent of a cluster's login node: gpudeck submits, observes, kills with proof and requeues
 through the scheduler, and never schedules (docs/slurm.md).
 
-    agent.py    ClusterAgent: the node agent in a scheduler's mode (polls, rows per task, the ops)
+    backend.py  ClusterJobs: the agent's second job backend (polls, rows per task, the ops)
     slurm.py    Slurm through squeue, sbatch, scancel and scontrol; parsing their output
     runs.py     what a job keeps on the shared filesystem: the wrapper, attempts, logs, progress
     observe.py  the observer beside a running task (srun --overlap ... --observe)
 
-The scheduler's side is the :class:`Scheduler` interface below, which slurm.Slurm implements;
-a Kubernetes backend would be a second implementation (an indexed Job for the array, its pods
-for the tasks, a delete for the cancel, an ephemeral container for the observer).
+ClusterJobs is a JobBackend (agents/jobs/backend.py) beside the node's own supervisor: the agent
+of agents/node/ holds one or the other. The scheduler's side is the :class:`Scheduler` interface
+below, which slurm.Slurm implements; a Kubernetes backend would be a second implementation (an
+indexed Job for the array, its pods for the tasks, a delete for the cancel, an ephemeral
+container for the observer).
 """
 
 from __future__ import annotations

@@ -30,13 +30,13 @@ log = logging.getLogger("agents")
 
 def observe(node: str, home: Path, interval_s: float, simulate_gpus: Optional[str], nvml: bool = True,
             count: Optional[int] = None) -> int:
-    from ..host import HostSampler
+    from ..sense.host import HostSampler
 
     if simulate_gpus:
         from ..simgpu import SimGpuSampler
         gpu = SimGpuSampler(home, simulate_gpus)
     else:
-        from ..gpu import GpuSampler
+        from ..sense.gpu import GpuSampler
         gpu = GpuSampler(enabled=nvml)
     host = HostSampler()
     done = threading.Event()

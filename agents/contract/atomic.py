@@ -9,7 +9,7 @@ restored done-sets; shards use the same temp + fsync + rename sequence through
 Append-only logs (done-sets, the shard index, an open JSONL shard) grow through
 ``append_or_undo``: one batch, written whole, or cut back off the file when the disk refuses
 part of it, so the caller may retry the same batch. The agent's own job records
-(agents/supervisor.py) use ``atomic_write_json`` too.
+(agents/jobs/supervisor.py) use ``atomic_write_json`` too.
 """
 
 from __future__ import annotations

@@ -62,7 +62,7 @@ HOLDS_NODE = "holds_node"
 class HoldsTheNode(KindedRefusal):
     """An adopt or a kill refused because the process's kill would take the node down: it is
     init, a gpudeck agent or an ancestor of one, or its tree or group holds an agent, an sshd
-    session or another job's process (agents/holds.py). Nothing was adopted or signalled."""
+    session or another job's process (agents/jobs/holds.py). Nothing was adopted or signalled."""
 
     def __init__(self, message: str) -> None:
         super().__init__(HOLDS_NODE, message)

@@ -10,7 +10,7 @@ rather than in a thread (a kill waits out a grace period). The op's name on the 
     op = ops.op_of(wire.decode(line))                 # the agent: an ops.Kill, its arguments checked
     verdict = op.answer(plain_result)                 # the console again: a KillVerdict
 
-The agent and the watcher answer through one table keyed by op class (agents/agent.py);
+The agent and the watcher answer through one table keyed by op class (agents/node/agent.py);
 ``FleetClient.request(op)`` returns ``op.Result`` (remote/client.py).
 """
 
@@ -92,6 +92,9 @@ class Configured:
     taken: dict[str, str] = field(default_factory=dict)  # jobs taken over (--take-over): job -> former owner
     differs: list[str] = field(default_factory=list)  # how the file's jobs differ from another copy's on the node
     copy: Optional[CopyDiff] = None  # the same, as data (None: no other copy declared the fleet's jobs last)
+    # a look while another copy of the fleet declared its jobs last: the node kept that copy's
+    # declarations, and its watcher's saved jobs and settings
+    kept_copy: bool = False
 
 
 @dataclass(frozen=True)
@@ -279,7 +282,7 @@ class Configure(Op):
     Result: ClassVar[type] = Configured
     on_loop: ClassVar[bool] = True
     jobs: list[JobSpec] = field(default_factory=list)
-    fleet: str = ""  # the fleet's identity: its [fleet] name, else "host:/path" (agents/owners.py)
+    fleet: str = ""  # the fleet's identity: its [fleet] name, else "host:/path" (agents/jobs/owners.py)
     take_over: bool = False  # jobs another fleet file declared become this one's
     source: str = ""  # the fleet file, "host:/path": owners of that key migrate to a [fleet] name
     reading: bool = False  # a look (status, doctor, ...): never refused, takes and drops nothing
@@ -289,7 +292,7 @@ class Configure(Op):
 HISTORY_RESOLUTIONS = ("auto", "1s", "1m", "1h")
 
 
-HISTORY_KEPT_S = 90 * 86400  # how far back a node's history goes (agents/historydb.py's last tier)
+HISTORY_KEPT_S = 90 * 86400  # how far back a node's history goes (agents/history/db.py's last tier)
 
 
 @dataclass(frozen=True)
@@ -467,7 +470,7 @@ class Logs(Op):
 @dataclass(frozen=True)
 class Doctor(Op):
     """The node checked before a run, against the jobs the fleet file declares for it; each
-    check runs with its own timeout of ``timeout_s`` (agents/doctor.py)."""
+    check runs with its own timeout of ``timeout_s`` (agents/node/doctor.py)."""
 
     name: ClassVar[str] = "doctor"
     Result: ClassVar[type] = DoctorReport

@@ -1,4 +1,4 @@
-"""Who owns a node's jobs, as the console and the node both say it (agents/owners.py keeps
+"""Who owns a node's jobs, as the console and the node both say it (agents/jobs/owners.py keeps
 the owners): an owner is a fleet's ``[fleet] name``, or ``host:/abs/path`` for a fleet file
 without one; a name holds no ':' (remote/fleet.py's FLEET_NAME), so the two never mix."""
 

@@ -1,5 +1,5 @@
 """When a live job's lack of progress counts as a stall: the one rule behind the ``stalled``
-alert (agents/alerts.py) and ``restart_on_stall`` (agents/watch/restarts.py).
+alert (agents/node/alerts.py) and ``restart_on_stall`` (agents/watch/restarts.py).
 
 A job that says it is starting up (its progress.json's ``phase`` is one of
 :data:`STARTUP_PHASES`, since ``phase_since``) is not stalled, for up to

@@ -213,7 +213,7 @@ class NotifyFormat(str, enum.Enum):
 
 
 class Verdict(str, enum.Enum):
-    """What one check of `gpudeck doctor` found (agents/doctor.py): in order of gravity."""
+    """What one check of `gpudeck doctor` found (agents/node/doctor.py): in order of gravity."""
 
     OK = "ok"
     WARN = "warn"  # the run can start; something will cost time or bite later (a slow import, low limits)

@@ -22,7 +22,7 @@ from .jobs import JobKind
 
 PROTOCOL = 1
 
-# The agent's stderr, a line per log record (agents/start.py). What stops an agent before its
+# The agent's stderr, a line per log record (agents/node/start.py). What stops an agent before its
 # hello (a home others may write to, a lock it cannot take) is logged at ERROR, so the console
 # can lead with that line rather than with a guess (remote/link.py stated_cause).
 STDERR_FORMAT = "agent %(levelname)s %(message)s"
@@ -203,7 +203,7 @@ class Progress:
 @dataclass(frozen=True)
 class JobPlan:
     """A job's ``plan.json`` (written by `gpudeck plan` beside its output) against how the
-    job goes (agents/planwatch.py)."""
+    job goes (agents/jobs/planwatch.py)."""
 
     path: str
     planned_wall_s: Optional[float] = None  # the plan's projected_wall_s
@@ -357,7 +357,7 @@ class JobStatus:
     plan: Optional[JobPlan] = None
     # the fleet file's spec differs from the one this attempt ran with: what a relaunch changes
     spec_changes: list[str] = field(default_factory=list)
-    fleet: Optional[str] = None  # the fleet file that owns the job (agents/owners.py); None: not known
+    fleet: Optional[str] = None  # the fleet file that owns the job (agents/jobs/owners.py); None: not known
     task: Optional[TaskInfo] = None  # a cluster job's task (the row is <job>/<index>)
     waiting: Optional[str] = None  # a job with `after` not started yet: what it waits for, or why it is blocked
     adopted: bool = False  # this attempt is a process gpudeck did not start (`gpudeck adopt`)
@@ -431,7 +431,7 @@ class Snapshot:
     jobs: list[JobStatus]
     alerts: list[Alert] = field(default_factory=list)
     gpu_error: Optional[str] = None  # why the GPU list is empty (no driver, NVML off)
-    containment: Optional[str] = None  # how job attempts are contained: cgroup | token (agents/contain.py)
+    containment: Optional[str] = None  # how job attempts are contained: cgroup | token (agents/jobs/contain.py)
     gpus_simulated: bool = False  # the GPUs are the demo's stand-in (agents/simgpu.py), not NVML
     cluster: Optional[ClusterInfo] = None  # a cluster agent's snapshot: its scheduler and polls
     type: str = "snapshot"

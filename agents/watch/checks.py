@@ -1,16 +1,16 @@
 """What is wrong on the node this tick, as :class:`Condition` s: thresholds from ``[alerts]``,
 a disk filling up (watch/disks.py),
-GPU health (agents/health.py), idle GPUs under running jobs, deadlines, jobs off their plan,
+GPU health (agents/sense/health.py), idle GPUs under running jobs, deadlines, jobs off their plan,
 a job's S3 backlog, resting servers and junk completions (what its progress.json says), priced GPUs idle (the
 node's price comes with the fleet's watch settings), and the agent's own alerts
-(agents/alerts.py) carried into the timeline."""
+(agents/node/alerts.py) carried into the timeline."""
 
 from __future__ import annotations
 
 from collections import deque
 from typing import Callable, Optional
 
-from ..health import GpuHealth
+from ..sense.health import GpuHealth
 from ..contract.vocab import AlertKind, EventKind, JobState
 from ..contract.jobs import JobSpec
 from ..contract.documents import drift_text, over_plan
@@ -32,7 +32,7 @@ def _fmt_t(t: float) -> str:
 
 
 def carried_key(a: Alert) -> Optional[str]:
-    """The condition an alert of agents/alerts.py is carried into the timeline as (its key in
+    """The condition an alert of agents/node/alerts.py is carried into the timeline as (its key in
     watch/conditions.py, which knows since when it is up); None for one that is not."""
     if a.kind is AlertKind.STALLED and a.job:
         return f"stalled:{a.job}"

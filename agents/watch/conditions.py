@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from .. import writes
+from ..sense import writes
 from ..contract.vocab import AlertKind, EventKind
 from ..contract.atomic import atomic_write_json
 
@@ -102,7 +102,7 @@ class Conditions:
     def _save(self) -> None:
         try:
             atomic_write_json(self.path, {"active": self.active, "last_sent": self.last_sent}, fsync=False)
-        except OSError as exc:  # a full disk: an alert (agents/writes.py), the state stays in memory
+        except OSError as exc:  # a full disk: an alert (agents/sense/writes.py), the state stays in memory
             writes.failed(self.path, exc)
         else:
             writes.ok(self.path)

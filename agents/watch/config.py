@@ -62,8 +62,8 @@ class WatchConfig:
 
     def save(self, home: Path) -> None:
         """watch.json (0600), atomically; on a full disk the settings stay in memory, the file
-        keeps its last good version and the failure is an alert (agents/writes.py)."""
-        from .. import writes
+        keeps its last good version and the failure is an alert (agents/sense/writes.py)."""
+        from ..sense import writes
 
         path = Path(home) / WATCH_FILE
         try:

@@ -3,7 +3,7 @@
 `gpudeck watch start` only sets the ``watching`` flag. When the last console of an agent
 that watches leaves, that agent (whose stdin and stdout are the console's SSH channel or
 pipes) starts ``python -m gpudeck.agents ... --detached`` with :func:`spawn_detached` and ticks
-on; the new one takes the node over through the agent lock (agents/agent.py AgentLock: a
+on; the new one takes the node over through the agent lock (agents/node/agent.py AgentLock: a
 SIGTERM, upon which the old one exits at once), so the history has no gap and there is never
 more than one agent per home. A console that connects later relays to it through
 ``<home>/agent.sock`` as to any agent.
@@ -81,27 +81,3 @@ def detached_may_start(home: Path, found: Any) -> bool:
     finally:
         if found is not None:
             found[0].close()
-
-
-def ensure(home: Path, argv: list[str]) -> int:
-    """``--ensure``, what the node's supervisor runs (cron's @reboot and every minute): start a
-    detached watcher when ``home`` is watched and no agent serves it; otherwise nothing. An
-    agent of a console that is connected is left alone: it hands over when its console leaves."""
-    from ..contract import wire
-    from ..links import StartLock, find_agent
-
-    home = Path(home)
-    if not WatchConfig.load(home).watching:
-        return 0
-    start = StartLock(home)  # the start of agents is one at a time: two ensures never both spawn
-    try:
-        found = find_agent(home, wire.__version__, wire.PROTOCOL)
-        if found is not None:
-            found[0].close()
-            return 0
-        proc = spawn_detached(home, [a for a in argv if a != "--ensure"], started_by="cron")
-        log.info("%s is watched and no agent serves it: started the detached watcher (pid %d)", home, proc.pid)
-        return 0
-    finally:
-        start.release()
-

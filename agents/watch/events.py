@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from .. import writes
+from ..sense import writes
 from ..contract.vocab import EventKind
 from ..contract.plain import ProtocolError, from_dict, to_plain
 from ..contract.wire import Event

@@ -33,6 +33,7 @@ from typing import Any, Callable, Optional
 
 from ..contract.jobs import MARKER, QUALITY_MARKER, JobSpec, completion_marker, final_exit, quality_marker
 from ..contract.vocab import EventKind, JobState
+from ..jobs.backend import JobBackend
 
 log = logging.getLogger("agents")
 
@@ -47,8 +48,8 @@ class Waiting:
 
 
 class Phases:
-    def __init__(self, sup: Any, emit: Callable[..., Any], gave_up: Callable[[str], bool]) -> None:
-        self.sup = sup
+    def __init__(self, jobs: JobBackend, emit: Callable[..., Any], gave_up: Callable[[str], bool]) -> None:
+        self.jobs = jobs
         self.emit = emit  # (EventKind, message, job=..., key=..., notify=..., **details)
         self.gave_up = gave_up  # whether a job's restarts were given up (the watcher's RestartEngine)
         self.notes: dict[str, str] = {}  # job -> what it waits for, or why it is blocked (JobStatus.waiting)
@@ -58,11 +59,11 @@ class Phases:
 
     def tick(self, now: Optional[float] = None) -> None:
         now = time.time() if now is None else now
-        for name, spec in list(self.sup.declared.items()):
+        for name, spec in list(self.jobs.declared().items()):
             if not spec.after or spec.cluster is not None or name in self._starting:
                 self.notes.pop(name, None)
                 continue
-            rec = self.sup.records.get(name)
+            rec = self.jobs.facts(name)
             state = rec.state if rec is not None else JobState.PENDING
             if state not in (JobState.PENDING, JobState.BLOCKED):
                 self.notes.pop(name, None)
@@ -75,11 +76,11 @@ class Phases:
             note = "; ".join(w.note for w in (blocked or waits))
             self.notes[name] = ("blocked: " if blocked else "waiting for ") + note
             if blocked and state is not JobState.BLOCKED:
-                self.sup.hold(name, blocked=True)
+                self.jobs.set_blocked(name, blocked=True)
                 self.emit(EventKind.BLOCKED, f"job {name} is blocked: {note}", job=name, key=f"blocked:{name}",
                           after=list(spec.after))
             elif not blocked and state is JobState.BLOCKED:
-                self.sup.hold(name, blocked=False)
+                self.jobs.set_blocked(name, blocked=False)
                 self.emit(EventKind.RESOLVED, f"job {name} is no longer blocked: waiting for {note}", job=name,
                           key=f"blocked:{name}", notify=False)
 
@@ -95,13 +96,13 @@ class Phases:
             if why is not None:  # it ended there, its records mostly junk: no _SUCCESS will come
                 return Waiting(f"{dep} ended with too few useful records: {why} ({junk})", blocked=True)
             return Waiting(f"{dep} (its marker {marker}" + (f": {error})" if error else ")"))
-        rec = self.sup.records.get(dep)
+        rec = self.jobs.facts(dep)
         if rec is None or rec.state is JobState.PENDING:
             return Waiting(f"{dep} (not started)")
         if rec.state is JobState.EXITED:
             return None
         if rec.state is JobState.FENCED:  # it runs on another node since a move: its marker there says
-            dep_spec = self.sup.spec_of(dep)
+            dep_spec = self.jobs.spec_of(dep)
             there = completion_marker(dep_spec) if dep_spec is not None else None
             if there is not None and (there.startswith("s3://") or dep_spec.success_marker):
                 if self._marker(there, now, getattr(dep_spec.options, "s3_endpoint", None), dep_spec.env)[0]:
@@ -115,7 +116,7 @@ class Phases:
             return Waiting(f"{dep} was killed", blocked=True)
         if rec.state is JobState.BLOCKED:
             return Waiting(f"{dep} is blocked", blocked=True)
-        dep_spec = self.sup.spec_of(dep)
+        dep_spec = self.jobs.spec_of(dep)
         if final_exit(dep_spec, rec.exit_code):  # its verdict on its data: no restart will come
             junk = quality_marker(dep_spec) if dep_spec is not None else None
             why = self._quality(junk, now) if junk else None
@@ -171,10 +172,10 @@ class Phases:
 
         def launch() -> None:
             try:
-                result = self.sup.launch(name)
+                result = self.jobs.launch(name)
             except Exception as exc:  # noqa: BLE001 -- a refusal (its command cannot start): said, not raised
                 self.notes[name] = f"blocked: its launch failed: {exc}"
-                self.sup.hold(name, blocked=True)
+                self.jobs.set_blocked(name, blocked=True)
                 self.emit(EventKind.BLOCKED, f"job {name}: every job it runs after finished ok, but its launch "
                                              f"failed: {exc}", job=name, key=f"blocked:{name}")
             else:
@@ -194,7 +195,7 @@ def s3_json(url: str, endpoint: Optional[str] = None, env: Optional[dict[str, st
         from botocore.exceptions import BotoCoreError, ClientError  # the `s3` extra
     except ImportError:
         return None
-    from ..fenceread import s3_client
+    from ..jobs.fenceread import s3_client
 
     bucket, _, key = url[len("s3://"):].partition("/")
     try:
@@ -214,7 +215,7 @@ def s3_exists(url: str, endpoint: Optional[str] = None, env: Optional[dict[str, 
         from botocore.exceptions import BotoCoreError, ClientError  # the `s3` extra
     except ImportError:
         return False, "boto3 is not installed for the agent's python: pip install 'gpudeck[s3]'"
-    from ..fenceread import s3_client
+    from ..jobs.fenceread import s3_client
 
     bucket, _, key = url[len("s3://"):].partition("/")
     try:

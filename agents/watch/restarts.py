@@ -15,7 +15,7 @@ restarts so far, when the next is due, and whether it gave up. The rules:
   the verified kill and restarted at once (the same budget); not while it says it is
   compiling or loading (its progress.json's ``phase``), up to 30 min of that phase
   (agents/contract/stall.py).
-- Every restart is ``supervisor.relaunch`` (the next attempt, which resumes from its own
+- Every restart is the backend's ``relaunch`` (the next attempt, which resumes from its own
   done-set), written to the audit log with its reason. An operator's own launch starts
   the count afresh.
 """
@@ -23,21 +23,18 @@ restarts so far, when the next is due, and whether it gave up. The rules:
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import threading
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable, Optional
 
-from .. import writes
 from ..contract.vocab import EventKind, JobState, RestartPolicy
 from ..contract.jobs import JobSpec, final_exit
 from ..contract.stall import quiet_since
 from ..contract.wire import JobStatus
-from ..contract.atomic import atomic_write_json
 from ..contract.clock import SYSTEM, Clock
+from ..jobs.backend import JobBackend, JobError
 
 log = logging.getLogger("agents")
 
@@ -63,9 +60,9 @@ class RestartState:
 
 
 class RestartEngine:
-    def __init__(self, sup: Any, emit: Callable[..., Any], started_at: Optional[float] = None,
+    def __init__(self, jobs: JobBackend, emit: Callable[..., Any], started_at: Optional[float] = None,
                  clock: Clock = SYSTEM) -> None:
-        self.sup = sup
+        self.jobs = jobs
         self.emit = emit  # (EventKind, message, job=..., notify=..., **details)
         self.clock = clock  # the tick brings its own now; an operator's ack reads this one
         self.started_at = started_at or clock.time()
@@ -80,24 +77,17 @@ class RestartEngine:
         if st is None:
             st = RestartState()
             try:
-                doc = json.loads((self.sup.job_dir(name) / STATE_FILE).read_text())
-                st = RestartState(**{k: v for k, v in doc.items() if k in RestartState.__dataclass_fields__})
-            except FileNotFoundError:
-                pass
+                doc = self.jobs.read_note(name, STATE_FILE)
+                if doc is not None:
+                    st = RestartState(**{k: v for k, v in doc.items() if k in RestartState.__dataclass_fields__})
             except (OSError, ValueError, TypeError) as exc:
                 log.warning("job %s: unreadable %s (%s); counting restarts from 0", name, STATE_FILE, exc)
             self._states[name] = st
         return st
 
     def _save(self, name: str, st: RestartState) -> None:
-        d: Path = self.sup.job_dir(name)
-        try:
-            d.mkdir(parents=True, exist_ok=True, mode=0o700)
-            atomic_write_json(d / STATE_FILE, dataclasses.asdict(st), fsync=False)
-        except OSError as exc:  # a full disk: an alert (agents/writes.py), the state stays in memory
-            writes.failed(d / STATE_FILE, exc)
-        else:
-            writes.ok(d / STATE_FILE)
+        # a full disk: an alert (agents/sense/writes.py), the state stays in memory
+        self.jobs.write_note(name, STATE_FILE, dataclasses.asdict(st))
 
     def fields(self, name: str, spec: Optional[JobSpec]) -> dict[str, Any]:
         """The restart fields of the job's JobStatus."""
@@ -116,7 +106,7 @@ class RestartEngine:
         for j in jobs:
             if j.state is JobState.PENDING:
                 continue
-            spec = self.sup.spec_of(j.name)
+            spec = self.jobs.spec_of(j.name)
             with self._lock:
                 st = self.state(j.name)
                 dirty = self._follow(j, st)
@@ -210,7 +200,7 @@ class RestartEngine:
         if st.restarts + weight > spec.max_restarts:
             st.gave_up, st.gave_up_at, st.next_at = True, now, None
             st.note = f"gave up after {st.count} restart(s): {reason}"
-            self.sup.audit("restart-gave-up", j.name, reason=reason, restarts=st.restarts,
+            self.jobs.audit("restart-gave-up", j.name, reason=reason, restarts=st.restarts,
                            max_restarts=spec.max_restarts)
             self.emit(EventKind.GAVE_UP, f"job {j.name}: gave up after {st.count} restart(s) "
                                          f"(max_restarts {spec.max_restarts}); last: {reason}", job=j.name)
@@ -227,11 +217,9 @@ class RestartEngine:
         threading.Thread(target=self._relaunch, args=(name, spec, st), name=f"restart-{name}", daemon=True).start()
 
     def _relaunch(self, name: str, spec: JobSpec, st: RestartState) -> None:
-        from ..supervisor import JobError
-
         reason = st.reason or "restart"
         try:
-            result = self.sup.relaunch(name, grace_s=spec.kill_grace_s)
+            result = self.jobs.relaunch(name, grace_s=spec.kill_grace_s)
         except (JobError, OSError, ValueError) as exc:
             with self._lock:
                 st.count += 1
@@ -250,7 +238,7 @@ class RestartEngine:
             st.ours = result.attempt
             self._save(name, st)
             self._busy.discard(name)
-        self.sup.audit("restart", name, reason=reason, attempt=result.attempt, restarts=st.restarts,
+        self.jobs.audit("restart", name, reason=reason, attempt=result.attempt, restarts=st.restarts,
                        max_restarts=spec.max_restarts)
         killed = f" after a verified kill ({result.kill.message})" if result.kill is not None else ""
         self.emit(EventKind.RESTARTED, f"job {name} restarted{killed}: attempt {result.attempt}, restart "

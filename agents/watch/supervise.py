@@ -10,7 +10,7 @@
 - **cron** (where ``crontab`` works and a cron daemon runs): two lines in the user's crontab,
   each tagged with the home: ``@reboot`` and every minute, both ``python -m gpudeck.agents
   --home H --ensure``: start a detached watcher when the home is watched and none is alive
-  (under the agent lock, agents/agent.py), else do nothing. A watcher killed with kill -9 is
+  (under the agent lock, agents/node/agent.py), else do nothing. A watcher killed with kill -9 is
   back within a minute and adopts the jobs.
 - **none**: nothing registered (the old behaviour: a console or `watch start` restarts it).
 

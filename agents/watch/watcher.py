@@ -12,16 +12,18 @@ from __future__ import annotations
 
 import logging
 import os
+import subprocess
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from ..health import reader_for
 from ..contract.clock import SYSTEM, Clock
 from ..contract.vocab import NOTIFY_EVENTS, AlertKind, EventKind
 from ..contract import ops
 from ..contract.jobs import JobSpec, SpecError
 from ..contract.plain import to_plain
 from ..contract.wire import Alert, Gpu, Host, JobStatus
+from ..sense.health import GpuHealth, HealthReader
+from ..jobs.backend import GpuReader, JobBackend
 from .checks import Checks, carried_key
 from .conditions import Conditions
 from ..contract.watching import WatchSettings, agent_args
@@ -43,29 +45,30 @@ _ACTIONS = {"launch", "relaunch", "kill", "kill-pid", "adopt", "adopt-ended", "a
 
 
 class Watcher:
-    def __init__(self, home: Path, node: str, sup: Any, gpu: Any, detached: bool = False,
+    def __init__(self, home: Path, node: str, jobs: JobBackend, gpu: GpuReader, detached: bool = False,
                  clock: Clock = SYSTEM) -> None:
-        self.home, self.node, self.sup, self.gpu = Path(home), node, sup, gpu
+        self.home, self.node, self.jobs, self.gpu = Path(home), node, jobs, gpu
         self.clock = clock
         self.detached = detached
         self.config = WatchConfig.load(self.home)
         self.events_log = EventLog(self.home, node)
         self.outbox = Outbox(self.home, on_event=self._note, clock=clock)
-        self.restarts = RestartEngine(sup, self.emit, clock=clock)
-        self.phases = Phases(sup, self.emit, lambda name: self.restarts.state(name).gave_up)
+        self.restarts = RestartEngine(jobs, self.emit, clock=clock)
+        self.phases = Phases(jobs, self.emit, lambda name: self.restarts.state(name).gave_up)
         self.conditions = Conditions(self.home, self.emit)
         self.checks = Checks(node, held=lambda key: key in self.conditions.active)
         self.idle = IdleAction(self.home, node, self.emit)
-        self._health: Any = False  # the reader, made at the first tick; None where there is none
+        self._health: Optional[HealthReader] = None  # the reader, made at the first tick (_health_made)
+        self._health_made = False
         self._failed: set[str] = set()
-        self.successor: Optional[Any] = None  # the detached agent this one started to take over
+        self.successor: Optional[subprocess.Popen[bytes]] = None  # the detached agent this one started to take over
         self.consoles: Callable[[], int] = lambda: 0  # how many consoles are connected (the agent sets it)
-        if self.config.jobs and not sup.declared:  # the last console's fleet: known without a console
+        if self.config.jobs and not jobs.declared():  # the last console's fleet: known without a console
             try:
-                sup.configure([JobSpec.from_dict(d) for d in self.config.jobs], self.config.fleet or "")
+                jobs.configure([JobSpec.from_dict(d) for d in self.config.jobs], self.config.fleet or "")
             except SpecError as exc:
                 log.warning("watch: the saved job specs in %s do not load: %s", self.home / "watch.json", exc)
-        sup.on_audit = self._on_audit
+        jobs.on_audit(self._on_audit)
         self.outbox.serve(self.config.notify)
         self.heartbeat = Heartbeat(node, clock=clock)
         self.agent_argv: list[str] = ["--node", node]  # the agent's arguments (start.py sets them all)
@@ -80,7 +83,7 @@ class Watcher:
             dead = self.life.previous()
             if dead is not None:
                 now = self.clock.time()
-                adopted = sorted(n for n, rec in self.sup.records.items() if rec.state.alive)
+                adopted = [n for n in self.jobs.names() if (f := self.jobs.facts(n)) is not None and f.state.alive]
                 who = started_by(self.detached)
                 self.emit(EventKind.WATCHER_RESTARTED, restart_message(dead, now, who, len(adopted)),
                           down_from=dead["alive_at"], down_to=now, down_s=round(now - dead["alive_at"], 1),
@@ -166,18 +169,18 @@ class Watcher:
             return []
 
     def began(self, alert: Alert) -> Optional[float]:
-        """Since when an alert of agents/alerts.py is up, where the watcher carries it as a
+        """Since when an alert of agents/node/alerts.py is up, where the watcher carries it as a
         condition (kept across a new agent); None where it does not."""
         key = carried_key(alert)
         return self.conditions.began(key) if key is not None else None
 
-    def _read_health(self) -> list:
-        if self._health is False:
+    def _read_health(self) -> list[GpuHealth]:
+        if not self._health_made:
+            self._health_made = True
             try:
-                self._health = reader_for(self.gpu)
+                self._health = self.gpu.health_reader()
             except Exception as exc:  # noqa: BLE001
                 self._failure("health", exc)
-                self._health = None
         return self._health.read() if self._health is not None else []
 
     def _failure(self, what: str, exc: BaseException) -> None:
@@ -200,11 +203,11 @@ class Watcher:
     def ack(self, op: ops.Ack) -> ops.Acked:
         """An operator acknowledged a job that gave up: the alert (and the heartbeat's /fail)
         clears at the next tick; the job stays as it is until it is launched again."""
-        if self.sup.spec_of(op.job) is None and not self.sup.job_dir(op.job).is_dir():
+        if not self.jobs.knows(op.job):
             raise ValueError(f"no job {op.job!r} on node {self.node}")
         cleared, message = self.restarts.ack(op.job)
         if cleared:
-            self.sup.audit("ack", op.job, message=message)
+            self.jobs.audit("ack", op.job, message=message)
             self.emit(EventKind.ACKNOWLEDGED, f"job {op.job}: {message}", job=op.job)
         return ops.Acked(job=op.job, cleared=cleared, message=message)
 
@@ -278,8 +281,8 @@ class Watcher:
 
     def status(self) -> ops.WatchStatus:
         jobs = []
-        for name in self.sup.names():
-            spec = self.sup.spec_of(name)
+        for name in self.jobs.names():
+            spec = self.jobs.spec_of(name)
             fields = self.restarts.fields(name, spec) if spec is not None else {}
             jobs.append(ops.WatchedJob(name=name, **fields, restart_on_stall=spec.restart_on_stall if spec else None,
                                        deadline=spec.deadline if spec else None))

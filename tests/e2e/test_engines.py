@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gpudeck.agents.engines import EngineScraper
+from gpudeck.agents.sense.engines import EngineScraper
 from support import ROOT
 from support.wait import wait_for
 

@@ -9,7 +9,7 @@ import json
 import httpx
 import pytest
 
-from gpudeck.agents.engines import parse_metrics
+from gpudeck.agents.sense.engines import parse_metrics
 from support.generate import assert_exactly_once, generate_argv, read_shards, run_generate
 from support.llama import QUESTIONS, llama_server  # noqa: F401
 

@@ -3,7 +3,7 @@ tests/test_engine_sources.py when the suite went into tiers)."""
 
 from __future__ import annotations
 
-from gpudeck.agents.engines import NAMES  # noqa: E402
+from gpudeck.agents.sense.engines import NAMES  # noqa: E402
 KIND = {"tokens": "counter", "running": "gauge", "queued": "gauge", "kv": "gauge", "accept": "gauge",
         "accepted": "counter", "drafts": "counter"}
 

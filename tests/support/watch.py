@@ -182,7 +182,7 @@ def now() -> float:
 
 def tick_times(home) -> list[float]:
     """When the node's agent ticked: the times of its history's per-second rows
-    (agents/historydb.py, ``<home>/history.db``), oldest first; [] before the first."""
+    (agents/history/db.py, ``<home>/history.db``), oldest first; [] before the first."""
     import sqlite3
     from pathlib import Path
     path = Path(home) / "history.db"

@@ -1,4 +1,4 @@
-"""Adopt and kill by pid never take the node down (agents/holds.py): `gpudeck adopt` and
+"""Adopt and kill by pid never take the node down (agents/jobs/holds.py): `gpudeck adopt` and
 `gpudeck kill --pid` against real agents refuse, with exit 8 and the reason, pid 1, the node's
 agent and watcher and their ancestors, and a process whose tree or group holds an agent, an
 sshd session or another job's process; an adopted job whose tree came to hold one is not

@@ -239,7 +239,7 @@ def test_kill_by_pid_of_a_gpu_process_of_no_job_and_a_kept_verdict(tmp_path, hom
             idle.wait()
         assert r.returncode == 1 and "holds no GPU" in r.stderr
         r = gpudeck("kill", "-f", str(fleet), "--node", "local", "--pid", str(os.getpid()), check=False)
-        assert r.returncode == 8 and "is an ancestor of the node's agent" in r.stderr  # agents/holds.py
+        assert r.returncode == 8 and "is an ancestor of the node's agent" in r.stderr  # agents/jobs/holds.py
         gpudeck("kill", "holder", "-f", str(fleet), "--grace", "2")
         doc = json.loads(gpudeck("status", "--json", "-f", str(fleet)).stdout)
         node = doc["nodes"][0]

@@ -13,7 +13,7 @@ import pytest
 
 from support import command_job
 from support.wait import wait_for
-from gpudeck.agents.contain import Containment
+from gpudeck.agents.jobs.contain import Containment
 
 pytestmark = pytest.mark.system  # a real agent and its jobs
 
@@ -101,7 +101,7 @@ def test_a_gpu_process_of_no_job_is_killed_by_pid_and_verified(start_agent, home
         snap = a.wait_snapshot(lambda s: s["gpus"][0]["processes"], what="the stranger on GPU 0")
         assert snap["gpus"][0]["processes"][0]["job"] is None
         assert any(al["kind"] == "unowned_gpu_process" for al in snap["alerts"])
-        r = a.request("kill_pid", pid=os.getpid())  # the agent's parent (agents/holds.py)
+        r = a.request("kill_pid", pid=os.getpid())  # the agent's parent (agents/jobs/holds.py)
         assert not r["ok"] and r["refusal"] == "holds_node" and "is an ancestor of the node's agent" in r["error"]
         idle = subprocess.Popen(["sleep", "600"], start_new_session=True)
         try:

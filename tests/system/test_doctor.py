@@ -1,4 +1,4 @@
-"""`gpudeck doctor`: each check of agents/doctor.py on its own (no process), then the op through a
+"""`gpudeck doctor`: each check of agents/node/doctor.py on its own (no process), then the op through a
 real agent and the command as a user runs it (marked system).
 
 The system tier's tests of this file (real processes and servers); the others are in
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from gpudeck.agents import doctor
+from gpudeck.agents.node import doctor
 from gpudeck.agents.contract.jobs import JobSpec
 from support.cli import gpudeck
 from support.core import reap

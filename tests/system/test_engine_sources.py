@@ -22,7 +22,7 @@ import threading
 import httpx
 import pytest
 
-from gpudeck.agents.engines import EngineScraper, parse_metrics
+from gpudeck.agents.sense.engines import EngineScraper, parse_metrics
 from gpudeck.agents.contract.jobs import JobSpec
 from support import ROOT
 
@@ -205,7 +205,7 @@ def test_sglang_parses_the_dp_and_mtp_lines(parsed):
 sys.path.insert(0, str(ROOT / "tests" / "tools"))
 import engine_metric_names  # noqa: E402
 
-from gpudeck.agents.engines import SGLANG_POOLS  # noqa: E402
+from gpudeck.agents.sense.engines import SGLANG_POOLS  # noqa: E402
 from support.engine_sources import check_scraper_knows
 
 

@@ -12,7 +12,7 @@ import threading
 import httpx
 import pytest
 
-from gpudeck.agents.engines import EngineScraper
+from gpudeck.agents.sense.engines import EngineScraper
 
 
 async def test_scraper_connection_refused_means_loading():

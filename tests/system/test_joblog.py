@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpudeck.agents import joblog
+from gpudeck.agents.jobs import joblog
 from support import command_job
 from support.wait import wait_for
 

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from gpudeck.agents.progress import DoneSetCounter
+from gpudeck.agents.sense.progress import DoneSetCounter
 
 
 @pytest.mark.system

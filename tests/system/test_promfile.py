@@ -1,4 +1,4 @@
-"""The node's Prometheus textfile (agents/promfile.py): the fleet key that turns it on, a real
+"""The node's Prometheus textfile (agents/node/promfile.py): the fleet key that turns it on, a real
 agent writing ``gpudeck.prom`` whose every series agrees with the snapshot it was written from,
 and a directory that cannot be written: one alert, the agent ticks on, a retry at most every
 RETRY_S seconds.

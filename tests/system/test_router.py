@@ -12,7 +12,7 @@ import subprocess
 import httpx
 import pytest
 
-from gpudeck.agents.engines import EngineScraper, parse_metrics
+from gpudeck.agents.sense.engines import EngineScraper, parse_metrics
 from gpudeck.agents.contract.jobs import JobSpec
 from support.generate import (PY, ROOT, assert_exactly_once, child_env, free_port, generate_argv, read_shards,
                               run_generate, write_prompts)

@@ -10,7 +10,7 @@ import time
 import httpx
 import pytest
 
-from gpudeck.agents.engines import EngineScraper, parse_metrics
+from gpudeck.agents.sense.engines import EngineScraper, parse_metrics
 from support.wait import wait_for
 
 pytestmark = pytest.mark.system  # sim-engine processes

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 
 def test_a_gpu_the_node_does_not_have_is_an_alert():
-    from gpudeck.agents.alerts import node_alerts
+    from gpudeck.agents.node.alerts import node_alerts
     from gpudeck.agents.contract.vocab import AlertKind, JobState
     from gpudeck.agents.contract.jobs import JobKind
     from gpudeck.agents.contract.wire import Gpu, JobStatus

@@ -1,4 +1,4 @@
-"""The kill's grace period on a clock moved by hand (agents/killing.py): SIGTERM, the grace,
+"""The kill's grace period on a clock moved by hand (agents/jobs/killing.py): SIGTERM, the grace,
 then SIGKILL; "gone" only once no process is seen for QUIET_S. The members are pids above the
 kernel's largest (2**22), so no signal can reach a real process; whether each is alive is
 the test's to say.
@@ -11,7 +11,7 @@ tests/test_watch_restart_interrupted.py::test_a_watcher_killed_in_its_restarts_k
 
 from __future__ import annotations
 
-from gpudeck.agents.killing import QUIET_S, Target, grace_left, kill_and_verify
+from gpudeck.agents.jobs.killing import QUIET_S, Target, grace_left, kill_and_verify
 
 from support.clock import FakeClock
 

@@ -1,7 +1,7 @@
 """The restart rules on a clock moved by hand (agents/watch/restarts.py): the backoff that
 doubles up to its cap, a restart without progress that counts twice and the budget that
 gives up, the stall restart, and the acknowledgement's time. No process, no real wait: the
-relaunch is a fake supervisor's, which only records it.
+relaunch is a fake backend's (tests/support/jobs.py), which only records it.
 
 The wiring (the real watcher's tick, a real job, a real relaunch) stays proven by
 tests/test_watch.py::test_a_job_that_fails_at_once_gives_up_after_max_restarts and
@@ -10,7 +10,6 @@ tests/test_watch_alerts.py::test_a_stalled_job_is_killed_and_restarted."""
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
 from typing import Any, Optional
 
 from gpudeck.agents.contract.jobs import JobKind, JobSpec
@@ -19,39 +18,7 @@ from gpudeck.agents.contract.wire import JobStatus, Progress
 from gpudeck.agents.watch.restarts import BACKOFF_CAP_S, RestartEngine
 
 from support.clock import FakeClock
-
-
-@dataclass
-class Relaunched:
-    attempt: int
-    kill: Any = None
-
-
-class FakeSup:
-    """What RestartEngine asks of the supervisor: the spec, the job's folder, the audit log and
-    the relaunch (recorded; it starts nothing)."""
-
-    def __init__(self, tmp_path, spec: JobSpec) -> None:
-        self.tmp, self.spec = tmp_path, spec
-        self.relaunches: list[str] = []
-        self.graces: list[float] = []
-        self.audits: list[tuple[str, str]] = []
-        self.relaunched = threading.Semaphore(0)
-
-    def spec_of(self, name: str) -> Optional[JobSpec]:
-        return self.spec if name == self.spec.name else None
-
-    def job_dir(self, name: str):
-        return self.tmp / name
-
-    def audit(self, action: str, name: str, **kw: Any) -> None:
-        self.audits.append((action, name))
-
-    def relaunch(self, name: str, grace_s: float) -> Relaunched:
-        self.graces.append(grace_s)
-        self.relaunches.append(name)
-        self.relaunched.release()
-        return Relaunched(attempt=len(self.relaunches) + 1)
+from support.jobs import FakeJobs
 
 
 def _job(state: JobState, attempt: int, done: Optional[int] = None, **kw: Any) -> JobStatus:
@@ -59,15 +26,15 @@ def _job(state: JobState, attempt: int, done: Optional[int] = None, **kw: Any) -
     return JobStatus(name="gen", kind=JobKind.COMMAND, state=state, attempt=attempt, progress=progress, **kw)
 
 
-def _engine(tmp_path, clock: FakeClock, **spec: Any) -> tuple[RestartEngine, FakeSup, list]:
-    sup = FakeSup(tmp_path, JobSpec(name="gen", command=["x"], **spec))
+def _engine(tmp_path, clock: FakeClock, **spec: Any) -> tuple[RestartEngine, FakeJobs, list]:
+    jobs = FakeJobs([JobSpec(name="gen", command=["x"], **spec)])
     events: list = []
-    engine = RestartEngine(sup, lambda kind, message, **kw: events.append((kind, message)), clock=clock)
-    return engine, sup, events
+    engine = RestartEngine(jobs, lambda kind, message, **kw: events.append((kind, message)), clock=clock)
+    return engine, jobs, events
 
 
-def _relaunched(sup: FakeSup) -> None:
-    assert sup.relaunched.acquire(timeout=10), "the relaunch thread never ran"
+def _relaunched(jobs: FakeJobs) -> None:
+    assert jobs.relaunched.acquire(timeout=10), "the relaunch thread never ran"
 
 
 def _settled(engine: RestartEngine) -> None:
@@ -82,15 +49,15 @@ def _settled(engine: RestartEngine) -> None:
 
 def test_a_failed_job_waits_its_backoff_which_doubles_up_to_the_cap(tmp_path):
     clock = FakeClock()
-    engine, sup, _ = _engine(tmp_path, clock, restart="on-failure", max_restarts=10, restart_backoff_s=400)
+    engine, jobs, _ = _engine(tmp_path, clock, restart="on-failure", max_restarts=10, restart_backoff_s=400)
     t0 = clock.time()
     failed = _job(JobState.FAILED, 1, exit_code=1)  # no progress file: nothing says it made none
     engine.tick(t0, [failed], {})
-    assert engine.state("gen").next_at == t0 + 400 and sup.relaunches == []
+    assert engine.state("gen").next_at == t0 + 400 and jobs.relaunches == []
     engine.tick(t0 + 399.9, [failed], {})
-    assert sup.relaunches == []  # not a moment early
+    assert jobs.relaunches == []  # not a moment early
     engine.tick(t0 + 400, [failed], {})
-    _relaunched(sup)
+    _relaunched(jobs)
     _settled(engine)
     # the next attempt made progress and failed: the second backoff, 800 s, is capped at 10 min
     t1 = t0 + 1000
@@ -103,14 +70,14 @@ def test_a_failed_job_waits_its_backoff_which_doubles_up_to_the_cap(tmp_path):
 
 def test_a_restart_without_progress_counts_twice_and_the_budget_gives_up(tmp_path):
     clock = FakeClock()
-    engine, sup, events = _engine(tmp_path, clock, restart="on-failure", max_restarts=3, restart_backoff_s=10)
+    engine, jobs, events = _engine(tmp_path, clock, restart="on-failure", max_restarts=3, restart_backoff_s=10)
     t = clock.time()
     engine.tick(t, [_job(JobState.RUNNING, 1, done=0)], {})
     engine.tick(t + 1, [_job(JobState.FAILED, 1, done=0, exit_code=1)], {})
     st = engine.state("gen")
     assert (st.weight, st.next_at) == (2, t + 1 + 10)  # no progress since the attempt began: it counts 2
     engine.tick(t + 11, [_job(JobState.FAILED, 1, done=0, exit_code=1)], {})
-    _relaunched(sup)
+    _relaunched(jobs)
     _settled(engine)
     assert engine.state("gen").restarts == 2
     engine.tick(t + 12, [_job(JobState.RUNNING, 2, done=0)], {})
@@ -118,21 +85,21 @@ def test_a_restart_without_progress_counts_twice_and_the_budget_gives_up(tmp_pat
     st = engine.state("gen")
     assert st.gave_up and st.gave_up_at == t + 13 and st.next_at is None
     assert st.note == "gave up after 1 restart(s): failed (exit code 1)"
-    assert ("restart-gave-up", "gen") in sup.audits and sup.relaunches == ["gen"]
+    assert ("restart-gave-up", "gen") in jobs.audits and jobs.relaunches == ["gen"]
     assert [k for k, _ in events].count(EventKind.GAVE_UP) == 1
     assert engine.gave_up() == ["gen"]
 
 
 def test_a_stalled_job_is_restarted_once_its_quiet_outlasts_restart_on_stall(tmp_path):
     clock = FakeClock()
-    engine, sup, events = _engine(tmp_path, clock, restart="never", max_restarts=2, restart_on_stall="60s")
+    engine, jobs, events = _engine(tmp_path, clock, restart="never", max_restarts=2, restart_on_stall="60s")
     t = clock.time()
     running = _job(JobState.RUNNING, 1, done=7, started_at=t - 600)
     engine.tick(t, [running], {"gen": t - 60})  # quiet for exactly 60 s: not yet
-    assert sup.relaunches == [] and EventKind.STALLED not in [k for k, _ in events]
+    assert jobs.relaunches == [] and EventKind.STALLED not in [k for k, _ in events]
     engine.tick(t + 1, [running], {"gen": t - 60})
-    _relaunched(sup)
-    assert sup.graces == [10.0]  # the default: SIGTERM, SIGKILL after 10 s
+    _relaunched(jobs)
+    assert jobs.graces == [10.0]  # the default: SIGTERM, SIGKILL after 10 s
     stalled = [m for k, m in events if k is EventKind.STALLED]
     assert stalled == ["job gen: no progress for 61 s (restart_on_stall 60s): killing and restarting"]
 
@@ -149,10 +116,10 @@ def test_an_acknowledgement_is_stamped_with_the_engines_clock(tmp_path):
 
 def test_a_restarts_kill_takes_the_jobs_own_grace(tmp_path):
     clock = FakeClock()
-    engine, sup, _ = _engine(tmp_path, clock, restart="on-failure", max_restarts=2, restart_backoff_s=0,
+    engine, jobs, _ = _engine(tmp_path, clock, restart="on-failure", max_restarts=2, restart_backoff_s=0,
                              kill_grace_s=45)
     failed = _job(JobState.FAILED, 1, exit_code=1)
     engine.tick(clock.time(), [failed], {})  # scheduled: no backoff
     engine.tick(clock.time(), [failed], {})
-    _relaunched(sup)
-    assert sup.graces == [45]
+    _relaunched(jobs)
+    assert jobs.graces == [45]

@@ -12,13 +12,13 @@ import os
 
 import pytest
 
-from gpudeck.agents import planwatch
+from gpudeck.agents.jobs import planwatch
 from gpudeck.agents.contract.vocab import JobState
-from gpudeck.agents.planwatch import PlanWatch
+from gpudeck.agents.jobs.planwatch import PlanWatch
 from gpudeck.agents.contract import documents
 from gpudeck.agents.contract.documents import drift_pct, drift_text, over_plan
 from gpudeck.agents.contract.wire import Host, JobPlan, JobStatus, Progress, Snapshot
-from gpudeck.agents.records import JobRecord, first_start_of
+from gpudeck.agents.jobs.records import JobRecord, first_start_of
 from gpudeck.agents.watch.checks import Checks
 from gpudeck.agents.contract.watching import AlertThresholds
 from gpudeck.console import cost

@@ -1,4 +1,4 @@
-"""`gpudeck doctor`: each check of agents/doctor.py on its own (no process), then the op through a
+"""`gpudeck doctor`: each check of agents/node/doctor.py on its own (no process), then the op through a
 real agent and the command as a user runs it (marked system).
 
 The unit tier's tests of this file (starts nothing); the others are in tests/system/test_doctor.py."""
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gpudeck.agents import doctor
+from gpudeck.agents.node import doctor
 from gpudeck.agents.contract.jobs import JobSpec
 from gpudeck.agents.contract.ops import Check
 from support.doctor import (FAIL, OK, SEED_KV_PER_TOKEN, SEED_LINEAR, SEED_STATE_PER_REQUEST, SEED_WEIGHTS, WARN,

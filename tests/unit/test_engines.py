@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpudeck.agents.engines import MetricsParseError, parse_metrics
+from gpudeck.agents.sense.engines import MetricsParseError, parse_metrics
 from support import FIXTURES
 
 

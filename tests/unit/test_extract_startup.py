@@ -6,24 +6,24 @@ start-up in `plan extract`'s projection."""
 from __future__ import annotations
 
 import json
-import threading
 import time
 from types import SimpleNamespace
 
 import pytest
 
-from gpudeck.agents.alerts import node_alerts
+from gpudeck.agents.node.alerts import node_alerts
 from gpudeck.agents.contract.documents import ProgressDoc, read_progress, write_document
 from gpudeck.agents.contract.jobs import JobKind, JobSpec
 from gpudeck.agents.contract.stall import STARTUP_CAP_S, quiet_since, starting_up
 from gpudeck.agents.contract.vocab import AlertKind, EventKind, JobState
 from gpudeck.agents.contract.wire import JobStatus, Progress
-from gpudeck.agents.progress import ProgressTracker
+from gpudeck.agents.sense.progress import ProgressTracker
 from gpudeck.agents.watch.restarts import RestartEngine
 from gpudeck.agents.workers.extract import compile_cache
 from gpudeck.agents.workers.extract.startup import StartupClock, process_started_at
 from gpudeck.agents.workers.plan.extract_plan import project, startup_seconds, wall_time
 from gpudeck.console.formatting import startup_text
+from support.jobs import FakeJobs
 
 QWEN = {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 5120,
         "intermediate_size": 17408, "num_hidden_layers": 64, "num_attention_heads": 24, "num_key_value_heads": 4,
@@ -182,49 +182,28 @@ def test_the_stall_alert_waits_for_the_compile():
             if a.kind is AlertKind.STALLED]
 
 
-class _Sup:
-    """The supervisor as RestartEngine sees it: a job directory, its spec, relaunch, audit."""
-
-    def __init__(self, tmp_path, spec: JobSpec) -> None:
-        self.tmp_path, self.spec = tmp_path, spec
-        self.relaunched = threading.Event()
-
-    def job_dir(self, name):
-        return self.tmp_path / name
-
-    def spec_of(self, name):
-        return self.spec
-
-    def relaunch(self, name, grace_s):
-        self.relaunched.set()
-        return SimpleNamespace(attempt=2, kill=None)
-
-    def audit(self, *a, **k):
-        pass
-
-
 def _engine(tmp_path):
     spec = JobSpec(name="x", kind=JobKind.EXTRACT, command=["x"], restart_on_stall="10m", max_restarts=3)
-    sup = _Sup(tmp_path, spec)
+    jobs = FakeJobs([spec])
     events: list = []
-    return RestartEngine(sup, lambda kind, msg, **kw: events.append((kind, msg)), started_at=T0 - 100), sup, events
+    return RestartEngine(jobs, lambda kind, msg, **kw: events.append((kind, msg)), started_at=T0 - 100), jobs, events
 
 
 def test_restart_on_stall_leaves_a_compiling_job_alone_until_the_cap(tmp_path):
-    engine, sup, events = _engine(tmp_path)
+    engine, jobs, events = _engine(tmp_path)
     job = _job(_compiling(T0 - 30))
     for minutes in (5, 15, 25):  # restart_on_stall is 10m: a silent job would be killed at 10
         engine.tick(T0 + minutes * 60, [job], {"x": T0 - 60})
-    assert not sup.relaunched.is_set() and not [e for e in events if e[0] is EventKind.STALLED]
+    assert not jobs.relaunches and not [e for e in events if e[0] is EventKind.STALLED]
     engine.tick(T0 + STARTUP_CAP_S + 30, [job], {"x": T0 - 60})  # compiling for over 30 min: a stall
-    assert sup.relaunched.wait(5)
+    assert jobs.relaunched.acquire(timeout=5)
     assert [e for e in events if e[0] is EventKind.STALLED]
 
 
 def test_restart_on_stall_still_restarts_a_silent_job(tmp_path):
-    engine, sup, events = _engine(tmp_path)
+    engine, jobs, events = _engine(tmp_path)
     engine.tick(T0 + 11 * 60, [_job(Progress(done=0, total=100))], {"x": T0 - 60})
-    assert sup.relaunched.wait(5)
+    assert jobs.relaunched.acquire(timeout=5)
 
 
 # ---------------------------------------------------------------- plan extract counts the start-up

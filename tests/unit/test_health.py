@@ -16,7 +16,7 @@ from gpudeck.agents.contract.vocab import NOTIFY_EVENTS, AlertKind, EventKind, J
 from gpudeck.agents.contract.watching import AlertThresholds, ConfigError, NotifyTarget, WatchSettings
 from gpudeck.agents.contract.wire import (Alert, Gpu, GpuProcess, Host, JobStatus, Progress, ServerHealth,
                                           Snapshot, Uploads)
-from gpudeck.agents.progress import ProgressTracker
+from gpudeck.agents.sense.progress import ProgressTracker
 from gpudeck.agents.contract.units import index_ranges
 from gpudeck.agents.watch.checks import Checks, idle_gpus
 from gpudeck.agents.watch.conditions import Conditions

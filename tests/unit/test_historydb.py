@@ -1,4 +1,4 @@
-"""The node's history database (agents/historydb.py), driven with snapshots at a fake clock:
+"""The node's history database (agents/history/db.py), driven with snapshots at a fake clock:
 the tiers and their roll-ups, pruning, the size bound, a clock stepped back, a corrupt or
 foreign file, a full disk. No processes here (tests/system/test_history_system.py starts agents)."""
 
@@ -9,13 +9,13 @@ import sqlite3
 
 import pytest
 
-from gpudeck.agents import writes
+from gpudeck.agents.sense import writes
 from gpudeck.agents.contract import ops
 from gpudeck.agents.contract.jobs import JobKind
 from gpudeck.agents.contract.vocab import EngineState, JobState
 from gpudeck.agents.contract.wire import Engine, Gpu, Host, JobStatus, Progress, Snapshot
-from gpudeck.agents.history import HistoryRing
-from gpudeck.agents.historydb import TIERS, HistoryDB, Tier
+from gpudeck.agents.history.ring import HistoryRing
+from gpudeck.agents.history.db import TIERS, HistoryDB, Tier
 
 T0 = 1_700_000_000.0  # a minute's and an hour's start: 1700000000 = 472222 h 13 min 20 s; aligned below
 T0 = T0 - T0 % 3600
@@ -306,7 +306,7 @@ def test_the_minute_folded_in_memory_is_the_minute_rolled_up_from_its_rows(tmp_p
     began before a restart is rolled up from its rows, whole."""
     import random
 
-    from gpudeck.agents.historydb import MinuteFold, merge, raw_row, _as_agg
+    from gpudeck.agents.history.db import MinuteFold, merge, raw_row, _as_agg
 
     rng = random.Random(3)
     rows = [raw_row(worst_snap(T0 + k, rng)) for k in range(60)]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 
-from gpudeck.agents import joblog
+from gpudeck.agents.jobs import joblog
 
 
 def test_a_follower_far_behind_skips_to_the_live_end_and_is_told(tmp_path):

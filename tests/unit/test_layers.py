@@ -41,3 +41,15 @@ def test_product_imports_are_relative_so_static_tools_follow_them():
                 if re.match(r"\s*(from|import) gpudeck\b", line):
                     bad.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
     assert not bad, "\n".join(bad)
+
+
+def test_the_floors_of_agents_name_every_folder_but_the_workers():
+    """import-linter's "agents/ floors" contract states which folder of agents/ may import which:
+    a folder added to agents/ must take its floor there, or it stands outside every rule."""
+    import tomllib
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    (floors,) = [c for c in config if c["name"].startswith("agents/ floors")]
+    named = {part.strip() for layer in floors["layers"] for part in layer.split("|")}
+    folders = {p.name for p in (ROOT / "agents").iterdir() if (p / "__init__.py").is_file()}
+    assert named == folders - {"workers"}

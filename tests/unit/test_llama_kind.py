@@ -10,7 +10,7 @@ import pytest
 
 from gpudeck.agents.contract.jobs import JobKind, JobSpec, SpecError
 from gpudeck.agents.contract.needs import launch_problem
-from gpudeck.agents.engines import parse_metrics, slots_usage
+from gpudeck.agents.sense.engines import parse_metrics, slots_usage
 from gpudeck.remote.fleet import FleetError, parse_fleet
 
 FLEET = '''

@@ -77,9 +77,9 @@ def test_a_reply_is_read_into_the_op_s_result():
 
 
 def test_the_agent_answers_every_op_from_one_table(tmp_path):
-    from gpudeck.agents.agent import Agent
+    from gpudeck.agents.node.start import node_agent
 
-    agent = Agent(tmp_path / "home", "n", nvml=False)
+    agent = node_agent(tmp_path / "home", "n", nvml=False)
     try:
         assert set(agent.answers) == set(ops.ALL)
     finally:

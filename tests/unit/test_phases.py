@@ -5,16 +5,15 @@ started here (tests/system/test_phases_system.py runs them)."""
 from __future__ import annotations
 
 import textwrap
-from types import SimpleNamespace
 
 import pytest
 
 from gpudeck.agents.contract.jobs import JobSpec, SpecError
 from gpudeck.agents.contract.vocab import EventKind, JobState
-from gpudeck.agents.records import JobRecord
 from gpudeck.agents.watch.phases import Phases
 from gpudeck.remote.fleet import parse_fleet
 from gpudeck.remote.fleet_check import FleetError
+from support.jobs import FakeJobs
 
 NODES = '''
 [[nodes]]
@@ -170,32 +169,11 @@ def test_a_spec_refuses_a_bad_after():
 # ---------------------------------------------------------------- the node's rule
 
 
-class FakeSupervisor:
-    """What Phases reads of the supervisor: declared specs, records, holds and launches."""
-
-    def __init__(self, specs: list[JobSpec]) -> None:
-        self.declared = {s.name: s for s in specs}
-        self.records: dict[str, JobRecord] = {}
-        self.launched: list[str] = []
-
-    def spec_of(self, name):
-        return self.declared.get(name)
-
-    def hold(self, name, blocked):
-        rec = self.records.setdefault(name, JobRecord(name=name))
-        rec.state = JobState.BLOCKED if blocked else JobState.PENDING
-
-    def launch(self, name):
-        self.launched.append(name)
-        self.records[name] = JobRecord(name=name, state=JobState.RUNNING, attempt=1, pid=1)
-        return SimpleNamespace(attempt=1, pid=1)
-
-
 def _phases(specs, gave_up=()):
-    sup = FakeSupervisor(specs)
+    jobs = FakeJobs(specs)
     said: list[tuple] = []
-    ph = Phases(sup, lambda kind, message, **kw: said.append((kind, message, kw)), lambda n: n in gave_up)
-    return sup, ph, said
+    ph = Phases(jobs, lambda kind, message, **kw: said.append((kind, message, kw)), lambda n: n in gave_up)
+    return jobs, ph, said
 
 
 def _wait_started(ph, name):
@@ -208,19 +186,19 @@ EXT = JobSpec(name="ext", command=["true"], after=["gen"])
 
 
 def test_a_job_waits_while_what_it_runs_after_runs_then_starts_when_it_exited_ok():
-    sup, ph, said = _phases([GEN, EXT])
+    jobs, ph, said = _phases([GEN, EXT])
     ph.tick()
-    assert ph.notes["ext"] == "waiting for gen (not started)" and not sup.launched
-    sup.records["gen"] = JobRecord(name="gen", state=JobState.RUNNING, attempt=1)
+    assert ph.notes["ext"] == "waiting for gen (not started)" and not jobs.launched
+    jobs.set_state("gen", JobState.RUNNING)
     ph.tick()
-    assert ph.notes["ext"] == "waiting for gen (running)" and not sup.launched
-    sup.records["gen"].state, sup.records["gen"].exit_code = JobState.EXITED, 0
+    assert ph.notes["ext"] == "waiting for gen (running)" and not jobs.launched
+    jobs.set_state("gen", JobState.EXITED, exit_code=0)
     ph.tick()
     _wait_started(ph, "ext")
-    assert sup.launched == ["ext"] and "ext" not in ph.notes
+    assert jobs.launched == ["ext"] and "ext" not in ph.notes
     assert [k for k, _, _ in said] == [EventKind.ACTION]
     ph.tick()
-    assert sup.launched == ["ext"]  # started once
+    assert jobs.launched == ["ext"]  # started once
 
 
 @pytest.mark.parametrize("state, code, gave_up, blocked", [
@@ -229,75 +207,73 @@ def test_a_job_waits_while_what_it_runs_after_runs_then_starts_when_it_exited_ok
     (JobState.LOST, None, True, "blocked: gen lost (no exit code) and its restarts were given up"),
 ])
 def test_a_job_is_blocked_when_what_it_runs_after_failed_for_good(state, code, gave_up, blocked):
-    sup, ph, said = _phases([GEN, EXT], gave_up={"gen"} if gave_up else ())
-    sup.records["gen"] = JobRecord(name="gen", state=state, attempt=1, exit_code=code)
+    jobs, ph, said = _phases([GEN, EXT], gave_up={"gen"} if gave_up else ())
+    jobs.set_state("gen", state, exit_code=code)
     ph.tick()
     ph.tick()
-    assert ph.notes["ext"] == blocked and sup.records["ext"].state is JobState.BLOCKED and not sup.launched
+    assert ph.notes["ext"] == blocked and jobs.state("ext") is JobState.BLOCKED and not jobs.launched
     assert [(k, kw["key"]) for k, _, kw in said] == [(EventKind.BLOCKED, "blocked:ext")]  # said once
 
 
 def test_a_failure_with_a_restart_to_come_is_waited_for_and_a_relaunch_unblocks():
     retried = JobSpec(name="gen", command=["true"], restart="on-failure")
-    sup, ph, said = _phases([retried, EXT])
-    sup.records["gen"] = JobRecord(name="gen", state=JobState.FAILED, attempt=1, exit_code=3)
+    jobs, ph, said = _phases([retried, EXT])
+    jobs.set_state("gen", JobState.FAILED, exit_code=3)
     ph.tick()
     assert ph.notes["ext"] == "waiting for gen (failed, exit code 3; to be restarted)" and not said
-    sup, ph, said = _phases([GEN, EXT])
-    sup.records["gen"] = JobRecord(name="gen", state=JobState.FAILED, attempt=1, exit_code=3)
+    jobs, ph, said = _phases([GEN, EXT])
+    jobs.set_state("gen", JobState.FAILED, exit_code=3)
     ph.tick()
-    sup.records["gen"] = JobRecord(name="gen", state=JobState.RUNNING, attempt=2)  # relaunched
+    jobs.set_state("gen", JobState.RUNNING, attempt=2)  # relaunched
     ph.tick()
-    assert sup.records["ext"].state is JobState.PENDING and ph.notes["ext"] == "waiting for gen (running)"
+    assert jobs.state("ext") is JobState.PENDING and ph.notes["ext"] == "waiting for gen (running)"
     assert [k for k, _, _ in said] == [EventKind.BLOCKED, EventKind.RESOLVED]
 
 
 def test_a_job_on_another_node_starts_when_its_marker_appears(tmp_path):
     marker = tmp_path / "gen" / "_SUCCESS"
     ext = JobSpec(name="ext", command=["true"], after=["gen"], after_markers={"gen": str(marker)})
-    sup, ph, _ = _phases([ext])
+    jobs, ph, _ = _phases([ext])
     ph.tick()
-    assert ph.notes["ext"] == f"waiting for gen (its marker {marker})" and not sup.launched
+    assert ph.notes["ext"] == f"waiting for gen (its marker {marker})" and not jobs.launched
     marker.parent.mkdir()
     marker.write_text("{}")
     ph.tick()
     _wait_started(ph, "ext")
-    assert sup.launched == ["ext"]
+    assert jobs.launched == ["ext"]
 
 
 # ---------------------------------------------------------------- Slurm
 
 
 def test_a_cluster_job_after_another_is_submitted_with_afterok(tmp_path):
-    from gpudeck.agents.cluster.agent import ClusterAgent
+    from gpudeck.agents.cluster.backend import ClusterJobs
     from gpudeck.agents.cluster.slurm import QueueRow
     from gpudeck.agents.contract.cluster import ClusterSpec
+    from gpudeck.agents.sense.gpu import GpuSampler
 
-    agent = ClusterAgent(tmp_path / "home", "hpc", ClusterSpec(name="hpc", shared_dir=str(tmp_path / "shared")),
-                         nvml=False)
-    try:
-        gen = JobSpec(name="gen", command=["true"], cluster="hpc")
-        ext = JobSpec(name="ext", command=["true"], cluster="hpc", after=["gen"])
+    cluster = ClusterJobs(tmp_path / "home", "hpc", ClusterSpec(name="hpc", shared_dir=str(tmp_path / "shared")),
+                        GpuSampler(enabled=False))
+    gen = JobSpec(name="gen", command=["true"], cluster="hpc")
+    ext = JobSpec(name="ext", command=["true"], cluster="hpc", after=["gen"])
 
-        def row(array: str, index: int, state: str) -> QueueRow:
-            return QueueRow(id=f"{array}_{index}", raw=array, index=index, state=state, reason="", node=None,
-                            gres=None, elapsed_s=None, limit_s=None, name="gen")
+    def row(array: str, index: int, state: str) -> QueueRow:
+        return QueueRow(id=f"{array}_{index}", raw=array, index=index, state=state, reason="", node=None,
+                        gres=None, elapsed_s=None, limit_s=None, name="gen")
 
-        with pytest.raises(Exception, match="'gen', which is not in hpc's queue; launch gen first"):
-            agent.after_ids(ext)
-        agent.rows = {("gen", 0): row("4242", 0, "RUNNING")}
-        ids = agent.after_ids(ext)
-        assert ids == ["4242"]
-        argv = agent.sbatch_argv(ext, [0], ids)
-        assert "--dependency=afterok:4242" in argv and argv.index("--dependency=afterok:4242") < argv.index("--")
-        assert not [a for a in agent.sbatch_argv(gen, [0], agent.after_ids(gen)) if a.startswith("--dependency")]
-        agent.rows = {("gen", 0): row("4242", 0, "COMPLETED")}
-        assert agent.after_ids(ext) == []  # done already: nothing to wait for
-        agent.rows = {("gen", 0): row("4242", 0, "FAILED")}
-        with pytest.raises(Exception, match="blocked: 'gen' ended FAILED"):
-            agent.after_ids(ext)
-    finally:
-        agent.watch.close()
+    with pytest.raises(Exception, match="'gen', which is not in hpc's queue; launch gen first"):
+        cluster.after_ids(ext)
+    cluster.rows = {("gen", 0): row("4242", 0, "RUNNING")}
+    ids = cluster.after_ids(ext)
+    assert ids == ["4242"]
+    argv = cluster.sbatch_argv(ext, [0], ids)
+    assert "--dependency=afterok:4242" in argv and argv.index("--dependency=afterok:4242") < argv.index("--")
+    assert not [a for a in cluster.sbatch_argv(gen, [0], cluster.after_ids(gen)) if a.startswith("--dependency")]
+    cluster.rows = {("gen", 0): row("4242", 0, "COMPLETED")}
+    assert cluster.after_ids(ext) == []  # done already: nothing to wait for
+    cluster.rows = {("gen", 0): row("4242", 0, "FAILED")}
+    with pytest.raises(Exception, match="blocked: 'gen' ended FAILED"):
+        cluster.after_ids(ext)
 
 
 def test_a_cluster_job_cannot_run_after_a_node_job():

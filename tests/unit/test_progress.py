@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 import os
 
-from gpudeck.agents.progress import DoneSetCounter, ProgressTracker
-from gpudeck.agents.rates import CounterRate, eta_seconds
+from gpudeck.agents.sense.progress import DoneSetCounter, ProgressTracker
+from gpudeck.agents.sense.rates import CounterRate, eta_seconds
 
 
 def test_done_set_reads_only_new_bytes_and_waits_for_a_whole_line(tmp_path):

@@ -1,4 +1,4 @@
-"""The node's Prometheus textfile (agents/promfile.py): the fleet key that turns it on, a real
+"""The node's Prometheus textfile (agents/node/promfile.py): the fleet key that turns it on, a real
 agent writing ``gpudeck.prom`` whose every series agrees with the snapshot it was written from,
 and a directory that cannot be written: one alert, the agent ticks on, a retry at most every
 RETRY_S seconds.
@@ -12,7 +12,8 @@ import dataclasses
 from pathlib import Path
 
 import pytest
-from gpudeck.agents import promfile, writes
+from gpudeck.agents.node import promfile
+from gpudeck.agents.sense import writes
 from gpudeck.agents.contract.wire import Alert, Gpu, GpuProcess, Host, JobStatus, Progress, Snapshot
 from gpudeck.agents.contract.vocab import AlertKind, JobState
 from gpudeck.agents.contract.jobs import JobKind

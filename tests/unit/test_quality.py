@@ -7,7 +7,6 @@ No process: tests/system/test_quality.py runs the real ones."""
 from __future__ import annotations
 
 import json
-from types import SimpleNamespace
 
 import pytest
 
@@ -15,7 +14,6 @@ from gpudeck.agents.contract.jobs import EXIT_DATA, JobKind, JobSpec, final_exit
 from gpudeck.agents.contract.vocab import AlertKind, EventKind, JobState
 from gpudeck.agents.contract.watching import AlertThresholds, ConfigError, HeartbeatConfig
 from gpudeck.agents.contract.wire import Alert, JobStatus, Progress, QualityWindow
-from gpudeck.agents.records import JobRecord
 from gpudeck.agents.watch.checks import quality
 from gpudeck.agents.watch.heartbeat import failing_reason
 from gpudeck.agents.watch.phases import Phases
@@ -23,6 +21,7 @@ from gpudeck.agents.workers.generate.quality import (CUT, EMPTY, NO_ANSWER, REPE
                                                      repeats)
 from gpudeck.remote.fleet import parse_fleet
 from gpudeck.remote.fleet_check import FleetError
+from support.jobs import FakeJobs
 
 PROSE = ("The shard writer keeps the order of writes that makes a kill harmless: the record is "
          "appended and fsynced before its id reaches the done-set, so a restart finds every record "
@@ -166,9 +165,8 @@ def test_an_on_failure_generate_that_exited_4_is_not_restarted_and_a_command_tha
         opts = {"prompts": "p", "out": "/o", "servers": ["http://h:1"]} if kind == "generate" else {}
         spec = JobSpec(name="gen", kind=kind, restart="on-failure", restart_backoff_s=0, options=opts,
                        **({"command": ["x"]} if kind == "command" else {}))
-        sup = SimpleNamespace(spec_of=lambda n, s=spec: s, job_dir=lambda n, d=tmp_path / kind: d,
-                              audit=lambda *a, **k: None)
-        engine = RestartEngine(sup, lambda *a, **k: None, clock=FakeClock(1000.0))
+        jobs = FakeJobs([spec], workdir=tmp_path / kind)
+        engine = RestartEngine(jobs, lambda *a, **k: None, clock=FakeClock(1000.0))
         engine._start = lambda *a: engine._started.append(a)  # record, start nothing
         engine._started = []
         job = JobStatus(name="gen", kind=JobKind(kind), state=JobState.FAILED, attempt=1, exit_code=4,
@@ -179,20 +177,7 @@ def test_an_on_failure_generate_that_exited_4_is_not_restarted_and_a_command_tha
         assert bool(engine._started) is restarted, kind
         if not restarted:
             assert st.next_at is None and "not restarted: exit code 4" in st.note
-            assert json.loads((tmp_path / kind / "restarts.json").read_text())["note"] == st.note
-
-
-class _Sup:
-    def __init__(self, specs: list[JobSpec]) -> None:
-        self.declared = {s.name: s for s in specs}
-        self.records: dict[str, JobRecord] = {}
-
-    def spec_of(self, name):
-        return self.declared.get(name)
-
-    def hold(self, name, blocked):
-        rec = self.records.setdefault(name, JobRecord(name=name))
-        rec.state = JobState.BLOCKED if blocked else JobState.PENDING
+            assert jobs.read_note("gen", "restarts.json")["note"] == st.note
 
 
 def test_a_phase_after_a_generate_that_ended_in_junk_is_blocked_saying_why(tmp_path):
@@ -201,18 +186,18 @@ def test_a_phase_after_a_generate_that_ended_in_junk_is_blocked_saying_why(tmp_p
     gen = JobSpec(name="gen", kind="generate", restart="on-failure",
                   options={"prompts": "p", "out": str(out), "servers": ["http://h:1"]})
     ext = JobSpec(name="ext", command=["true"], after=["gen"])
-    sup = _Sup([gen, ext])
+    sup = FakeJobs([gen, ext])
     said: list = []
     ph = Phases(sup, lambda kind, message, **kw: said.append((kind, message)), lambda n: False)
-    sup.records["gen"] = JobRecord(name="gen", state=JobState.FAILED, attempt=1, exit_code=4)
+    sup.set_state("gen", JobState.FAILED, exit_code=4)
     ph.tick()  # no _QUALITY (extract's audit, say): blocked all the same, never "to be restarted"
     assert ph.notes["ext"] == "blocked: gen failed (exit code 4: its verdict on its data, never restarted; see its log)"
-    sup.records["ext"].state = JobState.PENDING
+    sup.set_state("ext", JobState.PENDING, 0)
     why = "0.0% of the 3000 records counted are useful, under --min-useful-pct 50%"
     (out / "_QUALITY").write_text(json.dumps({"ok": False, "why": why}))
     ph.tick()
     assert ph.notes["ext"] == f"blocked: gen ended with too few useful records: {why} ({out}/_QUALITY)"
-    assert sup.records["ext"].state is JobState.BLOCKED
+    assert sup.state("ext") is JobState.BLOCKED
     assert said[-1] == (EventKind.BLOCKED, f"job ext is blocked: gen ended with too few useful records: {why} "
                                            f"({out}/_QUALITY)")
 
@@ -220,7 +205,7 @@ def test_a_phase_after_a_generate_that_ended_in_junk_is_blocked_saying_why(tmp_p
 def test_a_phase_on_another_node_is_blocked_by_the_quality_document_beside_the_marker(tmp_path):
     marker = tmp_path / "gen" / "_SUCCESS"
     ext = JobSpec(name="ext", command=["true"], after=["gen"], after_markers={"gen": str(marker)})
-    sup = _Sup([ext])
+    sup = FakeJobs([ext])
     ph = Phases(sup, lambda *a, **k: None, lambda n: False)
     ph.tick()
     assert ph.notes["ext"] == f"waiting for gen (its marker {marker})"
@@ -230,7 +215,7 @@ def test_a_phase_on_another_node_is_blocked_by_the_quality_document_beside_the_m
     assert ph.notes["ext"] == f"blocked: gen ended with too few useful records: 12.0% useful ({marker.parent}/_QUALITY)"
     (marker.parent / "_QUALITY").unlink()  # a new run over the output removed it: waiting again
     ph.tick()
-    assert ph.notes["ext"] == f"waiting for gen (its marker {marker})" and sup.records["ext"].state is JobState.PENDING
+    assert ph.notes["ext"] == f"waiting for gen (its marker {marker})" and sup.state("ext") is JobState.PENDING
 
 
 # ---------------------------------------------------------------- the figures: history and Prometheus
@@ -250,7 +235,7 @@ def _snap(t: float, window: QualityWindow) -> "Snapshot":
 
 
 def test_the_window_s_shares_go_into_the_history_of_the_job_and_no_other(tmp_path):
-    from gpudeck.agents.historydb import HistoryDB
+    from gpudeck.agents.history.db import HistoryDB
 
     t0 = 1_700_000_000.0 - 1_700_000_000.0 % 3600
     db = HistoryDB(tmp_path / "history.db", clock=lambda: t0 + 200)
@@ -265,7 +250,7 @@ def test_the_window_s_shares_go_into_the_history_of_the_job_and_no_other(tmp_pat
 
 
 def test_the_prometheus_file_has_the_shares_the_totals_and_the_useful_ratio():
-    from gpudeck.agents import promfile
+    from gpudeck.agents.node import promfile
     from support.promfile import parse
 
     got = parse(promfile.generate_text(_snap(1.0, _window(1000, **{CUT: 870, REPETITION: 20}))))

@@ -10,7 +10,7 @@ import pytest
 
 from gpudeck.agents.contract.vocab import JobState
 from gpudeck.agents.contract.wire import AttemptSpan, Gpu, Host, JobStatus, Snapshot
-from gpudeck.agents.records import JobRecord
+from gpudeck.agents.jobs.records import JobRecord
 from gpudeck.console import cost
 from gpudeck.console.state import FleetState
 from gpudeck.remote.fleet import parse_fleet

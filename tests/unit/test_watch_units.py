@@ -165,7 +165,7 @@ class _Broken:
 
 
 def test_nvml_health_reads_never_raise():
-    from gpudeck.agents.health import NvmlHealth
+    from gpudeck.agents.sense.health import NvmlHealth
 
     (h,) = NvmlHealth(_Broken(), ["handle"]).read()
     assert (h.xids, h.ecc_uncorrected, h.pages_pending, h.throttle) == ([], None, None, [])

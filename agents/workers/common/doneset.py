@@ -1,7 +1,7 @@
 """The done-set: an append-only log of finished ids, one per line.
 
 It is read once when a worker starts and only appended to afterwards. The agent counts its
-lines incrementally (agents/progress.py ``DoneSetCounter``), so a line counts once its
+lines incrementally (agents/sense/progress.py ``DoneSetCounter``), so a line counts once its
 newline is on disk.
 
 Rules that keep a kill -9 harmless (the workers rely on them):

@@ -1,4 +1,4 @@
-"""The progress document every worker keeps, for the agent (agents/progress.py reads it)
+"""The progress document every worker keeps, for the agent (agents/sense/progress.py reads it)
 and for whoever looks at the output directory.
 
 Where: ``--progress`` / ``--progress-file`` when given, else ``$GPUDECK_PROGRESS_FILE`` (the

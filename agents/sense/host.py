@@ -9,7 +9,7 @@ from typing import Optional
 
 import psutil
 
-from .contract.wire import Disk, Host
+from ..contract.wire import Disk, Host
 
 
 class HostSampler:

@@ -30,11 +30,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from . import writes
-from .contract.jobs import JobSpec
-from .contract.ops import CopyDiff
-from .contract.atomic import atomic_write_json
-from .contract.ownership import OWNED_ELSEWHERE, owner_text
+from ..sense import writes
+from ..contract.jobs import JobSpec
+from ..contract.ops import CopyDiff
+from ..contract.atomic import atomic_write_json
+from ..contract.ownership import OWNED_ELSEWHERE, owner_text
 
 log = logging.getLogger(__name__)
 OWNERS_FILE = "owners.json"

@@ -53,14 +53,15 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 from urllib.parse import urlsplit, urlunsplit
 
-from .contain import cgroup2_mount
-from .contract import VERSION, ops
-from .contract.documents import PLAN_FILE, PlanDoc, MAX_PLAN_BYTES, read_document
-from .contract.jobs import JobKind, JobSpec
-from .contract.needs import Need, fix_line, program_problem
-from .contract.ops import Check
-from .contract.units import human_bytes
-from .contract.vocab import Verdict
+from ..jobs.contain import cgroup2_mount
+from ..contract import VERSION, ops
+from ..contract.documents import PLAN_FILE, PlanDoc, MAX_PLAN_BYTES, read_document
+from ..contract.jobs import JobKind, JobSpec
+from ..contract.needs import Need, fix_line, program_problem
+from ..contract.ops import Check
+from ..contract.units import human_bytes
+from ..contract.vocab import Verdict
+from ..jobs.backend import GpuReader, JobBackend
 
 log = logging.getLogger("agents")
 
@@ -990,14 +991,13 @@ def run_checks(tasks: list[Task]) -> list[Check]:
     return out
 
 
-def examine(op: ops.Doctor, agent: Any) -> ops.DoctorReport:
+def examine(op: ops.Doctor, jobs: JobBackend, gpu: GpuReader, node: str) -> ops.DoctorReport:
     """The ``doctor`` op: every check of the node against its declared jobs."""
     received = time.time()  # first: the clock is compared against the console's at once
     th = Thresholds(import_warn_s=op.import_warn_s, timeout_s=op.timeout_s,
                     quick_timeout_s=min(op.timeout_s, Thresholds.quick_timeout_s))
-    sup = agent.sup
-    specs = sorted(sup.declared.values(), key=lambda s: s.name)
-    python: str = getattr(sup, "python", sys.executable)
+    specs = sorted(jobs.declared().values(), key=lambda s: s.name)
+    python = jobs.python
     quick = th.quick_timeout_s
 
     torch_by: dict[str, list[str]] = {}  # interpreter -> the jobs that need torch from it
@@ -1019,8 +1019,7 @@ def examine(op: ops.Doctor, agent: Any) -> ops.DoctorReport:
             out.append(check_sglang(py, sglang_jobs, th))
         return out
 
-    gpu = agent.gpu
-    simulated = bool(getattr(gpu, "simulated", False))
+    simulated = gpu.simulated
     probed: dict[str, Any] = {}
 
     def nvml() -> list[Check]:
@@ -1042,21 +1041,22 @@ def examine(op: ops.Doctor, agent: Any) -> ops.DoctorReport:
                          ("nvml", quick, nvml)]
     for s in specs:
         if model_of(s):
-            tasks.append(("model", quick, lambda s=s: [check_model(s, sup.job_dir, totals(), th)]))
+            tasks.append(("model", quick, lambda s=s: [check_model(s, jobs.workdir, totals(), th)]))
     for s in specs:
         if s.kind is JobKind.LLAMA_SERVER and not s.command:
-            tasks.append(("engine", quick, lambda s=s: [check_program(s, sup.job_dir, quick)]))
+            tasks.append(("engine", quick, lambda s=s: [check_program(s, jobs.workdir, quick)]))
     for s in specs:
         if getattr(s.options, "out", None):
-            tasks.append(("disk", quick, lambda s=s: [check_disk(s, sup.job_dir, th)]))
+            tasks.append(("disk", quick, lambda s=s: [check_disk(s, jobs.workdir, th)]))
     for s in specs:
         if getattr(s.options, "s3", None):
             tasks.append(("s3", quick, lambda s=s: [check_s3(s)]))
     checks = run_checks(tasks)
     if op.console_time is not None:
         checks.append(check_clock(op.console_time, received, th))
-    contain = sup.contain
-    checks.append(check_containment(contain.mode, contain.parent, os.environ.get("GPUDECK_CONTAINMENT") == "token",
-                                    cgroup2_mount()))
+    contained = jobs.containment()  # None: a scheduler contains the jobs (their nodes' own)
+    if contained is not None:
+        checks.append(check_containment(contained.mode, contained.parent,
+                                        os.environ.get("GPUDECK_CONTAINMENT") == "token", cgroup2_mount()))
     checks += check_limits(th=th)
-    return ops.DoctorReport(node=agent.node, checks=checks, at=time.time())
+    return ops.DoctorReport(node=node, checks=checks, at=time.time())

@@ -15,9 +15,12 @@ import logging
 import threading
 import time
 from pathlib import Path
-from typing import Union
+from typing import TYPE_CHECKING, Union
 
-from .contract.vocab import AlertKind
+from ..contract.vocab import AlertKind
+
+if TYPE_CHECKING:
+    from ..contract.wire import Alert
 
 log = logging.getLogger("agents")
 
@@ -43,10 +46,10 @@ def ok(path: Union[str, Path]) -> None:
             _failed.pop(str(path), None)
 
 
-def alerts() -> list:
+def alerts() -> list[Alert]:
     if not _failed:  # (every tick)
         return []
-    from .contract.wire import Alert
+    from ..contract.wire import Alert
 
     with _lock:
         items = sorted(_failed.items())

@@ -7,7 +7,7 @@ import os
 import shlex
 from typing import Any
 
-from .contract.jobs import SHELL, JobSpec
+from ..contract.jobs import SHELL, JobSpec
 
 
 def spec_changes(old: JobSpec, new: JobSpec) -> list[str]:

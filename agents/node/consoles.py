@@ -285,7 +285,7 @@ def find_agent(home: Path, version: str, protocol_version: int, timeout_s: float
     """A connection to the agent serving ``home`` that said hello at this version, as
     (socket, reader, hello line), or None (nothing listens, no hello in ``timeout_s``,
     another version)."""
-    from .contract import wire
+    from ..contract import wire
 
     path = home / SOCKET_NAME
     if not path.exists():

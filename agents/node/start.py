@@ -12,11 +12,16 @@ import os
 import socket
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import BinaryIO, Optional
 
-from .contract import wire
-from .agent import Agent
+from ..contract import wire
+from ..contract.cluster import ClusterSpec
+from .agent import Agent, make_home
+from ..sense.gpu import GpuSampler
+from ..jobs.backend import GpuReader
+from .consoles import Listener, StartLock, find_agent, relay
 from .lock import AgentLock, AgentLockError
+from ..jobs.supervisor import JobSupervisor
 
 log = logging.getLogger("agents")
 
@@ -42,7 +47,7 @@ def home_mode_problem(home: Path) -> Optional[str]:
 
 def _node_name(text: str) -> str:
     """--node: a name in every snapshot and event; a newline in it would be a line of its own."""
-    from .contract.names import name_problem
+    from ..contract.names import name_problem
 
     problem = name_problem(text, "a node name")
     if problem:
@@ -61,7 +66,35 @@ def _interval(text: str) -> float:
     return value
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def gpu_reader(home: Path, nvml: bool = True, simulate_gpus: Optional[str] = None) -> GpuReader:
+    """NVML's GPUs, or the stand-in ones of the demo and the tests (only ever by explicit request)."""
+    if simulate_gpus:
+        from ..simgpu import SimGpuSampler
+        return SimGpuSampler(home, simulate_gpus)
+    return GpuSampler(enabled=nvml)
+
+
+def node_agent(home: Path, node: str, interval_s: float = 1.0, *, nvml: bool = True,
+               simulate_gpus: Optional[str] = None, detached: bool = False, textfile_dir: Optional[str] = None,
+               out: Optional[BinaryIO] = None) -> Agent:
+    """The agent of a node: its jobs are this host's processes (agents/jobs/supervisor.py)."""
+    home = make_home(home)
+    gpu = gpu_reader(home, nvml, simulate_gpus)
+    jobs = JobSupervisor(home, gpu, node=node, role="watcher" if detached else "agent")
+    return Agent(home, node, jobs, gpu, interval_s, out=out, detached=detached, textfile_dir=textfile_dir)
+
+
+def cluster_agent(home: Path, node: str, spec: ClusterSpec, interval_s: float = 1.0, *, nvml: bool = True,
+                  simulate_gpus: Optional[str] = None, out: Optional[BinaryIO] = None) -> Agent:
+    """The agent of a cluster's login node: Slurm runs its jobs (agents/cluster/)."""
+    from ..cluster.backend import ClusterJobs
+
+    home = make_home(home)
+    gpu = gpu_reader(home, nvml, simulate_gpus)
+    return Agent(home, node, ClusterJobs(home, node, spec, gpu), gpu, interval_s, out=out)
+
+
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m gpudeck.agents", description="gpudeck node agent")
     ap.add_argument("--home", type=Path, default=None, help="state directory (default ~/.gpudeck or $GPUDECK_HOME)")
     ap.add_argument("--node", default=None, type=_node_name,
@@ -90,17 +123,22 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--observe", action="store_true",
                     help="report this node's GPUs and host as snapshots on stdout until stdin closes; launch "
                          "nothing (a cluster agent runs it beside a task, with srun --overlap)")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    """``python -m gpudeck.agents``: one mode each run (--observe, --ensure, --once, the agent
+    of a node or of a cluster); the agent's own arguments are kept for the watcher it may start."""
+    args = parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format=wire.STDERR_FORMAT)
     import getpass
     home = Path(str(args.home or default_home()).replace("{user}", getpass.getuser())).expanduser()
     if args.observe:
-        from .cluster.observe import observe
+        from ..cluster.observe import observe
         return observe(args.node or socket.gethostname(), home, args.interval, args.simulate_gpus,
                        nvml=not args.no_nvml)
     cluster = None
     if args.cluster:
-        from .contract.cluster import ClusterSpec
         try:
             import json
             cluster = ClusterSpec.from_dict(json.loads(args.cluster))
@@ -111,58 +149,61 @@ def main(argv: Optional[list[str]] = None) -> int:
     if problem:
         log.error("%s", problem)
         return 3
+    own_argv = list(sys.argv[1:] if argv is None else argv)
     if args.ensure:
-        from .watch.daemon import ensure
         try:
-            return ensure(home, list(sys.argv[1:] if argv is None else argv))
+            return ensure(home, own_argv)
         except OSError as exc:
             log.error("cannot use the state directory %s: %s", home, exc.strerror or exc)
             return 3
-    lock = listener = None
-    if not args.once:
-        # one agent per node: relay to the one serving this home, or take the node over from
-        # an agent that does not answer (or is another version) before touching any job; agents
-        # starting together take turns until the winner's socket is bound
-        from .links import Listener, StartLock, find_agent, relay
-        try:
-            start = StartLock(home)
-        except OSError as exc:
-            log.error("cannot use the state directory %s: %s", home, exc.strerror or exc)
-            return 3
-        try:
-            found = find_agent(home, wire.__version__, wire.PROTOCOL)
-            if args.detached:  # the watcher takes over from a console's agent, never from a watcher
-                from .watch.daemon import detached_may_start
-                if not detached_may_start(home, found):
-                    return 0
-                found = None
-            if found is None:
-                lock = AgentLock.take_over(home, grace_s=args.takeover_grace)
-                try:
-                    listener = Listener(home)
-                except OSError as exc:
-                    log.warning("cannot serve other consoles on %s: %s", home / "agent.sock", exc)
-        except AgentLockError as exc:
-            log.error("%s", exc)
-            return 3
-        finally:
-            start.release()
+    return serve(args, home, cluster, own_argv)
+
+
+def ensure(home: Path, argv: list[str]) -> int:
+    """``--ensure``, what the node's supervisor runs (cron's @reboot and every minute): start a
+    detached watcher when ``home`` is watched and no agent serves it; otherwise nothing. An
+    agent of a console that is connected is left alone: it hands over when its console leaves."""
+    from ..watch.config import WatchConfig
+    from ..watch.daemon import spawn_detached
+
+    home = Path(home)
+    if not WatchConfig.load(home).watching:
+        return 0
+    start = StartLock(home)  # the start of agents is one at a time: two ensures never both spawn
+    try:
+        found = find_agent(home, wire.__version__, wire.PROTOCOL)
         if found is not None:
-            return relay(*found)
+            found[0].close()
+            return 0
+        proc = spawn_detached(home, [a for a in argv if a != "--ensure"], started_by="cron")
+        log.info("%s is watched and no agent serves it: started the detached watcher (pid %d)", home, proc.pid)
+        return 0
+    finally:
+        start.release()
+
+
+def serve(args: argparse.Namespace, home: Path, cluster: Optional[ClusterSpec], argv: list[str]) -> int:
+    """The agent of this home (a node's, or a cluster's), once (--once) or until its last
+    console leaves; a second agent relays to the one serving the home instead."""
+    lock: Optional[AgentLock] = None
+    listener: Optional[Listener] = None
+    if not args.once:
+        code, lock, listener = take_home(home, args.detached, args.takeover_grace)
+        if code is not None:
+            return code
     try:
         if cluster is not None:
-            from .cluster.agent import ClusterAgent
-            agent: Agent = ClusterAgent(home, args.node or cluster.name, cluster, args.interval,
-                                        nvml=not args.no_nvml, simulate_gpus=args.simulate_gpus)
+            agent = cluster_agent(home, args.node or cluster.name, cluster, args.interval, nvml=not args.no_nvml,
+                                  simulate_gpus=args.simulate_gpus)
         else:
-            agent = Agent(home, args.node or socket.gethostname(), args.interval, nvml=not args.no_nvml,
-                          simulate_gpus=args.simulate_gpus, detached=args.detached and not args.once,
-                          textfile_dir=args.textfile_dir)
+            agent = node_agent(home, args.node or socket.gethostname(), args.interval, nvml=not args.no_nvml,
+                               simulate_gpus=args.simulate_gpus, detached=args.detached and not args.once,
+                               textfile_dir=args.textfile_dir)
     except OSError as exc:  # an unwritable home, a full disk: say so, not a traceback
         log.error("cannot start the agent in %s: %s", home, exc)
         return 3
     agent.listener = listener
-    agent.argv = agent.watch.agent_argv = list(sys.argv[1:] if argv is None else argv)
+    agent.argv = agent.watch.agent_argv = argv
     if lock is not None:
         import signal
         signal.signal(signal.SIGTERM, agent.on_takeover)
@@ -178,3 +219,38 @@ def main(argv: Optional[list[str]] = None) -> int:
     except (BrokenPipeError, KeyboardInterrupt):
         pass
     return 0
+
+
+def take_home(home: Path, detached: bool, grace_s: float
+              ) -> tuple[Optional[int], Optional[AgentLock], Optional[Listener]]:
+    """One agent per node: relay to the one serving this home, or take the node over from an
+    agent that does not answer (or is another version) before touching any job; agents starting
+    together take turns until the winner's socket is bound. (an exit code to end with, or None
+    with the lock and the listener of the agent that now serves the home)"""
+    try:
+        start = StartLock(home)
+    except OSError as exc:
+        log.error("cannot use the state directory %s: %s", home, exc.strerror or exc)
+        return 3, None, None
+    lock = listener = None
+    try:
+        found = find_agent(home, wire.__version__, wire.PROTOCOL)
+        if detached:  # the watcher takes over from a console's agent, never from a watcher
+            from ..watch.daemon import detached_may_start
+            if not detached_may_start(home, found):
+                return 0, None, None
+            found = None
+        if found is None:
+            lock = AgentLock.take_over(home, grace_s=grace_s)
+            try:
+                listener = Listener(home)
+            except OSError as exc:
+                log.warning("cannot serve other consoles on %s: %s", home / "agent.sock", exc)
+    except AgentLockError as exc:
+        log.error("%s", exc)
+        return 3, None, None
+    finally:
+        start.release()
+    if found is not None:
+        return relay(*found), None, None
+    return None, lock, listener

@@ -25,11 +25,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from .contract.jobs import JobSpec
-from .contract.vocab import JobState
-from .contract.documents import PLAN_FILE, drift_pct, read_plan  # noqa: F401 -- PLAN_FILE: the agent's name for it
-from .contract.wire import JobPlan, Progress
-from .records import JobRecord
+from ..contract.jobs import JobSpec
+from ..contract.vocab import JobState
+from ..contract.documents import PLAN_FILE, drift_pct, read_plan  # noqa: F401 -- PLAN_FILE: the agent's name for it
+from ..contract.wire import JobPlan, Progress
+from .backend import JobFacts
 
 log = logging.getLogger("agents")
 
@@ -65,7 +65,7 @@ class PlanWatch:
         self._paths: dict[str, tuple[JobSpec, Optional[str]]] = {}
         self._readings: dict[str, _Reading] = {}  # by path
 
-    def fields(self, name: str, spec: Optional[JobSpec], rec: Optional[JobRecord], progress: Optional[Progress],
+    def fields(self, name: str, spec: Optional[JobSpec], rec: Optional[JobFacts], progress: Optional[Progress],
                now: float) -> dict[str, Any]:
         """``first_started_at`` and ``plan`` of the job's JobStatus."""
         if rec is None:

@@ -25,8 +25,9 @@ from typing import Callable, Iterable, Optional
 
 import psutil
 
-from .contract.clock import SYSTEM, Clock
-from .contract.wire import GpuHolder, KillVerdict
+from ..contract.clock import SYSTEM, Clock
+from ..contract.wire import GpuHolder, KillVerdict
+from .backend import GpuReader
 
 
 
@@ -97,7 +98,7 @@ def wait_gone(t: Target, timeout_s: float, sig: Optional[int] = None, clock: Clo
         clock.sleep(0.05)
 
 
-def gpu_holdings(gpu, pids: set[int]) -> list[tuple[int, int, float]]:
+def gpu_holdings(gpu: GpuReader, pids: set[int]) -> list[tuple[int, int, float]]:
     return [(pid, index, mib) for index in range(len(gpu.uuids)) for pid, mib in gpu.processes(index)
             if pid in pids]
 
@@ -122,7 +123,7 @@ def describe_process(pid: int) -> str:
     return text if len(text) <= 40 else text[:39] + "…"
 
 
-def strangers(gpu, gpus: set[int], since: Optional[int], owner_of: Callable[[int], Optional[str]],
+def strangers(gpu: GpuReader, gpus: set[int], since: Optional[int], owner_of: Callable[[int], Optional[str]],
               job: str, leader: int = 0) -> list[tuple[int, int, float]]:
     """Processes on ``gpus`` started after ``since`` (start ticks, :func:`start_ticks`) that
     belong to no job but ``job``; none when the launch's start is not known. Ticks are 10 ms:
@@ -140,7 +141,7 @@ def strangers(gpu, gpus: set[int], since: Optional[int], owner_of: Callable[[int
     return out
 
 
-def kill_and_verify(t: Target, gpu, owner_of: Callable[[int], Optional[str]], grace_s: float,
+def kill_and_verify(t: Target, gpu: GpuReader, owner_of: Callable[[int], Optional[str]], grace_s: float,
                     verify_timeout_s: float, on_stopping: Callable[[set[int]], None],
                     clock: Clock = SYSTEM) -> KillVerdict:
     t0 = clock.monotonic()
@@ -183,7 +184,7 @@ def kill_and_verify(t: Target, gpu, owner_of: Callable[[int], Optional[str]], gr
                        message=message, at=clock.time())
 
 
-def kill_process(pid: int, gpu, grace_s: float, verify_timeout_s: float = 15.0, clock: Clock = SYSTEM) -> KillVerdict:
+def kill_process(pid: int, gpu: GpuReader, grace_s: float, verify_timeout_s: float = 15.0, clock: Clock = SYSTEM) -> KillVerdict:
     """Kill one GPU process that belongs to no job (the caller checked that), and verify that
     it is gone and its memory came back."""
     name = f"pid {pid}"

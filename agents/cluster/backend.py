@@ -1,6 +1,7 @@
-"""The agent in a scheduler's mode, on a cluster's login node (``python -m gpudeck.agents
---cluster SPEC``). It is the node agent of agents/agent.py (the same hello, links, relays for a
-second console, ops table) with the jobs of the cluster in place of the node's own:
+"""The jobs of a cluster, for the agent on its login node (``python -m gpudeck.agents
+--cluster SPEC``): the second backend (jobs/backend.py JobBackend) beside the node's own
+supervisor. The agent is the node agent of agents/node/agent.py (the same hello, links, relays for a
+second console, ops table); its jobs are the cluster's:
 
 - one ``squeue`` per ``poll_s``, plus a few soon after an action, shared by every console (a
   second console relays through this agent, as on a node);
@@ -33,20 +34,22 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Optional
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any, Optional
 
-from ..agent import Agent
 from ..contract import ops, wire
 from ..contract.errors import Refusal
 from ..contract.cluster import ClusterSpec, slurm_job_name, split_task, task_name
 from ..contract.jobs import JobKind, JobSpec
 from ..contract.units import index_ranges
 from ..contract.vocab import JobState
-from ..contract.wire import (ClusterInfo, GpuHolder, JobStatus, KillVerdict, LaunchResult, LogChunk, Snapshot,
-                             TaskInfo)
-from ..progress import ProgressTracker
-from ..supervisor import JobError
-from .. import joblog
+from ..contract.wire import ClusterInfo, GpuHolder, JobStatus, KillVerdict, LaunchResult, LogChunk, Progress, TaskInfo
+from ..sense.progress import ProgressTracker
+from ..jobs.audit import AuditLog
+from ..jobs.backend import AuditHook, Contained, Extras, GpuReader, GpusSeen, JobError, JobFacts
+from ..jobs import joblog
+from ..sense import writes
 from .runs import TASK_TOKEN, Attempts, SlurmSaid, install_wrapper, read_attempts, read_said, run_dir, write_said
 from .observe import Observers
 from .slurm import REASONS, TERMINAL, QueueRow, Slurm, SlurmError, TaskDetail, newer, refused_for_input
@@ -82,16 +85,25 @@ def fleet_name(identity: str) -> str:
     return Path(identity.split(":", 1)[-1]).stem.replace(":", "_") or "fleet"
 
 
-class ClusterAgent(Agent):
-    def __init__(self, home: Path, node: str, spec: ClusterSpec, interval_s: float = 1.0, nvml: bool = True,
-                 out: Any = None, simulate_gpus: Optional[str] = None) -> None:
-        super().__init__(home, node, interval_s, nvml=nvml, out=out, simulate_gpus=simulate_gpus)
+class ClusterJobs:
+    """A cluster's jobs (jobs/backend.py JobBackend): each an array of tasks that Slurm runs
+    on its compute nodes; ``gpu`` reads the GPUs of the login node (where a test runs its
+    tasks, its kills are proved by them)."""
+
+    local = False  # the tasks run on the compute nodes: Slurm requeues and chains them
+
+    def __init__(self, home: Path, node: str, spec: ClusterSpec, gpu: GpuReader) -> None:
+        self.home = Path(home)
+        self.node = node
+        self.gpu = gpu
+        self.python = sys.executable
+        self._audit = AuditLog(self.home / "audit.log", node)
         self.spec = spec
         self.slurm = Slurm(spec)
         self.rows: dict[tuple[str, int], QueueRow] = {}  # (job, index): the newest row of each task
         self.details: dict[str, TaskDetail] = {}  # raw id: scontrol -d of a running task
         self._detail_at: dict[str, float] = {}  # raw id: the task's elapsed time when its detail was read
-        self.declared: dict[str, JobSpec] = {}
+        self._declared: dict[str, JobSpec] = {}
         self.fleet = ""  # the short fleet name in the Slurm job names (gd:<fleet>:<job>) and run dirs
         self.source = ""  # the fleet file it was last declared from (host:/path)
         # the fleet's names before (the same file, renamed or given a [fleet] name): Slurm still
@@ -110,7 +122,8 @@ class ClusterAgent(Agent):
         self._due: list[float] = []  # monotonic times of the extra polls an action asked for
         self._wake: Optional[asyncio.Event] = None
         self._loop: Optional[asyncio.AbstractEventLoop] = None
-        self._trackers2: dict[str, tuple[str, ProgressTracker]] = {}
+        self._trackers: dict[str, tuple[str, ProgressTracker]] = {}
+        self._seen: dict[str, JobStatus] = {}  # the last rows, by task name (facts)
         self.setup_error = self.slurm.missing()  # not a Slurm login node: said in every snapshot, never polled
         if self.setup_error:
             log.error("%s", self.setup_error)
@@ -128,7 +141,7 @@ class ClusterAgent(Agent):
             self.fleet = doc.get("fleet", "")
             self.source = doc.get("source", "")
             self.former = [str(n) for n in doc.get("former", []) if n]
-            self.declared = {j["name"]: JobSpec.from_dict(j) for j in doc.get("jobs", [])}
+            self._declared = {j["name"]: JobSpec.from_dict(j) for j in doc.get("jobs", [])}
         except (OSError, ValueError, KeyError, TypeError) as exc:
             if not isinstance(exc, FileNotFoundError):
                 log.warning("cluster %s: cannot read %s (%s); the jobs come with the next console", self.node,
@@ -137,7 +150,7 @@ class ClusterAgent(Agent):
     def _save_declared(self) -> None:
         from ..contract.atomic import atomic_write_json
         atomic_write_json(self._state_file, {"fleet": self.fleet, "source": self.source, "former": self.former,
-                                             "jobs": [s.to_dict() for s in self.declared.values()]}, mode=0o600)
+                                             "jobs": [s.to_dict() for s in self._declared.values()]}, mode=0o600)
 
     # ------------------------------------------------------------ polling
 
@@ -300,7 +313,10 @@ class ClusterAgent(Agent):
         if self._loop is not None and self._wake is not None:
             self._loop.call_soon_threadsafe(self._wake.set)
 
-    async def _poll_loop(self) -> None:
+    async def serve(self) -> None:
+        """The polls: one per ``poll_s``, a few more soon after an action; the observers beside
+        the running tasks."""
+        self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
         last = 0.0
         try:
@@ -332,14 +348,8 @@ class ClusterAgent(Agent):
                 except asyncio.TimeoutError:
                     break
 
-    async def run(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        poller = self._loop.create_task(self._poll_loop())
-        try:
-            await super().run()
-        finally:
-            poller.cancel()
-            await self.observers.close()
+    async def close(self) -> None:
+        await self.observers.close()
 
     # ------------------------------------------------------------ the snapshot
 
@@ -367,13 +377,16 @@ class ClusterAgent(Agent):
         return read_attempts(self._run(job) / "attempts" / f"{index}.jsonl")
 
     def task_names(self) -> list[tuple[str, int]]:
-        out = [(name, i) for name, spec in self.declared.items() for i in range(spec.shards)]
-        return out + sorted({k for k in self.rows if k[0] not in self.declared})
+        out = [(name, i) for name, spec in self._declared.items() for i in range(spec.shards)]
+        return out + sorted({k for k in self.rows if k[0] not in self._declared})
 
-    def snapshot(self) -> Snapshot:
+    def refresh(self) -> None:
         if self.polls == 0 and self.poll_error is None and not self.setup_error:
             self.poll()  # the first answer waits for the queue: a task is never shown lost for want of a poll
-        now = time.time()
+
+    def statuses(self, now: float, for_console: bool, extras: Optional[Extras] = None) -> list[JobStatus]:
+        """A row per task. ``extras`` is not asked: a task's progress is in its run directory,
+        and its engine, restarts and chaining are the scheduler's."""
         with self._lock:
             rows = dict(self.rows)
         jobs = []
@@ -384,31 +397,117 @@ class ClusterAgent(Agent):
                 log.warning("task %s cannot be read: %s", task_name(job, index), exc)
                 jobs.append(JobStatus(name=task_name(job, index), kind=JobKind.COMMAND, state=JobState.PENDING,
                                       error=f"{type(exc).__name__}: {exc}"))
-        gpus = self.observers.gpus(jobs)
-        host = self.host.sample([str(self.home), os.path.expanduser(self.spec.shared_dir)])
+        self._seen = {j.name: j for j in jobs}
+        return jobs
+
+    def read_gpus(self, jobs: list[JobStatus]) -> GpusSeen:
+        """The compute nodes' GPUs, as their observers read them beside the running tasks."""
+        return GpusSeen(self.observers.gpus(jobs), None, self.gpu.simulated)
+
+    def disk_paths(self) -> list[str]:
+        return [str(self.home), os.path.expanduser(self.spec.shared_dir)]
+
+    def cluster_info(self) -> Optional[ClusterInfo]:
         config = self.slurm._config or {}
-        info = ClusterInfo(kind=self.spec.kind, login=self.spec.login, partition=self.spec.partition,
+        return ClusterInfo(kind=self.spec.kind, login=self.spec.login, partition=self.spec.partition,
                            poll_s=self.spec.poll_s, polls=self.polls, polled_at=self.polled_at, poll_ms=self.poll_ms,
                            config=dict(config), observers=len(self.observers.procs), error=self.poll_error,
                            setup_error=self.setup_error)
-        self.seq += 1
-        snap = Snapshot(node=self.node, seq=self.seq, t=now, host=host, gpus=gpus, jobs=jobs, alerts=[],
-                        gpus_simulated=getattr(self.gpu, "simulated", False), cluster=info)
-        self.history.record(snap)
-        return snap
 
-    def _progress(self, name: str, path: Path, spec: Optional[JobSpec], now: float, alive: bool):
+    # ------------------------------------------------------------ what is known (jobs/backend.py)
+
+    def names(self) -> list[str]:
+        return sorted(self._declared)
+
+    def declared(self) -> Mapping[str, JobSpec]:
+        return MappingProxyType(self._declared)
+
+    def spec_of(self, name: str) -> Optional[JobSpec]:
+        """The spec of a job, or of the job a task (``extract/7``) is one of."""
+        return self._declared.get(split_task(name)[0])
+
+    def knows(self, name: str) -> bool:
+        try:
+            self._task(name)
+        except Refusal:
+            return False
+        return True
+
+    def facts(self, name: str) -> Optional[JobFacts]:
+        """A task's state as the last rows showed it; a job's, from its tasks: alive while one
+        runs, exited once all exited, else as its first task that did not."""
+        seen = self._seen.get(name)
+        if seen is not None:
+            return JobFacts(name=name, state=seen.state, attempt=seen.attempt, exit_code=seen.exit_code,
+                            started_at=seen.started_at, ended_at=seen.ended_at)
+        spec = self._declared.get(name)
+        tasks = [t for i in range(spec.shards) if (t := self._seen.get(task_name(name, i))) is not None] if spec else []
+        if not tasks:
+            return None
+        live = [t for t in tasks if t.state.alive]
+        bad = [t for t in tasks if t.state is not JobState.EXITED]
+        one = live[0] if live else bad[0] if bad else tasks[0]
+        return JobFacts(name=name, state=one.state, attempt=max(t.attempt for t in tasks), exit_code=one.exit_code,
+                        started_at=min((t.started_at for t in tasks if t.started_at), default=None),
+                        ended_at=None if live or bad else max((t.ended_at or 0 for t in tasks), default=None))
+
+    def owner_of(self, pid: int) -> Optional[str]:
+        return None  # the tasks' processes are on the compute nodes: their observers name them
+
+    def workdir(self, name: str) -> Path:
+        """sbatch's own: a task runs where the agent submitted it unless its spec names a cwd."""
+        return Path.cwd()
+
+    def containment(self) -> Optional[Contained]:
+        return None  # Slurm contains each task (its proctrack plugin), on its compute node
+
+    # ------------------------------------------------------------ for the watcher
+
+    def set_blocked(self, name: str, blocked: bool) -> None:
+        """Nothing to keep: Slurm holds a job that runs after another (--dependency=afterok)."""
+
+    def audit(self, action: str, job: Optional[str], details: Optional[dict[str, Any]] = None, **kw: Any) -> None:
+        self._audit.write(action, job, details, **kw)
+
+    def on_audit(self, hook: Optional[AuditHook]) -> None:
+        self._audit.on_audit(hook)
+
+    def _note(self, name: str, note: str) -> Path:
+        return self.home / "jobs" / name / note
+
+    def read_note(self, name: str, note: str) -> Optional[dict[str, Any]]:
+        try:
+            doc = json.loads(self._note(name, note).read_text())
+        except FileNotFoundError:
+            return None
+        if not isinstance(doc, dict):
+            raise ValueError(f"{self._note(name, note)}: not a JSON object")
+        return doc
+
+    def write_note(self, name: str, note: str, doc: dict[str, Any]) -> None:
+        from ..contract.atomic import atomic_write_json
+        path = self._note(name, note)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            atomic_write_json(path, doc, fsync=False)
+        except OSError as exc:
+            writes.failed(path, exc)
+        else:
+            writes.ok(path)
+
+    def _progress(self, name: str, path: Path, spec: Optional[JobSpec], now: float, alive: bool
+                  ) -> Optional[Progress]:
         key = str(path)
-        cur = self._trackers2.get(name)
+        cur = self._trackers.get(name)
         if cur is None or cur[0] != key:
-            cur = self._trackers2[name] = (key, ProgressTracker(key, None, None))
+            cur = self._trackers[name] = (key, ProgressTracker(key, None, None))
         progress = cur[1].poll(now)
         if progress is not None and not alive:
             progress = dataclasses.replace(progress, tokens_per_s=None, rate_per_s=None, eta_s=None)
         return progress
 
     def _task_status(self, job: str, index: int, row: Optional[QueueRow], now: float) -> JobStatus:
-        spec = self.declared.get(job)
+        spec = self._declared.get(job)
         name = task_name(job, index)
         att = self._attempts(job, index)
         run = self._run(job)
@@ -543,49 +642,39 @@ class ClusterAgent(Agent):
 
     # ------------------------------------------------------------ the ops
 
-    def _table(self) -> dict[type, Callable[[Any], Any]]:
-        table = super()._table()
-        table.update({
-            ops.Status: lambda op: self.snapshot(),
-            ops.Configure: self._configure,
-            ops.Launch: lambda op: self.launch(op.job),
-            ops.Kill: lambda op: self.kill(op.job, op.grace_s),
-            ops.Relaunch: lambda op: self.relaunch(op.job, op.grace_s),
-            ops.KillPid: self._no_kill_pid,
-            ops.Adopt: self._no_adopt,
-            ops.Logs: lambda op: self.logs(op.job, op.lines, op.offset),
-        })
-        return table
-
-    def _no_kill_pid(self, op: ops.KillPid) -> KillVerdict:
+    def kill_pid(self, pid: int, grace_s: float = 10.0) -> KillVerdict:
         raise JobError(f"cluster {self.node}: a process is killed through its job (scancel), not by pid")
 
-    def _no_adopt(self, op: ops.Adopt) -> ops.Adopted:
+    def adopt(self, pid: int, name: str, started_at: Optional[float] = None, progress_file: Optional[str] = None,
+              kind: str = JobKind.COMMAND.value) -> ops.Adopted:
         raise JobError(f"cluster {self.node}: a login node's processes are not adopted; Slurm runs the cluster's jobs")
 
-    def _configure(self, op: ops.Configure) -> ops.Configured:
-        mine = [s for s in op.jobs if s.cluster in (None, self.node)]
+    def configure(self, specs: list[JobSpec], fleet: str = "", take_over: bool = False, source: str = "",
+                  reading: bool = False) -> ops.Configured:
+        """The fleet file's jobs of this cluster; one fleet's at a time (``take_over`` and
+        ``reading`` change nothing here: the queue is the fleet's by its job names)."""
+        mine = [s for s in specs if s.cluster in (None, self.node)]
         with self._lock:
             changed = {s.name: ["the fleet file's spec"] for s in mine
-                       if s.name in self.declared and self.declared[s.name] != s}
-            news = {s.name: s for s in mine} != self.declared or fleet_name(op.fleet) != self.fleet
-            self.declared = {s.name: s for s in mine}
-            if op.fleet:
-                self.fleet_identity = op.fleet
-                new = fleet_name(op.fleet)
+                       if s.name in self._declared and self._declared[s.name] != s}
+            news = {s.name: s for s in mine} != self._declared or fleet_name(fleet) != self.fleet
+            self._declared = {s.name: s for s in mine}
+            if fleet:
+                self.fleet_identity = fleet
+                new = fleet_name(fleet)
                 if new != self.fleet:
                     # the same file under another name (its [fleet] name given or changed): a rename,
                     # whose tasks stay found; another file's fleet: its own, and none of these
-                    same = bool(self.fleet and op.source) and (
-                        self.source == op.source if self.source else fleet_name(op.source) == self.fleet)
+                    same = bool(self.fleet and source) and (
+                        self.source == source if self.source else fleet_name(source) == self.fleet)
                     if same:
                         self._renamed(self.fleet, new)
                     else:
                         self.former = []
                     self.fleet = new
                     self.rows = {}  # polled again under the names now
-                if op.source:
-                    self.source = op.source
+                if source:
+                    self.source = source
         try:
             self._save_declared()
         except OSError as exc:
@@ -595,9 +684,9 @@ class ClusterAgent(Agent):
         return ops.Configured(jobs=[s.name for s in mine], changed=changed)
 
     def _spec(self, job: str) -> JobSpec:
-        spec = self.declared.get(job)
+        spec = self._declared.get(job)
         if spec is None:
-            known = ", ".join(self.declared) or "none"
+            known = ", ".join(self._declared) or "none"
             raise Refusal(f"unknown job {job!r} on cluster {self.node} (its jobs: {known})")  # asking again won't help
         return spec
 
@@ -674,7 +763,7 @@ class ClusterAgent(Agent):
         except SlurmError as exc:
             said = f"sbatch refused job {spec.name!r}: {exc}"
             raise (Refusal(said) if refused_for_input(str(exc)) else JobError(said)) from None
-        self.sup.audit("launch", name, array=array, argv=argv)
+        self.audit("launch", name, array=array, argv=argv)
         self.soon()
         attempt = max((self._attempts(spec.name, i).starts for i in indices), default=0) + 1
         return LaunchResult(job=name, pid=0, attempt=attempt, log=str(run / "logs"), kill=kill,
@@ -718,7 +807,7 @@ class ClusterAgent(Agent):
         if index is not None:
             verdict = self._kill_task(spec, index, grace_s)
             self._keep_verdict(spec, index, verdict)
-            self.sup.audit("kill", name, verdict=wire.to_plain(verdict))
+            self.audit("kill", name, verdict=wire.to_plain(verdict))
             self.soon()
             return verdict
         cancelled = self._cancel_pending(spec)  # the waiting tasks at once: one scancel per array
@@ -737,7 +826,7 @@ class ClusterAgent(Agent):
                               message="; ".join(said) or f"{name}: no task was running",
                               gpu_holders=[h for v in verdicts for h in v.gpu_holders],
                               seconds=max((v.seconds or 0 for v in verdicts), default=None))
-        self.sup.audit("kill", name, verdict=wire.to_plain(verdict))
+        self.audit("kill", name, verdict=wire.to_plain(verdict))
         self.soon()
         return verdict
 
@@ -905,7 +994,7 @@ class ClusterAgent(Agent):
             except SlurmError as exc:  # forgotten, or preemption cancelled rather than requeued: resubmit
                 log.info("cluster %s: requeue of %s failed (%s); resubmitting", self.node, task_id, exc)
             else:
-                self.sup.audit("relaunch", name, requeue=task_id)
+                self.audit("relaunch", name, requeue=task_id)
                 self.soon()
                 return LaunchResult(job=name, pid=0, attempt=attempt, kill=kill,
                                     log=str(self._run(spec.name) / "logs" / f"{index}.log"),

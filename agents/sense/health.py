@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Optional, Protocol
 
 log = logging.getLogger(__name__)
 
@@ -36,17 +36,15 @@ class GpuHealth:
     simulated: bool = False
 
 
-def reader_for(gpu: Any) -> Optional[Any]:
-    """The health reader of a GPU sampler: the stand-in's own, NVML's, or None without GPUs."""
-    own = getattr(gpu, "health_reader", None)
-    if callable(own):
-        return own()
-    nv, handles = getattr(gpu, "_nvml", None), getattr(gpu, "_handles", None)
-    return NvmlHealth(nv, list(handles)) if nv is not None and handles else None
+class HealthReader(Protocol):
+    """A GPU reader's health readings (GpuReader.health_reader): NVML's, or the stand-in's."""
+
+    def read(self, now: Optional[float] = None) -> list[GpuHealth]:
+        ...
 
 
 class NvmlHealth:
-    def __init__(self, nv: Any, handles: list) -> None:
+    def __init__(self, nv: Any, handles: list[Any]) -> None:
         self.nv, self.handles = nv, handles
         self._slow_at = 0.0
         self._slow: dict[int, tuple[Optional[int], Optional[bool], list[str]]] = {}

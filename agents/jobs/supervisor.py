@@ -27,28 +27,33 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Optional
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any, Optional
 
 import psutil
 
-from . import joblog, killing, writes
+from . import joblog, killing
+from ..sense import writes
 from .contain import Containment, cgroup_path_of, token_of
-from .gpu import GpuSampler
-from .contract.errors import AdoptRefused, HoldsTheNode
-from .contract.fencing import EXIT_FENCED, FENCED_NOTE
+from ..sense.gpu import GpuSampler
+from .audit import AuditLog
+from .backend import AuditHook, Contained, Extras, GpuReader, GpusSeen, JobError, JobFacts
+from ..contract.errors import AdoptRefused, HoldsTheNode
+from ..contract.fencing import EXIT_FENCED, FENCED_NOTE
 from .holds import holds_the_node
-from .contract.jobs import MARKER, JobKind, JobSpec, SpecError
+from ..contract.jobs import MARKER, JobKind, JobSpec, SpecError
 from .fenceread import launch_refusal
-from .contract.ops import Adopted
-from .contract.vocab import JobState
-from .contract.needs import launch_problem
-from .owners import Declarations, Declared
-from .contract.plain import to_plain
-from .contract.wire import KillVerdict, LaunchResult, LogChunk
+from ..contract.ops import Adopted, Configured
+from ..contract.vocab import JobState
+from ..contract.needs import launch_problem
+from .owners import Declarations
+from ..contract.plain import to_plain
+from ..contract.wire import ClusterInfo, JobStatus, KillVerdict, LaunchResult, LogChunk
 from .records import (START_TIME_TOLERANCE_S, JobRecord, _Live, descendants as _descendants, ended_pidfds,
                       first_start_of, group_members, leader_alive)
 from .specdiff import spec_changes
-from .contract.atomic import atomic_write_json as write_json_atomic
+from ..contract.atomic import atomic_write_json as write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -79,24 +84,26 @@ LOG_CHECK_S = 5.0  # the agent's look at its jobs' log keepers (is one gone?) an
 ADOPTED = "adopted.json"  # what an adoption read of the process (the environment's values stay in spec.json)
 
 
-class JobError(Exception):
-    """A request the supervisor refuses; the message says why and what to do."""
-
-
 class JobSupervisor:
-    def __init__(self, home: Path, gpu: Optional[GpuSampler] = None, node: str = "local",
-                 python: str = sys.executable) -> None:
+    """The local backend (jobs/backend.py JobBackend): the node's jobs as its own processes.
+    ``role`` (``agent``, or ``watcher`` for the detached one) is how a refused kill names the
+    process it would have taken down."""
+
+    local = True
+
+    def __init__(self, home: Path, gpu: Optional[GpuReader] = None, node: str = "local",
+                 python: str = sys.executable, role: str = "agent") -> None:
         self.home = Path(home)
         self.jobs_dir = self.home / "jobs"
         self.jobs_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        self.audit_path = self.home / "audit.log"
-        self.gpu = gpu or GpuSampler(enabled=False)
-        self.contain = Containment.detect()
+        self._audit = AuditLog(self.home / "audit.log", node)
+        self.gpu: GpuReader = gpu or GpuSampler(enabled=False)
+        self._contain = Containment.detect()
         self.node = node
         self.python = python
-        self.declared: dict[str, JobSpec] = {}  # every fleet file's jobs (self.owned keeps them apart)
-        self.owned = Declarations(self.home, node)
-        self.records: dict[str, JobRecord] = {}
+        self._declared: dict[str, JobSpec] = {}  # every fleet file's jobs (self._owned keeps them apart)
+        self._owned = Declarations(self.home, node)
+        self._records: dict[str, JobRecord] = {}
         self._live: dict[str, _Live] = {}
         self._lock = threading.RLock()
         self._busy: set[str] = set()  # jobs with a launch/kill under way
@@ -104,30 +111,33 @@ class JobSupervisor:
         self._logs_due = 0.0  # when cap_logs looks at the logs next (monotonic)
         self._stored: dict[str, tuple[int, Optional[JobSpec]]] = {}  # spec.json by its mtime
         self._dirs: dict[str, Path] = {}
-        self.on_audit: Optional[Callable[[str, Optional[str], dict[str, Any]], None]] = None  # the timeline's copy
-        self.agent_role = "agent"  # or "watcher" (agents/agent.py): how a refused kill names this process
-        self.adopt()
+        self._progress_files: dict[str, str] = {}  # GPUDECK_PROGRESS_FILE of each job, for the agent's readings
+        self._role = role
+        self._paths: list[str] = []  # disk_paths, made again only when the declarations change
+        self._paths_of: Optional[dict[str, JobSpec]] = None  # the declarations _paths was made from
+        self._job_errors: dict[str, str] = {}  # the last error logged per job: logged once, not every tick
+        self._adopt_all()
 
     # ------------------------------------------------------------ state on disk
 
-    def job_dir(self, name: str) -> Path:
+    def _job_dir(self, name: str) -> Path:
         d = self._dirs.get(name)
         if d is None:  # asked several times a tick for every job: build the path once
             d = self._dirs[name] = self.jobs_dir / name
         return d
 
-    def job_file(self, name: str, file: str) -> Path:
+    def _job_file(self, name: str, file: str) -> Path:
         """``<home>/jobs/<name>/<file>``, built once."""
         key = f"{name}/{file}"
         p = self._dirs.get(key)
         if p is None:
-            p = self._dirs[key] = self.job_dir(name) / file
+            p = self._dirs[key] = self._job_dir(name) / file
         return p
 
     def _save(self, rec: JobRecord) -> None:
         """state.json, atomically: on a full disk the last good version stays, the record in
-        memory goes on, and the failure is an alert (agents/writes.py)."""
-        path = self.job_file(rec.name, "state.json")
+        memory goes on, and the failure is an alert (agents/sense/writes.py)."""
+        path = self._job_file(rec.name, "state.json")
         try:
             write_json_atomic(path, rec.to_dict())
         except OSError as exc:
@@ -137,11 +147,11 @@ class JobSupervisor:
 
     def spec_of(self, name: str) -> Optional[JobSpec]:
         """The declared spec, else the one the job was last launched with."""
-        return self.declared.get(name) or self.stored_spec(name)
+        return self._declared.get(name) or self.stored_spec(name)
 
     def stored_spec(self, name: str) -> Optional[JobSpec]:
         """The spec the job was last launched with."""
-        path = self.job_dir(name) / "spec.json"
+        path = self._job_dir(name) / "spec.json"
         try:
             stamp = path.stat().st_mtime_ns
         except OSError:
@@ -158,26 +168,123 @@ class JobSupervisor:
         return spec
 
     def names(self) -> list[str]:
-        return sorted(set(self.declared) | set(self.records))
+        return sorted(set(self._declared) | set(self._records))
+
+    def declared(self) -> Mapping[str, JobSpec]:
+        return MappingProxyType(self._declared)
+
+    def knows(self, name: str) -> bool:
+        return self.spec_of(name) is not None or name in self._records or self._job_dir(name).is_dir()
+
+    def facts(self, name: str) -> Optional[JobFacts]:
+        rec = self._records.get(name)
+        return _facts(rec) if rec is not None else None
+
+    def workdir(self, name: str) -> Path:
+        """The job's own directory: where it runs when its spec names no ``cwd``."""
+        return self._job_dir(name)
+
+    def containment(self) -> Optional[Contained]:
+        return Contained(self._contain.mode, self._contain.parent)
 
     def audit(self, action: str, job: Optional[str], details: Optional[dict[str, Any]] = None, **kw: Any) -> None:
-        details = {**(details or {}), **kw}
-        entry = {"t": round(time.time(), 3), "node": self.node, "action": action, "job": job}
-        entry.update((k, v) for k, v in details.items() if k not in entry)
-        try:
-            with open(self.audit_path, "a") as f:
-                f.write(json.dumps(entry, default=str) + "\n")
-        except OSError as exc:  # a full disk: the action goes on, the failure is an alert
-            writes.failed(self.audit_path, exc)
-        else:
-            writes.ok(self.audit_path)
-        if self.on_audit is not None:
-            try:
-                self.on_audit(action, job, entry)
-            except Exception:  # noqa: BLE001 -- the timeline must never stop an action
-                log.exception("audit hook failed on %s", action)
+        self._audit.write(action, job, details, **kw)
 
-    def adopt(self) -> None:
+    def on_audit(self, hook: Optional[AuditHook]) -> None:
+        self._audit.on_audit(hook)
+
+    def read_note(self, name: str, note: str) -> Optional[dict[str, Any]]:
+        try:
+            doc = json.loads(self._job_file(name, note).read_text())
+        except FileNotFoundError:
+            return None
+        if not isinstance(doc, dict):
+            raise ValueError(f"{self._job_file(name, note)}: not a JSON object")
+        return doc
+
+    def write_note(self, name: str, note: str, doc: dict[str, Any]) -> None:
+        path = self._job_file(name, note)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            write_json_atomic(path, doc, fsync=False)
+        except OSError as exc:  # a full disk: an alert (agents/sense/writes.py), the caller's state stays in memory
+            writes.failed(path, exc)
+        else:
+            writes.ok(path)
+
+    # ------------------------------------------------------------ each tick
+
+    def statuses(self, now: float, for_console: bool, extras: Optional[Extras] = None) -> list[JobStatus]:
+        """Every job's status. One job that cannot be read (a file system error, a bad state
+        file) shows its error on its own row; the others are read as usual. ``for_console``
+        False leaves out what only a console reads (``pids``, ``spec_changes``, ``gpu_uuids``,
+        ``log_path``, ``fleet``)."""
+        out = []
+        for name in self.names():
+            try:
+                out.append(self._status(name, now, for_console, extras))
+            except Exception as exc:  # noqa: BLE001 -- one job must never blind the node
+                why = f"{type(exc).__name__}: {exc}"
+                if self._job_errors.get(name) != why:
+                    log.warning("job %s cannot be read: %s", name, why)
+                self._job_errors[name] = why
+                rec = self._records.get(name)
+                spec = self._declared.get(name)
+                out.append(JobStatus(name=name, kind=spec.kind if spec else JobKind.COMMAND,
+                                     state=rec.state if rec else JobState.PENDING, error=why))
+            else:
+                self._job_errors.pop(name, None)
+        return out
+
+    def _status(self, name: str, now: float, for_console: bool, extras: Optional[Extras]) -> JobStatus:
+        spec = self.spec_of(name)
+        rec = self._records.get(name)
+        gpus = list(spec.gpus) if spec else []
+        uuids = self.gpu.uuids
+        fields: dict[str, Any] = dict(
+            name=name, kind=spec.kind if spec else JobKind.COMMAND, state=rec.state if rec else JobState.PENDING,
+            gpus=gpus, gpu_uuids=[uuids[i] for i in gpus if i < len(uuids)] if for_console else [],
+            pid=rec.pid if rec else None, pgid=rec.pgid if rec else None,
+            pids=self._members(name) if rec and for_console else [], attempt=rec.attempt if rec else 0,
+            exit_code=rec.exit_code if rec else None, started_at=rec.started_at if rec else None,
+            ended_at=rec.ended_at if rec else None,
+            log_path=str(self._job_file(name, "job.log")) if rec and for_console else None,
+            argv=rec.argv if rec else [], last_kill=rec.last_kill if rec else None, adopted=bool(rec and rec.adopted),
+            fenced=rec.fenced if rec else None,
+            spec_changes=self.spec_changes(name) if rec and for_console else [],
+            fleet=self._owned.owner(name) if for_console else None)
+        if extras is not None:
+            progress_file = self._progress_files.get(name)
+            if progress_file is None:
+                progress_file = self._progress_files[name] = str(self._job_file(name, "progress.json"))
+            fields.update(extras(name, spec, _facts(rec) if rec is not None else None, progress_file))
+        return JobStatus(**fields)
+
+    def read_gpus(self, jobs: list[JobStatus]) -> GpusSeen:
+        return GpusSeen(self.gpu.sample(self.owner_of), self.gpu.error, self.gpu.simulated)
+
+    def disk_paths(self) -> list[str]:
+        """The home and where the jobs write: worked out again only when the fleet's jobs are
+        (configure replaces them)."""
+        declared = self._declared
+        if self._paths_of is not declared:
+            paths = [str(self.home)]
+            for s in declared.values():
+                out = getattr(s.options, "out", None)
+                paths += [os.path.expanduser(p) for p in (s.cwd, out, s.done_set, s.progress) if p]
+            self._paths, self._paths_of = paths, declared
+        return self._paths
+
+    def cluster_info(self) -> Optional[ClusterInfo]:
+        return None
+
+    async def serve(self) -> None:
+        return None  # the ticks are all: refresh() notices what ended
+
+    async def close(self) -> None:
+        return None  # the jobs are not the agent's: they run on without it
+
+    def _adopt_all(self) -> None:
         """Read every job's state.json; keep what is still alive, settle what is not."""
         for d in sorted(self.jobs_dir.iterdir()) if self.jobs_dir.exists() else []:
             path = d / "state.json"
@@ -188,7 +295,7 @@ class JobSupervisor:
             except (ValueError, TypeError) as exc:
                 log.warning("job %s: unreadable state.json, ignored: %s", d.name, exc)
                 continue
-            self.records[rec.name] = rec
+            self._records[rec.name] = rec
             self._live[rec.name] = _Live()
             if rec.state.alive:
                 if self._leader_alive(rec) or self._group_members(rec) or self._cgroup_members(rec):
@@ -216,17 +323,19 @@ class JobSupervisor:
         threading.Thread(target=finish, name=f"kill-{rec.name}", daemon=True).start()
 
     def configure(self, specs: list[JobSpec], fleet: str = "", take_over: bool = False, source: str = "",
-                  reading: bool = False) -> Declared:
-        """``fleet``'s declarations (agents/owners.py: another fleet's stay theirs, and a
+                  reading: bool = False) -> Configured:
+        """``fleet``'s declarations (agents/jobs/owners.py: another fleet's stay theirs, and a
         ``reading`` configure takes nothing); the ownership's outcome, with ``changed``: per
         job, what its fleet file changed since it last launched."""
         with self._lock:
-            declared = self.owned.declare(fleet, specs, take_over,
-                                          lambda n: (r := self.records.get(n)) is not None and r.state.alive,
-                                          source=source, reading=reading)
-            self.declared = declared.merged
-        declared.changed = {s.name: changes for s in specs if (changes := self.spec_changes(s.name))}
-        return declared
+            declared = self._owned.declare(fleet, specs, take_over,
+                                           lambda n: (r := self._records.get(n)) is not None and r.state.alive,
+                                           source=source, reading=reading)
+            self._declared = declared.merged
+        changed = {s.name: changes for s in specs if (changes := self.spec_changes(s.name))}
+        return Configured(jobs=[s.name for s in specs], changed=changed, owned_elsewhere=declared.elsewhere,
+                          taken=declared.taken, differs=declared.differs, copy=declared.copy,
+                          kept_copy=declared.kept_copy)
 
     # ------------------------------------------------------------ liveness
 
@@ -237,10 +346,10 @@ class JobSupervisor:
         """Live processes of the job (records.group_members). Scans /proc: not for every tick."""
         return group_members(rec, self._leader_alive(rec))
 
-    def members(self, name: str, now: Optional[float] = None) -> list[int]:
+    def _members(self, name: str, now: Optional[float] = None) -> list[int]:
         """Cached group members, refreshed every few seconds."""
         now = time.monotonic() if now is None else now
-        rec, live = self.records.get(name), self._live.get(name)
+        rec, live = self._records.get(name), self._live.get(name)
         if rec is None or live is None or not rec.state.alive:
             return []
         if now - live.members_at > MEMBERS_REFRESH_S:
@@ -257,11 +366,11 @@ class JobSupervisor:
         whether they run."""
         if not rec.cgroup:
             return set()
-        return {p for p in (self.contain.members(None, rec.cgroup) or ()) if p in known or killing.running(p)}
+        return {p for p in (self._contain.members(None, rec.cgroup) or ()) if p in known or killing.running(p)}
 
     def _read_exit_code(self, name: str) -> Optional[int]:
         try:
-            return int((self.job_dir(name) / "exit_code").read_text().strip())
+            return int((self._job_dir(name) / "exit_code").read_text().strip())
         except (OSError, ValueError):
             return None
 
@@ -286,7 +395,7 @@ class JobSupervisor:
         rec.ended_at = rec.ended_at or time.time()
         if rec.state is JobState.EXITED:
             self._write_success(rec)
-        self.contain.remove(rec.cgroup)
+        self._contain.remove(rec.cgroup)
         if live:
             live.members, live.popen = [], None
             live.close_pidfd()
@@ -295,7 +404,7 @@ class JobSupervisor:
     def _fenced_why(self, name: str) -> str:
         """Where the job went, as its worker read it beside the output (``fenced.json``)."""
         try:
-            doc = json.loads(self.job_file(name, FENCED_NOTE).read_text())
+            doc = json.loads(self._job_file(name, FENCED_NOTE).read_text())
             return str(doc["why"])
         except (OSError, ValueError, KeyError, TypeError):
             return "a newer attempt of this job holds its output (it was moved); see its log"
@@ -303,7 +412,7 @@ class JobSupervisor:
     def _marker_paths(self, name: str, spec: Optional[JobSpec]) -> list[Path]:
         """Where the agent writes a job's completion marker: its directory's ``_SUCCESS``, and
         the spec's ``success_marker``."""
-        paths = [self.job_file(name, MARKER)]
+        paths = [self._job_file(name, MARKER)]
         if spec is not None and spec.success_marker:
             paths.append(Path(os.path.expanduser(spec.success_marker)))
         return paths
@@ -329,7 +438,7 @@ class JobSupervisor:
                                "ended_at": rec.ended_at}
         try:
             prog = json.loads(Path(os.path.expanduser(spec.progress) if spec and spec.progress
-                                   else self.job_file(rec.name, "progress.json")).read_text())
+                                   else self._job_file(rec.name, "progress.json")).read_text())
             doc["counts"] = {k: prog[k] for k in ("done", "total", "failed") if isinstance(prog.get(k), int)}
         except (OSError, ValueError, AttributeError):
             pass
@@ -342,9 +451,13 @@ class JobSupervisor:
                 log.warning("job %s: cannot write its completion marker %s: %s", rec.name, path, exc)
 
     def refresh(self) -> None:
-        """One tick: notice jobs that ended since the last one."""
+        """One tick: notice jobs that ended since the last one; keep their logs in bounds."""
+        self._refresh_ended()
+        self._cap_logs()
+
+    def _refresh_ended(self) -> None:
         with self._lock:
-            todo = [(name, rec) for name, rec in self.records.items() if name not in self._busy and rec.state.alive]
+            todo = [(name, rec) for name, rec in self._records.items() if name not in self._busy and rec.state.alive]
             ended = ended_pidfds([fd for name, _ in todo if (live := self._live.get(name)) is not None
                                   and (fd := live.pidfd) is not None])
             for name, rec in todo:
@@ -367,13 +480,13 @@ class JobSupervisor:
     def owner_of(self, pid: int) -> Optional[str]:
         """The job a pid belongs to: by its attempt's token or cgroup (which a process cannot
         shed by leaving the group or the tree), else by process group, else by ancestry."""
-        live_recs = [(n, r) for n, r in self.records.items() if r.state.alive]
+        live_recs = [(n, r) for n, r in self._records.items() if r.state.alive]
         token = token_of(pid)
         if token:
             for n, r in live_recs:
                 if r.token == token:
                     return n
-        if self.contain.parent is not None:
+        if self._contain.parent is not None:
             where = cgroup_path_of(pid)
             for n, r in live_recs:
                 if where and r.cgroup and r.cgroup.endswith(where):
@@ -382,10 +495,10 @@ class JobSupervisor:
             pgid = os.getpgid(pid)
         except (ProcessLookupError, PermissionError):
             pgid = None
-        by_pgid = {r.pgid: n for n, r in self.records.items() if r.pgid and r.state.alive}
+        by_pgid = {r.pgid: n for n, r in self._records.items() if r.pgid and r.state.alive}
         if pgid in by_pgid:
             return by_pgid[pgid]
-        by_pid = {r.pid: n for n, r in self.records.items() if r.pid and r.state.alive}
+        by_pid = {r.pid: n for n, r in self._records.items() if r.pid and r.state.alive}
         if pid in by_pid:  # an adopted leader of no group of its own
             return by_pid[pid]
         try:
@@ -406,8 +519,8 @@ class JobSupervisor:
 
     def check_fence(self, spec: JobSpec) -> None:
         """JobError when the job's output holds another node's attempt: the job was moved there,
-        and a launch here would take it back (agents/fenceread.py)."""
-        cwd = os.path.expanduser(spec.cwd) if spec.cwd else str(self.job_dir(spec.name))
+        and a launch here would take it back (agents/jobs/fenceread.py)."""
+        cwd = os.path.expanduser(spec.cwd) if spec.cwd else str(self._job_dir(spec.name))
         why = launch_refusal(spec, self.node, cwd)
         if why is not None:
             raise JobError(f"job {spec.name!r} is not started on {self.node}: {why}. A launch here would take "
@@ -420,7 +533,7 @@ class JobSupervisor:
         if spec is None:
             known = ", ".join(self.names()) or "none"
             raise JobError(f"unknown job {name!r} on node {self.node} (known: {known})")
-        problem = launch_problem(spec, spec.python or self.python, str(self.job_dir(name)))  # before anything starts
+        problem = launch_problem(spec, spec.python or self.python, str(self._job_dir(name)))  # before anything starts
         if problem:
             raise JobError(problem)
         if not fence_checked:
@@ -436,18 +549,18 @@ class JobSupervisor:
 
     def spec_changes(self, name: str) -> list[str]:
         """What the fleet file changed since ``name`` last launched (both specs are cached)."""
-        declared = self.declared.get(name)
+        declared = self._declared.get(name)
         stored = self.stored_spec(name) if declared is not None else None
         return spec_changes(stored, declared) if stored is not None and declared is not None else []
 
     def _launch(self, spec: JobSpec, relaunch: bool) -> LaunchResult:
         name = spec.name
         with self._lock:
-            rec = self.records.get(name) or JobRecord(name=name)
+            rec = self._records.get(name) or JobRecord(name=name)
             if rec.state.alive and (self._leader_alive(rec) or self._group_members(rec) or self._cgroup_members(rec)):
                 raise JobError(f"job {name!r} is already running on {self.node} (pid {rec.pid}, "
                                f"attempt {rec.attempt}); kill it first or use relaunch")
-            d = self.job_dir(name)
+            d = self._job_dir(name)
             d.mkdir(parents=True, exist_ok=True, mode=0o700)
             (d / "exit_code").unlink(missing_ok=True)
             (d / FENCED_NOTE).unlink(missing_ok=True)
@@ -456,7 +569,7 @@ class JobSupervisor:
             argv = spec.argv(self.python)
             # an adopted job's recorded environment is all of it (the agent's own is not added),
             # its CUDA variables included; a fleet file's version of the name is launched as usual
-            exact = name not in self.declared and (d / ADOPTED).exists()
+            exact = name not in self._declared and (d / ADOPTED).exists()
             env = {} if exact else dict(os.environ)
             env.update(spec.env)
             env.update(GPUDECK_JOB=name, GPUDECK_JOB_DIR=str(d), GPUDECK_NODE=self.node,
@@ -465,7 +578,7 @@ class JobSupervisor:
             if spec.gpus and not exact:
                 env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, spec.gpus))
                 env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # CUDA's indices = NVML's indices
-            token = self.contain.prepare(self.home, name, rec.attempt + 1, env)
+            token = self._contain.prepare(self.home, name, rec.attempt + 1, env)
             cwd = os.path.expanduser(spec.cwd) if spec.cwd else str(d)
             log_path = d / "job.log"
             joblog.make_pipe(d / joblog.PIPE, int(spec.log_max_mb * 2**20) > 0)
@@ -491,7 +604,7 @@ class JobSupervisor:
                             last_kill=rec.last_kill, argv=list(argv), token=token,
                             start_ticks=killing.start_ticks(popen.pid),
                             cgroup=env.get("GPUDECK_CGROUP"), gpus=len(spec.gpus), past=rec.carried())
-            self.records[name] = rec
+            self._records[name] = rec
             if name in self._live:
                 self._live[name].close_pidfd()
             self._live[name] = _Live(popen=popen)
@@ -500,14 +613,14 @@ class JobSupervisor:
                        gpus=spec.gpus, argv=argv)
             return LaunchResult(job=name, pid=popen.pid, attempt=rec.attempt, log=str(log_path), argv=list(argv))
 
-    def adopt_process(self, pid: int, name: str, started_at: Optional[float] = None,
+    def adopt(self, pid: int, name: str, started_at: Optional[float] = None,
                       progress_file: Optional[str] = None, kind: str = JobKind.COMMAND.value) -> Adopted:
         """Make ``pid``, a process gpudeck did not start, the job ``name``: its command line,
         working directory and environment (read from /proc: this user's processes only), its
         process group and its GPUs go into spec.json and state.json, so it is shown, killed and
         verified, relaunched (the same command, directory and environment, contained) and
         re-adopted by the next agent as a launched job is. AdoptRefused says why not, and
-        HoldsTheNode where the job's kill would take the node down (agents/holds.py)."""
+        HoldsTheNode where the job's kill would take the node down (agents/jobs/holds.py)."""
         if pid == 1:  # before anything is read: init's tree is every process on the node
             self._refuse_holds(pid, "adopt")
         try:
@@ -539,7 +652,7 @@ class JobSupervisor:
                 who = _user_name(uid)
                 raise AdoptRefused("not_yours", f"pid {pid} on node {self.node} belongs to {who}; an agent adopts "
                                                 f"only its own user's processes ({_user_name(os.getuid())})")
-            if name in self.records or name in self.declared:
+            if name in self._records or name in self._declared:
                 raise AdoptRefused("name_taken", f"node {self.node} already holds a job named {name!r}; adopt it "
                                                  f"under another name (--as)")
             try:
@@ -568,7 +681,7 @@ class JobSupervisor:
                                progress=progress)
             except (SpecError, ValueError) as exc:
                 raise AdoptRefused("name_taken" if "name" in str(exc) else "not_yours", str(exc)) from None
-            d = self.job_dir(name)
+            d = self._job_dir(name)
             d.mkdir(parents=True, exist_ok=True, mode=0o700)
             write_json_atomic(d / "spec.json", spec.to_dict())
             write_json_atomic(d / ADOPTED, {"pid": pid, "pgid": pgid, "create_time": create_time, "uid": uid,
@@ -576,35 +689,35 @@ class JobSupervisor:
             rec = JobRecord(name=name, state=JobState.RUNNING, attempt=1, pid=pid, pgid=own_group,
                             create_time=create_time, started_at=create_time, first_started_at=create_time,
                             argv=list(argv), start_ticks=killing.start_ticks(pid), adopted=True, gpus=len(gpus))
-            self.records[name] = rec
+            self._records[name] = rec
             self._live[name] = _Live()
             self._save(rec)
             self.audit("adopt-pid", name, pid=pid, pgid=pgid, gpus=gpus, argv=list(argv), cwd=cwd)
         return Adopted(job=name, pid=pid, pgid=own_group, gpus=gpus, argv=list(argv), cwd=cwd,
                        env_names=sorted(env), started_at=create_time)
 
-    def hold(self, name: str, blocked: bool) -> None:
+    def set_blocked(self, name: str, blocked: bool) -> None:
         """A job that waits on its ``after`` (agents/watch/phases.py): ``blocked`` (a job it runs
         after failed or gave up), or back to ``pending`` (that job runs again). Kept in
         state.json, so the next agent shows it too; a launch of the job starts it as usual."""
         with self._lock:
-            rec = self.records.get(name)
+            rec = self._records.get(name)
             if rec is not None and rec.state not in (JobState.PENDING, JobState.BLOCKED):
                 return  # launched meanwhile
             state = JobState.BLOCKED if blocked else JobState.PENDING
             if rec is None:
                 if not blocked:
                     return
-                rec = self.records[name] = JobRecord(name=name)
+                rec = self._records[name] = JobRecord(name=name)
                 self._live[name] = _Live()
-                self.job_dir(name).mkdir(parents=True, exist_ok=True, mode=0o700)
+                self._job_dir(name).mkdir(parents=True, exist_ok=True, mode=0o700)
             if rec.state is not state:
                 rec.state = state
                 self._save(rec)
 
     def kill(self, name: str, grace_s: float = 10.0, verify_timeout_s: float = 15.0) -> KillVerdict:
         """SIGTERM to the group, SIGKILL after ``grace_s``, then verify against /proc and NVML."""
-        rec = self.records.get(name)
+        rec = self._records.get(name)
         if rec is None:
             if self.spec_of(name) is None:
                 raise JobError(f"unknown job {name!r} on node {self.node} (known: {', '.join(self.names()) or 'none'})")
@@ -620,7 +733,7 @@ class JobSupervisor:
         """Every live process of the attempt: its group and tree, and its containment (its
         cgroup, or every process with its token). Scans /proc: for kills, not every tick."""
         pids = set(self._group_members(rec))
-        pids |= self.contain.members(rec.token, rec.cgroup) or set()
+        pids |= self._contain.members(rec.token, rec.cgroup) or set()
         return {p for p in pids if killing.running(p)}
 
     def _kill(self, rec: JobRecord, grace_s: float, verify_timeout_s: float) -> KillVerdict:
@@ -640,7 +753,7 @@ class JobSupervisor:
             rec.state = JobState.STOPPING
             rec.kill_started_at, rec.kill_grace_s = time.time(), grace_s
             self._save(rec)
-            self.audit("kill-start", name, pids=sorted(pids), grace_s=grace_s, containment=self.contain.mode)
+            self.audit("kill-start", name, pids=sorted(pids), grace_s=grace_s, containment=self._contain.mode)
 
         def reap() -> None:
             live = self._live.get(name)
@@ -652,7 +765,7 @@ class JobSupervisor:
         spec = self.spec_of(name)
         target = killing.Target(job=name, pgid=rec.pgid, started_at=rec.start_ticks,
                                 gpus=list(spec.gpus) if spec else [], members=lambda: self.all_members(rec),
-                                kill_all=lambda: self.contain.kill_all(rec.token, rec.cgroup), reap=reap)
+                                kill_all=lambda: self._contain.kill_all(rec.token, rec.cgroup), reap=reap)
         verdict = killing.kill_and_verify(target, self.gpu, self.owner_of, grace_s, verify_timeout_s, stopping)
         with self._lock:
             rec.last_kill = verdict
@@ -680,8 +793,8 @@ class JobSupervisor:
 
     def _refuse_holds(self, pid: int, action: str, job: Optional[str] = None,
                       members: Optional[set[int]] = None) -> None:
-        """HoldsTheNode, audited, where a kill of ``pid`` would take the node down (agents/holds.py)."""
-        why = holds_the_node(pid, self.node, os.getpid(), self.agent_role, self.owner_of, job, members)
+        """HoldsTheNode, audited, where a kill of ``pid`` would take the node down (agents/jobs/holds.py)."""
+        why = holds_the_node(pid, self.node, os.getpid(), self._role, self.owner_of, job, members)
         if why is None:
             return
         self.audit(f"{action}-refused", job, pid=pid, reason=why)
@@ -689,7 +802,7 @@ class JobSupervisor:
 
     def relaunch(self, name: str, grace_s: float = 10.0) -> LaunchResult:
         """The next attempt, with the fleet file's spec (see launch). A job still running is killed first."""
-        rec = self.records.get(name)
+        rec = self._records.get(name)
         spec = self.spec_of(name)
         if spec is not None:
             self.check_fence(spec)  # before the kill: a refused relaunch leaves the job as it is
@@ -703,12 +816,12 @@ class JobSupervisor:
 
     def logs(self, name: str, lines: int = 100, offset: Optional[int] = None) -> LogChunk:
         """The last ``lines`` lines, or what came after byte ``offset`` (for --follow)."""
-        if self.spec_of(name) is None and name not in self.records:
+        if self.spec_of(name) is None and name not in self._records:
             raise JobError(f"unknown job {name!r} on node {self.node} (known: {', '.join(self.names()) or 'none'})")
-        path = self.job_dir(name) / "job.log"
+        path = self._job_dir(name) / "job.log"
         return joblog.tail(name, path, lines) if offset is None else joblog.read_on(name, path, int(offset))
 
-    def cap_logs(self, now: Optional[float] = None) -> None:
+    def _cap_logs(self, now: Optional[float] = None) -> None:
         """Every ``LOG_CHECK_S``, for each live job whose log keeper (agents/logcap.py) is gone:
         write its pipe into its capped log, or cut a log the job writes itself past its
         ``log_max_mb`` (joblog.Capper)."""
@@ -716,9 +829,18 @@ class JobSupervisor:
         if now < self._logs_due:
             return
         self._logs_due = now + LOG_CHECK_S
-        self._capper.check((name, self.job_file(name, "job.log"), int(spec.log_max_mb * 2**20))
-                           for name, rec in list(self.records.items())
+        self._capper.check((name, self._job_file(name, "job.log"), int(spec.log_max_mb * 2**20))
+                           for name, rec in list(self._records.items())
                            if rec.state.alive and (spec := self.spec_of(name)) is not None)
+
+
+def _facts(rec: JobRecord) -> JobFacts:
+    return JobFacts(name=rec.name, state=rec.state, attempt=rec.attempt, pid=rec.pid, exit_code=rec.exit_code,
+                    started_at=rec.started_at, first_started_at=rec.first_started_at, ended_at=rec.ended_at,
+                    fenced=rec.fenced)
+
+
+__all__ = ["ADOPTED", "JobError", "JobSupervisor", "WRAPPER"]
 
 
 def _user_name(uid: Optional[int]) -> str:

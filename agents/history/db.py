@@ -53,10 +53,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
-from . import writes
-from .contract.ops import HISTORY_KEPT_S, HistoryPoint
-from .contract.vocab import JobState
-from .contract.wire import Sample, Snapshot
+from ..sense import writes
+from ..contract.ops import HISTORY_KEPT_S, HistoryPoint
+from ..contract.vocab import JobState
+from ..contract.wire import Sample, Snapshot
 
 log = logging.getLogger(__name__)
 

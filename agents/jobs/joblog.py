@@ -24,7 +24,7 @@ import threading
 from pathlib import Path
 from typing import Iterable, Optional
 
-from .contract.wire import LogChunk
+from ..contract.wire import LogChunk
 
 BLOCK = 1 << 16
 log = logging.getLogger("agents")

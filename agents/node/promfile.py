@@ -21,7 +21,7 @@ reads half a file). The series, all labelled ``node`` (docs/prometheus.md lists 
 
 A figure that is not known (None) has no sample: never a made-up 0.
 
-A directory that is missing or cannot be written is one alert (agents/writes.py: "cannot write
+A directory that is missing or cannot be written is one alert (agents/sense/writes.py: "cannot write
 DIR/gpudeck.prom: ..."), logged once; the agent goes on, and tries again at most every
 ``RETRY_S`` seconds, so a failing directory never costs a tick more than one failed open.
 """
@@ -40,9 +40,9 @@ from prometheus_client import CollectorRegistry, generate_latest, write_to_textf
 from prometheus_client import openmetrics
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from . import writes
-from .contract.vocab import AlertKind
-from .contract.wire import JobStatus, Snapshot
+from ..sense import writes
+from ..contract.vocab import AlertKind
+from ..contract.wire import JobStatus, Snapshot
 
 log = logging.getLogger("agents")
 

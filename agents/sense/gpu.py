@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import logging
-from typing import Optional
+from typing import Callable, Optional
 
 import psutil
 
-from .contract.wire import Gpu, GpuProcess
+from ..contract.wire import Gpu, GpuProcess
+from .health import NvmlHealth
 
 log = logging.getLogger(__name__)
 
@@ -16,6 +17,8 @@ MIB = 1024 * 1024
 
 class GpuSampler:
     """Reads every GPU once per call. With no NVML it reports no GPUs and says why."""
+
+    simulated = False
 
     def __init__(self, enabled: bool = True) -> None:
         self.error: Optional[str] = None
@@ -58,7 +61,7 @@ class GpuSampler:
         """(name, total MiB) of each GPU, read once at the start: safe from any thread."""
         return [(s[1], s[2]) for s in self._static]
 
-    def sample(self, owner_of: Optional[callable] = None) -> list[Gpu]:
+    def sample(self, owner_of: Optional[Callable[[int], Optional[str]]] = None) -> list[Gpu]:
         """One reading of every GPU. ``owner_of(pid)`` names the job owning a pid, or None."""
         nv = self._nvml
         if nv is None:
@@ -103,6 +106,10 @@ class GpuSampler:
         if nv is None or index >= len(self._handles):
             return 0.0
         return nv.nvmlDeviceGetMemoryInfo(self._handles[index]).used / MIB
+
+    def health_reader(self) -> Optional[NvmlHealth]:
+        """XID, ECC, page and clock health through NVML (agents/sense/health.py); None without GPUs."""
+        return NvmlHealth(self._nvml, list(self._handles)) if self._nvml is not None and self._handles else None
 
 
 COMMAND_CHARS = 200

@@ -1,8 +1,9 @@
-"""The node agent: sample once a tick, answer requests, push snapshots as JSON lines.
+"""The node agent: sample once a tick, answer requests, push snapshots as JSON lines, over the
+jobs of one backend (agents/jobs/backend.py: the node's own supervisor, or a cluster's Slurm).
 
 Started as ``python -m gpudeck.agents`` (over SSH, or as a local subprocess). It reads requests on
 stdin and writes messages on stdout, logs to stderr and opens no port. A second console's
-``python -m gpudeck.agents`` relays to it through a Unix socket in its home (agents/links.py), so
+``python -m gpudeck.agents`` relays to it through a Unix socket in its home (agents/node/consoles.py), so
 one agent serves every console of the node; it exits when the last of them closes. Jobs it
 launched keep running after it exits.
 """
@@ -17,25 +18,28 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Optional
 
-from . import doctor, writes
-from .contract import ops, wire
-from .contract.errors import KindedRefusal, Refusal
+from . import doctor
+from ..sense import writes
+from ..contract import ops, wire
+from ..contract.errors import KindedRefusal, Refusal
 from .alerts import AlertClock, node_alerts
-from .engines import EngineScraper
-from .gpu import GpuSampler
-from .history import HistoryRing
-from .host import HostSampler
-from .contract.vocab import EngineState, JobState
-from .contract.jobs import JobKind, JobSpec, SpecError
-from .links import Consoles, Link, Listener
-from .planwatch import PlanWatch
-from .progress import ProgressTracker
+from ..sense.engines import EngineScraper
+from ..history.ring import HistoryRing
+from ..sense.host import HostSampler
+from ..contract.vocab import EngineState, JobState
+from ..contract.jobs import JobSpec, SpecError
+from .consoles import Consoles, Link, Listener
+from ..jobs.planwatch import PlanWatch
+from ..sense.progress import ProgressTracker
 from .promfile import TextfileWriter
-from .contract.plain import to_plain
-from .contract.wire import Engine, JobStatus, Progress, Reply, Request, Snapshot
-from .supervisor import JobError, JobSupervisor
+from ..contract.plain import to_plain
+from ..contract.wire import Alert, Engine, JobStatus, Progress, Reply, Request, Snapshot
+from ..jobs.backend import GpuReader, JobBackend, JobError, JobFacts
+
+if TYPE_CHECKING:
+    import httpx
 
 log = logging.getLogger("agents")
 
@@ -53,49 +57,51 @@ def _write_stderr_nowait(data: bytes) -> None:
         pass
 
 
+def make_home(home: Path) -> Path:
+    """The agent's state directory, made 0700 (specs may hold secrets in their env)."""
+    home = Path(home).expanduser()
+    home.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return home
+
+
 class Agent:
-    def __init__(self, home: Path, node: str, interval_s: float = 1.0, nvml: bool = True,
-                 out=None, simulate_gpus: Optional[str] = None, detached: bool = False,
-                 textfile_dir: Optional[str] = None) -> None:
-        self.home = Path(home).expanduser()
-        self.home.mkdir(parents=True, exist_ok=True, mode=0o700)  # specs may hold secrets (env)
+    """The agent of one node home: its links to consoles, its ticks and its ops table, over the
+    jobs of one backend (``jobs``: the node's own supervisor, or a cluster's scheduler; the
+    start-up picks it, agents/node/start.py) and the GPUs of this host (``gpu``)."""
+
+    def __init__(self, home: Path, node: str, jobs: JobBackend, gpu: GpuReader, interval_s: float = 1.0,
+                 out: Optional[BinaryIO] = None, detached: bool = False, textfile_dir: Optional[str] = None) -> None:
+        self.home = make_home(home)
         self.node = node
         self.interval_s = interval_s
-        self.out = out if out is not None else sys.stdout.buffer
+        self.out: BinaryIO = out if out is not None else sys.stdout.buffer
         self.started_at = time.time()
-        if simulate_gpus:  # the demo's and the tests' stand-in: only ever by explicit request
-            from .simgpu import SimGpuSampler
-            self.gpu = SimGpuSampler(self.home, simulate_gpus)
-        else:
-            self.gpu = GpuSampler(enabled=nvml)
+        self.gpu = gpu
+        self.jobs = jobs
         self.host = HostSampler()
-        self.sup = JobSupervisor(self.home, self.gpu, node=node)
-        self.plans = PlanWatch(self.sup.job_dir)  # each job's plan.json against its progress
-        self.history = HistoryRing(3600.0, interval_s, path=self.home / "history.db")  # agents/historydb.py
-        self.textfile = TextfileWriter(textfile_dir)  # node_exporter's textfile collector (agents/promfile.py)
+        self.plans = PlanWatch(jobs.workdir)  # each job's plan.json against its progress
+        self.history = HistoryRing(3600.0, interval_s, path=self.home / "history.db")  # agents/history/db.py
+        self.textfile = TextfileWriter(textfile_dir)  # node_exporter's textfile collector (agents/node/promfile.py)
         self.alert_clock = AlertClock()  # since when each alert is up, where its rule keeps no time
         self.seq = 0
-        self._trackers: dict[str, tuple[tuple, ProgressTracker]] = {}
+        self._trackers: dict[str, tuple[tuple[Optional[str], Optional[str], Optional[int]], ProgressTracker]] = {}
         self._scrapers: dict[str, EngineScraper] = {}
         self._engines: dict[str, Engine] = {}
         self._last_rates: dict[str, tuple[Optional[float], Optional[float]]] = {}  # tokens/s, when
-        self._job_errors: dict[str, str] = {}  # the last error logged per job: logged once, not every tick
         self._scraping: set[str] = set()
-        self._paths: list[str] = []
-        self._paths_of: Optional[dict] = None  # the declarations _paths was made from
-        self._http = None
+        self._http: Optional[httpx.AsyncClient] = None
         self._write_lock = threading.Lock()
-        self._pending: set[asyncio.Task] = set()
+        self._pending: set[asyncio.Task[None]] = set()
         self._running = False
-        self._stop_reading: Optional[Any] = None
+        self._stop_reading: Optional[Callable[[], None]] = None
         self._draining = False
+        self._now = 0.0  # the tick's time, for the readings of each job (_readings)
         self.consoles: Optional[Consoles] = None  # set by run()
         self.listener: Optional[Listener] = None  # relays on <home>/agent.sock (the lock holder's, bound early)
         self.detached = detached  # the node's watcher: no console of its own (agents/watch/daemon.py)
-        self.sup.agent_role = "watcher" if detached else "agent"  # how a refused kill names this process
         self.argv: list[str] = []  # this agent's arguments, for the detached watcher it may start
-        from .watch import Watcher
-        self.watch = Watcher(self.home, node, self.sup, self.gpu, detached=detached)
+        from ..watch import Watcher
+        self.watch = Watcher(self.home, node, jobs, gpu, detached=detached)
         self.watch.consoles = lambda: len(self.consoles.all()) if self.consoles is not None else 0
         self.answers = self._table()
 
@@ -124,11 +130,10 @@ class Agent:
 
     # ------------------------------------------------------------ sampling
 
-    def _tracker(self, name: str, spec: Optional[JobSpec]) -> Optional[ProgressTracker]:
-        key = (spec.progress if spec else None, spec.done_set if spec else None, spec.total if spec else None)
+    def _tracker(self, name: str, spec: JobSpec, default: str) -> ProgressTracker:
+        key = (spec.progress, spec.done_set, spec.total)
         cur = self._trackers.get(name)
         if cur is None or cur[0] != key:
-            default = str(self.sup.job_file(name, "progress.json"))
             tracker = ProgressTracker(key[0] or (None if key[1] else default), key[1], key[2])
             # the rate window goes on where the last agent (or the last console's) left it
             horizon = time.time() - tracker.window_s
@@ -146,53 +151,26 @@ class Agent:
         return not self._running or self.consoles is None or bool(self.consoles.all())
 
     def job_statuses(self, now: float, for_console: bool = True) -> list[JobStatus]:
-        """Every job's status. One job that cannot be read (a file system error, a bad state
-        file) shows its error on its own row; the others are read as usual. ``for_console``
-        False leaves out what only a console reads (``pids``, ``spec_changes``, ``gpu_uuids``,
-        ``log_path``, ``fleet``; the host's CPU, memory and load are the last ones read,
-        agents/host.py)."""
-        out = []
-        for name in self.sup.names():
-            try:
-                out.append(self._job_status(name, now, for_console))
-            except Exception as exc:  # noqa: BLE001 -- one job must never blind the node
-                why = f"{type(exc).__name__}: {exc}"
-                if self._job_errors.get(name) != why:
-                    log.warning("job %s cannot be read: %s", name, why)
-                self._job_errors[name] = why
-                rec = self.sup.records.get(name)
-                spec = self.sup.declared.get(name)
-                out.append(JobStatus(name=name, kind=spec.kind if spec else JobKind.COMMAND,
-                                     state=rec.state if rec else JobState.PENDING, error=why))
-            else:
-                self._job_errors.pop(name, None)
-        return out
+        """Every job's row: the backend's, with what this agent reads of a job that runs on this
+        host (its progress, engine, restarts and plan)."""
+        self._now = now
+        return self.jobs.statuses(now, for_console, self._readings if self.jobs.local else None)
 
-    def _job_status(self, name: str, now: float, for_console: bool = True) -> JobStatus:
-        spec = self.sup.spec_of(name)
-        rec = self.sup.records.get(name)
-        state = rec.state if rec else JobState.PENDING
-        progress = self._tracker(name, spec).poll(now) if spec else None
+    def _readings(self, name: str, spec: Optional[JobSpec], facts: Optional[JobFacts],
+                  progress_file: str) -> dict[str, Any]:
+        """The fields of a job's JobStatus that this agent reads itself (jobs/backend.py Extras)."""
+        now = self._now
+        state = facts.state if facts is not None else JobState.PENDING
+        progress = self._tracker(name, spec, progress_file).poll(now) if spec else None
         if progress is not None:
             progress = self._honest(name, progress, state.alive, now)
         engine = self._engines.get(name) if spec and spec.scrape_url else None
+        out = self.watch.job_fields(name, spec)  # a dict of its own, each call
+        out.update(self.plans.fields(name, spec, facts, progress, now))
+        out["progress"], out["engine"] = progress, engine
         if engine is not None and state is JobState.RUNNING and not engine.state.answers:
-            state = JobState.STARTING
-        gpus = list(spec.gpus) if spec else []
-        uuids = self.gpu.uuids
-        return JobStatus(
-            name=name, kind=spec.kind if spec else JobKind.COMMAND, state=state, gpus=gpus,
-            gpu_uuids=[uuids[i] for i in gpus if i < len(uuids)] if for_console else [],
-            pid=rec.pid if rec else None, pgid=rec.pgid if rec else None,
-            pids=self.sup.members(name) if rec and for_console else [], attempt=rec.attempt if rec else 0,
-            exit_code=rec.exit_code if rec else None, started_at=rec.started_at if rec else None,
-            ended_at=rec.ended_at if rec else None, progress=progress, engine=engine,
-            log_path=str(self.sup.job_file(name, "job.log")) if rec and for_console else None,
-            argv=rec.argv if rec else [], last_kill=rec.last_kill if rec else None, adopted=bool(rec and rec.adopted),
-            fenced=rec.fenced if rec else None, attempts=rec.spans() if rec and for_console else [],
-            spec_changes=self.sup.spec_changes(name) if rec and for_console else [],
-            fleet=self.sup.owned.owner(name) if for_console else None,
-            **self.watch.job_fields(name, spec), **self.plans.fields(name, spec, rec, progress, now))
+            out["state"] = JobState.STARTING
+        return out
 
     def _honest(self, name: str, progress: Progress, alive: bool, now: float) -> Progress:
         """A live job's figures as they are (remembered); a job that is not running shows no
@@ -212,65 +190,58 @@ class Agent:
 
     def snapshot(self) -> Snapshot:
         now = time.time()
-        self.sup.refresh()
-        self.sup.cap_logs()
-        gpus = self.gpu.sample(self.sup.owner_of)
+        jobs_ = self.jobs
+        jobs_.refresh()
         for_console = self.read_by_console()
         jobs = self.job_statuses(now, for_console)
-        host = self.host.sample(self._disk_paths(), figures=for_console)
-        changes = {name: t.last_change for name, (_, t) in self._trackers.items()}
-        specs = {n: s for n in self.sup.names() if (s := self.sup.spec_of(n))}
-        alerts = node_alerts(gpus, jobs, specs, host, changes, now)
-        alerts += self.watch.on_tick(now, gpus, jobs, host, changes, specs, alerts)
-        alerts += writes.alerts()  # files that could not be written: a full disk is an alert
-        alerts = self.alert_clock.stamp(alerts, now, self.watch.began)
+        seen = jobs_.read_gpus(jobs)
+        host = self.host.sample(jobs_.disk_paths(), figures=for_console)
+        alerts: list[Alert] = []
+        if jobs_.local:  # the node's rules, over its own processes (a scheduler keeps its own)
+            changes = {name: t.last_change for name, (_, t) in self._trackers.items()}
+            specs = {n: s for n in jobs_.names() if (s := jobs_.spec_of(n))}
+            alerts = node_alerts(seen.gpus, jobs, specs, host, changes, now)
+            alerts += self.watch.on_tick(now, seen.gpus, jobs, host, changes, specs, alerts)
+            alerts += writes.alerts()  # files that could not be written: a full disk is an alert
+            alerts = self.alert_clock.stamp(alerts, now, self.watch.began)
         self.seq += 1
-        snap = Snapshot(node=self.node, seq=self.seq, t=now, host=host, gpus=gpus, jobs=jobs,
-                        alerts=alerts, gpu_error=self.gpu.error, containment=self.sup.contain.mode,
-                        gpus_simulated=getattr(self.gpu, "simulated", False))
+        contained = jobs_.containment()
+        snap = Snapshot(node=self.node, seq=self.seq, t=now, host=host, gpus=seen.gpus, jobs=jobs,
+                        alerts=alerts, gpu_error=seen.error, containment=contained.mode if contained else None,
+                        gpus_simulated=seen.simulated, cluster=jobs_.cluster_info())
         self.history.record(snap)
         self.textfile.write(snap)
         return snap
 
-    def _disk_paths(self) -> list[str]:
-        """The home and where the jobs write (free disk is shown for each): worked out again only
-        when the fleet's jobs are (configure replaces them)."""
-        declared = self.sup.declared
-        if self._paths_of is not declared:
-            paths = [str(self.home)]
-            for s in declared.values():
-                out = getattr(s.options, "out", None)
-                paths += [os.path.expanduser(p) for p in (s.cwd, out, s.done_set, s.progress) if p]
-            self._paths, self._paths_of = paths, declared
-        return self._paths
-
     def scrape_engines(self) -> None:
         """Start a scrape for each live engine whose last scrape has finished (tasks on the
         running loop)."""
-        for name in self.sup.names():
-            spec = self.sup.spec_of(name)
+        if not self.jobs.local:  # a scheduler's engines run on hosts this agent does not reach
+            return
+        for name in self.jobs.names():
+            spec = self.jobs.spec_of(name)
             url = spec.scrape_url if spec else None
             if url is None and name not in self._engines:  # no engine (most jobs): nothing to do
                 continue
-            rec = self.sup.records.get(name)
-            if not url or rec is None or not rec.state.alive:
-                if name in self._engines and (rec is None or not rec.state.alive):
+            facts = self.jobs.facts(name)
+            if not url or facts is None or not facts.state.alive:
+                if name in self._engines and (facts is None or not facts.state.alive):
                     self._engines.pop(name, None)
                 continue
             if name in self._scraping:
                 continue
             scraper = self._scrapers.get(name)
             # a scraper is one attempt's: a relaunched engine's tokens/s counts none of the last one's
-            if scraper is None or scraper.url != url or scraper.attempt != rec.attempt:
+            if scraper is None or scraper.url != url or scraper.attempt != facts.attempt:
                 scraper = self._scrapers[name] = EngineScraper(url)
-                scraper.attempt = rec.attempt
+                scraper.attempt = facts.attempt
             self._scraping.add(name)
             asyncio.get_running_loop().create_task(self._scrape_one(name, scraper))
 
     async def _scrape_one(self, name: str, scraper: EngineScraper) -> None:
         try:
             if self._http is None:
-                import httpx
+                import httpx  # here: most nodes scrape no engine, and the import costs a start
                 self._http = httpx.AsyncClient(timeout=httpx.Timeout(2.0, connect=1.0))
             self._engines[name] = await scraper.poll(self._http)
         except Exception as exc:  # never let one engine stop the agent; report it on the job
@@ -281,9 +252,9 @@ class Agent:
 
     # ------------------------------------------------------------ requests
 
-    def _table(self) -> dict[type, Callable[[Any], Any]]:
-        """The one table of what answers each op: the agent, its supervisor and its watcher."""
-        sup = self.sup
+    def _table(self) -> dict[type[ops.Op], Callable[[Any], Any]]:
+        """The one table of what answers each op: the agent, its backend and its watcher."""
+        jobs = self.jobs
         return {
             ops.Status: lambda op: self.snapshot(),
             ops.Configure: self._configure,
@@ -292,13 +263,13 @@ class Agent:
             ops.Watch: self.watch.watch,
             ops.Ack: self.watch.ack,
             ops.Note: self.watch.note,
-            ops.Launch: lambda op: sup.launch(op.job),
-            ops.Kill: lambda op: sup.kill(op.job, op.grace_s),
-            ops.Relaunch: lambda op: sup.relaunch(op.job, op.grace_s),
-            ops.KillPid: lambda op: sup.kill_pid(op.pid, op.grace_s),
-            ops.Adopt: lambda op: sup.adopt_process(op.pid, op.job, op.started_at, op.progress_file, op.kind),
-            ops.Logs: lambda op: sup.logs(op.job, op.lines, op.offset),
-            ops.Doctor: lambda op: doctor.examine(op, self),
+            ops.Launch: lambda op: jobs.launch(op.job),
+            ops.Kill: lambda op: jobs.kill(op.job, op.grace_s),
+            ops.Relaunch: lambda op: jobs.relaunch(op.job, op.grace_s),
+            ops.KillPid: lambda op: jobs.kill_pid(op.pid, op.grace_s),
+            ops.Adopt: lambda op: jobs.adopt(op.pid, op.job, op.started_at, op.progress_file, op.kind),
+            ops.Logs: lambda op: jobs.logs(op.job, op.lines, op.offset),
+            ops.Doctor: lambda op: doctor.examine(op, jobs, self.gpu, self.node),
         }
 
     def handle(self, req: Request, op: ops.Op) -> Reply:
@@ -319,15 +290,15 @@ class Agent:
 
     def _configure(self, op: ops.Configure) -> ops.Configured:
         # first: a refusal changes nothing
-        d = self.sup.configure(op.jobs, op.fleet, op.take_over, source=op.source, reading=op.reading)
+        done = self.jobs.configure(op.jobs, op.fleet, op.take_over, source=op.source, reading=op.reading)
         # a look at another fleet's jobs, or at another copy's of this fleet, leaves the watch
-        # settings (and the jobs the watcher declares again after a restart) to their owner
-        if not d.elsewhere and not d.kept_copy:
+        # settings (and the jobs the watcher declares again after a restart) to their owner; a
+        # scheduler's jobs are watched by the scheduler
+        if self.jobs.local and not done.owned_elsewhere and not done.kept_copy:
             self.watch.configure(op.watch, [s.to_dict() for s in op.jobs])
-        self.sup.audit("configure", None, jobs=[s.name for s in op.jobs], fleet=op.fleet, source=op.source,
-                       reading=op.reading, **({"taken": d.taken} if d.taken else {}))
-        return ops.Configured(jobs=[s.name for s in op.jobs], changed=d.changed, owned_elsewhere=d.elsewhere,
-                              taken=d.taken, differs=d.differs, copy=d.copy)
+        self.jobs.audit("configure", None, jobs=[s.name for s in op.jobs], fleet=op.fleet, source=op.source,
+                        reading=op.reading, **({"taken": done.taken} if done.taken else {}))
+        return done
 
     # ------------------------------------------------------------ the loop
 
@@ -346,6 +317,7 @@ class Agent:
         if listener is not None:
             listener.start(lambda conn: loop.call_soon_threadsafe(hub.on_relay, conn))
         self.watch.begin()  # before the first tick: a watcher that died before this one is news
+        served = loop.create_task(self.jobs.serve())  # the backend's own work (a scheduler's polls)
         ticker = loop.create_task(self._tick_loop())
         pending: set[asyncio.Task] = set()
         self._stop_reading = hub.stop_reading
@@ -374,12 +346,14 @@ class Agent:
             if pending:  # taken over, or the last console left: a kill under way still completes
                 await asyncio.wait(set(pending), timeout=None if self._draining else 3600)
             ticker.cancel()
+            served.cancel()
             for t in pending:
                 t.cancel()
             for link in hub.all():
                 await asyncio.to_thread(link.flush, 2.0)
             if self._http is not None:
                 await self._http.aclose()
+            await self.jobs.close()
             self.watch.close()
             self.history.close()
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, Optional
 
-from .contract.vocab import AlertKind, EngineState, JobState
-from .contract.jobs import JobSpec
-from .contract.stall import quiet_since
-from .contract.wire import Alert, Gpu, Host, JobStatus
+from ..contract.vocab import AlertKind, EngineState, JobState
+from ..contract.jobs import JobSpec
+from ..contract.stall import quiet_since
+from ..contract.wire import Alert, Gpu, Host, JobStatus
 
 DISK_LOW_FRACTION = 0.05
 

@@ -10,8 +10,8 @@ import os
 import time
 from typing import Optional
 
-from .contract.documents import ProgressDoc, read_progress
-from .contract.wire import Progress
+from ..contract.documents import ProgressDoc, read_progress
+from ..contract.wire import Progress
 from .rates import CounterRate, eta_seconds
 
 

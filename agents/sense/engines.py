@@ -13,8 +13,8 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Optional
 
-from .contract.vocab import EngineState
-from .contract.wire import Engine
+from ..contract.vocab import EngineState
+from ..contract.wire import Engine
 from .rates import CounterRate
 
 if TYPE_CHECKING:

@@ -38,7 +38,7 @@ import signal
 from pathlib import Path
 from typing import Iterable, Optional
 
-from .contract.atomic import atomic_write_text
+from ..contract.atomic import atomic_write_text
 
 log = logging.getLogger(__name__)
 
@@ -176,7 +176,7 @@ INSTANCE_FILE = "instance-id"
 
 def home_instance(home: Path) -> str:
     """This home's instance: a random id in ``<home>/instance-id``, written the first time it is
-    asked for (by the one agent that holds the home: agents/lock.py). A home made again at the
+    asked for (by the one agent that holds the home: agents/node/lock.py). A home made again at the
     same path has another one."""
     path = home / INSTANCE_FILE
     try:

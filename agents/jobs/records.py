@@ -13,9 +13,9 @@ from typing import Any, Optional
 
 import psutil
 
-from .contract.vocab import JobState
-from .contract.plain import ProtocolError, from_dict, to_plain
-from .contract.wire import AttemptSpan, KillVerdict
+from ..contract.vocab import JobState
+from ..contract.plain import ProtocolError, from_dict, to_plain
+from ..contract.wire import AttemptSpan, KillVerdict
 
 MAX_ATTEMPTS_KEPT = 500  # a job's attempts kept in its state.json (the spend of older ones is not counted)
 

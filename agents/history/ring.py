@@ -1,6 +1,6 @@
 """The agent's history: the last hour of compact samples in memory (the rate windows of a new
 agent start from them, and a console that connects is sent them), and every tick into the
-node's history database (``<home>/history.db``, agents/historydb.py), which keeps 90 days at
+node's history database (``<home>/history.db``, agents/history/db.py), which keeps 90 days at
 falling resolution.
 
 A console that connects is greeted with the last ``BACKFILL_S`` (12 hours): a minute's means
@@ -22,10 +22,10 @@ from collections import deque
 from pathlib import Path
 from typing import Callable, Optional
 
-from .contract import ops
-from .contract.vocab import JobState
-from .contract.wire import Sample, Snapshot
-from .historydb import REWIND_SKIP_S, HistoryDB, job_tps, minute_sample
+from ..contract import ops
+from ..contract.vocab import JobState
+from ..contract.wire import Sample, Snapshot
+from .db import REWIND_SKIP_S, HistoryDB, job_tps, minute_sample
 
 log = logging.getLogger(__name__)
 

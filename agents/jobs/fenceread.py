@@ -14,8 +14,8 @@ import logging
 import os
 from typing import Any, Optional
 
-from .contract.fencing import ENV, FENCE_NAME, new_attempt_id, refusal
-from .contract.jobs import JobKind, JobSpec
+from ..contract.fencing import ENV, FENCE_NAME, new_attempt_id, refusal
+from ..contract.jobs import JobKind, JobSpec
 
 log = logging.getLogger("agents")
 
@@ -39,9 +39,9 @@ def launch_refusal(spec: JobSpec, node: str, cwd: str) -> Optional[str]:
 
 def _read(opts: Any, env: dict[str, str], cwd: str) -> Optional[str]:
     """The id beside the output, read by the stores the worker's own claim reads (common/fence.py)."""
-    from .workers.common.fence import FileStore, S3Store
-    from .workers.common.parts import part_name
-    from .workers.common.s3sync.remote import S3Location
+    from ..workers.common.fence import FileStore, S3Store
+    from ..workers.common.parts import part_name
+    from ..workers.common.s3sync.remote import S3Location
 
     part = getattr(opts, "part", None)
     s3 = getattr(opts, "s3", None)
