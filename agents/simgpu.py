@@ -67,7 +67,7 @@ def claim(home: Path, gpu: int, mib: float, util_pct: float = 0.0, pid: Optional
     d.mkdir(parents=True, exist_ok=True)
     path = d / f"{pid}-{gpu}.json"
     tmp = path.with_suffix(".tmp")
-    from .killing import start_ticks
+    from .jobs.killing import start_ticks
 
     tmp.write_text(json.dumps({"pid": pid, "gpu": gpu, "mib": mib, "util_pct": util_pct,
                                "start_time": psutil.Process(pid).create_time(), "start_ticks": start_ticks(pid)}))
@@ -110,7 +110,7 @@ class SimGpuSampler:
             names = os.listdir(self.dir)  # (a tenth of Path.glob's cost, read every tick)
         except FileNotFoundError:
             names = []
-        from .killing import start_ticks
+        from .jobs.killing import start_ticks
 
         for name in names:
             if not name.endswith(".json") or name == HEALTH_FILE:  # the health readings are not a claim
