@@ -30,6 +30,7 @@ from .host import HostSampler
 from .contract.vocab import EngineState, JobState
 from .contract.jobs import JobKind, JobSpec, SpecError
 from .links import Consoles, Link, Listener
+from .loading import EngineStartups
 from .planwatch import PlanWatch
 from .progress import ProgressTracker
 from .promfile import TextfileWriter
@@ -78,6 +79,7 @@ class Agent:
         self._trackers: dict[str, tuple[tuple, ProgressTracker]] = {}
         self._scrapers: dict[str, EngineScraper] = {}
         self._engines: dict[str, Engine] = {}
+        self.startups = EngineStartups(self.sup.job_file)  # how far each engine's loading is (agents/loading.py)
         self._last_rates: dict[str, tuple[Optional[float], Optional[float]]] = {}  # tokens/s, when
         self._job_errors: dict[str, str] = {}  # the last error logged per job: logged once, not every tick
         self._scraping: set[str] = set()
@@ -176,6 +178,8 @@ class Agent:
         if progress is not None:
             progress = self._honest(name, progress, state.alive, now)
         engine = self._engines.get(name) if spec and spec.scrape_url else None
+        if engine is not None and rec is not None and rec.state.alive:
+            engine = self.startups.apply(name, rec.attempt, rec.started_at, engine, now)
         if engine is not None and state is JobState.RUNNING and not engine.state.answers:
             state = JobState.STARTING
         gpus = list(spec.gpus) if spec else []
@@ -256,6 +260,7 @@ class Agent:
             if not url or rec is None or not rec.state.alive:
                 if name in self._engines and (rec is None or not rec.state.alive):
                     self._engines.pop(name, None)
+                    self.startups.forget(name)
                 continue
             if name in self._scraping:
                 continue

@@ -104,6 +104,16 @@ class Engine:
     accept_length: Optional[float] = None  # None when speculative decoding is off
     error: Optional[str] = None
     kv_pool: Optional[str] = None  # "mamba" or "swa" when that pool, not full attention, is the fullest
+    # its start-up while it does not answer yet, as its own log lines and /health say it
+    # (agents/loading.py): the phase (starting, loading, capturing) and since when (unix time,
+    # the node's clock); how far, where the engine prints it (its percentage, and "2/15" of its
+    # bar's steps), and when that figure last moved
+    phase: Optional[str] = None
+    phase_since: Optional[float] = None
+    phase_pct: Optional[float] = None
+    phase_step: Optional[str] = None
+    phase_moved_at: Optional[float] = None
+    ready_s: Optional[float] = None  # once it answered: its attempt's start to its first ready answer (seconds)
 
 
 @dataclass(frozen=True)

@@ -63,7 +63,11 @@ class JobsTable(LiveTable[JobRow]):
         state = ((state_text, st(STATE_STYLE.get(j.state, "muted"))),)
         gpus = ",".join(map(str, j.gpus)) or "-"
         spark = ((cells.sparkline(j.spark[-SPARK:]), st("spark")),)
-        if j.engine_state is not None and j.done is None:
+        if j.loading_pct is not None and j.done is None:  # an engine loading: how far, as its log says
+            done = f"loading {j.loading_pct:.0f}%"
+            progress = cells.bar(j.loading_pct / 100, PROGRESS_BAR, st("bar"), st("bar-empty"))
+            rate = "-"
+        elif j.engine_state is not None and j.done is None:
             done = f"r{_n(j.running)} q{_n(j.queued)}"
             progress: Cell = cells.bar(j.kv_usage, PROGRESS_BAR, st("warn") if (j.kv_usage or 0) > 0.9 else st("bar"),
                                        st("bar-empty"))
@@ -78,6 +82,8 @@ class JobsTable(LiveTable[JobRow]):
         flags: list[tuple[str, Optional[Style]]] = [(j.moved, st("muted"))] if j.moved else []
         if j.flags:
             flags.append(((" " if flags else "") + " ".join(j.flags), st("warn")))
+        if j.ready:  # news, not a problem
+            flags.append(((" " if flags else "") + j.ready, st("muted")))
         flags = flags or [("-", st("muted"))]
         return (j.name, j.node, j.kind.short, state, gpus, str(j.attempt),
                 cells.rate(j.tokens_per_s), spark, done, progress, rate, human_duration(j.eta_s),
