@@ -31,6 +31,8 @@ from .contract.vocab import EngineState, JobState
 from .contract.jobs import JobKind, JobSpec, SpecError
 from .links import Consoles, Link, Listener
 from .loading import EngineStartups
+from .staging import copies
+from .staging.status import StagingReader
 from .planwatch import PlanWatch
 from .progress import ProgressTracker
 from .promfile import TextfileWriter
@@ -80,6 +82,7 @@ class Agent:
         self._scrapers: dict[str, EngineScraper] = {}
         self._engines: dict[str, Engine] = {}
         self.startups = EngineStartups(self.sup.job_file)  # how far each engine's loading is (agents/loading.py)
+        self.stagings = StagingReader(self.sup.job_file)  # each job's stage as its staging step reports it
         self._last_rates: dict[str, tuple[Optional[float], Optional[float]]] = {}  # tokens/s, when
         self._job_errors: dict[str, str] = {}  # the last error logged per job: logged once, not every tick
         self._scraping: set[str] = set()
@@ -177,9 +180,13 @@ class Agent:
         progress = self._tracker(name, spec).poll(now) if spec else None
         if progress is not None:
             progress = self._honest(name, progress, state.alive, now)
+        staging = self.stagings.read(name) if rec is not None and spec is not None and spec.stage else None
         engine = self._engines.get(name) if spec and spec.scrape_url else None
-        if engine is not None and rec is not None and rec.state.alive:
-            engine = self.startups.apply(name, rec.attempt, rec.started_at, engine, now)
+        if staging is not None and staging.active and state is JobState.RUNNING:
+            state, engine = JobState.STARTING, None  # its own command has not started yet
+        if engine is not None and rec is not None and rec.state.alive:  # the engine starts when its stage is done
+            began = staging.ended_at if staging is not None and staging.ended_at else rec.started_at
+            engine = self.startups.apply(name, rec.attempt, began, engine, now)
         if engine is not None and state is JobState.RUNNING and not engine.state.answers:
             state = JobState.STARTING
         gpus = list(spec.gpus) if spec else []
@@ -193,7 +200,7 @@ class Agent:
             ended_at=rec.ended_at if rec else None, progress=progress, engine=engine,
             log_path=str(self.sup.job_file(name, "job.log")) if rec and for_console else None,
             argv=rec.argv if rec else [], last_kill=rec.last_kill if rec else None, adopted=bool(rec and rec.adopted),
-            fenced=rec.fenced if rec else None,
+            fenced=rec.fenced if rec else None, staging=staging,
             spec_changes=self.sup.spec_changes(name) if rec and for_console else [],
             fleet=self.sup.owned.owner(name) if for_console else None,
             **self.watch.job_fields(name, spec), **self.plans.fields(name, spec, rec, progress, now))
@@ -303,6 +310,7 @@ class Agent:
             ops.Adopt: lambda op: sup.adopt_process(op.pid, op.job, op.started_at, op.progress_file, op.kind),
             ops.Logs: lambda op: sup.logs(op.job, op.lines, op.offset),
             ops.Doctor: lambda op: doctor.examine(op, self),
+            ops.Unstage: lambda op: copies.unstage(self.home, op.paths, lambda to: copies.live_user(sup, to)),
         }
 
     def handle(self, req: Request, op: ops.Op) -> Reply:

@@ -61,6 +61,7 @@ from .contract.needs import Need, fix_line, program_problem
 from .contract.ops import Check
 from .contract.units import human_bytes
 from .contract.vocab import Verdict
+from .staging.copies import check_staged
 
 log = logging.getLogger("agents")
 
@@ -1059,4 +1060,5 @@ def examine(op: ops.Doctor, agent: Any) -> ops.DoctorReport:
     checks.append(check_containment(contain.mode, contain.parent, os.environ.get("GPUDECK_CONTAINMENT") == "token",
                                     cgroup2_mount()))
     checks += check_limits(th=th)
+    checks.append(check_staged(agent.home))  # the copies stages made here (agents/staging/copies.py)
     return ops.DoctorReport(node=agent.node, checks=checks, at=time.time())

@@ -48,6 +48,7 @@ from .contract.wire import KillVerdict, LaunchResult, LogChunk
 from .records import (START_TIME_TOLERANCE_S, JobRecord, _Live, descendants as _descendants, ended_pidfds,
                       first_start_of, group_members, leader_alive)
 from .specdiff import spec_changes
+from .staging.launch import launch_refusal as stage_refusal, staged_argv
 from .contract.atomic import atomic_write_json as write_json_atomic
 
 log = logging.getLogger(__name__)
@@ -423,6 +424,9 @@ class JobSupervisor:
         problem = launch_problem(spec, spec.python or self.python, str(self.job_dir(name)))  # before anything starts
         if problem:
             raise JobError(problem)
+        problem = stage_refusal(spec, self.home)  # a stage that cannot be read or does not fit (agents/staging/)
+        if problem:
+            raise JobError(problem)
         if not fence_checked:
             self.check_fence(spec)
         stored = self.stored_spec(name) if relaunch else None
@@ -475,7 +479,7 @@ class JobSupervisor:
                 logf.flush()
                 try:
                     popen = subprocess.Popen(["/bin/sh", "-c", WRAPPER, "gpudeck-job", sys.executable,
-                                              str(int(spec.log_max_mb * 2**20)), *argv],
+                                              str(int(spec.log_max_mb * 2**20)), *staged_argv(spec, d, self.home, argv)],
                                              stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
                                              cwd=cwd, env=env, start_new_session=True, close_fds=True)
                 except OSError as exc:

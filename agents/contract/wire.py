@@ -19,6 +19,7 @@ from . import VERSION as __version__
 from .plain import ProtocolError, from_dict, quick_init, to_plain  # the wire's own API too
 from .vocab import AlertKind, EngineState, EventKind, JobState, RestartPolicy
 from .jobs import JobKind
+from .staging import Staging
 
 PROTOCOL = 1
 
@@ -333,6 +334,7 @@ class JobStatus:
     waiting: Optional[str] = None  # a job with `after` not started yet: what it waits for, or why it is blocked
     adopted: bool = False  # this attempt is a process gpudeck did not start (`gpudeck adopt`)
     fenced: Optional[str] = None  # state fenced: where the job went, as its worker read it beside the output
+    staging: Optional[Staging] = None  # its stage's copy (agents/staging/), from the attempt's staging.json
 
 
 @dataclass(frozen=True)

@@ -172,6 +172,7 @@ def _job_lines(state) -> list[str]:
 
     from ..state import collapse_pending
     from ..formatting import engine_startup_text, ready_text, startup_text
+    from ...agents.contract.staging import staging_text
     from ...agents.contract.stall import STARTUP_CAP_S
 
     jobs = collapse_pending(state.jobs())
@@ -203,6 +204,8 @@ def _job_lines(state) -> list[str]:
             else:
                 lines.append(f"  cost: {dollars(c.per_m_tokens if c else None)} per M output tokens, "
                              f"{dollars(c.per_useful if c else None)} per useful completion")
+        if j.staging is not None and (j.state in ALIVE and j.staging.active or j.staging.state == "failed"):
+            lines.append(f"  {staging_text(j.staging)}" + (f": {j.staging.item}" if j.staging.item else ""))
         starting = startup_text(p, state.clock()) if j.state in ALIVE else None
         if starting:  # a long start is said, so that it is not taken for a stall
             lines.append(f"  start-up: {starting} (no stall is counted while it says so, up to "

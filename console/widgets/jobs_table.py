@@ -63,9 +63,9 @@ class JobsTable(LiveTable[JobRow]):
         state = ((state_text, st(STATE_STYLE.get(j.state, "muted"))),)
         gpus = ",".join(map(str, j.gpus)) or "-"
         spark = ((cells.sparkline(j.spark[-SPARK:]), st("spark")),)
-        if j.loading_pct is not None and j.done is None:  # an engine loading: how far, as its log says
-            done = f"loading {j.loading_pct:.0f}%"
-            progress = cells.bar(j.loading_pct / 100, PROGRESS_BAR, st("bar"), st("bar-empty"))
+        if j.startup is not None and j.done is None:  # an engine loading, a stage copying: how far
+            done = j.startup
+            progress = cells.bar(j.startup_frac, PROGRESS_BAR, st("bar"), st("bar-empty"))
             rate = "-"
         elif j.engine_state is not None and j.done is None:
             done = f"r{_n(j.running)} q{_n(j.queued)}"

@@ -19,7 +19,8 @@ EXAMPLES = [ops.Status(), ops.Configure(jobs=[JobSpec(name="j", command=["true"]
             ops.ReadHistory(since=5.0), ops.ReadEvents(after_seq=3, limit=10), ops.Watch(on=True, supervise="cron"),
             ops.Ack(job="j"), ops.Launch(job="j"), ops.Kill(job="j", grace_s=2.5), ops.Relaunch(job="j"), ops.KillPid(pid=42),
             ops.Adopt(pid=42, job="found", started_at=1.7e9, progress_file="p.json", kind="generate"),
-            ops.Logs(job="j", offset=100), ops.Doctor(console_time=1.5e9, venv="~/.gpudeck/venv", timeout_s=30.0)]
+            ops.Logs(job="j", offset=100), ops.Doctor(console_time=1.5e9, venv="~/.gpudeck/venv", timeout_s=30.0),
+            ops.Unstage(paths=["/dev/shm/qwen"])]
 
 
 def test_every_op_has_an_example():
