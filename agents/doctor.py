@@ -61,6 +61,7 @@ from .contract.needs import Need, fix_line, program_problem
 from .contract.ops import Check
 from .contract.units import human_bytes
 from .contract.vocab import Verdict
+from .envs import EnvMissing, check_env, resolve as env_resolve
 from .staging.copies import check_staged
 
 log = logging.getLogger("agents")
@@ -1001,15 +1002,21 @@ def examine(op: ops.Doctor, agent: Any) -> ops.DoctorReport:
     python: str = getattr(sup, "python", sys.executable)
     quick = th.quick_timeout_s
 
+    def py_of(s: JobSpec) -> str:  # a python_env's python (agents/envs.py), else the job's or the agent's
+        try:
+            return env_resolve(s, agent.home, python)[0]
+        except EnvMissing:
+            return python  # its own `env` line fails, saying so
+
     torch_by: dict[str, list[str]] = {}  # interpreter -> the jobs that need torch from it
     for s in specs:
         if needs_torch(s):
-            torch_by.setdefault(s.python or python, []).append(s.name)
+            torch_by.setdefault(py_of(s), []).append(s.name)
     cuda_jobs = {s.name for s in specs if needs_gpu(s) and needs_torch(s)}
     sglang_by: dict[str, list[JobSpec]] = {}
     for s in specs:
         if s.kind is JobKind.SGLANG_SERVER and not s.command:
-            sglang_by.setdefault(s.python or python, []).append(s)
+            sglang_by.setdefault(py_of(s), []).append(s)
 
     def imports() -> list[Check]:
         out = []
@@ -1053,6 +1060,12 @@ def examine(op: ops.Doctor, agent: Any) -> ops.DoctorReport:
     for s in specs:
         if getattr(s.options, "s3", None):
             tasks.append(("s3", quick, lambda s=s: [check_s3(s)]))
+    by_env: dict[str, list[str]] = {}  # python_env -> its jobs (agents/envs.py)
+    for s in specs:
+        if s.python_env:
+            by_env.setdefault(s.python_env, []).append(s.name)
+    for env, users in by_env.items():
+        tasks.append(("env", th.timeout_s, lambda env=env, users=users: [check_env(agent.home, env, users, quick)]))
     checks = run_checks(tasks)
     if op.console_time is not None:
         checks.append(check_clock(op.console_time, received, th))

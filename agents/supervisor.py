@@ -47,6 +47,7 @@ from .contract.plain import to_plain
 from .contract.wire import KillVerdict, LaunchResult, LogChunk
 from .records import (START_TIME_TOLERANCE_S, JobRecord, _Live, descendants as _descendants, ended_pidfds,
                       first_start_of, group_members, leader_alive)
+from .envs import EnvMissing, resolve as env_resolve
 from .specdiff import spec_changes
 from .staging.launch import launch_refusal as stage_refusal, staged_argv
 from .contract.atomic import atomic_write_json as write_json_atomic
@@ -421,7 +422,11 @@ class JobSupervisor:
         if spec is None:
             known = ", ".join(self.names()) or "none"
             raise JobError(f"unknown job {name!r} on node {self.node} (known: {known})")
-        problem = launch_problem(spec, spec.python or self.python, str(self.job_dir(name)))  # before anything starts
+        try:  # a python_env: the build its name links to now (agents/envs.py)
+            python, _ = env_resolve(spec, self.home, self.python, self.node)
+        except EnvMissing as exc:
+            raise JobError(str(exc)) from None
+        problem = launch_problem(spec, python, str(self.job_dir(name)))  # before anything starts
         if problem:
             raise JobError(problem)
         problem = stage_refusal(spec, self.home)  # a stage that cannot be read or does not fit (agents/staging/)
@@ -457,12 +462,17 @@ class JobSupervisor:
             (d / FENCED_NOTE).unlink(missing_ok=True)
             self._clear_markers(spec)
             write_json_atomic(d / "spec.json", spec.to_dict())
-            argv = spec.argv(self.python)
+            try:
+                python, env_vars = env_resolve(spec, self.home, self.python, self.node)
+            except EnvMissing as exc:
+                raise JobError(str(exc)) from None
+            argv = spec.argv(python)
             # an adopted job's recorded environment is all of it (the agent's own is not added),
             # its CUDA variables included; a fleet file's version of the name is launched as usual
             exact = name not in self.declared and (d / ADOPTED).exists()
             env = {} if exact else dict(os.environ)
             env.update(spec.env)
+            env.update(env_vars)
             env.update(GPUDECK_JOB=name, GPUDECK_JOB_DIR=str(d), GPUDECK_NODE=self.node,
                        GPUDECK_ATTEMPT=str(rec.attempt + 1),
                        GPUDECK_PROGRESS_FILE=str(d / "progress.json"))

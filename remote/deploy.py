@@ -36,10 +36,12 @@ from typing import Any, Callable, Optional, Sequence, Union
 import asyncssh
 
 from ..agents.contract import VERSION as __version__
+from ..agents.contract.envs import ENVS_DIR, EnvSpec
 from ..agents.contract.jobs import JobSpec
 from ..agents.contract.needs import BASE, broken_python_line, extras_for, fix_line, needed_modules
 from .fleet import Fleet, Node
 from .link import AgentError
+from .deploy_envs import build_envs
 from .ssh import SshTransport, _shell_path
 
 # the distributions the agent imports on a node (the rest of the wheel's requirements serve
@@ -67,6 +69,7 @@ class Deployed:
     deps: str  # "present" (installed --no-deps --no-index) or "installed" (from the node's index)
     seconds: float
     problems: tuple[str, ...] = ()  # jobs of the node that would fail at launch (agents/needs.py), one line each
+    envs: tuple[str, ...] = ()  # each [[envs]] build: unchanged, built or failed, in a sentence (deploy_envs.py)
 
     def describe(self) -> str:
         how = ("dependencies already there: pip --no-deps --no-index" if self.deps == "present"
@@ -337,7 +340,8 @@ async def _check_home(s: _Session, run_id: str, fleet_ids: tuple[str, ...], flee
                                                f"own `home` in the fleet file")
 
 
-async def _install(s: _Session, wheel: Path, jobs: list[JobSpec], fleet_id: str, step: Step) -> Deployed:
+async def _install(s: _Session, wheel: Path, jobs: list[JobSpec], fleet_id: str, step: Step,
+                   envs: Sequence[EnvSpec] = (), timeout: float = 600.0) -> Deployed:
     node, run = s.node, s.run
     dist = f"{s.home}/dist"
     target = f"{dist}/{wheel.name}"
@@ -380,12 +384,23 @@ async def _install(s: _Session, wheel: Path, jobs: list[JobSpec], fleet_id: str,
     python = facts.get("python", f"{s.venv}/bin/python")
     marker = json.dumps({"node": node.name, "fleet": fleet_id, "machine": s.machine})
     await run("marker", f"printf '%s\\n' {shlex.quote(marker)} > {shlex.quote(s.home + '/' + MARKER)}")
-    problems = await _check_jobs(run, jobs, python)
+    built: list[str] = []
+    problems: list[str] = []
+    if envs:  # the engine environments its jobs name, under the same lock (deploy_envs.py)
+        def locked_env(command: str) -> str:
+            return f"{_shell_path(node.python or 'python3')} -c {shlex.quote(_LOCKED)} " \
+                   f"{shlex.quote(s.home + '/deploy.lock')} {shlex.quote(command)}"
+        results = await build_envs(s.conn, locked_env, _shell_path(node.python or "python3"), s.home, list(envs),
+                                   node.name, step, max(timeout, 3600.0))
+        built = [r.line for r in results]
+        problems += [r.line for r in results if r.event == "failed"]
+    problems += await _check_jobs(run, jobs, python, s.home)
     return Deployed(node.name, facts["version"], s.venv, python, facts.get("deps", "?"),
-                    time.monotonic() - s.t0, tuple(problems))
+                    time.monotonic() - s.t0, tuple(problems), tuple(built))
 
 
-async def _check_jobs(run: Callable[[str, str], Any], jobs: list[JobSpec], venv_python: str) -> list[str]:
+async def _check_jobs(run: Callable[[str, str], Any], jobs: list[JobSpec], venv_python: str,
+                      home: str = "") -> list[str]:
     """Each job's interpreter finds what its kind needs (an engine kind its engine): one line
     per job that would fail at launch, naming the fix."""
     problems = []
@@ -393,7 +408,7 @@ async def _check_jobs(run: Callable[[str, str], Any], jobs: list[JobSpec], venv_
         needs = needed_modules(job)
         if not needs:
             continue
-        python = job.python or venv_python
+        python = f"{home}/{ENVS_DIR}/{job.python_env}/bin/python" if job.python_env else job.python or venv_python
         try:
             await run("check", f"{_shell_path(python)} -c {shlex.quote(_FIND)} "
                                + " ".join(n.module for n in needs))
@@ -413,7 +428,7 @@ async def deploy_node(transport: SshTransport, node: Node, wheel: Path, timeout:
     run_id = uuid.uuid4().hex[:12]
     s = await _open(transport, node, run_id, timeout, step)
     await _check_home(s, run_id, "", set())
-    return await _install(s, wheel, list(jobs), "", step)
+    return await _install(s, wheel, list(jobs), "", step, timeout=timeout)
 
 
 # ---------------------------------------------------------------- many nodes
@@ -460,8 +475,9 @@ async def deploy(nodes: Sequence[Node], transport: SshTransport, wheel: Optional
 
         async def install(s: _Session) -> None:
             jobs = fleet.jobs_on(s.node.name) if fleet is not None else []
+            envs = fleet.envs_on(s.node.name) if fleet is not None else []
             try:
-                result: Union[Deployed, AgentError] = await _install(s, wheel, jobs, fleet_id, step)
+                result: Union[Deployed, AgentError] = await _install(s, wheel, jobs, fleet_id, step, envs, timeout)
             except AgentError as exc:
                 failed(s.node, exc)
                 return

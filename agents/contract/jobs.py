@@ -148,6 +148,7 @@ class JobSpec:
     env: dict[str, str] = field(default_factory=dict)
     cwd: Optional[str] = None
     python: Optional[str] = None  # interpreter for built-in kinds; default: the agent's
+    python_env: Optional[str] = None  # an [[envs]] table's name: its python and PATH (agents/contract/envs.py)
     # progress: a progress.json the job writes, or a done-set file (one finished id per line)
     progress: Optional[str] = None
     done_set: Optional[str] = None
@@ -226,6 +227,9 @@ class JobSpec:
         self._read_options()
         self._read_resources()
         self._read_stage()
+        if self.python_env is not None and self.python is not None:
+            raise SpecError(f"job {self.name!r}: 'python' and 'python_env' both given; the env's python is the "
+                            f"job's (drop 'python', or 'python_env')")
 
     def _read_stage(self) -> None:
         try:
