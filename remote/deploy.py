@@ -73,6 +73,7 @@ class Deployed:
 
     def describe(self) -> str:
         how = ("dependencies already there: pip --no-deps --no-index" if self.deps == "present"
+               else "this same wheel was installed there already: not reinstalled" if self.deps == "unchanged"
                else "dependencies installed from the node's package index")
         return f"{self.node}: gpudeck {self.version} in {self.venv} ({how}) in {self.seconds:.1f} s"
 
@@ -194,6 +195,17 @@ def wheel_version(wheel: Path) -> str:
     return m.group(1)
 
 
+def wheel_digest(wheel: Path) -> str:
+    """What the wheel holds, as a hash: its RECORD (every file's own sha256), which a rebuild of the
+    same tree repeats (the zip's own bytes do not: its entries carry the build's time)."""
+    import hashlib
+
+    with zipfile.ZipFile(wheel) as z:
+        record = next((n for n in z.namelist() if n.endswith(".dist-info/RECORD")), None)
+        data = z.read(record) if record else wheel.read_bytes()
+    return hashlib.sha256(data).hexdigest()
+
+
 def node_requirements(wheel: Path, extras: Sequence[str] = ()) -> list[str]:
     """The wheel's Requires-Dist lines for the distributions a node needs: the agent's, and
     those of ``extras`` (the fleet's jobs on the node ask for them), without their markers."""
@@ -235,6 +247,13 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PY" -c {layer} "$VENV"
 fi
 VPY="$VENV/bin/python"
+SUM={digest}
+if [ "$(cat "$VENV/.gpudeck-wheel" 2>/dev/null)" = "$SUM" ] && "$VPY" -c {find} {modules} 2>/dev/null; then
+  echo "deps=unchanged"
+  "$VPY" -c 'import gpudeck.agents as a, sys; print("version=" + a.__version__); print("python=" + sys.executable)'
+  exit 0
+fi
+rm -f "$VENV/.gpudeck-wheel"
 "$VPY" -m pip --version >/dev/null 2>&1 || "$VPY" -m ensurepip --default-pip >/dev/null
 if "$VPY" -c {find} {modules} 2>/dev/null; then
   "$VPY" -m pip install --quiet --disable-pip-version-check --no-deps --no-index --force-reinstall "$WHEEL"
@@ -248,6 +267,7 @@ else
   echo "deps=installed"
 fi
 "$VPY" -c 'import gpudeck.agents as a, sys; print("version=" + a.__version__); print("python=" + sys.executable)'
+printf '%s\n' "$SUM" > "$VENV/.gpudeck-wheel"
 """
 # exit 1 when one of argv's modules cannot be found (find_spec: nothing is imported); prints them
 _FIND = ("import importlib.util as u, sys\n"
@@ -368,6 +388,7 @@ async def _install(s: _Session, wheel: Path, jobs: list[JobSpec], fleet_id: str,
                                     for n in needed_modules(j) if not n.engine and n.module not in NODE_IMPORTS]
     script = _INSTALL.format(
         python=_shell_path(node.python or "python3"), venv=shlex.quote(s.venv), wheel=shlex.quote(target),
+        digest=shlex.quote(wheel_digest(wheel)),
         layer=shlex.quote(_LAYER), find=shlex.quote(_FIND),
         modules=" ".join(sorted(set(modules))), requirements=" ".join(shlex.quote(r) for r in reqs),
         names=", ".join(list(NODE_DISTRIBUTIONS) + [f"gpudeck[{e}]" for e in extras]))
@@ -452,13 +473,10 @@ async def deploy(nodes: Sequence[Node], transport: SshTransport, wheel: Optional
         if on_result is not None:
             on_result(exc)
 
+    if wheel is not None and wheel_version(wheel) != __version__:
+        raise DeployError("local", "wheel", f"{wheel.name} is version {wheel_version(wheel)}; this console "
+                                            f"is {__version__} and would refuse its agents")
     with tempfile.TemporaryDirectory(prefix="gpudeck-wheel-") as tmp:
-        if wheel is None:
-            step("local", "building the gpudeck wheel")
-            wheel = await build_wheel(Path(tmp))
-        elif wheel_version(wheel) != __version__:
-            raise DeployError("local", "wheel", f"{wheel.name} is version {wheel_version(wheel)}; this console "
-                                                f"is {__version__} and would refuse its agents")
         sessions: list[_Session] = []
 
         async def probe(node: Node) -> None:
@@ -485,7 +503,11 @@ async def deploy(nodes: Sequence[Node], transport: SshTransport, wheel: Optional
             if on_result is not None:
                 on_result(result)
 
+        # connect first: a wrong port or a refused key is said at once, before the wheel is built
         await asyncio.gather(*(probe(n) for n in nodes))
+        if wheel is None and sessions:
+            step("local", "building the gpudeck wheel")
+            wheel = await build_wheel(Path(tmp))
         await asyncio.gather(*(check(s) for s in sessions))
         await asyncio.gather(*(install(s) for s in sessions if s.node.name not in results))
         await asyncio.gather(*(_unprobe(s) for s in sessions))

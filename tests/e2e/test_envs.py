@@ -76,11 +76,12 @@ def test_deploy_builds_an_env_offline_and_a_job_runs_in_it(node, tmp_path):
     log = (tmp_path / "gpu1-home" / ".gpudeck" / "jobs" / "probe" / "job.log").read_text()
     assert job["state"] == "exited" and f"in env {envs / first.build_name} 3.20" in log, log
 
-    # unchanged: not built again
+    # unchanged: not built again, and the same gpudeck wheel not installed again
     stamp = (envs / first.build_name / ".gpudeck-env.json").stat().st_mtime_ns
     r = laptop.gpudeck("gpudeck deploy -f fleet.toml")
     assert f"env light: unchanged ({first.key}): not rebuilt" in r.stdout and "built" not in r.stdout.replace(
         "not rebuilt", ""), r.stdout
+    assert "this same wheel was installed there already: not reinstalled" in r.stdout, r.stdout
     assert (envs / first.build_name / ".gpudeck-env.json").stat().st_mtime_ns == stamp
 
     # changed: built beside the old one, then swapped in; doctor gives the versions
@@ -103,3 +104,16 @@ def test_deploy_builds_an_env_offline_and_a_job_runs_in_it(node, tmp_path):
     assert os.path.realpath(envs / "light") == str(envs / second.build_name)
     assert sorted(p.name for p in envs.iterdir() if not p.is_symlink()) == sorted([first.build_name,
                                                                                   second.build_name])
+
+
+def test_deploy_connects_before_it_builds_anything(tmp_path):
+    """A wrong port is said at once: no wheel is built for a node that cannot be reached."""
+    from support.cli import gpudeck
+    from support.core import free_port
+
+    fleet_path = tmp_path / "fleet.toml"
+    fleet_path.write_text(f'[[nodes]]\nname = "gpu1"\nhost = "127.0.0.1"\nport = {free_port()}\n'
+                          f'connect_timeout = 3\n')
+    r = gpudeck("deploy", "-f", str(fleet_path), check=False)
+    assert r.returncode == 1 and "FAILED" in r.stderr and "refused" in r.stderr.lower(), r.stdout + r.stderr
+    assert "building the gpudeck wheel" not in r.stdout, r.stdout
