@@ -435,7 +435,11 @@ async def _check_jobs(run: Callable[[str, str], Any], jobs: list[JobSpec], venv_
                                + " ".join(n.module for n in needs))
         except DeployError as exc:
             gone = set(str(exc).split()) & {n.module for n in needs}
-            if not gone:
+            if not gone and job.python_env:  # its env's build failed (said above) and there is no older one
+                problems.append(f"job {job.name!r} (kind {job.kind.value}): its python_env {job.python_env!r} is "
+                                f"not built on this node ({python} does not run): launch refuses it until a "
+                                f"deploy builds the env")
+            elif not gone:
                 why = str(exc).rsplit(": ", 1)[-1]
                 problems.append(broken_python_line(python, why, job.name, job.kind.value))
             problems += [fix_line(n, python, job.name, job.kind.value) for n in needs if n.module in gone]

@@ -106,3 +106,21 @@ def test_deploys_lines_from_the_builds_events():
     assert failed.event == "failed" and failed.line == (
         "env sglang: the build failed, installing nosuch==1.0: ERROR: No matching distribution found for "
         "nosuch==1.0; the old build stays in use (if any)")
+
+
+def test_a_cluster_job_is_refused_an_env_saying_why():
+    text = FLEET + '''
+[[clusters]]
+name = "hpc"
+shared_dir = "/shared/gd"
+
+[[jobs]]
+name = "task"
+cluster = "hpc"
+command = ["true"]
+python_env = "sglang"
+'''
+    with pytest.raises(FleetError) as exc:
+        parse_fleet(text, "fleet.toml")
+    assert "'python_env' is for a node's job: deploy does not build envs in a cluster's shared_dir yet" in \
+        str(exc.value), str(exc.value)
