@@ -201,6 +201,7 @@ class Agent:
             log_path=str(self.sup.job_file(name, "job.log")) if rec and for_console else None,
             argv=rec.argv if rec else [], last_kill=rec.last_kill if rec else None, adopted=bool(rec and rec.adopted),
             fenced=rec.fenced if rec else None, staging=staging,
+            attempts=rec.spans() if rec and for_console else [],
             spec_changes=self.sup.spec_changes(name) if rec and for_console else [],
             fleet=self.sup.owned.owner(name) if for_console else None,
             **self.watch.job_fields(name, spec), **self.plans.fields(name, spec, rec, progress, now))
@@ -303,6 +304,7 @@ class Agent:
             ops.ReadEvents: self.watch.events,
             ops.Watch: self.watch.watch,
             ops.Ack: self.watch.ack,
+            ops.Note: self.watch.note,
             ops.Launch: lambda op: sup.launch(op.job),
             ops.Kill: lambda op: sup.kill(op.job, op.grace_s),
             ops.Relaunch: lambda op: sup.relaunch(op.job, op.grace_s),

@@ -12,7 +12,8 @@ holding every GPU and every job of the node at that time.
 
 Per GPU: memory used, utilization, temperature, power. Per job: its state (a bucket's last),
 tokens/s, items done, the engine's running and queued requests and KV use, the tokens
-counter. A row of 8 GPUs and 16 jobs is about 1 KiB raw, 2.5 KiB rolled up; rows are never
+counter, and for a generate job the shares of its last completions cut, empty, without an
+answer and looping. A row of 8 GPUs and 16 jobs is about 1 KiB raw, 2.5 KiB rolled up; rows are never
 more than 3,600 + 10,080 + 2,160, so the file is bounded (docs/history.md gives the figure,
 bench/history_size.py measures it).
 
@@ -63,7 +64,12 @@ APP_ID = 0x67646869  # "gdhi": PRAGMA application_id, so a foreign SQLite file i
 SCHEMA = 1  # PRAGMA user_version
 
 GPU_METRICS = ("mem_mib", "util_pct", "temp_c", "power_w")
-JOB_METRICS = ("tokens_per_s", "done", "running", "queued", "kv_usage", "tokens")
+JOB_METRICS = ("tokens_per_s", "done", "running", "queued", "kv_usage", "tokens",
+               # generate: the share (%) of its last completions with each quality problem
+               # (its progress.json's window, agents/workers/generate/quality.py); only in a row
+               # of a job that reports a window
+               "cut_pct", "empty_pct", "no_answer_pct", "repetition_pct")
+WINDOW_PROBLEMS = ("cut_at_max_tokens", "empty_answer", "no_answer", "repetition")
 
 
 @dataclass(frozen=True)
@@ -102,14 +108,18 @@ def gpu_key(g) -> str:
 
 def raw_row(snap: Snapshot) -> dict:
     """One sample: {"g": {gpu: [mem, util, temp, power]}, "j": {job: [state, tps, done, running,
-    queued, kv, tokens]}}."""
+    queued, kv, tokens, (cut%, empty%, no-answer%, repetition%: a job with a quality window)]}}."""
     gpus = {gpu_key(g): [_r(g.mem_used_mib), _r(g.util_pct), _r(g.temp_c), _r(g.power_w)] for g in snap.gpus}
     jobs = {}
     for j in snap.jobs:
         p, e = j.progress, j.engine
-        jobs[j.name] = [j.state.value, job_tps(j), p.done if p else None,
-                        e.running if e else None, e.queued if e else None, _r(e.kv_usage, 3) if e else None,
-                        p.tokens if p else None]
+        row = [j.state.value, job_tps(j), p.done if p else None,
+               e.running if e else None, e.queued if e else None, _r(e.kv_usage, 3) if e else None,
+               p.tokens if p else None]
+        w = p.window if p else None
+        if w is not None and w.n:
+            row += [_r(100.0 * w.counts.get(k, 0) / w.n) for k in WINDOW_PROBLEMS]
+        jobs[j.name] = row
     return {"g": gpus, "j": jobs}
 
 

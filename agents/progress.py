@@ -138,7 +138,9 @@ class ProgressTracker:
         # the job's health, typed as the wire has it: generate's uploads, or extract's (``s3``)
         self._health = {"servers": parsed.servers, "uploads": parsed.uploads or parsed.s3, "blocked": parsed.blocked,
                         # its start-up (extract): the watcher takes no compile for a stall (contract/stall.py)
-                        "phase": parsed.phase, "phase_since": parsed.phase_since, "startup_s": parsed.startup_s}
+                        "phase": parsed.phase, "phase_since": parsed.phase_since, "startup_s": parsed.startup_s,
+                        # generate's last completions' quality problems (the watcher's quality alerts)
+                        "window": parsed.window}
 
 
 def _count(v) -> Optional[int]:

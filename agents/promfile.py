@@ -13,6 +13,9 @@ reads half a file). The series, all labelled ``node`` (docs/prometheus.md lists 
   to; what no job holds (other users' processes, the driver's own) under ``job=""``;
 - ``gpudeck_s3_pending_uploads{job}``: declared; no sample until a job's progress carries its
   upload backlog into the snapshot;
+- a generate job's quality: ``gpudeck_job_quality_ratio{job, problem}`` (the share of its last
+  completions), ``gpudeck_job_quality_window{job}`` (how many), ``gpudeck_job_quality_total{job,
+  problem}`` (in total) and ``gpudeck_job_useful_ratio{job}``;
 - ``gpudeck_alerts_active{kind}``: the node's alerts of each kind;
 - ``gpudeck_snapshot_timestamp_seconds``: when the snapshot was taken (to see a stale file).
 
@@ -48,6 +51,8 @@ RETRY_S = 30.0  # a directory that failed is tried again this long after, not ev
 MIB = 1024 * 1024
 # raised by the console alone (it cannot reach the node): never in a node's snapshot
 CONSOLE_ONLY = frozenset({AlertKind.UNREACHABLE, AlertKind.AGENT_FAILED})
+# generate's quality problems (agents/workers/generate/quality.py; the agent does not import workers)
+QUALITY_PROBLEMS = ("cut_at_max_tokens", "empty_answer", "no_answer", "repetition")
 # Every name here is a classic one, which any escaping writes the same: "underscores" skips the
 # UTF-8 checks of the default (a quarter of the write). prometheus_client before 0.22 has no choice.
 _UNDERSCORES = getattr(getattr(openmetrics, "exposition", None), "UNDERSCORES", None)
@@ -80,6 +85,15 @@ def families(snap: Snapshot) -> list[Metric]:
                                    "(a restart without progress counts 2; an operator's launch starts over)",
                                    labels=jl)
     s3 = GaugeMetricFamily("gpudeck_s3_pending_uploads", "files of the job waiting to go up to S3", labels=jl)
+    ql = ["node", "job", "problem"]
+    q_ratio = GaugeMetricFamily("gpudeck_job_quality_ratio", "the share (0..1) of a generate job's last completions "
+                                "(its window, up to 1,000) with each quality problem", labels=ql)
+    q_window = GaugeMetricFamily("gpudeck_job_quality_window", "completions in a generate job's quality window",
+                                 labels=jl)
+    q_total = CounterMetricFamily("gpudeck_job_quality", "a generate job's completions with each quality problem, "
+                                  "in total (across its attempts)", labels=ql)
+    useful = GaugeMetricFamily("gpudeck_job_useful_ratio", "the share (0..1) of a generate job's records that are "
+                               "useful (neither cut, nor ended by the server, nor without an answer)", labels=jl)
     for j in snap.jobs:
         state.add_metric([node, j.name, j.state.value], 1)
         rate = tokens_per_s(j)
@@ -92,6 +106,17 @@ def families(snap: Snapshot) -> list[Metric]:
                 total.add_metric([node, j.name], p.total)
             if p.eta_s is not None:
                 eta.add_metric([node, j.name], p.eta_s)
+            w = p.window
+            if w is not None:
+                q_window.add_metric([node, j.name], w.n)
+                for problem in QUALITY_PROBLEMS:
+                    share = w.share(problem)
+                    if share is not None:
+                        q_ratio.add_metric([node, j.name, problem], share)
+                    if problem in p.quality:
+                        q_total.add_metric([node, j.name, problem], p.quality[problem])
+            if p.useful is not None and p.useful_of:
+                useful.add_metric([node, j.name], min(1.0, p.useful / p.useful_of))
         if j.restart is not None:  # the watcher counts a job with a spec; an orphan's restarts are not known
             restarts.add_metric([node, j.name], j.restarts)
     mem = GaugeMetricFamily("gpudeck_gpu_memory_used_bytes", "GPU memory in use by the job its processes "
@@ -114,7 +139,7 @@ def families(snap: Snapshot) -> list[Metric]:
     stamp = GaugeMetricFamily("gpudeck_snapshot_timestamp_seconds", "when the agent took the snapshot (unix time)",
                               labels=["node"])
     stamp.add_metric([node], snap.t)
-    return [state, tps, done, total, eta, restarts, mem, s3, alerts, stamp]
+    return [state, tps, done, total, eta, restarts, mem, s3, q_ratio, q_window, q_total, useful, alerts, stamp]
 
 
 class _SnapshotCollector:

@@ -15,7 +15,9 @@ import psutil
 
 from .contract.vocab import JobState
 from .contract.plain import ProtocolError, from_dict, to_plain
-from .contract.wire import KillVerdict
+from .contract.wire import AttemptSpan, KillVerdict
+
+MAX_ATTEMPTS_KEPT = 500  # a job's attempts kept in its state.json (the spend of older ones is not counted)
 
 
 @dataclass
@@ -42,6 +44,29 @@ class JobRecord:
     first_started_at: Optional[float] = None  # the run's first start (first_start_of): what plans and costs count from
     adopted: bool = False  # this attempt is a process gpudeck did not start (supervisor.adopt_process)
     fenced: Optional[str] = None  # state fenced: where the job went ("the job moved to node b at …")
+    gpus: int = 0  # the GPUs this attempt holds (its spec's, at its launch): its spend (console/cost.py)
+    past: list[AttemptSpan] = field(default_factory=list)  # the attempts before this one, the last MAX_ATTEMPTS_KEPT
+
+    def span(self) -> Optional[AttemptSpan]:
+        """This attempt as a span; None before the first launch."""
+        if not self.attempt:
+            return None
+        return AttemptSpan(attempt=self.attempt, started_at=self.started_at, ended_at=self.ended_at,
+                           state=self.state, exit_code=self.exit_code, gpus=self.gpus)
+
+    def spans(self) -> list[AttemptSpan]:
+        """Every attempt kept, this one last."""
+        now = self.span()
+        return [*self.past, now] if now is not None else list(self.past)
+
+    def carried(self) -> list[AttemptSpan]:
+        """What the next attempt's record keeps: these spans, this one's included (one never
+        settled, its end not known, as lost with no end: it counts for no dollars)."""
+        spans = self.spans()
+        if spans and spans[-1].state is not None and spans[-1].state.alive:
+            import dataclasses
+            spans[-1] = dataclasses.replace(spans[-1], state=JobState.LOST, ended_at=None)
+        return spans[-MAX_ATTEMPTS_KEPT:]
 
     def to_dict(self) -> dict[str, Any]:
         return to_plain(self)
@@ -56,6 +81,13 @@ class JobRecord:
             values["last_kill"] = from_dict(KillVerdict, kill) if isinstance(kill, dict) else None
         except ProtocolError:  # a verdict of a form this version does not read: not shown, not fatal
             values["last_kill"] = None
+        past = []
+        for span in values.get("past") or []:
+            try:
+                past.append(from_dict(AttemptSpan, span))
+            except ProtocolError:  # a span this version does not read: left out of the spend, not fatal
+                continue
+        values["past"] = past
         return cls(**values)
 
 

@@ -38,6 +38,7 @@ class Claim:
     mib: float
     util_pct: float
     start_time: float
+    start_ticks: Optional[int] = None  # the exact start (clock ticks since boot): a reused pid never matches
 
 
 def parse_spec(spec: str) -> list[tuple[str, float]]:
@@ -66,8 +67,10 @@ def claim(home: Path, gpu: int, mib: float, util_pct: float = 0.0, pid: Optional
     d.mkdir(parents=True, exist_ok=True)
     path = d / f"{pid}-{gpu}.json"
     tmp = path.with_suffix(".tmp")
+    from .killing import start_ticks
+
     tmp.write_text(json.dumps({"pid": pid, "gpu": gpu, "mib": mib, "util_pct": util_pct,
-                               "start_time": psutil.Process(pid).create_time()}))
+                               "start_time": psutil.Process(pid).create_time(), "start_ticks": start_ticks(pid)}))
     os.replace(tmp, path)
     return path
 
@@ -107,6 +110,8 @@ class SimGpuSampler:
             names = os.listdir(self.dir)  # (a tenth of Path.glob's cost, read every tick)
         except FileNotFoundError:
             names = []
+        from .killing import start_ticks
+
         for name in names:
             if not name.endswith(".json") or name == HEALTH_FILE:  # the health readings are not a claim
                 continue
@@ -114,8 +119,11 @@ class SimGpuSampler:
             import psutil
             try:
                 c = Claim(**json.loads(path.read_text()))
-                alive = abs(psutil.Process(c.pid).create_time() - c.start_time) < 0.05 and \
-                    psutil.Process(c.pid).status() != psutil.STATUS_ZOMBIE
+                # the start in ticks is exact; one in seconds moves with the boot time the kernel
+                # derives from a wall clock NTP adjusts (a claim of a live process read as dead)
+                same = start_ticks(c.pid) == c.start_ticks if c.start_ticks is not None else \
+                    abs(psutil.Process(c.pid).create_time() - c.start_time) < 0.05
+                alive = same and psutil.Process(c.pid).status() != psutil.STATUS_ZOMBIE
             except (OSError, ValueError, TypeError, psutil.Error):
                 alive = False
             if alive:

@@ -504,7 +504,7 @@ class JobSupervisor:
                             first_started_at=first_start_of(rec, started),
                             last_kill=rec.last_kill, argv=list(argv), token=token,
                             start_ticks=killing.start_ticks(popen.pid),
-                            cgroup=env.get("GPUDECK_CGROUP"))
+                            cgroup=env.get("GPUDECK_CGROUP"), gpus=len(spec.gpus), past=rec.carried())
             self.records[name] = rec
             if name in self._live:
                 self._live[name].close_pidfd()
@@ -589,7 +589,7 @@ class JobSupervisor:
                                             "argv": list(argv), "cwd": cwd, "adopted_at": time.time()})
             rec = JobRecord(name=name, state=JobState.RUNNING, attempt=1, pid=pid, pgid=own_group,
                             create_time=create_time, started_at=create_time, first_started_at=create_time,
-                            argv=list(argv), start_ticks=killing.start_ticks(pid), adopted=True)
+                            argv=list(argv), start_ticks=killing.start_ticks(pid), adopted=True, gpus=len(gpus))
             self.records[name] = rec
             self._live[name] = _Live()
             self._save(rec)

@@ -75,6 +75,7 @@ case $step in
         --hold 20 --max-tokens 512 --run-s 120 --work /tmp/e2e --json ${OUT:-/tmp}/engine_e2e.json ${E2E_ARGS:-}
       echo "engine_e2e exit $?"
       cp /tmp/e2e/out/plan.json ${OUT:-/tmp}/plan.json 2>/dev/null
+      tar czf ${OUT:-/tmp}/out.tgz -C /tmp/e2e out 2>/dev/null  # the records, for a look at lengths and rates
       tail -30 /tmp/e2e/home/jobs/llama/job.log.1 /tmp/e2e/home/jobs/llama/job.log 2>/dev/null | grep -iE \
         "CUDA|VRAM|KV|n_ctx|slot|error" | head -30
     } 2>&1 | tee ${OUT:+$OUT/device-run.log} ;;

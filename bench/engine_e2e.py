@@ -152,6 +152,28 @@ async def probe(url: str, n: int, concurrency: int, max_tokens: int) -> float:
         return n / (time.monotonic() - t0)
 
 
+def done_ids(out: Path) -> set[str]:
+    try:
+        return {ln.strip() for ln in open(out / "done.txt") if ln.strip()}
+    except FileNotFoundError:
+        return set()
+
+
+def output_tokens(out: Path, skip: set[str]) -> int:
+    """The completion tokens of the output's records whose id is not in ``skip``: the pilot's
+    last shard is still open when the plan ends, and the run closes it with the pilot's records
+    in it, so a count by shard would give the run the pilot's tokens too."""
+    tokens = 0
+    for shard in out.glob("shard-*.jsonl*"):
+        with open(shard) as f:
+            for line in f:
+                if line.strip():
+                    rec = json.loads(line)
+                    if str(rec.get("id")) not in skip:
+                        tokens += rec.get("completion_tokens") or 0
+    return tokens
+
+
 def kill(fleet: Path, job: str, res: dict, key: str) -> dict:
     before = engine_gpu(status(fleet), job)
     r = gpudeck(fleet, "kill", job, "--json", check=False)
@@ -242,6 +264,7 @@ def main() -> int:
             f"prompts left; projected {plan['projected_wall_s']:.1f} s ({plan['projected_wall_s_low']:.1f}-"
             f"{plan['projected_wall_s_high']:.1f} s)")
 
+        pilot_ids = done_ids(out)  # the pilot's records: the run's own are the others
         fleet.write_text(fleet_text(a, work / "home", prompts, out, best))  # the operator's edit
         launched = time.time()
         log(gpudeck(fleet, "launch", "gen").stdout.strip())
@@ -263,14 +286,11 @@ def main() -> int:
         ended = gen.get("ended_at") or time.time()
         wall = ended - launched
         done_lines = sum(1 for _ in open(out / "done.txt")) if (out / "done.txt").exists() else 0
-        tokens = 0
-        for shard in out.glob("shard-*.jsonl"):
-            with open(shard) as f:
-                tokens += sum(json.loads(line).get("completion_tokens") or 0 for line in f)
+        tokens = output_tokens(out, skip=pilot_ids)
         steady = [s for s in samples if 0.1 * wall <= s["t"] <= 0.9 * wall]
         mean = lambda key: statistics.mean(v) if (v := [s[key] for s in steady if s[key] is not None]) else None  # noqa: E731
         res["run"] = {"state": gen["state"], "exit_code": gen.get("exit_code"), "wall_s": wall, "done": done_lines,
-                      "made": done_lines - plan["pilot_done"], "output_tokens_all": tokens, "samples": samples,
+                      "made": done_lines - plan["pilot_done"], "output_tokens": tokens, "samples": samples,
                       "engine_tokens_per_s_mean": mean("tokens_per_s"), "gpu_util_pct_mean": mean("gpu_util_pct"),
                       "running_mean": mean("running"), "kv_usage_mean": mean("kv_usage")}
         proj = plan["projected_wall_s"]
@@ -298,8 +318,8 @@ def main() -> int:
     print(f"engine: llama-server, {a.slots} slots x {a.context} tokens; ready in {res['load_s']:.1f} s holding "
           f"{res['engine_gib']} GiB (NVML)")
     print(f"tokens/s at the plan's best concurrency {plan['best_concurrency']}: the engine's own counter "
-          f"{run['engine_tokens_per_s_mean']}, the run's output {run['output_tokens_all'] / max(wall, 1e-9):.0f} over "
-          f"all shards; GPU use {run['gpu_util_pct_mean']}% (NVML, mean of the middle 80%)")
+          f"{run['engine_tokens_per_s_mean']}, the run's own output {run['output_tokens'] / max(wall, 1e-9):.0f} "
+          f"({run['output_tokens']} tokens in {wall:.1f} s); GPU use {run['gpu_util_pct_mean']}% (NVML, mean of the middle 80%)")
     print(f"kill: {k['verdict'].get('message')} (ok {k['verdict'].get('ok')}, freed {k['verdict'].get('freed_gib')} GiB; "
           f"NVML before {k['job_gib_before']} GiB held by the engine)")
     print(f"plan: projected {plan['projected_wall_s']:.1f} s (90% interval {plan['projected_wall_s_low']:.1f}-"

@@ -14,6 +14,7 @@ from typing import Any, Optional, Union
 from rich.markup import escape
 
 from ..agents.contract import ops
+from ..agents.contract.ops import Acked
 from ..agents.contract.wire import KillVerdict, LaunchResult
 from ..agents.contract.vocab import AlertKind, ShownState
 from .formatting import started_as
@@ -26,6 +27,7 @@ class JobOp(str, enum.Enum):
     KILL = ops.Kill.name
     RELAUNCH = ops.Relaunch.name
     LAUNCH = ops.Launch.name
+    ACK = ops.Ack.name  # a job that gave up, acknowledged: its gave_up clears; nothing starts
     MOVE = "move"  # not one op: a kill (or a fence) on the old node, a launch on the new (moving.py)
 
     def __str__(self) -> str:
@@ -33,17 +35,17 @@ class JobOp(str, enum.Enum):
 
     @property
     def key(self) -> str:
-        return _KEYS[self][0]
+        """Its key, as the help shows it (console/keymap.py: ``job.kill`` is ctrl+k, as in k9s)."""
+        from .keymap import key_of
+        return key_of(f"job.{self.value}")
 
     @property
     def label(self) -> str:
-        return _KEYS[self][1]
+        from .keymap import BY_ID
+        return BY_ID[f"job.{self.value}"].label
 
 
-# launch is L (shift-l): k9s users press l for logs, and l opens the selected job's log here
-_KEYS = {JobOp.KILL: ("k", "Kill"), JobOp.RELAUNCH: ("r", "Relaunch"), JobOp.LAUNCH: ("L", "Launch"),
-         JobOp.MOVE: ("m", "Move")}
-JOB_OPS = tuple(JobOp)  # in the footer's order
+JOB_OPS = (JobOp.KILL, JobOp.RELAUNCH, JobOp.LAUNCH, JobOp.MOVE, JobOp.ACK)  # in the palette's order
 
 
 # ---------------------------------------------------------------- which job a key acts on
@@ -104,7 +106,7 @@ Plan = Union[Refuse, Confirm, RunNow]
 
 def plan_job_action(op: JobOp, job: str, row: Optional[JobRow], *, read_only: bool, grace_s: float,
                     changes: tuple[str, ...] = (), dest: Optional[str] = None) -> Plan:
-    """Kill, launch and move always ask (a launch takes GPUs and starts spending); relaunch asks
+    """Kill, launch, move and ack always ask (a launch takes GPUs and starts spending); relaunch asks
     when the job runs (it is killed first) or when the fleet file changed since its last launch
     (``changes``: it runs the file's version). A move goes to ``dest``, the first free spare
     (moving.spare_for): without one it is refused, naming the command that takes any node."""
@@ -125,6 +127,10 @@ def plan_job_action(op: JobOp, job: str, row: Optional[JobRow], *, read_only: bo
                   if row is not None and row.alive else "")
         return Confirm(f"{op} {job}", f"The fleet file changed since [b]{job}[/b]{where} last launched:\n{lines}\n\n"
                                       f"{killed}Relaunch it with the fleet file's version?", "Relaunch")
+    if op == JobOp.ACK:
+        return Confirm(f"acknowledge {job}", f"Acknowledge that job [b]{job}[/b]{where} gave up?\n\nIts gave_up "
+                                             f"alert clears and the heartbeat's plain ping comes back at its next "
+                                             f"beat. Nothing is started (r relaunches it).", "Acknowledge")
     if row is not None and row.task_id is not None and op in (JobOp.KILL, JobOp.RELAUNCH):
         return _plan_task_action(op, job, row)
     if op == JobOp.KILL:
@@ -189,7 +195,7 @@ def plan_process_adopt(node: str, pid: int, name: str, command: Optional[str], *
     what = f" ({escape(command[:80])})" if command else ""
     return Confirm(f"adopt pid {pid}", f"Adopt process [b]{pid}[/b]{what} on {node} as job [b]{escape(name)}[/b]?\n\n"
                                        f"Its command line, working directory, environment and GPUs are recorded: "
-                                       f"then k kills it with verification, and r starts the same command again, "
+                                       f"then ctrl+k kills it with verification, and r starts the same command again, "
                                        f"contained. (gpudeck adopt --as NAME names it otherwise.)", "Adopt")
 
 
@@ -200,6 +206,8 @@ def job_request(op: JobOp, job: str, grace_s: float) -> ops.Op:
         return ops.Kill(job=job, grace_s=grace_s)
     if op is JobOp.RELAUNCH:
         return ops.Relaunch(job=job, grace_s=grace_s)
+    if op is JobOp.ACK:
+        return ops.Ack(job=job)
     return ops.Launch(job=job)
 
 
@@ -221,6 +229,9 @@ def outcome_notice(op: JobOp, job: str, result: Union[KillVerdict, LaunchResult,
     move did (a moving.MoveReport: one line a step)."""
     if op is JobOp.MOVE:
         return Notice("\n".join(result.lines), f"moved {job} to {result.dest}", "information", 15)
+    if isinstance(result, Acked):
+        return Notice(result.message, f"acknowledged {job}" if result.cleared else f"{job} acknowledged already",
+                      "information", 15)
     if isinstance(result, KillVerdict):
         return Notice(result.message, f"killed {job}" if result.ok else f"kill of {job} incomplete",
                       "information" if result.ok else "error", 15)

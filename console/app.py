@@ -40,7 +40,6 @@ from typing import Any, Optional
 
 from textual import work
 from textual.app import App
-from textual.binding import Binding
 from textual.css.query import NoMatches
 from textual.timer import Timer
 from textual.worker import Worker, WorkerState
@@ -55,11 +54,13 @@ from .placements import PlacementStore, moved
 from .chart import RANGES, RESOLUTION
 from .actions import (Confirm, JobOp, Notice, Refuse, failure_notice, outcome_notice, plan_job_action,
                                      plan_process_adopt, plan_process_kill, adopt_name, job_request)
+from .bindings import bindings
 from .config import ConsoleConfig
+from .describe import describe
 from .looked import LookedStore, fleet_key
 from .notices import NoticeLine
 from .pacing import RedrawPacer
-from .messages import (DoctorFailed, DoctorFinished, DoctorRequested, EventsFetched, EventsFetchFailed,
+from .messages import (DescribeRequested, DoctorFailed, DoctorFinished, DoctorRequested, EventsFetched, EventsFetchFailed,
                                       HistoryPageFailed, HistoryPageFetched, HistoryReceived, HistoryWanted,
                                       JobActionFailed, JobActionFinished, JobActionRequested, JobOpened, LogFetched,
                                       LogFetchFailed, LogFollowCancelled, LogFollowRequested, NodeWentDown,
@@ -69,7 +70,8 @@ from .screens.confirm import ConfirmScreen
 from .screens.doctor import DoctorScreen
 from .screens.error import ErrorScreen
 from .screens.help import HelpScreen
-from .screens.job import JobScreen
+from .screens.command_line import CommandLine
+from .screens.describe import DescribeScreen
 from .screens.main import MainScreen
 from .screens.plans import PlansScreen
 from .rows import EventRow
@@ -82,6 +84,10 @@ from ..remote.fleet import Fleet, FleetError
 
 __all__ = ["ConsoleConfig", "GpuDeckApp", "describe_error", "make_app"]
 
+# `:` commands (k9s's), and the other words typed for them
+COMMANDS = ("jobs", "fleet", "events", "alerts", "overview", "logs", "doctor", "plans", "help", "q")
+ALIASES = {"job": "jobs", "nodes": "fleet", "node": "fleet", "gpus": "fleet", "event": "events", "alert": "alerts",
+           "log": "logs", "plan": "plans", "quit": "q", "q!": "q", "qa": "q", "wq": "q", "x": "q"}
 OPERATOR_ERRORS = (OperatorError, RequestFailed, asyncio.TimeoutError, OSError)
 LIVE_NOTICES = 5  # live events told one by one per read; past that, one notice counts the rest
 DOCTOR_TIMEOUT_S = 600.0  # a node's answer to `d`: its checks run in turn, the imports each up to 120 s
@@ -92,12 +98,9 @@ class GpuDeckApp(NoticeLine, App[None]):
     TITLE = "gpudeck"
     ENABLE_COMMAND_PALETTE = True  # ctrl+p: jump to a node or job, run what the keys run
 
-    BINDINGS = [
-        Binding("q", "quit", "Quit", id="app.quit"),
-        # as in k9s and nvitop; a priority binding: Textual's own ctrl+c copies text or says to press ctrl+q
-        Binding("ctrl+c", "interrupt", "Quit", show=False, priority=True, id="app.quit_ctrl_c"),
-        Binding("question_mark", "help", "Help", key_display="?", id="app.help"),
-    ]
+    # q and F10 quit, ? and F1 help, `:` the command line; ctrl+c (a priority binding: Textual's own
+    # ctrl+c copies text or says to press ctrl+q) quits as in k9s and nvitop (console/keymap.py)
+    BINDINGS = bindings("app")
 
     def __init__(self, config: ConsoleConfig, client: FleetClient) -> None:
         super().__init__()
@@ -123,6 +126,8 @@ class GpuDeckApp(NoticeLine, App[None]):
         self.placements = PlacementStore()  # where this laptop's moves put jobs (console/placements.py)
         self.mover = LostNodeMover(client, grace_s=config.grace_s, store=self.placements, clock=config.clock) \
             if config.connect and config.auto_move and not config.read_only else None
+        if config.keymap:  # the user's [keys] (console/userconfig.py), by binding id
+            self.set_keymap(dict(config.keymap))
 
     def get_default_screen(self) -> MainScreen:
         return MainScreen(self.state, self.fleet_name, self.config.read_only, self.config.initial_view)
@@ -348,7 +353,7 @@ class GpuDeckApp(NoticeLine, App[None]):
         missing = sorted(self._awaiting_backlog)
         if missing:
             text += f" (not heard from {', '.join(missing)} yet)"
-        timeline.summary = text
+        timeline.summary, timeline.summary_at = text, self.config.clock()
         self.state.version += 1
         self.notify(text, title="since you last looked", timeout=15, markup=False)
         self._record_look()
@@ -395,7 +400,7 @@ class GpuDeckApp(NoticeLine, App[None]):
         for screen in self.screen_stack:
             # a screen still composing (a slow machine at start-up), or already closing, is
             # skipped: the next refresh draws it
-            if isinstance(screen, (MainScreen, JobScreen)) and screen.is_mounted and screen.composed:
+            if isinstance(screen, (MainScreen, DescribeScreen)) and screen.is_mounted and screen.composed:
                 try:
                     screen.show_state(self.state)
                 except NoMatches:
@@ -409,15 +414,107 @@ class GpuDeckApp(NoticeLine, App[None]):
 
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
-            self.push_screen(HelpScreen(self.config.read_only))
+            self.push_screen(HelpScreen(self.config.read_only, dict(self._keymap)))
 
     def on_job_opened(self, message: JobOpened) -> None:
         row = self.state.job_row(message.job)
         if row is None:
             self.notify(f"job {message.job} is not in any snapshot yet", severity="warning", timeout=4)
             return
-        job = row.acts_on  # a folded run of pending tasks opens its first task
-        self.push_screen(JobScreen(self.state, job, f"{row.node}/{job}", self.fleet_name, self.config.read_only))
+        self._describe(row)
+
+    def on_describe_requested(self, message: DescribeRequested) -> None:
+        self._describe(message.row)
+
+    def _describe(self, row: Any) -> None:
+        """The describe screen of a row: every field whole, found again in the state at each redraw."""
+        from .rows import AlertRow, EventRow, JobRow
+
+        if isinstance(row, JobRow):
+            node, name = row.node, row.acts_on  # a folded run of pending tasks opens its first task
+            row = next((r for r in self.state.job_rows() if r.node == node and name in (r.name, r.target)), row)
+
+            def find(state: FleetState) -> Any:
+                return next((r for r in state.job_rows() if r.node == node and name in (r.name, r.target)), None)
+        elif isinstance(row, AlertRow):
+            key = row.key
+
+            def find(state: FleetState) -> Any:
+                return next((r for r in state.alert_rows() if r.key == key), None)
+        elif isinstance(row, EventRow):  # an event is what it was
+            event = row
+
+            def find(state: FleetState) -> Any:
+                return event
+        else:  # a node, a GPU, a process
+            key = row.key
+
+            def find(state: FleetState) -> Any:
+                return next((r for r in state.fleet_rows() if r.key == key), None)
+        self.push_screen(DescribeScreen(self.state, find, describe(row, self.state), self.fleet_name,
+                                        self.config.read_only))
+
+    # ------------------------------------------------------------ the command line (`:`)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> Optional[bool]:
+        if action == "command_line":  # over the views and a describe, not over a question or a dialog
+            return isinstance(self.screen, (MainScreen, DescribeScreen))
+        return True
+
+    def action_command_line(self) -> None:
+        """`:`: k9s's command line; every letter typed is text until enter or escape."""
+        self.push_screen(CommandLine(self.command_candidates()), self.run_command)
+
+    def command_candidates(self) -> list[str]:
+        jobs = sorted({r.acts_on for r in self.state.job_rows()})
+        return [*COMMANDS, *(f"logs {j}" for j in jobs), *(f"doctor {n}" for n in self.state.nodes)]
+
+    def run_command(self, text: Optional[str]) -> None:
+        """What `:` runs: a view, a job's log, a node's doctor, the plans, help, quit."""
+        words = (text or "").split()
+        if not words:
+            return
+        verb, args = words[0].lower(), words[1:]
+        verb = ALIASES.get(verb, verb)
+        if verb == "q":
+            self.exit()
+            return
+        if verb == "help":
+            self.action_help()
+            return
+        if verb not in COMMANDS or (args and verb not in ("logs", "doctor")):
+            self.notify(f":{text} is no command; the commands: {', '.join(':' + c for c in COMMANDS)} "
+                        f"(tab completes)", title="command line", severity="warning", timeout=6, markup=False)
+            return
+        main = self._back_to_views()
+        if verb == "doctor":
+            node = args[0] if args else main.selected_node()
+            if node is None or node not in self.state.nodes:
+                self.notify(f"no node {node!r} in this fleet: :doctor NODE (tab completes)" if node else
+                            "select a node first, or :doctor NODE", severity="warning", timeout=5, markup=False)
+                return
+            self.post_message(DoctorRequested(node))
+        elif verb == "plans":
+            main.action_plans()
+        elif verb == "logs" and args:
+            if self.state.job_row(args[0]) is None:
+                self.notify(f"no job {args[0]!r} in this fleet: :logs JOB (tab completes)", severity="warning",
+                            timeout=5, markup=False)
+                return
+            main.log_job = args[0]
+            if main.active == "logs":
+                main.sync_log_follow()
+            else:
+                main.action_view("logs")
+        else:
+            main.action_view(verb)
+
+    def _back_to_views(self) -> MainScreen:
+        """Close what is over the views (a describe): a command shows a view or opens a dialog over it."""
+        while not isinstance(self.screen, MainScreen) and len(self.screen_stack) > 1:
+            self.pop_screen()
+        assert isinstance(self.screen, MainScreen)
+        return self.screen
 
     def on_job_action_requested(self, message: JobActionRequested) -> None:
         """Kill, relaunch or launch a job; destructive ones ask first. A launch or relaunch reads
@@ -655,7 +752,7 @@ class GpuDeckApp(NoticeLine, App[None]):
             return
         worst = message.report.worst.value  # closed meanwhile: the summary as a notice
         severity = {"ok": "information", "warn": "warning"}.get(worst, "error")
-        self.notify(f"{counts(message.report)} (d shows the lines)", title=f"doctor of {message.node}",
+        self.notify(f"{counts(message.report)} (:doctor {message.node} shows the lines)", title=f"doctor of {message.node}",
                     severity=severity, timeout=10)  # type: ignore[arg-type]
 
     def on_doctor_failed(self, message: DoctorFailed) -> None:

@@ -92,3 +92,7 @@ class ConsoleConfig:
 
     screenshot_wait_s: tuple[float, float] = (12.0, 90.0)
     """At least this long (the sparklines fill), at most this long (whatever is there)."""
+
+    keymap: dict[str, str] = field(default_factory=dict)
+    """Keys moved by binding id ("job.kill": "k"), from the user's ``[keys]`` table
+    (console/userconfig.py); applied with Textual's ``App.set_keymap``."""

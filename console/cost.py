@@ -18,6 +18,11 @@ as "—", never $0. The rules (docs/console.md, "Dollars"):
   per useful completion are the job's share over its useful completions per hour: its
   completions per hour times the share of its records that are useful (neither cut at
   max_tokens, nor empty, nor failed: generate's ``useful`` of ``useful_of``).
+- **Per attempt**: its hours (start to end, or to now while it runs) x its node's price (per
+  node-hour) x the GPUs it held / the node's GPUs. A job's spend sums its attempts on every
+  node it ran on (a move: the old node's at its price, the new one's at its own); **burned** is
+  what its attempts killed, failed or lost cost (the node keeps a job's attempts in its
+  state.json: ``JobStatus.attempts``).
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from typing import Any, Iterable, Optional
 
 from ..agents.contract.jobs import JobKind
 from ..agents.contract.vocab import JobState
-from ..agents.contract.wire import JobStatus, Progress
+from ..agents.contract.wire import AttemptSpan, JobStatus, Progress
 
 HOUR_S = 3600.0
 NO_PRICE = "—"  # a node the fleet file gives no price, or a figure not known (a node down): never $0
@@ -153,6 +158,129 @@ def dollars(v: Optional[float]) -> str:
         return f"${v:.2f}"
     digits = min(6, 1 - math.floor(math.log10(v)))  # two significant figures
     return f"${v:.{digits}f}"
+
+
+def _two(x: float) -> str:
+    """Two significant digits, three above 100: 41, 4.1, 0.41, 410."""
+    return f"{x:.0f}" if x >= 100 else f"{x:.2g}"
+
+
+def money_fit(v: Optional[float], width: int) -> str:
+    """``dollars(v)`` in ``width`` cells, its meaningful digits kept: a figure too long for its
+    column is said per thousand or per million of its unit (``$0.000041`` per completion reads
+    ``$41/M``: per million completions), or in thousands or millions (``$12k``); never cut."""
+    s = dollars(v)
+    if v is None or len(s) <= width:
+        return s
+    if v < 1:
+        steps = [(v * 1e3, "/k"), (v * 1e6, "/M")]
+        picked = [f"${_two(x)}{unit}" for x, unit in steps if x >= 1] or [f"${_two(v * 1e6)}/M"]
+    else:
+        picked = [f"${_two(v / scale)}{unit}" for scale, unit in ((1e6, "M"), (1e3, "k")) if v >= scale]
+    return next((p for p in picked if len(p) <= width), s)  # nothing fits: the table cuts it (under 5 cells)
+
+
+# ---------------------------------------------------------------- spend per attempt, and burned
+
+# an attempt that ended so is "burned": killed, failed or lost (what it cost bought no finished run)
+BURNED = frozenset({JobState.KILLED, JobState.FAILED, JobState.LOST})
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptCost:
+    node: str
+    attempt: int
+    started_at: Optional[float]
+    ended_at: Optional[float]
+    state: Optional[str]
+    gpus: int
+    node_gpus: int
+    dollars: Optional[float]  # None: not known (no price, no start, an end never recorded)
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpend:
+    """A job's dollars over its attempts on every node it ran on, each at its node's price."""
+
+    spent: Optional[float]  # None: no attempt's dollars known
+    burned: Optional[float]  # of it, the attempts killed, failed or lost; None: as spent
+    attempts: tuple[AttemptCost, ...]
+
+
+def attempt_dollars(span: AttemptSpan, price: Optional[float], node_gpus: int, now: float) -> Optional[float]:
+    """An attempt's dollars: its hours x its node's price (per node-hour) x the GPUs it held /
+    the node's GPUs. A live one counts to ``now``; one whose end was never recorded, nothing."""
+    if price is None or node_gpus <= 0 or span.started_at is None:
+        return None
+    if span.ended_at is None:
+        if span.state is None or not span.state.alive:
+            return None
+        end = now
+    else:
+        end = span.ended_at
+    return max(0.0, end - span.started_at) / HOUR_S * price * min(span.gpus, node_gpus) / node_gpus
+
+
+def job_spend(runs: Iterable[tuple[str, JobStatus, Optional[float], int]], now: float) -> JobSpend:
+    """``runs``: the job as each node has it (node, its status there, the node's price, its
+    GPUs): across a move, the attempts of both nodes, each at its own node's price."""
+    costs = []
+    for node, j, price, node_gpus in runs:
+        for s in j.attempts:
+            costs.append(AttemptCost(node=node, attempt=s.attempt, started_at=s.started_at, ended_at=s.ended_at,
+                                     state=s.state.value if s.state is not None else None, gpus=s.gpus,
+                                     node_gpus=node_gpus, dollars=attempt_dollars(s, price, node_gpus, now)))
+    costs.sort(key=lambda c: (c.started_at or 0.0, c.node, c.attempt))
+    known = [c for c in costs if c.dollars is not None]
+    burned = [c.dollars for c in known if c.state in _BURNED_VALUES]
+    spent = sum(c.dollars for c in known) if known else None  # type: ignore[misc]
+    return JobSpend(spent=spent, burned=sum(burned) if known else None, attempts=tuple(costs))  # type: ignore[arg-type]
+
+
+_BURNED_VALUES = frozenset(s.value for s in BURNED)
+
+
+def spend_json(s: Optional[JobSpend]) -> dict[str, Any]:
+    """A job's spend in `status --json`: ``spent`` and ``burned`` in dollars, and its attempts."""
+    if s is None:
+        return {"spent": None, "burned": None, "attempts": []}
+    return {"spent": money_json(s.spent), "burned": money_json(s.burned),
+            "attempts": [{"node": a.node, "attempt": a.attempt, "started_at": a.started_at, "ended_at": a.ended_at,
+                          "state": a.state, "gpus": a.gpus, "node_gpus": a.node_gpus,
+                          "dollars": money_json(a.dollars)} for a in s.attempts]}
+
+
+# ---------------------------------------------------------------- what S3 holds, and costs a month
+
+GB = 1e9
+
+
+def s3_monthly(stored_bytes: Optional[int], price_per_gb_month: float) -> Optional[float]:
+    """The dollars a month of ``stored_bytes`` in S3 at ``price_per_gb_month`` (None: not known)."""
+    return None if stored_bytes is None else stored_bytes / GB * price_per_gb_month
+
+
+def s3_json(p: Optional[Progress], price_per_gb_month: float) -> dict[str, Any]:
+    """A job's S3 inventory in `status --json`: what its prefix holds (its run's one listing at
+    the start, plus what it uploaded since: its progress.json's ``uploads``) and the monthly cost."""
+    u = p.uploads if p is not None else None
+    stored = u.stored_bytes if u is not None else None
+    return {"s3_objects": u.stored_objects if u is not None else None, "s3_bytes": stored,
+            "s3_listed_at": u.stored_listed_at if u is not None else None,
+            "s3_cost_per_month": money_json(s3_monthly(stored, price_per_gb_month))}
+
+
+def fleet_s3(jobs: Iterable[JobStatus]) -> Optional[int]:
+    """The bytes the jobs' prefixes hold, each job once (a moved job: its newest listing's)."""
+    newest: dict[str, tuple[float, int]] = {}
+    for j in jobs:
+        u = j.progress.uploads if j.progress is not None else None
+        if u is None or u.stored_bytes is None:
+            continue
+        at = u.stored_listed_at or 0.0
+        if j.name not in newest or at > newest[j.name][0]:
+            newest[j.name] = (at, u.stored_bytes)
+    return sum(b for _, b in newest.values()) if newest else None
 
 
 # ---------------------------------------------------------------- `status --json`

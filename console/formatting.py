@@ -6,7 +6,7 @@ them, so a figure reads the same wherever it is shown.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Any, Iterable, Optional
 
 if TYPE_CHECKING:
     from ..agents.contract.ops import CopyDiff
@@ -14,14 +14,31 @@ if TYPE_CHECKING:
 
 from ..agents.contract.units import human_duration  # noqa: F401 -- the node's spelling, shared with every view
 
-__all__ = ["QUALITY_NAMES", "copy_text", "human_duration", "quality_flags", "round_eta", "round_figures", "round_int", "started_as"]
+__all__ = ["QUALITY_NAMES", "copy_text", "human_duration", "junk_flags", "quality_flags", "round_eta", "round_figures",
+           "round_int", "started_as"]
 
 QUALITY_NAMES = {"empty_answer": "empty", "no_reasoning": "no-reason", "cut_at_max_tokens": "cut",
-                 "errors": "err", "error": "err"}
+                 "no_answer": "no-answer", "repetition": "loop", "errors": "err", "error": "err"}
+# each quality alert of a generate job (the watcher's, agents/watch/checks.py): the problem of its window
+QUALITY_ALERT_PROBLEM = {"quality_cut": "cut_at_max_tokens", "quality_empty": "empty_answer",
+                         "quality_no_answer": "no_answer", "quality_repetition": "repetition"}
 
 
 def quality_flags(quality: dict[str, int]) -> tuple[str, ...]:
     return tuple(f"{QUALITY_NAMES.get(k, k)} {v}" for k, v in sorted(quality.items()) if v)
+
+
+def junk_flags(kinds: "Iterable[str]", window: Any) -> tuple[str, ...]:
+    """The flags of a job's quality alerts (their kinds' values): ``junk cut 100%``, the share
+    of its window (a wire.QualityWindow) when it has one."""
+    out = []
+    for kind in kinds:
+        problem = QUALITY_ALERT_PROBLEM.get(kind)
+        if problem is None:
+            continue
+        share = window.share(problem) if window is not None else None
+        out.append(f"junk {QUALITY_NAMES[problem]}" + (f" {100 * share:.0f}%" if share is not None else ""))
+    return tuple(out)
 
 
 def round_int(v: Optional[float]) -> Optional[int]:

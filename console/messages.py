@@ -145,9 +145,16 @@ class ProcessAdoptRequested(Message):
 
 @dataclass
 class JobOpened(Message):
-    """The operator opened ``job`` (enter on its row): the app shows its details screen."""
+    """The operator opened ``job`` (the palette's "open JOB"): the app describes it."""
 
     job: str
+
+
+@dataclass
+class DescribeRequested(Message):
+    """The operator asked for a row whole (`enter` or `d` on it): the app shows its describe."""
+
+    row: Any
 
 
 @dataclass

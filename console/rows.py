@@ -13,11 +13,11 @@ for 14 fields against 0.2 us (``bench/console_scale.py`` builds 2,300 of them a 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
 from ..agents.contract.vocab import AlertKind, EngineState, NodeState, ShownState
 from ..agents.contract.jobs import JobKind
-from ..agents.contract.wire import Gpu, JobPlan, KillVerdict, ServerHealth, Uploads
+from ..agents.contract.wire import Gpu, JobPlan, KillVerdict, QualityWindow, ServerHealth, Uploads
 from .chart import Chart
 from .formatting import round_int
 
@@ -43,6 +43,7 @@ class Totals:
     to_finish: Optional[float] = None  # dollars to finish at the current rate, over the priced nodes
     priced: bool = False  # some node has a price_per_hour: the header shows the dollars
     idle_per_hour: Optional[float] = None  # dollars an hour of priced GPUs idle past [alerts] idle_paid_s; None: none
+    burned: Optional[float] = None  # dollars of the attempts killed, failed or lost (console/cost.py); None: not known
 
 
 @dataclass(slots=True)
@@ -248,3 +249,6 @@ class JobDetail:
     servers: tuple[ServerHealth, ...] = ()  # the servers it sends to, as it reports them (generate)
     uploads: Optional[Uploads] = None  # its uploads to S3, as it reports them
     at: Optional[float] = None  # when this was put together (the console's clock): ages are counted from it
+    window: Optional[QualityWindow] = None  # generate: its last completions' quality problems
+    spend: Optional[Any] = None  # cost.JobSpend: its attempts' dollars on every node, and what was burned
+    s3_price_per_gb_month: Optional[float] = None  # the fleet file's: what its S3 inventory costs a month

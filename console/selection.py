@@ -7,12 +7,12 @@ from typing import Any, Callable, Sequence
 from ..agents.contract.vocab import ShownState
 from .rows import AlertRow, EventRow, FleetRow, GpuRow, JobRow, NodeRow, NodeState, ProcRow
 
-JOB_SORTS = ("name", "node", "state", "tokens/s", "eta", "progress")
+JOB_SORTS = ("name", "node", "state", "tokens/s", "eta", "progress", "rate", "cost")
 FLEET_SORTS = ("name", "memory", "util", "problems")
 ALERT_SORTS = ("newest", "node", "kind")
 # the keys whose natural order runs from the most down (the fastest, the longest ETA, the
 # newest): marked ▼, as a spreadsheet marks a descending column; the others run up (▲)
-DESCENDING_SORTS = frozenset({"tokens/s", "eta", "memory", "util", "newest"})
+DESCENDING_SORTS = frozenset({"tokens/s", "rate", "cost", "eta", "memory", "util", "newest"})
 
 
 def sorted_descending(how: str, reverse: bool) -> bool:
@@ -37,6 +37,10 @@ def job_sort_key(how: str) -> Callable[[JobRow], Any]:
         return lambda r: (r.eta_s is None, -(r.eta_s or 0.0), r.name)
     if how == "progress":
         return lambda r: (r.fraction is None, r.fraction or 0.0, r.name)
+    if how == "rate":
+        return lambda r: (-(r.rate_per_s or 0.0), r.name)
+    if how == "cost":  # the dearest first; a job with no figure ($/MTOK "—" or "-") last
+        return lambda r: (r.cost_per_m_tokens is None, -(r.cost_per_m_tokens or 0.0), r.name)
     return lambda r: (r.name, r.node)
 
 

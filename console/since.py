@@ -45,10 +45,12 @@ _JOB = {
 _GPU_HEALTH = {"throttle": "throttled", "idle": "idle", "ecc": "had ECC errors", "pages": "needed a reset"}
 _CONDITION = {"temperature": "hot", "disk": "low on space", "stalled": "stalled", "deadline": "behind its deadline",
               "node_unreachable": "unreachable", "s3_backlog": "behind on its S3 uploads",
-              "servers_resting": "had servers resting", "idle_paid": "idle and paid for"}
+              "servers_resting": "had servers resting", "idle_paid": "idle and paid for",
+              "quality": "answering with junk"}
 # subjects with these first: the worse, the earlier
 _RANK = {"gave_up": 0, "died": 0, "gpu_health": 1, "disk": 1, "node_unreachable": 1, "temperature": 2,
-         "stalled": 2, "deadline": 2, "s3_backlog": 2, "servers_resting": 2, "idle_paid": 2, "restarted": 3,
+         "stalled": 2, "deadline": 2, "s3_backlog": 2, "servers_resting": 2, "idle_paid": 2, "quality": 2,
+         "restarted": 3,
          "finished": 4}
 NEWS = frozenset(_RANK)
 # every kind of event, counted (the rest of the timeline when there is no news, and what the
@@ -60,6 +62,9 @@ _COUNTED = {"died": ("death", "deaths"), "restarted": ("restart", "restarts"), "
             "deadline": ("deadline alert", "deadline alerts"),
             "s3_backlog": ("S3 backlog", "S3 backlogs"), "servers_resting": ("servers resting", "servers resting"),
             "idle_paid": ("idle paid GPU alert", "idle paid GPU alerts"),
+            "quality": ("quality alert", "quality alerts"),
+            "note": ("operator note", "operator notes"),
+            "idle_action": ("idle action run", "idle actions run"),
             "node_unreachable": ("node unreachable", "nodes unreachable"),
             "action": ("operator action", "operator actions"), "state": ("state change", "state changes"),
           "alert": ("alert", "alerts"), "plan_drift": ("plan drift", "plan drifts"),

@@ -27,8 +27,8 @@ from ..agents.contract.staging import staging_text
 from ..agents.contract.wire import Alert, Engine, Gpu, History, JobStatus, Progress, Snapshot
 from . import chart as charts
 from . import cost
-from .formatting import (copy_text, engine_startup_text, human_duration, quality_flags, ready_text, round_eta,
-                         round_figures, startup_text)
+from .formatting import (copy_text, engine_startup_text, human_duration, junk_flags, quality_flags, ready_text,
+                         round_eta, round_figures, startup_text)
 from .placements import Placement, moved_text
 from .rows import (SPARK_BUCKET_S, AlertRow, FleetRow, GpuRow, JobDetail, JobRow, NodeRow, NodeState,
                                   ProcRow, Totals)
@@ -97,6 +97,7 @@ class FleetState:
         self._engine_clients = engine_clients(self.fleet)
         self._prices = {n.name: n.price_per_hour for n in self.fleet.nodes}  # None: not priced
         self._costs: Optional[tuple[tuple, dict, dict]] = None
+        self._spends: Optional[tuple[tuple, dict]] = None
         self.version += 1
 
     def set_moves(self, moves: dict[str, Placement]) -> None:
@@ -335,7 +336,8 @@ class FleetState:
                       tokens_per_s=round_figures(tps), slowest_eta_s=round_eta(slowest[0]), slowest_job=slowest[1],
                       jobs_running=running, jobs_total=len(jobs), alerts=len(self.alerts()), gpus_simulated=simulated,
                       spent=cost.round_money(money.spent), to_finish=cost.round_money(money.to_finish),
-                      priced=money.nodes_priced > 0, idle_per_hour=cost.round_money(self.idle_per_hour()))
+                      priced=money.nodes_priced > 0, idle_per_hour=cost.round_money(self.idle_per_hour()),
+                      burned=cost.round_money(self.burned()))
 
     def idle_per_hour(self) -> Optional[float]:
         """The dollars an hour of the priced GPUs idle past ``[alerts] idle_paid_s``: the nodes'
@@ -372,6 +374,29 @@ class FleetState:
             jobs.update(((node, name), c) for name, c in cost.generation_costs(price, js).items())
         self._costs = (key, nodes, jobs)
         return nodes, jobs
+
+    def spends(self) -> dict[str, cost.JobSpend]:
+        """Each job's dollars over its attempts on every node it ran on, by name (a moved job's
+        attempts on both nodes, each at its node's price), and what the killed, failed and
+        lost ones burned. Computed once per state and second; {} when no node has a price."""
+        now = self.clock()
+        key = (self.version, int(now))
+        if self._spends is not None and self._spends[0] == key:
+            return self._spends[1]
+        runs: dict[str, list] = {}
+        if any(p is not None for p in self._prices.values()):
+            for node, j in self.jobs():
+                view = self.nodes.get(node)
+                gpus = len(view.snapshot.gpus) if view is not None and view.snapshot is not None else 0
+                runs.setdefault(j.name, []).append((node, j, self._prices.get(node), gpus))
+        out = {name: cost.job_spend(rs, now) for name, rs in runs.items()}
+        self._spends = (key, out)
+        return out
+
+    def burned(self) -> Optional[float]:
+        """What the fleet's killed, failed and lost attempts cost; None when not known."""
+        known = [s.burned for s in self.spends().values() if s.burned is not None]
+        return sum(known) if known else None
 
     def _counted_tokens_per_s(self, j: JobStatus) -> Optional[float]:
         """A job's share of the fleet's tokens/s. A client of an engine of this fleet (a
@@ -474,6 +499,8 @@ class FleetState:
         if view is not None and view.snapshot is not None:
             if any(a.kind == _STALLED and a.job == j.name for a in view.snapshot.alerts):
                 flags += (_STALLED.value,)  # the alert, named on its job
+            if p is not None and p.window is not None:  # its quality alerts: "junk cut 100%"
+                flags += junk_flags([a.kind.value for a in view.snapshot.alerts if a.job == j.name], p.window)
             if j.plan is not None and j.plan.drift_pct is not None and \
                     any(a.kind == _PLAN_DRIFT and a.job == j.name for a in view.snapshot.alerts):
                 flags += (f"plan {j.plan.drift_pct:+.0f}%",)
@@ -535,7 +562,8 @@ class FleetState:
                     last_tokens_per_s=p.last_tokens_per_s if p else None,
                     last_rate_at=p.last_rate_at if p else None, error=j.error, plan=j.plan,
                     useful=cost.useful_share(p), servers=tuple(p.servers) if p else (),
-                    uploads=p.uploads if p else None, at=now,
+                    uploads=p.uploads if p else None, at=now, window=p.window if p else None,
+                    spend=self.spends().get(j.name), s3_price_per_gb_month=self.fleet.s3_price_per_gb_month,
                     spark=series.last(spark_width, now) if series else (None,) * spark_width,
                     bucket_s=self.spark_bucket_s, **self._detail_series(n, j.name, spark_width, now),
                     chart=self.job_chart(n, j, chart_range, chart_width or spark_width, now, row))
@@ -667,6 +695,8 @@ class FleetState:
     def to_json(self) -> dict[str, Any]:
         """The documented shape of ``gpudeck status --json``."""
         node_costs, job_costs = self.costs()
+        spends = self.spends()
+        s3_bytes = cost.fleet_s3(j for _, j in self.jobs())
         now = self.clock()
         nodes = []
         for name, view in self.nodes.items():
@@ -698,6 +728,7 @@ class FleetState:
                 "done": p.done if p else None, "total": p.total if p else None,
                 "tokens_per_s": job_tokens_per_s(j), "eta_s": p.eta_s if p else None,
                 "quality": p.quality if p else {},
+                "quality_window": dataclasses.asdict(p.window) if p and p.window else None,
                 "last_tokens_per_s": p.last_tokens_per_s if p else None,
                 "last_rate_at": p.last_rate_at if p else None,
                 "engine": dataclasses.asdict(j.engine) if j.engine else None,
@@ -709,7 +740,8 @@ class FleetState:
                 "error": j.error, "moved_from": _moved_json(self.moved_from(node, j.name)),
                 "task": dataclasses.asdict(j.task) if j.task else None,
                 "staging": dataclasses.asdict(j.staging) if j.staging else None,
-                **cost.job_json(j, job_costs.get((node, j.name))),
+                **cost.job_json(j, job_costs.get((node, j.name))), **cost.spend_json(spends.get(j.name)),
+                **cost.s3_json(p, self.fleet.s3_price_per_gb_month),
                 **_health_json(p),
                 **_startup_json(p, now if j.state in _ALIVE else None, j.engine),
             })
@@ -717,6 +749,9 @@ class FleetState:
         money = cost.fleet_cost(node_costs.values())
         fleet = {"spent": cost.money_json(money.spent), "to_finish": cost.money_json(money.to_finish),
                  "nodes_priced": money.nodes_priced, "idle_per_hour": cost.money_json(self.idle_per_hour()),
+                 "burned": cost.money_json(self.burned()),
+                 "s3_bytes": s3_bytes, "s3_price_per_gb_month": self.fleet.s3_price_per_gb_month,
+                 "s3_cost_per_month": cost.money_json(cost.s3_monthly(s3_bytes, self.fleet.s3_price_per_gb_month)),
                  "tokens_per_s": self.totals().tokens_per_s}
         return {"fleet": fleet, "nodes": nodes, "jobs": jobs, "alerts": alerts}
 

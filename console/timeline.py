@@ -33,7 +33,7 @@ that clears one of them."""
 
 _ERRORS = frozenset(k.value for k in (EventKind.DIED, EventKind.GAVE_UP, EventKind.GPU_HEALTH, EventKind.DISK,
                                       EventKind.NODE_UNREACHABLE))
-_GOOD = frozenset(k.value for k in (EventKind.FINISHED, EventKind.RESOLVED))
+_GOOD = frozenset(k.value for k in (EventKind.FINISHED, EventKind.RESOLVED, EventKind.NOTE))
 
 
 def redact_urls(text: str) -> str:
@@ -65,7 +65,8 @@ class Timeline:
         self._rows: list[EventRow] = []
         self._seen: set[str] = set()
         self.after: dict[str, int] = {}  # per node: the seq to ask after next time
-        self.summary: Optional[str] = None  # "since 22:10: ...", once the opening summary is made
+        self.summary: Optional[str] = None  # "since 22:10: ...", once the opening summary is made ...
+        self.summary_at: Optional[float] = None  # ... and when: the banner says it is as of then
         self.version = 0
 
     def add(self, rows: Iterable[EventRow]) -> list[EventRow]:

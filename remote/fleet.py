@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import os
 import re
 import sys
@@ -28,6 +29,8 @@ from ..agents.contract.errors import UnknownName
 from ..agents.contract.kinds import OptionError
 from ..agents.contract.names import name_problem
 from ..agents.contract.watching import AlertThresholds, HeartbeatConfig, NotifyTarget, WatchSettings
+
+S3_PRICE_PER_GB_MONTH = 0.023  # dollars per GB-month: S3 Standard's first tier, as `plan extract` assumes
 from .fleet_check import (FleetError, check_host_keys, check_range, check_type, did_you_mean, show,
                                         unknown_key)
 from .fleet_cluster import hint_unknown_cluster, parse_clusters, pull_resources
@@ -58,6 +61,9 @@ class Node:
     jump: Optional[str] = None  # a bastion: a node of the fleet, or [user@]host[:port]; "none": not even ProxyJump
     price_per_hour: Optional[float] = None  # dollars per hour for the node (>= 0); None: not priced, never $0
     textfile_dir: Optional[str] = None  # node_exporter's textfile directory: the agent writes gpudeck.prom there
+    # a shell command the node's watcher runs once its every GPU has been idle for [alerts]
+    # idle_paid_s with no job alive (its cloud's stop call, say); None: alert only
+    idle_action: Optional[str] = None
     spare: bool = False  # a node kept free: jobs with on_node_lost = "move" move here when their node is lost
     via: Optional["Node"] = None  # the bastion's Node, resolved from `jump` (not a fleet-file key)
     # a [[clusters]] table: this "node" is its login (not a [[nodes]] key); not hashed (it holds lists)
@@ -86,6 +92,8 @@ class Fleet:
     take_over: bool = False  # not a key: `--take-over`, jobs another fleet file owns on a node become ours
     name: Optional[str] = None  # [fleet] name: the owner of its jobs on the nodes, whatever the file's path
     envs: dict[str, EnvSpec] = field(default_factory=dict)  # [[envs]]: what deploy builds (agents/contract/envs.py)
+    # [defaults] s3_price_per_gb_month: what a GB stored in S3 costs a month (a job's S3 inventory)
+    s3_price_per_gb_month: float = S3_PRICE_PER_GB_MONTH
 
     @property
     def source(self) -> str:
@@ -116,9 +124,10 @@ class Fleet:
         with no console open."""
         if self.path is None:
             return None
-        price = next((n.price_per_hour for n in self.nodes if n.name == node), None)
+        it = next((n for n in self.nodes if n.name == node), None)
         return WatchSettings(fleet=self.identity, notify=list(self.notify), alerts=self.alerts,
-                             heartbeat=self.heartbeat, price_per_hour=price)
+                             heartbeat=self.heartbeat, price_per_hour=it.price_per_hour if it else None,
+                             idle_action=it.idle_action if it else None)
 
     def node(self, name: str) -> Node:
         for n in self.nodes:
@@ -161,7 +170,8 @@ _NODE_FIELDS = {f.name: f for f in dataclasses.fields(Node) if f.name not in ("v
 # after_markers, after_endpoints: not keys; _resolve_after fills them from `after`
 _JOB_FIELDS = {f.name: f for f in dataclasses.fields(JobSpec) if f.name not in ("after_markers", "after_endpoints")}
 _DEFAULT_KEYS = {"python", "home", "nvml", "interval", "known_hosts", "host_keys", "user", "identity",
-                 "connect_timeout", "hello_timeout_s", "venv", "jump", "price_per_hour", "textfile_dir"}
+                 "connect_timeout", "hello_timeout_s", "venv", "jump", "price_per_hour", "textfile_dir", "idle_action",
+                 "s3_price_per_gb_month"}
 NO_JUMP = "none"
 SECTIONS = ("fleet", "defaults", "nodes", "clusters", "envs", "jobs", "notify", "alerts", "heartbeat", "plans")
 FLEET_KEYS = ("name",)  # [fleet]
@@ -226,6 +236,11 @@ def parse_fleet(text: str, path: str = "<fleet>") -> Fleet:
         line = loc.key("defaults", None, k)
         if k not in _DEFAULT_KEYS:
             raise FleetError(path, line, unknown_key("[defaults]", k, sorted(_DEFAULT_KEYS)))
+        if k == "s3_price_per_gb_month":  # the fleet's, not a node's
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not (v >= 0 and math.isfinite(v)):
+                raise FleetError(path, line, f"[defaults] 's3_price_per_gb_month': expected a finite number at "
+                                             f"least 0 (dollars per GB-month), got {show(v, k)}")
+            continue
         check_type(path, line, f"[defaults] {k!r}", _NODE_FIELDS[k], v)
         check_range(path, line, f"[defaults] {k!r}", k, v)
         if k == "host_keys":
@@ -259,7 +274,8 @@ def parse_fleet(text: str, path: str = "<fleet>") -> Fleet:
                              f"[[jobs]] #{i + 1} ({j.name!r}) 'python_env' is for a node's job: deploy does not build "
                              f"envs in a cluster's shared_dir yet; give the job the 'python' of an env built there")
     return Fleet(path=path, nodes=nodes, jobs=jobs, notify=notify, alerts=alerts, heartbeat=heartbeat,
-                 plans=plans, warnings=tuple(warnings), name=name, envs=envs)
+                 plans=plans, warnings=tuple(warnings), name=name, envs=envs,
+                 s3_price_per_gb_month=float(defaults.get("s3_price_per_gb_month", S3_PRICE_PER_GB_MONTH)))
 
 
 def _parse_fleet_table(table: Any, path: str, loc: "_Locator") -> Optional[str]:

@@ -76,9 +76,10 @@ def parse_heartbeat(raw: Any, loc: Any, fail: Fail) -> Optional[HeartbeatConfig]
     for k, v in raw.items():
         if k not in HEARTBEAT_KEYS:
             raise fail(loc.key("heartbeat", None, k), unknown_key("[heartbeat]", k, HEARTBEAT_KEYS))
-        expected = {"url": str, "url_env": str, "method": str}.get(k)
+        expected = {"url": str, "url_env": str, "method": str, "on_quality": bool}.get(k)
         if expected is not None and not isinstance(v, expected):
-            raise fail(loc.key("heartbeat", None, k), f"[heartbeat] {k!r}: expected a string, got {_kind(v)}")
+            raise fail(loc.key("heartbeat", None, k), f"[heartbeat] {k!r}: expected "
+                       f"{'true or false' if expected is bool else 'a string'}, got {_kind(v)}")
     if isinstance(raw.get("every"), str):  # "5m", "60s": the one duration grammar
         from ..agents.contract.units import parse_duration
         try:
@@ -88,6 +89,6 @@ def parse_heartbeat(raw: Any, loc: Any, fail: Fail) -> Optional[HeartbeatConfig]
     try:
         return HeartbeatConfig.from_dict(raw)
     except (HeartbeatError, TypeError) as exc:
-        key = next((k for k in ("url_env", "url", "every", "method") if f"'{k}'" in str(exc)), None)
+        key = next((k for k in ("url_env", "url", "every", "method", "on_quality") if f"'{k}'" in str(exc)), None)
         raise fail(loc.key("heartbeat", None, key) if key else loc.top("heartbeat"), str(exc)) from None
 

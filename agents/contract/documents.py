@@ -15,7 +15,7 @@ from typing import Any, Optional, TypeVar
 from .atomic import atomic_write_json
 from .plain import ProtocolError, from_dict, quick_init, to_plain
 from .units import human_duration
-from .wire import ServerHealth, Uploads
+from .wire import QualityWindow, ServerHealth, Uploads
 
 D = TypeVar("D")
 
@@ -117,6 +117,8 @@ class ProgressDoc:
     phase: Optional[str] = None
     phase_since: Optional[float] = None
     startup_s: Optional[float] = None
+    # generate: its last completions' quality problems (wire.QualityWindow), for the watcher
+    window: Optional[QualityWindow] = None
 
     def __post_init__(self) -> None:
         if self.done < 0:

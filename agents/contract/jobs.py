@@ -98,6 +98,28 @@ def job_name_problem(name: object) -> Optional[str]:
 
 
 MARKER = "_SUCCESS"  # a job's completion marker: it ended ok (agents/watch/phases.py)
+# beside where _SUCCESS would be: generate ended with every prompt done but its records mostly
+# junk (fewer useful than min_useful_pct): its figures, and why; a job `after` it is blocked
+QUALITY_MARKER = "_QUALITY"
+# a built-in worker's verdict on its data, which a new attempt would only repeat: extract's
+# audit found its input degenerate, or generate ended with its records mostly junk
+# (min_useful_pct). No restart policy restarts it (agents/watch/restarts.py)
+EXIT_DATA = 4
+
+
+def final_exit(spec: Optional["JobSpec"], exit_code: Optional[int]) -> bool:
+    """Whether a job that ended with ``exit_code`` is never to be restarted by its policy: a
+    built-in worker's :data:`EXIT_DATA` (a command job's 4 means whatever its program says)."""
+    return exit_code == EXIT_DATA and spec is not None and spec.kind in (JobKind.GENERATE, JobKind.EXTRACT)
+
+
+def quality_marker(spec: "JobSpec") -> Optional[str]:
+    """Where a built-in worker's ``_QUALITY`` is, beside its own ``_SUCCESS`` (None for a job
+    with a ``success_marker`` of its own, or none)."""
+    if spec.success_marker:
+        return None
+    there = completion_marker(spec)
+    return there[: -len(MARKER)] + QUALITY_MARKER if there and there.endswith("/" + MARKER) else None
 
 
 def completion_marker(spec: "JobSpec") -> Optional[str]:

@@ -82,6 +82,10 @@ class GenerateOptions(KindOptions):
                                                   "task), chosen by a hash of the prompt's id as extract's --part; "
                                                   "output goes to OUT/part-I-of-N, uploads under the S3 prefix "
                                                   "part-I-of-N")
+    min_useful_pct: float = option(50.0, min=0, max=100, metavar="PCT",
+                                   help="a run that ends with fewer useful records than this share (0 to 100) of "
+                                        "those counted exits 4 and writes _QUALITY instead of _SUCCESS (default 50; "
+                                        "0: never)")
     # the worker's own settings: neither flags nor fleet keys
     connect_timeout_s: float = option(10.0, fleet=False, cli=False)
     fail_threshold: int = option(3, fleet=False, cli=False)

@@ -99,7 +99,9 @@ class HistoryPoint:
     """One GPU's or one job's figures at ``t``: a sample (``n`` 1), or a bucket's (``t`` its start)
     mean, with its ``lo`` and ``hi``. The figures by name: a GPU's ``mem_mib``, ``util_pct``,
     ``temp_c``, ``power_w``; a job's ``tokens_per_s``, ``done``, ``running``, ``queued``,
-    ``kv_usage``, ``tokens``. A figure the node had no reading of is absent."""
+    ``kv_usage``, ``tokens``, and a generate job's ``cut_pct``, ``empty_pct``, ``no_answer_pct``,
+    ``repetition_pct`` (the shares of its last completions with each quality problem). A figure
+    the node had no reading of is absent."""
 
     t: float
     gpu: Optional[str] = None  # its index ("3"), or "host:3" on a cluster
@@ -230,6 +232,16 @@ class Unstaged:
     removed: list[StagedCopy] = field(default_factory=list)
     kept: list[str] = field(default_factory=list)
     freed_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class Noted:
+    """An operator's note written into a node's timeline."""
+
+    node: str
+    seq: int  # its event's
+    t: float
+    notified: bool  # queued for the node's [[notify]] targets (asked for, and some target takes notes)
 
 
 @dataclass(frozen=True)
@@ -368,6 +380,34 @@ class Ack(Op):
     job: str
 
 
+NOTE_MAX_CHARS = 2000
+
+
+@dataclass(frozen=True)
+class Note(Op):
+    """An operator's note: a ``note`` event in the node's timeline, about ``job`` when given
+    (the job need not be the node's: a note about a move names both ends), sent to the node's
+    ``[[notify]]`` targets only with ``notify``; ``by``: who wrote it (user@host)."""
+
+    name: ClassVar[str] = "note"
+    Result: ClassVar[type] = Noted
+    on_loop: ClassVar[bool] = True
+    text: str
+    job: Optional[str] = None  # about this job; with no node given, the op goes to the job's node
+    notify: bool = False
+    by: Optional[str] = None
+
+    def check(self) -> None:
+        if not self.text.strip():
+            raise ProtocolError("'note': 'text' is empty: say something")
+        if len(self.text) > NOTE_MAX_CHARS:
+            raise ProtocolError(f"'note': 'text' is {len(self.text):,} characters, more than {NOTE_MAX_CHARS:,}: "
+                                f"a note is a line of the timeline, not a document")
+        if any(ord(c) < 32 and c not in "\t" for c in self.text):
+            raise ProtocolError("'note': 'text' holds a line break or another control character: a note is one "
+                                "line")
+
+
 @dataclass(frozen=True)
 class Launch(Op):
     name: ClassVar[str] = "launch"
@@ -479,7 +519,8 @@ class Unstage(Op):
     Result: ClassVar[type] = Unstaged
     paths: list[str] = field(default_factory=list)
 
-ALL: tuple[type[Op], ...] = (Status, Configure, ReadHistory, ReadEvents, Watch, Ack, Launch, Kill, Relaunch,
+
+ALL: tuple[type[Op], ...] = (Status, Configure, ReadHistory, ReadEvents, Watch, Ack, Note, Launch, Kill, Relaunch,
                              KillPid, Adopt, Logs, Doctor, Unstage)
 OPS: dict[str, type[Op]] = {cls.name: cls for cls in ALL}
 

@@ -123,6 +123,11 @@ class AlertKind(str, enum.Enum):
     S3_BACKLOG = "s3_backlog"  # a job's oldest pending upload is older than [alerts] s3_backlog_s
     SERVERS_RESTING = "servers_resting"  # more than servers_resting_pct of a job's servers down for servers_resting_s
     IDLE_PAID = "idle_paid"  # priced GPUs idle (no job, or 0% use) for idle_paid_s: the dollars an hour
+    # a generate job's last completions over an [alerts] *_pct threshold (agents/watch/checks.py)
+    QUALITY_CUT = "quality_cut"  # cut at max_tokens: cut_pct
+    QUALITY_EMPTY = "quality_empty"  # nothing came back: empty_pct
+    QUALITY_NO_ANSWER = "quality_no_answer"  # reasoning and no answer: no_answer_pct
+    QUALITY_REPETITION = "quality_repetition"  # the text's tail loops: repetition_pct
 
     def __str__(self) -> str:
         return self.value
@@ -168,10 +173,13 @@ class EventKind(str, enum.Enum):
     S3_BACKLOG = "s3_backlog"
     SERVERS_RESTING = "servers_resting"
     IDLE_PAID = "idle_paid"
+    IDLE_ACTION = "idle_action"  # the node's idle_action ran: its exit and output (agents/watch/idle.py)
     BLOCKED = "blocked"  # a job's `after` can no longer be met: a job it runs after failed or gave up
+    QUALITY = "quality"  # a generate job's completions are junk past an [alerts] *_pct threshold
     NODE_UNREACHABLE = "node_unreachable"  # sent by a console, never by the node itself
     WATCHER_RESTARTED = "watcher_restarted"  # the watcher came back after dying (down from, to, who restarted it)
     ACKNOWLEDGED = "acknowledged"  # an operator acknowledged a job's gave_up (`gpudeck ack JOB`)
+    NOTE = "note"  # an operator's note (`gpudeck note "text"`): notified only when it asks to be
     RESOLVED = "resolved"  # a condition above that has cleared
     # the timeline only, never notified
     STATE = "state"  # a job changed state
@@ -188,8 +196,9 @@ class EventKind(str, enum.Enum):
 NOTIFY_EVENTS = (EventKind.DIED, EventKind.RESTARTED, EventKind.GAVE_UP, EventKind.STALLED, EventKind.FINISHED,
                  EventKind.GPU_HEALTH, EventKind.DISK, EventKind.TEMPERATURE, EventKind.DEADLINE,
                  EventKind.PLAN_DRIFT, EventKind.S3_BACKLOG, EventKind.SERVERS_RESTING, EventKind.IDLE_PAID,
-                 EventKind.BLOCKED, EventKind.NODE_UNREACHABLE, EventKind.WATCHER_RESTARTED, EventKind.ACKNOWLEDGED,
-                 EventKind.RESOLVED)
+                 EventKind.IDLE_ACTION,
+                 EventKind.BLOCKED, EventKind.QUALITY, EventKind.NODE_UNREACHABLE, EventKind.WATCHER_RESTARTED, EventKind.ACKNOWLEDGED,
+                 EventKind.NOTE, EventKind.RESOLVED)
 
 
 class NotifyFormat(str, enum.Enum):

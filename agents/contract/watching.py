@@ -143,6 +143,7 @@ class HeartbeatConfig:
     url_env: Optional[str] = None  # or an environment variable of the agent on the node
     every: float = 60.0  # seconds between pings
     method: str = "GET"
+    on_quality: bool = False  # a generate job's quality alert puts the ping on /fail too
 
     def __post_init__(self) -> None:
         if (self.url is None) == (self.url_env is None):
@@ -157,6 +158,8 @@ class HeartbeatConfig:
             raise HeartbeatError(f"[heartbeat] 'every': expected seconds from 1 to 86400, got {shown(every)}")
         if self.method not in ("GET", "POST"):
             raise HeartbeatError(f"[heartbeat] 'method': expected GET or POST, got {shown(self.method)}")
+        if not isinstance(self.on_quality, bool):
+            raise HeartbeatError(f"[heartbeat] 'on_quality': expected true or false, got {shown(self.on_quality)}")
 
     @property
     def label(self) -> str:
@@ -173,8 +176,13 @@ class HeartbeatConfig:
         unknown = set(d) - {f.name for f in dataclasses.fields(cls)}
         if unknown:
             raise HeartbeatError(f"[heartbeat] has no key {sorted(unknown)[0]!r}; expected url, url_env, every, "
-                                 f"method")
+                                 f"method, on_quality")
         return cls(**d)
+
+
+# the [alerts] key of each quality problem of generate (agents/watch/checks.py judges them)
+QUALITY_PCT = {"cut_pct": "cut_at_max_tokens", "empty_pct": "empty_answer", "no_answer_pct": "no_answer",
+               "repetition_pct": "repetition"}
 
 
 @dataclass(frozen=True)
@@ -194,12 +202,20 @@ class AlertThresholds:
     servers_resting_s: float = 600.0  # ... resting or failing this long
     idle_paid_s: float = 1800.0  # a priced GPU idle (no job, or 0% use) this long
     node_lost_s: float = 300.0  # a node unreachable this long is lost: its on_node_lost = "move" jobs move to a spare
+    # a live generate job's last completions (up to 1,000, judged from 100) with more than this
+    # share (%) of a problem (agents/workers/generate/quality.py); 100: never
+    cut_pct: float = 20.0  # cut at max_tokens
+    empty_pct: float = 5.0  # nothing came back
+    no_answer_pct: float = 10.0  # reasoning and no answer
+    repetition_pct: float = 10.0  # the text's tail loops
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not (v >= 0 and math.isfinite(v)):
                 raise ConfigError(f"[alerts] {f.name!r}: expected a finite number >= 0, got {v!r}")
+            if f.name in QUALITY_PCT and v > 100:
+                raise ConfigError(f"[alerts] {f.name!r}: expected a percentage from 0 to 100, got {v!r}")
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "AlertThresholds":
@@ -233,8 +249,11 @@ class WatchSettings:
     alerts: AlertThresholds = field(default_factory=AlertThresholds)
     heartbeat: Optional[HeartbeatConfig] = None
     price_per_hour: Optional[float] = None  # this node's price (the idle_paid alert); None: not priced
+    idle_action: Optional[str] = None  # this node's [[nodes]] idle_action (watch/idle.py); None: alert only
 
     def __post_init__(self) -> None:
+        if self.idle_action is not None and (not isinstance(self.idle_action, str) or not self.idle_action.strip()):
+            raise ConfigError("'watch': 'idle_action' must be a shell command (a non-empty string)")
         p = self.price_per_hour
         if p is not None and (isinstance(p, bool) or not isinstance(p, (int, float)) or not (p >= 0 and math.isfinite(p))):
             raise ConfigError(f"'watch': 'price_per_hour' must be a finite number >= 0, got {p!r}")
@@ -247,7 +266,7 @@ class WatchSettings:
         unknown = set(d) - {f.name for f in dataclasses.fields(cls)}
         if unknown:
             raise ConfigError(f"'watch' has no key {sorted(unknown)[0]!r}; expected fleet, notify, alerts, heartbeat, "
-                              f"price_per_hour")
+                              f"price_per_hour, idle_action")
         notify = d.get("notify") or []
         if not isinstance(notify, list):
             raise ConfigError(f"'watch': 'notify' must be a list of [[notify]] entries, got {type(notify).__name__}")
@@ -255,6 +274,6 @@ class WatchSettings:
             return cls(fleet=d["fleet"] if isinstance(d.get("fleet"), str) else None,
                        notify=[NotifyTarget.from_dict(n) for n in notify],
                        alerts=AlertThresholds.from_dict(d.get("alerts") or {}), heartbeat=heartbeat_from(d.get("heartbeat")),
-                       price_per_hour=d.get("price_per_hour"))
+                       price_per_hour=d.get("price_per_hour"), idle_action=d.get("idle_action"))
         except TypeError as exc:  # a value of the wrong type: the dataclass's own words, never a URL
             raise ConfigError(f"'watch': {exc}") from None

@@ -149,6 +149,29 @@ class Uploads:
     pending_bytes: Optional[int] = None  # the bytes of the pending files
     oldest_pending_at: Optional[float] = None  # when the oldest pending file was closed (unix time)
     last_upload_at: Optional[float] = None  # the last file that went up (unix time; across attempts)
+    # what the job's prefix holds: its run's one listing at the start (what earlier runs left
+    # too) plus what it uploaded since; None: the listing failed, or a worker that does not say
+    stored_objects: Optional[int] = None
+    stored_bytes: Optional[int] = None
+    stored_listed_at: Optional[float] = None  # when that listing was taken (unix time)
+
+
+@dataclass(frozen=True)
+class QualityWindow:
+    """generate's last completions judged (its progress.json ``window``): how many of the last
+    ``n`` (at most ``size``) had each quality problem, and the id of the newest that had it.
+    The problems (agents/workers/generate/quality.py defines them): ``cut_at_max_tokens``,
+    ``empty_answer``, ``no_answer``, ``repetition``. The watcher sets each share against its
+    ``[alerts]`` ``*_pct`` threshold once ``n`` is 100 or more."""
+
+    size: int
+    n: int
+    counts: dict[str, int] = field(default_factory=dict)
+    examples: dict[str, str] = field(default_factory=dict)
+
+    def share(self, problem: str) -> Optional[float]:
+        """The share (0..1) of the window with ``problem``; None for an empty window."""
+        return self.counts.get(problem, 0) / self.n if self.n > 0 else None
 
 
 @quick_init  # built every tick (agents/contract/plain.py)
@@ -180,6 +203,8 @@ class Progress:
     phase: Optional[str] = None
     phase_since: Optional[float] = None
     startup_s: Optional[float] = None
+    # generate: its last completions' quality problems (the [alerts] *_pct thresholds judge them)
+    window: Optional[QualityWindow] = None
 
     @property
     def servers_down(self) -> int:
@@ -295,6 +320,20 @@ class ClusterInfo:
     setup_error: Optional[str] = None  # this login cannot be used at all (no squeue: not a Slurm login node)
 
 
+@dataclass(frozen=True)
+class AttemptSpan:
+    """One attempt of a job on this node, for its spend (console/cost.py): when it ran (unix
+    times; ``ended_at`` None while it runs), how it ended, and how many of the node's GPUs it
+    held (its spec's ``gpus`` at its launch)."""
+
+    attempt: int
+    started_at: Optional[float] = None
+    ended_at: Optional[float] = None
+    state: Optional[JobState] = None
+    exit_code: Optional[int] = None
+    gpus: int = 0
+
+
 @quick_init  # built every tick (agents/contract/plain.py)
 @dataclass(frozen=True)
 class JobStatus:
@@ -335,6 +374,9 @@ class JobStatus:
     adopted: bool = False  # this attempt is a process gpudeck did not start (`gpudeck adopt`)
     fenced: Optional[str] = None  # state fenced: where the job went, as its worker read it beside the output
     staging: Optional[Staging] = None  # its stage's copy (agents/staging/), from the attempt's staging.json
+    # every attempt of the job on this node (the last MAX_ATTEMPTS_KEPT), the current one last:
+    # what the console's spend per attempt and "burned" are made of
+    attempts: list[AttemptSpan] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

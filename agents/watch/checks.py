@@ -1,7 +1,7 @@
 """What is wrong on the node this tick, as :class:`Condition` s: thresholds from ``[alerts]``,
 a disk filling up (watch/disks.py),
 GPU health (agents/health.py), idle GPUs under running jobs, deadlines, jobs off their plan,
-a job's S3 backlog and resting servers (what its progress.json says), priced GPUs idle (the
+a job's S3 backlog, resting servers and junk completions (what its progress.json says), priced GPUs idle (the
 node's price comes with the fleet's watch settings), and the agent's own alerts
 (agents/alerts.py) carried into the timeline."""
 
@@ -19,7 +19,7 @@ from ..contract.units import human_bytes, human_duration, index_ranges
 from ..contract.wire import Alert, Gpu, Host, JobStatus
 from .conditions import Condition
 from .disks import DiskFilling
-from ..contract.watching import AlertThresholds
+from ..contract.watching import QUALITY_PCT, AlertThresholds
 
 XID_SHOWN_S = 600.0  # an XID error stays among the node's alerts this long
 SLIP_SAMPLE_S = 60.0  # a job's projected finish is remembered once a minute, for a day
@@ -71,7 +71,7 @@ class Checks:
         now_true += self._idle(now, gpus, jobs, limits)
         now_true += self._deadlines(now, jobs, specs)
         now_true += _plan_drift(jobs, limits)
-        now_true += s3_backlog(now, jobs, limits) + servers_resting(now, jobs, limits)
+        now_true += s3_backlog(now, jobs, limits) + servers_resting(now, jobs, limits) + quality(jobs, limits)
         now_true += self._idle_paid(now, gpus, jobs, limits, price_per_hour)
         once: list[Condition] = []
         for h in health:
@@ -250,6 +250,39 @@ def servers_resting(now: float, jobs: list[JobStatus], limits: AlertThresholds) 
                              f"job {j.name}: {len(long)}/{len(servers)} servers resting or failing, the longest for "
                              f"{human_duration(now - worst)} ({', '.join(s.url for s in long)})"
                              + (f": {last}" if last else ""), AlertKind.SERVERS_RESTING, j.name))
+    return out
+
+
+QUALITY_JUDGED_FROM = 100  # completions in a job's window before its shares are judged
+# each quality problem (agents/workers/generate/quality.py): its alert and how a message says it
+QUALITY_ALERTS = {"cut_at_max_tokens": (AlertKind.QUALITY_CUT, "cut at max_tokens"),
+                  "empty_answer": (AlertKind.QUALITY_EMPTY, "empty (no answer, no reasoning)"),
+                  "no_answer": (AlertKind.QUALITY_NO_ANSWER, "with reasoning and no answer"),
+                  "repetition": (AlertKind.QUALITY_REPETITION, "ending in a loop")}
+
+
+def quality(jobs: list[JobStatus], limits: AlertThresholds) -> list[Condition]:
+    """A live generate job whose last completions (its progress.json's ``window``, at least
+    :data:`QUALITY_JUDGED_FROM` of them) have more than an ``[alerts]`` ``*_pct`` share of a
+    problem: one condition per problem, naming the share, the window and the newest id that had it."""
+    out = []
+    for j in jobs:
+        w = j.progress.window if j.progress is not None else None
+        if not j.state.alive or w is None or w.n < QUALITY_JUDGED_FROM:
+            continue
+        for key, problem in QUALITY_PCT.items():
+            limit = getattr(limits, key)
+            share = w.share(problem)
+            if share is None or not 100.0 * share > limit:
+                continue
+            kind, what = QUALITY_ALERTS[problem]
+            example = w.examples.get(problem)
+            pct = round(100.0 * share, 1)
+            out.append(Condition(f"quality:{problem}:{j.name}", EventKind.QUALITY,
+                                 f"job {j.name}: {pct:g}% of its last {w.n:,} completions {what} (limit {limit:g}%)"
+                                 + (f"; e.g. id {example}" if example else ""), kind, j.name,
+                                 details={"problem": problem, "share_pct": pct, "window": w.n, "limit_pct": limit,
+                                          "example": example}))
     return out
 
 

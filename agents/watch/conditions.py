@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -34,6 +34,7 @@ class Condition:
     job: Optional[str] = None
     gpu: Optional[int] = None
     per_hour: Optional[float] = None  # idle_paid: the dollars an hour it costs (the snapshot's alert carries it)
+    details: Optional[dict[str, Any]] = field(default=None, compare=False)  # more fields for its event
 
 
 class Conditions:
@@ -64,7 +65,7 @@ class Conditions:
                 self.last_sent[c.key] = now
             self.active[c.key] = {"since": now, "notified": notify, "event": c.event.value, "message": c.message,
                                   "job": c.job, "gpu": c.gpu}
-            self.emit(c.event, c.message, job=c.job, gpu=c.gpu, key=c.key, notify=notify)
+            self.emit(c.event, c.message, job=c.job, gpu=c.gpu, key=c.key, notify=notify, **(c.details or {}))
             changed = True
         for key in [k for k in self.active if k not in seen]:
             was = self.active.pop(key)

@@ -34,6 +34,7 @@ class WatchConfig:
     supervisor: Optional[str] = None  # what `watch start` registered the watcher with (watch/supervise.py)
     heartbeat: Optional[HeartbeatConfig] = None  # the fleet file's [heartbeat] (watch/heartbeat.py pings it)
     price_per_hour: Optional[float] = None  # this node's price in the fleet file (the idle_paid alert)
+    idle_action: Optional[str] = None  # this node's idle_action (watch/idle.py): a shell command; None: alert only
     agent_args: Optional[list[str]] = None  # the agent's arguments `watch start` last sent (the fleet file's)
 
     @classmethod
@@ -52,7 +53,8 @@ class WatchConfig:
                        heartbeat=heartbeat_from(doc.get("heartbeat")),
                        notify=[NotifyTarget.from_dict(n) for n in doc.get("notify") or []],
                        alerts=AlertThresholds.from_dict(doc.get("alerts") or {}),
-                       price_per_hour=_price(doc.get("price_per_hour")), agent_args=_args(doc.get("agent_args")))
+                       price_per_hour=_price(doc.get("price_per_hour")), agent_args=_args(doc.get("agent_args")),
+                       idle_action=doc.get("idle_action") if isinstance(doc.get("idle_action"), str) else None)
         except (ConfigError, TypeError, ValueError) as exc:
             log.warning("watch: %s in %s; its notify and alert settings are ignored", exc, path)
             return cls(watching=bool(doc.get("watching")), jobs=list(doc.get("jobs") or []),
@@ -82,6 +84,7 @@ class WatchConfig:
         self.notify, self.alerts, self.jobs = list(settings.notify), settings.alerts, list(jobs)
         self.heartbeat, self.fleet = settings.heartbeat, settings.fleet
         self.price_per_hour = settings.price_per_hour
+        self.idle_action = settings.idle_action
 
 
 def _args(v: Any) -> Optional[list[str]]:

@@ -5,7 +5,8 @@ node with ``configure``. While the node is watched, its watcher sends a GET (or 
 URL every ``every`` seconds, from a thread of its own, the way healthchecks.io, Uptime Kuma
 and Cronitor expect of a push check; ``{node}`` in the URL is the node's name. While a job has
 given up restarting or a GPU has a critical health event (XID, uncorrected ECC, retired
-pages), ``/fail`` is appended, and the plain URL comes back once that clears. A node that
+pages), or, with ``on_quality = true``, while a generate job has a quality alert (its answers
+cut, empty, unanswered or looping past an ``[alerts]`` ``*_pct``), ``/fail`` is appended, and the plain URL comes back once that clears. A node that
 dies, loses power or loses its network stops pinging, and the service alerts with no laptop
 involved.
 
@@ -29,12 +30,15 @@ log = logging.getLogger("agents")
 
 DEADLINE_S = 10.0  # one ping, connect to last byte read
 FAILING = (AlertKind.GAVE_UP, AlertKind.GPU_XID, AlertKind.GPU_ECC, AlertKind.GPU_PAGES)
+# with [heartbeat] on_quality = true: a generate job's junk fails the node too
+QUALITY = (AlertKind.QUALITY_CUT, AlertKind.QUALITY_EMPTY, AlertKind.QUALITY_NO_ANSWER, AlertKind.QUALITY_REPETITION)
 
 
-def failing_reason(alerts: list[Any]) -> Optional[str]:
-    """Why the node pings /fail: the first alert that makes it fail, or None."""
+def failing_reason(alerts: list[Any], on_quality: bool = False) -> Optional[str]:
+    """Why the node pings /fail: the first alert that makes it fail (a quality alert too, with
+    ``on_quality``), or None."""
     for a in alerts:
-        if a.kind in FAILING:
+        if a.kind in FAILING or (on_quality and a.kind in QUALITY):
             return f"{a.kind}: {a.message}"
     return None
 

@@ -7,13 +7,16 @@ What "finished ok" means, per job named:
   pending, starting, running, or ended badly with a restart still to come (its restart policy
   wants it and it has not given up). It *fails* the dependent when it was killed, or failed or
   was lost with no restart to come (no policy, or ``gave_up``): the dependent is then
-  ``blocked``, with the reason in its row, a ``blocked`` event and a notification. If that job
-  runs again (a relaunch), the dependent goes back to waiting.
+  ``blocked``, with the reason in its row, a ``blocked`` event and a notification. So does a
+  generate (or extract) job that exited 4, never restarted: its records mostly junk (the reason
+  is its ``_QUALITY`` document's), or its input degenerate. If that job runs again (a
+  relaunch), the dependent goes back to waiting.
 - **moved away** (``fenced`` here: ``gpudeck move`` took it to another node): its marker at
   the new place (its S3 prefix, or its ``success_marker``) once it ends there; never blocked.
 - **on another node**: its completion marker, ``_SUCCESS``, which the fleet file's parser
   resolved into ``JobSpec.after_markers`` (a path as this node sees it, or an ``s3://`` URL). A
-  failure there is that node's news: here the dependent only waits.
+  failure there is that node's news: here the dependent only waits; but a ``_QUALITY`` beside
+  where the marker would be (generate ended with its records mostly junk) blocks it.
 
 A job is started once: only while it was never launched on this node (pending, or blocked).
 A cluster's jobs are not started here; Slurm chains them (``--dependency=afterok``).
@@ -21,13 +24,14 @@ A cluster's jobs are not started here; Slurm chains them (``--dependency=afterok
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
 import time
 from typing import Any, Callable, Optional
 
-from ..contract.jobs import JobSpec, completion_marker
+from ..contract.jobs import MARKER, QUALITY_MARKER, JobSpec, completion_marker, final_exit, quality_marker
 from ..contract.vocab import EventKind, JobState
 
 log = logging.getLogger("agents")
@@ -50,6 +54,7 @@ class Phases:
         self.notes: dict[str, str] = {}  # job -> what it waits for, or why it is blocked (JobStatus.waiting)
         self._starting: set[str] = set()
         self._s3: dict[str, tuple[float, bool, Optional[str]]] = {}  # url -> (asked at, there, error)
+        self._s3_docs: dict[str, tuple[float, Any]] = {}  # a _QUALITY's url -> (asked at, the document or None)
 
     def tick(self, now: Optional[float] = None) -> None:
         now = time.time() if now is None else now
@@ -85,6 +90,10 @@ class Phases:
             there, error = self._marker(marker, now, spec.after_endpoints.get(dep), spec.env)
             if there:
                 return None
+            junk = marker[: -len(MARKER)] + QUALITY_MARKER if marker.endswith("/" + MARKER) else None
+            why = self._quality(junk, now, spec.after_endpoints.get(dep), spec.env) if junk else None
+            if why is not None:  # it ended there, its records mostly junk: no _SUCCESS will come
+                return Waiting(f"{dep} ended with too few useful records: {why} ({junk})", blocked=True)
             return Waiting(f"{dep} (its marker {marker}" + (f": {error})" if error else ")"))
         rec = self.sup.records.get(dep)
         if rec is None or rec.state is JobState.PENDING:
@@ -107,6 +116,13 @@ class Phases:
         if rec.state is JobState.BLOCKED:
             return Waiting(f"{dep} is blocked", blocked=True)
         dep_spec = self.sup.spec_of(dep)
+        if final_exit(dep_spec, rec.exit_code):  # its verdict on its data: no restart will come
+            junk = quality_marker(dep_spec) if dep_spec is not None else None
+            why = self._quality(junk, now) if junk else None
+            if why is not None:
+                return Waiting(f"{dep} ended with too few useful records: {why} ({junk})", blocked=True)
+            return Waiting(f"{dep} {rec.state.value} ({how}: its verdict on its data, never restarted; see its log)",
+                           blocked=True)
         if self.gave_up(dep):
             return Waiting(f"{dep} {rec.state.value} ({how}) and its restarts were given up", blocked=True)
         if dep_spec is not None and dep_spec.restart_policy.wants(rec.state):
@@ -124,6 +140,29 @@ class Phases:
         there, error = s3_exists(marker, endpoint, env)
         self._s3[key] = (now, there, error)
         return there, error
+
+    def _quality(self, path: str, now: float, endpoint: Optional[str] = None,
+                 env: Optional[dict[str, str]] = None) -> Optional[str]:
+        """The ``why`` of the ``_QUALITY`` document at ``path`` (a path, or an ``s3://`` URL
+        asked at most every :data:`S3_RECHECK_S`, at ``endpoint`` with ``env`` as a marker is),
+        or None when there is none."""
+        if not path.startswith("s3://"):
+            try:
+                with open(os.path.expanduser(path)) as f:
+                    doc = json.load(f)
+            except (OSError, ValueError):
+                return None
+        else:
+            asked = self._s3_docs.get(path)
+            if asked is not None and now - asked[0] < S3_RECHECK_S:
+                doc = asked[1]
+            else:
+                doc = s3_json(path, endpoint, env)
+                self._s3_docs[path] = (now, doc)
+        if not isinstance(doc, dict):
+            return None
+        why = doc.get("why")
+        return str(why) if why else "its _QUALITY document says so"
 
     def _start(self, name: str, spec: JobSpec) -> None:
         """The launch, in a thread of its own (a launch checks the job's interpreter first)."""
@@ -146,6 +185,23 @@ class Phases:
                 self._starting.discard(name)
 
         threading.Thread(target=launch, name=f"after-{name}", daemon=True).start()
+
+
+def s3_json(url: str, endpoint: Optional[str] = None, env: Optional[dict[str, str]] = None) -> Any:
+    """The JSON document at ``url`` (a small one: a ``_QUALITY``), or None when it is not there
+    or cannot be read (boto3, one short try; ``endpoint`` and ``env`` as :func:`s3_exists`)."""
+    try:
+        from botocore.exceptions import BotoCoreError, ClientError  # the `s3` extra
+    except ImportError:
+        return None
+    from ..fenceread import s3_client
+
+    bucket, _, key = url[len("s3://"):].partition("/")
+    try:
+        body = s3_client(endpoint, env or {}).get_object(Bucket=bucket, Key=key)["Body"].read(1 << 20)
+        return json.loads(body)
+    except (ClientError, BotoCoreError, ValueError):
+        return None
 
 
 def s3_exists(url: str, endpoint: Optional[str] = None, env: Optional[dict[str, str]] = None

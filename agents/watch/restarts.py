@@ -5,7 +5,8 @@ Per job, in ``<home>/jobs/<name>/restarts.json`` (so a new watcher goes on count
 restarts so far, when the next is due, and whether it gave up. The rules:
 
 - ``restart = "on-failure"``: a job that failed (non-zero exit) or was lost; ``"always"``:
-  also one that exited 0. A job an operator killed is never restarted.
+  also one that exited 0. A job an operator killed is never restarted, nor a generate or
+  extract job that exited 4 (its verdict on its data: contract/jobs.py ``final_exit``).
 - Before restart *n* (counting from 0) it waits ``restart_backoff_s * 2**n``, at most 10 min.
 - A restart whose attempt made no progress (its done count did not move since the attempt
   began) counts twice: a crash loop spends the budget twice as fast. Past ``max_restarts``
@@ -32,7 +33,7 @@ from typing import Any, Callable, Optional
 
 from .. import writes
 from ..contract.vocab import EventKind, JobState, RestartPolicy
-from ..contract.jobs import JobSpec
+from ..contract.jobs import JobSpec, final_exit
 from ..contract.stall import engine_quiet_since, quiet_since
 from ..contract.wire import JobStatus
 from ..contract.atomic import atomic_write_json
@@ -175,6 +176,14 @@ class RestartEngine:
             self._start(j.name, spec, st, j.attempt)
             return True
         no_progress = done is not None and st.done_at_start is not None and done <= st.done_at_start
+        if policy.wants(j.state) and final_exit(spec, j.exit_code):
+            # a worker's verdict on its data (extract's audit, generate's min_useful_pct): a new
+            # attempt would say the same; never restarted
+            note = f"not restarted: exit code {j.exit_code} is the worker's verdict on its data (see its log)"
+            if st.note == note:
+                return False
+            st.note = note
+            return True
         if policy.wants(j.state):
             if st.next_at is None:
                 how = f"exit code {j.exit_code}" if j.exit_code is not None else "lost, no exit code"

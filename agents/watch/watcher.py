@@ -28,6 +28,7 @@ from ..contract.watching import WatchSettings, agent_args
 from .config import WatchConfig
 from .events import EventLog
 from .heartbeat import Heartbeat, failing_reason
+from .idle import IdleAction
 from .life import Life, restart_message, started_by
 from .outbox import Outbox
 from .phases import Phases
@@ -54,6 +55,7 @@ class Watcher:
         self.phases = Phases(sup, self.emit, lambda name: self.restarts.state(name).gave_up)
         self.conditions = Conditions(self.home, self.emit)
         self.checks = Checks(node, held=lambda key: key in self.conditions.active)
+        self.idle = IdleAction(self.home, node, self.emit)
         self._health: Any = False  # the reader, made at the first tick; None where there is none
         self._failed: set[str] = set()
         self.successor: Optional[Any] = None  # the detached agent this one started to take over
@@ -93,11 +95,13 @@ class Watcher:
     # ------------------------------------------------------------ events
 
     def emit(self, kind: EventKind, message: str, job: Optional[str] = None, gpu: Optional[int] = None,
-             key: Optional[str] = None, notify: bool = True, **details: Any) -> None:
-        """One line in the timeline; queued for every target that wants it when ``notify``."""
+             key: Optional[str] = None, notify: bool = True, **details: Any) -> Any:
+        """One line in the timeline; queued for every target that wants it when ``notify``.
+        Returns the event (wire.Event)."""
         event = self.events_log.add(kind, message, job=job, gpu=gpu, key=key, **details)
         if notify and kind in NOTIFY_EVENTS and self.config.notify:
             self.outbox.put(self.config.notify, to_plain(event))
+        return event
 
     def _note(self, kind: EventKind, message: str, **kw: Any) -> None:
         self.emit(kind, message, notify=False, **kw)
@@ -135,6 +139,10 @@ class Watcher:
         except Exception as exc:  # noqa: BLE001 -- the tick goes on
             self._failure("phases", exc)
         try:
+            self.idle.tick(now, gpus, jobs, self.config.idle_action, self.config.alerts.idle_paid_s)
+        except Exception as exc:  # noqa: BLE001 -- the tick goes on
+            self._failure("idle_action", exc)
+        try:
             health = self._read_health()
             now_true, once = self.checks.evaluate(now, gpus, jobs, host, alerts, health, self.config.alerts, specs,
                                                   self.config.price_per_hour)
@@ -150,7 +158,8 @@ class Watcher:
                 st = self.restarts.state(n)
                 out.append(Alert(AlertKind.GAVE_UP, f"job {n}: restarts given up ({st.note})", job=n,
                                  since=st.gave_up_at))
-            self.heartbeat.set_failing(failing_reason(alerts + out))
+            hb = self.config.heartbeat
+            self.heartbeat.set_failing(failing_reason(alerts + out, on_quality=hb is not None and hb.on_quality))
             return out
         except Exception as exc:  # noqa: BLE001
             self._failure("checks", exc)
@@ -198,6 +207,13 @@ class Watcher:
             self.sup.audit("ack", op.job, message=message)
             self.emit(EventKind.ACKNOWLEDGED, f"job {op.job}: {message}", job=op.job)
         return ops.Acked(job=op.job, cleared=cleared, message=message)
+
+    def note(self, op: ops.Note) -> ops.Noted:
+        """An operator's note (`gpudeck note`): a ``note`` event, notified only when asked."""
+        notified = op.notify and any(t.wants(EventKind.NOTE) for t in self.config.notify)
+        details = {"by": op.by} if op.by else {}
+        event = self.emit(EventKind.NOTE, op.text.strip(), job=op.job, notify=op.notify, **details)
+        return ops.Noted(node=self.node, seq=event.seq, t=event.t, notified=notified)
 
     def events(self, op: ops.ReadEvents) -> ops.EventPage:
         seq = self.events_log.seq  # before the read: a follower asks from here next time, missing nothing

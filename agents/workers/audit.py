@@ -404,4 +404,27 @@ def audit_records(records: list[dict], mode: str = "training", name: str = "<rec
     return a.r
 
 
-__all__ = ["AuditReport", "audit_file", "audit_records", "estimate_tokens", "ROLES", "SHORT_TARGET"]
+def s3_inventory(url: str, endpoint_url: Optional[str] = None) -> dict[str, Any]:
+    """What ``s3://bucket/prefix`` holds, listed now: objects, bytes, and the same by top-level
+    folder (a part's ``part-I-of-N/``). ValueError for a URL that is not one; RuntimeError,
+    saying what, when it cannot be listed (boto3 missing, credentials, the network)."""
+    from .common.s3sync.remote import S3Error, S3Location, list_objects, make_client
+
+    loc = S3Location.parse(url)  # ValueError: said as it is
+    try:
+        objects = list_objects(make_client(endpoint_url), loc)
+    except S3Error as exc:
+        raise RuntimeError(str(exc)) from None
+    except Exception as exc:  # noqa: BLE001 -- boto3 missing, its configuration: said, never a traceback
+        raise RuntimeError(f"cannot list {loc.url()}: {type(exc).__name__}: {exc}") from None
+    folders: dict[str, list[int]] = {}
+    for name, size in objects.items():
+        head, sep, _ = name.partition("/")
+        f = folders.setdefault(head + "/" if sep else "", [0, 0])
+        f[0] += 1
+        f[1] += size
+    return {"prefix": loc.url(), "objects": len(objects), "bytes": sum(objects.values()),
+            "folders": [{"folder": k or None, "objects": v[0], "bytes": v[1]} for k, v in sorted(folders.items())]}
+
+
+__all__ = ["AuditReport", "audit_file", "audit_records", "estimate_tokens", "s3_inventory", "ROLES", "SHORT_TARGET"]

@@ -41,6 +41,14 @@ def _demo(args) -> int:
     from ..app import make_app
     from ..demo import build_demo, demo_dir, demo_fleet, demo_jobs, has_router, start_stranger, stop_demo
 
+    from ..userconfig import UserConfigError, load_keymap
+    from .common import EXIT_USAGE, err
+
+    try:
+        keymap = load_keymap()  # before anything starts: a mistake there stops the demo as it stops `up`
+    except UserConfigError as exc:
+        err(f"demo: {exc}")
+        return EXIT_USAGE
     root = Path(args.dir) if args.dir else demo_dir()
     router = has_router()
     fleet = demo_fleet(build_demo(root, reset=args.reset, router=router))
@@ -50,7 +58,8 @@ def _demo(args) -> int:
     start_stranger(root)
     shot = dict(screenshot=args.screenshot, initial_view="fleet", screenshot_wait_s=(25.0, 90.0)) \
         if args.screenshot else {}  # the fleet view, once the launch notices are gone and the numbers in
-    app = make_app(fleet, fleet_name="demo", autostart=demo_jobs(router), read_only=args.read_only, **shot)
+    app = make_app(fleet, fleet_name="demo", autostart=demo_jobs(router), read_only=args.read_only, keymap=keymap,
+                   **shot)
     stopped_by: list[int] = []
     signal.signal(signal.SIGHUP, _hang_up(root, args.keep))
     signal.signal(signal.SIGTERM, _exit_app(app, stopped_by))

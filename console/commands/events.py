@@ -48,7 +48,8 @@ def _since(text: str) -> float:
 def line(ev: Event) -> str:
     when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ev.t))
     where = " ".join(x for x in (ev.job and f"job={ev.job}", ev.gpu is not None and f"gpu={ev.gpu}") if x)
-    return f"{when} {ev.node:<12} {ev.kind.value:<14} {where + ' ' if where else ''}{ev.message}"
+    by = f" ({ev.details['by']})" if ev.kind.value == "note" and ev.details.get("by") else ""  # who wrote a note
+    return f"{when} {ev.node:<12} {ev.kind.value:<14} {where + ' ' if where else ''}{ev.message}{by}"
 
 
 async def _events(args) -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 
 def register(sub) -> None:
-    from ...agents.workers.generate import EXIT_FAIL, EXIT_TERM, add_arguments  # stdlib-only at import; aiohttp loads in run
+    from ...agents.workers.generate import EXIT_FAIL, EXIT_QUALITY, EXIT_TERM, add_arguments  # stdlib-only at import; aiohttp loads in run
     from .common import exit_codes
 
     p = sub.add_parser("generate", help="generate completions for a JSONL of prompts (resumable, S3)",
@@ -12,6 +12,8 @@ def register(sub) -> None:
                                    "completions to shards of 1,000 records; a relaunch resumes where it stopped.",
                        epilog=exit_codes({EXIT_FAIL: "no server answered for --give-up-after, or the prompts are "
                                                      "degenerate (without --force)",
+                                          EXIT_QUALITY: "every prompt done, but fewer records useful than "
+                                                        "--min-useful-pct: no _SUCCESS, a _QUALITY document",
                                           EXIT_TERM: "stopped by SIGTERM (finished prompts are kept; a relaunch "
                                                      "resumes)"}))
     add_arguments(p)

@@ -43,7 +43,7 @@ async def _status(args) -> int:
         for view in await client.status(timeout=args.timeout):
             if view.snapshot is not None:
                 state.apply(view.snapshot)
-                state.set_copy(view.name, view.copy)
+                state.set_copy(view.snapshot.node, view.copy)  # the state keys a node by its snapshot's name
             else:
                 state.mark_unreachable(view.name, view.error or "unreachable", view.unreachable_since)
     finally:
@@ -75,7 +75,8 @@ def render_status(state) -> str:
     money = state.totals()
     if money.priced:
         jobs.append(f"fleet: {dollars(money.spent)} spent, {dollars(money.to_finish)} to finish at the current rate"
-                    + (f"; {dollars(money.idle_per_hour)}/h idle" if money.idle_per_hour is not None else ""))
+                    + (f"; {dollars(money.idle_per_hour)}/h idle" if money.idle_per_hour is not None else "")
+                    + (f"; {dollars(money.burned)} burned by killed, failed and lost attempts" if money.burned else ""))
     if jobs:
         lines.append("")
         lines.extend(jobs)

@@ -25,8 +25,15 @@ def _up(args) -> int:
     if args.read_only and args.take_over:  # a look takes nothing (docs/nodes.md#who-owns-a-nodes-jobs)
         err("up: --take-over is for a console that changes something; --read-only takes nothing")
         return EXIT_USAGE
+    from ..userconfig import UserConfigError, load_keymap
+
+    try:
+        keymap = load_keymap()  # [keys]: the keys moved by binding id (docs/console.md#keys)
+    except UserConfigError as exc:
+        err(f"up: {exc}")
+        return EXIT_USAGE
     fleet = load_fleet(args.fleet, getattr(args, "take_over", False))
     app = make_app(fleet, read_only=args.read_only, initial_view=args.view, bell=not args.no_bell,
-                   auto_move=not args.no_auto_move)
+                   auto_move=not args.no_auto_move, keymap=keymap)
     app.run()
     return app.return_code or EXIT_OK  # ctrl+c: 130

@@ -3,19 +3,17 @@
 from __future__ import annotations
 
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Static
+
+from ..bindings import bindings
 
 
 class ConfirmScreen(ModalScreen[bool]):
     """Dismissed with True when the operator confirms; the safe button has the focus."""
 
-    BINDINGS = [
-        Binding("y", "answer(True)", "Yes", id="confirm.yes"),
-        Binding("n,escape", "answer(False)", "No", id="confirm.no"),
-    ]
+    BINDINGS = bindings("confirm")
 
     def __init__(self, title: str, question: str, yes: str = "Yes") -> None:
         super().__init__()

@@ -10,11 +10,12 @@ from __future__ import annotations
 from typing import Optional
 
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.content import Content
 from textual.screen import ModalScreen
 from textual.widgets import Static
+
+from ..bindings import bindings
 
 from ...agents.contract.ops import Check, DoctorReport
 from ...agents.contract.vocab import Verdict
@@ -49,7 +50,7 @@ class CheckLine(Horizontal):
 
 
 class DoctorScreen(ModalScreen[None]):
-    BINDINGS = [Binding("escape,q", "dismiss", "Close")]
+    BINDINGS = bindings("dialog")
 
     def __init__(self, node: str) -> None:
         super().__init__()

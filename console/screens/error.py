@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from ..bindings import bindings
+
 
 class ErrorScreen(ModalScreen[None]):
-    BINDINGS = [Binding("escape,enter,q", "dismiss", "Close")]
+    BINDINGS = bindings("dialog")
 
     def __init__(self, title: str, message: str) -> None:
         super().__init__()

@@ -2,33 +2,20 @@
 
 from __future__ import annotations
 
+from typing import Optional
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from .. import keymap as km
+from ..bindings import bindings
+
 HELP = """\
-[b]Keys[/b]
-  0 1 2 3 4   overview, fleet, jobs, logs, alerts (or click the tabs)
-  e  (or 5)   events: the nodes' timeline, newest at the bottom
-  ctrl+p      command palette: jump to a node or job by name, run any key's action
-  ↑ ↓ PgUp PgDn Home End    move in a table
-  g  G        the first and the last row of a table
-  enter       details and the log of the selected job
-  l           the selected job's log, in the logs view
-  t  T        the chart's range: 1h, 6h, 24h, 7d (T: back); overview and details
-  ← →         scroll a log sideways: long lines are not wrapped
-{job_keys}  /           filter the view (enter keeps it, escape clears it);
-              in the logs view: search (n / N: next / previous match)
-  s  S        sort by the next key; S reverses it.  The sorted column is marked:
-              ▲ ascending (A to Z, least first), ▼ descending (the fastest first)
-  d           doctor: the selected row's node checked before a run (python, torch,
-              driver, models, disk, S3, clock, limits): ok, warn or fail, and the fix
-  p           plans: the fleet file's [[plans]] side by side (as gpudeck plan compare):
-              days, dollars, $/M tokens, $/useful, bytes; the cheaper and the faster
-  ?           this help;  q or ctrl+c  quit (jobs keep running on their nodes)
-{read_only}
 [b]Jobs[/b]
   ATT        attempt;  TOK/S and TREND: tokens per second, one cell per 15 s
   DONE       items done / total;  RATE items/s;  ETA at the current rate
@@ -69,35 +56,81 @@ HELP = """\
 """
 
 
-JOB_KEYS = """\
-  k           kill the selected job: asks first, then shows the agent's verdict
-              (how much GPU memory came back, or which pid still holds it)
-  r           relaunch: same spec, next attempt; a running job is killed first
-  L           launch a job that is not running (shift-l): asks first
-  a           adopt the selected GPU process of no job as a job (asks first):
-              then k kills it with verification, r relaunches its command
-  m           move the selected job to the first free spare node (spare = true):
-              asks first; kill and verify (or fence an unreachable node), then
-              launch there, resuming from the job's output.  A job with
-              on_node_lost = "move" is moved so by the console itself once its node
-              has been unreachable for \\[alerts] node_lost_s (as gpudeck watch fleet
-              does; gpudeck up --no-auto-move: not by this console)
-"""
 READ_ONLY = "\n  [b]read-only[/b]: started with --read-only: the keys that act on jobs are off and not shown.\n"
+
+# the keymap's parts, in the help's order (console/keymap.py holds them all)
+SECTIONS = (("app", "Keys (every screen)"), ("main", "The views"), ("table", "A table"),
+            ("scroll", "A log, a describe"), ("describe", "Describe (enter or d on a row)"))
+KEYS_WIDTH = 17  # the keys' column
+HIDDEN = {"app.quit_ctrl_c"}  # said beside q
+EXTRA = {"app.quit": "q F10 ctrl+c"}
+
+
+def key_rows(read_only: bool, keymap: dict[str, str]) -> list[tuple[str, str, str]]:
+    """(section, keys, what) for the keys as the keymap binds them (the user's [keys] included)."""
+    out = []
+    for scope, title in SECTIONS:
+        for k in km.of(scope):
+            if k.id in HIDDEN or (read_only and k.acts) or k.id.startswith("sort.") or \
+                    (k.id.startswith("describe.") and k.action.startswith("job(")):
+                continue
+            moved = keymap.get(k.id)
+            shown = " ".join(km.shown_key(x.strip()) for x in moved.split(",")) if moved else EXTRA.get(k.id, k.shown)
+            out.append((title, shown, k.help))
+        if scope == "main":
+            letters = "  ".join(f"{km.key_of(k.id, keymap)} {k.label.removeprefix('Sort ')}" for k in km.SORT_KEYS)
+            out.append((title, "shift+letter", f"sort by a column; again: the other way round.  {letters}"))
+        if scope == "scroll":
+            out.append((title, "← →", "scroll a log sideways: long lines are not wrapped"))
+        if scope == "describe" and not read_only:
+            out.append((title, "ctrl+k r L m A", "a job's keys, as in the views"))
+    out += [("The command line (:)", ":jobs :fleet", ":events :alerts :overview: the views"),
+            ("The command line (:)", ":logs JOB", "the job's log"),
+            ("The command line (:)", ":doctor NODE", "the node checked before a run"),
+            ("The command line (:)", ":plans :help :q", "the plans; this help; quit"),
+            ("The command line (:)", "tab", "completes (a command, a job, a node); enter runs it, esc closes; "
+                                           "letters typed there are text, not keys"),
+            ("The command line (:)", "ctrl+p", "the command palette: jump to a node or a job"),
+            ("The command line (:)", "[keys]", "moves a key: ~/.config/gpudeck/console.toml (docs/console.md#keys)")]
+    return out
+
+
+def keys_table(read_only: bool, keymap: dict[str, str]) -> Group:
+    """Each section's title over its keys, the keys in one column, what they do wrapped beside."""
+    parts: list[RenderableType] = []
+    grid: Optional[Table] = None
+    section = None
+    for title, shown, what in key_rows(read_only, keymap):
+        if title != section:
+            if grid is not None:
+                parts += [grid, Text("")]
+            parts.append(Text(title, style="bold"))
+            grid = Table.grid(padding=(0, 2), expand=True)
+            grid.add_column(no_wrap=True, width=KEYS_WIDTH)
+            grid.add_column(ratio=1)
+            section = title
+        assert grid is not None
+        grid.add_row(Text("  " + shown), Text(what))
+    if grid is not None:
+        parts.append(grid)
+    return Group(*parts)
 
 
 class HelpScreen(ModalScreen[None]):
-    BINDINGS = [Binding("escape,question_mark,q", "dismiss", "Close")]
+    BINDINGS = [*bindings("dialog"), *bindings("help")]
 
-    def __init__(self, read_only: bool) -> None:
+    def __init__(self, read_only: bool, keymap: Optional[dict[str, str]] = None) -> None:
         super().__init__()
         self.read_only = read_only
+        self.keymap = keymap or {}
 
     def compose(self) -> ComposeResult:
-        text = HELP.format(job_keys="" if self.read_only else JOB_KEYS, read_only=READ_ONLY if self.read_only else "")
         with Vertical(id="dialog"):
             with VerticalScroll():
-                yield Static(text, id="help-text")
+                if self.read_only:  # first: why the keys that act are not listed
+                    yield Static(READ_ONLY.strip("\n") + "\n", id="help-read-only")
+                yield Static(keys_table(self.read_only, self.keymap), id="help-keys")
+                yield Static("\n" + HELP, id="help-text")
 
     def on_mount(self) -> None:
         self.query_one("#dialog").border_title = "gpudeck help"

@@ -11,24 +11,25 @@ from typing import Optional
 
 from textual import events, on
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.content import Content
 from textual.screen import Screen
 from textual.widgets import Footer, Input, Static, TabbedContent, TabPane
 
-from ..actions import ADOPT_KEY, JobOp, no_target_notice, target_job, target_process
+from ..actions import JobOp, no_target_notice, target_job, target_process
 from ..chart import GUTTER, next_range
-from ..messages import (DoctorRequested, HistoryWanted, JobActionRequested, JobOpened, LogFollowCancelled,
-                                      LogFollowRequested, PlansCompareRequested, ProcessAdoptRequested,
-                                      ProcessKillRequested)
-from .bindings import job_bindings
+from ..messages import (DescribeRequested, DoctorRequested, HistoryWanted, JobActionRequested, LogFollowCancelled,
+                        LogFollowRequested, PlansCompareRequested, ProcessAdoptRequested, ProcessKillRequested)
+from ..bindings import bindings
+from .sort_picker import SortPicker
 from .palette import FleetCommands
+from ..keymap import key_of
 from ..selection import (ALERT_SORTS, FLEET_SORTS, JOB_SORTS, select_alerts, select_events, select_fleet,
                                        select_jobs, sorted_descending)
 from ..rows import FleetRow, GpuRow, JobRow, NodeRow
 from ..state import FleetState
 from ..timeline import listed
 from ..widgets.alerts_table import AlertsTable
+from ..widgets.cells import clock_time
 from ..widgets.events_table import EventsTable
 from ..widgets.filter_bar import FilterBar
 from ..widgets.fleet_header import FleetHeader
@@ -44,8 +45,14 @@ SORTS = {"overview": JOB_SORTS, "fleet": FLEET_SORTS, "jobs": JOB_SORTS, "alerts
          "events": ()}  # the events stay in time order
 LABELS = {"overview": "Overview", "fleet": "Fleet", "jobs": "Jobs", "logs": "Logs", "alerts": "Alerts",
           "events": "Events"}
-_JOB_COLUMNS = {"name": "JOB", "node": "NODE", "state": "STATE", "tokens/s": "TOK/S", "eta": "ETA",
-                "progress": "PROGRESS"}
+_JOB_COLUMNS = {"name": "JOB", "node": "NODE", "state": "STATE", "tokens/s": "TOK/S", "rate": "RATE", "eta": "ETA",
+                "progress": "PROGRESS", "cost": "$/MTOK"}
+# the shift+letter sort keys (keymap.SORT_KEYS: sort_by('tokens')) to each view's sort keys
+_JOB_FIELDS = {"job": "name", "node": "node", "state": "state", "tokens": "tokens/s", "rate": "rate",
+               "progress": "progress", "eta": "eta", "cost": "cost"}
+SORT_FIELDS = {"overview": _JOB_FIELDS, "jobs": _JOB_FIELDS,
+               "fleet": {"node": "name", "state": "problems", "memory": "memory", "util": "util"},
+               "alerts": {"since": "newest", "node": "node", "state": "kind"}, "logs": {}, "events": {}}
 SORT_COLUMNS = {"overview": _JOB_COLUMNS, "jobs": _JOB_COLUMNS,
                 "fleet": {"name": "NODE / GPU", "memory": "MEMORY", "util": "UTIL"},
                 "alerts": {"newest": "SINCE", "node": "NODE", "kind": "ALERT"}}  # the header a sort marks
@@ -65,27 +72,7 @@ class Views(TabbedContent):
 
 class MainScreen(Screen[None]):
     COMMANDS = {FleetCommands}
-    BINDINGS = [
-        Binding("l", "logs", "Logs", id="view.job_logs"),  # as in k9s: the selected job's log
-        *job_bindings(),
-        Binding(ADOPT_KEY, "adopt_process", "Adopt", show=False, id="process.adopt"),  # a GPU process of no job
-        Binding("d", "doctor", "Doctor", show=False, id="node.doctor"),  # the selected row's node, checked
-        Binding("p", "plans", "Plans", show=False, id="fleet.plans"),  # the fleet file's [[plans]] compared
-        Binding("slash", "filter", "Filter", id="view.filter"),
-        Binding("t", "chart_range(1)", "Range", show=False, id="chart.range"),
-        Binding("T", "chart_range(-1)", "Range back", show=False, key_display="T", id="chart.range_back"),
-        Binding("s", "sort", "Sort", id="view.sort"),
-        Binding("S", "reverse", "Reverse", show=False, id="view.reverse", key_display="S"),
-        Binding("escape", "clear_filter", "Clear", show=False, id="view.clear"),  # the status line says it
-        Binding("n", "next_match(1)", "Next match", show=False, id="logs.next"),
-        Binding("N", "next_match(-1)", "Previous match", show=False, id="logs.previous"),
-        Binding("0", "view('overview')", "Overview", show=False, id="view.overview"),
-        Binding("1", "view('fleet')", "Fleet", show=False, id="view.fleet"),
-        Binding("2", "view('jobs')", "Jobs", show=False, id="view.jobs"),
-        Binding("3", "view('logs')", "Logs", show=False, id="view.logs"),
-        Binding("4", "view('alerts')", "Alerts", show=False, id="view.alerts"),
-        Binding("e,5", "view('events')", "Events", show=False, id="view.events"),
-    ]
+    BINDINGS = bindings("main")  # console/keymap.py: the whole keymap, one table
 
     def __init__(self, fleet_state: FleetState, fleet_name: str, read_only: bool, initial: str = "overview") -> None:
         super().__init__(id="main")
@@ -213,7 +200,10 @@ class MainScreen(Screen[None]):
             self._events_listed = listed(rows, state.clock())
             self.table("events").show(rows)
         summary = self.query_one("#events-summary", Static)
-        said = "  ·  ".join(x for x in (state.timeline.summary, self._events_listed) if x)
+        opening = state.timeline.summary
+        if opening and state.timeline.summary_at is not None:  # said once: as of then, not of now
+            opening = f"on opening ({clock_time(state.timeline.summary_at)}): {opening}"
+        said = "  ·  ".join(x for x in (opening, self._events_listed) if x)
         summary.set_class(bool(said), "-shown")
         if str(summary.content) != said:
             summary.update(said)
@@ -226,7 +216,7 @@ class MainScreen(Screen[None]):
             parts.append(f"filter {self.filters[view]!r} (esc clears)")
         if SORTS[view] and (self.sorts[view] != SORTS[view][0] or self.reversed[view]):
             arrow = "▼" if sorted_descending(self.sorts[view], self.reversed[view]) else "▲"
-            parts.append(f"sort {self.sorts[view]} {arrow} (s next, S reverse)")
+            parts.append(f"sort {self.sorts[view]} {arrow} (its letter again flips it, F6 sort by)")
         if view == "logs" and self.query_one(LogPanel).term:
             parts.append(f"search {self.query_one(LogPanel).term!r} (n/N next/previous, esc clears)")
         text = " · ".join(parts)
@@ -287,11 +277,19 @@ class MainScreen(Screen[None]):
 
     @on(LiveTable.Selected)
     def _row_selected(self, event: LiveTable.Selected) -> None:
-        job = self.selected_job()
-        if job is None:
-            self.notify("no job on this row", severity="warning", timeout=3)
+        self.action_describe()  # a double click
+
+    def action_describe(self) -> None:
+        """`enter` or `d`: the row under the cursor, every field whole (in the logs view, its job)."""
+        view = self.active
+        if view == "logs":
+            row = self.fleet_state.job_row(self.log_job) if self.log_job else None
+        else:
+            row = self.table(view).cursor_row
+        if row is None:
+            self.notify("nothing to describe: no row under the cursor", severity="warning", timeout=3)
             return
-        self.post_message(JobOpened(job))
+        self.post_message(DescribeRequested(row))
 
     # ------------------------------------------------------------ views
 
@@ -412,6 +410,46 @@ class MainScreen(Screen[None]):
             self.reversed[self.active] = not self.reversed[self.active]
             self.show_state(self.fleet_state)
 
+    def action_sort_by(self, field: str) -> None:
+        """A column's shift+letter (k9s): sort by it; pressed again, the other way round."""
+        view = self.active
+        how = SORT_FIELDS[view].get(field)
+        if how is None:
+            return
+        if self.sorts[view] == how:
+            self.reversed[view] = not self.reversed[view]
+        else:
+            self.sorts[view], self.reversed[view] = how, False
+        self.show_state(self.fleet_state)
+
+    def action_sort_picker(self) -> None:
+        """F6 (htop's "sort by"): the view's columns, each with its letter; enter picks one."""
+        view = self.active
+        fields = SORT_FIELDS[view]
+        if not fields:
+            self.notify(f"the {view} view has no sort" + (" (it stays in time order)" if view == "events" else ""),
+                        timeout=3)
+            return
+        columns = SORT_COLUMNS.get(view, {})
+        lines = []
+        for field, how in fields.items():
+            label = columns.get(how) or how
+            arrow = "▼" if sorted_descending(how, False) else "▲"
+            now = ""
+            if self.sorts[view] == how:
+                now = f"   sorted now {'▼' if sorted_descending(how, self.reversed[view]) else '▲'}"
+            lines.append((field, key_of(f"sort.{field}", self.app_keymap()), f"{label:<12} {arrow} {how}{now}"))
+        current = next((f for f, how in fields.items() if how == self.sorts[view]), None)
+
+        def picked(field: Optional[str]) -> None:
+            if field is not None:
+                self.action_sort_by(field)
+
+        self.app.push_screen(SortPicker(LABELS[view].lower(), lines, current), picked)
+
+    def app_keymap(self) -> dict[str, str]:
+        return dict(getattr(self.app, "_keymap", {}) or {})
+
     # ------------------------------------------------------------ job keys
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> Optional[bool]:
@@ -426,10 +464,12 @@ class MainScreen(Screen[None]):
             return view == "logs" and bool(self.query_one(LogPanel).term)
         if action in ("sort", "reverse"):
             return bool(SORTS[view])
+        if action == "sort_by":  # a letter of a column this view does not have does nothing
+            return parameters[0] in SORT_FIELDS[view] if parameters else False
         return True
 
     def action_doctor(self) -> None:
-        """`d`: the checks of `gpudeck doctor` on the selected row's node, in a screen."""
+        """`D` (and `:doctor`): the checks of `gpudeck doctor` on the selected row's node, in a screen."""
         node = self.selected_node()
         if node is None:
             self.notify("select a node first (in the fleet view, or a job, alert or event on it)", severity="warning",

@@ -26,18 +26,21 @@ class FleetCommands(Provider):
             yield f"view {view}", partial(screen.action_view, view), f"show the {view} view"
         yield ("view events", partial(screen.action_view, "events"),
                "the nodes' timeline: deaths, restarts, GPU health, ... since you last looked (e)")
+        yield "sort: by a column", screen.action_sort_picker, "pick the column to sort the view by (F6)"
         yield "sort: next key", screen.action_sort, "sort the view by its next key (s)"
         yield "sort: reverse", screen.action_reverse, "reverse the view's sort (S)"
         yield ("plans: compare", partial(screen.post_message, PlansCompareRequested()),
-               "the fleet file's [[plans]] side by side: days, dollars, bytes; the cheaper and the faster (p)")
+               "the fleet file's [[plans]] side by side: days, dollars, bytes; the cheaper and the faster (p, :plans)")
         for node in state.nodes:
             yield f"node {node}", partial(screen.focus_row, "fleet", f"node:{node}"), "jump to it in the fleet view"
             yield (f"doctor {node}", partial(screen.post_message, DoctorRequested(node)),
-                   "check the node before a run: python, torch, driver, models, disk, S3, clock, limits (d)")
+                   "check the node before a run: python, torch, driver, models, disk, S3, clock, limits "
+                   "(:doctor NODE, D)")
         for row in state.job_rows():
             name = row.name
             yield f"job {name}", partial(screen.focus_row, "jobs", row.key), f"jump to it in the jobs view ({row.node})"
-            yield f"open {name}", partial(screen.post_message, JobOpened(name)), "its details, chart and log (enter)"
+            yield (f"open {name}", partial(screen.post_message, JobOpened(name)),
+                   "describe it: every field, its chart and log (enter, d)")
             if screen.read_only:
                 continue
             for op in JOB_OPS:
@@ -46,7 +49,7 @@ class FleetCommands(Provider):
 
     async def discover(self) -> Hits:
         for text, run, help in self._commands():
-            if not text.startswith(("open ", "kill ", "relaunch ", "launch ")):
+            if not text.startswith(("open ", "kill ", "relaunch ", "launch ", "move ", "ack ")):
                 yield DiscoveryHit(text, run, help=help)
 
     async def search(self, query: str) -> Hits:

@@ -11,11 +11,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Optional
 
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.containers import ScrollableContainer, Vertical
 from textual.content import Content
 from textual.screen import ModalScreen
 from textual.widgets import Static
+
+from ..bindings import bindings
 
 if TYPE_CHECKING:
     from ..commands.plan import Comparison
@@ -24,7 +25,7 @@ VERDICTS = ("cheaper:", "faster:")  # the table's last lines, the answers: in bo
 
 
 class PlansScreen(ModalScreen[None]):
-    BINDINGS = [Binding("escape,q", "dismiss", "Close")]
+    BINDINGS = bindings("dialog")
 
     def __init__(self, fleet_name: str) -> None:
         super().__init__()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from typing import Optional, Sequence
 
+from rich.cells import cell_len
 from rich.style import Style
 from rich.text import Text
 
@@ -106,3 +107,93 @@ def resample(values: Sequence[Optional[float]], width: int) -> list[Optional[flo
         got = [v for v in values[a:b] if v is not None]
         out.append(sum(got) / len(got) if got else None)
     return out
+
+
+# ---------------------------------------------------------------- shrinking by rules, never mid-word
+
+
+def words_fit(text: str, width: int) -> str:
+    """``text`` in ``width`` cells, cut only between words: the words that fit and an ellipsis
+    (``waiting for…``); a first word longer than the cell is cut, there being no other way."""
+    if cell_len(text) <= width:
+        return text
+    words = text.split(" ")
+    for n in range(len(words) - 1, 0, -1):
+        head = " ".join(words[:n]).rstrip(",;:")
+        if cell_len(head) + 1 <= width:
+            return head + "…"
+    return fit(text, width)
+
+
+def phrases_fit(phrases: Sequence[Frag], width: int, sep: str = " ") -> list[Frag]:
+    """Phrases (each flag, with its style) in ``width`` cells: the whole ones that fit, the next cut
+    between its words, then ``+N`` for those left out; never a word cut in two."""
+    out: list[Frag] = []
+    used = 0
+    for i, (text, style) in enumerate(phrases):
+        gap = sep if out else ""
+        left = len(phrases) - i - 1
+        more = f" +{left}" if left else ""
+        if used + cell_len(gap + text) + (cell_len(more) if left else 0) <= width or \
+                (not left and used + cell_len(gap + text) <= width):
+            out.append((gap + text, style))
+            used += cell_len(gap + text)
+            continue
+        room = width - used - cell_len(gap) - cell_len(f" +{left}" if left else "")
+        words = text.split(" ")
+        if room >= 2 and len(words) > 1 and cell_len(words[0]) + 1 <= room:
+            out.append((gap + words_fit(text, room), style))
+            used += cell_len(out[-1][0])
+            if left:
+                out.append((f" +{left}", None))
+            return out
+        rest = len(phrases) - i
+        tail = f"{gap}+{rest}"
+        if used + cell_len(tail) <= width or not out:
+            out.append((tail if out else f"+{rest}" if cell_len(f"+{rest}") < cell_len(text) else text, None))
+        return out
+    return out
+
+
+def short_gpu_name(name: str) -> str:
+    """A GPU's name as a cell says it: the vendor's prefix off, a simulated GPU ``B200·sim``."""
+    host, sep, model = name.rpartition(": ")  # a cluster's GPU: "node-3: NVIDIA H100"
+    model = model.removeprefix("NVIDIA ").replace(" (simulated)", "·sim")
+    return f"{host}{sep}{model}"
+
+
+def gpu_name_fit(name: str, width: int) -> str:
+    """``short_gpu_name`` in ``width`` cells: words dropped from the end of the model (its edition,
+    its memory), never cut inside one; the ``·sim`` mark kept."""
+    short = short_gpu_name(name)
+    if cell_len(short) <= width:
+        return short
+    mark = "·sim" if short.endswith("·sim") else ""
+    body = short[: len(short) - len(mark)] if mark else short
+    words = body.split(" ")
+    for n in range(len(words) - 1, 0, -1):
+        head = " ".join(words[:n]).rstrip(":")
+        if cell_len(head + mark) <= width:
+            return head + mark
+    return fit(short, width)
+
+
+def gpu_list(gpus: Sequence[int], width: int) -> str:
+    """A job's GPUs in ``width`` cells: ``0,1``, runs as ``0-7``, else their count ``×8``."""
+    if not gpus:
+        return "-"
+    plain = ",".join(map(str, gpus))
+    if cell_len(plain) <= width:
+        return plain
+    runs: list[str] = []
+    ordered = sorted(gpus)
+    start = prev = ordered[0]
+    for g in [*ordered[1:], None]:
+        if g is not None and g == prev + 1:
+            prev = g
+            continue
+        runs.append(str(start) if start == prev else f"{start}-{prev}")
+        if g is not None:
+            start = prev = g
+    ranged = ",".join(runs)
+    return ranged if cell_len(ranged) <= width else f"×{len(gpus)}"

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from textual.binding import Binding
 from textual.message import Message
 from textual.widgets import Input
 
+from ..bindings import bindings
+
 
 class FilterBar(Input):
-    BINDINGS = [Binding("escape", "close", "Close filter")]
+    BINDINGS = bindings("filter")
 
     class Closed(Message):
         """The operator is done typing; ``cleared`` when escape emptied the filter."""

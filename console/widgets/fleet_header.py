@@ -116,6 +116,8 @@ class FleetHeader(Widget):
         if tot.priced:  # dollars only where the fleet file gives prices
             out.append((KEPT_RANK, Text(f"{dollars(tot.spent)} +{dollars(tot.to_finish)}" if short else
                                         f"{dollars(tot.spent)} spent, {dollars(tot.to_finish)} to finish")))
+            if tot.burned:  # killed, failed and lost attempts
+                out.append((7, Text(f"{dollars(tot.burned)} burned", st("fleet-header--bad"))))
         if tot.idle_per_hour is not None:  # priced GPUs idle past [alerts] idle_paid_s
             out.append((KEPT_RANK, Text(f"{dollars(tot.idle_per_hour)}/h idle", st("fleet-header--bad"))))
         if tot.alerts:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Optional, Sequence, Union
 
 from rich.segment import Segment
@@ -14,7 +15,7 @@ from ..rows import FleetRow, GpuRow, NodeRow, NodeState, ProcRow
 from . import cells
 from .live_table import Cell, Column, Frag, LiveTable
 
-MEM_BAR = 14
+MEM_BAR = 12
 UTIL_SPARK = 10
 
 
@@ -22,7 +23,7 @@ class FleetTable(LiveTable[FleetRow]):
     """Nodes and GPUs: memory bar, utilization, temperature, power, and who holds the GPU."""
 
     COLUMNS = (
-        Column("NODE / GPU", 22),
+        Column("NODE / GPU", 24),  # "  GPU0 RTX PRO 6000·sim": a model's name whole (cells.gpu_name_fit)
         Column("MEMORY", MEM_BAR + 15),
         Column("UTIL", 4, "right"),
         Column("UTIL TREND", UTIL_SPARK, drop=3),
@@ -56,24 +57,19 @@ class FleetTable(LiveTable[FleetRow]):
         util = "-" if g.util_pct is None else f"{g.util_pct}%"
         temp = "-" if g.temp_c is None else f"{g.temp_c}°C"
         power = "-" if g.power_w is None else f"{g.power_w}W"
-        held: list[Frag] = []
-        for job in g.jobs:
-            if held:
-                held.append((", ", None))
-            held.append((job, st("bad") if g.shared else st("accent")))
-        for pid in g.unowned_pids:
-            if held:
-                held.append((", ", None))
-            held.append((f"pid {pid} (no job)", st("warn")))
+        held: list[Frag] = [(job, st("bad") if g.shared else st("accent")) for job in g.jobs]
+        held += [(f"pid {pid} (no job)", st("warn")) for pid in g.unowned_pids]
         if g.shared:
-            held.append(("  two jobs on one GPU", st("bad")))
-        if not held:
-            held.append(("-", st("muted")))
+            held.append(("two jobs on one GPU", st("bad")))
+        # whole jobs and pids, then +N: never a name cut in two (the describe lists them all)
+        held_cell = partial(cells.phrases_fit, held, sep=", ") if held else ((("-", st("muted")),))
         spark = ((cells.sparkline(g.util_spark[-UTIL_SPARK:], top=100.0), st("spark")),)
-        return (f"  GPU{g.index} {g.name}", mem,
+        prefix = f"  GPU{g.index} "
+        name = partial(_gpu_cell, prefix, g.name)  # the name shortened by rules, never cut in a word
+        return (name, mem,
                 ((util, st("ok")),) if g.util_pct is not None and g.util_pct >= 90 else util, spark,
                 ((temp, st("bad")),) if g.temp_c is not None and g.temp_c >= 85 else temp,
-                power, held)
+                power, held_cell)
 
     def _node_line(self, n: NodeRow) -> Text:
         t = Text(no_wrap=True, end="")
@@ -112,6 +108,10 @@ class FleetTable(LiveTable[FleetRow]):
         if isinstance(row, (GpuRow, ProcRow)) and row.stale:
             return self.style("dim")
         return None
+
+
+def _gpu_cell(prefix: str, name: str, width: int) -> str:
+    return prefix + cells.gpu_name_fit(name, width - len(prefix))
 
 
 def _reason(n: NodeRow) -> str:

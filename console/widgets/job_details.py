@@ -77,8 +77,20 @@ class JobDetails(Widget):
             grid.add_row("plan", self._plan(d))
         if j.kind == JobKind.GENERATE and j.alive and j.priced:  # unpriced: "—" in the table says it
             grid.add_row("cost", self._cost(d))
-        if d.quality or d.progress_error:
+        s = d.spend
+        if s is not None and s.spent is not None:  # its attempts, on every node it ran on
+            nodes = sorted({a.node for a in s.attempts})
+            spend = Text(f"{dollars(s.spent)} over {len(s.attempts)} attempt(s)"
+                         + (f" on {', '.join(nodes)}" if len(nodes) > 1 else ""))
+            if s.burned:
+                spend.append(f"  {dollars(s.burned)} burned (killed, failed, lost)", st("job-details--warn"))
+            grid.add_row("spend", spend)
+        if d.quality or d.progress_error or d.window is not None:
             q = Text(" · ".join(f"{k} {v}" for k, v in d.quality) or "clean")
+            w = d.window
+            if w is not None and w.n:  # the last completions, as the watcher's quality alerts judge them
+                q.append(f"  ·  last {w.n:,}: " + " ".join(f"{k} {100 * w.counts.get(k, 0) / w.n:.0f}%"
+                                                           for k in sorted(w.counts)), st("job-details--muted"))
             if d.progress_error:
                 q.append(f"  progress file: {d.progress_error}", st("job-details--bad"))
             grid.add_row("quality", q)
@@ -146,6 +158,10 @@ class JobDetails(Widget):
             text.append(f"  ·  {u.failures} failed attempts", st("job-details--warn"))
         if u.last_error:
             text.append(f"  {u.last_error}", st("job-details--bad"))
+        if u.stored_bytes is not None:  # what the prefix holds: the run's listing at its start, plus its uploads
+            text.append(f"  ·  stored {human_bytes(u.stored_bytes)} in {u.stored_objects or 0:,} objects")
+            if d.s3_price_per_gb_month is not None:
+                text.append(f", {dollars(u.stored_bytes / 1e9 * d.s3_price_per_gb_month)}/month")
         return text
 
     def _servers(self, d: JobDetail) -> Text:

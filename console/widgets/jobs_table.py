@@ -2,20 +2,23 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Optional, Sequence
 
+from rich.cells import cell_len
 from rich.style import Style
 
 from ...agents.contract.jobs import JobKind
 from ...agents.contract.units import human_bytes
 from ...agents.contract.vocab import ShownState
-from ..cost import NO_PRICE, dollars
+from ..cost import NO_PRICE, money_fit
 from ..formatting import human_duration
 from ..rows import JobRow
 from . import cells
 from .live_table import Cell, Column, LiveTable
 
 PROGRESS_BAR = 8
+NAME_MOST = 32  # the JOB column widens to the longest name up to this
 SPARK = 12
 STATE_STYLE = {ShownState.RUNNING: "ok", ShownState.READY: "ok", ShownState.STARTING: "warn",
                ShownState.STOPPING: "warn", ShownState.FAILED: "bad", ShownState.LOST: "bad", ShownState.BLOCKED: "bad",
@@ -35,10 +38,10 @@ class JobsTable(LiveTable[JobRow]):
     # 80 columns JOB NODE STATE GPUS ATT TOK/S DONE ETA FLAGS (and the sorted column, always).
     COLUMNS = (
         Column("JOB", 14),
-        Column("NODE", 8, drop=4),
+        Column("NODE", 8, drop=5),  # before GPUS: at 80 columns a long name leaves a job its GPUs
         Column("KIND", 6, drop=7),
         Column("STATE", 10),
-        Column("GPUS", 4, drop=5),
+        Column("GPUS", 4, drop=4),
         Column("ATT", 3, "right", drop=6),  # the attempt: 1 for the first launch
         Column("TOK/S", 7, "right"),
         Column("TREND", SPARK, drop=8),
@@ -61,7 +64,7 @@ class JobsTable(LiveTable[JobRow]):
         failed = j.state == ShownState.FAILED and j.exit_code is not None
         state_text = f"{j.state.value} {j.exit_code}" if failed else j.state.value
         state = ((state_text, st(STATE_STYLE.get(j.state, "muted"))),)
-        gpus = ",".join(map(str, j.gpus)) or "-"
+        gpus = partial(cells.gpu_list, j.gpus)  # 0,1 / 0-7 / ×8: as the column's width allows
         spark = ((cells.sparkline(j.spark[-SPARK:]), st("spark")),)
         if j.startup is not None and j.done is None:  # an engine loading, a stage copying: how far
             done = j.startup
@@ -80,14 +83,14 @@ class JobsTable(LiveTable[JobRow]):
         # a move first (where it ran before: the first thing to know of a job found on another
         # node), muted (news, not a problem), then the flags; the details say both in full
         flags: list[tuple[str, Optional[Style]]] = [(j.moved, st("muted"))] if j.moved else []
-        if j.flags:
-            flags.append(((" " if flags else "") + " ".join(j.flags), st("warn")))
+        flags += [(f, st("warn")) for f in j.flags]
         if j.ready:  # news, not a problem
-            flags.append(((" " if flags else "") + j.ready, st("muted")))
-        flags = flags or [("-", st("muted"))]
+            flags.append((j.ready, st("muted")))
+        # whole flags, the next one cut between words, then +N: never a word cut in two (describe: all)
+        flag_cell = partial(cells.phrases_fit, flags) if flags else ((("-", st("muted")),))
         return (j.name, j.node, j.kind.short, state, gpus, str(j.attempt),
                 cells.rate(j.tokens_per_s), spark, done, progress, rate, human_duration(j.eta_s),
-                *self._plan_cells(j), *self._cost_cells(j), *self._health_cells(j), tuple(flags))
+                *self._plan_cells(j), *self._cost_cells(j), *self._health_cells(j), flag_cell)
 
     def _plan_cells(self, j: JobRow) -> tuple[Cell, Cell]:
         if j.planned_s is None:
@@ -102,7 +105,8 @@ class JobsTable(LiveTable[JobRow]):
             return "-", "-"
         if not j.priced:
             return NO_PRICE, NO_PRICE
-        return dollars(j.cost_per_m_tokens), dollars(j.cost_per_useful)
+        # the meaningful digits kept: $0.000041 in 8 cells reads $41/M, never $0.0000…
+        return partial(money_fit, j.cost_per_m_tokens), partial(money_fit, j.cost_per_useful)
 
     def _health_cells(self, j: JobRow) -> tuple[Cell, Cell, Cell]:
         if j.uploads_pending is None:
@@ -118,6 +122,12 @@ class JobsTable(LiveTable[JobRow]):
             servers = ((f"{j.servers_down}/{j.servers_total} resting",
                         self.style("warn") if j.servers_down else self.style("muted")),)
         return wait, age, servers
+
+    def show(self, rows: Sequence[JobRow]) -> None:
+        """The rows; the JOB column as wide as the longest name (up to ``NAME_MOST``): a name is whole."""
+        longest = max((cell_len(r.name) for r in rows), default=0)
+        self.widen("JOB", max(self.COLUMNS[0].width, min(NAME_MOST, longest)))
+        super().show(rows)
 
     def row_style(self, row: JobRow) -> Optional[Style]:
         return self.style("dim") if row.stale else None

@@ -9,23 +9,27 @@ the rows scroll under it.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
-from typing import ClassVar, Generic, Optional, Sequence, TypeVar, Union
+from typing import Any, Callable, ClassVar, Generic, Optional, Sequence, TypeVar, Union
 
 from rich.cells import cell_len, set_cell_size
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
 from textual import events
-from textual.binding import Binding
 from textual.geometry import Region, Size
 from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
+from ..bindings import bindings
+
 RowT = TypeVar("RowT")
 Frag = tuple[str, Optional[Style]]
-Cell = Union[str, Text, Sequence[Frag]]  # plain text, rich Text, or (text, style) fragments
+# plain text, rich Text, (text, style) fragments, or what a column of the width given shows: a cell
+# that shrinks by its own rules (a GPU's name, flags, dollars) rather than be cut
+Cell = Union[str, Text, Sequence[Frag], Callable[[int], Any]]
 
 STYLE_NAMES = ("header", "cursor", "dim", "ok", "warn", "bad", "muted", "bar", "bar-empty", "spark", "accent",
                "node")
@@ -48,15 +52,9 @@ class LiveTable(ScrollView, Generic[RowT], can_focus=True):
 
     COMPONENT_CLASSES = {f"live-table--{n}" for n in STYLE_NAMES}
 
-    BINDINGS = [
-        Binding("up", "cursor(-1)", "Up", show=False),
-        Binding("down", "cursor(1)", "Down", show=False),
-        Binding("pageup", "page(-1)", "Page up", show=False),
-        Binding("pagedown", "page(1)", "Page down", show=False),
-        Binding("home,g", "cursor_to(0)", "First", show=False),
-        Binding("end,G", "cursor_to(-1)", "Last", show=False),  # g and G as in vim, less and k9s
-        Binding("enter", "select_row", "Details", id="details"),
-    ]
+    # j k g G as in vim, less and k9s, beside the arrows (console/keymap.py); enter and d, describe,
+    # are the screen's: they describe the row under the cursor of whichever table
+    BINDINGS = bindings("table")
 
     class Highlighted(Message):
         """The cursor moved to another row."""
@@ -70,7 +68,7 @@ class LiveTable(ScrollView, Generic[RowT], can_focus=True):
             return self.table
 
     class Selected(Message):
-        """The operator pressed enter (or double-clicked) on a row."""
+        """The operator double-clicked a row (enter and d are the screen's describe)."""
 
         def __init__(self, table: "LiveTable", key: str) -> None:
             super().__init__()
@@ -94,6 +92,7 @@ class LiveTable(ScrollView, Generic[RowT], can_focus=True):
         self._header: Optional[tuple[int, Strip]] = None
         self.shown = 0  # rows drawn since mount: what the benchmark counts
         self.sort_mark: Optional[tuple[str, bool]] = None  # (column label, descending): ▲ or ▼ in the header
+        self.columns: tuple[Column, ...] = self.COLUMNS  # as laid out now (a column may widen to its content)
         self.moved_by_operator = False  # the cursor was put somewhere by a key, a click or a jump
 
     # ------------------------------------------------------------ data in
@@ -254,9 +253,9 @@ class LiveTable(ScrollView, Generic[RowT], can_focus=True):
     def column_widths(self, width: int) -> list[int]:
         if self._widths is not None and self._widths[0] == width:
             return self._widths[1]
-        labels = [c.label for c in self.COLUMNS]
+        labels = [c.label for c in self.columns]
         keep = labels.index(self.sort_mark[0]) if self.sort_mark and self.sort_mark[0] in labels else None
-        self._widths = (width, fit_columns(self.COLUMNS, width, self.GAP, keep))
+        self._widths = (width, fit_columns(self.columns, width, self.GAP, keep))
         return self._widths[1]
 
     def render_cells(self, row: RowT) -> Sequence[Cell]:
@@ -276,12 +275,14 @@ class LiveTable(ScrollView, Generic[RowT], can_focus=True):
         plain: list[str] = []  # unstyled text not yet in a segment
         gap = " " * self.GAP
         first = True
-        for col, w, cell in zip(self.COLUMNS, self.column_widths(width), cells):
+        for col, w, cell in zip(self.columns, self.column_widths(width), cells):
             if w <= 0:
                 continue  # dropped: the screen is too narrow for it
             if not first:
                 plain.append(gap)
             first = False
+            if callable(cell):
+                cell = cell(w)
             if isinstance(cell, str):
                 frags: Sequence[Frag] = ((cell, None),)
                 used = cell_len(cell)
@@ -309,6 +310,14 @@ class LiveTable(ScrollView, Generic[RowT], can_focus=True):
             out.append(Segment("".join(plain)))
         return out
 
+    def widen(self, label: str, width: int) -> None:
+        """Lay the column ``label`` out ``width`` wide (a job's name whole): the lines are drawn again."""
+        columns = tuple(dataclasses.replace(c, width=width) if c.label == label else c for c in self.COLUMNS)
+        if columns != self.columns:
+            self.columns, self._widths, self._header = columns, None, None
+            self._lines.clear()
+            self.refresh()
+
     def mark_sort(self, label: Optional[str], descending: bool = False) -> None:
         """Show the sort on its column's header, as spreadsheets and k9s do: ▲ ascending (A to
         Z, least first), ▼ descending. The sorted column is never the one a narrow screen drops:
@@ -327,7 +336,7 @@ class LiveTable(ScrollView, Generic[RowT], can_focus=True):
     def render_header(self, width: int) -> list[Segment]:
         mark = self.sort_mark
         labels = []
-        for col, w in zip(self.COLUMNS, self.column_widths(width)):
+        for col, w in zip(self.columns, self.column_widths(width)):
             label = col.label
             if mark and mark[0] == label:
                 arrow = "▼" if mark[1] else "▲"

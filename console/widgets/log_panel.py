@@ -10,6 +10,8 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Log, Static
 
+from ..bindings import bindings
+
 MAX_LINES = 5000
 
 
@@ -22,6 +24,12 @@ class SearchHighlighter(Highlighter):
     def highlight(self, text: Text) -> None:
         if self.term:
             text.highlight_words([self.term], "black on yellow", case_sensitive=False)
+
+
+class KeyedLog(Log):
+    """A log that j k g G scroll, as the arrows and Home End do (console/keymap.py)."""
+
+    BINDINGS = bindings("scroll")
 
 
 class LogPanel(Vertical):
@@ -37,7 +45,7 @@ class LogPanel(Vertical):
 
     def compose(self) -> ComposeResult:
         yield Static("no job selected: pick one in the jobs view", id="log-title")
-        yield Log(max_lines=MAX_LINES, auto_scroll=True, id="log")
+        yield KeyedLog(max_lines=MAX_LINES, auto_scroll=True, id="log")
 
     @property
     def log(self) -> Log:

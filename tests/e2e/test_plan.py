@@ -37,7 +37,8 @@ def test_plan_generate_against_a_real_llama_server(tmp_path, llama_server):
     assert plan["completions_per_s"] > 0 and 0 < plan["output_length"]["mean"] <= 48
     assert plan["projected_wall_s_low"] <= plan["projected_wall_s"] <= plan["projected_wall_s_high"]
     assert plan["verdict"] == ("go" if r.returncode == 0 else "no-go")
-    rc = run_generate(generate_argv(prompts, out, [llama_server], "--max-tokens", "48", "--model-name", "smollm2"),
+    rc = run_generate(generate_argv(prompts, out, [llama_server], "--max-tokens", "48", "--model-name", "smollm2",
+                                    "--min-useful-pct", "0"),  # a small model may ramble past 48: not junk here
                       tmp_path / "gen.log", timeout=840)
     assert rc == 0, (tmp_path / "gen.log").read_text()[-3000:]
     assert_exactly_once(read_shards(out), [f"q{i}" for i in range(16)])

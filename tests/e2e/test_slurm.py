@@ -623,8 +623,8 @@ async def test_the_console_shows_a_clusters_tasks_and_folds_the_pending_ones(clu
 
 async def _folded_row_opens_its_first_task_and_kills_say_scancel(app, pilot) -> None:
     """Enter on ``extract/[2-7]`` (no task of that name) opens extract/2, whose log is followed,
-    never "unknown job ... (retrying)"; k on a Slurm task asks about scancel, not signals."""
-    from gpudeck.console.screens.job import JobScreen
+    never "unknown job ... (retrying)"; ctrl-k on a Slurm task asks about scancel, not signals."""
+    from gpudeck.console.screens.describe import DescribeScreen
     from gpudeck.console.widgets.log_panel import LogPanel
     from support.tui import answer, confirm_dialog, wait_until
 
@@ -632,21 +632,22 @@ async def _folded_row_opens_its_first_task_and_kills_say_scancel(app, pilot) -> 
     table.focus()
     assert table.move_cursor_to_key("lab/extract/[2-7]")
     await pilot.press("enter")
-    opened = await wait_until(pilot, lambda: isinstance(app.screen, JobScreen) and app.screen, what="the job screen")
+    opened = await wait_until(pilot, lambda: isinstance(app.screen, DescribeScreen) and app.screen.composed
+                              and app.screen, what="the job's describe")
     assert opened.job == "extract/2"
     panel = opened.query_one(LogPanel)
     await wait_until(pilot, lambda: panel.fed or panel.problem, what="extract/2's log answered")
     assert panel.problem is None, panel.problem
-    await pilot.press("k")
+    await pilot.press("ctrl+k")
     text = (await confirm_dialog(pilot)).question  # the dialog's words, before the screen wraps them
     assert "scancel" in text and "before it runs" in text and "process group" not in text, text
     await answer(pilot, "n")
     await pilot.press("escape")
-    await wait_until(pilot, lambda: not isinstance(app.screen, JobScreen), what="back to the jobs view")
+    await wait_until(pilot, lambda: not isinstance(app.screen, DescribeScreen), what="back to the jobs view")
     table = app.screen.query_one("#jobs-table")
     assert table.move_cursor_to_key("lab/extract/0")
     table.focus()
-    await pilot.press("k")
+    await pilot.press("ctrl+k")
     text = (await confirm_dialog(pilot)).question
     assert "scancel" in text and "KillWait" in text and "SIGTERM to its process group" not in text, text
     await answer(pilot, "n")

@@ -64,17 +64,17 @@ def test_demo_in_tmux_kill_then_relaunch_resumes(tmp_path, tmux):
     assert "160.4/183.0G" in fleet and "sglang-0" in fleet and "(no job)" in fleet and "eval-b, train-a" in fleet
     tmux.keys("2")
 
-    # k on a server: its 160 GiB of (simulated) B200 memory come back
+    # ctrl-k (k9s's kill) on a server: its 160 GiB of (simulated) B200 memory come back
     tmux.wait(lambda s: "sglang-0 " in s and " NODE " in s and " KIND " in s, "the jobs table")
     select(tmux, "sglang-0")
-    tmux.keys("k")
+    tmux.keys("C-k")
     tmux.wait(lambda s: "Kill job sglang-0 on b200?" in s, "the server's kill dialog")
     tmux.keys("y")
     tmux.wait(lambda s: re.search(r"freed 160\.0 GiB in \d+\.\d s", s), "the kill verdict with the GiB freed")
 
-    # k on the generation job asks, then kills
+    # ctrl-k on the generation job asks, then kills
     select(tmux, "generate")
-    tmux.keys("k")
+    tmux.keys("C-k")
     tmux.wait(lambda s: "Kill job generate on b200?" in s, "the kill dialog")
     tmux.keys("y")
     tmux.wait(lambda s: " killed " in gen_line(s), "generate killed")

@@ -85,6 +85,38 @@ async def answer(pilot, key: str) -> None:
     await wait_until(pilot, lambda: dialog not in pilot.app.screen_stack, what=f"the dialog closed by {key!r}")
 
 
+async def describe(pilot, tab: str = "fields", key: str = "enter") -> Any:
+    """Press ``key`` (enter or d: describe, as in k9s) on the row under the cursor and wait for
+    the describe screen; ``tab="log"``: a job's chart and log (its `l`)."""
+    from gpudeck.console.screens.describe import DescribeScreen
+
+    app = pilot.app
+    await pilot.press(key)
+    screen = await wait_until(pilot, lambda: isinstance(app.screen, DescribeScreen) and app.screen.composed
+                              and app.screen, what="the describe screen")
+    if tab != "fields":
+        await pilot.press("l")
+        await wait_until(pilot, lambda: screen.query_one("#describe-tabs").current == tab, what=f"its {tab} tab")
+    return screen
+
+
+async def command(pilot, text: str, enter: bool = True) -> Any:
+    """`:` then ``text``, as typed, once the command line has the keys; then enter."""
+    from gpudeck.console.screens.command_line import CommandLine
+
+    app = pilot.app
+    await pilot.press("colon")
+    line = await wait_until(pilot, lambda: isinstance(app.screen, CommandLine) and app.screen.is_mounted
+                            and getattr(app.screen.focused, "id", None) == "command" and app.screen,
+                            what="the command line")
+    await pilot.press(*text)
+    await wait_until(pilot, lambda: line.query_one("#command").value == text, what=f"{text!r} typed")
+    if enter:
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: line not in app.screen_stack, what="the command line closed")
+    return line
+
+
 async def wait_for_text(pilot, text: str, timeout: float = 30.0) -> str:
     return await wait_until(pilot, lambda: text in screen_text(pilot.app) and screen_text(pilot.app), timeout,
                             what=repr(text))

@@ -40,7 +40,8 @@ def test_an_unreachable_priced_node_has_unknown_dollars_never_zero(tmp_path, hom
     (node,) = doc["nodes"]
     assert not node["reachable"] and node["price_per_hour"] == 36
     assert node["spent"] is None and node["to_finish"] is None  # unknown: null, never 0.0
-    assert doc["fleet"] == {"spent": None, "to_finish": None, "nodes_priced": 1, "idle_per_hour": None,
+    assert doc["fleet"] == {"spent": None, "to_finish": None, "nodes_priced": 1, "idle_per_hour": None, "burned": None, "s3_bytes": None,
+                           "s3_cost_per_month": None, "s3_price_per_gb_month": 0.023,
                             "tokens_per_s": None}  # no node answered: no rate known
     text = gpudeck("status", "-f", str(fleet), check=False).stdout
     assert "gone: UNREACHABLE" in text and ", $36/h: — spent, — to finish" in text, text

@@ -274,7 +274,7 @@ def test_runs_as_a_fleet_job_and_the_agent_reads_its_progress(tmp_path, sim_engi
     a = start_agent(interval=0.2)
     a.ok("configure", jobs=[{"name": "gen", "kind": "generate",
                              "options": {"servers": [sim.url], "prompts": str(prompts), "out": str(out),
-                                         "concurrency": 8, "max_tokens": 40, "thinking": True}}])
+                                         "concurrency": 8, "max_tokens": 100, "thinking": True}}])
     a.ok("launch", job="gen")
     snap = a.wait_snapshot(lambda s: a.job(s, "gen")["state"] == "exited", timeout=120, what="the job to finish")
     job = a.job(snap, "gen")

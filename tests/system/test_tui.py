@@ -13,8 +13,8 @@ from gpudeck.agents.contract import ops
 from gpudeck.console.app import make_app
 from gpudeck.console.screens.confirm import ConfirmScreen
 from gpudeck.console.screens.help import HelpScreen
-from gpudeck.console.screens.job import JobScreen
-from support.tui import (answer, closed_port, confirm_dialog, job_row, notifications_text, progress_script,
+from gpudeck.console.screens.describe import DescribeScreen
+from support.tui import (answer, closed_port, confirm_dialog, describe, job_row, notifications_text, progress_script,
                          screen_text, shell_job, wait_for_text, wait_until, write_fleet)
 from support import pid_alive
 
@@ -113,12 +113,12 @@ async def test_kill_asks_first_then_shows_the_verdict(tmp_path, fleet_home):
     async with app.run_test(size=SIZE, notifications=True) as pilot:
         await launched(pilot, "gen")
         pid = job_row(app, "gen").pid
-        await pilot.press("k")
+        await pilot.press("ctrl+k")  # k9s's kill
         await confirm_dialog(pilot, "the confirm dialog")
         assert "Kill job gen on local?" in screen_text(app)
         await answer(pilot, "n")  # no: nothing happens
         assert job_row(app, "gen").state == "running" and pid_alive(pid)
-        await pilot.press("k")
+        await pilot.press("f9")  # htop's
         await confirm_dialog(pilot, "the confirm dialog")
         await answer(pilot, "y")
         verdict = await wait_until(pilot, lambda: next((v for j, op, v in app.verdicts if op == "kill"), None),
@@ -134,7 +134,7 @@ async def test_relaunch_resumes_where_the_job_stopped(tmp_path, fleet_home):
     async with app.run_test(size=SIZE, notifications=True) as pilot:
         await launched(pilot, "gen")
         await wait_until(pilot, lambda: (job_row(app, "gen").done or 0) >= 5, what="some progress")
-        await pilot.press("k")
+        await pilot.press("ctrl+k")
         await confirm_dialog(pilot, "the confirm dialog")
         await answer(pilot, "y")
         await wait_until(pilot, lambda: job_row(app, "gen").state == "killed", what="the job killed")
@@ -190,17 +190,20 @@ async def test_l_opens_the_selected_jobs_log_as_in_k9s(tmp_path, fleet_home):
         assert panel.job == "beta" and not isinstance(app.screen, ConfirmScreen)
 
 
-async def test_enter_opens_details_and_the_log(tmp_path, fleet_home):
+async def test_enter_describes_the_job_and_l_shows_its_chart_and_log(tmp_path, fleet_home):
     app = app_on(tmp_path, fleet_home, [shell_job("gen", progress_script())])
     async with app.run_test(size=SIZE, notifications=True) as pilot:
         await launched(pilot, "gen")
-        await pilot.press("enter")
-        await wait_until(pilot, lambda: isinstance(app.screen, JobScreen), what="the details screen")
+        await describe(pilot)
+        text = await wait_for_text(pilot, "job gen on local")
+        said = {ln.split()[0] + " " + ln.split()[1]: ln for ln in text.splitlines() if len(ln.split()) > 2}
+        assert "sh -c" in said["command line"] and "on local" in said["fleet file"], text
+        await pilot.press("l")  # its chart and log
         text = await wait_for_text(pilot, "item 1")
         assert "running  command on local  ·  attempt 1" in text
         assert "log of gen" in text
         await pilot.press("escape")
-        await wait_until(pilot, lambda: not isinstance(app.screen, JobScreen), what="back to the views")
+        await wait_until(pilot, lambda: not isinstance(app.screen, DescribeScreen), what="back to the views")
 
 
 async def test_filter_and_sort(tmp_path, fleet_home):
@@ -221,10 +224,10 @@ async def test_filter_and_sort(tmp_path, fleet_home):
                          what="the filter cleared again")
         app.run_job_action("launch", "gamma", quiet=True)
         await wait_until(pilot, lambda: job_row(app, "gamma").state == "failed", what="gamma failed")
-        await pilot.press("s", "s")  # name -> node -> state: failed jobs first
+        await pilot.press("E")  # shift-e: STATE, failed jobs first
         await wait_until(pilot, lambda: table.rows()[0].name == "gamma", what="sorted by state")
         assert "by state" in screen_text(app) and "STATE▲" in screen_text(app)
-        await pilot.press("S")  # reversed: failed jobs last
+        await pilot.press("E")  # again: reversed, failed jobs last
         await wait_until(pilot, lambda: table.rows()[-1].name == "gamma", what="the sort reversed")
         assert "STATE▼" in screen_text(app)
 
@@ -234,7 +237,7 @@ async def test_help_and_quit(tmp_path, fleet_home):
     async with app.run_test(size=SIZE, notifications=True) as pilot:
         await pilot.press("question_mark")
         await wait_until(pilot, lambda: isinstance(app.screen, HelpScreen), what="the help")
-        assert "kill the selected job" in screen_text(app)
+        assert "kill the selected job" in screen_text(app) and "ctrl+k F9" in screen_text(app)
         await pilot.press("escape")
         await wait_until(pilot, lambda: not isinstance(app.screen, HelpScreen), what="the help closed")
         await wait_until(pilot, lambda: "local" in app.client.links, what="the agent connected")
@@ -252,7 +255,7 @@ async def test_read_only_turns_off_the_destructive_keys(tmp_path, fleet_home):
         await app.client.request(ops.Launch(job="gen"))
         await wait_until(pilot, lambda: job_row(app, "gen").state == "running", what="the job running")
         pid = job_row(app, "gen").pid
-        for key in ("k", "r", "L"):
+        for key in ("ctrl+k", "f9", "r", "L", "A"):
             await pilot.press(key)
             await pilot.pause()
             assert not isinstance(app.screen, ConfirmScreen)
@@ -264,7 +267,7 @@ async def test_read_only_turns_off_the_destructive_keys(tmp_path, fleet_home):
         footer = await wait_until(pilot, lambda: "Filter" in (ln := screen_text(app).splitlines()[-1]) and ln,
                                   what="the footer")
         assert "Filter" in footer and not any(word in footer for word in ("Kill", "Relaunch", "Launch"))
-        assert not {"k", "r", "L"} & set(app.screen.active_bindings)
+        assert not {"ctrl+k", "f9", "r", "L", "A", "m", "a"} & set(app.screen.active_bindings)
         await pilot.press("question_mark")
         await wait_until(pilot, lambda: isinstance(app.screen, HelpScreen), what="the help")
         text = screen_text(app)
@@ -461,8 +464,7 @@ async def test_an_ended_jobs_chart_shows_no_rate_now(tmp_path, fleet_home):
         await launched(pilot, "gen")
         await wait_until(pilot, lambda: (r := job_row(app, "gen")) and r.tokens_per_s, what="a rate while it runs")
         await wait_until(pilot, lambda: job_row(app, "gen").state not in ("running", "starting"), what="gen ended")
-        await pilot.press("enter")
-        await wait_until(pilot, lambda: isinstance(app.screen, JobScreen), what="the details screen")
+        await describe(pilot, tab="log")
         title = await wait_until(pilot, lambda: (c := app.screen.query_one("#job-chart").chart) and c.panels
                                  and c.panels[0].title, what="the chart drawn")
         state = job_row(app, "gen").state

@@ -12,7 +12,7 @@ import pytest
 
 from gpudeck.console.app import make_app
 from gpudeck.console.screens.doctor import DoctorScreen
-from support.tui import closed_port, screen_text, shell_job, wait_for_text, wait_until, write_fleet
+from support.tui import closed_port, command, screen_text, shell_job, wait_for_text, wait_until, write_fleet
 from support.tui_doctor import SIZE
 
 
@@ -29,7 +29,7 @@ def extract_job(tmp_path) -> dict:
 
 
 @pytest.mark.system
-async def test_d_on_a_node_shows_its_checks_with_a_failed_model_and_its_fix(tmp_path, fleet_home):
+async def test_colon_doctor_shows_a_nodes_checks_with_a_failed_model_and_its_fix(tmp_path, fleet_home):
     fleet = write_fleet(tmp_path, fleet_home, [extract_job(tmp_path)])
     app = make_app(fleet, log_poll_s=0.2)
     app.animation_level = "none"
@@ -37,7 +37,7 @@ async def test_d_on_a_node_shows_its_checks_with_a_failed_model_and_its_fix(tmp_
         await wait_until(pilot, lambda: "local" in app.client.links, what="the agent connected")
         await pilot.press("1")  # the fleet view: the cursor on the node
         await wait_for_text(pilot, "● local")
-        await pilot.press("d")
+        await command(pilot, "doctor local")  # the command line (`:`), completed as typed
         screen = await wait_until(pilot, lambda: isinstance(app.screen, DoctorScreen) and app.screen,
                                   what="the doctor's screen")
         assert screen.node == "local"
@@ -70,7 +70,7 @@ async def test_d_on_a_node_shows_its_checks_with_a_failed_model_and_its_fix(tmp_
 
 
 @pytest.mark.system
-async def test_d_on_a_node_that_cannot_be_reached_says_why_and_the_console_goes_on(tmp_path, fleet_home):
+async def test_D_on_a_node_that_cannot_be_reached_says_why_and_the_console_goes_on(tmp_path, fleet_home):
     extra = f'[[nodes]]\nname = "far"\nhost = "127.0.0.1"\nport = {closed_port()}\nconnect_timeout = 3\n'
     fleet = write_fleet(tmp_path, fleet_home, [shell_job("idle", "sleep 600")], extra)
     app = make_app(fleet, initial_view="fleet")
@@ -80,7 +80,7 @@ async def test_d_on_a_node_that_cannot_be_reached_says_why_and_the_console_goes_
         table = app.screen.table("fleet")
         table.focus()
         assert table.move_cursor_to_key("node:far")
-        await pilot.press("d")
+        await pilot.press("D")  # the selected row's node
         screen = await wait_until(pilot, lambda: isinstance(app.screen, DoctorScreen) and app.screen,
                                   what="the doctor's screen")
         text = await wait_for_text(pilot, "far: no checks")

@@ -74,7 +74,7 @@ def _worker(home, job: str, attempt: int):
 
 @pytest.mark.timeout(400)
 def test_a_generate_job_comes_back_after_each_kill9_with_no_console(tmp_path, home, watched, receiver, sim_engines):
-    sim = sim_engines("--latency-ms", "15")
+    sim = sim_engines("--latency-ms", "15", "--out-tokens", "4-24")  # under max_tokens: useful records (exit 0)
     prompts, out = tmp_path / "prompts.jsonl", tmp_path / "out"
     ids = write_prompts(prompts, 3000)
     env = {HOOK_ENV: receiver.url.replace("/hooks/", "/slack/")}

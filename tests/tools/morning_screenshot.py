@@ -76,8 +76,9 @@ async def main(out: Path) -> None:
         await wait_until(pilot, lambda: app.state.nodes["gpu-b"].error is not None, what="the pinned fleet")
         app.refresh_views()
         app.screen.table("jobs").move_cursor_to_key("gpu-a/gen")
-        await pilot.press("enter")
-        await wait_until(pilot, lambda: app.screen.id == "job-screen", what="the details")
+        from support.tui import describe
+
+        await describe(pilot, tab="log")  # enter describes the job; its `l` tab: the chart and the log
         await pilot.press("t")
         await wait_until(pilot, lambda: app.screen.query_one("#job-chart").chart.range == "24h", what="24h")
         app.refresh_views()

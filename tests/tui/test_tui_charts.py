@@ -17,7 +17,7 @@ from gpudeck.agents.contract.ops import HistoryPage, HistoryPoint
 from gpudeck.console import chart
 from gpudeck.console.app import make_app
 from gpudeck.remote.client import AgentError, FleetClient
-from support.tui import feed_pinned, pinned_fleet, screen_text, wait_until
+from support.tui import describe, feed_pinned, pinned_fleet, screen_text, wait_until
 from support.tui_charts import NOW
 
 
@@ -62,7 +62,7 @@ async def test_picking_24h_draws_the_nodes_history_with_axes(tmp_path):
         await wait_until(pilot, lambda: app.state.nodes["gpu-b"].error is not None, what="the pinned state")
         app.refresh_views()
         app.screen.table("jobs").move_cursor_to_key("gpu-a/gen")
-        await pilot.press("enter")
+        await describe(pilot, tab="log")
         await wait_until(pilot, lambda: "[6h]" in screen_text(app), what="the chart at 6h (gen has run 2 h)")
         await pilot.press("t")
         await wait_until(pilot, lambda: "node history at 1m" in screen_text(app) and "[24h]" in screen_text(app),

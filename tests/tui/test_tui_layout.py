@@ -7,6 +7,7 @@ time window, the overview's chart on a job with a rate, long log lines scrolled 
 from __future__ import annotations
 
 import dataclasses
+import re
 import time
 
 import pytest
@@ -19,7 +20,7 @@ from gpudeck.console.messages import EventsFetched, LogFetched, SnapshotReceived
 from gpudeck.console.since import summarize
 from support.tui import event_of as event_row
 from gpudeck.console.widgets.cells import BLOCKS
-from support.tui import PINNED_NOW, feed_pinned, pinned_events, pinned_fleet, screen_text, wait_until
+from support.tui import PINNED_NOW, describe, feed_pinned, pinned_events, pinned_fleet, screen_text, wait_until
 
 EVENT_SIZES = [(80, 24), (120, 40), (200, 60)]
 
@@ -157,7 +158,6 @@ async def test_at_80_columns_the_jobs_view_keeps_node_gpus_and_attempt():
 
 async def test_a_moved_job_says_where_it_moved_from_in_its_row_and_its_details():
     from gpudeck.console.placements import Placement
-    from gpudeck.console.screens.job import JobScreen
 
     app = pinned_app(initial_view="jobs")
     async with app.run_test(size=(240, 40)) as pilot:
@@ -170,15 +170,16 @@ async def test_a_moved_job_says_where_it_moved_from_in_its_row_and_its_details()
         # the flags' column is what the others leave: on a wide screen the row says it all
         audit = next(ln for ln in screen_text(app).splitlines() if ln.startswith("audit "))
         assert audit.split()[:2] == ["audit", "gpu-b"] and audit.rstrip().endswith("moved from gpu-a 10:00"), audit
-        # on a narrower one, that it moved, first; the details say from where and when
+        # on a narrower one, that it moved, first, in whole words; the describe says from where and when
         await pilot.resize_terminal(120, 40)
-        await wait_until(pilot, lambda: any(ln.startswith("audit ") and "- moved fro" in ln
+        await wait_until(pilot, lambda: any(ln.startswith("audit ") and ln.rstrip().endswith("- moved…")
                                             for ln in screen_text(app).splitlines()), what="the row at 120 columns")
         table = app.screen.table("jobs")
         table.move_cursor_to_key(next(r.key for r in table.rows() if r.name == "audit"))
-        await pilot.press("enter")
-        await wait_until(pilot, lambda: isinstance(app.screen, JobScreen), what="the details")
-        await wait_until(pilot, lambda: "from gpu-a 10:00" in screen_text(app), what="the move in the details")
+        await describe(pilot)
+        await wait_until(pilot, lambda: "moved from gpu-a 10:00" in screen_text(app), what="the move in its describe")
+        text = screen_text(app)  # and its placement whole: from where, to where, when, the move's attempt id
+        assert "moved from gpu-a to gpu-b at 2025-11-30 10:00:00" in text and "001764496800000-gpu-b-0a1b2c3d" in text
 
 
 async def test_the_sorted_column_stays_on_a_narrow_screen_and_its_marker_says_up_or_down_as_k9s_does():
@@ -188,9 +189,8 @@ async def test_the_sorted_column_stays_on_a_narrow_screen_and_its_marker_says_up
         await settle(pilot)
         table = app.screen.table("jobs")
         seen = {}
-        for _ in range(5):  # node, state, tokens/s, eta, progress
-            await pilot.press("s")
-            sort = app.screen.sorts["jobs"]
+        for key, sort in (("O", "node"), ("E", "state"), ("K", "tokens/s"), ("H", "eta"), ("P", "progress")):
+            await pilot.press(key)  # k9s: the column's shift+letter
             await wait_until(pilot, lambda: app.screen.sorts["jobs"] == sort and
                              ("▲" in table_head(app, "jobs-table") or "▼" in table_head(app, "jobs-table")),
                              what=f"the sort by {sort} marked")
@@ -201,9 +201,9 @@ async def test_the_sorted_column_stays_on_a_narrow_screen_and_its_marker_says_up
         assert "ETA▼" in seen["eta"]  # the longest ETA first
         assert "PROGRES▲" in seen["progress"]  # kept on screen although narrow screens drop it first
         assert "sort progress ▲" in screen_text(app)
-        await pilot.press("s", "s", "s")  # name, node, state
-        await pilot.press("s")  # tokens/s
-        await pilot.press("S")  # the slowest first now
+        await pilot.press("K")  # tokens/s, the fastest first
+        await wait_until(pilot, lambda: "TOK/S▼" in table_head(app, "jobs-table"), what="tokens/s: ▼")
+        await pilot.press("K")  # the same letter again: the slowest first now
         await wait_until(pilot, lambda: "TOK/S▲" in table_head(app, "jobs-table"), what="tokens/s reversed: ▲")
         assert "sort tokens/s ▲" in screen_text(app) and "by tokens/s ▲" in screen_text(app)
         names = [r.name for r in table.rows()]
@@ -301,8 +301,7 @@ def chart_columns(app, chart) -> dict[str, set[int]]:
 async def open_details(pilot, job: str, done: bool = True) -> str:
     app = pilot.app
     app.screen.table("jobs").move_cursor_to_key(f"gpu-a/{job}")
-    await pilot.press("enter")
-    await wait_until(pilot, lambda: app.screen.id == "job-screen", what="the details screen")
+    await describe(pilot, tab="log")
     want = "done  123.5k / 914.0k" if done else "gen  tokens/s"
     return await wait_until(pilot, lambda: want in (t := screen_text(app)) and t, what="the chart")
 
@@ -375,8 +374,10 @@ async def test_long_log_lines_scroll_sideways_with_the_arrow_keys_as_the_help_sa
         await pilot.pause()
         assert "THE-END-OF-THE-LINE" in screen_text(app) and panel.log.scroll_x > 0
         await pilot.press("question_mark")
-        text = await wait_until(pilot, lambda: "gpudeck help" in (t := screen_text(app)) and t, what="the help")
-        assert "← →         scroll a log sideways: long lines are not wrapped" in text
+        await wait_until(pilot, lambda: "gpudeck help" in screen_text(app), what="the help")
+        from gpudeck.console.screens.help import key_rows
+        assert any(keys == "← →" and what == "scroll a log sideways: long lines are not wrapped"
+                   for _, keys, what in key_rows(False, {}))
 
 
 async def test_the_details_list_each_server_and_the_uploads_the_job_reports():
@@ -413,3 +414,120 @@ async def test_the_details_list_each_server_and_the_uploads_the_job_reports():
             lines[at + 1]
         assert lines[at + 1].endswith("ConnectError: refused"), lines[at + 1]
         assert lines[at + 2] == "http://10.0.0.1:30000 ok 1,200 ok 0 failed 4 in flight", lines[at + 2]
+
+
+# ---------------------------------------------------------------- columns shrink by rules, not by cutting words
+
+
+LONG_NAME = "generate-the-whole-corpus"  # 25 characters: wider than the JOB column's 14
+LONG_WAIT = "waiting for extract-the-big-one to finish"
+
+
+def feed_long(app) -> None:
+    """The pinned fleet with what a table cannot hold at its width: simulated GPUs of long names
+    (a B200 and an RTX PRO 6000 Blackwell Server Edition), a job with a long name on eight GPUs,
+    a job waiting for another, a moved job, and dollars too small for their columns."""
+    from gpudeck.console.placements import Placement
+
+    feed_pinned(app)
+    snap = next(e for e in pinned_events() if isinstance(e, Snapshot) and e.node == "gpu-a")
+    names = ["B200 (simulated)", "B200 (simulated)", "NVIDIA RTX PRO 6000 Blackwell Server Edition (simulated)",
+             "NVIDIA RTX PRO 6000 Blackwell Server Edition"]
+    gpus = [dataclasses.replace(g, name=n) for g, n in zip(snap.gpus, names)]
+    jobs = []
+    for j in snap.jobs:
+        if j.name == "gen":
+            j = dataclasses.replace(j, name=LONG_NAME, gpus=list(range(8)),
+                                    progress=dataclasses.replace(j.progress, useful=900, useful_of=1000))
+        elif j.name == "extract":
+            j = dataclasses.replace(j, waiting=LONG_WAIT)
+        jobs.append(j)
+    app.post_message(SnapshotReceived(dataclasses.replace(snap, seq=snap.seq + 1, gpus=gpus, jobs=jobs,
+                                                          gpus_simulated=True)))
+    app.state.set_moves({"audit": Placement("gpu-b", "gpu-a", "gpu-a", "001764496800000-gpu-b-0a1b2c3d",
+                                            PINNED_NOW - 7200)})
+
+
+def cells_of(app, table_id: str) -> list[tuple[object, dict[str, str]]]:
+    """Each row of a table as drawn, cut at its columns: (row, {column label: cell text})."""
+    table = app.screen.query_one(f"#{table_id}")
+    lines = screen_text(app).splitlines()
+    widths = table.column_widths(table.size.width)
+    out = []
+    for i, row in enumerate(table.rows()):
+        y = table.region.y + 1 + i - int(table.scroll_y)
+        if not table.region.y < y < table.region.bottom:
+            continue
+        line, x, cut = lines[y], table.region.x, {}
+        for col, w in zip(table.columns, widths):
+            if w:
+                cut[col.label] = line[x:x + w].strip()
+                x += w + table.GAP
+        out.append((row, cut))
+    return out
+
+
+def whole_words(shown: str, full: str) -> bool:
+    """``shown`` holds only whole words of ``full``: each word of it is one of ``full``'s, or ends
+    in an ellipsis after a whole word, or counts what was left out (``+2``)."""
+    words = set(full.split())
+    return all(w in words or (w.endswith("…") and w[:-1] in words) or (w.startswith("+") and w[1:].isdigit())
+               for w in shown.split())
+
+
+async def test_at_80x24_the_header_name_state_gpus_tokens_and_done_are_never_cut():
+    app = pinned_app(fleet=pinned_fleet(price_per_hour=0.05), initial_view="jobs")
+    async with app.run_test(size=(80, 24)) as pilot:
+        feed_long(app)
+        await settle(pilot, lambda app: any(r.name == LONG_NAME for r in app.state.job_rows()))
+        head = screen_text(app).splitlines()[0]
+        assert "…" not in head and len(head.rstrip()) <= 80 and "tok/s" in head and "▲4" in head, head
+        rows = cells_of(app, "jobs-table")
+        assert {"audit", "extract", LONG_NAME, "sglang-0"} <= {r.name for r, _ in rows}
+        for row, cut in rows:
+            assert cut["JOB"] == row.name, cut  # the column widened to the longest name
+            assert cut["STATE"].startswith(row.state.value) and "…" not in cut["STATE"], cut
+            assert "…" not in cut["GPUS"] and "…" not in cut["TOK/S"] and "…" not in cut["DONE"], cut
+        gen = next(cut for row, cut in rows if row.name == LONG_NAME)
+        assert gen["GPUS"] == "0-7" and gen["TOK/S"] == "2,390" and gen["DONE"] == "123.5k/914.0k", gen
+        await pilot.press("1")
+        await wait_until(pilot, lambda: "MEMORY" in screen_text(app), what="the fleet view")
+        for row, cut in cells_of(app, "fleet-table"):
+            if hasattr(row, "index") and "MEMORY" in cut:  # a GPU
+                assert cut["MEMORY"].endswith(f"{row.mem_used_gib:.1f}/{row.mem_total_gib:.1f}G"), cut
+
+
+@pytest.mark.parametrize("size", [(120, 40), (200, 60)], ids=lambda s: f"{s[0]}x{s[1]}")
+async def test_flags_gpu_names_and_dollars_are_never_cut_in_a_word(size):
+    from gpudeck.console.widgets.cells import short_gpu_name
+
+    app = pinned_app(fleet=pinned_fleet(price_per_hour=0.05), initial_view="jobs")
+    async with app.run_test(size=size) as pilot:
+        feed_long(app)
+        await settle(pilot, lambda app: any(r.name == LONG_NAME and r.cost_per_useful for r in app.state.job_rows()))
+        rows = cells_of(app, "jobs-table")
+        money = re.compile(r"^(\$[\d,]+(\.\d+)?(/[kM]|[kM])?|—|-)$")
+        for row, cut in rows:
+            full = " ".join([*(row.flags), *([row.moved] if row.moved else [])])
+            assert "FLAGS" in cut and whole_words(cut["FLAGS"], full or "-"), (cut["FLAGS"], full)
+            for label in ("$/MTOK", "$/USEFUL"):
+                if label in cut:
+                    assert money.match(cut[label]), cut
+        if size == (200, 60):  # the dollar columns are shown: the meaningful digits kept
+            gen = next(cut for row, cut in rows if row.name == LONG_NAME)
+            assert gen["$/MTOK"] == "$5.8/k" and gen["$/USEFUL"] == "$0.72/M", gen
+        flags = {row.name: cut["FLAGS"] for row, cut in rows}
+        assert flags["extract"].startswith("waiting"), flags  # a flag too long: whole words, then …
+        assert flags["audit"].startswith("moved"), flags
+        await pilot.press("1")
+        await wait_until(pilot, lambda: "B200·sim" in screen_text(app), what="the fleet view")
+        gpu_rows = [(row, cut) for row, cut in cells_of(app, "fleet-table") if hasattr(row, "index")]
+        assert len(gpu_rows) >= 4
+        for row, cut in gpu_rows:
+            shown = cut["NODE / GPU"].split(" ", 1)[1]  # after "GPU0"
+            short = short_gpu_name(row.name)
+            apart = (shown.replace("·sim", " ·sim"), short.replace("·sim", " ·sim"))  # the mark as a word
+            assert "…" not in shown and whole_words(*apart), (shown, short)
+            assert shown.endswith("·sim") == row.name.endswith("(simulated)"), shown
+        assert any(cut["NODE / GPU"].endswith("GPU0 B200·sim") for _, cut in gpu_rows)
+        assert any(cut["NODE / GPU"].endswith("RTX PRO 6000·sim") for _, cut in gpu_rows)

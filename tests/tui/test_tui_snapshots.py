@@ -12,8 +12,8 @@ from gpudeck.console.app import make_app
 from gpudeck.console.messages import EventsFetched
 from gpudeck.console.since import summarize
 from support.tui import event_of as event_row
-from support.tui import (PINNED_NOW, compare_snapshot, feed_pinned, pinned_fleet, pinned_timeline, screen_text,
-                         wait_until)
+from support.tui import (PINNED_NOW, compare_snapshot, describe, feed_pinned, pinned_fleet, pinned_timeline,
+                         screen_text, wait_until)
 
 SIZE = (120, 40)
 SIZES = {"small": (80, 24), "large": (200, 50)}  # the least a terminal gives, and a big one
@@ -65,7 +65,7 @@ async def test_sorted_and_filtered_snapshot():
     async with app.run_test(size=SIZES["small"]) as pilot:
         feed_pinned(app)
         await settle(pilot)
-        await pilot.press("s", "S", "slash", "g", "enter")
+        await pilot.press("O", "O", "slash", "g", "enter")  # by node (k9s: shift-o), pressed again: reversed
         await wait_until(pilot, lambda: "filter 'g'" in screen_text(app), what="the filter said")
         await snap(pilot, "view_jobs_sorted_filtered_small")
 
@@ -78,8 +78,7 @@ async def test_details_snapshot(job, size):
         feed_pinned(app)
         await settle(pilot)
         app.screen.table("jobs").move_cursor_to_key(f"gpu-a/{job}")
-        await pilot.press("enter")
-        await wait_until(pilot, lambda: app.screen.id == "job-screen", what="the details screen")
+        await describe(pilot, tab="log")
         await wait_until(pilot, lambda: "tokens/s  now" in screen_text(app), what="the chart")
         await snap(pilot, f"details_{job}_{size}")
 
@@ -90,7 +89,7 @@ async def test_kill_dialog_snapshot():
         feed_pinned(app)
         await settle(pilot)
         app.screen.table("jobs").move_cursor_to_key("gpu-a/gen")
-        await pilot.press("k")
+        await pilot.press("ctrl+k")
         await wait_until(pilot, lambda: "Kill job" in screen_text(app), what="the kill dialog")
         await snap(pilot, "dialog_kill")
 

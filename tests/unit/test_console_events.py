@@ -188,7 +188,8 @@ def test_a_live_event_says_how_bad_it_is():
     told = {k.value for k in EventKind if live_notice(ev(0, 1, k.value, of="died")) is not None}
     assert told == {"died", "restarted", "gave_up", "stalled", "finished", "gpu_health", "disk", "temperature",
                     "deadline", "plan_drift", "s3_backlog", "servers_resting", "idle_paid", "node_unreachable",
-                    "resolved", "blocked", "watcher_restarted", "acknowledged"}
+                    "resolved", "blocked", "quality", "watcher_restarted", "acknowledged", "note",
+                    "idle_action"}
 
 
 def test_no_url_reaches_the_screen_with_its_token():

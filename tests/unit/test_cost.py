@@ -219,7 +219,8 @@ def test_the_console_state_over_a_priced_fleet():
     assert (rows["gen"].planned_s, rows["gen"].drift_pct) == (PLANNED, 224)
     assert rows["gen-b"].priced is False and rows["gen-b"].cost_per_m_tokens is None
     doc = state.to_json()
-    assert doc["fleet"] == {"spent": 180.0, "to_finish": 90.0, "nodes_priced": 1, "idle_per_hour": None,
+    assert doc["fleet"] == {"spent": 180.0, "to_finish": 90.0, "nodes_priced": 1, "idle_per_hour": None, "burned": None, "s3_bytes": None,
+                           "s3_cost_per_month": None, "s3_price_per_gb_month": 0.023,
                            "tokens_per_s": t.tokens_per_s}
     nodes = {n["name"]: n for n in doc["nodes"]}
     assert (nodes["gpu-a"]["price_per_hour"], nodes["gpu-a"]["spent"], nodes["gpu-a"]["to_finish"]) == (36, 180.0, 90.0)

@@ -17,7 +17,7 @@ GENERATE = {"prompts": "/data/p.jsonl", "out": "/data/out", "servers": ["http://
             "concurrency": 32, "max_tokens": 2048, "model_name": "qwen", "temperature": 0.6, "top_p": 0.95, "top_k": 20,
             "thinking": False, "extra_body": {"top_k": 20}, "s3": "s3://b/gen", "s3_endpoint": "http://s3:9000",
             "force": True, "shard_size": 500, "request_timeout": 600.0, "max_attempts": 3, "max_prompt_bytes": 4096,
-            "give_up_after": None, "dedupe": "first", "part": [2, 3]}
+            "give_up_after": None, "dedupe": "first", "part": [2, 3], "min_useful_pct": 80.0}
 EXTRACT = {"data": "/data/gen", "out": "/data/hs", "layers": [1, 7, -1], "max_tokens_per_batch": 65536,
            "device": "cuda:1", "dtype": "float16", "s3": "s3://b/hs", "s3_endpoint": "http://s3:9000", "force": True,
            "audit": False, "chat_template": "t.jinja", "part": [1, 4], "shard_bytes": 2**20, "shard_samples": 10,

@@ -17,7 +17,8 @@ from support import ROOT
 EXAMPLES = [ops.Status(), ops.Configure(jobs=[JobSpec(name="j", command=["true"])], fleet="h:/f.toml", take_over=True,
                                         watch=WatchSettings(fleet="h:/f.toml")),
             ops.ReadHistory(since=5.0), ops.ReadEvents(after_seq=3, limit=10), ops.Watch(on=True, supervise="cron"),
-            ops.Ack(job="j"), ops.Launch(job="j"), ops.Kill(job="j", grace_s=2.5), ops.Relaunch(job="j"), ops.KillPid(pid=42),
+            ops.Ack(job="j"), ops.Note(text="switched to B200", job="j", notify=True, by="me@laptop"),
+            ops.Launch(job="j"), ops.Kill(job="j", grace_s=2.5), ops.Relaunch(job="j"), ops.KillPid(pid=42),
             ops.Adopt(pid=42, job="found", started_at=1.7e9, progress_file="p.json", kind="generate"),
             ops.Logs(job="j", offset=100), ops.Doctor(console_time=1.5e9, venv="~/.gpudeck/venv", timeout_s=30.0),
             ops.Unstage(paths=["/dev/shm/qwen"])]
@@ -56,6 +57,9 @@ def test_an_op_crosses_the_wire_whole(op):
     ("status", {"verbose": True}, "'status' takes no argument 'verbose'; it takes none"),
     ("doctor", {"timeout_s": 0}, "'doctor': 'timeout_s' must be a number of seconds above 0"),
     ("doctor", {"console_time": "now"}, "doctor.console_time: expected a number"),
+    ("note", {"text": " "}, "'note': 'text' is empty"),
+    ("note", {"text": "a\nb"}, "a note is one line"),
+    ("note", {"text": "x" * 2001}, "more than 2,000"),
 ])
 def test_bad_arguments_are_refused_by_the_op_s_own_types(op, args, message):
     with pytest.raises(ValueError, match=message) as err:  # ProtocolError, or the watch settings' ConfigError

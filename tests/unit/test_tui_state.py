@@ -165,7 +165,8 @@ def test_status_json_keeps_its_shape():
     assert {"node", "kind", "message", "job", "gpu", "pid"} <= set(doc["alerts"][0])
     # dollars and plans: a fleet file without prices has none, and says null, never 0
     engine = next(j for j in doc["jobs"] if j["name"] == "sglang-0")["engine"]["tokens_per_s"]
-    assert doc["fleet"] == {"spent": None, "to_finish": None, "nodes_priced": 0, "idle_per_hour": None,
+    assert doc["fleet"] == {"spent": None, "to_finish": None, "nodes_priced": 0, "idle_per_hour": None, "burned": None, "s3_bytes": None,
+                           "s3_cost_per_month": None, "s3_price_per_gb_month": 0.023,
                             "tokens_per_s": round_figures(engine)}  # the engine's, not also gen's count of them
     assert all(n["price_per_hour"] is None and n["spent"] is None and n["to_finish"] is None for n in doc["nodes"])
     gen = next(j for j in doc["jobs"] if j["name"] == "gen")
@@ -189,7 +190,7 @@ def test_what_a_job_key_does_is_data():
     launch = plan_job_action(JobOp.LAUNCH, "gen", rows["gen"], read_only=False, grace_s=10.0)
     assert isinstance(launch, Confirm) and launch.yes == "Launch"  # it takes GPUs and starts spending: asks
     assert "Launch job [b]gen[/b] on gpu-a?" in launch.question and "attempt 3" in launch.question
-    assert JobOp.LAUNCH.key == "L" and JobOp.KILL.key == "k"  # l is the log's key, as in k9s
+    assert JobOp.LAUNCH.key == "L" and JobOp.KILL.key == "ctrl+k"  # l is the log's key, k moves up: k9s's kill
     assert isinstance(plan_job_action(JobOp.RELAUNCH, "extract", rows["extract"], read_only=False, grace_s=10.0),
                       RunNow)  # not running: nothing to kill first
     assert isinstance(plan_job_action(JobOp.KILL, "gen", rows["gen"], read_only=True, grace_s=10.0), Refuse)

@@ -19,12 +19,14 @@ from typing import Any, Optional
 
 from ...contract.documents import PROGRESS_FILE, ProgressDoc, write_document
 
-# generate: answers that came back empty, without reasoning, cut at --max-tokens; prompts
+# generate: completions that came back empty, thought and never answered, looped (the four
+# problems of generate/quality.py, with cut_at_max_tokens), without reasoning; prompts
 # that failed every attempt; prompt lines that could not be read (or were too long); lines
 # dropped by --dedupe first for repeating an earlier id
-GENERATE_QUALITY = ("empty_answer", "no_reasoning", "cut_at_max_tokens", "errors", "bad_prompts", "duplicate_ids")
+GENERATE_QUALITY = ("empty_answer", "no_answer", "repetition", "no_reasoning", "cut_at_max_tokens", "errors",
+                    "bad_prompts", "duplicate_ids")
 # generate carries these over from the previous attempt's progress.json (the rest are per run)
-GENERATE_QUALITY_KEPT = ("empty_answer", "no_reasoning", "cut_at_max_tokens")
+GENERATE_QUALITY_KEPT = ("empty_answer", "no_answer", "repetition", "no_reasoning", "cut_at_max_tokens")
 # extract: samples with no target token, with at most 8, cut at --max-seq-len, ids seen
 # twice (the second is skipped), errors
 EXTRACT_QUALITY = ("no_target", "short_target", "truncated", "duplicate_id", "errors")

@@ -28,7 +28,9 @@ How it runs (one asyncio loop, aiohttp; measured in bench/generate_client.py):
   ``OUT/part-I-of-N`` and the S3 prefix ``part-I-of-N``; the total is the part's.
 
 Exit status: 0 when every prompt is done (and uploaded), 1 when some failed or uploads are
-still pending (a relaunch retries them), 2 for a usage error, 143 after SIGTERM.
+still pending (a relaunch retries them), 2 for a usage error, 4 when every prompt is done but
+fewer than ``--min-useful-pct`` of the records are useful (no ``_SUCCESS``: a ``_QUALITY``
+document with the figures; quality.py says what junk is), 143 after SIGTERM.
 
 The modules: options.py (flags, :class:`Options`), cli.py (the command, the fleet's job
 kind), generator.py (the run), servers.py (the server pool, one attempt), prompts.py (the
@@ -38,6 +40,6 @@ prompt reader), shards.py (the JSONL shard writer), resume.py (the resume hint),
 """
 
 from .cli import build_parser, main, run
-from .options import EXIT_FAIL, EXIT_OK, EXIT_TERM, EXIT_USAGE, Options, add_arguments, options_from_args
+from .options import EXIT_FAIL, EXIT_OK, EXIT_QUALITY, EXIT_TERM, EXIT_USAGE, Options, add_arguments, options_from_args
 
-__all__ = ["EXIT_FAIL", "EXIT_OK", "EXIT_TERM", "EXIT_USAGE", "Options", "add_arguments", "build_parser", "main", "options_from_args", "run"]
+__all__ = ["EXIT_FAIL", "EXIT_OK", "EXIT_QUALITY", "EXIT_TERM", "EXIT_USAGE", "Options", "add_arguments", "build_parser", "main", "options_from_args", "run"]

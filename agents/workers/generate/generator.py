@@ -40,8 +40,11 @@ from ..common.doneset import DoneSet
 from ..common import success
 from ..common.parts import in_part, part_name
 from ..common.progress import progress_path
-from .options import EXIT_FAIL, EXIT_OK, EXIT_TERM, Options
+from ...contract.jobs import MARKER, QUALITY_MARKER
+from ...contract.plain import to_plain
+from .options import EXIT_FAIL, EXIT_OK, EXIT_QUALITY, EXIT_TERM, Options
 from .progress import GenerateProgress, is_useful
+from .quality import PROBLEMS, useful_pct
 from .prompts import Prompt, PromptError, PromptReader
 from .resume import ResumeHint
 from .servers import AttemptFailed, ServerPool, UsageError
@@ -323,10 +326,38 @@ class Generator:
         status = self._exit_status(complete, uploads_ok)
         if status == EXIT_OK:  # last, and only at a clean end: what a job `after` this one waits for
             q = self.progress.quality
-            success.write(self.out, {"done": len(self.done), "total": self.total(), "failed": q["errors"],
-                                     "bad_prompts": q["bad_prompts"]}, self._s3_loc(), self.o.s3_endpoint)
+            counts = {"done": len(self.done), "total": self.total(), "failed": q["errors"],
+                      "bad_prompts": q["bad_prompts"]}
+            junk = self._below_useful()
+            stored = self.uploader.count if self.uploader is not None else None  # the prefix's inventory
+            if junk is not None:  # ended, but mostly junk: no _SUCCESS, the figures in _QUALITY
+                success.write_quality(self.out, {**counts, **junk}, self._s3_loc(), self.o.s3_endpoint, stored)
+                status = EXIT_QUALITY
+            else:
+                success.write(self.out, counts, self._s3_loc(), self.o.s3_endpoint, stored)
+            if stored is not None:
+                self.progress.write(self, final=True)  # the marker counted in what the prefix holds
         self._lock.release()
         return status
+
+    def _below_useful(self) -> Optional[dict[str, Any]]:
+        """At a clean end: the figures of a run whose useful records are fewer than
+        ``--min-useful-pct`` of those counted (said in the log), else None. A run that counted
+        none (a resume with every prompt done and no progress.json of its last attempt) is
+        not judged."""
+        p = self.progress
+        pct = useful_pct(p.useful, p.useful_of)
+        if pct is None or pct >= self.o.min_useful_pct:
+            return None
+        q = p.quality
+        problems = {k: q[k] for k in PROBLEMS}
+        worst = max(PROBLEMS, key=lambda k: q[k])
+        why = (f"{pct:.1f}% of the {p.useful_of} records counted are useful, under --min-useful-pct "
+               f"{self.o.min_useful_pct:g}%" + (f"; the most common problem: {worst} ({q[worst]})" if q[worst] else ""))
+        log.error("%s: no %s; the figures are in %s", why, MARKER, os.path.join(self.out, QUALITY_MARKER))
+        return {"useful": p.useful, "useful_of": p.useful_of, "useful_pct": round(pct, 2),
+                "min_useful_pct": self.o.min_useful_pct, "problems": problems, "why": why,
+                "window": to_plain(p.window.document())}
 
     async def _drain_uploads(self) -> bool:
         """Wait for the uploads (not after a signal); False when some are still pending."""
@@ -443,7 +474,7 @@ class Generator:
                "completion_tokens": r["completion_tokens"], "reasoning_tokens": r["reasoning_tokens"],
                "server": server_url}
         line = json.dumps(rec, ensure_ascii=False).encode("utf-8", errors="surrogateescape")
-        self.progress.record(r, self.o.thinking)
+        self.progress.record(p.id, r, self.o.thinking)
         token = (p.id, p.offset, is_useful(r))  # counted as useful once durable (progress.py)
         if self._backlog:
             self._backlog.append((p.id, line, token))

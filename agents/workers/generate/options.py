@@ -9,6 +9,9 @@ from ...contract.kinds import GenerateOptions
 from .servers import UsageError, normalize_server
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_TERM = 0, 1, 2, 143
+# every prompt done, but fewer useful records than --min-useful-pct: no _SUCCESS, a _QUALITY
+# document instead; as extract's exit 4 on a failed audit, no restart policy restarts it
+EXIT_QUALITY = 4
 
 
 # the options are the kind's: agents/contract/kinds.py, the one source of flags and fleet keys

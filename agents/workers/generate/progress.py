@@ -27,6 +27,7 @@ from ...contract.documents import ProgressDoc
 from ...contract.wire import ServerHealth, Uploads
 from ..common.progress import (GENERATE_QUALITY, GENERATE_QUALITY_KEPT, quality_counters,
                                                     write_progress)
+from .quality import Window, problems
 
 log = logging.getLogger("gpudeck.generate")
 
@@ -53,6 +54,7 @@ class GenerateProgress:
         self.useful = 0  # useful records among ...
         self.useful_of = 0  # ... those counted, as their ids reached the done-set
         self.retries = 0
+        self.window = Window()  # this attempt's last completions' problems (quality.py)
         self._tok_window: collections.deque[tuple[float, int]] = collections.deque()
         self._last_status = 0.0
 
@@ -73,19 +75,20 @@ class GenerateProgress:
             if isinstance(v, int):
                 self.quality[k] = v
 
-    def record(self, r: dict, thinking: Optional[bool]) -> None:
-        """Count one completion (what :func:`servers.parse_completion` returned)."""
+    def record(self, pid: str, r: dict, thinking: Optional[bool]) -> None:
+        """Count one completion (what :func:`servers.parse_completion` returned) of the prompt
+        ``pid``: its tokens, its quality problems (quality.py), in total and in the window."""
         self.completed_now += 1
         n = r["completion_tokens"]
         if isinstance(n, int):
             self.tokens += n
         q = self.quality
-        if not r["answer"].strip():
-            q["empty_answer"] += 1
+        found = problems(r)
+        for p in found:
+            q[p] += 1
+        self.window.add(pid, found)
         if not r["reasoning"] and thinking is not False:
             q["no_reasoning"] += 1
-        if r["finish_reason"] == "length":
-            q["cut_at_max_tokens"] += 1
 
     def durable(self, useful: bool) -> None:
         """One record whose id is now in the done-set."""
@@ -110,7 +113,8 @@ class GenerateProgress:
                           tokens_per_s=round(tps, 1) if tps is not None else None, updated_at=time.time(),
                           quality=dict(self.quality), useful=self.useful, useful_of=self.useful_of,
                           servers=[ServerHealth(**s.to_json(now)) for s in gen.pool.servers],
-                          uploads=Uploads(**up) if up is not None else None, blocked=gen.blocked)
+                          uploads=Uploads(**up) if up is not None else None, blocked=gen.blocked,
+                          window=self.window.document())
         extra = {
             "in_flight": len(gen.inflight), "completed_this_run": self.completed_now,
             "retries": self.retries, "prompts": self.prompts, "out": self.out,

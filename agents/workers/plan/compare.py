@@ -10,6 +10,10 @@ with it. Compare projects the whole dataset (``prompts``, the pilot's own comple
 included), so that pilots of different sizes compare. An extract plan's time divides over
 its GPUs the same way (its ``gpus``), with no interval: it has none.
 
+A plan of hardware not rented yet (``plan generate --tokens-per-s``, ``assumed`` in its
+plan.json) compares beside measured ones, its row marked ``*`` and its interval "assumed": it
+has none, and the faster fleet's interval is set against its one figure.
+
 A plan names its dataset (``dataset``: path, size, SHA-256 of its first MiB; dataset.py);
 plans of different data, or written before plans named it, are refused: figures of two
 datasets side by side would pick a fleet for the wrong reason.
@@ -72,6 +76,11 @@ class Fleet:
     tokens: Optional[int]
     useful_share: Optional[float]
     projected_bytes: Optional[int]
+    # a plan of hardware not rented yet (plan generate --tokens-per-s): nothing measured, no
+    # interval; ``assumed_from`` says what it took for granted
+    assumed: bool = False
+    assumed_from: Optional[str] = None
+    prompts: Optional[int] = None  # the prompts it projects (a subset's, for an assumed plan with --subset)
 
 
 # ---------------------------------------------------------------- the command line
@@ -166,7 +175,10 @@ def project(name: str, path: str, plan: dict, servers: Optional[int] = None,
     if cost is not None and useful and kind == "generate":
         per_useful = cost / ((_num(plan, "prompts", path) or 0) * useful or math.inf)
     day = (lambda s: None if s is None else s / 86400)
-    return Fleet(name=name, plan=path, servers=n, price_per_hour=price, wall_s=_r(wall, 1), wall_s_low=_r(low, 1),
+    assumed = bool(plan.get("assumed"))
+    return Fleet(assumed=assumed, assumed_from=_assumed_from(plan) if assumed else None,
+                 prompts=None if _num(plan, "prompts", path) is None else int(_num(plan, "prompts", path) or 0),
+                 name=name, plan=path, servers=n, price_per_hour=price, wall_s=_r(wall, 1), wall_s_low=_r(low, 1),
                  wall_s_high=_r(high, 1), days=_r(day(wall), 3), days_low=_r(day(low), 3),
                  days_high=_r(day(high), 3), cost=_r(cost, 2),
                  cost_per_m_tokens=_r(cost / tokens * 1e6, 4) if cost is not None and tokens else None,
@@ -174,6 +186,20 @@ def project(name: str, path: str, plan: dict, servers: Optional[int] = None,
                  tokens=None if tokens is None else int(tokens), useful_share=_r(useful, 4),
                  projected_bytes=None if plan.get("projected_bytes") is None
                  else int(_num(plan, "projected_bytes", path) or 0))
+
+
+def _assumed_from(plan: dict) -> str:
+    """What an assumed plan took for granted, in a few words."""
+    a = plan.get("assumptions") if isinstance(plan.get("assumptions"), dict) else {}
+    rate = a.get("tokens_per_s")
+    speed = a.get("speed_factor")
+    length = (f"the lengths of {a['lengths_from']}" if a.get("lengths_from") else
+              f"{a['output_tokens']:,.0f} output tokens an answer" if isinstance(a.get("output_tokens"), (int, float))
+              else "an assumed length")
+    told = f"{rate:,.0f} output tokens/s per server" if isinstance(rate, (int, float)) else "an assumed rate"
+    if isinstance(speed, (int, float)) and speed != 1:
+        told += f" x{speed:g}"
+    return f"{told}, {length}, max_tokens {a.get('max_tokens')}"
 
 
 def _useful_share(plan: dict, path: str) -> Optional[float]:
@@ -244,12 +270,14 @@ def verdicts(fleets: list[Fleet]) -> dict:
     cheaper = min(priced, key=lambda f: f.cost or 0.0) if len(priced) == len(fleets) else None
     clear = None
     if faster is not None and faster.wall_s_high is not None:
-        others = [f.wall_s_low for f in fleets if f is not faster]
+        # an assumed plan has no interval: its one figure is what the faster's interval must clear
+        others = [f.wall_s if f.assumed else f.wall_s_low for f in fleets if f is not faster]
         clear = all(lo is not None and faster.wall_s_high < lo for lo in others)
     return {"cheaper": cheaper.name if cheaper else None, "faster": faster.name if faster else None,
             "faster_beyond_interval": clear,
             "unpriced": [f.name for f in fleets if f.cost is None],
-            "untimed": [f.name for f in fleets if f.wall_s is None]}
+            "untimed": [f.name for f in fleets if f.wall_s is None],
+            "assumed": [f.name for f in fleets if f.assumed]}
 
 
 # ---------------------------------------------------------------- the text
@@ -261,12 +289,21 @@ def render(doc: dict) -> str:
             f"{'$ TOTAL':>12} {'$/M TOK':>8} {'$/USEFUL':>9} {'BYTES':>9}")
     lines = [f"dataset: {dataset.describe(doc['dataset'])}; the whole of it on each fleet ({doc['kind']})", "", head]
     for f in doc["fleets"]:
-        interval = "-" if f["days_low"] is None else f"{f['days_low']:.2f}-{f['days_high']:.2f}"
-        lines.append(f"{f['name'][:14]:<14} {f['servers']:>7} {f2(f['price_per_hour'], '{:.2f}'):>7} "
+        interval = ("assumed" if f.get("assumed") else "-") if f["days_low"] is None else \
+            f"{f['days_low']:.2f}-{f['days_high']:.2f}"
+        name = f["name"][:13] + "*" if f.get("assumed") else f["name"][:14]
+        lines.append(f"{name:<14} {f['servers']:>7} {f2(f['price_per_hour'], '{:.2f}'):>7} "
                      f"{f2(f['days'], '{:.2f}'):>7} {interval:>15} {f2(f['cost'], '{:,.2f}'):>12} "
                      f"{f2(f['cost_per_m_tokens'], '{:.3f}'):>8} {f2(f['cost_per_useful'], '{:.5f}'):>9} "
                      f"{human_bytes(f['projected_bytes']) if f['projected_bytes'] is not None else '-':>9}")
     by = {f["name"]: f for f in doc["fleets"]}
+    for f in doc["fleets"]:
+        if f.get("assumed"):
+            lines.append(f"* {f['name']}: assumed, not measured ({f['assumed_from']}); no interval")
+    counts = {f.get("prompts") for f in doc["fleets"]}
+    if len(counts) > 1:
+        lines.append("prompts differ: " + ", ".join(f"{f['name']} {f['prompts']:,}" for f in doc["fleets"]
+                                                   if f.get("prompts") is not None) + " (an assumed plan's --subset)")
     lines.append("")
     if doc["cheaper"]:
         lines.append(f"cheaper: {doc['cheaper']} (${by[doc['cheaper']]['cost']:,.2f})")

@@ -9,6 +9,9 @@ output's shards and done-set, so the real run does not make them again), counts 
 level's rate in its steady state (stats.steady_windows; the latency model of stats.py for a
 level never held full, and for the drain at the end), and projects the rest of the run at
 the best level.
+
+With ``--tokens-per-s`` there is no pilot and no server: assumed.py projects from published
+numbers, the plan marked assumed.
 """
 
 from __future__ import annotations
@@ -61,12 +64,29 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--deadline", help="when the run must be done: a duration (5d, 36h) or an ISO time")
     p.add_argument("--price-per-hour", type=number(0), help="dollars per server-hour")
     p.add_argument("--json", action="store_true", help="print the plan as JSON (the same as OUT/plan.json)")
+    # no server, with --tokens-per-s (assumed.py): --server is then not needed
+    p.add_argument("--server", dest="servers", action="append", default=None, metavar="URL",
+                   help="an OpenAI-compatible server for the pilot (repeat for several); not needed with "
+                        "--tokens-per-s")
+    from .assumed import add_arguments as add_assumed_arguments
+    add_assumed_arguments(p)
 
 
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=os.environ.get("GPUDECK_LOG_LEVEL", "WARNING" if args.json else "INFO"),
                         stream=sys.stderr, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    if args.tokens_per_s is not None:  # hardware not rented yet: no pilot, no server
+        from .assumed import run as run_assumed
+        return run_assumed(args)
     try:
+        if not args.servers:
+            raise UsageError("--server is needed for a pilot; without a server, plan from published numbers with "
+                             "--tokens-per-s R --server-count S --output-tokens L")
+        for flag, v in (("--server-count", args.server_count), ("--output-tokens", args.output_tokens),
+                        ("--lengths-from", args.lengths_from), ("--subset", args.subset),
+                        ("--speed-factor", args.speed_factor)):
+            if v is not None:
+                raise UsageError(f"{flag} goes with --tokens-per-s (a plan with no server); a pilot measures it")
         levels = parse_levels(args.concurrency)
         deadline_s = parse_deadline(args.deadline) if args.deadline else None
         if args.pilot < 1:
@@ -186,6 +206,8 @@ def _lengths(result, max_tokens: int) -> dict:
     n = len(comps)
     return {"mean": _r(stats.mean(tokens), 1), "p50": _r(stats.percentile(tokens, 50), 1),
             "p95": _r(stats.percentile(tokens, 95), 1), "max_tokens": max_tokens,
+            # the 101 percentiles: what `plan generate --lengths-from` caps with another max_tokens
+            "quantiles": [_r(stats.percentile(tokens, p), 1) for p in range(101)] if tokens else None,
             "cut_share": _r(sum(x.cut for x in comps) / n) if n else None,
             "empty_share": _r(sum(x.empty for x in comps) / n) if n else None,
             "reasoning_share": _r(sum(x.reasoning_tokens for x in with_r) / max(1, sum(x.tokens for x in with_r)))

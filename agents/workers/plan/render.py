@@ -53,6 +53,34 @@ def render_generate(plan: dict) -> str:
     return "\n".join(lines)
 
 
+def render_assumed(plan: dict) -> str:
+    """A plan of hardware not rented yet (plan generate --tokens-per-s): what was assumed, the
+    levers, the projection with no interval."""
+    a, ol = plan["assumptions"], plan["output_length"]
+    length = (f"the output lengths of {a['lengths_from']}" if a["lengths_from"]
+              else f"{a['output_tokens']:,.0f} output tokens an answer")
+    lines = [f"ASSUMED, no server measured: {a['tokens_per_s']:,.0f} output tokens/s per server x "
+             f"{a['server_count']} server(s), {length}",
+             f"prompts: {plan['prompts']:,}" + (f" of {plan['prompts_in_file']:,}" if a["subset"] is not None else "")]
+    lines += [f"  lever: {lever}" for lever in plan["levers"]]
+    cut = ol["cut_share"]
+    lines.append(f"output tokens: mean {_f(ol['mean'], '{:,.0f}')} under max_tokens={ol['max_tokens']}"
+                 + (f", {cut:.1%} cut" if cut is not None else ""))
+    if plan["projected_wall_s"] is not None:
+        lines.append(f"projection: {human_duration(plan['projected_wall_s'])} ({plan['projected_wall_s']:,.0f} s, "
+                     f"{plan['projected_wall_s'] / 86400:.2f} days) at {plan['output_tokens_per_s']:,.0f} output "
+                     f"tokens/s in all; no interval: nothing was measured")
+    lines.append(f"whole run: {_f(plan['projected_output_tokens'], '{:,.0f}')} output tokens, "
+                 f"{human_bytes(plan['projected_bytes'])} of shards (at {a['bytes_per_token']:g} bytes a token)")
+    if plan["deadline_s"] is not None:
+        lines.append(f"deadline in {human_duration(plan['deadline_s'])}: {plan['servers_needed']} server(s) needed")
+    if plan["projected_cost"] is not None:
+        lines.append(f"cost at ${plan['price_per_hour']}/server-hour: ${plan['projected_cost']:,.2f} (on any number "
+                     f"of servers: no drain is assumed)")
+    lines += ["", _verdict_line(plan) + " (assumed)"]
+    return "\n".join(lines)
+
+
 def _verdict_line(plan: dict) -> str:
     if plan["verdict"] == "go":
         return "verdict: GO"

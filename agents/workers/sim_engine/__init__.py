@@ -18,7 +18,9 @@ length is drawn from the prompt's hash, so the same prompt always gets the same 
 uniform over ``--out-tokens``, or log-normal with ``--out-median``/``--out-sigma`` (a
 thinking-like heavy tail). ``--fail-rate F`` answers a fraction F of requests with one of the failure
 kinds in ``--fail-kinds``: an HTTP 500, a 200 whose body is not JSON, or a connection closed
-without an answer.
+without an answer. ``--junk KIND`` answers with junk (a thinking trace cut at max_tokens, an
+empty answer, reasoning with no answer, a loop), for ``--junk-rate`` of the prompts, once
+``--junk-after`` completions were served (a run that degrades mid-way).
 
 Run it as ``gpudeck sim-engine --port N`` or ``python -m gpudeck.agents.workers.sim_engine``. It
 prints ``listening on http://HOST:PORT`` once it accepts connections (``--port 0`` picks a

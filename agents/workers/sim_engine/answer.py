@@ -89,3 +89,37 @@ def plan_answer(body: dict, out_tokens: tuple[int, int], model: str, median: Opt
     answer = [words.choice(_WORDS) for _ in range(n_answer)]
     return Answer(model=body.get("model") or model, seed=seed, prompt_tokens=prompt_tokens, thinking=thinking,
                   finish=finish, reasoning_words=reasoning, answer_words=answer)
+
+
+JUNK_KINDS = ("cut", "empty", "no-answer", "loop")
+_LOOP = ("so", "we", "need", "to", "check", "the", "value", "again", "and")  # a loop's phrase: 40 characters
+
+
+def spoil(ans: Answer, kind: str, max_tokens: Optional[int]) -> Answer:
+    """``ans`` turned into junk of ``kind`` (``--junk``): ``cut``, a thinking trace that runs
+    past ``max_tokens`` (``finish_reason`` length, no answer); ``empty``, nothing at all;
+    ``no-answer``, reasoning and no answer; ``loop``, an answer that repeats one phrase to its
+    end (at least 250 tokens, past the 1,000 characters the repetition test reads; cut at
+    ``max_tokens`` when that is fewer)."""
+    words = random.Random(ans.seed ^ 0x5EED)
+    if kind == "cut":
+        n = max_tokens if isinstance(max_tokens, int) and max_tokens > 0 else max(ans.n_out, 1)
+        ans.thinking, ans.finish = True, "length"
+        ans.reasoning_words, ans.answer_words = [words.choice(_WORDS) for _ in range(n)], []
+    elif kind == "empty":
+        ans.finish, ans.reasoning_words, ans.answer_words = "stop", [], []
+    elif kind == "no-answer":
+        ans.thinking, ans.finish = True, "stop"
+        ans.reasoning_words = ans.reasoning_words or [words.choice(_WORDS) for _ in range(max(ans.n_out, 8))]
+        ans.answer_words = []
+    elif kind == "loop":
+        n = max(250, len(ans.answer_words))
+        cut = isinstance(max_tokens, int) and 0 < max_tokens < n + len(ans.reasoning_words)
+        if cut:
+            n = max(0, max_tokens - len(ans.reasoning_words))
+        ans.answer_words = [_LOOP[i % len(_LOOP)] for i in range(n)]
+        ans.finish = "length" if cut else "stop"
+    else:
+        raise ValueError(f"--junk: unknown kind {kind!r}; expected one of {', '.join(JUNK_KINDS)}")
+    return ans
+

@@ -14,7 +14,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from .answer import plan_answer
+from .answer import plan_answer, spoil
 from .decode import SharedDecoder
 from .failures import FAIL_KINDS
 from .stream import stream_chat
@@ -27,13 +27,17 @@ class SimEngine:
     def __init__(self, *, tok_s: float = 0.0, latency_ms: float = 0.0, jitter_ms: float = 0.0,
                  fail_rate: float = 0.0, fail_kinds: tuple[str, ...] = FAIL_KINDS, model: str = "sim-model",
                  startup_s: float = 0.0, out_tokens: tuple[int, int] = (16, 96), seed: Optional[int] = None,
-                 batch_tok_s: float = 0.0, out_median: Optional[float] = None, out_sigma: float = 1.0) -> None:
+                 batch_tok_s: float = 0.0, out_median: Optional[float] = None, out_sigma: float = 1.0,
+                 junk: Optional[str] = None, junk_rate: float = 1.0, junk_after: int = 0) -> None:
         self.tok_s, self.latency_s, self.jitter_s = tok_s, latency_ms / 1000, jitter_ms / 1000
         self.decoder = SharedDecoder(tok_s, batch_tok_s)
         self.out_median, self.out_sigma = out_median, out_sigma
         self.fail_rate, self.fail_kinds = fail_rate, fail_kinds
         self.model, self.startup_s, self.out_tokens = model, startup_s, out_tokens
         self.rng = random.Random(seed)
+        # answers turned to junk (answer.spoil): of this kind, this share of the prompts (by their
+        # hash), once this many completions were served (a run that degrades mid-way)
+        self.junk, self.junk_rate, self.junk_after = junk, junk_rate, junk_after
         self.started = time.monotonic()
         self.running = 0
         self.tokens_in_use = 0
@@ -136,6 +140,8 @@ class SimEngine:
         except (ValueError, KeyError, TypeError) as exc:
             return web.json_response({"object": "error", "message": f"bad request: {exc}", "code": 400}, status=400)
         ans = plan_answer(body, self.out_tokens, self.model, self.out_median, self.out_sigma)
+        if self.junk and self.completed >= self.junk_after and (ans.seed % 10007) < self.junk_rate * 10007:
+            ans = spoil(ans, self.junk, body.get("max_tokens") or body.get("max_completion_tokens"))
         wait = self.latency_s + (self.rng.uniform(-self.jitter_s, self.jitter_s) if self.jitter_s else 0.0)
         failure = self.rng.choice(self.fail_kinds) if self.fail_rate and self.rng.random() < self.fail_rate else None
         self.hold(1, ans.held)

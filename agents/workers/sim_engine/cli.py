@@ -8,6 +8,7 @@ import asyncio
 import signal
 from typing import Optional
 
+from .answer import JUNK_KINDS
 from .failures import FAIL_KINDS
 
 
@@ -40,6 +41,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="log-normal completion lengths with this median (a heavy tail, like thinking models), "
                         "clipped to --out-tokens; default: uniform over --out-tokens")
     p.add_argument("--out-sigma", type=float, default=1.0, help="the log-normal's sigma (default 1.0)")
+    p.add_argument("--junk", choices=JUNK_KINDS, default=None,
+                   help="answer with junk: cut (a thinking trace past max_tokens, finish_reason length), empty, "
+                        "no-answer (reasoning only), loop (one phrase repeated)")
+    p.add_argument("--junk-rate", type=float, default=1.0,
+                   help="the share of the prompts (by their hash) answered with --junk (default 1: all)")
+    p.add_argument("--junk-after", type=int, default=0,
+                   help="completions served as usual before the junk begins: a run that degrades mid-way "
+                        "(default 0)")
     p.add_argument("--seed", type=int, default=None,
                    help="seed of the random latency jitter and failures (default: a new one each run)")
 
@@ -65,7 +74,8 @@ async def serve(args: argparse.Namespace) -> int:
     engine = SimEngine(tok_s=args.tok_s, latency_ms=args.latency_ms, jitter_ms=args.jitter_ms,
                        fail_rate=args.fail_rate, fail_kinds=kinds, model=args.model, startup_s=args.startup_s,
                        out_tokens=(lo, hi), seed=args.seed, batch_tok_s=args.batch_tok_s,
-                       out_median=args.out_median, out_sigma=args.out_sigma)
+                       out_median=args.out_median, out_sigma=args.out_sigma, junk=args.junk,
+                       junk_rate=args.junk_rate, junk_after=args.junk_after)
     # SIGTERM drops the requests in flight within 0.2 s, as SGLang's own shutdown does: a kill
     # then frees the server's GPU memory at once (aiohttp would wait up to 60 s for them)
     runner = web.AppRunner(engine.app(), access_log=None, handle_signals=False, shutdown_timeout=0.2)

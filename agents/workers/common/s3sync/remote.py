@@ -108,22 +108,35 @@ def _is_missing(exc: BaseException, bucket_too: bool = True) -> bool:
     return isinstance(err, dict) and err.get("Code") in codes
 
 
-def list_shards(client: Any, loc: S3Location) -> dict[int, str]:
-    """The shards already under the prefix: shard number -> file name (any extension)."""
-    shards: dict[int, str] = {}
+def list_objects(client: Any, loc: S3Location) -> dict[str, int]:
+    """Every object under the prefix (those of ``part-I-of-N/`` and other folders too): its
+    name after the prefix -> its bytes. A bucket that does not exist holds none."""
+    objects: dict[str, int] = {}
     prefix = loc.key("")
     try:
         for page in client.get_paginator("list_objects_v2").paginate(Bucket=loc.bucket, Prefix=prefix):
             for obj in page.get("Contents", ()):
-                name = obj["Key"][len(prefix):]
-                m = ANY_SHARD_NUMBER.match(name)
-                if m and "/" not in name:
-                    shards[int(m.group(1))] = name
+                objects[obj["Key"][len(prefix):]] = int(obj.get("Size") or 0)
     except Exception as exc:  # botocore raises ClientError, EndpointConnectionError, NoCredentialsError...
         if _is_missing(exc):  # no bucket yet: no shards (uploads will say why they fail)
             return {}
         raise S3Error(f"cannot list {loc.url()}: {describe_error(exc)}") from None
+    return objects
+
+
+def shards_of(objects: dict[str, int]) -> dict[int, str]:
+    """The shards among a listing's objects: shard number -> file name (any extension)."""
+    shards: dict[int, str] = {}
+    for name in objects:
+        m = ANY_SHARD_NUMBER.match(name)
+        if m and "/" not in name:
+            shards[int(m.group(1))] = name
     return shards
+
+
+def list_shards(client: Any, loc: S3Location) -> dict[int, str]:
+    """The shards already under the prefix: shard number -> file name (any extension)."""
+    return shards_of(list_objects(client, loc))
 
 
 def list_shard_numbers(client: Any, loc: S3Location) -> set[int]:

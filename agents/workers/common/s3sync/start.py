@@ -20,8 +20,8 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Iterable, Optional, TypeVar
 
-from .remote import (Restored, S3Error, S3Location, describe_error, list_shard_numbers,
-                                                         make_client, read_manifest, restore_done_set)
+from .remote import (Restored, S3Error, S3Location, describe_error, list_objects, make_client,
+                     read_manifest, restore_done_set, shards_of)
 from .uploader import ShardUploader
 from ..fence import Fence, Fenced, S3Store
 from ..shards import ShardNames
@@ -36,6 +36,7 @@ class S3Start:
     taken: set[int]  # shard numbers that must not be used again (in S3, or named by the manifest)
     restored: Optional[Restored]  # what a fresh node got back; None on a first run or a known node
     fence: Optional[Fence] = None  # this attempt's hold on the prefix, claimed
+    stored: Optional[dict[str, int]] = None  # the prefix's objects at the start (name -> bytes); None: not listed
 
     @property
     def next_number(self) -> int:
@@ -95,14 +96,19 @@ def start_s3(out_dir: str, loc: S3Location, *, endpoint_url: Optional[str], done
                      restored.shards, f", orphans read: {', '.join(restored.orphans)}" if restored.orphans else "")
     uploader = ShardUploader(out_dir, loc, ids_of=lambda n: ids_of_file(os.path.join(out_dir, n)),
                              endpoint_url=endpoint_url, fence=fence)
+    stored: Optional[dict[str, int]] = None
     try:
-        # every number in S3 is taken, whether this node or another uploaded it
-        taken = set(with_retries(lambda: list_shard_numbers(client, loc), f"listing {loc.url()}",
-                                 attempts=list_attempts[0] if fresh else list_attempts[1]))
+        # every number in S3 is taken, whether this node or another uploaded it; the one listing
+        # of the run is also what the prefix holds (what earlier runs left there too): the
+        # uploader counts its own uploads on top of it, never listing again
+        stored = with_retries(lambda: list_objects(client, loc), f"listing {loc.url()}",
+                              attempts=list_attempts[0] if fresh else list_attempts[1])
+        taken = set(shards_of(stored))
     except S3Error as exc:
         if fresh or not local_numbers_on_failure:
             raise
         # this node's own state says which numbers it used; uploads will be retried
         log.warning("%s; going on with the local state (the numbers this node uploaded are kept)", exc)
         taken = {n for name in read_manifest(out_dir) if (n := names.number(name)) is not None}
-    return S3Start(uploader, taken, restored, fence)
+    uploader.inventory(stored)
+    return S3Start(uploader, taken, restored, fence, stored)

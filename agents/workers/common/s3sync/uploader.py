@@ -40,13 +40,19 @@ class UploadStatus:
     pending_bytes: int = 0  # the bytes of the pending files
     oldest_pending_at: Optional[float] = None  # when the oldest pending file was closed (its mtime, unix time)
     last_upload_at: Optional[float] = None  # the last file that went up (unix time; the manifest's mtime at start)
+    # what the prefix holds: the run's one listing at its start, plus what this process put
+    # there since; None when the listing failed (what this process put is then a floor)
+    stored_objects: Optional[int] = None
+    stored_bytes: Optional[int] = None
+    stored_listed_at: Optional[float] = None
 
     def to_json(self) -> dict:
         """What progress.json holds (agents/contract/wire.py ``Uploads``)."""
         return {"pending": self.pending, "uploaded": self.uploaded, "failures": self.failures,
                 "last_error": self.last_error, "done_set_pending": self.done_set_pending,
                 "pending_bytes": self.pending_bytes, "oldest_pending_at": self.oldest_pending_at,
-                "last_upload_at": self.last_upload_at}
+                "last_upload_at": self.last_upload_at, "stored_objects": self.stored_objects,
+                "stored_bytes": self.stored_bytes, "stored_listed_at": self.stored_listed_at}
 
 
 class ShardUploader:
@@ -94,6 +100,8 @@ class ShardUploader:
         self._in_hand: list[tuple[str, Optional[list[str]], int]] = []  # taken off the queues, not settled yet
         self._started = False
         self._restarts = 0  # times the thread's loop was entered again after an unexpected error
+        self._stored: Optional[dict[str, int]] = None  # the prefix's objects (name -> bytes): the start's listing ...
+        self._stored_at: Optional[float] = None  # ... and when it was taken; uploads update it, never a listing
         self._thread = self._new_thread()
 
     def _new_thread(self) -> threading.Thread:
@@ -130,6 +138,19 @@ class ShardUploader:
             self.submit(name, None)
         return todo
 
+    def inventory(self, listed: Optional[dict[str, int]]) -> None:
+        """What the prefix held at the run's start (its one listing; None: it failed); each
+        upload of this process is counted on top of it."""
+        with self._lock:
+            self._stored = dict(listed) if listed is not None else None
+            self._stored_at = time.time() if listed is not None else None
+
+    def count(self, name: str, size: int) -> None:
+        """``name`` of ``size`` bytes is now under the prefix (this process put it there)."""
+        with self._lock:
+            if self._stored is not None:
+                self._stored[name] = size
+
     def is_uploaded(self, name: str) -> bool:
         return name in self._manifest
 
@@ -149,9 +170,13 @@ class ShardUploader:
         self._ensure_running()
         with self._lock:
             waiting = self._waiting.values()
+            stored = self._stored
             return UploadStatus(self._outstanding, self._uploaded, self._failures, self._last_error,
                                 self._done_dirty, sum(b for _, b in waiting),
-                                min((t for t, _ in waiting), default=None), self._last_upload_at)
+                                min((t for t, _ in waiting), default=None), self._last_upload_at,
+                                stored_objects=len(stored) if stored is not None else None,
+                                stored_bytes=sum(stored.values()) if stored is not None else None,
+                                stored_listed_at=self._stored_at)
 
     def drain(self, timeout: Optional[float] = None) -> bool:
         """Wait until every queued file and the done-set are in S3; False on timeout."""
@@ -260,7 +285,9 @@ class ShardUploader:
             if name not in self._manifest:
                 if ids is None:
                     ids = list(self.ids_of(name))
+                size = os.path.getsize(path)
                 client.upload_file(path, self.loc.bucket, key)
+                self.count(name, size)
                 self._uploaded_done.append(ids, sync=True)  # rule 2: ids first...
                 self._append_manifest(name)  # ...then the manifest
         except Fenced:
@@ -337,6 +364,7 @@ class ShardUploader:
                     data = b""
                 data = data[:data.rfind(b"\n") + 1]
                 client.put_object(Bucket=self.loc.bucket, Key=self.loc.key(name), Body=data)
+                self.count(name, len(data))
         except Fenced:
             raise
         except Exception as exc:
