@@ -76,6 +76,26 @@ def startup_text(p, now: float) -> Optional[str]:
     return f"{p.phase} {human_duration(max(0.0, now - p.phase_since))}"
 
 
+def engine_startup_text(e, now: float) -> Optional[str]:
+    """``loading 13%, 1m 20s``: an engine's start-up as its own log lines say it (a percentage
+    where it prints one; llama-server's ``loading 1m 20s`` without), None once it answers."""
+    from ..agents.contract.stall import engine_starting_up
+
+    if not engine_starting_up(e):
+        return None
+    took = f" {human_duration(max(0.0, now - e.phase_since))}" if e.phase_since is not None else ""
+    if e.phase_pct is None:
+        return f"{e.phase}{took}"
+    return f"{e.phase} {e.phase_pct:.0f}%" + ("," + took if took else "")
+
+
+def ready_text(e) -> Optional[str]:
+    """``ready in 1m 52s``: an engine's attempt start to its first ready answer, once known."""
+    if e is None or e.ready_s is None or e.phase is not None:
+        return None
+    return f"ready in {human_duration(e.ready_s)}"
+
+
 def started_as(result: "LaunchResult") -> str:
     """What a launch or relaunch started: the node's process, or on a cluster the scheduler's
     job (gpudeck knows no pid there: Slurm starts the task when it chooses)."""

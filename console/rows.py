@@ -163,6 +163,11 @@ class JobRow:
     servers_down: Optional[int] = None  # servers resting or failing (None: the job reports no servers) ...
     servers_total: Optional[int] = None  # ... of all it sends to
     moved: Optional[str] = None  # "moved from gpu1 02:10" (console/placements.py), or on the old node "moved to gpu2"
+    ready: Optional[str] = None  # an engine's time to ready, once it answered: "ready in 1m 52s"
+    # a start-up with a figure, for the DONE cell and the bar: an engine loading ("loading 13%", from its
+    # own log lines, agents/loading.py) or a stage copying ("staging 42%", agents/staging/); its fraction
+    startup: Optional[str] = None
+    startup_frac: Optional[float] = None
     task_id: Optional[str] = None  # a cluster task: the scheduler's id of it (Slurm's A_T, what scancel takes)
     target: Optional[str] = None  # what the keys act on when it is not ``name``: a folded run of pending tasks
     # (``extract/[2-5]``, no job of that name) opens and acts on its first task, ``extract/2``

@@ -23,10 +23,12 @@ from ..agents.contract.vocab import AlertKind, EngineState, JobState, ShownState
 from ..agents.contract.jobs import JobKind, JobSpec
 from ..agents.contract.documents import over_plan
 from ..agents.contract.ops import CopyDiff, HistoryPage
-from ..agents.contract.wire import Alert, Gpu, History, JobStatus, Progress, Snapshot
+from ..agents.contract.staging import staging_text
+from ..agents.contract.wire import Alert, Engine, Gpu, History, JobStatus, Progress, Snapshot
 from . import chart as charts
 from . import cost
-from .formatting import copy_text, human_duration, junk_flags, quality_flags, round_eta, round_figures, startup_text
+from .formatting import (copy_text, engine_startup_text, human_duration, junk_flags, quality_flags, ready_text,
+                         round_eta, round_figures, startup_text)
 from .placements import Placement, moved_text
 from .rows import (SPARK_BUCKET_S, AlertRow, FleetRow, GpuRow, JobDetail, JobRow, NodeRow, NodeState,
                                   ProcRow, Totals)
@@ -506,8 +508,10 @@ class FleetState:
             flags += ("plan?",)
         if p is not None and p.blocked and alive:
             flags += ("blocked",)  # it cannot write its output (a full disk): generation paused
-        if alive and (starting := startup_text(p, now)):
-            flags += (starting,)  # "compiling 1m 20s": a long start, not a stall
+        if alive and (starting := staging_text(j.staging) or startup_text(p, now) or engine_startup_text(e, now)):
+            flags += (starting,)  # "staging 42% (23 of 54 GB, 1.1 GB/s)", "loading 13%, 40s": a start, not a stall
+        elif j.staging is not None and j.staging.state == "failed":
+            flags += (staging_text(j.staging),)
         if j.waiting:  # its `after`: what it waits for, or why it is blocked
             flags += (j.waiting if len(j.waiting) <= 60 else j.waiting[:59] + "…",)
         if j.adopted and alive:
@@ -528,7 +532,9 @@ class FleetState:
             queued=int(e.queued) if e and e.queued is not None else None,
             kv_usage=round(e.kv_usage, 3) if e and e.kv_usage is not None else None,
             accept_length=round(e.accept_length, 2) if e and e.accept_length is not None else None,
-            stale=stale, pid=j.pid if alive else None, moved=moved, **self._plan_and_cost(node, j),
+            stale=stale, pid=j.pid if alive else None, moved=moved, ready=ready_text(e) if alive else None,
+            **_startup_cells(j, alive),
+            **self._plan_and_cost(node, j),
             **_health_cells(p, now), **_task_cells(j))
 
     def job_detail(self, key: str, spark_width: int = 60, chart_range: Optional[str] = None,
@@ -733,10 +739,11 @@ class FleetState:
                 "fenced": j.fenced,
                 "error": j.error, "moved_from": _moved_json(self.moved_from(node, j.name)),
                 "task": dataclasses.asdict(j.task) if j.task else None,
+                "staging": dataclasses.asdict(j.staging) if j.staging else None,
                 **cost.job_json(j, job_costs.get((node, j.name))), **cost.spend_json(spends.get(j.name)),
                 **cost.s3_json(p, self.fleet.s3_price_per_gb_month),
                 **_health_json(p),
-                **_startup_json(p, now if j.state in _ALIVE else None),
+                **_startup_json(p, now if j.state in _ALIVE else None, j.engine),
             })
         alerts = [{"node": n, **dataclasses.asdict(a)} for n, a in self.alerts()]
         money = cost.fleet_cost(node_costs.values())
@@ -967,11 +974,29 @@ def _health_json(p: Optional[Progress]) -> dict[str, Any]:
             "servers_total": len(p.servers) if p.servers else None, "blocked": p.blocked}
 
 
-def _startup_json(p: Optional[Progress], now: Optional[float]) -> dict[str, Any]:
+def _startup_cells(j: JobStatus, alive: bool) -> dict[str, Any]:
+    """A job row's start-up figure for its DONE cell: a stage copying, or an engine loading."""
+    s, e = j.staging, j.engine
+    if not alive:
+        return {}
+    if s is not None and s.active and s.pct is not None:
+        return {"startup": f"staging {s.pct:.0f}%", "startup_frac": s.pct / 100}
+    if e is not None and e.phase is not None and e.phase_pct is not None:
+        return {"startup": f"{e.phase} {e.phase_pct:.0f}%", "startup_frac": e.phase_pct / 100}
+    return {}
+
+
+def _startup_json(p: Optional[Progress], now: Optional[float], e: Optional[Engine] = None) -> dict[str, Any]:
     """A job's start-up in ``status --json``: its phase (while it is alive), the seconds in
-    it, and its last start's seconds to the first durable output."""
+    it, and its last start's seconds to the first durable output; an engine's phase, how far
+    (``phase_pct``, where it prints one) and its time to ready, where its job says none."""
+    if (p is None or p.phase is None) and e is not None and (e.phase is not None or e.ready_s is not None):
+        alive = now is not None and e.phase is not None
+        return {"phase": e.phase if alive else None, "phase_pct": e.phase_pct if alive else None,
+                "phase_s": round(max(0.0, now - e.phase_since), 1) if alive and e.phase_since is not None else None,
+                "startup_s": e.ready_s}
     alive = p is not None and now is not None
-    return {"phase": p.phase if alive else None,
+    return {"phase": p.phase if alive else None, "phase_pct": None,
             "phase_s": round(max(0.0, now - p.phase_since), 1) if alive and p.phase_since is not None else None,
             "startup_s": p.startup_s if p is not None else None}
 

@@ -36,10 +36,12 @@ from typing import Any, Callable, Optional, Sequence, Union
 import asyncssh
 
 from ..agents.contract import VERSION as __version__
+from ..agents.contract.envs import ENVS_DIR, EnvSpec
 from ..agents.contract.jobs import JobSpec
 from ..agents.contract.needs import BASE, broken_python_line, extras_for, fix_line, needed_modules
 from .fleet import Fleet, Node
 from .link import AgentError
+from .deploy_envs import build_envs
 from .ssh import SshTransport, _shell_path
 
 # the distributions the agent imports on a node (the rest of the wheel's requirements serve
@@ -67,9 +69,11 @@ class Deployed:
     deps: str  # "present" (installed --no-deps --no-index) or "installed" (from the node's index)
     seconds: float
     problems: tuple[str, ...] = ()  # jobs of the node that would fail at launch (agents/needs.py), one line each
+    envs: tuple[str, ...] = ()  # each [[envs]] build: unchanged, built or failed, in a sentence (deploy_envs.py)
 
     def describe(self) -> str:
         how = ("dependencies already there: pip --no-deps --no-index" if self.deps == "present"
+               else "this same wheel was installed there already: not reinstalled" if self.deps == "unchanged"
                else "dependencies installed from the node's package index")
         return f"{self.node}: gpudeck {self.version} in {self.venv} ({how}) in {self.seconds:.1f} s"
 
@@ -191,6 +195,17 @@ def wheel_version(wheel: Path) -> str:
     return m.group(1)
 
 
+def wheel_digest(wheel: Path) -> str:
+    """What the wheel holds, as a hash: its RECORD (every file's own sha256), which a rebuild of the
+    same tree repeats (the zip's own bytes do not: its entries carry the build's time)."""
+    import hashlib
+
+    with zipfile.ZipFile(wheel) as z:
+        record = next((n for n in z.namelist() if n.endswith(".dist-info/RECORD")), None)
+        data = z.read(record) if record else wheel.read_bytes()
+    return hashlib.sha256(data).hexdigest()
+
+
 def node_requirements(wheel: Path, extras: Sequence[str] = ()) -> list[str]:
     """The wheel's Requires-Dist lines for the distributions a node needs: the agent's, and
     those of ``extras`` (the fleet's jobs on the node ask for them), without their markers."""
@@ -232,6 +247,13 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PY" -c {layer} "$VENV"
 fi
 VPY="$VENV/bin/python"
+SUM={digest}
+if [ "$(cat "$VENV/.gpudeck-wheel" 2>/dev/null)" = "$SUM" ] && "$VPY" -c {find} {modules} 2>/dev/null; then
+  echo "deps=unchanged"
+  "$VPY" -c 'import gpudeck.agents as a, sys; print("version=" + a.__version__); print("python=" + sys.executable)'
+  exit 0
+fi
+rm -f "$VENV/.gpudeck-wheel"
 "$VPY" -m pip --version >/dev/null 2>&1 || "$VPY" -m ensurepip --default-pip >/dev/null
 if "$VPY" -c {find} {modules} 2>/dev/null; then
   "$VPY" -m pip install --quiet --disable-pip-version-check --no-deps --no-index --force-reinstall "$WHEEL"
@@ -245,6 +267,7 @@ else
   echo "deps=installed"
 fi
 "$VPY" -c 'import gpudeck.agents as a, sys; print("version=" + a.__version__); print("python=" + sys.executable)'
+printf '%s\n' "$SUM" > "$VENV/.gpudeck-wheel"
 """
 # exit 1 when one of argv's modules cannot be found (find_spec: nothing is imported); prints them
 _FIND = ("import importlib.util as u, sys\n"
@@ -337,7 +360,8 @@ async def _check_home(s: _Session, run_id: str, fleet_ids: tuple[str, ...], flee
                                                f"own `home` in the fleet file")
 
 
-async def _install(s: _Session, wheel: Path, jobs: list[JobSpec], fleet_id: str, step: Step) -> Deployed:
+async def _install(s: _Session, wheel: Path, jobs: list[JobSpec], fleet_id: str, step: Step,
+                   envs: Sequence[EnvSpec] = (), timeout: float = 600.0) -> Deployed:
     node, run = s.node, s.run
     dist = f"{s.home}/dist"
     target = f"{dist}/{wheel.name}"
@@ -364,6 +388,7 @@ async def _install(s: _Session, wheel: Path, jobs: list[JobSpec], fleet_id: str,
                                     for n in needed_modules(j) if not n.engine and n.module not in NODE_IMPORTS]
     script = _INSTALL.format(
         python=_shell_path(node.python or "python3"), venv=shlex.quote(s.venv), wheel=shlex.quote(target),
+        digest=shlex.quote(wheel_digest(wheel)),
         layer=shlex.quote(_LAYER), find=shlex.quote(_FIND),
         modules=" ".join(sorted(set(modules))), requirements=" ".join(shlex.quote(r) for r in reqs),
         names=", ".join(list(NODE_DISTRIBUTIONS) + [f"gpudeck[{e}]" for e in extras]))
@@ -380,12 +405,23 @@ async def _install(s: _Session, wheel: Path, jobs: list[JobSpec], fleet_id: str,
     python = facts.get("python", f"{s.venv}/bin/python")
     marker = json.dumps({"node": node.name, "fleet": fleet_id, "machine": s.machine})
     await run("marker", f"printf '%s\\n' {shlex.quote(marker)} > {shlex.quote(s.home + '/' + MARKER)}")
-    problems = await _check_jobs(run, jobs, python)
+    built: list[str] = []
+    problems: list[str] = []
+    if envs:  # the engine environments its jobs name, under the same lock (deploy_envs.py)
+        def locked_env(command: str) -> str:
+            return f"{_shell_path(node.python or 'python3')} -c {shlex.quote(_LOCKED)} " \
+                   f"{shlex.quote(s.home + '/deploy.lock')} {shlex.quote(command)}"
+        results = await build_envs(s.conn, locked_env, _shell_path(node.python or "python3"), s.home, list(envs),
+                                   node.name, step, max(timeout, 3600.0))
+        built = [r.line for r in results]
+        problems += [r.line for r in results if r.event == "failed"]
+    problems += await _check_jobs(run, jobs, python, s.home)
     return Deployed(node.name, facts["version"], s.venv, python, facts.get("deps", "?"),
-                    time.monotonic() - s.t0, tuple(problems))
+                    time.monotonic() - s.t0, tuple(problems), tuple(built))
 
 
-async def _check_jobs(run: Callable[[str, str], Any], jobs: list[JobSpec], venv_python: str) -> list[str]:
+async def _check_jobs(run: Callable[[str, str], Any], jobs: list[JobSpec], venv_python: str,
+                      home: str = "") -> list[str]:
     """Each job's interpreter finds what its kind needs (an engine kind its engine): one line
     per job that would fail at launch, naming the fix."""
     problems = []
@@ -393,13 +429,17 @@ async def _check_jobs(run: Callable[[str, str], Any], jobs: list[JobSpec], venv_
         needs = needed_modules(job)
         if not needs:
             continue
-        python = job.python or venv_python
+        python = f"{home}/{ENVS_DIR}/{job.python_env}/bin/python" if job.python_env else job.python or venv_python
         try:
             await run("check", f"{_shell_path(python)} -c {shlex.quote(_FIND)} "
                                + " ".join(n.module for n in needs))
         except DeployError as exc:
             gone = set(str(exc).split()) & {n.module for n in needs}
-            if not gone:
+            if not gone and job.python_env:  # its env's build failed (said above) and there is no older one
+                problems.append(f"job {job.name!r} (kind {job.kind.value}): its python_env {job.python_env!r} is "
+                                f"not built on this node ({python} does not run): launch refuses it until a "
+                                f"deploy builds the env")
+            elif not gone:
                 why = str(exc).rsplit(": ", 1)[-1]
                 problems.append(broken_python_line(python, why, job.name, job.kind.value))
             problems += [fix_line(n, python, job.name, job.kind.value) for n in needs if n.module in gone]
@@ -413,7 +453,7 @@ async def deploy_node(transport: SshTransport, node: Node, wheel: Path, timeout:
     run_id = uuid.uuid4().hex[:12]
     s = await _open(transport, node, run_id, timeout, step)
     await _check_home(s, run_id, "", set())
-    return await _install(s, wheel, list(jobs), "", step)
+    return await _install(s, wheel, list(jobs), "", step, timeout=timeout)
 
 
 # ---------------------------------------------------------------- many nodes
@@ -437,13 +477,10 @@ async def deploy(nodes: Sequence[Node], transport: SshTransport, wheel: Optional
         if on_result is not None:
             on_result(exc)
 
+    if wheel is not None and wheel_version(wheel) != __version__:
+        raise DeployError("local", "wheel", f"{wheel.name} is version {wheel_version(wheel)}; this console "
+                                            f"is {__version__} and would refuse its agents")
     with tempfile.TemporaryDirectory(prefix="gpudeck-wheel-") as tmp:
-        if wheel is None:
-            step("local", "building the gpudeck wheel")
-            wheel = await build_wheel(Path(tmp))
-        elif wheel_version(wheel) != __version__:
-            raise DeployError("local", "wheel", f"{wheel.name} is version {wheel_version(wheel)}; this console "
-                                                f"is {__version__} and would refuse its agents")
         sessions: list[_Session] = []
 
         async def probe(node: Node) -> None:
@@ -460,8 +497,9 @@ async def deploy(nodes: Sequence[Node], transport: SshTransport, wheel: Optional
 
         async def install(s: _Session) -> None:
             jobs = fleet.jobs_on(s.node.name) if fleet is not None else []
+            envs = fleet.envs_on(s.node.name) if fleet is not None else []
             try:
-                result: Union[Deployed, AgentError] = await _install(s, wheel, jobs, fleet_id, step)
+                result: Union[Deployed, AgentError] = await _install(s, wheel, jobs, fleet_id, step, envs, timeout)
             except AgentError as exc:
                 failed(s.node, exc)
                 return
@@ -469,7 +507,11 @@ async def deploy(nodes: Sequence[Node], transport: SshTransport, wheel: Optional
             if on_result is not None:
                 on_result(result)
 
+        # connect first: a wrong port or a refused key is said at once, before the wheel is built
         await asyncio.gather(*(probe(n) for n in nodes))
+        if wheel is None and sessions:
+            step("local", "building the gpudeck wheel")
+            wheel = await build_wheel(Path(tmp))
         await asyncio.gather(*(check(s) for s in sessions))
         await asyncio.gather(*(install(s) for s in sessions if s.node.name not in results))
         await asyncio.gather(*(_unprobe(s) for s in sessions))

@@ -24,6 +24,7 @@ else:  # pragma: no cover
 
 from ..agents.contract.jobs import KINDS, JobKind, JobSpec, SpecError, completion_marker, shell_command
 from ..agents.contract.cluster import RESOURCE_KEYS, ClusterSpec, split_task
+from ..agents.contract.envs import EnvSpec
 from ..agents.contract.errors import UnknownName
 from ..agents.contract.kinds import OptionError
 from ..agents.contract.names import name_problem
@@ -33,6 +34,7 @@ S3_PRICE_PER_GB_MONTH = 0.023  # dollars per GB-month: S3 Standard's first tier,
 from .fleet_check import (FleetError, check_host_keys, check_range, check_type, did_you_mean, show,
                                         unknown_key)
 from .fleet_cluster import hint_unknown_cluster, parse_clusters, pull_resources
+from .fleet_envs import parse_envs
 from .fleet_plans import PlanRef, parse_plans
 from .fleet_watch import parse_alerts, parse_heartbeat, parse_notify
 
@@ -89,6 +91,7 @@ class Fleet:
     warnings: tuple[str, ...] = ()  # not a key: what is odd but allowed (a deadline in the past), file:line each
     take_over: bool = False  # not a key: `--take-over`, jobs another fleet file owns on a node become ours
     name: Optional[str] = None  # [fleet] name: the owner of its jobs on the nodes, whatever the file's path
+    envs: dict[str, EnvSpec] = field(default_factory=dict)  # [[envs]]: what deploy builds (agents/contract/envs.py)
     # [defaults] s3_price_per_gb_month: what a GB stored in S3 costs a month (a job's S3 inventory)
     s3_price_per_gb_month: float = S3_PRICE_PER_GB_MONTH
 
@@ -145,6 +148,11 @@ class Fleet:
         known = ", ".join(j.name for j in self.jobs) or "none"
         raise UnknownName(f"unknown job {name!r}", self.path or "the local fleet", f"its jobs: {known}")
 
+    def envs_on(self, node: str) -> list[EnvSpec]:
+        """The envs that ``node``'s jobs name (``python_env``): what deploy builds there."""
+        names = {j.python_env for j in self.jobs_on(node) if j.python_env}
+        return [e for n, e in self.envs.items() if n in names]
+
     def jobs_on(self, node: str) -> list[JobSpec]:
         return [j for j in self.jobs if (j.cluster == node if j.cluster is not None else (j.node or LOCAL) == node)]
 
@@ -165,7 +173,7 @@ _DEFAULT_KEYS = {"python", "home", "nvml", "interval", "known_hosts", "host_keys
                  "connect_timeout", "hello_timeout_s", "venv", "jump", "price_per_hour", "textfile_dir", "idle_action",
                  "s3_price_per_gb_month"}
 NO_JUMP = "none"
-SECTIONS = ("fleet", "defaults", "nodes", "clusters", "jobs", "notify", "alerts", "heartbeat", "plans")
+SECTIONS = ("fleet", "defaults", "nodes", "clusters", "envs", "jobs", "notify", "alerts", "heartbeat", "plans")
 FLEET_KEYS = ("name",)  # [fleet]
 # a fleet's name: no ':' nor '/', so that no name is taken for an owner of before names, ``host:/path``
 FLEET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
@@ -218,7 +226,7 @@ def parse_fleet(text: str, path: str = "<fleet>") -> Fleet:
     if unknown:
         key = sorted(unknown)[0]
         raise FleetError(path, loc.top(key), f"unknown section {key!r}{did_you_mean(key, SECTIONS)}; expected "
-                                             f"[fleet], [defaults], [[nodes]], [[clusters]], [[jobs]], [[notify]], [alerts], "
+                                             f"[fleet], [defaults], [[nodes]], [[clusters]], [[envs]], [[jobs]], [[notify]], [alerts], "
                                              f"[heartbeat] or [[plans]]")
     name = _parse_fleet_table(doc.get("fleet", {}), path, loc)
     defaults = doc.get("defaults", {})
@@ -255,8 +263,18 @@ def parse_fleet(text: str, path: str = "<fleet>") -> Fleet:
                        tuple(n.name for n in nodes if n.cluster is not None))
     jobs = _resolve_servers(jobs, {n.name: n for n in nodes}, path, loc)
     jobs = _resolve_after(jobs, path, loc)
+    envs = parse_envs(doc.get("envs", []), loc, fail)
+    for i, j in enumerate(jobs):
+        if j.python_env is not None and j.python_env not in envs:
+            raise FleetError(path, loc.key("jobs", i, "python_env"),
+                             f"[[jobs]] #{i + 1} ({j.name!r}) 'python_env': no [[envs]] table named {j.python_env!r}"
+                             f"{did_you_mean(j.python_env, list(envs))}; declared: {', '.join(envs) or 'none'}")
+        if j.python_env is not None and j.cluster is not None:
+            raise FleetError(path, loc.key("jobs", i, "python_env"),
+                             f"[[jobs]] #{i + 1} ({j.name!r}) 'python_env' is for a node's job: deploy does not build "
+                             f"envs in a cluster's shared_dir yet; give the job the 'python' of an env built there")
     return Fleet(path=path, nodes=nodes, jobs=jobs, notify=notify, alerts=alerts, heartbeat=heartbeat,
-                 plans=plans, warnings=tuple(warnings), name=name,
+                 plans=plans, warnings=tuple(warnings), name=name, envs=envs,
                  s3_price_per_gb_month=float(defaults.get("s3_price_per_gb_month", S3_PRICE_PER_GB_MONTH)))
 
 
@@ -443,7 +461,7 @@ def _parse_jobs(raw_jobs: Any, defaults: dict[str, Any], names: set[str], path: 
                 values["command"] = shell_command(values["command"])
             except ValueError as exc:  # an unclosed quote
                 raise FleetError(path, loc.key("jobs", i, "command"), f"{where}: {exc}") from None
-        if "python" not in values and "python" in defaults:
+        if "python" not in values and "python" in defaults and "python_env" not in values:
             values["python"] = defaults["python"]
         if "stall_after_s" not in values and stall_s is not None:  # [alerts] stall_s: every job's default
             values["stall_after_s"] = max(1.0, float(stall_s))

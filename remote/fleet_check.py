@@ -40,6 +40,13 @@ FINITE = {"price_per_hour"}  # keys where TOML's inf means nothing
 
 
 def check_range(path: str, line: Optional[int], where: str, key: str, v: Any) -> None:
+    if key == "stage" and isinstance(v, list):  # each { from, to }: said at the key's line
+        from ..agents.contract.staging import StageError, read_stage
+        try:
+            read_stage(v, where)
+        except StageError as exc:
+            raise FleetError(path, line, str(exc)) from None
+        return
     bounds = RANGES.get(key)
     if bounds is None or not isinstance(v, (int, float)) or isinstance(v, bool):
         return

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from .cluster import RESOURCE_KEYS, TaskResources
+from .staging import StageError, StageItem, read_stage
 from .kinds import ExtractOptions, GenerateOptions, KindOptions, LlamaServerOptions, OptionError, RouterOptions
 from .units import parse_deadline, parse_duration
 from .vocab import RestartPolicy
@@ -169,6 +170,7 @@ class JobSpec:
     env: dict[str, str] = field(default_factory=dict)
     cwd: Optional[str] = None
     python: Optional[str] = None  # interpreter for built-in kinds; default: the agent's
+    python_env: Optional[str] = None  # an [[envs]] table's name: its python and PATH (agents/contract/envs.py)
     # progress: a progress.json the job writes, or a done-set file (one finished id per line)
     progress: Optional[str] = None
     done_set: Optional[str] = None
@@ -208,6 +210,10 @@ class JobSpec:
     # a job of a cluster ([[clusters]]) instead of a node: what it asks the scheduler for
     cluster: Optional[str] = None
     resources: Optional[TaskResources] = None
+    # copies made before the job's own command starts (agents/staging/): [{ from = "...", to = "..." }]
+    stage: list[StageItem] = field(default_factory=list)
+    stage_reserve_gb: float = 16.0  # a stage into memory (/dev/shm): the host memory the job needs beside the copy
+    stage_max_mb_s: Optional[float] = None  # the stage's copy at most this fast (a shared file system's other users)
 
     def __post_init__(self) -> None:
         problem = job_name_problem(self.name)
@@ -242,6 +248,25 @@ class JobSpec:
         self._check_after()
         self._read_options()
         self._read_resources()
+        self._read_stage()
+        if self.python_env is not None and self.python is not None:
+            raise SpecError(f"job {self.name!r}: 'python' and 'python_env' both given; the env's python is the "
+                            f"job's (drop 'python', or 'python_env')")
+
+    def _read_stage(self) -> None:
+        try:
+            object.__setattr__(self, "stage", read_stage(self.stage, f"job {self.name!r}: 'stage'"))
+        except StageError as exc:
+            raise SpecError(str(exc)) from None
+        reserve = self.stage_reserve_gb
+        if isinstance(reserve, bool) or not isinstance(reserve, (int, float)) or not 0 <= reserve <= 100_000:
+            raise SpecError(f"job {self.name!r}: 'stage_reserve_gb' must be gigabytes from 0 to 100000, got {reserve!r}")
+        limit = self.stage_max_mb_s
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, (int, float)) or not limit > 0):
+            raise SpecError(f"job {self.name!r}: 'stage_max_mb_s' must be megabytes a second above 0, got {limit!r}")
+        if self.stage and self.cluster is not None:
+            raise SpecError(f"job {self.name!r}: 'stage' is for a node's job: on a Slurm cluster the batch wrapper "
+                            f"does not stage yet; point the job at the shared copy, or stage it in its command")
 
     def _read_resources(self) -> None:
         res = self.resources
@@ -357,6 +382,7 @@ class JobSpec:
         d["kind"] = self.kind.value
         d["options"] = self.options.fleet_dict() if self.options is not None else {}
         d["resources"] = self.resources.to_dict() if self.resources is not None else None
+        d["stage"] = [item.to_dict() for item in self.stage]
         return d
 
     def __plain__(self) -> dict[str, Any]:

@@ -215,6 +215,29 @@ class Acked:
 
 
 @dataclass(frozen=True)
+class StagedCopy:
+    """One copy a stage made on the node (agents/staging/record.py): where to, from where, its
+    bytes, the job that made it and when, and whether its files are all there now (a reboot
+    empties /dev/shm)."""
+
+    to: str
+    source: str
+    bytes: int = 0
+    job: Optional[str] = None
+    staged_at: Optional[float] = None
+    present: bool = True
+
+
+@dataclass(frozen=True)
+class Unstaged:
+    """What ``unstage`` removed, and what it kept and why ("<to>: in use by job x (running)")."""
+
+    removed: list[StagedCopy] = field(default_factory=list)
+    kept: list[str] = field(default_factory=list)
+    freed_bytes: int = 0
+
+
+@dataclass(frozen=True)
 class Noted:
     """An operator's note written into a node's timeline."""
 
@@ -489,8 +512,19 @@ class Doctor(Op):
 
 DOCTOR_MAX_S = 1800.0
 
+
+@dataclass(frozen=True)
+class Unstage(Op):
+    """Remove the node's staged copies (every one, or those at ``paths``); a copy a live job
+    stages or uses is kept, and said."""
+
+    name: ClassVar[str] = "unstage"
+    Result: ClassVar[type] = Unstaged
+    paths: list[str] = field(default_factory=list)
+
+
 ALL: tuple[type[Op], ...] = (Status, Configure, ReadHistory, ReadEvents, Watch, Ack, Note, Launch, Kill, Relaunch,
-                             KillPid, Adopt, Logs, Doctor)
+                             KillPid, Adopt, Logs, Doctor, Unstage)
 OPS: dict[str, type[Op]] = {cls.name: cls for cls in ALL}
 
 

@@ -19,6 +19,7 @@ from . import VERSION as __version__
 from .plain import ProtocolError, from_dict, quick_init, to_plain  # the wire's own API too
 from .vocab import AlertKind, EngineState, EventKind, JobState, RestartPolicy
 from .jobs import JobKind
+from .staging import Staging
 
 PROTOCOL = 1
 
@@ -104,6 +105,16 @@ class Engine:
     accept_length: Optional[float] = None  # None when speculative decoding is off
     error: Optional[str] = None
     kv_pool: Optional[str] = None  # "mamba" or "swa" when that pool, not full attention, is the fullest
+    # its start-up while it does not answer yet, as its own log lines and /health say it
+    # (agents/loading.py): the phase (starting, loading, capturing) and since when (unix time,
+    # the node's clock); how far, where the engine prints it (its percentage, and "2/15" of its
+    # bar's steps), and when that figure last moved
+    phase: Optional[str] = None
+    phase_since: Optional[float] = None
+    phase_pct: Optional[float] = None
+    phase_step: Optional[str] = None
+    phase_moved_at: Optional[float] = None
+    ready_s: Optional[float] = None  # once it answered: its attempt's start to its first ready answer (seconds)
 
 
 @dataclass(frozen=True)
@@ -362,6 +373,7 @@ class JobStatus:
     waiting: Optional[str] = None  # a job with `after` not started yet: what it waits for, or why it is blocked
     adopted: bool = False  # this attempt is a process gpudeck did not start (`gpudeck adopt`)
     fenced: Optional[str] = None  # state fenced: where the job went, as its worker read it beside the output
+    staging: Optional[Staging] = None  # its stage's copy (agents/staging/), from the attempt's staging.json
     # every attempt of the job on this node (the last MAX_ATTEMPTS_KEPT), the current one last:
     # what the console's spend per attempt and "burned" are made of
     attempts: list[AttemptSpan] = field(default_factory=list)

@@ -52,7 +52,9 @@ from ..contract.plain import to_plain
 from ..contract.wire import ClusterInfo, JobStatus, KillVerdict, LaunchResult, LogChunk
 from .records import (START_TIME_TOLERANCE_S, JobRecord, _Live, descendants as _descendants, ended_pidfds,
                       first_start_of, group_members, leader_alive)
+from ..envs import EnvMissing, resolve as env_resolve
 from .specdiff import spec_changes
+from ..staging.launch import launch_refusal as stage_refusal, staged_argv
 from ..contract.atomic import atomic_write_json as write_json_atomic
 
 log = logging.getLogger(__name__)
@@ -533,7 +535,14 @@ class JobSupervisor:
         if spec is None:
             known = ", ".join(self.names()) or "none"
             raise JobError(f"unknown job {name!r} on node {self.node} (known: {known})")
-        problem = launch_problem(spec, spec.python or self.python, str(self._job_dir(name)))  # before anything starts
+        try:  # a python_env: the build its name links to now (agents/envs.py)
+            python, _ = env_resolve(spec, self.home, self.python, self.node)
+        except EnvMissing as exc:
+            raise JobError(str(exc)) from None
+        problem = launch_problem(spec, python, str(self._job_dir(name)))  # before anything starts
+        if problem:
+            raise JobError(problem)
+        problem = stage_refusal(spec, self.home)  # a stage that cannot be read or does not fit (agents/staging/)
         if problem:
             raise JobError(problem)
         if not fence_checked:
@@ -566,12 +575,17 @@ class JobSupervisor:
             (d / FENCED_NOTE).unlink(missing_ok=True)
             self._clear_markers(spec)
             write_json_atomic(d / "spec.json", spec.to_dict())
-            argv = spec.argv(self.python)
+            try:
+                python, env_vars = env_resolve(spec, self.home, self.python, self.node)
+            except EnvMissing as exc:
+                raise JobError(str(exc)) from None
+            argv = spec.argv(python)
             # an adopted job's recorded environment is all of it (the agent's own is not added),
             # its CUDA variables included; a fleet file's version of the name is launched as usual
             exact = name not in self._declared and (d / ADOPTED).exists()
             env = {} if exact else dict(os.environ)
             env.update(spec.env)
+            env.update(env_vars)
             env.update(GPUDECK_JOB=name, GPUDECK_JOB_DIR=str(d), GPUDECK_NODE=self.node,
                        GPUDECK_ATTEMPT=str(rec.attempt + 1),
                        GPUDECK_PROGRESS_FILE=str(d / "progress.json"))
@@ -588,7 +602,7 @@ class JobSupervisor:
                 logf.flush()
                 try:
                     popen = subprocess.Popen(["/bin/sh", "-c", WRAPPER, "gpudeck-job", sys.executable,
-                                              str(int(spec.log_max_mb * 2**20)), *argv],
+                                              str(int(spec.log_max_mb * 2**20)), *staged_argv(spec, d, self.home, argv)],
                                              stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
                                              cwd=cwd, env=env, start_new_session=True, close_fds=True)
                 except OSError as exc:

@@ -33,6 +33,9 @@ from ..contract.jobs import JobSpec, SpecError
 from .consoles import Consoles, Link, Listener
 from ..jobs.planwatch import PlanWatch
 from ..sense.progress import ProgressTracker
+from ..loading import EngineStartups
+from ..staging import copies
+from ..staging.status import StagingReader
 from .promfile import TextfileWriter
 from ..contract.plain import to_plain
 from ..contract.wire import Alert, Engine, JobStatus, Progress, Reply, Request, Snapshot
@@ -87,6 +90,8 @@ class Agent:
         self._trackers: dict[str, tuple[tuple[Optional[str], Optional[str], Optional[int]], ProgressTracker]] = {}
         self._scrapers: dict[str, EngineScraper] = {}
         self._engines: dict[str, Engine] = {}
+        self.startups = EngineStartups(lambda name, file: jobs.workdir(name) / file)  # how far each engine's loading is (agents/loading.py)
+        self.stagings = StagingReader(lambda name, file: jobs.workdir(name) / file)  # each job's stage as its staging step reports it
         self._last_rates: dict[str, tuple[Optional[float], Optional[float]]] = {}  # tokens/s, when
         self._scraping: set[str] = set()
         self._http: Optional[httpx.AsyncClient] = None
@@ -164,12 +169,20 @@ class Agent:
         progress = self._tracker(name, spec, progress_file).poll(now) if spec else None
         if progress is not None:
             progress = self._honest(name, progress, state.alive, now)
+        staging = self.stagings.read(name) if facts is not None and spec is not None and spec.stage else None
         engine = self._engines.get(name) if spec and spec.scrape_url else None
+        if staging is not None and staging.active and state is JobState.RUNNING:
+            state, engine = JobState.STARTING, None  # its own command has not started yet
+        if engine is not None and facts is not None and facts.state.alive:  # the engine starts when its stage is done
+            began = staging.ended_at if staging is not None and staging.ended_at else facts.started_at
+            engine = self.startups.apply(name, facts.attempt, began, engine, now)
         out = self.watch.job_fields(name, spec)  # a dict of its own, each call
         out.update(self.plans.fields(name, spec, facts, progress, now))
-        out["progress"], out["engine"] = progress, engine
+        out["progress"], out["engine"], out["staging"] = progress, engine, staging
         if engine is not None and state is JobState.RUNNING and not engine.state.answers:
-            out["state"] = JobState.STARTING
+            state = JobState.STARTING
+        if state is not (facts.state if facts is not None else JobState.PENDING):
+            out["state"] = state
         return out
 
     def _honest(self, name: str, progress: Progress, alive: bool, now: float) -> Progress:
@@ -227,6 +240,7 @@ class Agent:
             if not url or facts is None or not facts.state.alive:
                 if name in self._engines and (facts is None or not facts.state.alive):
                     self._engines.pop(name, None)
+                    self.startups.forget(name)
                 continue
             if name in self._scraping:
                 continue
@@ -269,7 +283,8 @@ class Agent:
             ops.KillPid: lambda op: jobs.kill_pid(op.pid, op.grace_s),
             ops.Adopt: lambda op: jobs.adopt(op.pid, op.job, op.started_at, op.progress_file, op.kind),
             ops.Logs: lambda op: jobs.logs(op.job, op.lines, op.offset),
-            ops.Doctor: lambda op: doctor.examine(op, jobs, self.gpu, self.node),
+            ops.Doctor: lambda op: doctor.examine(op, jobs, self.gpu, self.node, self.home),
+            ops.Unstage: lambda op: copies.unstage(self.home, op.paths, lambda to: copies.live_user(jobs, to)),
         }
 
     def handle(self, req: Request, op: ops.Op) -> Reply:

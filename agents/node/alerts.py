@@ -14,7 +14,7 @@ from typing import Callable, Optional
 
 from ..contract.vocab import AlertKind, EngineState, JobState
 from ..contract.jobs import JobSpec
-from ..contract.stall import quiet_since
+from ..contract.stall import engine_quiet_since, quiet_since
 from ..contract.wire import Alert, Gpu, Host, JobStatus
 
 DISK_LOW_FRACTION = 0.05
@@ -64,6 +64,12 @@ def node_alerts(gpus: list[Gpu], jobs: list[JobStatus], specs: dict[str, JobSpec
             if since is not None and now - since > stall:
                 alerts.append(Alert(AlertKind.STALLED, f"job {j.name}: no progress for {int(now - since)} s "
                                                f"while its process is alive", job=j.name))
+        elif j.progress is None and j.state in (JobState.RUNNING, JobState.STARTING) and \
+                (since := engine_quiet_since(j.engine, now)) is not None:
+            spec = specs.get(j.name)
+            if now - since > (spec.stall_after_s if spec else 600.0):  # a load that stopped moving, past the cap
+                alerts.append(Alert(AlertKind.STALLED, f"job {j.name}: its engine has been {j.engine.phase} with no "
+                                                       f"progress for {int(now - since)} s", job=j.name))
         if j.engine is not None and j.engine.state is EngineState.FAILED and j.state is JobState.RUNNING:
             alerts.append(Alert(AlertKind.ENGINE_FAILED, f"job {j.name}: engine at {j.engine.url}: {j.engine.error}",
                                 job=j.name))

@@ -62,6 +62,8 @@ from ..contract.ops import Check
 from ..contract.units import human_bytes
 from ..contract.vocab import Verdict
 from ..jobs.backend import GpuReader, JobBackend
+from ..envs import EnvMissing, check_env, resolve as env_resolve
+from ..staging.copies import check_staged
 
 log = logging.getLogger("agents")
 
@@ -991,7 +993,7 @@ def run_checks(tasks: list[Task]) -> list[Check]:
     return out
 
 
-def examine(op: ops.Doctor, jobs: JobBackend, gpu: GpuReader, node: str) -> ops.DoctorReport:
+def examine(op: ops.Doctor, jobs: JobBackend, gpu: GpuReader, node: str, home: Path) -> ops.DoctorReport:
     """The ``doctor`` op: every check of the node against its declared jobs."""
     received = time.time()  # first: the clock is compared against the console's at once
     th = Thresholds(import_warn_s=op.import_warn_s, timeout_s=op.timeout_s,
@@ -1000,15 +1002,21 @@ def examine(op: ops.Doctor, jobs: JobBackend, gpu: GpuReader, node: str) -> ops.
     python = jobs.python
     quick = th.quick_timeout_s
 
+    def py_of(s: JobSpec) -> str:  # a python_env's python (agents/envs.py), else the job's or the agent's
+        try:
+            return env_resolve(s, home, python)[0]
+        except EnvMissing:
+            return python  # its own `env` line fails, saying so
+
     torch_by: dict[str, list[str]] = {}  # interpreter -> the jobs that need torch from it
     for s in specs:
         if needs_torch(s):
-            torch_by.setdefault(s.python or python, []).append(s.name)
+            torch_by.setdefault(py_of(s), []).append(s.name)
     cuda_jobs = {s.name for s in specs if needs_gpu(s) and needs_torch(s)}
     sglang_by: dict[str, list[JobSpec]] = {}
     for s in specs:
         if s.kind is JobKind.SGLANG_SERVER and not s.command:
-            sglang_by.setdefault(s.python or python, []).append(s)
+            sglang_by.setdefault(py_of(s), []).append(s)
 
     def imports() -> list[Check]:
         out = []
@@ -1051,6 +1059,12 @@ def examine(op: ops.Doctor, jobs: JobBackend, gpu: GpuReader, node: str) -> ops.
     for s in specs:
         if getattr(s.options, "s3", None):
             tasks.append(("s3", quick, lambda s=s: [check_s3(s)]))
+    by_env: dict[str, list[str]] = {}  # python_env -> its jobs (agents/envs.py)
+    for s in specs:
+        if s.python_env:
+            by_env.setdefault(s.python_env, []).append(s.name)
+    for env, users in by_env.items():
+        tasks.append(("env", th.timeout_s, lambda env=env, users=users: [check_env(home, env, users, quick)]))
     checks = run_checks(tasks)
     if op.console_time is not None:
         checks.append(check_clock(op.console_time, received, th))
@@ -1059,4 +1073,5 @@ def examine(op: ops.Doctor, jobs: JobBackend, gpu: GpuReader, node: str) -> ops.
         checks.append(check_containment(contained.mode, contained.parent,
                                         os.environ.get("GPUDECK_CONTAINMENT") == "token", cgroup2_mount()))
     checks += check_limits(th=th)
+    checks.append(check_staged(home))  # the copies stages made here (agents/staging/copies.py)
     return ops.DoctorReport(node=node, checks=checks, at=time.time())

@@ -14,6 +14,7 @@ from ..sense.health import GpuHealth
 from ..contract.vocab import AlertKind, EventKind, JobState
 from ..contract.jobs import JobSpec
 from ..contract.documents import drift_text, over_plan
+from ..contract.stall import STARTUP_PHASES, engine_starting_up
 from ..contract.units import human_bytes, human_duration, index_ranges
 from ..contract.wire import Alert, Gpu, Host, JobStatus
 from .conditions import Condition
@@ -109,7 +110,7 @@ class Checks:
         out = []
         seen = set()
         for j in jobs:
-            if j.state is not JobState.RUNNING:
+            if j.state is not JobState.RUNNING or getting_ready(j):
                 continue
             for i in j.gpus:
                 if i >= len(gpus) or gpus[i].util_pct is None:
@@ -287,11 +288,21 @@ def quality(jobs: list[JobStatus], limits: AlertThresholds) -> list[Condition]:
 
 def idle_gpus(gpus: list[Gpu], jobs: list[JobStatus]) -> list[int]:
     """The GPUs doing nothing now: at 0% use (with no job, or under a job that does not use
-    them), or with no use reported and neither a live job nor a process on them."""
+    them), or with no use reported and neither a live job nor a process on them. A GPU whose
+    job is getting ready for it (its engine loading, its model staging, its start-up phase)
+    is not idle: it is paid for the start."""
     held = {i for j in jobs if j.state.alive for i in j.gpus}
-    return [g.index for g in gpus
-            if (g.util_pct is not None and g.util_pct <= 0)
-            or (g.util_pct is None and g.index not in held and not g.processes)]
+    readying = {i for j in jobs if j.state.alive and getting_ready(j) for i in j.gpus}
+    return [g.index for g in gpus if g.index not in readying and (
+        (g.util_pct is not None and g.util_pct <= 0)
+        or (g.util_pct is None and g.index not in held and not g.processes))]
+
+
+def getting_ready(j: JobStatus) -> bool:
+    """The job says it is starting up: its engine loads (agents/loading.py), or its own
+    progress names a start-up phase (staging its model, compiling)."""
+    return (engine_starting_up(j.engine) or (j.staging is not None and j.staging.active)
+            or (j.progress is not None and j.progress.phase in STARTUP_PHASES))
 
 
 def _hhmm(t: float) -> str:

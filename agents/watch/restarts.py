@@ -31,7 +31,7 @@ from typing import Any, Callable, Optional
 
 from ..contract.vocab import EventKind, JobState, RestartPolicy
 from ..contract.jobs import JobSpec, final_exit
-from ..contract.stall import quiet_since
+from ..contract.stall import engine_quiet_since, quiet_since
 from ..contract.wire import JobStatus
 from ..contract.clock import SYSTEM, Clock
 from ..jobs.backend import JobBackend, JobError
@@ -185,14 +185,18 @@ class RestartEngine:
         if stall_s and j.state is JobState.RUNNING and j.progress is not None and j.started_at:
             # a job that says it is compiling (or loading) is left alone, up to a cap (contract/stall.py)
             since = quiet_since(j.progress, changed, now, started_at=j.started_at)
-            if since is not None and now - since > stall_s:
-                self.emit(EventKind.STALLED, f"job {j.name}: no progress for {now - since:.0f} s "
-                                             f"(restart_on_stall {spec.restart_on_stall}): killing and restarting",
-                          job=j.name, key=f"stall-restart:{j.name}")
-                if self._schedule(j, spec, st, now, f"stalled for {now - since:.0f} s", 2 if no_progress else 1,
-                                  delay=0.0) and not st.gave_up:
-                    self._start(j.name, spec, st, j.attempt)
-                return True
+        elif stall_s and j.state in (JobState.RUNNING, JobState.STARTING) and j.progress is None:
+            since = engine_quiet_since(j.engine, now)  # an engine's load that still moves is never a stall
+        else:
+            since = None
+        if stall_s and since is not None and now - since > stall_s:
+            self.emit(EventKind.STALLED, f"job {j.name}: no progress for {now - since:.0f} s "
+                                         f"(restart_on_stall {spec.restart_on_stall}): killing and restarting",
+                      job=j.name, key=f"stall-restart:{j.name}")
+            if self._schedule(j, spec, st, now, f"stalled for {now - since:.0f} s", 2 if no_progress else 1,
+                              delay=0.0) and not st.gave_up:
+                self._start(j.name, spec, st, j.attempt)
+            return True
         return False
 
     def _schedule(self, j: JobStatus, spec: JobSpec, st: RestartState, now: float, reason: str, weight: int,

@@ -172,7 +172,8 @@ def _job_lines(state) -> list[str]:
     from ..state import job_tokens_per_s
 
     from ..state import collapse_pending
-    from ..formatting import startup_text
+    from ..formatting import engine_startup_text, ready_text, startup_text
+    from ...agents.contract.staging import staging_text
     from ...agents.contract.stall import STARTUP_CAP_S
 
     jobs = collapse_pending(state.jobs())
@@ -204,10 +205,18 @@ def _job_lines(state) -> list[str]:
             else:
                 lines.append(f"  cost: {dollars(c.per_m_tokens if c else None)} per M output tokens, "
                              f"{dollars(c.per_useful if c else None)} per useful completion")
+        if j.staging is not None and (j.state in ALIVE and j.staging.active or j.staging.state == "failed"):
+            lines.append(f"  {staging_text(j.staging)}" + (f": {j.staging.item}" if j.staging.item else ""))
         starting = startup_text(p, state.clock()) if j.state in ALIVE else None
         if starting:  # a long start is said, so that it is not taken for a stall
             lines.append(f"  start-up: {starting} (no stall is counted while it says so, up to "
                          f"{human_duration(STARTUP_CAP_S)})")
+        elif j.state in ALIVE and (loading := engine_startup_text(j.engine, state.clock())):
+            step = f" ({j.engine.phase_step})" if j.engine.phase_step else ""
+            lines.append(f"  start-up: {loading}{step}, from the engine's own "
+                         f"{'log lines' if j.engine.phase_pct is not None else '/health'}")
+        elif j.state in ALIVE and (ready := ready_text(j.engine)):
+            lines.append(f"  {ready}")
         if p is not None:
             lines.extend(_health_lines(p, state.clock()))
         if j.task is not None:

@@ -66,7 +66,11 @@ class JobsTable(LiveTable[JobRow]):
         state = ((state_text, st(STATE_STYLE.get(j.state, "muted"))),)
         gpus = partial(cells.gpu_list, j.gpus)  # 0,1 / 0-7 / ×8: as the column's width allows
         spark = ((cells.sparkline(j.spark[-SPARK:]), st("spark")),)
-        if j.engine_state is not None and j.done is None:
+        if j.startup is not None and j.done is None:  # an engine loading, a stage copying: how far
+            done = j.startup
+            progress = cells.bar(j.startup_frac, PROGRESS_BAR, st("bar"), st("bar-empty"))
+            rate = "-"
+        elif j.engine_state is not None and j.done is None:
             done = f"r{_n(j.running)} q{_n(j.queued)}"
             progress: Cell = cells.bar(j.kv_usage, PROGRESS_BAR, st("warn") if (j.kv_usage or 0) > 0.9 else st("bar"),
                                        st("bar-empty"))
@@ -80,6 +84,8 @@ class JobsTable(LiveTable[JobRow]):
         # node), muted (news, not a problem), then the flags; the details say both in full
         flags: list[tuple[str, Optional[Style]]] = [(j.moved, st("muted"))] if j.moved else []
         flags += [(f, st("warn")) for f in j.flags]
+        if j.ready:  # news, not a problem
+            flags.append((j.ready, st("muted")))
         # whole flags, the next one cut between words, then +N: never a word cut in two (describe: all)
         flag_cell = partial(cells.phrases_fit, flags) if flags else ((("-", st("muted")),))
         return (j.name, j.node, j.kind.short, state, gpus, str(j.attempt),

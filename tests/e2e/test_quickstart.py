@@ -42,14 +42,34 @@ def quickstart() -> tuple[str, list[str]]:
 
 
 STANDIN = '''
-"""A stand-in for SGLang's launch_server: gpudeck's simulated engine on the same flags."""
+"""A stand-in for SGLang's launch_server: gpudeck's simulated engine on the same flags, run by
+the python gpudeck's deploy made on the node (the env itself holds only this stand-in)."""
 import argparse, os, sys
 p = argparse.ArgumentParser()
 p.add_argument("--model-path"); p.add_argument("--host"); p.add_argument("--port")
 p.add_argument("--enable-metrics", action="store_true")
 a, _ = p.parse_known_args()
-os.execv(sys.executable, [sys.executable, "-m", "gpudeck.console", "sim-engine", "--port", a.port])
+assert os.path.isfile(os.path.join(a.model_path, "config.json")), "the staged model is not there"
+os.execv(GPUDECK_PYTHON, [GPUDECK_PYTHON, "-m", "gpudeck.console", "sim-engine", "--port", a.port])
 '''
+
+
+def standin_wheel(tmp_path, gpudeck_python: str) -> str:
+    """A wheel of a package named sglang holding the stand-in: the light env the quickstart's
+    `[[envs]]` table builds here instead of SGLang, from a local file (the nodes are offline)."""
+    import subprocess
+
+    project = tmp_path / "standin"
+    (project / "sglang").mkdir(parents=True)
+    (project / "sglang" / "__init__.py").write_text("")
+    (project / "sglang" / "launch_server.py").write_text(f"GPUDECK_PYTHON = {gpudeck_python!r}\n" + STANDIN)
+    (project / "pyproject.toml").write_text('[project]\nname = "sglang"\nversion = "0.0.1"\n'
+                                            '[build-system]\nrequires = ["setuptools"]\n'
+                                            'build-backend = "setuptools.build_meta"\n')
+    out = tmp_path / "standin-wheel"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w",
+                    str(out), str(project)], check=True, capture_output=True, timeout=120)
+    return str(next(out.glob("sglang-*.whl")))
 
 
 @pytest.fixture
@@ -70,17 +90,21 @@ def test_the_readme_quickstart_word_for_word_on_freshly_deployed_nodes(two_nodes
     laptop = two_nodes
     toml, commands = quickstart()
     assert commands[:3] == ["gpudeck deploy -f fleet.toml", "gpudeck status -f fleet.toml", "gpudeck up -f fleet.toml"]
-    # the placeholders the README says are the user's own
-    engine = tmp_path / "sglang-python"
-    (tmp_path / "standin" / "sglang").mkdir(parents=True)
-    (tmp_path / "standin" / "sglang" / "__init__.py").write_text("")
-    (tmp_path / "standin" / "sglang" / "launch_server.py").write_text(STANDIN)
-    engine.write_text(f"#!/bin/sh\nPYTHONPATH={tmp_path / 'standin'} exec {sys.executable} \"$@\"\n")
-    engine.chmod(0o755)
+    # the placeholders the README says are the user's own: the model (a small one, staged to a
+    # folder of this test's instead of /dev/shm), SGLang (a light env: a stand-in, from a local
+    # wheel), the port and the prompts
+    home = tmp_path / "gpu1-home" / ".gpudeck"
+    wheel = standin_wheel(tmp_path, str(home / "venv" / "bin" / "python"))
+    model = tmp_path / "models" / "Qwen3-8B"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text('{"num_hidden_layers": 2}')
+    (model / "model.safetensors").write_bytes(os.urandom(2_000_000))
+    fast = tmp_path / "fast" / "Qwen3-8B"
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text("".join(json.dumps({"prompt": f"question {i}"}) + "\n" for i in range(6)))
     port = free_port()
-    for placeholder, mine in (("/opt/sglang/bin/python", str(engine)), ("/models/Qwen3-8B", "/models/standin"),
+    for placeholder, mine in (('packages = ["sglang[all]"]', f'packages = ["{wheel}"]'),
+                              ("/dev/shm/Qwen3-8B", str(fast)), ("/models/Qwen3-8B", str(model)),
                               ("30000", str(port)), ("/data/prompts.jsonl", str(prompts)),
                               ("/data/gen", str(tmp_path / "gen-out"))):
         assert placeholder in toml
@@ -88,10 +112,12 @@ def test_the_readme_quickstart_word_for_word_on_freshly_deployed_nodes(two_nodes
     (laptop.dir / "fleet.toml").write_text(toml)
 
     # 3. deploy: from a bare python3, the node's index gives the agent and the generate worker
-    # what they need; the engine job's python is checked
+    # what they need; the engine's env is built; the engine job's python is checked
     r = laptop.gpudeck("gpudeck deploy -f fleet.toml")
     assert "deployed gpudeck to 2 of 2 node(s)" in r.stdout and "problem" not in r.stdout, r.stdout + r.stderr
     assert "dependencies installed from the node's package index" in r.stdout
+    assert f"gpu1: env sglang: built {home / 'envs' / 'sglang-'}" in r.stdout, r.stdout
+    assert "env sglang: unchanged" in laptop.gpudeck("gpudeck deploy -f fleet.toml gpu1").stdout
     # 4. status: both nodes, the jobs not started
     r = laptop.gpudeck("gpudeck status -f fleet.toml")
     for word in ("gpu1", "gpu2", "sglang-0", "gen", "pending"):
@@ -125,7 +151,9 @@ def test_the_readme_quickstart_word_for_word_on_freshly_deployed_nodes(two_nodes
     wait_for(lambda: (_job(laptop, "sglang-0").get("engine") or {}).get("state") == "ready", 120,
              what="the engine ready")
     log = (tmp_path / "gpu1-home" / ".gpudeck" / "jobs" / "sglang-0" / "job.log").read_text()
-    assert f"{engine} -m sglang.launch_server --model-path /models/standin" in log.splitlines()[0]  # what ran
+    assert re.search(re.escape(str(home / "envs")) + r"/sglang-[0-9a-f]{12}/bin/python -m sglang\.launch_server "
+                     r"--model-path " + re.escape(str(fast)) + " ", log.splitlines()[0]), log  # what ran
+    assert (fast / "model.safetensors").read_bytes() == (model / "model.safetensors").read_bytes()  # staged
     laptop.gpudeck("gpudeck launch gen -f fleet.toml")  # the README's shell form of the second launch
     gen = wait_for(lambda: (j := _job(laptop, "gen"))["state"] in ("exited", "failed") and j, 180,
                    what="the generate job ended")
@@ -142,16 +170,19 @@ def test_an_engine_python_without_its_engine_is_named_at_deploy_with_its_fix(two
     bare = tmp_path / "node-python" / "bin" / "python3"  # runs, but has no router
     toml += f'\n[[jobs]]\nname = "router"\nnode = "gpu2"\nkind = "router"\nport = 30100\npython = "{bare}"\n' \
             f'workers = ["sglang-0"]\n'
-    (laptop.dir / "fleet.toml").write_text(toml)  # /opt/sglang/bin/python: not on this machine
+    (laptop.dir / "fleet.toml").write_text(toml)  # sglang[all]: not in the nodes' (offline) index
     r = laptop.gpudeck("gpudeck deploy -f fleet.toml", check=False)
     assert r.returncode == 1 and "deployed gpudeck to 2 of 2 node(s)" in r.stdout, r.stdout + r.stderr
-    line = next(ln for ln in r.stderr.splitlines() if "sglang-0" in ln)
-    assert "/opt/sglang/bin/python does not run here" in line and 'set python = "' in line, r.stderr
+    line = next(ln for ln in r.stderr.splitlines() if "env sglang" in ln)  # pip's own line, the package named
+    assert line.startswith("gpu1: env sglang: the build failed, installing sglang[all]: ERROR: "), r.stderr
+    line = next(ln for ln in r.stderr.splitlines() if "'sglang-0'" in ln)
+    assert "its python_env 'sglang' is not built on this node" in line, r.stderr
     line = next(ln for ln in r.stderr.splitlines() if "'router'" in ln)
     assert line.startswith("gpu2: ") and f"{bare} cannot import sglang_router" in line, r.stderr
-    assert "pip install sglang-router" in line and "2 job problem(s)" in r.stdout
+    assert "pip install sglang-router" in line and "3 job problem(s)" in r.stdout
     r = laptop.gpudeck("gpudeck launch sglang-0 -f fleet.toml", check=False)
-    assert r.returncode != 0 and "/opt/sglang/bin/python" in r.stderr and "Traceback" not in r.stderr
+    assert r.returncode != 0 and "python_env 'sglang' is not built on node gpu1" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
 
 
 def test_two_nodes_that_share_a_home_are_refused_at_deploy(tmp_path):

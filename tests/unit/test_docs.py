@@ -34,9 +34,9 @@ FLEET_DOC = DOCS / "fleet-file.md"
 def accepted_fleet_keys() -> dict[str, frozenset[str]]:
     """Every key the fleet-file parser accepts, per table: the sets it checks a key against
     before refusing it as unknown. Keys of the result: a section of SECTIONS ("defaults",
-    "nodes", "jobs", "alerts", "notify", "heartbeat", "plans"), and "kind=NAME" for each job kind's
+    "nodes", "envs", "jobs", "alerts", "notify", "heartbeat", "plans"), and "kind=NAME" for each job kind's
     own options."""
-    from gpudeck.remote import fleet, fleet_cluster, fleet_plans, fleet_watch
+    from gpudeck.remote import fleet, fleet_cluster, fleet_envs, fleet_plans, fleet_watch
     from gpudeck.agents.contract.cluster import RESOURCE_KEYS
 
     keys = {
@@ -49,6 +49,7 @@ def accepted_fleet_keys() -> dict[str, frozenset[str]]:
         # `resources` (a cluster job's scheduler keys, given one by one: RESOURCE_KEYS)
         "jobs": frozenset(fleet._JOB_FIELDS) - {"options", "resources"} | frozenset(RESOURCE_KEYS),
         "clusters": frozenset(fleet_cluster.CLUSTER_KEYS),
+        "envs": frozenset(fleet_envs.ENV_KEYS),
         "alerts": frozenset(fleet_watch.ALERT_KEYS),
         "notify": frozenset(fleet_watch.NOTIFY_KEYS),
         "heartbeat": frozenset(fleet_watch.HEARTBEAT_KEYS),

@@ -20,7 +20,8 @@ EXAMPLES = [ops.Status(), ops.Configure(jobs=[JobSpec(name="j", command=["true"]
             ops.Ack(job="j"), ops.Note(text="switched to B200", job="j", notify=True, by="me@laptop"),
             ops.Launch(job="j"), ops.Kill(job="j", grace_s=2.5), ops.Relaunch(job="j"), ops.KillPid(pid=42),
             ops.Adopt(pid=42, job="found", started_at=1.7e9, progress_file="p.json", kind="generate"),
-            ops.Logs(job="j", offset=100), ops.Doctor(console_time=1.5e9, venv="~/.gpudeck/venv", timeout_s=30.0)]
+            ops.Logs(job="j", offset=100), ops.Doctor(console_time=1.5e9, venv="~/.gpudeck/venv", timeout_s=30.0),
+            ops.Unstage(paths=["/dev/shm/qwen"])]
 
 
 def test_every_op_has_an_example():

@@ -28,7 +28,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fail-kinds", default=",".join(FAIL_KINDS),
                    help=f"comma-separated failure kinds to draw from: {', '.join(FAIL_KINDS)}")
     p.add_argument("--model", default="sim-model", help="the served model name")
-    p.add_argument("--startup-s", type=float, default=0.0, help="seconds of /health 503 before ready")
+    p.add_argument("--startup-s", type=float, default=0.0,
+                   help="seconds of /health 503 before ready, printing SGLang's loading lines meanwhile")
+    p.add_argument("--shards", type=int, default=8,
+                   help="checkpoint shards it says it loads during --startup-s, one SGLang progress line "
+                        "each on stderr (default 8; 0: none)")
     p.add_argument("--out-tokens", default="16-96", help="completion length range MIN-MAX (tokens)")
     p.add_argument("--batch-tok-s", type=float, default=0.0,
                    help="decode tokens/s of the whole server, shared by the requests running: each decodes at "
@@ -86,12 +90,52 @@ async def serve(args: argparse.Namespace) -> int:
     print(f"listening on http://{args.host}:{port}", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+    loading = loop.create_task(print_loading(args.startup_s, args.shards)) if args.startup_s > 0 else None
     got: list[int] = []
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, lambda s=sig: (got.append(s), stop.set()))
     await stop.wait()
+    if loading is not None:
+        loading.cancel()
     await runner.cleanup()
     return 130 if got[:1] == [signal.SIGINT] else 0  # ctrl-c: 130, as every gpudeck command
+
+
+# SGLang's own bar (BAR_FORMAT in sglang/srt/utils/common.py) and its loader's description
+# (sglang/srt/model_loader/weight_utils.py), as tqdm prints them on stderr after a carriage return
+LOADING_DESC = "Loading safetensors checkpoint shards"
+
+
+def loading_line(n: int, total: int, elapsed_s: float, total_s: float) -> str:
+    """One of SGLang's loading lines: ``Loading safetensors checkpoint shards:  13% Completed |
+    2/15 [00:05<00:32,  2.50s/it]``."""
+    def clock(s: float) -> str:
+        m, s = divmod(int(s), 60)
+        return f"{m:02d}:{s:02d}"
+    if n == 0:
+        remaining, rate = "?", "?it/s"
+    else:
+        per = elapsed_s / n
+        remaining, rate = clock(max(0.0, total_s - elapsed_s)), f"{per:5.2f}s/it" if per >= 1 else f"{1 / per:5.2f}it/s"
+    return f"{LOADING_DESC}: {100 * n / total:3.0f}% Completed | {n}/{total} [{clock(elapsed_s)}<{remaining}, {rate}]"
+
+
+async def print_loading(startup_s: float, shards: int) -> None:
+    """SGLang's loading lines over ``startup_s``, one shard at a time, then its ready line."""
+    import sys
+    import time
+
+    if shards > 0:
+        t0 = time.monotonic()
+        print(f"Load weight begin. avail mem={80.0:.2f} GB", file=sys.stderr, flush=True)
+        for n in range(shards + 1):
+            await asyncio.sleep(max(0.0, t0 + startup_s * n / (shards + 1) - time.monotonic()))
+            sys.stderr.write("\r" + loading_line(n, shards, time.monotonic() - t0, startup_s * shards / (shards + 1)))
+            sys.stderr.flush()
+        sys.stderr.write("\n")
+        print(f"Load weight end. elapsed={time.monotonic() - t0:.2f} s, type=SimModel", file=sys.stderr, flush=True)
+        await asyncio.sleep(max(0.0, t0 + startup_s - time.monotonic()))
+    print("The server is fired up and ready to roll!", file=sys.stderr, flush=True)
 
 
 def main(argv: Optional[list[str]] = None) -> int:
