@@ -252,7 +252,7 @@ class JobSupervisor:
             ended_at=rec.ended_at if rec else None,
             log_path=str(self._job_file(name, "job.log")) if rec and for_console else None,
             argv=rec.argv if rec else [], last_kill=rec.last_kill if rec else None, adopted=bool(rec and rec.adopted),
-            fenced=rec.fenced if rec else None,
+            fenced=rec.fenced if rec else None, attempts=rec.spans() if rec and for_console else [],
             spec_changes=self.spec_changes(name) if rec and for_console else [],
             fleet=self._owned.owner(name) if for_console else None)
         if extras is not None:
