@@ -58,4 +58,4 @@ def test_a_fresh_venv_without_extras_runs_help_the_demo_and_builds_the_deploy_wh
     target = tmp_path / "target"
     run([sys.executable, "-m", "pip", "install", "--no-deps", "--disable-pip-version-check", "--target",
          str(target), wheel])
-    assert (target / "gpudeck" / "agents" / "agent.py").is_file()
+    assert (target / "gpudeck" / "agents" / "node" / "agent.py").is_file()
