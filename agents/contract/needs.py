@@ -120,6 +120,16 @@ def missing(python: str, modules: list[str], timeout: float = 60.0) -> list[str]
     return [m for m in r.stdout.split() if m in modules]
 
 
+def program_path(spec: Any, cwd: Optional[str] = None) -> str:
+    """A ``llama-server`` job's program as the node looks it up: a relative path from the job's
+    ``cwd`` (else ``cwd`` given here), a bare name as it is (the PATH)."""
+    import os
+
+    base = os.path.expanduser(spec.cwd) if spec.cwd else cwd
+    binary = os.path.expanduser(spec.options.binary)
+    return os.path.join(base, binary) if base and os.sep in binary and not os.path.isabs(binary) else binary
+
+
 def program_problem(spec: Any, cwd: Optional[str] = None) -> Optional[str]:
     """A ``llama-server`` job: the one line saying why its program or its model is not there
     (a name not on the PATH, a path that is not an executable file, a GGUF that does not
@@ -134,7 +144,7 @@ def program_problem(spec: Any, cwd: Optional[str] = None) -> Optional[str]:
     base = os.path.expanduser(spec.cwd) if spec.cwd else cwd
     who = f"job {spec.name!r} (kind llama-server)"
     binary = os.path.expanduser(spec.options.binary)
-    where = os.path.join(base, binary) if base and os.sep in binary and not os.path.isabs(binary) else binary
+    where = program_path(spec, cwd)
     if shutil.which(where) is None:
         said = (f"{where} is not an executable file" if os.sep in binary else
                 f"no {binary!r} on the node's PATH ({os.environ.get('PATH', '')})")

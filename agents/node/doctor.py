@@ -57,7 +57,7 @@ from ..jobs.contain import cgroup2_mount
 from ..contract import VERSION, ops
 from ..contract.documents import PLAN_FILE, PlanDoc, MAX_PLAN_BYTES, read_document
 from ..contract.jobs import JobKind, JobSpec
-from ..contract.needs import Need, fix_line, program_problem
+from ..contract.needs import Need, fix_line, program_path, program_problem
 from ..contract.ops import Check
 from ..contract.units import human_bytes
 from ..contract.vocab import Verdict
@@ -767,8 +767,7 @@ def check_program(spec: JobSpec, job_dir: Callable[[str], Path], timeout_s: floa
     if problem:
         return Check("engine", FAIL, problem.split(": ", 1)[1], "set binary = and model = on the job to what the "
                      "node has (docs/workers.md: llama-server)", job=spec.name)
-    binary = shutil.which(_job_path(spec.options.binary, spec, job_dir) if os.sep in spec.options.binary
-                          else spec.options.binary)
+    binary = shutil.which(program_path(spec, str(job_dir(spec.name))))
     try:
         r = subprocess.run([str(binary), "--version"], capture_output=True, text=True, timeout=timeout_s,
                            stdin=subprocess.DEVNULL)
