@@ -98,6 +98,10 @@ def test_an_adopted_process_is_killed_with_proof_and_relaunched_as_it_was(home, 
         snap = agent.wait_snapshot(lambda s: agent.job(s, "found")["attempt"] == 2 and
                                    agent.job(s, "found")["state"] == "running", what="attempt 2")
         assert not agent.job(snap, "found")["adopted"]
+        # the command writes what it saw before it takes its GPU memory: kill it once it holds it
+        pid2 = int(again.stem.split("-")[1])
+        agent.wait_snapshot(lambda s: any(pr["pid"] == pid2 for g in s["gpus"] for pr in g["processes"]),
+                            what="the relaunched command on its GPU")
         verdict = agent.ok("kill", job="found", grace_s=5)
         assert verdict["ok"] and "freed 2.0 GiB" in verdict["message"]
     finally:
