@@ -224,7 +224,13 @@ class Generator:
     # -------------------------------------------------------------- callbacks of the writer
 
     def _shard_closed(self, name: str, ids: list[str]) -> None:
-        log.info("closed %s (%d records)", name, len(ids))
+        f = self.writer.last_figures if self.writer is not None else None
+        if f is not None and f.get("shard") == name:
+            log.info("closed %s (%d records): %s useful; %s", name, len(ids),
+                     "-" if f["useful_pct"] is None else f"{f['useful_pct']:g}%",
+                     ", ".join(f"{k} {v}" for k, v in f["problems"].items()))
+        else:
+            log.info("closed %s (%d records)", name, len(ids))
         if self.uploader is not None:
             self.uploader.submit(name, ids)
 
@@ -474,13 +480,13 @@ class Generator:
                "completion_tokens": r["completion_tokens"], "reasoning_tokens": r["reasoning_tokens"],
                "server": server_url}
         line = json.dumps(rec, ensure_ascii=False).encode("utf-8", errors="surrogateescape")
-        self.progress.record(p.id, r, self.o.thinking)
+        found = self.progress.record(p.id, r, self.o.thinking)
         token = (p.id, p.offset, is_useful(r))  # counted as useful once durable (progress.py)
         if self._backlog:
             self._backlog.append((p.id, line, token))
             return
         try:
-            self.writer.add(p.id, line, token)
+            self.writer.add(p.id, line, token, rec, found)
         except ShardWriteError as exc:
             self._backlog.append((p.id, line, token))
             self._block(str(exc))

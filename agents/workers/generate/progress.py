@@ -27,18 +27,11 @@ from ...contract.documents import ProgressDoc
 from ...contract.wire import ServerHealth, Uploads
 from ..common.progress import (GENERATE_QUALITY, GENERATE_QUALITY_KEPT, quality_counters,
                                                     write_progress)
-from .quality import Window, problems
+from .quality import NOT_USEFUL_FINISH, Window, is_useful, problems
+
+__all__ = ["GenerateProgress", "NOT_USEFUL_FINISH", "is_useful"]
 
 log = logging.getLogger("gpudeck.generate")
-
-# a finish_reason that makes a record no use: cut at max_tokens, or ended by the server
-NOT_USEFUL_FINISH = frozenset({"length", "abort", "error"})
-
-
-def is_useful(r: dict) -> bool:
-    """A completion (what :func:`servers.parse_completion` returned) worth keeping: not cut at
-    max_tokens, not ended by the server, not an empty answer."""
-    return r["finish_reason"] not in NOT_USEFUL_FINISH and bool((r["answer"] or "").strip())
 
 
 class GenerateProgress:
@@ -75,9 +68,10 @@ class GenerateProgress:
             if isinstance(v, int):
                 self.quality[k] = v
 
-    def record(self, pid: str, r: dict, thinking: Optional[bool]) -> None:
+    def record(self, pid: str, r: dict, thinking: Optional[bool]) -> tuple[str, ...]:
         """Count one completion (what :func:`servers.parse_completion` returned) of the prompt
-        ``pid``: its tokens, its quality problems (quality.py), in total and in the window."""
+        ``pid``: its tokens, its quality problems (quality.py), in total and in the window.
+        Returns the problems found (the shard's figures count them too)."""
         self.completed_now += 1
         n = r["completion_tokens"]
         if isinstance(n, int):
@@ -89,6 +83,7 @@ class GenerateProgress:
         self.window.add(pid, found)
         if not r["reasoning"] and thinking is not False:
             q["no_reasoning"] += 1
+        return found
 
     def durable(self, useful: bool) -> None:
         """One record whose id is now in the done-set."""

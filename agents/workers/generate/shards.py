@@ -6,6 +6,7 @@ Files in the output directory::
     shard-000041.jsonl        closed: at most ``shard_size`` records, never written again
     shard-000042.jsonl.tmp    the open shard: records are appended as they finish
     done.txt                  the done-set (common/doneset.py)
+    quality/shard-000041.json the closed shard's quality figures (below)
 
 The order of operations, and why:
 
@@ -27,6 +28,21 @@ whose record was cut is simply generated again.
 A failed write (a full disk) is undone (the file is truncated back) and raised as
 :class:`ShardWriteError`; the caller holds the record and tries again later.
 
+A closing shard is audited as it closes: the writer counts each record's quality problems
+as it is appended (quality.py :class:`~.quality.Tally`, the definitions of the worker's
+counters and of ``gpudeck audit``), and once the shard has its final name it writes their
+figures to ``quality/shard-NNNNNN.json`` (records, useful, useful_pct, the count of each
+problem with the first id that had it, the shard's bytes, when it closed) with
+``atomic_write_json``: the file is whole or absent, never half. Beside the shard rather than
+in progress.json, because progress.json is one attempt's document rewritten every second,
+and a five-day run closes thousands of shards; a figures file is written once, like its
+shard, and read by whoever wants it (``gpudeck audit OUT`` takes it for the shard when its
+``bytes`` match, and reads the shard only when it has none). A kill -9 after the rename and
+before the figures leaves the newest closed shard without them: :meth:`ShardWriter.recover`
+reads that one shard and writes them; a shard that recovery closes gets them from the
+records it read. A figures file that cannot be written (a full disk) is said in the log and
+not retried: the figures are a report, the shard and the done-set are the output.
+
 The names, and the fsync-before-rename rule, are those of every program's shards
 (common/shards.py). What is particular to this writer: a JSONL shard can be appended to and
 read back record by record, so the open shard *is* the output of records finished before a
@@ -39,14 +55,45 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Optional
 
-from ...contract.atomic import append_or_undo, atomic_write_bytes, fsync_dir, rename_durably
+from ...contract.atomic import TMP_SUFFIX, append_or_undo, atomic_write_bytes, atomic_write_json, fsync_dir, \
+    rename_durably
 from ..common.doneset import DoneSet
 from ..common.shards import JSONL as NAMES
+from .quality import Tally
+
+QUALITY_DIR = "quality"  # OUT/quality/shard-NNNNNN.json: a closed shard's quality figures
 
 log = logging.getLogger("gpudeck.shards")
+
+
+def figures_path(out_dir: str, shard: str) -> str:
+    """Where the quality figures of the closed shard ``shard`` (its file name) are written."""
+    return os.path.join(out_dir, QUALITY_DIR, shard[:-len(".jsonl")] + ".json")
+
+
+def read_figures(out_dir: str, shard: str) -> "Optional[Tally]":
+    """The figures written for ``shard`` when they are there and were counted over the shard
+    as it is now (their ``bytes`` are its size); else None (count the shard itself)."""
+    try:
+        with open(figures_path(out_dir, shard)) as f:
+            doc = json.load(f)
+        if doc.get("bytes") != os.path.getsize(os.path.join(out_dir, shard)):
+            return None
+    except (OSError, ValueError, AttributeError):
+        return None
+    return Tally.from_document(doc)
+
+
+def tally_file(path: str) -> Tally:
+    """The figures of a JSONL shard, read whole."""
+    t = Tally()
+    with open(path, "rb") as f:
+        t.add_jsonl(f.read())
+    return t
 
 
 class ShardWriteError(OSError):
@@ -75,6 +122,7 @@ class Recovery:
     cut_bytes: int = 0  # bytes of half-written records cut off
     bad_lines: int = 0  # complete lines that did not parse, dropped
     closed_now: list[str] = field(default_factory=list)  # open shards closed during recovery
+    audited: list[str] = field(default_factory=list)  # closed shards whose missing figures were written
 
 
 class ShardWriter:
@@ -98,6 +146,8 @@ class ShardWriter:
         self._ids: list[str] = []  # ids of the records in the open shard
         self._waiting: list[tuple[str, object]] = []  # (id, token) written, not yet in the done-set
         self._unsynced = False
+        self._tally = Tally()  # the quality figures of the open shard's records
+        self.last_figures: Optional[dict] = None  # those written for the last shard closed
 
     # ---------------------------------------------------------------- start
 
@@ -112,21 +162,30 @@ class ShardWriter:
         rec.closed = sorted(n for n in names if NAMES.final_re.match(n))
         taken = closed_numbers | reserved
         opens = sorted((int(m.group(1)), n) for n in names if (m := NAMES.tmp_re.match(n)))
+        self._remove_stale_figures()
+        if rec.closed and read_figures(self.out_dir, rec.closed[-1]) is None:
+            # a kill between the newest shard's rename and its figures (older shards of a run
+            # before figures were written are left to `gpudeck audit`, which reads them)
+            newest = rec.closed[-1]
+            if self._write_figures(newest, tally_file(os.path.join(self.out_dir, newest))):
+                rec.audited.append(newest)
         for i, (number, name) in enumerate(opens):
             path = os.path.join(self.out_dir, name)
-            ids, cut, bad = self._repair_open(path)
+            ids, cut, bad, tally = self._repair_open(path)
             rec.cut_bytes += cut
             rec.bad_lines += bad
             rec.ids_added += self.done.add(ids, sync=True)  # rule 4: ids of records a kill left
             free = number not in taken
             if i == len(opens) - 1 and free and len(ids) < self.shard_size:
                 self._reopen(number, path, ids)
+                self._tally = tally
                 rec.open_records = len(ids)
                 taken.add(number)
             elif ids:
                 final_number = number if free else max(taken | {number}) + 1
                 final = NAMES.final(final_number)
                 rename_durably(path, os.path.join(self.out_dir, final))
+                self._write_figures(final, tally)
                 taken.add(final_number)
                 rec.closed.append(final)  # listed, not passed to on_closed: the caller queues rec.closed
                 rec.closed_now.append(final)
@@ -135,8 +194,41 @@ class ShardWriter:
         self.next_number = max(taken) + 1 if taken else 0
         return rec
 
-    def _repair_open(self, path: str) -> tuple[list[str], int, int]:
-        """Read an open shard; drop a half-written tail and unparsable lines; return the ids."""
+    def _remove_stale_figures(self) -> None:
+        """Temp files of figures a kill interrupted (the caller holds the directory)."""
+        directory = os.path.join(self.out_dir, QUALITY_DIR)
+        try:
+            names = os.listdir(directory)
+        except OSError:
+            return
+        for name in names:
+            if name.endswith(TMP_SUFFIX):
+                try:
+                    os.unlink(os.path.join(directory, name))
+                except OSError:
+                    pass
+
+    def _write_figures(self, shard: str, tally: Tally) -> bool:
+        """The closed shard's quality figures, written whole (see the module docstring); an
+        error is said in the log, and False returned."""
+        path = figures_path(self.out_dir, shard)
+        try:
+            doc = {"shard": shard, "bytes": os.path.getsize(os.path.join(self.out_dir, shard)),
+                   "closed_at": time.time(), **tally.document()}
+            if not os.path.isdir(os.path.dirname(path)):
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                fsync_dir(self.out_dir)
+            atomic_write_json(path, doc)
+        except OSError as exc:
+            log.error("cannot write the quality figures of %s to %s: %s; `gpudeck audit %s` counts them from the "
+                      "shard", shard, path, exc.strerror or exc, self.out_dir)
+            return False
+        self.last_figures = doc
+        return True
+
+    def _repair_open(self, path: str) -> tuple[list[str], int, int, Tally]:
+        """Read an open shard; drop a half-written tail and unparsable lines; return the ids
+        and the quality figures of the records kept."""
         with open(path, "rb") as f:
             data = f.read()
         end = data.rfind(b"\n") + 1
@@ -144,10 +236,13 @@ class ShardWriter:
         ids: list[str] = []
         good: list[bytes] = []
         bad = 0
+        tally = Tally()
         for i, raw in enumerate(data[:end].split(b"\n")[:-1]):
             try:
-                ids.append(str(json.loads(raw)["id"]))
+                obj = json.loads(raw)
+                ids.append(str(obj["id"]))
                 good.append(raw)
+                tally.add_record(obj)
             except (ValueError, KeyError, TypeError):
                 bad += 1
                 log.error("%s line %d is not a record (%r...); dropped", path, i + 1, raw[:80])
@@ -159,7 +254,7 @@ class ShardWriter:
                 os.fsync(f.fileno())
         if cut:
             log.warning("%s: cut %d bytes of a record a crash left half-written", path, cut)
-        return ids, cut, bad
+        return ids, cut, bad, tally
 
     def _reopen(self, number: int, path: str, ids: list[str]) -> None:
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND)
@@ -178,9 +273,12 @@ class ShardWriter:
         """Records written whose ids are not in the done-set yet."""
         return len(self._waiting)
 
-    def add(self, record_id: str, line: bytes, token: object = None) -> None:
-        """Append one record (``line`` is its JSON without the newline). Raises
-        ShardWriteError / DoneSetError with nothing written when the disk refuses it."""
+    def add(self, record_id: str, line: bytes, token: object = None, record: Optional[dict] = None,
+            found: Optional[tuple[str, ...]] = None) -> None:
+        """Append one record (``line`` is its JSON without the newline; ``record`` the same as
+        a dict, and ``found`` its quality problems when the caller judged them already: else
+        the line is parsed for the shard's figures). Raises ShardWriteError / DoneSetError
+        with nothing written when the disk refuses it."""
         if self._fd is not None and len(self._ids) >= self.shard_size:
             self.close_shard()  # full, and an earlier close failed: close it before writing more
         if self._fd is None:
@@ -192,6 +290,13 @@ class ShardWriter:
             raise ShardWriteError(exc.errno, f"cannot write {os.path.join(self.out_dir, self.open_name)}: "
                                              f"{exc.strerror or exc}") from None
         self._size += len(data)
+        if record is not None:
+            self._tally.add(record_id, record, found)
+        else:
+            try:
+                self._tally.add_record(json.loads(line))
+            except ValueError:
+                pass
         self._ids.append(record_id)
         self._waiting.append((record_id, token))
         self._unsynced = True
@@ -210,6 +315,7 @@ class ShardWriter:
             raise ShardWriteError(exc.errno, f"cannot create {path}: {exc.strerror or exc}") from None
         fsync_dir(self.out_dir)
         self._number, self._size, self._ids = number, 0, []
+        self._tally = Tally()
         self.next_number = number + 1
 
     def flush(self, sync_done: bool = False) -> int:
@@ -252,7 +358,8 @@ class ShardWriter:
             self._number = None
             return None
         rename_durably(tmp, os.path.join(self.out_dir, final))
-        ids, self._ids, self._number = self._ids, [], None
+        self._write_figures(final, self._tally)  # audited as it closes (module docstring)
+        ids, self._ids, self._number, self._tally = self._ids, [], None, Tally()
         if self.on_closed:
             self.on_closed(final, ids)
         return final
