@@ -540,19 +540,21 @@ def render_generate_quality(doc: dict[str, Any]) -> str:
     pct = (lambda k: f"{100.0 * k / n:.1f}%") if n else (lambda k: "-")
     kept = sum(1 for r in doc["shards"] if r["from"] == "figures")
     out = [f"generate output {doc['output']}: {n:,} records in {len(doc['shards']):,} shards"
-           + (f" ({kept:,} counted at their close by the worker, the others read now)" if kept else "")]
+           + (" (each counted by the worker as it closed)" if kept == len(doc["shards"]) else
+              f" ({kept:,} counted by the worker as they closed, the others read now)" if kept else "")]
     out.append(f"  useful:              {doc['useful']:>10,}  {pct(doc['useful']):>6}")
     for key, label in ((CUT, "cut at max_tokens"), (EMPTY, "empty answer"), (NO_ANSWER, "no answer"),
                        (REPETITION, "repetition")):
         k = doc["problems"][key]
         e = doc["examples"].get(key)
         out.append(f"  {label + ':':<20} {k:>10,}  {pct(k):>6}" + (f"  e.g. id {e}" if e else ""))
-    out.append("per shard:        records  useful   cut  empty  no answer  repetition")
+    out.append(f"  {'shard':<30} {'records':>8} {'useful':>7} {'cut':>6} {'empty':>6} {'no answer':>10} "
+               f"{'repetition':>11}")
     for r in doc["shards"]:
         p = r["problems"]
         useful = "-" if r["useful_pct"] is None else f"{r['useful_pct']:.1f}%"
-        out.append(f"  {r['shard'] + (' (open)' if r['open'] else ''):<24} {r['records']:>6,} {useful:>7} "
-                   f"{p[CUT]:>5,} {p[EMPTY]:>6,} {p[NO_ANSWER]:>10,} {p[REPETITION]:>11,}")
+        out.append(f"  {r['shard'] + (' (open)' if r['open'] else ''):<30} {r['records']:>8,} {useful:>7} "
+                   f"{p[CUT]:>6,} {p[EMPTY]:>6,} {p[NO_ANSWER]:>10,} {p[REPETITION]:>11,}")
     out.append("DEGENERATE: " + " ".join(doc["reasons"]) if doc["degenerate"] else
                f"OK: at least {doc['min_useful_pct']:g}% of the records are useful.")
     return "\n".join(out)
