@@ -541,7 +541,7 @@ def render_generate_quality(doc: dict[str, Any]) -> str:
     kept = sum(1 for r in doc["shards"] if r["from"] == "figures")
     out = [f"generate output {doc['output']}: {n:,} records in {len(doc['shards']):,} shards"
            + (" (each counted by the worker as it closed)" if kept == len(doc["shards"]) else
-              f" ({kept:,} counted by the worker as they closed, the others read now)" if kept else "")]
+              f" ({kept:,} with the figures the worker wrote at their close, the others read now)" if kept else "")]
     out.append(f"  useful:              {doc['useful']:>10,}  {pct(doc['useful']):>6}")
     for key, label in ((CUT, "cut at max_tokens"), (EMPTY, "empty answer"), (NO_ANSWER, "no answer"),
                        (REPETITION, "repetition")):
