@@ -82,6 +82,44 @@ def test_an_extract_model_is_set_against_one_gpu_in_its_dtype(tmp_path):
     assert ok.verdict is OK, ok.detail
 
 
+
+# ---------------------------------------------------------------- a model staged at launch (stage)
+
+
+def test_a_model_staged_from_a_local_path_is_checked_at_its_source_not_missing(tmp_path):
+    src = model_dir(tmp_path, weights=16 * 10**9)  # the shared copy; the job reads /dev/shm's, made at launch
+    shm = tmp_path / "shm" / "qwen"
+    c = doctor.check_model(sglang_job(str(shm), stage=[{"from": str(src), "to": str(shm)}]), job_dir(tmp_path),
+                           [("H200", 141 * 1024.0)])
+    assert c.verdict is OK, c.detail
+    assert f"{src} (staged to {shm} at launch)" in c.detail and "KV 128 KiB per token" in c.detail
+    # a model inside a staged directory: its part of the source
+    ex = extract_job(str(tmp_path / "shm" / "all" / "model"), str(tmp_path / "out"))
+    ex = JobSpec(**{**ex.to_dict(), "stage": [{"from": str(tmp_path), "to": str(tmp_path / "shm" / "all")}]})
+    inner = doctor.check_model(ex, job_dir(tmp_path), [("H200", 141 * 1024.0)])
+    assert inner.verdict is OK and f"{src} (staged to {tmp_path / 'shm' / 'all' / 'model'} at launch)" \
+        in inner.detail, inner.detail
+    gone = doctor.check_model(sglang_job(str(shm), stage=[{"from": str(tmp_path / "gone"), "to": str(shm)}]),
+                              job_dir(tmp_path), [])
+    assert gone.verdict is FAIL and f"{tmp_path / 'gone'}, staged to {shm} at launch, does not exist" \
+        in gone.detail, gone.detail
+
+
+def test_a_model_staged_from_s3_is_said_to_be_staged_not_missing_and_not_read(tmp_path, monkeypatch):
+    no_aws(monkeypatch, tmp_path)  # nothing is asked of S3: no credentials, no endpoint
+    nvme = tmp_path / "nvme" / "qwen"
+    c = doctor.check_model(sglang_job(str(nvme), stage=[{"from": "s3://models/qwen", "to": str(nvme)}]),
+                           job_dir(tmp_path), [("H200", 141 * 1024.0)])
+    assert c.verdict is OK, c.detail
+    assert f"{nvme} is staged from s3://models/qwen at launch" in c.detail and "not checked" in c.detail
+    # the copy in place (a launch before): that copy is read
+    nvme.parent.mkdir()
+    model_dir(tmp_path, weights=16 * 10**9).rename(nvme)
+    here = doctor.check_model(sglang_job(str(nvme), stage=[{"from": "s3://models/qwen", "to": str(nvme)}]),
+                              job_dir(tmp_path), [("H200", 141 * 1024.0)])
+    assert here.verdict is OK and f"{nvme} (staged from s3://models/qwen)" in here.detail, here.detail
+
+
 # ---------------------------------------------------------------- hybrid models (linear attention + full attention)
 
 GIB = 2**30
