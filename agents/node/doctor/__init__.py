@@ -59,6 +59,7 @@ from .clock import check_clock
 from .containment import check_containment
 from .disk import check_disk
 from .engine import check_program
+from .gguf_fit import check_gguf, gguf_fit, gguf_kv, read_gguf
 from .imports import SLOW_FIX, timed_import
 from .limits import check_limits
 from .model import check_model, read_config, weight_bytes
@@ -72,10 +73,10 @@ from .sizing import (DEFAULT_LLAMA_SLOTS, RecurrentState, StatePool, kv_bytes_pe
 from .torch_cuda import _TORCH, torch_verdict
 
 __all__ = ["DEFAULT_LLAMA_SLOTS", "FAIL", "GIB", "OK", "SGLANG_FLAG_SINCE", "SLOW_FIX", "WARN", "RecurrentState",
-           "StatePool", "Task", "Thresholds", "check_clock", "check_containment", "check_disk", "check_limits",
-           "check_model", "check_program", "check_python", "check_s3", "check_sglang", "examine",
+           "StatePool", "Task", "Thresholds", "check_clock", "check_containment", "check_disk", "check_gguf", "check_limits",
+           "check_model", "check_program", "check_python", "check_s3", "check_sglang", "examine", "gguf_fit", "gguf_kv",
            "kv_bytes_per_token", "layer_layout", "llama_server_state_pool", "model_of", "needs_gpu", "needs_torch",
-           "nvml_verdict", "probe_nvml", "read_config", "recurrent_state", "run_checks", "sglang_ssm_dtype",
+           "nvml_verdict", "probe_nvml", "read_config", "read_gguf", "recurrent_state", "run_checks", "sglang_ssm_dtype",
            "sglang_state_pool", "sglang_verdict", "timed_import", "torch_verdict", "weight_bytes"]
 
 

@@ -50,7 +50,7 @@ def needs_gpu(spec: JobSpec) -> bool:
 def model_of(spec: JobSpec) -> Optional[str]:
     if spec.kind is JobKind.EXTRACT:
         return getattr(spec.options, "model", None) or spec.model
-    if spec.kind is JobKind.SGLANG_SERVER and not spec.command:
+    if spec.kind in (JobKind.SGLANG_SERVER, JobKind.LLAMA_SERVER) and not spec.command:
         return spec.model
     return None
 

@@ -13,6 +13,7 @@ from ...contract.ops import Check
 from ...contract.staging import StageItem
 from .base import FAIL, OK, WARN, Thresholds, _job_path, model_of
 from .fit import _extract_fit, _sglang_fit
+from .gguf_fit import check_gguf
 from .sizing import _DTYPE_BYTES
 
 
@@ -92,13 +93,15 @@ def check_model(spec: JobSpec, job_dir: Callable[[str], Path], gpu_totals: list[
     if said:
         return said
     if not path.exists():
-        if not raw.startswith(("/", ".", "~")) and _HUB_ID.fullmatch(raw):
+        if spec.kind is not JobKind.LLAMA_SERVER and not raw.startswith(("/", ".", "~")) and _HUB_ID.fullmatch(raw):
             return Check("model", WARN, f"{raw!r} is no directory here: taken as a Hugging Face Hub id, "
                                         f"downloaded at the start (its fit is not checked)",
                          f"download it first (huggingface-cli download {raw} --local-dir DIR) and set "
                          f"model = \"DIR\"", job=spec.name)
         return Check("model", FAIL, f"the model path {path} does not exist",
                      f"copy the model to {path} on the node, or correct model in the fleet file", job=spec.name)
+    if spec.kind is JobKind.LLAMA_SERVER:  # a GGUF file
+        return check_gguf(spec, path, name, gpu_totals, th)
     if not (path / "config.json").is_file():
         return Check("model", FAIL, f"{name} has no config.json: not a model directory (transformers format)",
                      "point model at the directory that holds config.json and the weights", job=spec.name)
