@@ -2,7 +2,7 @@
 with what was found and the one thing to do about it.
 
 One module per check (as circus's ``commands/``): python.py, torch_cuda.py, sglang_version.py,
-nvml.py, model.py (its fits in fit.py and sizing.py), engine.py, disk.py, s3.py, clock.py,
+nvml.py, model.py (its fits in fit.py, gguf_fit.py and sizing.py), engine.py, disk.py, s3.py, clock.py,
 containment.py, limits.py; base.py holds what they share and runner.py runs them. This module
 answers the op: it picks the checks the node's jobs call for and runs them.
 
@@ -28,10 +28,14 @@ The checks are against the jobs the fleet file declares for this node (the super
   model (``layer_types`` or ``full_attention_interval``: Qwen3-Next, Qwen3.5/3.6) holds KV
   only in its attention layers, and a recurrent state per running request in its linear ones;
   the fit takes SGLang's state pool (its ``--mamba-*`` and ``--max-running-requests`` flags,
-  else its own split) out of the room before the KV cache.
+  else its own split) out of the room before the KV cache. A llama-server job's GGUF
+  (gguf_fit.py): its tensors and the KV cache of its ``slots`` x ``context``, read with the
+  ``gguf`` package where the agent's python has it. A model a ``stage`` puts in place at launch
+  is read at the stage's local source; one staged from S3 is said to be, and not read.
 - *sglang*: the import, and the version against the flags the jobs pass that SGLang has
   only since a release (``SGLANG_FLAG_SINCE``).
-- *engine*: a ``llama-server`` job's program runs (its ``--version``) and its GGUF is a file.
+- *engine*: a ``llama-server`` job's program runs (its ``--version``) and its GGUF is a file (or a
+  stage's copy, made at launch).
 - *disk*: the free space of the output's file system against the plan's projected bytes
   (``OUT/plan.json``), else the free space alone; an output directory that cannot be made or
   written is a fail.
