@@ -2,9 +2,9 @@
 with what was found and the one thing to do about it.
 
 One module per check (as circus's ``commands/``): python.py, torch_cuda.py, sglang_version.py,
-nvml.py, model.py (its fits in fit.py, gguf_fit.py and sizing.py), engine.py, disk.py, s3.py, clock.py,
-containment.py, limits.py; base.py holds what they share and runner.py runs them. This module
-answers the op: it picks the checks the node's jobs call for and runs them.
+nvml.py, model.py (its fits in fit.py, gguf_fit.py and sizing.py), engine.py, disk.py, s3.py,
+clock.py, containment.py, limits.py; base.py holds what they share and runner.py runs them.
+This module answers the op: it picks the checks the node's jobs call for and runs them.
 
 The agent answers ``ops.Doctor`` here, in a thread of its own (the op is not ``on_loop``), so
 ticks go on meanwhile. Each check runs in a thread of its own with its own timeout: a check
