@@ -76,11 +76,12 @@ from .sizing import (DEFAULT_LLAMA_SLOTS, RecurrentState, StatePool, kv_bytes_pe
                      llama_server_state_pool, recurrent_state, sglang_ssm_dtype, sglang_state_pool)
 from .torch_cuda import _TORCH, torch_verdict
 
-__all__ = ["DEFAULT_LLAMA_SLOTS", "FAIL", "GIB", "OK", "SGLANG_FLAG_SINCE", "SLOW_FIX", "WARN", "RecurrentState",
-           "StatePool", "Task", "Thresholds", "check_clock", "check_containment", "check_disk", "check_gguf", "check_limits",
-           "check_model", "check_program", "check_python", "check_s3", "check_sglang", "examine", "gguf_fit", "gguf_kv",
-           "kv_bytes_per_token", "layer_layout", "llama_server_state_pool", "model_of", "needs_gpu", "needs_torch",
-           "nvml_verdict", "probe_nvml", "read_config", "read_gguf", "recurrent_state", "run_checks", "sglang_ssm_dtype",
+__all__ = ["DEFAULT_LLAMA_SLOTS", "FAIL", "GIB", "OK", "RecurrentState", "SGLANG_FLAG_SINCE", "SLOW_FIX",
+           "StatePool", "Task", "Thresholds", "WARN", "check_clock", "check_containment", "check_disk",
+           "check_gguf", "check_limits", "check_model", "check_program", "check_python", "check_s3",
+           "check_sglang", "examine", "gguf_fit", "gguf_kv", "kv_bytes_per_token", "layer_layout",
+           "llama_server_state_pool", "model_of", "needs_gpu", "needs_torch", "nvml_verdict", "probe_nvml",
+           "read_config", "read_gguf", "recurrent_state", "run_checks", "sglang_ssm_dtype",
            "sglang_state_pool", "sglang_verdict", "timed_import", "torch_verdict", "weight_bytes"]
 
 
