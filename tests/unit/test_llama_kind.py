@@ -88,6 +88,23 @@ def test_a_missing_program_or_model_is_one_line_before_the_launch(tmp_path, monk
     assert os.access(program, os.X_OK)
 
 
+def test_a_model_a_stage_puts_in_place_at_launch_is_not_refused_before_it(tmp_path):
+    program = tmp_path / "llama-server"
+    program.write_text("#!/bin/sh\n")
+    program.chmod(0o755)
+    shm = tmp_path / "shm" / "smol.gguf"  # not there yet: the stage copies it before the server starts
+    s = JobSpec.from_dict({"name": "l", "kind": "llama-server", "model": str(shm), "port": 1,
+                           "options": {"binary": str(program)},
+                           "stage": [{"from": str(tmp_path / "shared" / "smol.gguf"), "to": str(shm)}]})
+    assert launch_problem(s, "python3") is None
+    # a model in a staged directory too; one outside every stage is still refused
+    d = JobSpec.from_dict({**s.to_dict(), "model": str(tmp_path / "shm" / "all" / "smol.gguf"),
+                           "stage": [{"from": str(tmp_path / "shared"), "to": str(tmp_path / "shm" / "all")}]})
+    assert launch_problem(d, "python3") is None
+    out = JobSpec.from_dict({**d.to_dict(), "model": str(tmp_path / "shm" / "allx" / "smol.gguf")})
+    assert "is not a file here" in launch_problem(out, "python3")
+
+
 BUSY = {"id": 1, "n_ctx": 512, "is_processing": True, "n_prompt_tokens": 100,
         "next_token": [{"has_next_token": True, "n_remain": 50, "n_decoded": 28}]}
 
