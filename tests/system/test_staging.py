@@ -237,7 +237,8 @@ def test_a_stage_from_a_missing_s3_prefix_is_refused_at_launch(tmp_path, home, m
 def test_two_jobs_staging_to_one_place_take_turns(tmp_path, home, watched):
     src = _model(tmp_path / "models" / "m", files=1, size=20 * MB)
     dest = tmp_path / "fast" / "m"
-    first = seeing_job("first", dest, str(src), stage_max_mb_s=4)
+    # a 20 s copy: the second job meets it under way, even on a loaded machine
+    first = seeing_job("first", dest, str(src), stage_max_mb_s=1)
     second = seeing_job("second", dest, str(src))
     fleet = watched(fleet_file(tmp_path, home, [first, second]))
     gpudeck("launch", "-f", str(fleet), "first")
