@@ -38,7 +38,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, Optional
 
-from ..contract import ops, wire
+from ..contract import ops, plain, wire
 from ..contract.errors import Refusal
 from ..contract.cluster import ClusterSpec, slurm_job_name, split_task, task_name
 from ..contract.jobs import JobKind, JobSpec
@@ -635,8 +635,8 @@ class ClusterJobs:
     def _last_kill(self, name: str, run: Path, index: int) -> Optional[KillVerdict]:
         if name not in self.kills:
             try:
-                self.kills[name] = wire.from_dict(KillVerdict, json.loads((run / "kills" / f"{index}.json").read_text()))
-            except (OSError, ValueError, wire.ProtocolError):
+                self.kills[name] = plain.from_dict(KillVerdict, json.loads((run / "kills" / f"{index}.json").read_text()))
+            except (OSError, ValueError, plain.ProtocolError):
                 return None
         return self.kills.get(name)
 
@@ -807,7 +807,7 @@ class ClusterJobs:
         if index is not None:
             verdict = self._kill_task(spec, index, grace_s)
             self._keep_verdict(spec, index, verdict)
-            self.audit("kill", name, verdict=wire.to_plain(verdict))
+            self.audit("kill", name, verdict=plain.to_plain(verdict))
             self.soon()
             return verdict
         cancelled = self._cancel_pending(spec)  # the waiting tasks at once: one scancel per array
@@ -826,7 +826,7 @@ class ClusterJobs:
                               message="; ".join(said) or f"{name}: no task was running",
                               gpu_holders=[h for v in verdicts for h in v.gpu_holders],
                               seconds=max((v.seconds or 0 for v in verdicts), default=None))
-        self.audit("kill", name, verdict=wire.to_plain(verdict))
+        self.audit("kill", name, verdict=plain.to_plain(verdict))
         self.soon()
         return verdict
 
@@ -840,7 +840,7 @@ class ClusterJobs:
         try:
             from ..contract.atomic import atomic_write_json
             (self._run(spec.name) / "kills").mkdir(parents=True, exist_ok=True)
-            atomic_write_json(self._run(spec.name) / "kills" / f"{index}.json", wire.to_plain(verdict))
+            atomic_write_json(self._run(spec.name) / "kills" / f"{index}.json", plain.to_plain(verdict))
         except OSError as exc:
             log.warning("cluster %s: cannot keep the verdict of %s: %s", self.node, name, exc)
 

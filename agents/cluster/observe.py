@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Callable, Optional
 
-from ..contract import wire
+from ..contract import plain, wire
 from ..contract.wire import Gpu, JobStatus, Snapshot
 
 log = logging.getLogger("agents")
@@ -116,7 +116,7 @@ class Observers:
                 break
             try:
                 msg = wire.decode(line)
-            except wire.ProtocolError:
+            except plain.ProtocolError:
                 continue
             if isinstance(msg, Snapshot):
                 self.latest[name] = msg

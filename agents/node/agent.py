@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Optional
 
 from . import doctor
 from ..sense import writes
-from ..contract import ops, wire
+from ..contract import ops, plain, wire
 from ..contract.errors import KindedRefusal, Refusal
 from .alerts import AlertClock, node_alerts
 from ..sense.engines import EngineScraper
@@ -386,8 +386,8 @@ class Agent:
         try:
             msg = wire.decode(line)
             if not isinstance(msg, Request):
-                raise wire.ProtocolError(f"expected a request, got a {msg.type}")
-        except wire.ProtocolError as exc:
+                raise plain.ProtocolError(f"expected a request, got a {msg.type}")
+        except plain.ProtocolError as exc:
             log.warning("bad request line: %s", exc)
             self.send(Reply(id=_line_id(line), ok=False, error=f"malformed request: {exc}"), to=link)
             return None

@@ -285,7 +285,7 @@ def find_agent(home: Path, version: str, protocol_version: int, timeout_s: float
     """A connection to the agent serving ``home`` that said hello at this version, as
     (socket, reader, hello line), or None (nothing listens, no hello in ``timeout_s``,
     another version)."""
-    from ..contract import wire
+    from ..contract import plain, wire
 
     path = home / SOCKET_NAME
     if not path.exists():
@@ -298,7 +298,7 @@ def find_agent(home: Path, version: str, protocol_version: int, timeout_s: float
         reader = sock.makefile("rb")
         first = reader.readline()
         hello = wire.decode(first)
-    except (OSError, wire.ProtocolError) as exc:
+    except (OSError, plain.ProtocolError) as exc:
         log.info("no agent answering on %s (%s): taking over", path, exc)
         sock.close()
         return None
