@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any, Optional
+from typing import Any, Optional, cast
 
 from ..contract import ops, plain, wire
 from ..contract.errors import Refusal
@@ -707,7 +707,7 @@ class ClusterJobs:
         argv = spec.argv(self.task_python(spec))
         opts = spec.options
         if spec.shards > 1 and not spec.command and opts is not None and \
-                "part" in {f.name for f in dataclasses.fields(opts)} and getattr(opts, "part", None) is None:
+                "part" in {f.name for f in dataclasses.fields(cast(Any, opts))} and getattr(opts, "part", None) is None:
             argv += ["--part", f"{TASK_TOKEN}/{spec.shards}"]  # each task its shard (the wrapper fills it in)
         return argv
 
@@ -876,16 +876,16 @@ class ClusterJobs:
             delay = min(delay * 2, 1.0)
         seconds = time.monotonic() - t0
         out = {}
-        for i, r in rows.items():
+        for i, row in rows.items():
             name = task_name(spec.name, i)
-            if r is None or r.state == "CANCELLED":
-                slurm_says = r.state if r is not None else "no record: it never had one of its own"
+            if row is None or row.state == "CANCELLED":
+                slurm_says = row.state if row is not None else "no record: it never had one of its own"
                 out[i] = KillVerdict(job=name, ok=True, seconds=seconds, at=time.time(), state=JobState.CANCELLED,
                                      message=f"cancelled before it ran (scancel {sent[i]}; Slurm: {slurm_says}); "
                                              f"it held no GPU")
             elif i in waiting:
                 out[i] = KillVerdict(job=name, ok=False, seconds=seconds, at=time.time(),
-                                     message=f"scancel {sent[i]} sent, but Slurm still lists it {r.state} after "
+                                     message=f"scancel {sent[i]} sent, but Slurm still lists it {row.state} after "
                                              f"{seconds:.0f} s")
             # else it started, or ended otherwise, meanwhile: its own kill (_kill_task) says what became of it
         return out
@@ -979,11 +979,10 @@ class ClusterJobs:
     def relaunch(self, name: str, grace_s: float = 10.0) -> LaunchResult:
         spec, index = self._task(name)
         if index is None:
-            kill = self.kill(name, grace_s)
-            return self._submit(spec, list(range(spec.shards)), name, kill=kill)
+            return self._submit(spec, list(range(spec.shards)), name, kill=self.kill(name, grace_s))
         with self._lock:
             row = self.rows.get((spec.name, index))
-        kill = None
+        kill: Optional[KillVerdict] = None
         if row is not None and not row.terminal and row.state != "PENDING":
             kill = self.kill(name, grace_s)
         if row is not None:

@@ -334,7 +334,7 @@ class Agent:
         self.watch.begin()  # before the first tick: a watcher that died before this one is news
         served = loop.create_task(self.jobs.serve())  # the backend's own work (a scheduler's polls)
         ticker = loop.create_task(self._tick_loop())
-        pending: set[asyncio.Task] = set()
+        pending: set[asyncio.Task[None]] = set()
         self._stop_reading = hub.stop_reading
         self._pending = pending
         try:
@@ -378,7 +378,7 @@ class Agent:
         if samples:
             self.send(wire.History(node=self.node, samples=samples), to=link)
 
-    def _request(self, line: bytes, link: Link) -> Optional[asyncio.Task]:
+    def _request(self, line: bytes, link: Link) -> Optional[asyncio.Task[None]]:
         """One request line from a console: answered in a task (a kill waits out a grace
         period, and ticks go on meanwhile); a malformed one is answered at once."""
         if not line.strip():
@@ -408,7 +408,7 @@ class Agent:
 
     async def _answer(self, req: Request, link: Optional[Link] = None) -> None:
         try:
-            op: Optional[ops.Op] = ops.op_of(req)
+            op = ops.op_of(req)
         except (ValueError, TypeError) as exc:  # bad arguments, an unknown op: said at once
             self.send(Reply(id=req.id, ok=False, error=str(exc)), to=link)
             return
@@ -426,8 +426,9 @@ class Agent:
         ms a tick at 1 Hz on the development machine). Ends with BrokenPipeError or ValueError
         (the console's pipe is gone); any other failure is logged and the ticks go on."""
         loop = asyncio.get_running_loop()  # its clock is time.monotonic
-        ended: asyncio.Future = loop.create_future()
+        ended: asyncio.Future[None] = loop.create_future()
         next_t = time.monotonic()
+        handle: asyncio.Handle  # the next tick's, armed by tick itself
 
         def tick() -> None:
             nonlocal next_t, handle
@@ -445,7 +446,7 @@ class Agent:
                 next_t = time.monotonic()
             handle = loop.call_at(next_t, tick)
 
-        handle: asyncio.Handle = loop.call_soon(tick)
+        handle = loop.call_soon(tick)
         try:
             await ended
         finally:

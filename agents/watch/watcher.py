@@ -214,7 +214,7 @@ class Watcher:
     def note(self, op: ops.Note) -> ops.Noted:
         """An operator's note (`gpudeck note`): a ``note`` event, notified only when asked."""
         notified = op.notify and any(t.wants(EventKind.NOTE) for t in self.config.notify)
-        details = {"by": op.by} if op.by else {}
+        details: dict[str, Any] = {"by": op.by} if op.by else {}
         event = self.emit(EventKind.NOTE, op.text.strip(), job=op.job, notify=op.notify, **details)
         return ops.Noted(node=self.node, seq=event.seq, t=event.t, notified=notified)
 
