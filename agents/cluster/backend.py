@@ -38,7 +38,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, Optional, cast
 
-from ..contract import ops, plain, wire
+from ..contract import ops, plain
 from ..contract.errors import Refusal
 from ..contract.cluster import ClusterSpec, slurm_job_name, split_task, task_name
 from ..contract.jobs import JobKind, JobSpec
