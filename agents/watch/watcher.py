@@ -21,7 +21,7 @@ from ..contract.vocab import NOTIFY_EVENTS, AlertKind, EventKind
 from ..contract import ops
 from ..contract.jobs import JobSpec, SpecError
 from ..contract.plain import to_plain
-from ..contract.wire import Alert, Gpu, Host, JobStatus
+from ..contract.wire import Alert, Event, Gpu, Host, JobStatus
 from ..sense.health import GpuHealth, HealthReader
 from ..jobs.backend import GpuReader, JobBackend
 from .checks import Checks, carried_key
@@ -98,9 +98,8 @@ class Watcher:
     # ------------------------------------------------------------ events
 
     def emit(self, kind: EventKind, message: str, job: Optional[str] = None, gpu: Optional[int] = None,
-             key: Optional[str] = None, notify: bool = True, **details: Any) -> Any:
-        """One line in the timeline; queued for every target that wants it when ``notify``.
-        Returns the event (wire.Event)."""
+             key: Optional[str] = None, notify: bool = True, **details: Any) -> Event:
+        """One line in the timeline; queued for every target that wants it when ``notify``."""
         event = self.events_log.add(kind, message, job=job, gpu=gpu, key=key, **details)
         if notify and kind in NOTIFY_EVENTS and self.config.notify:
             self.outbox.put(self.config.notify, to_plain(event))
