@@ -22,10 +22,13 @@ import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from .sense.gpu import ProcInfo
 from .contract.wire import Gpu, GpuProcess
+
+if TYPE_CHECKING:
+    from .sense.health import GpuHealth
 
 MIB = 1024 * 1024
 _SPEC = re.compile(r"\s*(\d+)\s*x\s*([^:+]+?)\s*:\s*(\d+(?:\.\d+)?)\s*$")
@@ -198,11 +201,11 @@ class SimHealth:
     def __init__(self, path: Path, count: int) -> None:
         self.path, self.count = path, count
         self._stamp: Optional[tuple[int, int]] = None
-        self._doc: dict = {}
+        self._doc: dict[str, Any] = {}  # the file's JSON
         self._xids_seen: dict[int, int] = {}
-        self._steady: Optional[list] = None  # the last readings, while they hold no new XID error
+        self._steady: Optional[list[GpuHealth]] = None  # the last readings, while they hold no new XID error
 
-    def read(self, now: Optional[float] = None) -> list:
+    def read(self, now: Optional[float] = None) -> list[GpuHealth]:
         try:
             st = os.stat(self.path)
             stamp = (st.st_mtime_ns, st.st_size)

@@ -320,6 +320,7 @@ class FleetClient:
                 error = AgentError(node.name, f"{type(exc).__name__}: {exc}")
             else:
                 delay, down_since = backoff_s, None
+                assert link.hello is not None, f"node {node.name}: connected without a hello"  # connect() waits for it
                 on_event(node.name, NodeUp(node.name, link.hello, self.copy_of(node.name)))
                 if link.history is not None:
                     on_event(node.name, link.history)

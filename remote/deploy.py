@@ -178,7 +178,7 @@ def wheel_from_installed(out_dir: Path, dist_name: str = "gpudeck") -> Path:
     record = []
     with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as z:
         for f in files:
-            data = Path(dist.locate_file(f)).read_bytes()
+            data = Path(str(dist.locate_file(f))).read_bytes()
             name = "/".join((info, *f.parts[1:]) if f.parts[0].endswith(".dist-info") else f.parts)
             z.writestr(name, data)
             digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
@@ -303,7 +303,7 @@ class _Session:
     venv: str
     probe: str
     machine: str
-    marker: dict
+    marker: dict[str, Any]
     t0: float
 
 
@@ -452,7 +452,7 @@ async def deploy_node(transport: SshTransport, node: Node, wheel: Path, timeout:
     step = on_step or (lambda _node, _what: None)
     run_id = uuid.uuid4().hex[:12]
     s = await _open(transport, node, run_id, timeout, step)
-    await _check_home(s, run_id, "", set())
+    await _check_home(s, run_id, (), set())
     return await _install(s, wheel, list(jobs), "", step, timeout=timeout)
 
 
@@ -496,6 +496,7 @@ async def deploy(nodes: Sequence[Node], transport: SshTransport, wheel: Optional
                 failed(s.node, exc)
 
         async def install(s: _Session) -> None:
+            assert wheel is not None  # built below once a node answered the probe, before any install
             jobs = fleet.jobs_on(s.node.name) if fleet is not None else []
             envs = fleet.envs_on(s.node.name) if fleet is not None else []
             try:

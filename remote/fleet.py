@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import math
 import os
 import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, cast
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -26,7 +27,7 @@ from ..agents.contract.jobs import KINDS, JobKind, JobSpec, SpecError, completio
 from ..agents.contract.cluster import RESOURCE_KEYS, ClusterSpec, split_task
 from ..agents.contract.envs import EnvSpec
 from ..agents.contract.errors import UnknownName
-from ..agents.contract.kinds import OptionError
+from ..agents.contract.kinds import KindOptions, OptionError
 from ..agents.contract.names import name_problem
 from ..agents.contract.watching import AlertThresholds, HeartbeatConfig, NotifyTarget, WatchSettings
 
@@ -312,7 +313,8 @@ def cluster_node(spec: ClusterSpec, ssh: dict[str, Any], path: str, line: Option
 
 def _decode(text: str, path: str) -> dict[str, Any]:
     try:
-        return tomllib.loads(text)
+        doc: dict[str, Any] = tomllib.loads(text)
+        return doc
     except tomllib.TOMLDecodeError as exc:
         m = re.search(r"\(at line (\d+), column (\d+)\)", str(exc))
         line = int(m.group(1)) if m else None
@@ -439,7 +441,7 @@ def _parse_jobs(raw_jobs: Any, defaults: dict[str, Any], names: set[str], path: 
         option_keys = JobKind(kind).options  # keys of built-in kinds that are not JobSpec fields
         values: dict[str, Any] = {}
         options: dict[str, Any] = {}
-        raw, resources = pull_resources(raw, where, path, lambda key, i=i: loc.key("jobs", i, key))
+        raw, resources = pull_resources(raw, where, path, functools.partial(loc.key, "jobs", i))
         if resources is not None:
             values["resources"] = resources
         for k, v in raw.items():
@@ -535,7 +537,11 @@ def _resolve_servers(jobs: list[JobSpec], nodes: dict[str, Node], path: str, loc
                     else (nodes[target.node or LOCAL].host or "127.0.0.1")
                 urls.append(f"http://{host}:{target.port}")
             resolved[key] = urls
-        out.append(dataclasses.replace(job, options=dataclasses.replace(job.options, **resolved)) if resolved else job)
+        if resolved and job.options is not None:  # resolved holds keys read off job.options
+            # KindOptions is a dataclass in each kind, not in its base
+            options: KindOptions = dataclasses.replace(cast(Any, job.options), **resolved)
+            job = dataclasses.replace(job, options=options)
+        out.append(job)
     return out
 
 

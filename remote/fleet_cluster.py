@@ -5,11 +5,12 @@ the rest). A cluster is reached as a node is: its ``login`` is an SSH destinatio
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 from ..agents.contract.names import name_problem
 from ..agents.contract.cluster import MIN_POLL_S, RESOURCE_KEYS, ClusterSpec, TaskResources
 from .fleet_check import FleetError, check_host_keys, check_range, check_type, did_you_mean, show, unknown_key
+from .fleet_watch import Locator
 
 _SPEC_FIELDS = {f.name: f for f in dataclasses.fields(ClusterSpec)}
 SSH_KEYS = ("identity", "known_hosts", "host_keys", "connect_timeout")  # as for [[nodes]], from [defaults] too
@@ -18,7 +19,7 @@ _RES_FIELDS = {f.name: f for f in dataclasses.fields(TaskResources)}
 NOT_ON_CLUSTER = ("node", "host", "port", "tp", "dp")  # a node's keys that mean nothing to a scheduler
 
 
-def parse_clusters(raw: Any, defaults: dict[str, Any], node_names: set[str], path: str, loc: Any
+def parse_clusters(raw: Any, defaults: dict[str, Any], node_names: set[str], path: str, loc: Locator
                    ) -> list[tuple[ClusterSpec, dict[str, Any]]]:
     """Each ``[[clusters]]`` table: its spec, and its SSH settings (``identity``...) for the login."""
     if not isinstance(raw, list):
@@ -111,6 +112,6 @@ def pull_resources(raw: dict[str, Any], where: str, path: str, line: Callable[[s
     return rest, res
 
 
-def hint_unknown_cluster(name: Any, clusters: list[str]) -> str:
+def hint_unknown_cluster(name: Any, clusters: Sequence[str]) -> str:
     return (f"no cluster named {name!r}{did_you_mean(str(name), clusters)}; declared: "
             f"{', '.join(clusters) or 'none'}")

@@ -7,7 +7,7 @@ from typing import Any
 
 from ..agents.contract.envs import ENV_NAME, EnvSpec
 from .fleet_check import unknown_key
-from .fleet_watch import Fail, _kind
+from .fleet_watch import Fail, Locator, _kind
 
 ENV_KEYS = ["name", "packages", "pip_args", "python", "setup"]
 
@@ -16,7 +16,7 @@ def _strings(v: Any) -> bool:
     return isinstance(v, list) and all(isinstance(x, str) and x.strip() for x in v)
 
 
-def parse_envs(raw: Any, loc: Any, fail: Fail) -> dict[str, EnvSpec]:
+def parse_envs(raw: Any, loc: Locator, fail: Fail) -> dict[str, EnvSpec]:
     if not isinstance(raw, list):
         raise fail(loc.top("envs"), "'envs' must be an array of tables: [[envs]]")
     out: dict[str, EnvSpec] = {}

@@ -16,7 +16,7 @@ from typing import Any, Optional
 
 from ..agents.contract.names import name_problem
 from .fleet_check import unknown_key
-from .fleet_watch import Fail, _kind
+from .fleet_watch import Fail, Locator, _kind
 
 PLAN_KEYS = ["name", "path", "servers", "price"]
 
@@ -31,7 +31,7 @@ class PlanRef:
     price: Optional[float] = None  # dollars per server-hour (GPU-hour); None: the plan's own price_per_hour
 
 
-def parse_plans(raw: Any, base: str, loc: Any, fail: Fail) -> list[PlanRef]:
+def parse_plans(raw: Any, base: str, loc: Locator, fail: Fail) -> list[PlanRef]:
     """[[plans]] tables, ``path`` made absolute from ``base`` (the fleet file's directory)."""
     if not isinstance(raw, list):
         raise fail(loc.top("plans"), "'plans' must be an array of tables: [[plans]]")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Protocol
 
 from ..agents.contract.watching import AlertThresholds, ConfigError, HeartbeatConfig, HeartbeatError, NotifyTarget
 from .fleet_check import unknown_key
@@ -18,12 +18,22 @@ HEARTBEAT_KEYS = [f.name for f in dataclasses.fields(HeartbeatConfig)]
 Fail = Callable[[Optional[int], str], Exception]  # (line, message) -> the FleetError to raise
 
 
+class Locator(Protocol):
+    """The line of a table or key in the fleet file's text, or None (remote/fleet.py's _Locator)."""
+
+    def table(self, name: str, index: Optional[int]) -> Optional[int]: ...
+
+    def key(self, table: str, index: Optional[int], key: str) -> Optional[int]: ...
+
+    def top(self, key: str) -> Optional[int]: ...
+
+
 def _kind(v: Any) -> str:
     return {bool: "true or false", int: "an integer", float: "a number", str: "a string", list: "a list",
             dict: "a table"}.get(type(v), type(v).__name__)
 
 
-def parse_alerts(raw: Any, loc: Any, fail: Fail) -> AlertThresholds:
+def parse_alerts(raw: Any, loc: Locator, fail: Fail) -> AlertThresholds:
     if not isinstance(raw, dict):
         raise fail(loc.top("alerts"), "'alerts' must be a table: [alerts]")
     for k, v in raw.items():
@@ -39,7 +49,7 @@ def parse_alerts(raw: Any, loc: Any, fail: Fail) -> AlertThresholds:
         raise fail(loc.key("alerts", None, key) if key else loc.top("alerts"), str(exc)) from None
 
 
-def parse_notify(raw: Any, loc: Any, fail: Fail) -> list[NotifyTarget]:
+def parse_notify(raw: Any, loc: Locator, fail: Fail) -> list[NotifyTarget]:
     """[[notify]] tables. An error names the table and the key, never the URL."""
     if not isinstance(raw, list):
         raise fail(loc.top("notify"), "'notify' must be an array of tables: [[notify]]")
@@ -67,7 +77,7 @@ def parse_notify(raw: Any, loc: Any, fail: Fail) -> list[NotifyTarget]:
     return out
 
 
-def parse_heartbeat(raw: Any, loc: Any, fail: Fail) -> Optional[HeartbeatConfig]:
+def parse_heartbeat(raw: Any, loc: Locator, fail: Fail) -> Optional[HeartbeatConfig]:
     """[heartbeat]: an error names the key and its line, never the URL."""
     if raw is None:
         return None

@@ -22,7 +22,7 @@ import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any, Iterable, Optional, Sequence, cast
 
 import asyncssh
 from asyncssh.public_key import (KeyImportError, decode_ssh_public_key, get_default_certificate_algs,
@@ -233,8 +233,8 @@ class HostKeyPolicy:
         UserKnownHostsFile, else ``default_known_hosts``) and the global files."""
         cfg = opts.config
         user_files = [known_hosts] if known_hosts else \
-            list(cfg.get("UserKnownHostsFile", ()) or [default_known_hosts])
-        global_files = list(cfg.get("GlobalKnownHostsFile", ()) or [GLOBAL_KNOWN_HOSTS])
+            list(cast("Sequence[str]", cfg.get("UserKnownHostsFile", ())) or [default_known_hosts])
+        global_files = list(cast("Sequence[str]", cfg.get("GlobalKnownHostsFile", ())) or [GLOBAL_KNOWN_HOSTS])
         return cls(node, opts.host_key_alias or opts.host, opts.port, user_files, global_files, accept_new)
 
     def connect_options(self) -> dict[str, Any]:

@@ -17,7 +17,7 @@ import time
 from typing import Any, Awaitable, Callable, Optional, Protocol
 
 from ..agents.contract import VERSION as __version__
-from ..agents.contract import ops, wire
+from ..agents.contract import ops, plain, wire
 from ..agents.contract.errors import OperatorError
 from ..agents.contract.wire import Hello, History, Reply, Snapshot
 from .fleet import Node
@@ -119,7 +119,7 @@ class AgentLink:
         self._writer = writer
         self._close = close
         self._ids = 0
-        self._waiting: dict[int, asyncio.Future] = {}
+        self._waiting: dict[int, asyncio.Future[Reply]] = {}
         self.hello: Optional[Hello] = None
         self.hello_wait_s = 0.0  # how long the agent took to say hello (a budget of its own)
         self.latest: Optional[Snapshot] = None
@@ -127,7 +127,7 @@ class AgentLink:
         self.closed: Optional[str] = None  # why the link ended
         self._snapshot_event = asyncio.Event()
         self._on_message: list[Callable[[str, wire.Message], None]] = []
-        self._pump: Optional[asyncio.Task] = None
+        self._pump: Optional[asyncio.Task[None]] = None
 
     def subscribe(self, callback: Callable[[str, wire.Message], None]) -> None:
         """``callback(node_name, message)`` for every snapshot and history message."""
@@ -179,7 +179,7 @@ class AgentLink:
                                              "(is gpudeck installed there? run `gpudeck deploy`)")
         try:
             msg = wire.decode(line)
-        except wire.ProtocolError as exc:
+        except plain.ProtocolError as exc:
             raise AgentError(self.node.name, f"the agent's first line is not a hello ({exc}): "
                                              f"{line[:200]!r}") from None
         if not isinstance(msg, Hello):
@@ -204,7 +204,7 @@ class AgentLink:
                     break
                 try:
                     msg = wire.decode(line)
-                except wire.ProtocolError as exc:
+                except plain.ProtocolError as exc:
                     log.warning("node %s: ignoring a bad line from the agent: %s", self.node.name, exc)
                     continue
                 if isinstance(msg, Reply):
@@ -258,7 +258,7 @@ class AgentLink:
                                 refusal=reply.refusal)
         try:
             return op.answer(reply.result)
-        except wire.ProtocolError as exc:
+        except plain.ProtocolError as exc:
             raise RequestFailed(self.node.name, op.name, f"the agent's reply does not fit: {exc}") from None
 
     async def next_snapshot(self, after_seq: int = 0, timeout: float = 10.0) -> Snapshot:

@@ -23,8 +23,8 @@ STDERR_LINES = 30
 
 class LocalAgentLink(AgentLink):
     process: asyncio.subprocess.Process
-    stderr_tail: collections.deque
-    stderr_task: asyncio.Task
+    stderr_tail: collections.deque[str]
+    stderr_task: asyncio.Task[None]
 
     def stderr_lines(self) -> list[str]:
         return list(self.stderr_tail)
@@ -41,7 +41,7 @@ class LocalAgentLink(AgentLink):
                             list(self.stderr_tail))
 
 
-async def _collect(stream: asyncio.StreamReader, tail: collections.deque) -> None:
+async def _collect(stream: asyncio.StreamReader, tail: collections.deque[str]) -> None:
     """Drain the agent's stderr (an undrained pipe would block it), keeping its last lines."""
     echo = bool(os.environ.get("GPUDECK_AGENT_STDERR"))
     while True:
@@ -67,8 +67,9 @@ class LocalTransport:
                 stderr=asyncio.subprocess.PIPE, env=env, limit=LINE_LIMIT)
         except OSError as exc:  # this machine is there: its agent is what cannot start
             raise AgentFailed(node.name, f"cannot start the agent ({python}): {exc.strerror or exc}") from None
-        tail: collections.deque = collections.deque(maxlen=STDERR_LINES)
+        tail: collections.deque[str] = collections.deque(maxlen=STDERR_LINES)
         assert proc.stdout is not None and proc.stdin is not None and proc.stderr is not None
+        stdout = proc.stdout
         stderr_task = asyncio.get_running_loop().create_task(_collect(proc.stderr, tail))
 
         async def close() -> None:
@@ -80,7 +81,7 @@ class LocalTransport:
                 proc.kill()
                 # asyncio's wait() also waits for the pipes' EOF, which a stdout left paused by an
                 # overlong line never reads: drain what the dead agent left, every wait bounded
-                for step in (proc.stdout.read, proc.wait):
+                for step in (stdout.read, proc.wait):
                     try:
                         await asyncio.wait_for(step(), 5.0)
                     except (asyncio.TimeoutError, ValueError, OSError, RuntimeError):

@@ -34,7 +34,7 @@ import logging
 import os
 import shlex
 import socket
-from typing import Any, Optional, Sequence
+from typing import Any, Optional, Sequence, cast
 
 import asyncssh
 
@@ -62,7 +62,7 @@ MAX_HOPS = 8  # bastions in a row, at most
 class _ChannelWriter:
     """The agent's stdin; asyncssh's errors become ConnectionError, which AgentLink knows."""
 
-    def __init__(self, stdin: asyncssh.SSHWriter) -> None:
+    def __init__(self, stdin: asyncssh.SSHWriter[bytes]) -> None:
         self._stdin = stdin
 
     def write(self, data: bytes) -> None:
@@ -78,7 +78,7 @@ class _ChannelWriter:
             raise ConnectionResetError(f"SSH channel closed: {exc}") from None
 
 
-async def _pump(src: asyncssh.SSHReader, dst: asyncio.StreamReader) -> None:
+async def _pump(src: asyncssh.SSHReader[bytes], dst: asyncio.StreamReader) -> None:
     """Channel stdout into a plain StreamReader: the same line limit as over pipes (asyncssh's
     own readline stops at its receive window, and a History line may be larger)."""
     try:
@@ -93,7 +93,7 @@ async def _pump(src: asyncssh.SSHReader, dst: asyncio.StreamReader) -> None:
     dst.feed_eof()
 
 
-async def _collect(src: asyncssh.SSHReader, tail: collections.deque, node: str) -> None:
+async def _collect(src: asyncssh.SSHReader[bytes], tail: collections.deque[str], node: str) -> None:
     """Drain the agent's stderr, always (an undrained channel would block the agent), keeping
     its last lines to explain a failure."""
     buf = b""
@@ -118,9 +118,9 @@ async def _collect(src: asyncssh.SSHReader, tail: collections.deque, node: str) 
 class SshAgentLink(AgentLink):
     """An AgentLink whose failures also say what the agent wrote on stderr and how it exited."""
 
-    process: asyncssh.SSHClientProcess
-    stderr_tail: collections.deque
-    stderr_task: asyncio.Task
+    process: asyncssh.SSHClientProcess[bytes]
+    stderr_tail: collections.deque[str]
+    stderr_task: asyncio.Task[None]
 
     def stderr_lines(self) -> list[str]:
         return list(self.stderr_tail)
@@ -259,15 +259,15 @@ class SshTransport:
         except (ValueError, OSError, asyncssh.Error) as exc:
             # a missing or unreadable identity file, a bad ssh config line; never the key itself
             what = getattr(exc, "strerror", None) or getattr(exc, "reason", None) or str(exc)
-            where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
+            where = f" ({filename})" if (filename := getattr(exc, "filename", None)) else ""
             hint = ("; load the key into ssh-agent: gpudeck never asks for a passphrase"
                     if "passphrase" in str(what).lower() else "")
             raise SshError(node.name, f"cannot use its SSH settings: {what}{where}{hint}") from None
         cfg = opts.config
         policy = HostKeyPolicy.for_connection(node.name, opts, node.known_hosts, self.default_known_hosts,
                                               self.accept_new or node.host_keys == "accept-new")
-        keepalive = self.keepalive_s or float(cfg.get("ServerAliveInterval", 0) or KEEPALIVE_S)
-        count = self.keepalive_count or int(cfg.get("ServerAliveCountMax", 0) or KEEPALIVE_COUNT)
+        keepalive = self.keepalive_s or float(cast("float | str", cfg.get("ServerAliveInterval", 0)) or KEEPALIVE_S)
+        count = self.keepalive_count or int(cast("int | str", cfg.get("ServerAliveCountMax", 0)) or KEEPALIVE_COUNT)
         via = self._bastion(node, cfg)
         # tunnel=None too: asyncssh must not follow ProxyJump by itself, with its own host key check
         tunnel = await self._tunnel(node, via, path) if via is not None else None
@@ -310,7 +310,7 @@ class SshTransport:
         """Which keys were tried, by file name: never their contents."""
         if node.identity:
             return f"key {node.identity}"
-        files = list(opts.config.get("IdentityFile", ()) or [])
+        files = list(cast("Sequence[str]", opts.config.get("IdentityFile", ())) or [])
         if not files:
             files = [f"~/.ssh/{n}" for n in ("id_ed25519", "id_ecdsa", "id_rsa")
                      if os.path.exists(os.path.expanduser(f"~/.ssh/{n}"))]
@@ -345,7 +345,7 @@ class SshTransport:
             raise AgentStartFailed(node.name, f"cannot start the agent: {getattr(exc, 'reason', None) or exc}") \
                 from None
         reader = asyncio.StreamReader(limit=LINE_LIMIT)
-        tail: collections.deque = collections.deque(maxlen=STDERR_LINES)
+        tail: collections.deque[str] = collections.deque(maxlen=STDERR_LINES)
         loop = asyncio.get_running_loop()
         pumps = [loop.create_task(_pump(process.stdout, reader), name=f"ssh-stdout-{node.name}"),
                  loop.create_task(_collect(process.stderr, tail, node.name), name=f"ssh-stderr-{node.name}")]

@@ -36,9 +36,9 @@ import time
 from pathlib import Path
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any, Optional
+from typing import Any, Optional, cast
 
-from ..contract import ops, wire
+from ..contract import ops, plain
 from ..contract.errors import Refusal
 from ..contract.cluster import ClusterSpec, slurm_job_name, split_task, task_name
 from ..contract.jobs import JobKind, JobSpec
@@ -635,8 +635,8 @@ class ClusterJobs:
     def _last_kill(self, name: str, run: Path, index: int) -> Optional[KillVerdict]:
         if name not in self.kills:
             try:
-                self.kills[name] = wire.from_dict(KillVerdict, json.loads((run / "kills" / f"{index}.json").read_text()))
-            except (OSError, ValueError, wire.ProtocolError):
+                self.kills[name] = plain.from_dict(KillVerdict, json.loads((run / "kills" / f"{index}.json").read_text()))
+            except (OSError, ValueError, plain.ProtocolError):
                 return None
         return self.kills.get(name)
 
@@ -707,7 +707,7 @@ class ClusterJobs:
         argv = spec.argv(self.task_python(spec))
         opts = spec.options
         if spec.shards > 1 and not spec.command and opts is not None and \
-                "part" in {f.name for f in dataclasses.fields(opts)} and getattr(opts, "part", None) is None:
+                "part" in {f.name for f in dataclasses.fields(cast(Any, opts))} and getattr(opts, "part", None) is None:
             argv += ["--part", f"{TASK_TOKEN}/{spec.shards}"]  # each task its shard (the wrapper fills it in)
         return argv
 
@@ -807,7 +807,7 @@ class ClusterJobs:
         if index is not None:
             verdict = self._kill_task(spec, index, grace_s)
             self._keep_verdict(spec, index, verdict)
-            self.audit("kill", name, verdict=wire.to_plain(verdict))
+            self.audit("kill", name, verdict=plain.to_plain(verdict))
             self.soon()
             return verdict
         cancelled = self._cancel_pending(spec)  # the waiting tasks at once: one scancel per array
@@ -826,7 +826,7 @@ class ClusterJobs:
                               message="; ".join(said) or f"{name}: no task was running",
                               gpu_holders=[h for v in verdicts for h in v.gpu_holders],
                               seconds=max((v.seconds or 0 for v in verdicts), default=None))
-        self.audit("kill", name, verdict=wire.to_plain(verdict))
+        self.audit("kill", name, verdict=plain.to_plain(verdict))
         self.soon()
         return verdict
 
@@ -840,7 +840,7 @@ class ClusterJobs:
         try:
             from ..contract.atomic import atomic_write_json
             (self._run(spec.name) / "kills").mkdir(parents=True, exist_ok=True)
-            atomic_write_json(self._run(spec.name) / "kills" / f"{index}.json", wire.to_plain(verdict))
+            atomic_write_json(self._run(spec.name) / "kills" / f"{index}.json", plain.to_plain(verdict))
         except OSError as exc:
             log.warning("cluster %s: cannot keep the verdict of %s: %s", self.node, name, exc)
 
@@ -876,16 +876,16 @@ class ClusterJobs:
             delay = min(delay * 2, 1.0)
         seconds = time.monotonic() - t0
         out = {}
-        for i, r in rows.items():
+        for i, row in rows.items():
             name = task_name(spec.name, i)
-            if r is None or r.state == "CANCELLED":
-                slurm_says = r.state if r is not None else "no record: it never had one of its own"
+            if row is None or row.state == "CANCELLED":
+                slurm_says = row.state if row is not None else "no record: it never had one of its own"
                 out[i] = KillVerdict(job=name, ok=True, seconds=seconds, at=time.time(), state=JobState.CANCELLED,
                                      message=f"cancelled before it ran (scancel {sent[i]}; Slurm: {slurm_says}); "
                                              f"it held no GPU")
             elif i in waiting:
                 out[i] = KillVerdict(job=name, ok=False, seconds=seconds, at=time.time(),
-                                     message=f"scancel {sent[i]} sent, but Slurm still lists it {r.state} after "
+                                     message=f"scancel {sent[i]} sent, but Slurm still lists it {row.state} after "
                                              f"{seconds:.0f} s")
             # else it started, or ended otherwise, meanwhile: its own kill (_kill_task) says what became of it
         return out
@@ -979,11 +979,10 @@ class ClusterJobs:
     def relaunch(self, name: str, grace_s: float = 10.0) -> LaunchResult:
         spec, index = self._task(name)
         if index is None:
-            kill = self.kill(name, grace_s)
-            return self._submit(spec, list(range(spec.shards)), name, kill=kill)
+            return self._submit(spec, list(range(spec.shards)), name, kill=self.kill(name, grace_s))
         with self._lock:
             row = self.rows.get((spec.name, index))
-        kill = None
+        kill: Optional[KillVerdict] = None
         if row is not None and not row.terminal and row.state != "PENDING":
             kill = self.kill(name, grace_s)
         if row is not None:

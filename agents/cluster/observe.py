@@ -22,8 +22,9 @@ import time
 from pathlib import Path
 from typing import Callable, Optional
 
-from ..contract import wire
+from ..contract import plain, wire
 from ..contract.wire import Gpu, JobStatus, Snapshot
+from ..jobs.backend import GpuReader
 
 log = logging.getLogger("agents")
 
@@ -32,6 +33,7 @@ def observe(node: str, home: Path, interval_s: float, simulate_gpus: Optional[st
             count: Optional[int] = None) -> int:
     from ..sense.host import HostSampler
 
+    gpu: GpuReader
     if simulate_gpus:
         from ..simgpu import SimGpuSampler
         gpu = SimGpuSampler(home, simulate_gpus)
@@ -76,7 +78,7 @@ class Observers:
     def __init__(self, node: str, env: dict[str, str], running: Callable[[], dict[str, tuple[str, str]]],
                  argv: Callable[[str, str], list[str]]) -> None:
         self.node, self.env, self.running, self.argv = node, env, running, argv
-        self.procs: dict[str, tuple[str, asyncio.subprocess.Process, asyncio.Task]] = {}
+        self.procs: dict[str, tuple[str, asyncio.subprocess.Process, asyncio.Task[None]]] = {}
         self.latest: dict[str, Snapshot] = {}
         self.failed: dict[str, tuple[str, float]] = {}  # task -> (raw id, when): do not retry at once
 
@@ -116,7 +118,7 @@ class Observers:
                 break
             try:
                 msg = wire.decode(line)
-            except wire.ProtocolError:
+            except plain.ProtocolError:
                 continue
             if isinstance(msg, Snapshot):
                 self.latest[name] = msg

@@ -20,7 +20,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from ..contract.atomic import atomic_write_bytes
 
@@ -125,7 +125,7 @@ def read_attempts(path: Path) -> Attempts:
     except OSError:
         return Attempts()
     starts = 0
-    last: dict = {}
+    last: dict[str, Any] = {}
     for line in text.splitlines():
         try:
             ev = json.loads(line)
@@ -136,7 +136,7 @@ def read_attempts(path: Path) -> Attempts:
         kind = ev.get("event")
         if kind == "start":
             starts += 1
-            requeue = {k: last[k] for k in ("requeued_at", "requeue_rc") if k in last}  # the last self-requeue
+            requeue: dict[str, Any] = {k: last[k] for k in ("requeued_at", "requeue_rc") if k in last}  # the last self-requeue
             if "requeued_at" in requeue and requeue.get("requeue_rc") is None and \
                     (ev.get("restart") or 0) > (last.get("restart") or 0):
                 requeue["requeue_rc"] = 0  # its record never came, but Slurm started it again: it was requeued
@@ -173,8 +173,8 @@ class SlurmSaid:
     # ``at`` is when the agent found it gone
     gone: bool = False
 
-    def to_dict(self) -> dict:
-        out = {"array_id": self.array_id, "state": self.state, "at": self.at, "ran": self.ran}
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"array_id": self.array_id, "state": self.state, "at": self.at, "ran": self.ran}
         return {**out, "gone": True} if self.gone else out
 
 

@@ -211,7 +211,7 @@ class Slurm:
         return None
 
     def run(self, argv: list[str], check: bool = True, timeout: float = COMMAND_TIMEOUT_S
-            ) -> subprocess.CompletedProcess:
+            ) -> subprocess.CompletedProcess[str]:
         self.calls[argv[0]] = self.calls.get(argv[0], 0) + 1
         if argv[0] == "squeue":
             self.squeue_calls += 1
@@ -278,7 +278,7 @@ class Slurm:
             raise SlurmError(f"sbatch answered {out!r}, not a job id")
         return job_id
 
-    def cancel(self, task_id: str) -> subprocess.CompletedProcess:
+    def cancel(self, task_id: str) -> subprocess.CompletedProcess[str]:
         """``scancel A_T``. Its exit status says nothing (it exits 0 on an invalid id): the
         caller reads the state back."""
         if "_" not in task_id:
@@ -311,7 +311,7 @@ def newer(a: QueueRow, b: QueueRow) -> bool:
     return key(a) > key(b)
 
 
-def _said(proc: subprocess.CompletedProcess) -> str:
+def _said(proc: subprocess.CompletedProcess[str]) -> str:
     lines = [ln.strip() for ln in (proc.stderr or "").splitlines() + (proc.stdout or "").splitlines() if ln.strip()]
     return " / ".join(lines[-3:])
 

@@ -56,10 +56,15 @@ from typing import Any, Callable, Iterable, Optional
 from ..sense import writes
 from ..contract.ops import HISTORY_KEPT_S, HistoryPoint
 from ..contract.vocab import JobState
-from ..contract.wire import Sample, Snapshot
+from ..contract.wire import Gpu, JobStatus, Sample, Snapshot
 
 log = logging.getLogger(__name__)
 
+# A row as stored (JSON): {"g": {gpu: entity}, "j": {job: entity}}, an entity a list of figures
+# (raw_row's) or of stats (an aggregate's, below)
+Row = dict[str, dict[str, list[Any]]]
+# SQLite's result codes (sqlite3 names them from Python 3.11 on; the agent runs on 3.10 too)
+SQLITE_CORRUPT, SQLITE_FULL, SQLITE_NOTADB = 11, 13, 26
 APP_ID = 0x67646869  # "gdhi": PRAGMA application_id, so a foreign SQLite file is told apart
 SCHEMA = 1  # PRAGMA user_version
 
@@ -93,7 +98,7 @@ def _r(v: Any, nd: int = 1) -> Optional[float]:
     return None if v is None else round(float(v), nd)
 
 
-def job_tps(job) -> Optional[float]:
+def job_tps(job: JobStatus) -> Optional[float]:
     """A job's tokens/s as the history keeps it: its progress's, else its engine's."""
     if job.progress is not None and job.progress.tokens_per_s is not None:
         return round(job.progress.tokens_per_s, 2)
@@ -102,11 +107,11 @@ def job_tps(job) -> Optional[float]:
     return None
 
 
-def gpu_key(g) -> str:
+def gpu_key(g: Gpu) -> str:
     return f"{g.host}:{g.index}" if g.host else str(g.index)
 
 
-def raw_row(snap: Snapshot) -> dict:
+def raw_row(snap: Snapshot) -> Row:
     """One sample: {"g": {gpu: [mem, util, temp, power]}, "j": {job: [state, tps, done, running,
     queued, kv, tokens, (cut%, empty%, no-answer%, repetition%: a job with a quality window)]}}."""
     gpus = {gpu_key(g): [_r(g.mem_used_mib), _r(g.util_pct), _r(g.temp_c), _r(g.power_w)] for g in snap.gpus}
@@ -147,7 +152,7 @@ def _stored(lo: float, mean: float, hi: float, count: int, n: int) -> Any:
     return [lo, mean, hi, count]
 
 
-def _as_agg(row: dict, bucketed: bool) -> dict:
+def _as_agg(row: Row, bucketed: bool) -> Row:
     if bucketed:
         return row
     return {"g": {k: [1, None, *vals] for k, vals in row["g"].items()}, "j": {k: [1, *vals] for k, vals in row["j"].items()}}
@@ -164,16 +169,17 @@ class MinuteFold:
 
     def __init__(self, bucket: int, whole: bool) -> None:
         self.bucket, self.whole = bucket, whole
-        self._ents: dict[str, dict[str, list]] = {"g": {}, "j": {}}
+        self._ents: Row = {"g": {}, "j": {}}
 
-    def add(self, row: dict) -> None:
+    def add(self, row: Row) -> None:
         for side, state_first in (("g", False), ("j", True)):
             ents = self._ents[side]
             for key, vals in row[side].items():
-                ent = ents.get(key)
+                ent: Optional[list[Any]] = ents.get(key)
                 figures = vals[1:] if state_first else vals
                 if ent is None:
-                    ent = ents[key] = [0, None] + [None] * len(figures)
+                    fresh: list[Any] = [0, None] + [None] * len(figures)
+                    ent = ents[key] = fresh
                 elif len(ent) < len(figures) + 2:
                     ent.extend([None] * (len(figures) + 2 - len(ent)))
                 ent[0] += 1
@@ -193,8 +199,8 @@ class MinuteFold:
                         st[1] += v
                         st[3] += 1
 
-    def aggregate(self) -> dict:
-        out: dict[str, dict[str, list]] = {"g": {}, "j": {}}
+    def aggregate(self) -> Row:
+        out: Row = {"g": {}, "j": {}}
         for side, ents in self._ents.items():
             for key, ent in ents.items():
                 n = ent[0]
@@ -203,17 +209,18 @@ class MinuteFold:
         return out
 
 
-def merge(rows: Iterable[dict]) -> dict:
+def merge(rows: Iterable[Row]) -> Row:
     """Aggregates (in time order) merged into one: min of mins, max of maxes, mean by count,
     the last state."""
-    acc: dict[str, dict[str, list]] = {"g": {}, "j": {}}
+    acc: Row = {"g": {}, "j": {}}
     for row in rows:
         for side in ("g", "j"):
             for key, ent in row[side].items():
                 n = ent[0]
-                cur = acc[side].get(key)
+                cur: Optional[list[Any]] = acc[side].get(key)
                 if cur is None:
-                    cur = acc[side][key] = [0, None] + [None] * (len(ent) - 2)
+                    empty: list[Any] = [0, None] + [None] * (len(ent) - 2)
+                    cur = acc[side][key] = empty
                 cur[0] += n
                 if ent[1] is not None:
                     cur[1] = ent[1]
@@ -229,11 +236,12 @@ def merge(rows: Iterable[dict]) -> dict:
                     else:
                         total = c[3] + s[3]
                         cur[i] = [min(c[0], s[0]), (c[1] * c[3] + s[1] * s[3]) / total, max(c[2], s[2]), total]
-    for side in acc.values():
-        for ent in side.values():
+    for ents in acc.values():
+        for ent in ents.values():
             for i in range(2, len(ent)):
                 if ent[i] is not None:
-                    ent[i] = _stored(*ent[i], ent[0])
+                    lo, mean, hi, count = ent[i]  # [lo, mean, hi, count], as made above
+                    ent[i] = _stored(lo, mean, hi, count, ent[0])
     return acc
 
 
@@ -250,7 +258,7 @@ class HistoryDB:
         self.newest: Optional[float] = None  # the newest raw row's time
         self.marks: dict[str, Optional[int]] = {}  # tier -> the start of its next bucket to roll up
         self._rewound_logged = False
-        self.on_minute: Optional[Callable[[float, dict], None]] = None  # each minute rolled up: (t, aggregate)
+        self.on_minute: Optional[Callable[[float, Row], None]] = None  # each minute rolled up: (t, aggregate)
         self.fold: Optional[MinuteFold] = None  # the minute still filling, in memory
         self._oldest: dict[str, Optional[float]] = {}  # each tier's oldest row (pruning asks no SELECT)
         self.readonly = readonly  # reads only (--once): the file is neither made nor checked
@@ -402,7 +410,7 @@ class HistoryDB:
     def _failed(self, exc: sqlite3.Error) -> None:
         writes.failed(self.path, _os_error(exc))
         code = getattr(exc, "sqlite_errorcode", None)
-        if code in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB):
+        if code in (SQLITE_CORRUPT, SQLITE_NOTADB):
             self.close()
             self._set_aside(f"{type(exc).__name__}: {exc}")
 
@@ -422,7 +430,7 @@ class HistoryDB:
             self.conn.execute(f"DELETE FROM {tier.table} WHERE t >= ?", (start,))
             mark = self.marks.get(tier.table)
             if mark is not None and mark > start:
-                self._set_mark(tier.table, start)
+                self._set_mark(tier.table, int(start))  # a bucketed tier's (only those have marks)
             self._oldest[tier.table] = self.conn.execute(f"SELECT min(t) FROM {tier.table}").fetchone()[0]
 
     def _set_mark(self, table: str, value: int) -> None:
@@ -430,7 +438,7 @@ class HistoryDB:
         self.marks[table] = value
         self.conn.execute("INSERT OR REPLACE INTO meta (k, v) VALUES (?, ?)", (table, value))
 
-    def _fold(self, t: float, row: dict, verdict: str) -> tuple[MinuteFold, Optional[MinuteFold]]:
+    def _fold(self, t: float, row: Row, verdict: str) -> tuple[MinuteFold, Optional[MinuteFold]]:
         """The minute accumulator with ``row`` folded in (a new one when ``t`` begins a minute),
         and the one of the minute that ended, if this sample ended one."""
         b = int(t // 60) * 60
@@ -443,7 +451,7 @@ class HistoryDB:
         fold.add(row)  # (kept only once the sample is stored: a failed write drops the fold)
         return fold, done
 
-    def _roll(self, now: float, done: Optional[MinuteFold] = None) -> Optional[tuple[float, dict]]:
+    def _roll(self, now: float, done: Optional[MinuteFold] = None) -> Optional[tuple[float, Row]]:
         """At most one bucket of each tier rolled up from the tier below: the oldest complete
         one not yet rolled (a minute from ``done``, its fold in memory, when that is it and
         whole). Returns the minute rolled, if one was."""
@@ -513,7 +521,7 @@ class HistoryDB:
         with _closing(self._reader()) as c:
             return {t.name: c.execute(f"SELECT count(*) FROM {t.table}").fetchone()[0] for t in self.tiers}
 
-    def _buckets(self, c: sqlite3.Connection, level: int, since: float, until: float) -> list[tuple[float, dict]]:
+    def _buckets(self, c: sqlite3.Connection, level: int, since: float, until: float) -> list[tuple[float, Row]]:
         """Level ``level``'s rows in [since, until] as aggregates, with the tail its roll-ups have
         not reached yet made from the level below (the current hour from its minutes and the
         current minute's samples)."""
@@ -530,7 +538,7 @@ class HistoryDB:
                for t, d in c.execute(f"SELECT t, d FROM {tier.table} WHERE t >= ? AND t <= ? ORDER BY t", (start, end))]
         tail_from = max(start, mark if mark is not None else start)
         if tail_from <= until:
-            groups: dict[int, list[dict]] = {}
+            groups: dict[int, list[Row]] = {}
             for t, agg in self._buckets(c, level - 1, tail_from, until):
                 groups.setdefault(int(t // b) * b, []).append(agg)
             last = out[-1][0] if out else -1.0
@@ -607,7 +615,7 @@ class HistoryDB:
         return [raw_sample(t, json.loads(d)) for t, d in rows]
 
 
-def raw_sample(t: float, row: dict) -> Sample:
+def raw_sample(t: float, row: Row) -> Sample:
     gpus = [v for _, v in sorted(row["g"].items(), key=lambda kv: _gpu_order(kv[0]))]
     jobs = row["j"]
     alive = (JobState.RUNNING.value, JobState.STARTING.value)
@@ -617,13 +625,13 @@ def raw_sample(t: float, row: dict) -> Sample:
                   job_tokens={k: v[6] for k, v in jobs.items() if v[6] is not None})
 
 
-def minute_sample(t: float, agg: dict) -> Sample:
+def minute_sample(t: float, agg: Row) -> Sample:
     """A minute's aggregate as a compact sample at the minute's middle."""
-    def mean(ent: list, i: int) -> Optional[float]:
+    def mean(ent: list[Any], i: int) -> Optional[float]:
         s = stat(ent[2 + i], ent[0]) if 2 + i < len(ent) else None
         return None if s is None else s[1]
 
-    def top(ent: list, i: int) -> Optional[int]:
+    def top(ent: list[Any], i: int) -> Optional[int]:
         s = stat(ent[2 + i], ent[0]) if 2 + i < len(ent) else None
         return None if s is None else int(s[2])
 
@@ -640,12 +648,12 @@ def minute_sample(t: float, agg: dict) -> Sample:
     )
 
 
-def _gpu_order(key: str) -> tuple:
+def _gpu_order(key: str) -> tuple[str, int]:
     host, _, index = key.rpartition(":")
     return (host, int(index) if index.isdigit() else 0)
 
 
-def _point(t: float, ent: list, names: tuple[str, ...], gpu: Optional[str] = None,
+def _point(t: float, ent: list[Any], names: tuple[str, ...], gpu: Optional[str] = None,
            job: Optional[str] = None) -> HistoryPoint:
     lo: dict[str, Optional[float]] = {}
     mean: dict[str, Optional[float]] = {}
@@ -661,7 +669,7 @@ def _point(t: float, ent: list, names: tuple[str, ...], gpu: Optional[str] = Non
 def _os_error(exc: sqlite3.Error) -> OSError:
     """A SQLite failure as the OSError writes.py reports (a full disk reads as one)."""
     code = getattr(exc, "sqlite_errorcode", None)
-    if code == sqlite3.SQLITE_FULL or "full" in str(exc):
+    if code == SQLITE_FULL or "full" in str(exc):
         return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
     return OSError(errno.EIO, f"{type(exc).__name__}: {exc}")
 

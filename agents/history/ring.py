@@ -25,7 +25,7 @@ from typing import Callable, Optional
 from ..contract import ops
 from ..contract.vocab import JobState
 from ..contract.wire import Sample, Snapshot
-from .db import REWIND_SKIP_S, HistoryDB, job_tps, minute_sample
+from .db import REWIND_SKIP_S, HistoryDB, Row, job_tps, minute_sample
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +99,7 @@ class HistoryRing:
         self._samples.append(sample)
         return sample
 
-    def _minute_rolled(self, t: float, agg: dict) -> None:
+    def _minute_rolled(self, t: float, agg: Row) -> None:
         s = minute_sample(t, agg)
         if not self.minutes or s.t > self.minutes[-1].t:
             self.minutes.append(s)

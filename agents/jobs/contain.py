@@ -36,7 +36,7 @@ import os
 import secrets
 import signal
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Iterable, Optional, Union
 
 from ..contract.atomic import atomic_write_text
 
@@ -231,7 +231,7 @@ def token_of(pid: int) -> Optional[str]:
     return env[start + len(key):end if end >= 0 else None].decode(errors="replace")
 
 
-def cgroup_path_of(pid) -> Optional[str]:
+def cgroup_path_of(pid: Union[int, str]) -> Optional[str]:
     """A process's cgroup v2 path (``pid`` a number, or "self")."""
     try:
         with open(f"/proc/{pid}/cgroup") as f:

@@ -22,7 +22,7 @@ import logging
 import os
 import threading
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Any, Callable, Iterable, Literal, Optional, overload
 
 from ..contract.wire import LogChunk
 
@@ -85,6 +85,10 @@ def lock_path(path: Path) -> Path:
     return path.with_name(path.name + ".lock")
 
 
+@overload
+def take_lock(path: Path, wait: Literal[True]) -> int: ...
+@overload
+def take_lock(path: Path, wait: bool) -> Optional[int]: ...
 def take_lock(path: Path, wait: bool) -> Optional[int]:
     """The log's lock (``job.log.lock``, an fcntl lock that dies with its holder): whoever
     writes or cuts ``path`` holds it, so a keeper and the agent never cut the same log at once
@@ -263,6 +267,8 @@ class Capper:
         for name, path, limit in jobs:
             if name in self._busy:
                 continue
+            target: Callable[..., None]
+            args: tuple[Any, ...]
             try:
                 if path.with_name(PIPE).exists():
                     lock = take_lock(path, wait=False)

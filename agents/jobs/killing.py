@@ -91,9 +91,12 @@ def wait_gone(t: Target, timeout_s: float, sig: Optional[int] = None, clock: Clo
         now = clock.monotonic()
         if alive:
             quiet_since = None
-        elif quiet_since is None:
-            quiet_since = now  # empty once: a process forked just as its parent died may not be listed yet
-        if (not alive and now - quiet_since >= QUIET_S) or now >= deadline:
+        else:
+            if quiet_since is None:
+                quiet_since = now  # empty once: a process forked just as its parent died may not be listed yet
+            if now - quiet_since >= QUIET_S:
+                return alive
+        if now >= deadline:
             return alive
         clock.sleep(0.05)
 

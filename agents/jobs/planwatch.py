@@ -73,7 +73,7 @@ class PlanWatch:
         first = rec.first_started_at or rec.started_at
         path = self._path(name, spec) if spec is not None else None
         reading = self._reading(name, path) if path is not None else None
-        if reading is None:
+        if reading is None or path is None:
             return {"first_started_at": first}
         since = first
         if first is not None and reading.written_at is not None:

@@ -69,7 +69,8 @@ class JobRecord:
         return spans[-MAX_ATTEMPTS_KEPT:]
 
     def to_dict(self) -> dict[str, Any]:
-        return to_plain(self)
+        d: dict[str, Any] = to_plain(self)
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "JobRecord":
@@ -104,7 +105,7 @@ def first_start_of(prev: JobRecord, now: float) -> float:
 class _Live:
     """In-memory only: a Popen to reap while this agent is the parent, cached group members."""
 
-    popen: Optional[subprocess.Popen] = None
+    popen: Optional[subprocess.Popen[bytes]] = None
     members: list[int] = field(default_factory=list)
     members_at: float = 0.0
     # a pidfd names the leader itself, not its number: a reused pid can never answer for it,

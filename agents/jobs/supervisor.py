@@ -355,9 +355,10 @@ class JobSupervisor:
         if rec is None or live is None or not rec.state.alive:
             return []
         if now - live.members_at > MEMBERS_REFRESH_S:
-            tree = _descendants(rec.pid) if rec.pid and self._leader_alive(rec) else None
+            pid = rec.pid
+            tree = _descendants(pid) if pid and self._leader_alive(rec) else None
             # the cheap walk down /proc's children lists; the full scan only where there is none
-            members = set(tree) | {rec.pid} if tree is not None else set(self._group_members(rec))
+            members = set(tree) | {pid} if tree is not None and pid else set(self._group_members(rec))
             live.members = sorted(members | self._cgroup_members(rec, known=members))
             live.members_at = now
         return live.members

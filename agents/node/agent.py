@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Optional
 
 from . import doctor
 from ..sense import writes
-from ..contract import ops, wire
+from ..contract import ops, plain, wire
 from ..contract.errors import KindedRefusal, Refusal
 from .alerts import AlertClock, node_alerts
 from ..sense.engines import EngineScraper
@@ -334,7 +334,7 @@ class Agent:
         self.watch.begin()  # before the first tick: a watcher that died before this one is news
         served = loop.create_task(self.jobs.serve())  # the backend's own work (a scheduler's polls)
         ticker = loop.create_task(self._tick_loop())
-        pending: set[asyncio.Task] = set()
+        pending: set[asyncio.Task[None]] = set()
         self._stop_reading = hub.stop_reading
         self._pending = pending
         try:
@@ -378,7 +378,7 @@ class Agent:
         if samples:
             self.send(wire.History(node=self.node, samples=samples), to=link)
 
-    def _request(self, line: bytes, link: Link) -> Optional[asyncio.Task]:
+    def _request(self, line: bytes, link: Link) -> Optional[asyncio.Task[None]]:
         """One request line from a console: answered in a task (a kill waits out a grace
         period, and ticks go on meanwhile); a malformed one is answered at once."""
         if not line.strip():
@@ -386,8 +386,8 @@ class Agent:
         try:
             msg = wire.decode(line)
             if not isinstance(msg, Request):
-                raise wire.ProtocolError(f"expected a request, got a {msg.type}")
-        except wire.ProtocolError as exc:
+                raise plain.ProtocolError(f"expected a request, got a {msg.type}")
+        except plain.ProtocolError as exc:
             log.warning("bad request line: %s", exc)
             self.send(Reply(id=_line_id(line), ok=False, error=f"malformed request: {exc}"), to=link)
             return None
@@ -408,7 +408,7 @@ class Agent:
 
     async def _answer(self, req: Request, link: Optional[Link] = None) -> None:
         try:
-            op: Optional[ops.Op] = ops.op_of(req)
+            op = ops.op_of(req)
         except (ValueError, TypeError) as exc:  # bad arguments, an unknown op: said at once
             self.send(Reply(id=req.id, ok=False, error=str(exc)), to=link)
             return
@@ -426,8 +426,9 @@ class Agent:
         ms a tick at 1 Hz on the development machine). Ends with BrokenPipeError or ValueError
         (the console's pipe is gone); any other failure is logged and the ticks go on."""
         loop = asyncio.get_running_loop()  # its clock is time.monotonic
-        ended: asyncio.Future = loop.create_future()
+        ended: asyncio.Future[None] = loop.create_future()
         next_t = time.monotonic()
+        handle: asyncio.Handle  # the next tick's, armed by tick itself
 
         def tick() -> None:
             nonlocal next_t, handle
@@ -445,7 +446,7 @@ class Agent:
                 next_t = time.monotonic()
             handle = loop.call_at(next_t, tick)
 
-        handle: asyncio.Handle = loop.call_soon(tick)
+        handle = loop.call_soon(tick)
         try:
             await ended
         finally:

@@ -10,7 +10,7 @@ it first saw them, on the node.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 from ..contract.vocab import AlertKind, EngineState, JobState
 from ..contract.jobs import JobSpec
@@ -64,7 +64,7 @@ def node_alerts(gpus: list[Gpu], jobs: list[JobStatus], specs: dict[str, JobSpec
             if since is not None and now - since > stall:
                 alerts.append(Alert(AlertKind.STALLED, f"job {j.name}: no progress for {int(now - since)} s "
                                                f"while its process is alive", job=j.name))
-        elif j.progress is None and j.state in (JobState.RUNNING, JobState.STARTING) and \
+        elif j.progress is None and j.state in (JobState.RUNNING, JobState.STARTING) and j.engine is not None and \
                 (since := engine_quiet_since(j.engine, now)) is not None:
             spec = specs.get(j.name)
             if now - since > (spec.stall_after_s if spec else 600.0):  # a load that stopped moving, past the cap
@@ -86,13 +86,13 @@ class AlertClock:
     first saw it, for as long as it stays. Kept in memory: a new agent starts these again."""
 
     def __init__(self) -> None:
-        self._began: dict[tuple, float] = {}
+        self._began: dict[tuple[Any, ...], float] = {}
 
     def stamp(self, alerts: list[Alert], now: float,
               known: Callable[[Alert], Optional[float]] = lambda a: None) -> list[Alert]:
         """``alerts`` with their ``since``: their own, else ``known``'s (the watcher's record
         of the condition), else when this clock first saw them."""
-        began: dict[tuple, float] = {}
+        began: dict[tuple[Any, ...], float] = {}
         out = []
         for a in alerts:
             key = a.ident()

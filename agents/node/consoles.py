@@ -23,7 +23,10 @@ import struct
 import sys
 import threading
 from pathlib import Path
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, BinaryIO, Callable, Optional
+
+if TYPE_CHECKING:
+    import asyncio
 
 log = logging.getLogger("agents")
 
@@ -107,7 +110,7 @@ class Consoles:
     when the agent is to stop reading (taken over). ``greet`` sends a new link its first
     messages (hello, history) before anything else can reach it."""
 
-    def __init__(self, loop, greet: Callable[[Link], None]) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, greet: Callable[[Link], None]) -> None:
         import asyncio
 
         self.loop, self.greet = loop, greet
@@ -117,10 +120,10 @@ class Consoles:
         self.closing = False  # set on the loop when the agent exits: a late relay gets no hello
         self._relays = 0
 
-    def _put(self, item) -> None:
+    def _put(self, item: tuple[Optional[Link], Optional[bytes]]) -> None:
         self.loop.call_soon_threadsafe(self.lines.put_nowait, item)
 
-    def _read(self, link: Link, stream) -> None:  # a thread: a pipe, a socket or an SSH channel
+    def _read(self, link: Link, stream: BinaryIO) -> None:  # a thread: a pipe, a socket or an SSH channel
         try:
             for line in iter(stream.readline, b""):
                 self._put((link, line))
@@ -128,7 +131,7 @@ class Consoles:
             pass
         self._put((link, None))
 
-    def open(self, name: str, stream, write: Callable[[bytes], None], close: Callable[[], None]) -> Link:
+    def open(self, name: str, stream: BinaryIO, write: Callable[[bytes], None], close: Callable[[], None]) -> Link:
         link = Link(name, write, close, on_drop=lambda gone: self._put((gone, None)))
         with self.lock:
             self.links.add(link)
@@ -174,14 +177,15 @@ def socket_address(home: Path) -> tuple[str, Optional[int]]:
 
 def peer_uid(conn: socket.socket) -> int:
     creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    return struct.unpack("3i", creds)[2]
+    uid: int = struct.unpack("3i", creds)[2]
+    return uid
 
 
 class Listener:
     """The lock holder's socket: accepts relays of its own user and hands each to
     ``on_connect(conn)`` on the accepting thread."""
 
-    def __init__(self, home: Path, on_connect: Optional[Callable[[socket.socket], None]] = None) -> None:
+    def __init__(self, home: Path, on_connect: Optional[Callable[[socket.socket], object]] = None) -> None:
         self.home = home
         self.path = home / SOCKET_NAME
         self.on_connect = on_connect
@@ -206,13 +210,13 @@ class Listener:
         if on_connect is not None:
             self.start(on_connect)
 
-    def start(self, on_connect: Callable[[socket.socket], None]) -> None:
+    def start(self, on_connect: Callable[[socket.socket], object]) -> None:
         """Accept from now on. A socket bound earlier already queues connections: an agent
         starting beside this one finds it and waits for its hello instead of taking over."""
         self.on_connect = on_connect
-        threading.Thread(target=self._accept, name="listener", daemon=True).start()
+        threading.Thread(target=self._accept, args=(on_connect,), name="listener", daemon=True).start()
 
-    def _accept(self) -> None:
+    def _accept(self, on_connect: Callable[[socket.socket], object]) -> None:
         me = os.getuid()
         while not self._closed:
             try:
@@ -228,7 +232,7 @@ class Listener:
                 log.warning("refused a connection on %s from uid %d", self.path, uid)
                 conn.close()
                 continue
-            self.on_connect(conn)
+            on_connect(conn)
 
     def close(self) -> None:
         self._closed = True
@@ -281,11 +285,12 @@ def try_relay(home: Path, version: str, protocol_version: int, timeout_s: float 
     return relay(*found) if found is not None else None
 
 
-def find_agent(home: Path, version: str, protocol_version: int, timeout_s: float = HELLO_TIMEOUT_S):
+def find_agent(home: Path, version: str, protocol_version: int, timeout_s: float = HELLO_TIMEOUT_S
+               ) -> Optional[tuple[socket.socket, BinaryIO, bytes]]:
     """A connection to the agent serving ``home`` that said hello at this version, as
     (socket, reader, hello line), or None (nothing listens, no hello in ``timeout_s``,
     another version)."""
-    from ..contract import wire
+    from ..contract import plain, wire
 
     path = home / SOCKET_NAME
     if not path.exists():
@@ -298,7 +303,7 @@ def find_agent(home: Path, version: str, protocol_version: int, timeout_s: float
         reader = sock.makefile("rb")
         first = reader.readline()
         hello = wire.decode(first)
-    except (OSError, wire.ProtocolError) as exc:
+    except (OSError, plain.ProtocolError) as exc:
         log.info("no agent answering on %s (%s): taking over", path, exc)
         sock.close()
         return None
@@ -315,7 +320,7 @@ def find_agent(home: Path, version: str, protocol_version: int, timeout_s: float
     return sock, reader, first
 
 
-def relay(sock: socket.socket, reader, first: bytes) -> int:
+def relay(sock: socket.socket, reader: BinaryIO, first: bytes) -> int:
     """Copy stdin to the agent and the agent to stdout until either side closes."""
     out = sys.stdout.buffer
     out.write(first)

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import BinaryIO, Optional
 
-from ..contract import wire
+from ..contract import VERSION, wire
 from ..contract.cluster import ClusterSpec
 from .agent import Agent, make_home
 from ..sense.gpu import GpuSampler
@@ -171,7 +171,7 @@ def ensure(home: Path, argv: list[str]) -> int:
         return 0
     start = StartLock(home)  # the start of agents is one at a time: two ensures never both spawn
     try:
-        found = find_agent(home, wire.__version__, wire.PROTOCOL)
+        found = find_agent(home, VERSION, wire.PROTOCOL)
         if found is not None:
             found[0].close()
             return 0
@@ -234,7 +234,7 @@ def take_home(home: Path, detached: bool, grace_s: float
         return 3, None, None
     lock = listener = None
     try:
-        found = find_agent(home, wire.__version__, wire.PROTOCOL)
+        found = find_agent(home, VERSION, wire.PROTOCOL)
         if detached:  # the watcher takes over from a console's agent, never from a watcher
             from ..watch.daemon import detached_may_start
             if not detached_may_start(home, found):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 from ..contract.vocab import EngineState
 from ..contract.wire import Engine
@@ -41,7 +41,7 @@ PARSE_IN_THREAD_BYTES = 256 << 10  # a larger page is parsed off the agent's eve
 
 
 # per flavor: generation tokens counter, running, queued, KV usage (fraction), accept length
-NAMES = {
+NAMES: dict[str, dict[str, Union[str, tuple[str, ...]]]] = {
     "sglang": dict(tokens="generation_tokens_total", running="num_running_reqs", queued="num_queue_reqs",
                    kv="token_usage", accept="spec_accept_length"),
     "vllm": dict(tokens="generation_tokens_total", running="num_requests_running",
@@ -71,7 +71,7 @@ class EngineMetrics:
     accept_length: Optional[float] = None
     kv_pool: Optional[str] = None  # SGLang hybrid models: which pool is the fullest ("mamba", "swa")
     families: int = 0
-    extra: dict = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def parse_metrics(text: str) -> EngineMetrics:
@@ -79,8 +79,8 @@ def parse_metrics(text: str) -> EngineMetrics:
     from prometheus_client.parser import text_string_to_metric_families
 
     series: dict[str, list[float]] = {}
-    router: dict[str, list[tuple[dict, float]]] = {}  # smg_* samples with their labels
-    pools: dict[str, list[tuple[dict, float]]] = {}  # SGLang pool usage gauges with their labels
+    router: dict[str, list[tuple[dict[str, str], float]]] = {}  # smg_* samples with their labels
+    pools: dict[str, list[tuple[dict[str, str], float]]] = {}  # SGLang pool usage gauges with their labels
     families = 0
     try:
         for fam in text_string_to_metric_families(text):
@@ -112,7 +112,7 @@ def parse_metrics(text: str) -> EngineMetrics:
         return _router_metrics(m, router)
     prefixes = [p for p, fl in PREFIXES.items() if fl == flavor]
 
-    def get(names, how="sum") -> Optional[float]:
+    def get(names: Union[str, tuple[str, ...]], how: str = "sum") -> Optional[float]:
         for n in (names if isinstance(names, tuple) else (names,)):
             for p in prefixes:
                 vals = series.get(p + n)
@@ -160,9 +160,9 @@ def slots_usage(slots: object) -> Optional[float]:
     return held / total
 
 
-def _sglang_pools(m: EngineMetrics, pools: dict[str, list[tuple[dict, float]]], prefixes: list[str]) -> None:
+def _sglang_pools(m: EngineMetrics, pools: dict[str, list[tuple[dict[str, str], float]]], prefixes: list[str]) -> None:
     """KV usage of each rank = its fullest pool; the page's = the mean over DP ranks."""
-    per_rank: dict[tuple, tuple[float, str]] = {}
+    per_rank: dict[tuple[tuple[str, str], ...], tuple[float, str]] = {}
     have_full = any(p + "full_token_usage" in pools for p in prefixes)
     for name, pool in SGLANG_POOLS if have_full else (("token_usage", "full"),) + SGLANG_POOLS[1:]:
         for p in prefixes:
@@ -177,7 +177,7 @@ def _sglang_pools(m: EngineMetrics, pools: dict[str, list[tuple[dict, float]]], 
     m.kv_pool = fullest if fullest != "full" else None
 
 
-def _router_metrics(m: EngineMetrics, smg: dict[str, list[tuple[dict, float]]]) -> EngineMetrics:
+def _router_metrics(m: EngineMetrics, smg: dict[str, list[tuple[dict[str, str], float]]]) -> EngineMetrics:
     """sglang-router (``smg_*``): requests in flight on its workers, tokens when it counts them
     (gRPC mode), and in ``extra`` the health of the workers behind it: ``workers``,
     ``healthy``, ``unhealthy`` (their URLs), ``circuit_open`` (URLs whose breaker is open or
@@ -320,6 +320,7 @@ class EngineScraper:
 
     async def _health_only(self, client: "httpx.AsyncClient") -> Engine:
         status = await self._health_status(client)
-        state = {200: EngineState.READY, 503: EngineState.STARTING}.get(status, EngineState.FAILED)
+        states: dict[Optional[int], EngineState] = {200: EngineState.READY, 503: EngineState.STARTING}
+        state = states.get(status, EngineState.FAILED)
         return Engine(url=self.url, state=state,
                       error="/metrics answered 404: start the engine with --enable-metrics (or --metrics)")

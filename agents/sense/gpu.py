@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import psutil
 
@@ -23,7 +23,7 @@ class GpuSampler:
     def __init__(self, enabled: bool = True) -> None:
         self.error: Optional[str] = None
         self._nvml = None
-        self._handles: list = []
+        self._handles: list[Any] = []  # NVML's device handles
         self._static: list[tuple[str, str, float]] = []  # uuid, name, total MiB
         self.procs = ProcInfo()
         if not enabled:
@@ -105,7 +105,7 @@ class GpuSampler:
         nv = self._nvml
         if nv is None or index >= len(self._handles):
             return 0.0
-        return nv.nvmlDeviceGetMemoryInfo(self._handles[index]).used / MIB
+        return float(nv.nvmlDeviceGetMemoryInfo(self._handles[index]).used) / MIB
 
     def health_reader(self) -> Optional[NvmlHealth]:
         """XID, ECC, page and clock health through NVML (agents/sense/health.py); None without GPUs."""
@@ -149,11 +149,11 @@ class ProcInfo:
         self._seen.clear()
 
 
-def _str(v) -> str:
+def _str(v: object) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
 
-def _try(fn) -> Optional[float]:
+def _try(fn: Callable[[], Optional[float]]) -> Optional[float]:
     try:
         return fn()
     except Exception:  # a field this GPU does not support (power on some boards): leave it empty

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from typing import Optional
+from typing import Any, Optional
 
 from ..contract.documents import ProgressDoc, read_progress
 from ..contract.wire import Progress
@@ -62,7 +62,7 @@ class ProgressTracker:
         self.window_s = window_s
         self._mtime: Optional[tuple[float, int]] = None
         self._doc: Optional[ProgressDoc] = None  # the last good reading
-        self._health: dict = {}  # the job's servers, uploads and blocked, from the last good reading
+        self._health: dict[str, Any] = {}  # the job's servers, uploads and blocked, from the last good reading
         self._error: Optional[str] = None
         self._done_rate = CounterRate(window_s, min_span_s=MIN_SPAN_S)
         self._tok_rate = CounterRate(window_s, min_span_s=MIN_SPAN_S)
@@ -76,7 +76,7 @@ class ProgressTracker:
             doc = ProgressDoc(done=done)
             total = self.total
         elif self.progress_path:
-            self._read_progress_file()
+            self._read_progress_file(self.progress_path)
             if self._doc is None:
                 return Progress(done=0, total=self.total, error=self._error) if self._error else None
             doc = self._doc
@@ -119,9 +119,9 @@ class ProgressTracker:
         """When ``done`` last moved, as seen by this tracker."""
         return self._last_change
 
-    def _read_progress_file(self) -> None:
+    def _read_progress_file(self, path: str) -> None:
         try:
-            st = os.stat(self.progress_path)
+            st = os.stat(path)
         except FileNotFoundError:
             return
         key = (st.st_mtime, st.st_size)
@@ -129,10 +129,10 @@ class ProgressTracker:
             return
         self._mtime = key
         try:
-            parsed = read_progress(self.progress_path, st.st_size)  # its fields checked (contract/documents.py)
+            parsed = read_progress(path, st.st_size)  # its fields checked (contract/documents.py)
         except (OSError, ValueError) as exc:
             # keep the last good reading; say what is wrong with the file
-            self._error = f"{self.progress_path}: {exc}"
+            self._error = f"{path}: {exc}"
             return
         self._doc, self._error = parsed, None  # its floats are finite or None (plain.from_dict)
         # the job's health, typed as the wire has it: generate's uploads, or extract's (``s3``)
@@ -143,12 +143,12 @@ class ProgressTracker:
                         "window": parsed.window}
 
 
-def _count(v) -> Optional[int]:
+def _count(v: object) -> Optional[int]:
     """A counter of the job's (an integer >= 0), or None."""
     return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
 
 
-def _number(v) -> Optional[float]:
+def _number(v: object) -> Optional[float]:
     """A finite number, or None (a NaN or an infinity in a progress file means: unknown)."""
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         return None

@@ -17,11 +17,11 @@ from ..contract.vocab import Verdict
 from . import record
 
 
-def _target(rec: dict, rel: str) -> str:
+def _target(rec: dict[str, Any], rel: str) -> str:
     return rec["to"] if rel == "" else os.path.join(rec["to"], rel)
 
 
-def _present(rec: dict) -> bool:
+def _present(rec: dict[str, Any]) -> bool:
     files = rec.get("files") or {}
     if rec.get("complete") is False:
         return False

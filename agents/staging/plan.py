@@ -108,7 +108,7 @@ def list_s3(src: str, where: str, client_factory: Callable[[], Any]) -> tuple[li
     loc = S3Location.parse(src.rstrip("/") if src.rstrip("/") != "s3:/" else src)
     try:
         client = client_factory()
-        objects: list[dict] = []
+        objects: list[dict[str, Any]] = []
         for page in client.get_paginator("list_objects_v2").paginate(Bucket=loc.bucket, Prefix=loc.prefix):
             objects.extend(page.get("Contents", ()))
     except ImportError:
@@ -128,13 +128,13 @@ def list_s3(src: str, where: str, client_factory: Callable[[], Any]) -> tuple[li
     return sorted(files, key=lambda f: f.rel), False
 
 
-def _s3_file(rel: str, o: dict) -> SourceFile:
-    modified = o.get("LastModified")
+def _s3_file(rel: str, o: dict[str, Any]) -> SourceFile:
+    modified: Any = o.get("LastModified")
     mtime_ns = int(modified.timestamp() * 1e9) if hasattr(modified, "timestamp") else None
     return SourceFile(rel, int(o["Size"]), str(o.get("ETag", "")).strip('"'), mtime_ns)
 
 
-def _in_place(plan: ItemPlan, f: SourceFile, kept: Optional[dict]) -> bool:
+def _in_place(plan: ItemPlan, f: SourceFile, kept: Optional[dict[str, Any]]) -> bool:
     target = plan.target(f)
     try:
         st = os.stat(target)
@@ -143,7 +143,7 @@ def _in_place(plan: ItemPlan, f: SourceFile, kept: Optional[dict]) -> bool:
     if st.st_size != f.size:
         return False
     if plan.item.from_s3:  # the record says which object the file came from
-        return bool(kept) and kept.get("files", {}).get(f.rel, {}).get("stamp") == f.stamp
+        return kept is not None and bool(kept) and kept.get("files", {}).get(f.rel, {}).get("stamp") == f.stamp
     return f.mtime_ns is not None and st.st_mtime_ns // 1000 == f.mtime_ns // 1000
 
 

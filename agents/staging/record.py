@@ -28,7 +28,7 @@ def folder(home: Path) -> Path:
     return d
 
 
-def read(home: Path, key: str) -> Optional[dict]:
+def read(home: Path, key: str) -> Optional[dict[str, Any]]:
     try:
         doc = json.loads((Path(home) / DIR / f"{key}.json").read_text())
     except (OSError, ValueError):
@@ -44,7 +44,7 @@ def remove(home: Path, key: str) -> None:
     (Path(home) / DIR / f"{key}.json").unlink(missing_ok=True)
 
 
-def all_records(home: Path) -> list[dict]:
+def all_records(home: Path) -> list[dict[str, Any]]:
     d = Path(home) / DIR
     out = []
     for path in sorted(d.glob("*.json")) if d.is_dir() else []:

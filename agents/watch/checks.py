@@ -113,10 +113,11 @@ class Checks:
             if j.state is not JobState.RUNNING or getting_ready(j):
                 continue
             for i in j.gpus:
-                if i >= len(gpus) or gpus[i].util_pct is None:
+                util = gpus[i].util_pct if i < len(gpus) else None
+                if util is None:
                     continue
                 key = (j.name, i)
-                if gpus[i].util_pct > 0:
+                if util > 0:
                     continue
                 seen.add(key)
                 since = self._idle_since.setdefault(key, now)

@@ -35,7 +35,7 @@ REPLACES_ENV = "GPUDECK_REPLACES_WATCHER"  # the pid of the watcher a new one re
 
 
 def spawn_detached(home: Path, argv: list[str], started_by: Optional[str] = None,
-                   replaces: Optional[int] = None) -> subprocess.Popen:
+                   replaces: Optional[int] = None) -> subprocess.Popen[bytes]:
     """Start the detached watcher for ``home`` with this agent's arguments; ``started_by``
     (``cron``) is what it writes into the timeline if it finds that the watcher before it died;
     ``replaces``: the pid of the detached watcher it takes over from (one told new settings)."""

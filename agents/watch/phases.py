@@ -103,11 +103,12 @@ class Phases:
             return None
         if rec.state is JobState.FENCED:  # it runs on another node since a move: its marker there says
             dep_spec = self.jobs.spec_of(dep)
-            there = completion_marker(dep_spec) if dep_spec is not None else None
-            if there is not None and (there.startswith("s3://") or dep_spec.success_marker):
-                if self._marker(there, now, getattr(dep_spec.options, "s3_endpoint", None), dep_spec.env)[0]:
+            dep_marker = completion_marker(dep_spec) if dep_spec is not None else None
+            if dep_spec is not None and dep_marker is not None and (dep_marker.startswith("s3://")
+                                                                    or dep_spec.success_marker):
+                if self._marker(dep_marker, now, getattr(dep_spec.options, "s3_endpoint", None), dep_spec.env)[0]:
                     return None
-                return Waiting(f"{dep} (moved: {rec.fenced or 'fenced'}; waiting for its marker {there})")
+                return Waiting(f"{dep} (moved: {rec.fenced or 'fenced'}; waiting for its marker {dep_marker})")
             return Waiting(f"{dep} (moved: {rec.fenced or 'fenced'}; waiting for it there)")
         if rec.state.alive:
             return Waiting(f"{dep} ({rec.state.value})")

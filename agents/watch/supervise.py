@@ -43,7 +43,7 @@ KINDS = ("systemd", "cron", "none")
 TAG = "# gpudeck-watch"
 
 
-def _run(argv: list[str], stdin: Optional[str] = None, timeout: float = 10.0) -> subprocess.CompletedProcess:
+def _run(argv: list[str], stdin: Optional[str] = None, timeout: float = 10.0) -> subprocess.CompletedProcess[str]:
     try:
         return subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=timeout)
     except FileNotFoundError:
@@ -52,7 +52,7 @@ def _run(argv: list[str], stdin: Optional[str] = None, timeout: float = 10.0) ->
         return subprocess.CompletedProcess(argv, 124, "", f"{argv[0]}: no answer within {timeout:g} s")
 
 
-def _said(r: subprocess.CompletedProcess) -> str:
+def _said(r: subprocess.CompletedProcess[str]) -> str:
     lines = (r.stderr or r.stdout or "").strip().splitlines()
     return lines[-1] if lines else f"exit {r.returncode}"
 
@@ -261,7 +261,7 @@ def choose(wanted: str) -> tuple[str, str]:
         if problem:
             raise ValueError(f"--supervise {wanted}: {problem}")
         return wanted, ""
-    passed = []
+    passed: list[str] = []
     for kind in ("systemd", "cron"):
         problem = problems[kind]()
         if problem is None:

@@ -21,7 +21,7 @@ from ..contract.vocab import NOTIFY_EVENTS, AlertKind, EventKind
 from ..contract import ops
 from ..contract.jobs import JobSpec, SpecError
 from ..contract.plain import to_plain
-from ..contract.wire import Alert, Gpu, Host, JobStatus
+from ..contract.wire import Alert, Event, Gpu, Host, JobStatus
 from ..sense.health import GpuHealth, HealthReader
 from ..jobs.backend import GpuReader, JobBackend
 from .checks import Checks, carried_key
@@ -98,9 +98,8 @@ class Watcher:
     # ------------------------------------------------------------ events
 
     def emit(self, kind: EventKind, message: str, job: Optional[str] = None, gpu: Optional[int] = None,
-             key: Optional[str] = None, notify: bool = True, **details: Any) -> Any:
-        """One line in the timeline; queued for every target that wants it when ``notify``.
-        Returns the event (wire.Event)."""
+             key: Optional[str] = None, notify: bool = True, **details: Any) -> Event:
+        """One line in the timeline; queued for every target that wants it when ``notify``."""
         event = self.events_log.add(kind, message, job=job, gpu=gpu, key=key, **details)
         if notify and kind in NOTIFY_EVENTS and self.config.notify:
             self.outbox.put(self.config.notify, to_plain(event))
@@ -214,7 +213,7 @@ class Watcher:
     def note(self, op: ops.Note) -> ops.Noted:
         """An operator's note (`gpudeck note`): a ``note`` event, notified only when asked."""
         notified = op.notify and any(t.wants(EventKind.NOTE) for t in self.config.notify)
-        details = {"by": op.by} if op.by else {}
+        details: dict[str, Any] = {"by": op.by} if op.by else {}
         event = self.emit(EventKind.NOTE, op.text.strip(), job=op.job, notify=op.notify, **details)
         return ops.Noted(node=self.node, seq=event.seq, t=event.t, notified=notified)
 

@@ -261,6 +261,26 @@ def test_a_full_disk_stops_the_history_with_a_disk_alert_and_it_resumes(tmp_path
     assert writes.alerts() == [] and ring.db.read(T0 + 400, resolution="1s", gpu=0)[1][0].t == T0 + 400
 
 
+def test_a_full_disk_reads_as_one_on_a_python_whose_sqlite3_names_no_result_codes(tmp_path, monkeypatch):
+    """Python 3.10's sqlite3 has no SQLITE_FULL, SQLITE_CORRUPT or SQLITE_NOTADB (3.11 named
+    them), and the agent runs there too: a full disk is still a disk alert, not an AttributeError
+    out of the history's error path."""
+    for name in ("SQLITE_FULL", "SQLITE_CORRUPT", "SQLITE_NOTADB"):
+        monkeypatch.delattr(sqlite3, name, raising=False)
+    clock = Clock()
+    ring = HistoryRing(3600.0, 1.0, path=tmp_path / "history.db", clock=clock)
+    for k in range(10):
+        clock.t = T0 + k
+        ring.record(snap(clock.t))
+    pages = ring.db.conn.execute("PRAGMA page_count").fetchone()[0]
+    ring.db.conn.execute(f"PRAGMA max_page_count={pages}")  # the disk is full: not one page more
+    for k in range(10, 100):
+        clock.t = T0 + k
+        ring.record(snap(clock.t, jobs=8))
+    alerts = writes.alerts()
+    assert [a.kind.value for a in alerts] == ["disk_full"] and "No space left" in alerts[0].message
+
+
 def test_read_history_checks_its_arguments():
     from gpudeck.agents.contract.plain import ProtocolError
     from gpudeck.agents.contract.wire import Request

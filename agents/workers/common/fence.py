@@ -162,8 +162,9 @@ class Fence:
                 self._next = time.monotonic() + self.interval_s
             if is_newer(theirs, self.attempt_id):
                 assert theirs is not None
-                log.error("%s", self._fence(theirs, moved_to(theirs)))
-                raise self.fenced
+                fenced = self._fence(theirs, moved_to(theirs))
+                log.error("%s", fenced)
+                raise fenced
 
     def _fence(self, theirs: str, why: str) -> Fenced:
         """This attempt is fenced for good; the agent reads why from the job's directory

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from typing import Optional
+from typing import Optional, cast
 
 from .options import EXIT_FAIL, EXIT_USAGE, ExtractOptions
 
@@ -17,7 +17,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def options_from_args(args: argparse.Namespace) -> ExtractOptions:
-    return ExtractOptions.from_args(args)
+    return cast(ExtractOptions, ExtractOptions.from_args(args))  # from_args: the class's own
 
 
 def run_from_args(args: argparse.Namespace) -> int:

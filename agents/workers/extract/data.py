@@ -21,7 +21,7 @@ import glob
 import json
 import os
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator, Optional
+from typing import Any, Iterable, Iterator, Optional
 
 import numpy as np
 
@@ -112,7 +112,7 @@ class Encoder:
         tpl = chat_template or (getattr(tokenizer, "chat_template", None) if tokenizer is not None else None)
         if isinstance(tpl, dict):  # several named templates: the default one
             tpl = tpl.get("default") or next(iter(tpl.values()))
-        self._template_knows_reasoning = bool(tpl) and "reasoning_content" in tpl
+        self._template_knows_reasoning = tpl is not None and bool(tpl) and "reasoning_content" in tpl
 
     def encode(self, path: str, lineno: int, obj: dict, limit: Optional[int] = None) -> Prepared:
         """The sample of one record. With ``limit``, a sample longer than that is not
@@ -140,7 +140,7 @@ class Encoder:
                             f"({len(mask) if isinstance(mask, list) else type(mask).__name__} vs {len(ids)})")
         full_n = len(ids)
         partial = limit is not None and full_n > limit + 1
-        if partial:
+        if partial and limit is not None:
             ids, mask = ids[:limit + 1], mask[:limit + 1]
         try:
             a = np.asarray(ids, dtype=np.int64)
@@ -184,7 +184,7 @@ class Encoder:
                 reply["reasoning_content"] = reasoning
             else:  # a template that drops reasoning_content: keep the reasoning in the text
                 reply["content"] = f"<think>\n{reasoning}\n</think>\n\n{answer}"
-        kw = {"tokenize": False}
+        kw: dict[str, Any] = {"tokenize": False}
         if self.template:
             kw["chat_template"] = self.template
         try:

@@ -172,6 +172,7 @@ class Forward:
         ready = torch.cuda.Event()
         ready.record()
         stream = self.copy_stream
+        assert stream is not None, "on CUDA, with its copy stream"
         with torch.cuda.stream(stream):
             stream.wait_event(ready)
             (host.view(torch.uint8) if ctx.opts.compress else host)[:t_real].copy_(flat, non_blocking=True)

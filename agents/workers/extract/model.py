@@ -323,6 +323,7 @@ class HiddenStateRunner:
         if steps is None:
             self.why_not_fast = f"{self.why_not_fast}; not hybrid either: {why}" if path is None else why
             return
+        assert path is not None, "the hybrid path's steps come with its name"
         self._hybrid, self._steps, self.path, self.why_not_fast = True, steps, path, why
 
     def flop_model(self):
@@ -354,6 +355,12 @@ class HiddenStateRunner:
             return out
         return self._generic(input_ids, attention_mask, out)
 
+    @property
+    def _fast_plan(self) -> list[_LayerWeights]:
+        """The fast path's weights, asked for on the fast path only."""
+        assert self._plan is not None, "the fast path runs with its plan"
+        return self._plan
+
     def _compare_compiled(self, input_ids: torch.Tensor, got: torch.Tensor) -> None:
         """The first compiled batch: the compiled layer against the eager one on the same
         input (one graph serves every layer, so one layer tells)."""
@@ -361,8 +368,8 @@ class HiddenStateRunner:
         h = dec.embed_tokens(input_ids[:1])
         cos, sin = dec.rotary_emb(h, torch.arange(h.shape[1], device=h.device).unsqueeze(0))
         with self._attention():
-            fast = self._layer_fn(h, cos, sin, *self._plan[0].args)
-            ref = decoder_layer(h, cos, sin, *self._plan[0].args)
+            fast = self._layer_fn(h, cos, sin, *self._fast_plan[0].args)
+            ref = decoder_layer(h, cos, sin, *self._fast_plan[0].args)
         err = _rel_err(fast, ref)
         if not err <= layer_tolerance(self.dtype):
             log.warning("the compiled layer disagrees with eager (relative error %.2e); running eager", err)
@@ -411,7 +418,7 @@ class HiddenStateRunner:
                 for d in dims:
                     torch._dynamo.maybe_mark_dynamic(t, d)
         for i in range(self.layers_run):
-            h = self._layer_fn(h, cos, sin, *self._plan[i].args)
+            h = self._layer_fn(h, cos, sin, *self._fast_plan[i].args)
             j = slot.get(i + 1)
             if j is not None:
                 out[..., j * hsz:(j + 1) * hsz] = dec.norm(h) if i + 1 == self.num_layers else h
@@ -447,7 +454,7 @@ class HiddenStateRunner:
         tol = layer_tolerance(self.dtype)
         with self._attention():
             for i in range(self.layers_run):
-                mine = decoder_layer(ref[i], cos, sin, *self._plan[i].args)
+                mine = decoder_layer(ref[i], cos, sin, *self._fast_plan[i].args)
                 if i + 1 == self.num_layers:
                     mine = dec.norm(mine)
                 err = _rel_err(mine, ref[i + 1])

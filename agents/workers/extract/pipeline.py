@@ -232,9 +232,10 @@ class Writer:
         """The job's samples into shards; False when the run stops."""
         ctx = self.ctx
         for s, off in zip(job.samples, job.offsets):
-            if self._full(s):
+            full = self.shard
+            if full is not None and self._full(s):
                 t2 = time.perf_counter()
-                c = self.shard.close()
+                c = full.close()
                 self.shard = None
                 seal(c)
                 t3 = time.perf_counter()
@@ -246,20 +247,20 @@ class Writer:
                 self.shard = ShardWriter(ctx.out_dir, self.numbers.take(), ctx.width, ctx.st_dtype, ctx.layers,
                                          ctx.reserve, self.meta, self.codec)
             t2 = time.perf_counter()
-            self._add(job, s, off)
+            self._add(self.shard, job, s, off)
             self.tm["write"] += time.perf_counter() - t2
         if job.pooled:
             self.buffers.give_back(job.host, job.host_u8)
         return True
 
-    def _add(self, job: WriteJob, s: Prepared, off: int) -> None:
+    def _add(self, shard: ShardWriter, job: WriteJob, s: Prepared, off: int) -> None:
         width, itemsize = self.ctx.width, self.ctx.itemsize
         if not job.planes:
-            self.shard.add(s.id, memoryview(job.host_u8[off:off + s.n].reshape(-1)), s.input_ids, s.loss_mask)
+            shard.add(s.id, memoryview(job.host_u8[off:off + s.n].reshape(-1)), s.input_ids, s.loss_mask)
             return
         planes = job.host_u8.reshape(-1)[:itemsize * job.tokens * width].reshape(itemsize, job.tokens * width)
         views = [memoryview(planes[p, off * width:(off + s.n) * width]) for p in range(itemsize)]
-        self.shard.add_planes(s.id, views[:-1], views[-1], s.input_ids, s.loss_mask)
+        shard.add_planes(s.id, views[:-1], views[-1], s.input_ids, s.loss_mask)
 
 
 class Finalizer:
@@ -335,7 +336,7 @@ class Pipeline:
         self.writers = [Writer(ctx, self.jobs, self.closed, self.buffers, numbers, codec)
                         for _ in range(ctx.n_writers)]
         self.finalizer = Finalizer(ctx, self.closed)
-        self.progress: Optional[ExtractProgress] = None
+        self.progress: ExtractProgress  # made by run()
 
     def run(self) -> int:
         ctx = self.ctx

@@ -12,7 +12,7 @@ import glob
 import json
 import os
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Any, Iterator
 
 from .codec import decode_planes
 from .layout import CODEC_PLANES_ZSTD, FORMAT, INDEX, META, StoreError
@@ -22,9 +22,9 @@ from .store import read_index
 @dataclass
 class Sample:
     id: str
-    input_ids: "object"  # torch.Tensor int64 [n]
-    loss_mask: "object"  # torch.Tensor bool [n]
-    hidden_states: "object"  # torch.Tensor [n, len(layers) * hidden]
+    input_ids: Any  # torch.Tensor int64 [n]
+    loss_mask: Any  # torch.Tensor bool [n]
+    hidden_states: Any  # torch.Tensor [n, len(layers) * hidden]
     layers: list[int]
 
     def layer(self, layer: int):

@@ -278,6 +278,7 @@ def _s3_setup(opts: ExtractOptions, out_dir: str, attempt_id: str, given: bool =
     from ..common.s3sync.remote import S3Location
     from ..common.s3sync.start import start_s3
 
+    assert opts.s3 is not None, "called with --s3 only"
     loc = S3Location.parse(opts.s3)
     if opts.part is not None:
         loc = S3Location(loc.bucket, loc.key(part_name(opts.part)))

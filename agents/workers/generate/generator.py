@@ -64,8 +64,8 @@ class Generator:
                                opts.request_timeout)
         self.progress = GenerateProgress(progress_path(opts.progress, self.out), opts.prompts, self.out)
         self.hint = ResumeHint(opts.prompts, self.out)
-        self.done: Optional[DoneSet] = None
-        self.writer: Optional[ShardWriter] = None
+        self.done: DoneSet  # opened by the resume (before the run), with the writer
+        self.writer: ShardWriter
         self.uploader = None
         self.reader: Optional[PromptReader] = None
         self.inflight: set[str] = set()  # ids taken by a worker and not yet in the done-set
@@ -270,7 +270,8 @@ class Generator:
             ticker = asyncio.ensure_future(self._ticker())
             stop_wait = asyncio.ensure_future(self._stop.wait())
             all_done = asyncio.ensure_future(asyncio.gather(*workers, return_exceptions=True))
-            await asyncio.wait([all_done, stop_wait], return_when=asyncio.FIRST_COMPLETED)
+            ends: list[asyncio.Future[Any]] = [all_done, stop_wait]
+            await asyncio.wait(ends, return_when=asyncio.FIRST_COMPLETED)
             for w in workers:
                 w.cancel()
             stop_wait.cancel()
@@ -420,8 +421,10 @@ class Generator:
 
     async def _next_prompt(self) -> Optional[Prompt]:
         async with self._read_lock:
+            reader = self.reader
+            assert reader is not None, "the prompts are read once the resume opened them"
             while True:
-                item = self.reader.next()
+                item = reader.next()
                 if item is True:
                     await asyncio.sleep(0)  # many done lines in a row: let answers in
                     continue

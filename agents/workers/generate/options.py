@@ -4,6 +4,7 @@ only, so that the console can build its parser without aiohttp)."""
 from __future__ import annotations
 
 import argparse
+from typing import cast
 
 from ...contract.kinds import GenerateOptions
 from .servers import UsageError, normalize_server
@@ -32,4 +33,4 @@ def options_from_args(args: argparse.Namespace) -> Options:
         except ValueError as exc:
             raise UsageError(f"--s3: {exc}") from None
     servers = list(dict.fromkeys(normalize_server(u) for u in args.servers))
-    return GenerateOptions.from_args(args, servers=servers)
+    return cast(GenerateOptions, GenerateOptions.from_args(args, servers=servers))  # from_args: the class's own

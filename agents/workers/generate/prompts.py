@@ -26,7 +26,7 @@ from ...contract.kinds import DEFAULT_PROMPT_BYTES
 import json
 import re
 from dataclasses import dataclass
-from typing import Any, BinaryIO, Callable, Optional, Union
+from typing import Any, BinaryIO, Callable, Literal, Optional, Union
 
 from ..common.chat import context_for_last_answer, to_messages
 from ..common.idscan import bounded_lines
@@ -88,7 +88,7 @@ class PromptReader:
     def exhausted(self) -> bool:
         return self._f is None
 
-    def next(self, budget: int = 10000) -> Union[Prompt, PromptError, None, bool]:
+    def next(self, budget: int = 10000) -> Union[Prompt, PromptError, None, Literal[True]]:
         """The next prompt to generate, a PromptError for a bad line, None at the end, or
         True when ``budget`` done lines were skipped without finding one (call again; lets
         an event loop breathe)."""

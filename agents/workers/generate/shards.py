@@ -283,11 +283,13 @@ class ShardWriter:
             self.close_shard()  # full, and an earlier close failed: close it before writing more
         if self._fd is None:
             self._open_next()
+        fd, number = self._fd, self._number
+        assert fd is not None and number is not None  # a shard is open, with its number
         data = line + b"\n"
         try:
-            append_or_undo(self._fd, data, self._size)
+            append_or_undo(fd, data, self._size)
         except OSError as exc:
-            raise ShardWriteError(exc.errno, f"cannot write {os.path.join(self.out_dir, self.open_name)}: "
+            raise ShardWriteError(exc.errno, f"cannot write {os.path.join(self.out_dir, NAMES.tmp(number))}: "
                                              f"{exc.strerror or exc}") from None
         self._size += len(data)
         if record is not None:
@@ -345,14 +347,16 @@ class ShardWriter:
         if self._fd is None:
             return None
         self.flush(sync_done=True)  # rule 3: ids durable before the shard gets its final name
+        fd, number = self._fd, self._number
+        assert fd is not None and number is not None  # the shard is still open, with its number
         try:
-            os.fsync(self._fd)
+            os.fsync(fd)
         except OSError as exc:
-            raise ShardWriteError(exc.errno, f"cannot fsync {self.open_name}: {exc.strerror or exc}") from None
-        os.close(self._fd)
+            raise ShardWriteError(exc.errno, f"cannot fsync {NAMES.tmp(number)}: {exc.strerror or exc}") from None
+        os.close(fd)
         self._fd = None
-        tmp = os.path.join(self.out_dir, self.open_name)
-        final = NAMES.final(self._number)
+        tmp = os.path.join(self.out_dir, NAMES.tmp(number))
+        final = NAMES.final(number)
         if not self._ids:
             os.unlink(tmp)
             self._number = None

@@ -148,7 +148,7 @@ def lengths_of(path: str) -> dict[str, Any]:
     mean = ol.get("mean")
     if not ok and not (isinstance(mean, (int, float)) and mean > 0):
         raise UsageError(f"--lengths-from {file}: its pilot has no output lengths")
-    return {"path": file, "quantiles": [float(x) for x in q] if ok else None,
+    return {"path": file, "quantiles": [float(x) for x in q] if ok and isinstance(q, list) else None,
             "mean": float(mean) if isinstance(mean, (int, float)) else None,
             "max_tokens": ol.get("max_tokens"), "cut_share": ol.get("cut_share")}
 

@@ -190,7 +190,7 @@ def project(name: str, path: str, plan: dict, servers: Optional[int] = None,
 
 def _assumed_from(plan: dict) -> str:
     """What an assumed plan took for granted, in a few words."""
-    a = plan.get("assumptions") if isinstance(plan.get("assumptions"), dict) else {}
+    a = got if isinstance(got := plan.get("assumptions"), dict) else {}
     rate = a.get("tokens_per_s")
     speed = a.get("speed_factor")
     length = (f"the lengths of {a['lengths_from']}" if a.get("lengths_from") else
@@ -210,7 +210,7 @@ def _useful_share(plan: dict, path: str) -> Optional[float]:
     if share is not None:
         return share
     done, failed = _num(plan, "pilot_done", path) or 0, _num(plan, "pilot_failed", path) or 0
-    ol = plan.get("output_length") if isinstance(plan.get("output_length"), dict) else {}
+    ol = got if isinstance(got := plan.get("output_length"), dict) else {}
     if not done:
         return None
     ok = max(0.0, 1.0 - (_num(ol, "cut_share", path) or 0) - (_num(ol, "empty_share", path) or 0))

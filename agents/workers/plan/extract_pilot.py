@@ -126,7 +126,7 @@ def pilot(args, shape: dict) -> Optional[dict]:
         steady = sum(n for _, n in marks[1:]) / (marks[-1][0] - marks[0][0])
     whole = tokens / elapsed if elapsed > 0 else None
     return {"device": device, "tokens": tokens, "ratio": round(stored / raw, 4) if args.compress else None,
-            "tokens_per_s": round(steady or whole, 1) if (steady or whole) else None,
+            "tokens_per_s": round(rate, 1) if (rate := steady or whole) else None,
             "tokens_per_s_with_startup": round(whole, 1) if whole else None,
             "first_shard_s": round(marks[0][0] - t0, 3) if marks else None,
             # the model's load to the first durable shard: the start-up, the interpreter's imports apart

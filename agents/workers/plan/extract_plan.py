@@ -26,7 +26,7 @@ import os
 import shutil
 import sys
 import time
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
 from ...contract.documents import PLAN_FILE, write_plan
 from ..extract.cli import add_arguments as add_extract_arguments
@@ -118,7 +118,7 @@ def project(*, layers_kept: int, num_layers: int, hidden_size: int, dtype_bytes:
     per_token = raw * (ratio or 1.0) + TOKEN_EXTRA_BYTES
     total = tokens * per_token
     fits = total <= free_bytes
-    out = {"layers_kept": layers_kept, "num_layers": num_layers, "hidden_size": hidden_size,
+    out: dict[str, Any] = {"layers_kept": layers_kept, "num_layers": num_layers, "hidden_size": hidden_size,
            "dtype_bytes": dtype_bytes, "samples": samples, "tokens": tokens, "bytes_per_token_raw": raw,
            "bytes_per_token": round(per_token, 2), "projected_bytes": int(total), "free_bytes": int(free_bytes),
            "fits": fits, "s3_price_per_gb_month": s3_price,
@@ -134,7 +134,7 @@ def project(*, layers_kept: int, num_layers: int, hidden_size: int, dtype_bytes:
     return out
 
 
-def wall_time(tokens: int, tokens_per_s: Optional[float], startup_s: Optional[float] = None,
+def wall_time(tokens: float, tokens_per_s: Optional[float], startup_s: Optional[float] = None,
               restarts: int = 0) -> Optional[float]:
     """The run's wall time: the tokens at the steady pace, and the start-up once per start."""
     if not tokens_per_s:

@@ -173,7 +173,8 @@ def _level_rows(result, levels: list[int], n_servers: int, tokens: list[int], fi
         lats = [x.latency_s for x in comps]
         w = windows[j]
         row: dict[str, Any] = {"concurrency": c, "completions": len(comps),
-                               "in_flight_per_server": round(stats.mean([x.k for x in comps]), 1) if comps else None,
+                               "in_flight_per_server": round(stats.known(stats.mean([x.k for x in comps]), "in flight"), 1)
+                               if comps else None,
                                "seconds_at_level": round(seconds[j], 2), "completions_per_s": None,
                                "output_tokens_per_s": None, "tokens_per_s_per_request": None,
                                "measured": None, "steady_s": round(w.seconds, 2) if w else None,
@@ -245,16 +246,20 @@ def build_plan(result, levels: list[int], *, n_servers: int, total: int, done: i
         "output_tokens_per_s": best["output_tokens_per_s"] if best else None,
         "projected_wall_s": None, "projected_wall_s_low": None, "projected_wall_s_high": None,
         "projected_tail_s": None,
-        "projected_output_tokens": round(total * stats.mean(tokens)) if tokens else None,
-        "projected_bytes": round(total * stats.mean([x.bytes for x in result.completions])) if tokens else None,
+        "projected_output_tokens": round(total * stats.known(stats.mean(tokens), "lengths")) if tokens else None,
+        "projected_bytes": round(total * stats.known(stats.mean([x.bytes for x in result.completions]), "sizes"))
+        if tokens else None,
         "deadline_s": deadline_s, "servers_needed": None, "price_per_hour": price, "projected_cost": None,
         "seconds_per_request": round(fit.a, 4) if fit else None,
     }
     if best is not None and remaining > 0:  # a pilot that took every prompt leaves nothing to project
         j = levels.index(best["concurrency"])
-        proj = (stats.project_steady(fit, windows[j], tokens, best["concurrency"], n_servers, remaining, seed=seed)
-                if best["measured"] == "steady state" else
-                stats.project(fit, obs, timeline, tokens, best["concurrency"], n_servers, remaining, seed=seed))
+        win = windows[j]  # there for a level measured in its steady state; a fit for one by the model
+        if best["measured"] == "steady state" and win is not None:
+            proj = stats.project_steady(fit, win, tokens, best["concurrency"], n_servers, remaining, seed=seed)
+        else:
+            assert fit is not None, "a level measured by the model has its fit"
+            proj = stats.project(fit, obs, timeline, tokens, best["concurrency"], n_servers, remaining, seed=seed)
         _project(plan, proj, best["concurrency"], n_servers, remaining, deadline_s, price)
     plan["cautions"] = cautions(plan, best)
     plan["verdict"], plan["reasons"] = verdict(plan)

@@ -125,7 +125,7 @@ class PilotGenerator(Generator):
             self._bytes[pid] = len(line) + 1
             return add(pid, line, token)
 
-        self.writer.add = measured_add
+        setattr(self.writer, "add", measured_add)  # the instance's own, in place of its method
 
     def set_prompts(self, prompts: list[Prompt], chunks: list[int], reserve: Sequence[Prompt] = (),
                     hold_s: float = 0.0) -> None:

@@ -54,6 +54,13 @@ def mean(values: Sequence[float]) -> Optional[float]:
     return sum(values) / len(values) if values else None
 
 
+def known(v: Optional[float], what: str) -> float:
+    """A mean or percentile of values that are there (a pilot's, a bootstrap's)."""
+    if v is None:
+        raise ValueError(f"no values for {what}")
+    return v
+
+
 @dataclass(frozen=True)
 class Obs:
     """One completion of the pilot."""
@@ -201,7 +208,7 @@ def tail_s(fit: Fit, c: float, tokens: Sequence[int], slots: int, remaining: int
     for _ in range(rounds):
         lats = [fit.latency(rng.choice(tokens), c) for _ in range(m)]
         over.append(makespan(lats, slots) - sum(lats) / slots)
-    return max(0.0, mean(over))
+    return max(0.0, known(mean(over), "the tail's rounds"))
 
 
 @dataclass
@@ -221,7 +228,7 @@ def project(fit_: Fit, obs: Sequence[Obs], timeline: Timeline, tokens: Sequence[
     the rates fitted again each time (``a`` kept)."""
     slots = c * servers
     rng = random.Random(seed)
-    mean_lat = fit_.mean_latency(mean(tokens), c)
+    mean_lat = fit_.mean_latency(known(mean(tokens), "the pilot's lengths"), c)
     tail = tail_s(fit_, c, tokens, slots, remaining, rng)
     rows = [(timeline.integrals(o.start + fit_.a, o.end, fit_.knots), o.tokens)
             for o in obs if o.tokens > 0 and o.latency_s > 0]
@@ -230,9 +237,9 @@ def project(fit_: Fit, obs: Sequence[Obs], timeline: Timeline, tokens: Sequence[
         beta, _ = _rates([rng.choice(rows) for _ in rows])
         f = Fit(fit_.a, fit_.knots, tuple(beta)) if beta is not None and min(beta) > 0 else fit_
         t = [rng.choice(tokens) for _ in tokens]
-        walls.append(remaining * f.mean_latency(mean(t), c) / slots + tail)
-    return Projection(wall_s=remaining * mean_lat / slots + tail, low_s=percentile(walls, 5),
-                      high_s=percentile(walls, 95), completions_per_s=slots / mean_lat,
+        walls.append(remaining * f.mean_latency(known(mean(t), "the pilot's lengths"), c) / slots + tail)
+    return Projection(wall_s=remaining * mean_lat / slots + tail, low_s=known(percentile(walls, 5), "the bootstrap"),
+                      high_s=known(percentile(walls, 95), "the bootstrap"), completions_per_s=slots / mean_lat,
                       mean_latency_s=mean_lat, tail_s=tail)
 
 

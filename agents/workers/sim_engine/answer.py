@@ -115,7 +115,7 @@ def spoil(ans: Answer, kind: str, max_tokens: Optional[int]) -> Answer:
     elif kind == "loop":
         n = max(250, len(ans.answer_words))
         cut = isinstance(max_tokens, int) and 0 < max_tokens < n + len(ans.reasoning_words)
-        if cut:
+        if cut and isinstance(max_tokens, int):
             n = max(0, max_tokens - len(ans.reasoning_words))
         ans.answer_words = [_LOOP[i % len(_LOOP)] for i in range(n)]
         ans.finish = "length" if cut else "stop"

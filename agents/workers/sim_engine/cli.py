@@ -92,8 +92,13 @@ async def serve(args: argparse.Namespace) -> int:
     loop = asyncio.get_running_loop()
     loading = loop.create_task(print_loading(args.startup_s, args.shards)) if args.startup_s > 0 else None
     got: list[int] = []
+
+    def on_signal(s: int) -> None:
+        got.append(s)
+        stop.set()
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, lambda s=sig: (got.append(s), stop.set()))
+        loop.add_signal_handler(sig, on_signal, sig)
     await stop.wait()
     if loading is not None:
         loading.cancel()
