@@ -28,10 +28,12 @@ class FilterBar(Input):
         self.focus()
 
     def action_close(self) -> None:
+        self.blur()  # now, not when Closed is handled: a key typed right after is the view's, never the bar's
         self.value = ""
         self.remove_class("-shown")
         self.post_message(self.Closed(cleared=True))
 
     async def action_submit(self) -> None:
+        self.blur()
         self.remove_class("-shown")
         self.post_message(self.Closed(cleared=False))

@@ -11,6 +11,7 @@ import re
 import signal
 import subprocess
 import textwrap
+import threading
 
 import pytest
 
@@ -103,16 +104,24 @@ def test_watch_status_follow_prints_each_change_once_and_exits_130_on_ctrl_c(tmp
     proc = subprocess.Popen([*gpudeck_cmd(), "watch", "status", "-f", str(fleet), "--follow", "--unreachable-after",
                              "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
                             env=env_with_repo(), preexec_fn=at_a_terminal)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)
+    reader.start()
     try:
         receiver.wait(lambda ms: len(ms) == 1, 60, what="node_unreachable for ghost")
+        # the local node's agent starts slower than the ghost's 1 s on a busy machine: both said, then ctrl-c
+        wait_for(lambda: any(" local: " in ln for ln in lines), 60, what="the local node's line")
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=90)  # a hang detector: a busy machine is slow to close links
+        proc.wait(timeout=90)  # a hang detector: a busy machine is slow to close links
+        reader.join(10)
+        err = proc.stderr.read()
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
     assert proc.returncode == 130 and "Traceback" not in err, (proc.returncode, err)
-    lines = out.splitlines()
+    lines = [ln.rstrip("\n") for ln in lines]
+    out = "\n".join(lines)
     local = [ln for ln in lines if " local: " in ln]
     ghost = [ln for ln in lines if " ghost: " in ln]
     assert len(local) == 1 and "connected" in local[0], out

@@ -60,7 +60,7 @@ url = "http://127.0.0.1:9/hook"
 
 [[jobs]]
 name = "filler"
-command = "echo filling; dd if=/dev/zero of={home}/fill bs=64k 2>/dev/null; echo full; exec sleep 600"
+command = "until [ -s {home}/jobs/filler/state.json ]; do sleep 0.1; done; echo filling; dd if=/dev/zero of={home}/fill bs=64k 2>/dev/null; echo full; exec sleep 600"
 ''')
     f = ["-f", str(fleet)]
     gpudeck("launch", "filler", *f)

@@ -148,7 +148,8 @@ async def test_the_console_on_a_copy_reads_the_node_and_marks_the_owner(tmp_path
     shutil.copy(original.path, copy)
     app = make_app(load_fleet(copy), grace_s=2.0, read_only=read_only, initial_view="fleet")
     app.animation_level = "none"
-    async with app.run_test(size=(160, 40), notifications=True) as pilot:
+    # wide: the node line before the mark grows with the host figures (cpu 100%, load 10.5, mem)
+    async with app.run_test(size=(220, 40), notifications=True) as pilot:
         text = await wait_for_text(pilot, "owned elsewhere: idle belong to fleet file")
         assert any("● local" in ln and "owned elsewhere" in ln for ln in text.splitlines()), text
         assert "unreachable" not in text

@@ -86,7 +86,7 @@ def test_answers_all_cut_at_max_tokens_are_heard_within_a_minute_and_block_the_n
 
     # the phase after it is blocked, saying why; the receiver hears that too
     wait_state(home, "ext", lambda s: s.get("state") == "blocked", 60, what="ext blocked")
-    (blocked,) = [e for e in events(home) if e["kind"] == "blocked"]
+    (blocked,) = wait_for(lambda: [e for e in events(home) if e["kind"] == "blocked"], 30, what="the blocked event")
     assert blocked["message"] == (f"job ext is blocked: gen ended with too few useful records: {doc['why']} "
                                   f"({out}/_QUALITY)")
     receiver.wait(lambda ms: any(m.get("kind") == "blocked" for m in ms), 60, what="the blocked notification")

@@ -100,11 +100,12 @@ def staging_of(home: Path, job: str) -> Optional[dict]:
 
 def test_a_model_staged_from_a_local_directory(tmp_path, home, watched, shm_dest):
     src = _model(tmp_path / "models" / "sim-50mb")
-    fleet = watched(fleet_file(tmp_path, home, [seeing_job("eng", shm_dest, str(src), stage_max_mb_s=10,
+    # ~17 s of copy: long enough for a status read part way on a loaded machine
+    fleet = watched(fleet_file(tmp_path, home, [seeing_job("eng", shm_dest, str(src), stage_max_mb_s=3,
                                                            stage_reserve_gb=0)]))
     gpudeck("launch", "-f", str(fleet), "eng")
 
-    # the row shows the copy as it goes: "staging 42% (21 of 50 MB, 10.0 MB/s)", the job starting
+    # the row shows the copy as it goes: "staging 42% (21 of 50 MB, 3.0 MB/s)", the job starting
     def copying():
         j = job_doc(fleet, "eng")
         s = j["staging"]

@@ -38,8 +38,10 @@ def test_a_receiver_down_for_a_while_gets_every_message_in_order_and_the_tick_ne
         assert not rx.messages
         pending = list((home / "outbox").glob("*.json"))
         assert len(pending) == 6 and all(TOKEN not in p.read_text() for p in pending)
-        status = a.ok("watch")
-        assert status["outbox"]["pending"] == 6 and "503" in status["outbox"]["targets"][0]["failing"]
+        # the sender notes the 503 once it has read it, a moment after the receiver counted the request
+        status = wait_for(lambda: (s := a.ok("watch"))["outbox"]["targets"] and
+                          "503" in (s["outbox"]["targets"][0]["failing"] or "") and s, 30, what="the 503 noted")
+        assert status["outbox"]["pending"] == 6
         rx.mode = "up"
         rx.wait(lambda ms: len(ms) == 6, 120, what="every message")
         seqs = [m["seq"] for m in rx.messages]

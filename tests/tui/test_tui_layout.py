@@ -531,3 +531,4 @@ async def test_flags_gpu_names_and_dollars_are_never_cut_in_a_word(size):
             assert shown.endswith("·sim") == row.name.endswith("(simulated)"), shown
         assert any(cut["NODE / GPU"].endswith("GPU0 B200·sim") for _, cut in gpu_rows)
         assert any(cut["NODE / GPU"].endswith("RTX PRO 6000·sim") for _, cut in gpu_rows)
+

@@ -43,6 +43,14 @@ async def settle(pilot, cond=lambda app: True, what="the pinned state on screen"
 
 
 async def snap(pilot, name: str) -> None:
+    # the footer follows a pushed screen's bindings a refresh later: take the screen once it holds still
+    seen: list[str] = []
+
+    def steady() -> bool:
+        seen.append(screen_text(pilot.app))
+        return len(seen) >= 4 and len(set(seen[-4:])) == 1
+
+    await wait_until(pilot, steady, what="the screen to hold still")
     compare_snapshot(name, screen_text(pilot.app), pilot.app.export_screenshot(title="gpudeck"))
 
 
