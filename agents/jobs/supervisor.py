@@ -52,7 +52,7 @@ from ..contract.plain import to_plain
 from ..contract.wire import ClusterInfo, JobStatus, KillVerdict, LaunchResult, LogChunk
 from .records import (START_TIME_TOLERANCE_S, JobRecord, _Live, descendants as _descendants, ended_pidfds,
                       first_start_of, group_members, leader_alive)
-from ..envs import EnvMissing, resolve as env_resolve
+from .envs import EnvMissing, resolve as env_resolve
 from .specdiff import spec_changes
 from ..staging.launch import launch_refusal as stage_refusal, staged_argv
 from ..contract.atomic import atomic_write_json as write_json_atomic
@@ -535,7 +535,7 @@ class JobSupervisor:
         if spec is None:
             known = ", ".join(self.names()) or "none"
             raise JobError(f"unknown job {name!r} on node {self.node} (known: {known})")
-        try:  # a python_env: the build its name links to now (agents/envs.py)
+        try:  # a python_env: the build its name links to now (agents/jobs/envs.py)
             python, _ = env_resolve(spec, self.home, self.python, self.node)
         except EnvMissing as exc:
             raise JobError(str(exc)) from None

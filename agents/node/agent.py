@@ -33,7 +33,7 @@ from ..contract.jobs import JobSpec, SpecError
 from .consoles import Consoles, Link, Listener
 from ..jobs.planwatch import PlanWatch
 from ..sense.progress import ProgressTracker
-from ..loading import EngineStartups
+from ..sense.loading import EngineStartups
 from ..staging import copies
 from ..staging.status import StagingReader
 from .promfile import TextfileWriter
@@ -90,7 +90,7 @@ class Agent:
         self._trackers: dict[str, tuple[tuple[Optional[str], Optional[str], Optional[int]], ProgressTracker]] = {}
         self._scrapers: dict[str, EngineScraper] = {}
         self._engines: dict[str, Engine] = {}
-        self.startups = EngineStartups(lambda name, file: jobs.workdir(name) / file)  # how far each engine's loading is (agents/loading.py)
+        self.startups = EngineStartups(lambda name, file: jobs.workdir(name) / file)  # how far each engine's loading is (agents/sense/loading.py)
         self.stagings = StagingReader(lambda name, file: jobs.workdir(name) / file)  # each job's stage as its staging step reports it
         self._last_rates: dict[str, tuple[Optional[float], Optional[float]]] = {}  # tokens/s, when
         self._scraping: set[str] = set()

@@ -62,7 +62,7 @@ from ..contract.ops import Check
 from ..contract.units import human_bytes
 from ..contract.vocab import Verdict
 from ..jobs.backend import GpuReader, JobBackend
-from ..envs import EnvMissing, check_env, resolve as env_resolve
+from ..jobs.envs import EnvMissing, check_env, resolve as env_resolve
 from ..staging.copies import check_staged
 
 log = logging.getLogger("agents")

@@ -8,9 +8,9 @@ import os
 from pathlib import Path
 from typing import Optional
 
-from .contract.envs import ENV_DOC, ENVS_DIR
-from .contract.jobs import JobSpec
-from .contract.ops import Check
+from ..contract.envs import ENV_DOC, ENVS_DIR
+from ..contract.jobs import JobSpec
+from ..contract.ops import Check
 
 
 class EnvMissing(ValueError):
