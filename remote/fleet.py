@@ -445,9 +445,7 @@ def _parse_jobs(raw_jobs: Any, defaults: dict[str, Any], names: set[str], path: 
         for k, v in raw.items():
             if k == "deadline" and hasattr(v, "isoformat"):  # a bare TOML date-time: the same as its string
                 v = v.isoformat() + ("Z" if getattr(v, "tzinfo", True) is None else "")
-            if k in _JOB_FIELDS and k not in ("options", "resources"):
-                check_type(path, loc.key("jobs", i, k), f"{where} {k!r}", _JOB_FIELDS[k], v)
-                check_range(path, loc.key("jobs", i, k), f"{where} {k!r}", k, v)
+            if k in _JOB_FIELDS and k not in ("options", "resources"):  # JobSpec checks them (below)
                 values[k] = v
             elif k in option_keys:
                 options[k] = v
@@ -473,21 +471,23 @@ def _parse_jobs(raw_jobs: Any, defaults: dict[str, Any], names: set[str], path: 
             except OptionError as exc:
                 raise FleetError(path, loc.key("jobs", i, exc.key) if exc.key else loc.table("jobs", i),
                                  str(exc)) from None
-        node = values.get("node")
-        if values.get("cluster") is not None and values["cluster"] not in clusters:
-            raise FleetError(path, loc.key("jobs", i, "cluster"),
-                             f"{where} 'cluster': {hint_unknown_cluster(values['cluster'], clusters)}")
-        if node is not None and node not in names:
-            raise FleetError(path, loc.key("jobs", i, "node"),
-                             f"{where} 'node': no node named {node!r}; declared: {', '.join(sorted(names))}")
-        if any(j.name == values.get("name") for j in jobs):
-            raise FleetError(path, loc.key("jobs", i, "name"), f"{where}: job {values['name']!r} is declared twice")
         if "name" not in values:
             raise FleetError(path, loc.table("jobs", i), f"{where} needs a 'name'")
-        try:
-            jobs.append(JobSpec(**values))
-        except SpecError as exc:
+        try:  # the one reader of a job's own fields, the node's as well
+            spec = JobSpec(**values)
+        except SpecError as exc:  # at the key's line where it names one
+            if exc.key is not None:
+                raise FleetError(path, loc.key("jobs", i, exc.key), f"{where} {exc.said}") from None
             raise FleetError(path, loc.table("jobs", i), f"{where}: {exc}") from None
+        if spec.cluster is not None and spec.cluster not in clusters:
+            raise FleetError(path, loc.key("jobs", i, "cluster"),
+                             f"{where} 'cluster': {hint_unknown_cluster(spec.cluster, clusters)}")
+        if spec.node is not None and spec.node not in names:
+            raise FleetError(path, loc.key("jobs", i, "node"),
+                             f"{where} 'node': no node named {spec.node!r}; declared: {', '.join(sorted(names))}")
+        if any(j.name == spec.name for j in jobs):
+            raise FleetError(path, loc.key("jobs", i, "name"), f"{where}: job {spec.name!r} is declared twice")
+        jobs.append(spec)
         if warnings is not None and jobs[-1].deadline is not None:
             warnings.extend(f"{path}:{loc.key('jobs', i, 'deadline')}: {where} 'deadline': {w}"
                             for w in deadline_warnings(raw.get("deadline"), jobs[-1].deadline_t))
