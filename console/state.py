@@ -850,8 +850,7 @@ def engine_clients(fleet: Fleet) -> frozenset[str]:
         engines.update((node, port) for port in (s.port, metrics_port) if port)
     out = set()
     for s in fleet.jobs:
-        urls = list(getattr(s.options, "servers", None) or []) + list(getattr(s.options, "workers", None) or [])
-        if any(_endpoint(u, s.node or LOCAL, hosts) in engines for u in urls if isinstance(u, str)):
+        if any(_endpoint(u, s.node or LOCAL, hosts) in engines for u in s.upstreams):
             out.add(s.name)
     return frozenset(out)
 

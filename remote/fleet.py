@@ -26,7 +26,7 @@ from ..agents.contract.jobs import KINDS, JobKind, JobSpec, SpecError, completio
 from ..agents.contract.cluster import RESOURCE_KEYS, ClusterSpec, split_task
 from ..agents.contract.envs import EnvSpec
 from ..agents.contract.errors import UnknownName
-from ..agents.contract.kinds import OptionError
+from ..agents.contract.kinds import GenerateOptions, OptionError
 from ..agents.contract.names import name_problem
 from ..agents.contract.watching import AlertThresholds, HeartbeatConfig, NotifyTarget, WatchSettings
 
@@ -516,10 +516,9 @@ def _resolve_servers(jobs: list[JobSpec], nodes: dict[str, Node], path: str, loc
     out = []
     for i, job in enumerate(jobs):
         resolved: dict[str, list[str]] = {}
-        for key in ("servers", "workers"):
-            refs = getattr(job.options, key, None)
-            if not refs:
-                continue
+        key = "servers" if isinstance(job.options, GenerateOptions) else "workers"
+        refs = job.upstreams
+        if refs:
             urls = []
             for ref in refs:
                 if isinstance(ref, str) and ref.startswith(("http://", "https://")):
@@ -596,7 +595,7 @@ def _resolve_after(jobs: list[JobSpec], path: str, loc: "_Locator") -> list[JobS
                                                 f"{job.name!r} {_where(job)}, which cannot see it end; give {dep!r} "
                                                 f"a 'success_marker' on a filesystem both nodes share")
             markers[dep] = marker
-            endpoint = getattr(d.options, "s3_endpoint", None)
+            endpoint = d.worker.s3_endpoint if d.worker is not None else None
             if marker.startswith("s3://") and endpoint:
                 endpoints[dep] = endpoint
         out.append(dataclasses.replace(job, after_markers=markers, after_endpoints=endpoints) if markers else job)

@@ -11,7 +11,7 @@ import functools
 import re
 import shlex
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 from .cluster import RESOURCE_KEYS, TaskResources
 from .fields import Bounds, range_problem, type_problem
@@ -130,13 +130,20 @@ def completion_marker(spec: "JobSpec") -> Optional[str]:
     writes none anywhere another node can look."""
     if spec.success_marker:
         return spec.success_marker
-    out, s3, part = (getattr(spec.options, key, None) for key in ("out", "s3", "part"))
+    worker = spec.worker
+    if worker is None:
+        return None
+    part = worker.part
     sub = f"part-{part[0]}-of-{part[1]}/" if part else ""
-    if s3:
-        return f"{str(s3).rstrip('/')}/{sub}{MARKER}"
-    if out:
-        return f"{str(out).rstrip('/')}/{sub}{MARKER}"
+    if worker.s3:
+        return f"{worker.s3.rstrip('/')}/{sub}{MARKER}"
+    if worker.out:
+        return f"{worker.out.rstrip('/')}/{sub}{MARKER}"
     return None
+
+
+# the built-in workers' options: each has out, s3, s3_endpoint and part (JobSpec.worker)
+WorkerOptions = Union[GenerateOptions, ExtractOptions]
 
 
 class SpecError(ValueError):
@@ -319,6 +326,24 @@ class JobSpec:
     def target(self) -> Optional[str]:
         """Where the job runs: its cluster, else its node; None: the local node."""
         return self.cluster if self.cluster is not None else self.node
+
+    @property
+    def worker(self) -> Optional[WorkerOptions]:
+        """A built-in worker's options (generate, extract: its out, s3, s3_endpoint, part); None
+        for a kind that is no built-in worker."""
+        opts = self.options
+        return opts if isinstance(opts, (GenerateOptions, ExtractOptions)) else None
+
+    @property
+    def upstreams(self) -> list[str]:
+        """The engines a client kind sends its requests to (generate's servers, a router's
+        workers: URLs, or a fleet's engine job names before the fleet file resolves them)."""
+        opts = self.options
+        if isinstance(opts, GenerateOptions):
+            return list(opts.servers)
+        if isinstance(opts, RouterOptions):
+            return list(opts.workers)
+        return []
 
     @property
     def shards(self) -> int:

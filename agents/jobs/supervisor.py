@@ -272,7 +272,7 @@ class JobSupervisor:
         if self._paths_of is not declared:
             paths = [str(self.home)]
             for s in declared.values():
-                out = getattr(s.options, "out", None)
+                out = s.worker.out if s.worker is not None else None
                 paths += [os.path.expanduser(p) for p in (s.cwd, out, s.done_set, s.progress) if p]
             self._paths, self._paths_of = paths, declared
         return self._paths

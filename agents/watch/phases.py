@@ -105,7 +105,8 @@ class Phases:
             dep_spec = self.jobs.spec_of(dep)
             there = completion_marker(dep_spec) if dep_spec is not None else None
             if there is not None and (there.startswith("s3://") or dep_spec.success_marker):
-                if self._marker(there, now, getattr(dep_spec.options, "s3_endpoint", None), dep_spec.env)[0]:
+                endpoint = dep_spec.worker.s3_endpoint if dep_spec.worker is not None else None
+                if self._marker(there, now, endpoint, dep_spec.env)[0]:
                     return None
                 return Waiting(f"{dep} (moved: {rec.fenced or 'fenced'}; waiting for its marker {there})")
             return Waiting(f"{dep} (moved: {rec.fenced or 'fenced'}; waiting for it there)")
