@@ -43,7 +43,7 @@ from ..contract.errors import Refusal
 from ..contract.cluster import ClusterSpec, slurm_job_name, split_task, task_name
 from ..contract.jobs import JobKind, JobSpec
 from ..contract.units import index_ranges
-from ..contract.vocab import JobState
+from ..contract.vocab import AuditAction, JobState
 from ..contract.wire import ClusterInfo, GpuHolder, JobStatus, KillVerdict, LaunchResult, LogChunk, Progress, TaskInfo
 from ..sense.progress import ProgressTracker
 from ..jobs.audit import AuditLog
@@ -466,7 +466,8 @@ class ClusterJobs:
     def set_blocked(self, name: str, blocked: bool) -> None:
         """Nothing to keep: Slurm holds a job that runs after another (--dependency=afterok)."""
 
-    def audit(self, action: str, job: Optional[str], details: Optional[dict[str, Any]] = None, **kw: Any) -> None:
+    def audit(self, action: AuditAction, job: Optional[str], details: Optional[dict[str, Any]] = None,
+              **kw: Any) -> None:
         self._audit.write(action, job, details, **kw)
 
     def on_audit(self, hook: Optional[AuditHook]) -> None:
@@ -763,7 +764,7 @@ class ClusterJobs:
         except SlurmError as exc:
             said = f"sbatch refused job {spec.name!r}: {exc}"
             raise (Refusal(said) if refused_for_input(str(exc)) else JobError(said)) from None
-        self.audit("launch", name, array=array, argv=argv)
+        self.audit(AuditAction.LAUNCH, name, array=array, argv=argv)
         self.soon()
         attempt = max((self._attempts(spec.name, i).starts for i in indices), default=0) + 1
         return LaunchResult(job=name, pid=0, attempt=attempt, log=str(run / "logs"), kill=kill,
@@ -807,7 +808,7 @@ class ClusterJobs:
         if index is not None:
             verdict = self._kill_task(spec, index, grace_s)
             self._keep_verdict(spec, index, verdict)
-            self.audit("kill", name, verdict=wire.to_plain(verdict))
+            self.audit(AuditAction.KILL, name, verdict=wire.to_plain(verdict))
             self.soon()
             return verdict
         cancelled = self._cancel_pending(spec)  # the waiting tasks at once: one scancel per array
@@ -826,7 +827,7 @@ class ClusterJobs:
                               message="; ".join(said) or f"{name}: no task was running",
                               gpu_holders=[h for v in verdicts for h in v.gpu_holders],
                               seconds=max((v.seconds or 0 for v in verdicts), default=None))
-        self.audit("kill", name, verdict=wire.to_plain(verdict))
+        self.audit(AuditAction.KILL, name, verdict=wire.to_plain(verdict))
         self.soon()
         return verdict
 
@@ -994,7 +995,7 @@ class ClusterJobs:
             except SlurmError as exc:  # forgotten, or preemption cancelled rather than requeued: resubmit
                 log.info("cluster %s: requeue of %s failed (%s); resubmitting", self.node, task_id, exc)
             else:
-                self.audit("relaunch", name, requeue=task_id)
+                self.audit(AuditAction.RELAUNCH, name, requeue=task_id)
                 self.soon()
                 return LaunchResult(job=name, pid=0, attempt=attempt, kill=kill,
                                     log=str(self._run(spec.name) / "logs" / f"{index}.log"),

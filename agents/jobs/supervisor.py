@@ -45,7 +45,7 @@ from .holds import holds_the_node
 from ..contract.jobs import MARKER, JobKind, JobSpec, SpecError
 from .fenceread import launch_refusal
 from ..contract.ops import Adopted, Configured
-from ..contract.vocab import JobState
+from ..contract.vocab import AuditAction, JobState
 from ..contract.needs import launch_problem
 from .owners import Declarations
 from ..contract.plain import to_plain
@@ -189,7 +189,8 @@ class JobSupervisor:
     def containment(self) -> Optional[Contained]:
         return Contained(self._contain.mode, self._contain.parent)
 
-    def audit(self, action: str, job: Optional[str], details: Optional[dict[str, Any]] = None, **kw: Any) -> None:
+    def audit(self, action: AuditAction, job: Optional[str], details: Optional[dict[str, Any]] = None,
+              **kw: Any) -> None:
         self._audit.write(action, job, details, **kw)
 
     def on_audit(self, hook: Optional[AuditHook]) -> None:
@@ -301,12 +302,12 @@ class JobSupervisor:
             self._live[rec.name] = _Live()
             if rec.state.alive:
                 if self._leader_alive(rec) or self._group_members(rec) or self._cgroup_members(rec):
-                    self.audit("adopt", rec.name, pid=rec.pid, pgid=rec.pgid)
+                    self.audit(AuditAction.ADOPT, rec.name, pid=rec.pid, pgid=rec.pgid)
                     if rec.state is JobState.STOPPING:
                         self._finish_interrupted_kill(rec)
                 else:
                     self._settle(rec)
-                    self.audit("adopt-ended", rec.name, state=rec.state, exit_code=rec.exit_code)
+                    self.audit(AuditAction.ADOPT_ENDED, rec.name, state=rec.state, exit_code=rec.exit_code)
 
     def _finish_interrupted_kill(self, rec: JobRecord) -> None:
         """The agent that began this kill died during it (its console closed, kill -9): finish
@@ -314,7 +315,7 @@ class JobSupervisor:
         ``stopping`` with its processes alive, and record the verdict."""
         left = killing.grace_left(rec.kill_started_at, rec.kill_grace_s, time.time())
         log.warning("job %s: a kill was interrupted; finishing it (%.1f s of grace left)", rec.name, left)
-        self.audit("kill-resume", rec.name, grace_left_s=round(left, 1))
+        self.audit(AuditAction.KILL_RESUME, rec.name, grace_left_s=round(left, 1))
 
         def finish() -> None:
             try:
@@ -477,7 +478,7 @@ class JobSupervisor:
         live.members, live.members_at = sorted(members), time.monotonic()
         if not live.members:
             self._settle(rec)
-            self.audit("ended", name, state=rec.state, exit_code=rec.exit_code)
+            self.audit(AuditAction.ENDED, name, state=rec.state, exit_code=rec.exit_code)
 
     def owner_of(self, pid: int) -> Optional[str]:
         """The job a pid belongs to: by its attempt's token or cgroup (which a process cannot
@@ -623,7 +624,7 @@ class JobSupervisor:
                 self._live[name].close_pidfd()
             self._live[name] = _Live(popen=popen)
             self._save(rec)
-            self.audit("relaunch" if relaunch else "launch", name, pid=popen.pid, attempt=rec.attempt,
+            self.audit(AuditAction.RELAUNCH if relaunch else AuditAction.LAUNCH, name, pid=popen.pid, attempt=rec.attempt,
                        gpus=spec.gpus, argv=argv)
             return LaunchResult(job=name, pid=popen.pid, attempt=rec.attempt, log=str(log_path), argv=list(argv))
 
@@ -636,7 +637,7 @@ class JobSupervisor:
         re-adopted by the next agent as a launched job is. AdoptRefused says why not, and
         HoldsTheNode where the job's kill would take the node down (agents/jobs/holds.py)."""
         if pid == 1:  # before anything is read: init's tree is every process on the node
-            self._refuse_holds(pid, "adopt")
+            self._refuse_holds(pid, AuditAction.ADOPT_REFUSED)
         try:
             proc = psutil.Process(pid)
             create_time = proc.create_time()
@@ -657,7 +658,7 @@ class JobSupervisor:
                 raise AdoptRefused("owned", f"pid {pid} already belongs to job {owner!r} on node {self.node}")
             # before whose it is: an sshd session or an agent's ancestor is often another user's
             # (root's), and that its kill would take the node down is what the operator must read
-            self._refuse_holds(pid, "adopt")
+            self._refuse_holds(pid, AuditAction.ADOPT_REFUSED)
             try:
                 uid = proc.uids().real
             except psutil.Error:
@@ -706,7 +707,7 @@ class JobSupervisor:
             self._records[name] = rec
             self._live[name] = _Live()
             self._save(rec)
-            self.audit("adopt-pid", name, pid=pid, pgid=pgid, gpus=gpus, argv=list(argv), cwd=cwd)
+            self.audit(AuditAction.ADOPT_PID, name, pid=pid, pgid=pgid, gpus=gpus, argv=list(argv), cwd=cwd)
         return Adopted(job=name, pid=pid, pgid=own_group, gpus=gpus, argv=list(argv), cwd=cwd,
                        env_names=sorted(env), started_at=create_time)
 
@@ -759,7 +760,7 @@ class JobSupervisor:
             verdict = KillVerdict(job=name, ok=True, already=rec.state.value, exit_code=rec.exit_code, at=time.time(),
                                   message=f"{name} had already ended ({rec.state}"
                                           + (f", exit code {rec.exit_code})" if rec.exit_code is not None else ")"))
-            self.audit("kill", name, to_plain(verdict))
+            self.audit(AuditAction.KILL, name, to_plain(verdict))
             return verdict
 
         def stopping(pids: set[int]) -> None:
@@ -767,7 +768,7 @@ class JobSupervisor:
             rec.state = JobState.STOPPING
             rec.kill_started_at, rec.kill_grace_s = time.time(), grace_s
             self._save(rec)
-            self.audit("kill-start", name, pids=sorted(pids), grace_s=grace_s, containment=self._contain.mode)
+            self.audit(AuditAction.KILL_START, name, pids=sorted(pids), grace_s=grace_s, containment=self._contain.mode)
 
         def reap() -> None:
             live = self._live.get(name)
@@ -775,7 +776,7 @@ class JobSupervisor:
                 live.popen.poll()
 
         if rec.adopted and rec.pid:  # a process gpudeck did not start: its tree may have come to hold the node
-            self._refuse_holds(rec.pid, "kill", name, members)
+            self._refuse_holds(rec.pid, AuditAction.KILL_REFUSED, name, members)
         spec = self.spec_of(name)
         target = killing.Target(job=name, pgid=rec.pgid, started_at=rec.start_ticks,
                                 gpus=list(spec.gpus) if spec else [], members=lambda: self.all_members(rec),
@@ -787,7 +788,7 @@ class JobSupervisor:
                 self._settle(rec)
             else:
                 self._save(rec)
-        self.audit("kill", name, to_plain(verdict))
+        self.audit(AuditAction.KILL, name, to_plain(verdict))
         return verdict
 
     def kill_pid(self, pid: int, grace_s: float = 10.0) -> KillVerdict:
@@ -795,24 +796,26 @@ class JobSupervisor:
         owner = self.owner_of(pid)
         if owner is not None:
             raise JobError(f"pid {pid} belongs to job {owner!r}: kill the job ({owner}), so it is verified whole")
-        self._refuse_holds(pid, "kill-pid")  # first: pid 1 holds no GPU, and that must not be what stops it
+        self._refuse_holds(pid, AuditAction.KILL_PID_REFUSED)  # first: pid 1 holds no GPU, and that must not be what stops it
         on_gpu = any(p == pid for i in range(len(self.gpu.uuids)) for p, _ in self.gpu.processes(i))
         if not on_gpu:
             raise JobError(f"pid {pid} holds no GPU on node {self.node}: only GPU processes that belong to no "
                            f"job are killed by pid")
-        self.audit("kill-pid-start", None, pid=pid, grace_s=grace_s)
+        self.audit(AuditAction.KILL_PID_START, None, pid=pid, grace_s=grace_s)
         verdict = killing.kill_process(pid, self.gpu, grace_s)
-        self.audit("kill-pid", None, to_plain(verdict))
+        self.audit(AuditAction.KILL_PID, None, to_plain(verdict))
         return verdict
 
-    def _refuse_holds(self, pid: int, action: str, job: Optional[str] = None,
+    def _refuse_holds(self, pid: int, refused: AuditAction, job: Optional[str] = None,
                       members: Optional[set[int]] = None) -> None:
-        """HoldsTheNode, audited, where a kill of ``pid`` would take the node down (agents/jobs/holds.py)."""
+        """HoldsTheNode, audited as ``refused``, where a kill of ``pid`` would take the node down
+        (agents/jobs/holds.py)."""
         why = holds_the_node(pid, self.node, os.getpid(), self._role, self.owner_of, job, members)
         if why is None:
             return
-        self.audit(f"{action}-refused", job, pid=pid, reason=why)
-        raise HoldsTheNode(f"{why}; refused, nothing {'signalled' if action.startswith('kill') else 'adopted'}")
+        self.audit(refused, job, pid=pid, reason=why)
+        raise HoldsTheNode(f"{why}; refused, nothing "
+                           f"{'adopted' if refused is AuditAction.ADOPT_REFUSED else 'signalled'}")
 
     def relaunch(self, name: str, grace_s: float = 10.0) -> LaunchResult:
         """The next attempt, with the fleet file's spec (see launch). A job still running is killed first."""

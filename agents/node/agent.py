@@ -28,7 +28,7 @@ from .alerts import AlertClock, node_alerts
 from ..sense.engines import EngineScraper
 from ..history.ring import HistoryRing
 from ..sense.host import HostSampler
-from ..contract.vocab import EngineState, JobState
+from ..contract.vocab import AuditAction, EngineState, JobState
 from ..contract.jobs import JobSpec, SpecError
 from .consoles import Consoles, Link, Listener
 from ..jobs.planwatch import PlanWatch
@@ -311,7 +311,7 @@ class Agent:
         # scheduler's jobs are watched by the scheduler
         if self.jobs.local and not done.owned_elsewhere and not done.kept_copy:
             self.watch.configure(op.watch, [s.to_dict() for s in op.jobs])
-        self.jobs.audit("configure", None, jobs=[s.name for s in op.jobs], fleet=op.fleet, source=op.source,
+        self.jobs.audit(AuditAction.CONFIGURE, None, jobs=[s.name for s in op.jobs], fleet=op.fleet, source=op.source,
                         reading=op.reading, **({"taken": done.taken} if done.taken else {}))
         return done
 
