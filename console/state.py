@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterable, Optional, Union
 from ..agents.contract.vocab import AlertKind, EngineState, JobState, ShownState
 from ..agents.contract.jobs import JobKind, JobSpec
 from ..agents.contract.documents import over_plan
-from ..agents.contract.ops import CopyDiff, HistoryPage
+from ..agents.contract.ops import GPU_FIGURES, JOB_FIGURES, CopyDiff, HistoryPage
 from ..agents.contract.staging import staging_text
 from ..agents.contract.wire import Alert, Engine, Gpu, History, JobStatus, Progress, Snapshot
 from . import chart as charts
@@ -40,12 +40,16 @@ from ..remote.fleet import LOCAL, Fleet
 BUSY_UTIL_PCT = 5.0
 GPU_SPARK = 10  # utilization buckets kept per GPU for its sparkline
 GPU_SPARK_BUCKET_S = 5.0
-# a job's figures over time, in its one Series: the sparkline's tokens/s, then what the details
-# chart draws (items done; an engine's running and queued requests and KV-cache use)
-FIGURES = ("tokens_per_s", "done", "running", "queued", "kv")
+# a job's figures over time, in its one Series, by the history's names (agents/contract/ops.py):
+# the sparkline's tokens/s, then what the details chart draws (items done; an engine's running
+# and queued requests and KV-cache use)
+FIGURES = JOB_FIGURES[:5]
 COARSE_FIGURES = FIGURES[:2]  # what a job's coarse series keeps: tokens/s and items done
-PAGE_FIGURES = ("tokens_per_s", "done", "running", "queued", "kv_usage")  # FIGURES as the history names them
-GPU_PAGE_FIGURE = "util_pct"  # what a node's chart draws of its GPUs' history: their mean, per bucket
+PAGE_FIGURES = FIGURES  # what a job's chart asks the history for
+# the JobDetail field each of the details' figures fills
+_DETAIL_SERIES = {"done": "done_series", "running": "running_series", "queued": "queued_series",
+                  "kv_usage": "kv_series"}
+GPU_PAGE_FIGURE = GPU_FIGURES[1]  # util_pct: what a node's chart draws of its GPUs' history: their mean, per bucket
 PAGE_RETRY_S = 60.0  # a page that could not be read is asked for again after this long
 
 # the vocabulary for the rows built every second: a dict keyed by the members is quicker than
@@ -681,8 +685,8 @@ class FleetState:
 
     def _detail_series(self, node: str, job: str, width: int, now: float) -> dict[str, tuple]:
         s = self._series.get((node, job))
-        return {f"{what}_series": s.last(width, now, FIGURES.index(what)) if s is not None else ()
-                for what in ("done", "running", "queued", "kv")}
+        return {field: s.last(width, now, FIGURES.index(what)) if s is not None else ()
+                for what, field in _DETAIL_SERIES.items()}
 
     def alert_rows(self) -> list[AlertRow]:
         out = []

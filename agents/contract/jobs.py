@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
 from .cluster import RESOURCE_KEYS, TaskResources
+from .exits import EXIT_DATA
 from .fields import Bounds, range_problem, type_problem
 from .staging import StageError, StageItem, read_stage
 from .kinds import ExtractOptions, GenerateOptions, KindOptions, LlamaServerOptions, OptionError, RouterOptions
@@ -102,10 +103,6 @@ MARKER = "_SUCCESS"  # a job's completion marker: it ended ok (agents/watch/phas
 # beside where _SUCCESS would be: generate ended with every prompt done but its records mostly
 # junk (fewer useful than min_useful_pct): its figures, and why; a job `after` it is blocked
 QUALITY_MARKER = "_QUALITY"
-# a built-in worker's verdict on its data, which a new attempt would only repeat: extract's
-# audit found its input degenerate, or generate ended with its records mostly junk
-# (min_useful_pct). No restart policy restarts it (agents/watch/restarts.py)
-EXIT_DATA = 4
 
 
 def final_exit(spec: Optional["JobSpec"], exit_code: Optional[int]) -> bool:
