@@ -51,7 +51,7 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Optional
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from ..jobs.contain import cgroup2_mount
 from ..contract import VERSION, ops
@@ -61,6 +61,7 @@ from ..contract.needs import Need, fix_line, program_path, program_problem
 from ..contract.ops import Check
 from ..contract.units import human_bytes
 from ..contract.vocab import Verdict
+from ..contract.watching import redact_url
 from ..jobs.backend import GpuReader, JobBackend
 from ..jobs.envs import EnvMissing, check_env, resolve as env_resolve
 from ..staging.copies import check_staged
@@ -832,13 +833,6 @@ _CRED_KEYS = {"AWS_ACCESS_KEY_ID": "aws_access_key_id", "AWS_SECRET_ACCESS_KEY":
               "AWS_DEFAULT_REGION": "region_name"}
 
 
-def _redact(url: Optional[str]) -> Optional[str]:
-    if not url or "@" not in urlsplit(url).netloc:
-        return url
-    parts = urlsplit(url)
-    return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
-
-
 def check_s3(spec: JobSpec, environ: Optional[dict[str, str]] = None) -> Check:
     """Credentials found (as the job will: its env over the agent's) and a HEAD of the bucket.
     No credential is ever part of the line."""
@@ -871,7 +865,7 @@ def check_s3(spec: JobSpec, environ: Optional[dict[str, str]] = None) -> Check:
                      "node's ~/.aws/credentials", job=spec.name)
     cfg = Config(connect_timeout=5, read_timeout=10, retries={"max_attempts": 1},
                  s3={"addressing_style": "path"} if endpoint else None)
-    where = f"s3://{bucket} at {_redact(endpoint) or 'AWS'}"
+    where = f"s3://{bucket} at {redact_url(endpoint) or 'AWS'}"
     try:
         client = session.client("s3", endpoint_url=endpoint or None, config=cfg,
                                 region_name=kwargs.get("region_name") or env.get("AWS_REGION") or "us-east-1")

@@ -52,3 +52,12 @@ def test_the_history_s_figure_names_are_spelled_in_the_contract_alone():
     spelled = [f"{path}:{number}: {line.strip()}" for path, number, line in _product_lines()
                if path != "agents/contract/ops.py" and any(p in line for p in pairs)]
     assert spelled == []
+
+
+def test_an_endpoint_s_credentials_are_cut_by_one_helper():
+    from gpudeck.agents.contract.watching import redact_url
+
+    assert redact_url("http://AKIA:secret@minio:9000/b") == "http://minio:9000/b"
+    assert redact_url("https://s3.example.com") == "https://s3.example.com" and redact_url(None) is None
+    cutters = [path for path, _, line in _product_lines() if 'netloc.rsplit("@", 1)' in line]
+    assert cutters == ["agents/contract/watching.py"], cutters
