@@ -41,6 +41,7 @@ from .audit import AuditLog
 from .backend import AuditHook, Contained, Extras, GpuReader, GpusSeen, JobError, JobFacts
 from ..contract.errors import AdoptRefused, HoldsTheNode
 from ..contract.fencing import EXIT_FENCED, FENCED_NOTE
+from ..contract.jobstate import STATE_FILE, read_state
 from .holds import holds_the_node
 from ..contract.jobs import MARKER, JobKind, JobSpec, SpecError
 from .fenceread import launch_refusal
@@ -139,7 +140,7 @@ class JobSupervisor:
     def _save(self, rec: JobRecord) -> None:
         """state.json, atomically: on a full disk the last good version stays, the record in
         memory goes on, and the failure is an alert (agents/sense/writes.py)."""
-        path = self._job_file(rec.name, "state.json")
+        path = self._job_file(rec.name, STATE_FILE)
         try:
             write_json_atomic(path, rec.to_dict())
         except OSError as exc:
@@ -290,12 +291,12 @@ class JobSupervisor:
     def _adopt_all(self) -> None:
         """Read every job's state.json; keep what is still alive, settle what is not."""
         for d in sorted(self.jobs_dir.iterdir()) if self.jobs_dir.exists() else []:
-            path = d / "state.json"
+            path = d / STATE_FILE
             if not path.is_file():
                 continue
             try:
-                rec = JobRecord.from_dict(json.loads(path.read_text()))
-            except (ValueError, TypeError) as exc:
+                rec = read_state(path)
+            except (OSError, ValueError) as exc:
                 log.warning("job %s: unreadable state.json, ignored: %s", d.name, exc)
                 continue
             self._records[rec.name] = rec
