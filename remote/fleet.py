@@ -15,7 +15,7 @@ import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -436,24 +436,7 @@ def _parse_jobs(raw_jobs: Any, defaults: dict[str, Any], names: set[str], path: 
             hint = did_you_mean(kind, KINDS) if isinstance(kind, str) else ""
             raise FleetError(path, loc.key("jobs", i, "kind"),
                              f"{where} 'kind': expected one of {', '.join(KINDS)}, got {kind!r}{hint}")
-        option_keys = JobKind(kind).options  # keys of built-in kinds that are not JobSpec fields
-        values: dict[str, Any] = {}
-        options: dict[str, Any] = {}
-        raw, resources = pull_resources(raw, where, path, lambda key, i=i: loc.key("jobs", i, key))
-        if resources is not None:
-            values["resources"] = resources
-        for k, v in raw.items():
-            if k == "deadline" and hasattr(v, "isoformat"):  # a bare TOML date-time: the same as its string
-                v = v.isoformat() + ("Z" if getattr(v, "tzinfo", True) is None else "")
-            if k in _JOB_FIELDS and k not in ("options", "resources"):  # JobSpec checks them (below)
-                values[k] = v
-            elif k in option_keys:
-                options[k] = v
-            else:
-                allowed = sorted(set(_JOB_FIELDS) - {"options", "resources"} | option_keys | set(RESOURCE_KEYS))
-                raise FleetError(path, loc.key("jobs", i, k), f"{where} has no key {k!r} for kind {kind!r}"
-                                                              f"{did_you_mean(k, allowed)}; expected one of "
-                                                              f"{', '.join(allowed)}")
+        values, options = _job_keys(raw, kind, where, path, lambda key, i=i: loc.key("jobs", i, key))
         if isinstance(values.get("command"), str):  # runs with /bin/sh -c (agents/contract/jobs.shell_command)
             try:
                 values["command"] = shell_command(values["command"])
@@ -492,6 +475,30 @@ def _parse_jobs(raw_jobs: Any, defaults: dict[str, Any], names: set[str], path: 
             warnings.extend(f"{path}:{loc.key('jobs', i, 'deadline')}: {where} 'deadline': {w}"
                             for w in deadline_warnings(raw.get("deadline"), jobs[-1].deadline_t))
     return jobs
+
+
+def _job_keys(raw: dict[str, Any], kind: str, where: str, path: str,
+              line: Callable[[str], Optional[int]]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A [[jobs]] table's keys split: the JobSpec's own (and its scheduler ``resources``), and
+    the kind's options; a key of neither is refused at its line."""
+    option_keys = JobKind(kind).options  # keys of built-in kinds that are not JobSpec fields
+    values: dict[str, Any] = {}
+    options: dict[str, Any] = {}
+    raw, resources = pull_resources(raw, where, path, line)
+    if resources is not None:
+        values["resources"] = resources
+    for k, v in raw.items():
+        if k == "deadline" and hasattr(v, "isoformat"):  # a bare TOML date-time: the same as its string
+            v = v.isoformat() + ("Z" if getattr(v, "tzinfo", True) is None else "")
+        if k in _JOB_FIELDS and k not in ("options", "resources"):  # JobSpec checks them
+            values[k] = v
+        elif k in option_keys:
+            options[k] = v
+        else:
+            allowed = sorted(set(_JOB_FIELDS) - {"options", "resources"} | option_keys | set(RESOURCE_KEYS))
+            raise FleetError(path, line(k), f"{where} has no key {k!r} for kind {kind!r}"
+                                            f"{did_you_mean(k, allowed)}; expected one of {', '.join(allowed)}")
+    return values, options
 
 
 def deadline_warnings(raw: Any, t: Optional[float]) -> list[str]:
@@ -554,27 +561,7 @@ def _resolve_after(jobs: list[JobSpec], path: str, loc: "_Locator") -> list[JobS
             if dep not in index:
                 raise FleetError(path, line(i), f"job {job.name!r} 'after': no job named {dep!r}"
                                                 f"{did_you_mean(dep, names)}; declared: {', '.join(names)}")
-    done: set[str] = set()
-    for start in jobs:  # a circle: a depth-first walk that meets a job still on its own path
-        stack: list[tuple[str, int]] = [(start.name, 0)]
-        on_path = [start.name]
-        while stack:
-            name, k = stack[-1]
-            after = jobs[index[name]].after
-            if k == len(after) or name in done:
-                stack.pop()
-                on_path.pop()
-                done.add(name)
-                continue
-            stack[-1] = (name, k + 1)
-            dep = after[k]
-            if dep in on_path:
-                loop = " -> ".join(on_path[on_path.index(dep):] + [dep])
-                raise FleetError(path, line(index[name]), f"job {name!r} 'after': the jobs wait for each other in a "
-                                                          f"circle ({loop}); none of them would ever start")
-            if dep not in done:
-                stack.append((dep, 0))
-                on_path.append(dep)
+    _refuse_after_circle(jobs, index, path, line)
     out = []
     for i, job in enumerate(jobs):
         markers: dict[str, str] = {}
@@ -600,6 +587,33 @@ def _resolve_after(jobs: list[JobSpec], path: str, loc: "_Locator") -> list[JobS
                 endpoints[dep] = endpoint
         out.append(dataclasses.replace(job, after_markers=markers, after_endpoints=endpoints) if markers else job)
     return out
+
+
+def _refuse_after_circle(jobs: list[JobSpec], index: dict[str, int], path: str,
+                        line: Callable[[int], Optional[int]]) -> None:
+    """FleetError when jobs wait for each other in a circle through ``after``: a depth-first
+    walk that meets a job still on its own path."""
+    done: set[str] = set()
+    for start in jobs:
+        stack: list[tuple[str, int]] = [(start.name, 0)]
+        on_path = [start.name]
+        while stack:
+            name, k = stack[-1]
+            after = jobs[index[name]].after
+            if k == len(after) or name in done:
+                stack.pop()
+                on_path.pop()
+                done.add(name)
+                continue
+            stack[-1] = (name, k + 1)
+            dep = after[k]
+            if dep in on_path:
+                loop = " -> ".join(on_path[on_path.index(dep):] + [dep])
+                raise FleetError(path, line(index[name]), f"job {name!r} 'after': the jobs wait for each other in a "
+                                                          f"circle ({loop}); none of them would ever start")
+            if dep not in done:
+                stack.append((dep, 0))
+                on_path.append(dep)
 
 
 def _where(job: JobSpec) -> str:
