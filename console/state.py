@@ -605,18 +605,7 @@ class FleetState:
             return charts.columns(got, start, now, width)
 
         tps = figure(0)
-        seen = [v for v in tps if v is not None] + ([row.tokens_per_s] if row.tokens_per_s is not None else [])
-        peak = cells_rate(max(seen) if seen else None)
-        if j.state in _ALIVE or j.state in (JobState.PENDING, JobState.BLOCKED):  # a rate now, or none yet
-            now_tps = cells_rate(row.tokens_per_s if row.tokens_per_s is not None else (seen[-1] if seen else None))
-            title = f"{j.name}  tokens/s  now {now_tps}  peak {peak}"
-        else:  # an ended job has no current rate: its last one, said as such, and when it ended
-            p = j.progress
-            last = p.last_tokens_per_s if p is not None and p.last_tokens_per_s is not None else \
-                (seen[-1] if seen else None)
-            ended = f" at {time.strftime('%H:%M', time.localtime(j.ended_at))}" if j.ended_at else ""
-            title = f"{j.name}  tokens/s  {j.state}{ended}, no rate now  last {cells_rate(last)}  peak {peak}"
-        panels = [charts.Panel(title, tps)]
+        panels = [charts.Panel(_tps_title(j, row, tps), tps)]
         if row.done is not None:
             total = row.total
             title = f"done  {_count(row.done)}" + (f" / {_count(total)}" if total else "")
@@ -702,25 +691,7 @@ class FleetState:
         spends = self.spends()
         s3_bytes = cost.fleet_s3(j for _, j in self.jobs())
         now = self.clock()
-        nodes = []
-        for name, view in self.nodes.items():
-            snap = view.snapshot
-            nodes.append({
-                "name": name,
-                "state": self.node_state(view),
-                "reachable": view.reachable,
-                "owned_elsewhere": self.owned_elsewhere(name),
-                "copy_differs": dataclasses.asdict(view.copy) if view.copy is not None else None,
-                "error": str(view.error) if view.error is not None else None,
-                "unreachable_since": view.unreachable_since,
-                "gpus": [dataclasses.asdict(g) for g in snap.gpus] if snap else [],
-                "gpu_error": snap.gpu_error if snap else None,
-                "gpus_simulated": snap.gpus_simulated if snap else False,
-                "containment": snap.containment if snap else None,
-                "host": dataclasses.asdict(snap.host) if snap else None,
-                "cluster": dataclasses.asdict(snap.cluster) if snap and snap.cluster else None,
-                **cost.node_json(node_costs.get(name)),
-            })
+        nodes = [self._node_json(name, view, node_costs.get(name)) for name, view in self.nodes.items()]
         jobs = []
         for node, j in self.jobs():
             p = j.progress
@@ -758,6 +729,26 @@ class FleetState:
                  "s3_cost_per_month": cost.money_json(cost.s3_monthly(s3_bytes, self.fleet.s3_price_per_gb_month)),
                  "tokens_per_s": self.totals().tokens_per_s}
         return {"fleet": fleet, "nodes": nodes, "jobs": jobs, "alerts": alerts}
+
+    def _node_json(self, name: str, view: NodeView, node_cost: Any) -> dict[str, Any]:
+        """A node of ``gpudeck status --json``."""
+        snap = view.snapshot
+        return {
+            "name": name,
+            "state": self.node_state(view),
+            "reachable": view.reachable,
+            "owned_elsewhere": self.owned_elsewhere(name),
+            "copy_differs": dataclasses.asdict(view.copy) if view.copy is not None else None,
+            "error": str(view.error) if view.error is not None else None,
+            "unreachable_since": view.unreachable_since,
+            "gpus": [dataclasses.asdict(g) for g in snap.gpus] if snap else [],
+            "gpu_error": snap.gpu_error if snap else None,
+            "gpus_simulated": snap.gpus_simulated if snap else False,
+            "containment": snap.containment if snap else None,
+            "host": dataclasses.asdict(snap.host) if snap else None,
+            "cluster": dataclasses.asdict(snap.cluster) if snap and snap.cluster else None,
+            **cost.node_json(node_cost),
+        }
 
 
 # ---------------------------------------------------------------- helpers
@@ -917,6 +908,20 @@ def cells_rate(v: Optional[float]) -> str:
     if a >= 100:
         return f"{v:,.0f}"
     return f"{v:.1f}" if a >= 10 else f"{v:.2f}"
+
+
+def _tps_title(j: JobStatus, row: JobRow, tps: tuple[Optional[float], ...]) -> str:
+    """The tokens/s panel's title: the rate now and the peak; for an ended job its last rate,
+    said as such, and when it ended."""
+    seen = [v for v in tps if v is not None] + ([row.tokens_per_s] if row.tokens_per_s is not None else [])
+    peak = cells_rate(max(seen) if seen else None)
+    if j.state in _ALIVE or j.state in (JobState.PENDING, JobState.BLOCKED):  # a rate now, or none yet
+        now_tps = cells_rate(row.tokens_per_s if row.tokens_per_s is not None else (seen[-1] if seen else None))
+        return f"{j.name}  tokens/s  now {now_tps}  peak {peak}"
+    p = j.progress
+    last = p.last_tokens_per_s if p is not None and p.last_tokens_per_s is not None else (seen[-1] if seen else None)
+    ended = f" at {time.strftime('%H:%M', time.localtime(j.ended_at))}" if j.ended_at else ""
+    return f"{j.name}  tokens/s  {j.state}{ended}, no rate now  last {cells_rate(last)}  peak {peak}"
 
 
 def _count(n: Optional[float]) -> str:
