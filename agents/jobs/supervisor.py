@@ -582,18 +582,7 @@ class JobSupervisor:
             except EnvMissing as exc:
                 raise JobError(str(exc)) from None
             argv = spec.argv(python)
-            # an adopted job's recorded environment is all of it (the agent's own is not added),
-            # its CUDA variables included; a fleet file's version of the name is launched as usual
-            exact = name not in self._declared and (d / ADOPTED).exists()
-            env = {} if exact else dict(os.environ)
-            env.update(spec.env)
-            env.update(env_vars)
-            env.update(GPUDECK_JOB=name, GPUDECK_JOB_DIR=str(d), GPUDECK_NODE=self.node,
-                       GPUDECK_ATTEMPT=str(rec.attempt + 1),
-                       GPUDECK_PROGRESS_FILE=str(d / "progress.json"))
-            if spec.gpus and not exact:
-                env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, spec.gpus))
-                env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # CUDA's indices = NVML's indices
+            env = self._launch_env(spec, d, rec.attempt + 1, env_vars)
             token = self._contain.prepare(self.home, name, rec.attempt + 1, env)
             cwd = os.path.expanduser(spec.cwd) if spec.cwd else str(d)
             log_path = d / "job.log"
@@ -625,9 +614,27 @@ class JobSupervisor:
                 self._live[name].close_pidfd()
             self._live[name] = _Live(popen=popen)
             self._save(rec)
-            self.audit(AuditAction.RELAUNCH if relaunch else AuditAction.LAUNCH, name, pid=popen.pid, attempt=rec.attempt,
-                       gpus=spec.gpus, argv=argv)
+            self.audit(AuditAction.RELAUNCH if relaunch else AuditAction.LAUNCH, name, pid=popen.pid,
+                       attempt=rec.attempt, gpus=spec.gpus, argv=argv)
             return LaunchResult(job=name, pid=popen.pid, attempt=rec.attempt, log=str(log_path), argv=list(argv))
+
+    def _launch_env(self, spec: JobSpec, d: Path, attempt: int, env_vars: dict[str, str]) -> dict[str, str]:
+        """The environment of a job's attempt: the agent's, the spec's, its python_env's, gpudeck's
+        own, and its GPUs. An adopted job's recorded environment is all of it (the agent's own is
+        not added), its CUDA variables included; a fleet file's version of the name is launched as
+        usual."""
+        name = spec.name
+        exact = name not in self._declared and (d / ADOPTED).exists()
+        env = {} if exact else dict(os.environ)
+        env.update(spec.env)
+        env.update(env_vars)
+        env.update(GPUDECK_JOB=name, GPUDECK_JOB_DIR=str(d), GPUDECK_NODE=self.node,
+                   GPUDECK_ATTEMPT=str(attempt),
+                   GPUDECK_PROGRESS_FILE=str(d / "progress.json"))
+        if spec.gpus and not exact:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, spec.gpus))
+            env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # CUDA's indices = NVML's indices
+        return env
 
     def adopt(self, pid: int, name: str, started_at: Optional[float] = None,
                       progress_file: Optional[str] = None, kind: str = JobKind.COMMAND.value) -> Adopted:
@@ -639,20 +646,7 @@ class JobSupervisor:
         HoldsTheNode where the job's kill would take the node down (agents/jobs/holds.py)."""
         if pid == 1:  # before anything is read: init's tree is every process on the node
             self._refuse_holds(pid, AuditAction.ADOPT_REFUSED)
-        try:
-            proc = psutil.Process(pid)
-            create_time = proc.create_time()
-            if proc.status() == psutil.STATUS_ZOMBIE:
-                raise psutil.NoSuchProcess(pid)
-        except psutil.NoSuchProcess:
-            raise AdoptRefused("no_such_pid", f"no process {pid} on node {self.node}") from None
-        except psutil.Error as exc:
-            raise AdoptRefused("not_yours", f"pid {pid} on node {self.node} cannot be read: {exc}") from None
-        if started_at is not None and abs(create_time - started_at) > START_TIME_TOLERANCE_S:
-            raise AdoptRefused("pid_reused", f"pid {pid} on node {self.node} is another process now (started "
-                                             f"{time.strftime('%H:%M:%S', time.localtime(create_time))}, not "
-                                             f"{time.strftime('%H:%M:%S', time.localtime(started_at))} as listed); "
-                                             f"nothing adopted")
+        proc, create_time = self._adoptable(pid, started_at)
         with self._lock:
             owner = self.owner_of(pid)
             if owner is not None:
@@ -671,16 +665,7 @@ class JobSupervisor:
             if name in self._records or name in self._declared:
                 raise AdoptRefused("name_taken", f"node {self.node} already holds a job named {name!r}; adopt it "
                                                  f"under another name (--as)")
-            try:
-                argv, cwd, environ = proc.cmdline(), proc.cwd(), proc.environ()
-            except psutil.NoSuchProcess:
-                raise AdoptRefused("no_such_pid", f"pid {pid} on node {self.node} ended meanwhile") from None
-            except psutil.Error as exc:
-                raise AdoptRefused("not_yours", f"pid {pid} on node {self.node}: its command line, directory or "
-                                                f"environment cannot be read: {exc}") from None
-            if not argv:
-                raise AdoptRefused("not_yours", f"pid {pid} on node {self.node} has no command line (a kernel "
-                                                f"thread?); nothing adopted")
+            argv, cwd, environ = self._process_facts(proc, pid)
             try:
                 pgid: Optional[int] = os.getpgid(pid)
             except OSError:
@@ -711,6 +696,39 @@ class JobSupervisor:
             self.audit(AuditAction.ADOPT_PID, name, pid=pid, pgid=pgid, gpus=gpus, argv=list(argv), cwd=cwd)
         return Adopted(job=name, pid=pid, pgid=own_group, gpus=gpus, argv=list(argv), cwd=cwd,
                        env_names=sorted(env), started_at=create_time)
+
+    def _adoptable(self, pid: int, started_at: Optional[float]) -> tuple[psutil.Process, float]:
+        """The process ``pid`` and its start time; AdoptRefused where there is none, it cannot be
+        read, or it started at another time than ``started_at`` (its pid reused)."""
+        try:
+            proc = psutil.Process(pid)
+            create_time = proc.create_time()
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                raise psutil.NoSuchProcess(pid)
+        except psutil.NoSuchProcess:
+            raise AdoptRefused("no_such_pid", f"no process {pid} on node {self.node}") from None
+        except psutil.Error as exc:
+            raise AdoptRefused("not_yours", f"pid {pid} on node {self.node} cannot be read: {exc}") from None
+        if started_at is not None and abs(create_time - started_at) > START_TIME_TOLERANCE_S:
+            raise AdoptRefused("pid_reused", f"pid {pid} on node {self.node} is another process now (started "
+                                             f"{time.strftime('%H:%M:%S', time.localtime(create_time))}, not "
+                                             f"{time.strftime('%H:%M:%S', time.localtime(started_at))} as listed); "
+                                             f"nothing adopted")
+        return proc, create_time
+
+    def _process_facts(self, proc: psutil.Process, pid: int) -> tuple[list[str], str, dict[str, str]]:
+        """An adopted process's command line, working directory and environment."""
+        try:
+            argv, cwd, environ = proc.cmdline(), proc.cwd(), proc.environ()
+        except psutil.NoSuchProcess:
+            raise AdoptRefused("no_such_pid", f"pid {pid} on node {self.node} ended meanwhile") from None
+        except psutil.Error as exc:
+            raise AdoptRefused("not_yours", f"pid {pid} on node {self.node}: its command line, directory or "
+                                            f"environment cannot be read: {exc}") from None
+        if not argv:
+            raise AdoptRefused("not_yours", f"pid {pid} on node {self.node} has no command line (a kernel "
+                                            f"thread?); nothing adopted")
+        return argv, cwd, environ
 
     def set_blocked(self, name: str, blocked: bool) -> None:
         """A job that waits on its ``after`` (agents/watch/phases.py): ``blocked`` (a job it runs
