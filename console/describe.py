@@ -97,6 +97,43 @@ def _history(state: Any, now: float, job: Optional[str] = None, node: Optional[s
     return out
 
 
+def _job_figures(row: JobRow, detail: Any) -> list[tuple[str, str]]:
+    """A job's tokens/s, items done, rate and ETA, its plan and its price."""
+    f = [("tokens/s", "-" if row.tokens_per_s is None else f"{row.tokens_per_s:,}")]
+    if row.done is not None:
+        total = f" of {row.total:,}" if row.total is not None else ""
+        share = f" ({100 * row.fraction:.1f}%)" if row.fraction is not None else ""
+        f.append(("done", f"{row.done:,}{total}{share}"))
+        f.append(("rate", "-" if row.rate_per_s is None else f"{row.rate_per_s} items/s"))
+        f.append(("ETA", human_duration(row.eta_s)))
+    if row.planned_s is not None:
+        plan = f"planned {human_duration(row.planned_s)}, heading for {human_duration(row.projected_s)}"
+        if row.drift_pct is not None:
+            plan += f" ({row.drift_pct:+d}%{', past the fleet limit' if row.plan_off else ''})"
+        if detail is not None and detail.plan is not None:
+            plan += f"  {detail.plan.path}" + (f"  {detail.plan.error}" if detail.plan.error else "")
+        f.append(("plan", plan))
+    if row.priced or row.cost_per_m_tokens is not None:
+        f.append(("$/M tokens", dollars(row.cost_per_m_tokens) + _exact(row.cost_per_m_tokens)))
+        f.append(("$/useful", dollars(row.cost_per_useful) + _exact(row.cost_per_useful)))
+    return f
+
+
+def _job_quality_and_engine(row: JobRow, detail: Any) -> list[tuple[str, str]]:
+    f: list[tuple[str, str]] = []
+    if detail is not None and (detail.quality or detail.progress_error):
+        f.append(("quality", " · ".join(f"{k} {v}" for k, v in detail.quality) or "clean"))
+        if detail.progress_error:
+            f.append(("progress file", detail.progress_error))
+    if row.engine_state is not None:
+        f.append(("engine", f"{row.engine_state.value}  running {row.running}  queued {row.queued}  "
+                            f"KV {'-' if row.kv_usage is None else f'{100 * row.kv_usage:.0f}%'}  "
+                            f"{detail.engine_url if detail else ''}".rstrip()))
+        if detail is not None and detail.engine_error:
+            f.append(("engine error", detail.engine_error))
+    return f
+
+
 def _job(row: JobRow, state: Any, now: float) -> Described:
     name = row.acts_on
     status = next((j for n, j in state.jobs() if n == row.node and j.name == name), None)
@@ -116,34 +153,9 @@ def _job(row: JobRow, state: Any, now: float) -> Described:
         f += [("started", when(detail.started_at, now)), ("ended", when(detail.ended_at, now))]
     if status is not None and status.first_started_at is not None:
         f.append(("first started", when(status.first_started_at, now)))
-    f.append(("tokens/s", "-" if row.tokens_per_s is None else f"{row.tokens_per_s:,}"))
-    if row.done is not None:
-        total = f" of {row.total:,}" if row.total is not None else ""
-        share = f" ({100 * row.fraction:.1f}%)" if row.fraction is not None else ""
-        f.append(("done", f"{row.done:,}{total}{share}"))
-        f.append(("rate", "-" if row.rate_per_s is None else f"{row.rate_per_s} items/s"))
-        f.append(("ETA", human_duration(row.eta_s)))
-    if row.planned_s is not None:
-        plan = f"planned {human_duration(row.planned_s)}, heading for {human_duration(row.projected_s)}"
-        if row.drift_pct is not None:
-            plan += f" ({row.drift_pct:+d}%{', past the fleet limit' if row.plan_off else ''})"
-        if detail is not None and detail.plan is not None:
-            plan += f"  {detail.plan.path}" + (f"  {detail.plan.error}" if detail.plan.error else "")
-        f.append(("plan", plan))
-    if row.priced or row.cost_per_m_tokens is not None:
-        f.append(("$/M tokens", dollars(row.cost_per_m_tokens) + _exact(row.cost_per_m_tokens)))
-        f.append(("$/useful", dollars(row.cost_per_useful) + _exact(row.cost_per_useful)))
+    f += _job_figures(row, detail)
     f.append(("flags", "\n".join(_whole_flags(row, status)) or "none"))
-    if detail is not None and (detail.quality or detail.progress_error):
-        f.append(("quality", " · ".join(f"{k} {v}" for k, v in detail.quality) or "clean"))
-        if detail.progress_error:
-            f.append(("progress file", detail.progress_error))
-    if row.engine_state is not None:
-        f.append(("engine", f"{row.engine_state.value}  running {row.running}  queued {row.queued}  "
-                            f"KV {'-' if row.kv_usage is None else f'{100 * row.kv_usage:.0f}%'}  "
-                            f"{detail.engine_url if detail else ''}".rstrip()))
-        if detail is not None and detail.engine_error:
-            f.append(("engine error", detail.engine_error))
+    f += _job_quality_and_engine(row, detail)
     if row.uploads_pending is not None:
         f.append(("S3 waiting", f"{row.uploads_pending} files"))
     if row.servers_total is not None:

@@ -165,7 +165,7 @@ class JobRow:
     moved: Optional[str] = None  # "moved from gpu1 02:10" (console/placements.py), or on the old node "moved to gpu2"
     ready: Optional[str] = None  # an engine's time to ready, once it answered: "ready in 1m 52s"
     # a start-up with a figure, for the DONE cell and the bar: an engine loading ("loading 13%", from its
-    # own log lines, agents/loading.py) or a stage copying ("staging 42%", agents/staging/); its fraction
+    # own log lines, agents/sense/loading.py) or a stage copying ("staging 42%", agents/staging/); its fraction
     startup: Optional[str] = None
     startup_frac: Optional[float] = None
     task_id: Optional[str] = None  # a cluster task: the scheduler's id of it (Slurm's A_T, what scancel takes)

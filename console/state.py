@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterable, Optional, Union
 from ..agents.contract.vocab import AlertKind, EngineState, JobState, ShownState
 from ..agents.contract.jobs import JobKind, JobSpec
 from ..agents.contract.documents import over_plan
-from ..agents.contract.ops import CopyDiff, HistoryPage
+from ..agents.contract.ops import GPU_FIGURES, JOB_FIGURES, CopyDiff, HistoryPage
 from ..agents.contract.staging import staging_text
 from ..agents.contract.wire import Alert, Engine, Gpu, History, JobStatus, Progress, Snapshot
 from . import chart as charts
@@ -40,12 +40,16 @@ from ..remote.fleet import LOCAL, Fleet
 BUSY_UTIL_PCT = 5.0
 GPU_SPARK = 10  # utilization buckets kept per GPU for its sparkline
 GPU_SPARK_BUCKET_S = 5.0
-# a job's figures over time, in its one Series: the sparkline's tokens/s, then what the details
-# chart draws (items done; an engine's running and queued requests and KV-cache use)
-FIGURES = ("tokens_per_s", "done", "running", "queued", "kv")
+# a job's figures over time, in its one Series, by the history's names (agents/contract/ops.py):
+# the sparkline's tokens/s, then what the details chart draws (items done; an engine's running
+# and queued requests and KV-cache use)
+FIGURES = JOB_FIGURES[:5]
 COARSE_FIGURES = FIGURES[:2]  # what a job's coarse series keeps: tokens/s and items done
-PAGE_FIGURES = ("tokens_per_s", "done", "running", "queued", "kv_usage")  # FIGURES as the history names them
-GPU_PAGE_FIGURE = "util_pct"  # what a node's chart draws of its GPUs' history: their mean, per bucket
+PAGE_FIGURES = FIGURES  # what a job's chart asks the history for
+# the JobDetail field each of the details' figures fills
+_DETAIL_SERIES = {"done": "done_series", "running": "running_series", "queued": "queued_series",
+                  "kv_usage": "kv_series"}
+GPU_PAGE_FIGURE = GPU_FIGURES[1]  # util_pct: what a node's chart draws of its GPUs' history: their mean, per bucket
 PAGE_RETRY_S = 60.0  # a page that could not be read is asked for again after this long
 
 # the vocabulary for the rows built every second: a dict keyed by the members is quicker than
@@ -601,18 +605,7 @@ class FleetState:
             return charts.columns(got, start, now, width)
 
         tps = figure(0)
-        seen = [v for v in tps if v is not None] + ([row.tokens_per_s] if row.tokens_per_s is not None else [])
-        peak = cells_rate(max(seen) if seen else None)
-        if j.state in _ALIVE or j.state in (JobState.PENDING, JobState.BLOCKED):  # a rate now, or none yet
-            now_tps = cells_rate(row.tokens_per_s if row.tokens_per_s is not None else (seen[-1] if seen else None))
-            title = f"{j.name}  tokens/s  now {now_tps}  peak {peak}"
-        else:  # an ended job has no current rate: its last one, said as such, and when it ended
-            p = j.progress
-            last = p.last_tokens_per_s if p is not None and p.last_tokens_per_s is not None else \
-                (seen[-1] if seen else None)
-            ended = f" at {time.strftime('%H:%M', time.localtime(j.ended_at))}" if j.ended_at else ""
-            title = f"{j.name}  tokens/s  {j.state}{ended}, no rate now  last {cells_rate(last)}  peak {peak}"
-        panels = [charts.Panel(title, tps)]
+        panels = [charts.Panel(_tps_title(j, row, tps), tps)]
         if row.done is not None:
             total = row.total
             title = f"done  {_count(row.done)}" + (f" / {_count(total)}" if total else "")
@@ -681,8 +674,8 @@ class FleetState:
 
     def _detail_series(self, node: str, job: str, width: int, now: float) -> dict[str, tuple]:
         s = self._series.get((node, job))
-        return {f"{what}_series": s.last(width, now, FIGURES.index(what)) if s is not None else ()
-                for what in ("done", "running", "queued", "kv")}
+        return {field: s.last(width, now, FIGURES.index(what)) if s is not None else ()
+                for what, field in _DETAIL_SERIES.items()}
 
     def alert_rows(self) -> list[AlertRow]:
         out = []
@@ -698,25 +691,7 @@ class FleetState:
         spends = self.spends()
         s3_bytes = cost.fleet_s3(j for _, j in self.jobs())
         now = self.clock()
-        nodes = []
-        for name, view in self.nodes.items():
-            snap = view.snapshot
-            nodes.append({
-                "name": name,
-                "state": self.node_state(view),
-                "reachable": view.reachable,
-                "owned_elsewhere": self.owned_elsewhere(name),
-                "copy_differs": dataclasses.asdict(view.copy) if view.copy is not None else None,
-                "error": str(view.error) if view.error is not None else None,
-                "unreachable_since": view.unreachable_since,
-                "gpus": [dataclasses.asdict(g) for g in snap.gpus] if snap else [],
-                "gpu_error": snap.gpu_error if snap else None,
-                "gpus_simulated": snap.gpus_simulated if snap else False,
-                "containment": snap.containment if snap else None,
-                "host": dataclasses.asdict(snap.host) if snap else None,
-                "cluster": dataclasses.asdict(snap.cluster) if snap and snap.cluster else None,
-                **cost.node_json(node_costs.get(name)),
-            })
+        nodes = [self._node_json(name, view, node_costs.get(name)) for name, view in self.nodes.items()]
         jobs = []
         for node, j in self.jobs():
             p = j.progress
@@ -754,6 +729,26 @@ class FleetState:
                  "s3_cost_per_month": cost.money_json(cost.s3_monthly(s3_bytes, self.fleet.s3_price_per_gb_month)),
                  "tokens_per_s": self.totals().tokens_per_s}
         return {"fleet": fleet, "nodes": nodes, "jobs": jobs, "alerts": alerts}
+
+    def _node_json(self, name: str, view: NodeView, node_cost: Any) -> dict[str, Any]:
+        """A node of ``gpudeck status --json``."""
+        snap = view.snapshot
+        return {
+            "name": name,
+            "state": self.node_state(view),
+            "reachable": view.reachable,
+            "owned_elsewhere": self.owned_elsewhere(name),
+            "copy_differs": dataclasses.asdict(view.copy) if view.copy is not None else None,
+            "error": str(view.error) if view.error is not None else None,
+            "unreachable_since": view.unreachable_since,
+            "gpus": [dataclasses.asdict(g) for g in snap.gpus] if snap else [],
+            "gpu_error": snap.gpu_error if snap else None,
+            "gpus_simulated": snap.gpus_simulated if snap else False,
+            "containment": snap.containment if snap else None,
+            "host": dataclasses.asdict(snap.host) if snap else None,
+            "cluster": dataclasses.asdict(snap.cluster) if snap and snap.cluster else None,
+            **cost.node_json(node_cost),
+        }
 
 
 # ---------------------------------------------------------------- helpers
@@ -850,8 +845,7 @@ def engine_clients(fleet: Fleet) -> frozenset[str]:
         engines.update((node, port) for port in (s.port, metrics_port) if port)
     out = set()
     for s in fleet.jobs:
-        urls = list(getattr(s.options, "servers", None) or []) + list(getattr(s.options, "workers", None) or [])
-        if any(_endpoint(u, s.node or LOCAL, hosts) in engines for u in urls if isinstance(u, str)):
+        if any(_endpoint(u, s.node or LOCAL, hosts) in engines for u in s.upstreams):
             out.add(s.name)
     return frozenset(out)
 
@@ -914,6 +908,20 @@ def cells_rate(v: Optional[float]) -> str:
     if a >= 100:
         return f"{v:,.0f}"
     return f"{v:.1f}" if a >= 10 else f"{v:.2f}"
+
+
+def _tps_title(j: JobStatus, row: JobRow, tps: tuple[Optional[float], ...]) -> str:
+    """The tokens/s panel's title: the rate now and the peak; for an ended job its last rate,
+    said as such, and when it ended."""
+    seen = [v for v in tps if v is not None] + ([row.tokens_per_s] if row.tokens_per_s is not None else [])
+    peak = cells_rate(max(seen) if seen else None)
+    if j.state in _ALIVE or j.state in (JobState.PENDING, JobState.BLOCKED):  # a rate now, or none yet
+        now_tps = cells_rate(row.tokens_per_s if row.tokens_per_s is not None else (seen[-1] if seen else None))
+        return f"{j.name}  tokens/s  now {now_tps}  peak {peak}"
+    p = j.progress
+    last = p.last_tokens_per_s if p is not None and p.last_tokens_per_s is not None else (seen[-1] if seen else None)
+    ended = f" at {time.strftime('%H:%M', time.localtime(j.ended_at))}" if j.ended_at else ""
+    return f"{j.name}  tokens/s  {j.state}{ended}, no rate now  last {cells_rate(last)}  peak {peak}"
 
 
 def _count(n: Optional[float]) -> str:

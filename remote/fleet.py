@@ -16,7 +16,7 @@ import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, cast
+from typing import Any, Callable, Optional, cast
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -27,13 +27,14 @@ from ..agents.contract.jobs import KINDS, JobKind, JobSpec, SpecError, completio
 from ..agents.contract.cluster import RESOURCE_KEYS, ClusterSpec, split_task
 from ..agents.contract.envs import EnvSpec
 from ..agents.contract.errors import UnknownName
-from ..agents.contract.kinds import KindOptions, OptionError
+from ..agents.contract.kinds import GenerateOptions, KindOptions, OptionError
 from ..agents.contract.names import name_problem
 from ..agents.contract.watching import AlertThresholds, HeartbeatConfig, NotifyTarget, WatchSettings
 
 S3_PRICE_PER_GB_MONTH = 0.023  # dollars per GB-month: S3 Standard's first tier, as `plan extract` assumes
-from .fleet_check import (FleetError, check_host_keys, check_range, check_type, did_you_mean, show,
-                                        unknown_key)
+from .fleet_check import (FleetError, check_host_keys, check_range, check_type, did_you_mean,
+                          unknown_key)
+from ..agents.contract.fields import show
 from .fleet_cluster import hint_unknown_cluster, parse_clusters, pull_resources
 from .fleet_envs import parse_envs
 from .fleet_plans import PlanRef, parse_plans
@@ -438,26 +439,7 @@ def _parse_jobs(raw_jobs: Any, defaults: dict[str, Any], names: set[str], path: 
             hint = did_you_mean(kind, KINDS) if isinstance(kind, str) else ""
             raise FleetError(path, loc.key("jobs", i, "kind"),
                              f"{where} 'kind': expected one of {', '.join(KINDS)}, got {kind!r}{hint}")
-        option_keys = JobKind(kind).options  # keys of built-in kinds that are not JobSpec fields
-        values: dict[str, Any] = {}
-        options: dict[str, Any] = {}
-        raw, resources = pull_resources(raw, where, path, functools.partial(loc.key, "jobs", i))
-        if resources is not None:
-            values["resources"] = resources
-        for k, v in raw.items():
-            if k == "deadline" and hasattr(v, "isoformat"):  # a bare TOML date-time: the same as its string
-                v = v.isoformat() + ("Z" if getattr(v, "tzinfo", True) is None else "")
-            if k in _JOB_FIELDS and k not in ("options", "resources"):
-                check_type(path, loc.key("jobs", i, k), f"{where} {k!r}", _JOB_FIELDS[k], v)
-                check_range(path, loc.key("jobs", i, k), f"{where} {k!r}", k, v)
-                values[k] = v
-            elif k in option_keys:
-                options[k] = v
-            else:
-                allowed = sorted(set(_JOB_FIELDS) - {"options", "resources"} | option_keys | set(RESOURCE_KEYS))
-                raise FleetError(path, loc.key("jobs", i, k), f"{where} has no key {k!r} for kind {kind!r}"
-                                                              f"{did_you_mean(k, allowed)}; expected one of "
-                                                              f"{', '.join(allowed)}")
+        values, options = _job_keys(raw, kind, where, path, functools.partial(loc.key, "jobs", i))
         if isinstance(values.get("command"), str):  # runs with /bin/sh -c (agents/contract/jobs.shell_command)
             try:
                 values["command"] = shell_command(values["command"])
@@ -475,25 +457,51 @@ def _parse_jobs(raw_jobs: Any, defaults: dict[str, Any], names: set[str], path: 
             except OptionError as exc:
                 raise FleetError(path, loc.key("jobs", i, exc.key) if exc.key else loc.table("jobs", i),
                                  str(exc)) from None
-        node = values.get("node")
-        if values.get("cluster") is not None and values["cluster"] not in clusters:
-            raise FleetError(path, loc.key("jobs", i, "cluster"),
-                             f"{where} 'cluster': {hint_unknown_cluster(values['cluster'], clusters)}")
-        if node is not None and node not in names:
-            raise FleetError(path, loc.key("jobs", i, "node"),
-                             f"{where} 'node': no node named {node!r}; declared: {', '.join(sorted(names))}")
-        if any(j.name == values.get("name") for j in jobs):
-            raise FleetError(path, loc.key("jobs", i, "name"), f"{where}: job {values['name']!r} is declared twice")
         if "name" not in values:
             raise FleetError(path, loc.table("jobs", i), f"{where} needs a 'name'")
-        try:
-            jobs.append(JobSpec(**values))
-        except SpecError as exc:
+        try:  # the one reader of a job's own fields, the node's as well
+            spec = JobSpec(**values)
+        except SpecError as exc:  # at the key's line where it names one
+            if exc.key is not None:
+                raise FleetError(path, loc.key("jobs", i, exc.key), f"{where} {exc.said}") from None
             raise FleetError(path, loc.table("jobs", i), f"{where}: {exc}") from None
+        if spec.cluster is not None and spec.cluster not in clusters:
+            raise FleetError(path, loc.key("jobs", i, "cluster"),
+                             f"{where} 'cluster': {hint_unknown_cluster(spec.cluster, clusters)}")
+        if spec.node is not None and spec.node not in names:
+            raise FleetError(path, loc.key("jobs", i, "node"),
+                             f"{where} 'node': no node named {spec.node!r}; declared: {', '.join(sorted(names))}")
+        if any(j.name == spec.name for j in jobs):
+            raise FleetError(path, loc.key("jobs", i, "name"), f"{where}: job {spec.name!r} is declared twice")
+        jobs.append(spec)
         if warnings is not None and jobs[-1].deadline is not None:
             warnings.extend(f"{path}:{loc.key('jobs', i, 'deadline')}: {where} 'deadline': {w}"
                             for w in deadline_warnings(raw.get("deadline"), jobs[-1].deadline_t))
     return jobs
+
+
+def _job_keys(raw: dict[str, Any], kind: str, where: str, path: str,
+              line: Callable[[str], Optional[int]]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A [[jobs]] table's keys split: the JobSpec's own (and its scheduler ``resources``), and
+    the kind's options; a key of neither is refused at its line."""
+    option_keys = JobKind(kind).options  # keys of built-in kinds that are not JobSpec fields
+    values: dict[str, Any] = {}
+    options: dict[str, Any] = {}
+    raw, resources = pull_resources(raw, where, path, line)
+    if resources is not None:
+        values["resources"] = resources
+    for k, v in raw.items():
+        if k == "deadline" and hasattr(v, "isoformat"):  # a bare TOML date-time: the same as its string
+            v = v.isoformat() + ("Z" if getattr(v, "tzinfo", True) is None else "")
+        if k in _JOB_FIELDS and k not in ("options", "resources"):  # JobSpec checks them
+            values[k] = v
+        elif k in option_keys:
+            options[k] = v
+        else:
+            allowed = sorted(set(_JOB_FIELDS) - {"options", "resources"} | option_keys | set(RESOURCE_KEYS))
+            raise FleetError(path, line(k), f"{where} has no key {k!r} for kind {kind!r}"
+                                            f"{did_you_mean(k, allowed)}; expected one of {', '.join(allowed)}")
+    return values, options
 
 
 def deadline_warnings(raw: Any, t: Optional[float]) -> list[str]:
@@ -518,10 +526,9 @@ def _resolve_servers(jobs: list[JobSpec], nodes: dict[str, Node], path: str, loc
     out = []
     for i, job in enumerate(jobs):
         resolved: dict[str, list[str]] = {}
-        for key in ("servers", "workers"):
-            refs = getattr(job.options, key, None)
-            if not refs:
-                continue
+        key = "servers" if isinstance(job.options, GenerateOptions) else "workers"
+        refs = job.upstreams
+        if refs:
             urls = []
             for ref in refs:
                 if isinstance(ref, str) and ref.startswith(("http://", "https://")):
@@ -561,27 +568,7 @@ def _resolve_after(jobs: list[JobSpec], path: str, loc: "_Locator") -> list[JobS
             if dep not in index:
                 raise FleetError(path, line(i), f"job {job.name!r} 'after': no job named {dep!r}"
                                                 f"{did_you_mean(dep, names)}; declared: {', '.join(names)}")
-    done: set[str] = set()
-    for start in jobs:  # a circle: a depth-first walk that meets a job still on its own path
-        stack: list[tuple[str, int]] = [(start.name, 0)]
-        on_path = [start.name]
-        while stack:
-            name, k = stack[-1]
-            after = jobs[index[name]].after
-            if k == len(after) or name in done:
-                stack.pop()
-                on_path.pop()
-                done.add(name)
-                continue
-            stack[-1] = (name, k + 1)
-            dep = after[k]
-            if dep in on_path:
-                loop = " -> ".join(on_path[on_path.index(dep):] + [dep])
-                raise FleetError(path, line(index[name]), f"job {name!r} 'after': the jobs wait for each other in a "
-                                                          f"circle ({loop}); none of them would ever start")
-            if dep not in done:
-                stack.append((dep, 0))
-                on_path.append(dep)
+    _refuse_after_circle(jobs, index, path, line)
     out = []
     for i, job in enumerate(jobs):
         markers: dict[str, str] = {}
@@ -602,11 +589,38 @@ def _resolve_after(jobs: list[JobSpec], path: str, loc: "_Locator") -> list[JobS
                                                 f"{job.name!r} {_where(job)}, which cannot see it end; give {dep!r} "
                                                 f"a 'success_marker' on a filesystem both nodes share")
             markers[dep] = marker
-            endpoint = getattr(d.options, "s3_endpoint", None)
+            endpoint = d.worker.s3_endpoint if d.worker is not None else None
             if marker.startswith("s3://") and endpoint:
                 endpoints[dep] = endpoint
         out.append(dataclasses.replace(job, after_markers=markers, after_endpoints=endpoints) if markers else job)
     return out
+
+
+def _refuse_after_circle(jobs: list[JobSpec], index: dict[str, int], path: str,
+                        line: Callable[[int], Optional[int]]) -> None:
+    """FleetError when jobs wait for each other in a circle through ``after``: a depth-first
+    walk that meets a job still on its own path."""
+    done: set[str] = set()
+    for start in jobs:
+        stack: list[tuple[str, int]] = [(start.name, 0)]
+        on_path = [start.name]
+        while stack:
+            name, k = stack[-1]
+            after = jobs[index[name]].after
+            if k == len(after) or name in done:
+                stack.pop()
+                on_path.pop()
+                done.add(name)
+                continue
+            stack[-1] = (name, k + 1)
+            dep = after[k]
+            if dep in on_path:
+                loop = " -> ".join(on_path[on_path.index(dep):] + [dep])
+                raise FleetError(path, line(index[name]), f"job {name!r} 'after': the jobs wait for each other in a "
+                                                          f"circle ({loop}); none of them would ever start")
+            if dep not in done:
+                stack.append((dep, 0))
+                on_path.append(dep)
 
 
 def _where(job: JobSpec) -> str:

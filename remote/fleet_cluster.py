@@ -9,7 +9,8 @@ from typing import Any, Callable, Optional, Sequence
 
 from ..agents.contract.names import name_problem
 from ..agents.contract.cluster import MIN_POLL_S, RESOURCE_KEYS, ClusterSpec, TaskResources
-from .fleet_check import FleetError, check_host_keys, check_range, check_type, did_you_mean, show, unknown_key
+from .fleet_check import FleetError, check_host_keys, check_range, check_type, did_you_mean, unknown_key
+from ..agents.contract.fields import show
 from .fleet_watch import Locator
 
 _SPEC_FIELDS = {f.name: f for f in dataclasses.fields(ClusterSpec)}

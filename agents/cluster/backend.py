@@ -43,7 +43,7 @@ from ..contract.errors import Refusal
 from ..contract.cluster import ClusterSpec, slurm_job_name, split_task, task_name
 from ..contract.jobs import JobKind, JobSpec
 from ..contract.units import index_ranges
-from ..contract.vocab import JobState
+from ..contract.vocab import AuditAction, JobState
 from ..contract.wire import ClusterInfo, GpuHolder, JobStatus, KillVerdict, LaunchResult, LogChunk, Progress, TaskInfo
 from ..sense.progress import ProgressTracker
 from ..jobs.audit import AuditLog
@@ -466,7 +466,8 @@ class ClusterJobs:
     def set_blocked(self, name: str, blocked: bool) -> None:
         """Nothing to keep: Slurm holds a job that runs after another (--dependency=afterok)."""
 
-    def audit(self, action: str, job: Optional[str], details: Optional[dict[str, Any]] = None, **kw: Any) -> None:
+    def audit(self, action: AuditAction, job: Optional[str], details: Optional[dict[str, Any]] = None,
+              **kw: Any) -> None:
         self._audit.write(action, job, details, **kw)
 
     def on_audit(self, hook: Optional[AuditHook]) -> None:
@@ -532,33 +533,16 @@ class ClusterJobs:
             source = "kept"  # Slurm no longer lists it: its last word (or gpudeck's scancel verdict), with its time
         elif att.starts:
             source = "attempts"  # Slurm forgot it (MinJobAge): the wrapper's file is the evidence
-            if att.ended_at is None:
-                state = JobState.LOST
-                note = "left the queue with no end recorded (node failure, or killed before the wrapper could write)"
-            elif att.why == "term":
-                state = JobState.KILLED
-            elif att.why == "usr1" and att.requeue_rc == 0:
-                state = JobState.PENDING
-            else:
-                state = JobState.EXITED if exit_code == 0 else JobState.FAILED
+            state, note = _state_from_attempts(att, exit_code)
         else:
             state = JobState.PENDING
             note = "not submitted"
         if att.requeued_at and note is None:
-            when = time.strftime("%H:%M:%S", time.localtime(att.requeued_at))
-            why = "on SIGUSR1 (its time limit was near, or it was preempted)"
-            if state is JobState.PENDING and (att.ended_at or 0) >= (att.started_at or 0):
-                note = (f"requeued itself at {when} {why}"
-                        + ("" if att.requeue_rc in (0, None) else f"; the requeue failed (exit {att.requeue_rc})"))
-            elif att.started_at and att.started_at > att.requeued_at:
-                note = f"attempt {att.starts} began after the task requeued itself at {when} {why}"
+            note = _requeue_note(att, state)
         detail = self.details.get(row.raw) if row is not None else None
         gpus = list(detail.gpus) if detail is not None else []
-        if not gpus and state.alive and att.gpus:
-            try:
-                gpus = [int(g) for g in att.gpus.split(",") if g.strip()]
-            except ValueError:
-                gpus = []
+        if not gpus and state.alive:  # Slurm's record has none: what the wrapper saw at its start
+            gpus = _wrapper_gpus(att)
         alive = state.alive
         progress = self._progress(name, run / "progress" / f"{index}.json", spec, now, alive)
         observed = self.observers.latest.get(name)
@@ -763,7 +747,7 @@ class ClusterJobs:
         except SlurmError as exc:
             said = f"sbatch refused job {spec.name!r}: {exc}"
             raise (Refusal(said) if refused_for_input(str(exc)) else JobError(said)) from None
-        self.audit("launch", name, array=array, argv=argv)
+        self.audit(AuditAction.LAUNCH, name, array=array, argv=argv)
         self.soon()
         attempt = max((self._attempts(spec.name, i).starts for i in indices), default=0) + 1
         return LaunchResult(job=name, pid=0, attempt=attempt, log=str(run / "logs"), kill=kill,
@@ -807,7 +791,7 @@ class ClusterJobs:
         if index is not None:
             verdict = self._kill_task(spec, index, grace_s)
             self._keep_verdict(spec, index, verdict)
-            self.audit("kill", name, verdict=plain.to_plain(verdict))
+            self.audit(AuditAction.KILL, name, verdict=plain.to_plain(verdict))
             self.soon()
             return verdict
         cancelled = self._cancel_pending(spec)  # the waiting tasks at once: one scancel per array
@@ -826,7 +810,7 @@ class ClusterJobs:
                               message="; ".join(said) or f"{name}: no task was running",
                               gpu_holders=[h for v in verdicts for h in v.gpu_holders],
                               seconds=max((v.seconds or 0 for v in verdicts), default=None))
-        self.audit("kill", name, verdict=plain.to_plain(verdict))
+        self.audit(AuditAction.KILL, name, verdict=plain.to_plain(verdict))
         self.soon()
         return verdict
 
@@ -935,7 +919,12 @@ class ClusterJobs:
             return KillVerdict(job=name, ok=False, seconds=ended_s, at=time.time(), state=JobState.KILLED,
                                message=f"ended ({ended}); GPU memory not observed: no gpudeck agent sees node "
                                        f"{node} once the job's steps are gone (its observer ends with the job)")
-        # the proof: the job's GPUs, by IDX, hold no memory of the processes it had there
+        return self._gpus_freed(name, node, gpus, before, grace_s, t0, ended, ended_s)
+
+    def _gpus_freed(self, name: str, node: Optional[str], gpus: list[int], before: dict[int, tuple[int, float]],
+                    grace_s: float, t0: float, ended: str, ended_s: float) -> KillVerdict:
+        """The proof of a task's kill on this node once Slurm says it ended: the job's GPUs, by
+        IDX, hold no memory of the processes it had there."""
         deadline = time.monotonic() + max(grace_s, 5.0)
         while True:
             left = {pid: (g, mib) for pid, (g, mib) in self._holders(gpus, name).items() if pid in before}
@@ -993,7 +982,7 @@ class ClusterJobs:
             except SlurmError as exc:  # forgotten, or preemption cancelled rather than requeued: resubmit
                 log.info("cluster %s: requeue of %s failed (%s); resubmitting", self.node, task_id, exc)
             else:
-                self.audit("relaunch", name, requeue=task_id)
+                self.audit(AuditAction.RELAUNCH, name, requeue=task_id)
                 self.soon()
                 return LaunchResult(job=name, pid=0, attempt=attempt, kill=kill,
                                     log=str(self._run(spec.name) / "logs" / f"{index}.log"),
@@ -1028,3 +1017,36 @@ class ClusterJobs:
         spec, index = self._task(name)
         path = self._run(spec.name) / "logs" / f"{index if index is not None else 0}.log"
         return joblog.tail(name, path, lines) if offset is None else joblog.read_on(name, path, int(offset))
+
+
+def _state_from_attempts(att: Attempts, exit_code: Optional[int]) -> tuple[JobState, Optional[str]]:
+    """A task Slurm no longer lists (MinJobAge), from the wrapper's attempts file alone."""
+    if att.ended_at is None:
+        return JobState.LOST, ("left the queue with no end recorded (node failure, or killed before the wrapper "
+                               "could write)")
+    if att.why == "term":
+        return JobState.KILLED, None
+    if att.why == "usr1" and att.requeue_rc == 0:
+        return JobState.PENDING, None
+    return (JobState.EXITED if exit_code == 0 else JobState.FAILED), None
+
+
+def _requeue_note(att: Attempts, state: JobState) -> Optional[str]:
+    """What a task that requeued itself (SIGUSR1) says of it: waiting again, or a new attempt."""
+    assert att.requeued_at is not None
+    when = time.strftime("%H:%M:%S", time.localtime(att.requeued_at))
+    why = "on SIGUSR1 (its time limit was near, or it was preempted)"
+    if state is JobState.PENDING and (att.ended_at or 0) >= (att.started_at or 0):
+        return (f"requeued itself at {when} {why}"
+                + ("" if att.requeue_rc in (0, None) else f"; the requeue failed (exit {att.requeue_rc})"))
+    if att.started_at and att.started_at > att.requeued_at:
+        return f"attempt {att.starts} began after the task requeued itself at {when} {why}"
+    return None
+
+
+def _wrapper_gpus(att: Attempts) -> list[int]:
+    """The GPUs the batch wrapper saw at its start (SLURM_JOB_GPUS), or none."""
+    try:
+        return [int(g) for g in att.gpus.split(",") if g.strip()] if att.gpus else []
+    except ValueError:
+        return []

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ..contract.atomic import atomic_write_bytes
+from ..contract.exits import EXIT_TERMINATED
 
 TASK_TOKEN = "@GD_TASK@"  # in a job's argv: replaced by the task's index (its shard) by the wrapper
 
@@ -60,7 +61,7 @@ if [ -z "$usr1$term" ]; then
 fi
 if [ -n "$term" ]; then
   note end ",\"rc\":$rc,\"why\":\"term\""
-  exit 143
+  exit @EXIT_TERMINATED@
 fi
 if [ -n "$usr1" ]; then  # the time limit is near (or a preemption): back in the queue, to resume
   note end ",\"rc\":$rc,\"why\":\"usr1\""
@@ -71,7 +72,7 @@ if [ -n "$usr1" ]; then  # the time limit is near (or a preemption): back in the
 fi
 note end ",\"rc\":$rc"
 exit $rc
-"""
+""".replace("@EXIT_TERMINATED@", str(EXIT_TERMINATED))  # the contract's (agents/contract/exits.py)
 
 
 def wrapper_path(shared_dir: str) -> Path:

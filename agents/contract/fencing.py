@@ -38,10 +38,12 @@ import socket
 import time
 from typing import Optional
 
+from . import exits
+
 ENV = "GPUDECK_ATTEMPT_ID"  # a moved job's id, set by the console in the job's env
 NODE_ENV = "GPUDECK_NODE"  # the node a job runs on (the fleet file's name), set by the agent
 FENCE_NAME = "_attempt"  # beside the output: s3://bucket/prefix/_attempt, or OUT/_attempt
-EXIT_FENCED = 5  # a worker that found a newer attempt and stopped (nothing more is written)
+EXIT_FENCED = exits.EXIT_FENCED  # a worker that found a newer attempt and stopped (nothing more is written)
 FENCED_NOTE = "fenced.json"  # in the job's directory: why its worker stopped fenced (where the job went)
 
 _ID = re.compile(r"^(\d{15})-([A-Za-z0-9_.-]{1,64})-([0-9a-f]{8})(-m)?$")

@@ -11,9 +11,11 @@ import functools
 import re
 import shlex
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 from .cluster import RESOURCE_KEYS, TaskResources
+from .exits import EXIT_DATA
+from .fields import Bounds, range_problem, type_problem
 from .staging import StageError, StageItem, read_stage
 from .kinds import ExtractOptions, GenerateOptions, KindOptions, LlamaServerOptions, OptionError, RouterOptions
 from .units import parse_deadline, parse_duration
@@ -101,10 +103,6 @@ MARKER = "_SUCCESS"  # a job's completion marker: it ended ok (agents/watch/phas
 # beside where _SUCCESS would be: generate ended with every prompt done but its records mostly
 # junk (fewer useful than min_useful_pct): its figures, and why; a job `after` it is blocked
 QUALITY_MARKER = "_QUALITY"
-# a built-in worker's verdict on its data, which a new attempt would only repeat: extract's
-# audit found its input degenerate, or generate ended with its records mostly junk
-# (min_useful_pct). No restart policy restarts it (agents/watch/restarts.py)
-EXIT_DATA = 4
 
 
 def final_exit(spec: Optional["JobSpec"], exit_code: Optional[int]) -> bool:
@@ -129,17 +127,47 @@ def completion_marker(spec: "JobSpec") -> Optional[str]:
     writes none anywhere another node can look."""
     if spec.success_marker:
         return spec.success_marker
-    out, s3, part = (getattr(spec.options, key, None) for key in ("out", "s3", "part"))
+    worker = spec.worker
+    if worker is None:
+        return None
+    part = worker.part
     sub = f"part-{part[0]}-of-{part[1]}/" if part else ""
-    if s3:
-        return f"{str(s3).rstrip('/')}/{sub}{MARKER}"
-    if out:
-        return f"{str(out).rstrip('/')}/{sub}{MARKER}"
+    if worker.s3:
+        return f"{worker.s3.rstrip('/')}/{sub}{MARKER}"
+    if worker.out:
+        return f"{worker.out.rstrip('/')}/{sub}{MARKER}"
     return None
 
 
+# the built-in workers' options: each has out, s3, s3_endpoint and part (JobSpec.worker)
+WorkerOptions = Union[GenerateOptions, ExtractOptions]
+
+
 class SpecError(ValueError):
-    """A job spec that cannot run; the message names the job and the field."""
+    """A job spec that cannot run; the message names the job and the field. ``key``: the field
+    whose value is wrong, when it is one; ``said`` then is the message from that key on
+    (``'max_restarts': expected ...``), for a reader that names the job its own way (the fleet
+    file's ``[[jobs]] #2 ('gen')``, at the key's line)."""
+
+    def __init__(self, message: str, key: Optional[str] = None, said: str = "") -> None:
+        super().__init__(message)
+        self.key, self.said = key, said or message
+
+    @classmethod
+    def of(cls, name: object, key: str, said: str) -> "SpecError":
+        """``job 'a' 'max_restarts': expected ...``: what is wrong with ``key``'s value."""
+        return cls(f"job {name!r} {said}", key=key, said=said)
+
+
+# Ranges of a job's numeric fields: (lowest, highest), either end None for open. The fleet file
+# and the node read them here alone (JobSpec checks them, wherever the spec comes from).
+JOB_RANGES: dict[str, Bounds] = {
+    "port": (1, 65535), "stall_after_s": (1.0, None), "log_max_mb": (0.01, None), "total": (0, None),
+    "tp": (1, None), "dp": (1, None), "max_restarts": (0, 1000), "restart_backoff_s": (0.0, 86400.0),
+    "kill_grace_s": (0.0, 3600.0),
+}
+# fields with checks of their own (JobSpec.__post_init__), not by their declared type
+_OWN_CHECKS = ("name", "kind", "options", "resources", "after_markers", "after_endpoints")
 
 
 SHELL = "/bin/sh"
@@ -223,19 +251,12 @@ class JobSpec:
         if self.kind not in KINDS:
             raise SpecError(f"job {self.name!r}: kind {self.kind!r} is not one of {', '.join(KINDS)}")
         object.__setattr__(self, "kind", JobKind(self.kind))
+        self._check_fields()
         if isinstance(self.command, str):
             try:
                 object.__setattr__(self, "command", shell_command(self.command))
             except ValueError as exc:
-                raise SpecError(f"job {self.name!r}: {exc}") from None
-        for key in ("command", "args"):
-            value = getattr(self, key)
-            if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
-                raise SpecError(f"job {self.name!r}: {key!r} must be a list of strings")
-        if not isinstance(self.env, dict) or not all(isinstance(v, str) for v in self.env.values()):
-            raise SpecError(f"job {self.name!r}: 'env' must be a table of strings")
-        if not isinstance(self.gpus, list):
-            raise SpecError(f"job {self.name!r}: 'gpus' must be a list of GPU indices")
+                raise SpecError(f"job {self.name!r}: {exc}", key="command", said=f"'command': {exc}") from None
         if self.kind is JobKind.COMMAND and not self.command:
             raise SpecError(f"job {self.name!r}: kind 'command' needs a 'command'")
         if self.kind.engine and not self.port:
@@ -253,11 +274,20 @@ class JobSpec:
             raise SpecError(f"job {self.name!r}: 'python' and 'python_env' both given; the env's python is the "
                             f"job's (drop 'python', or 'python_env')")
 
+    def _check_fields(self) -> None:
+        """Each field's value against its declared type and its range (JOB_RANGES)."""
+        for f in _checked_fields():
+            value = getattr(self, f.name)
+            bounds = JOB_RANGES.get(f.name)
+            problem = type_problem(f, value) or (range_problem(value, bounds) if bounds is not None else None)
+            if problem:
+                raise SpecError.of(self.name, f.name, f"{f.name!r}: {problem}")
+
     def _read_stage(self) -> None:
         try:
-            object.__setattr__(self, "stage", read_stage(self.stage, f"job {self.name!r}: 'stage'"))
+            object.__setattr__(self, "stage", read_stage(self.stage, "'stage'"))
         except StageError as exc:
-            raise SpecError(str(exc)) from None
+            raise SpecError.of(self.name, "stage", str(exc)) from None
         reserve = self.stage_reserve_gb
         if isinstance(reserve, bool) or not isinstance(reserve, (int, float)) or not 0 <= reserve <= 100_000:
             raise SpecError(f"job {self.name!r}: 'stage_reserve_gb' must be gigabytes from 0 to 100000, got {reserve!r}")
@@ -295,6 +325,24 @@ class JobSpec:
         return self.cluster if self.cluster is not None else self.node
 
     @property
+    def worker(self) -> Optional[WorkerOptions]:
+        """A built-in worker's options (generate, extract: its out, s3, s3_endpoint, part); None
+        for a kind that is no built-in worker."""
+        opts = self.options
+        return opts if isinstance(opts, (GenerateOptions, ExtractOptions)) else None
+
+    @property
+    def upstreams(self) -> list[str]:
+        """The engines a client kind sends its requests to (generate's servers, a router's
+        workers: URLs, or a fleet's engine job names before the fleet file resolves them)."""
+        opts = self.options
+        if isinstance(opts, GenerateOptions):
+            return list(opts.servers)
+        if isinstance(opts, RouterOptions):
+            return list(opts.workers)
+        return []
+
+    @property
     def shards(self) -> int:
         return self.resources.shards if self.resources is not None else 1
 
@@ -329,14 +377,6 @@ class JobSpec:
                             f"places its tasks")
         if not isinstance(self.restart, str) or self.restart not in {p.value for p in RestartPolicy}:
             raise SpecError(f"job {self.name!r}: 'restart' must be one of {policies}, got {self.restart!r}")
-        if not isinstance(self.max_restarts, int) or isinstance(self.max_restarts, bool) or self.max_restarts < 0:
-            raise SpecError(f"job {self.name!r}: 'max_restarts' must be an integer >= 0, got {self.max_restarts!r}")
-        backoff = self.restart_backoff_s
-        if isinstance(backoff, bool) or not isinstance(backoff, (int, float)) or not 0 <= backoff <= 86400:
-            raise SpecError(f"job {self.name!r}: 'restart_backoff_s' must be seconds from 0 to 86400, got {backoff!r}")
-        grace = self.kill_grace_s
-        if isinstance(grace, bool) or not isinstance(grace, (int, float)) or not 0 <= grace <= 3600:
-            raise SpecError(f"job {self.name!r}: 'kill_grace_s' must be seconds from 0 to 3600, got {grace!r}")
         for key, parse in (("restart_on_stall", parse_duration), ("deadline", parse_deadline)):
             value = getattr(self, key)
             if value is not None:
@@ -346,8 +386,6 @@ class JobSpec:
                     raise SpecError(f"job {self.name!r}: {key!r}: {exc}") from None
 
     def _check_after(self) -> None:
-        if not isinstance(self.after, list) or not all(isinstance(a, str) for a in self.after):
-            raise SpecError(f"job {self.name!r}: 'after' must be a list of job names")
         for dep in self.after:
             problem = job_name_problem(dep)
             if problem:
@@ -442,3 +480,9 @@ class JobSpec:
 
     def describe(self) -> str:
         return shlex.join(self.argv("python3"))
+
+
+@functools.lru_cache(maxsize=None)
+def _checked_fields() -> tuple["dataclasses.Field[Any]", ...]:
+    """JobSpec's fields checked by their declared type (the others have checks of their own)."""
+    return tuple(f for f in dataclasses.fields(JobSpec) if f.name not in _OWN_CHECKS)

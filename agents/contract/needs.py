@@ -53,7 +53,7 @@ def needed_modules(spec: Any) -> list[Need]:
         needs.append(Need("aiohttp", False, "aiohttp"))
     if kind is JobKind.EXTRACT:
         needs += [Need(m, False, m) for m in EXTRACT]
-    if getattr(spec.options, "s3", None):
+    if spec.worker is not None and spec.worker.s3:
         needs.append(Need("boto3", False, "boto3"))
     return needs
 

@@ -100,11 +100,9 @@ class Configured:
 @dataclass(frozen=True)
 class HistoryPoint:
     """One GPU's or one job's figures at ``t``: a sample (``n`` 1), or a bucket's (``t`` its start)
-    mean, with its ``lo`` and ``hi``. The figures by name: a GPU's ``mem_mib``, ``util_pct``,
-    ``temp_c``, ``power_w``; a job's ``tokens_per_s``, ``done``, ``running``, ``queued``,
-    ``kv_usage``, ``tokens``, and a generate job's ``cut_pct``, ``empty_pct``, ``no_answer_pct``,
-    ``repetition_pct`` (the shares of its last completions with each quality problem). A figure
-    the node had no reading of is absent."""
+    mean, with its ``lo`` and ``hi``. The figures by name: a GPU's :data:`GPU_FIGURES`, a job's
+    :data:`JOB_FIGURES` and a generate job's :data:`QUALITY_FIGURES`. A figure the node had no
+    reading of is absent."""
 
     t: float
     gpu: Optional[str] = None  # its index ("3"), or "host:3" on a cluster
@@ -316,6 +314,15 @@ HISTORY_RESOLUTIONS = ("auto", "1s", "1m", "1h")
 
 
 HISTORY_KEPT_S = 90 * 86400  # how far back a node's history goes (agents/history/db.py's last tier)
+
+# A history point's figures by name (HistoryPoint's mean, lo, hi), the one table of them: the
+# node's database keeps them in this order (agents/history/db.py), the console reads them by
+# these names. A GPU's; a job's; and a generate job's quality shares, the % of its last
+# completions with each problem (its progress.json's window), only in a row of a job that
+# reports a window.
+GPU_FIGURES = ("mem_mib", "util_pct", "temp_c", "power_w")
+JOB_FIGURES = ("tokens_per_s", "done", "running", "queued", "kv_usage", "tokens")
+QUALITY_FIGURES = ("cut_pct", "empty_pct", "no_answer_pct", "repetition_pct")
 
 
 @dataclass(frozen=True)

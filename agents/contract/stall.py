@@ -9,7 +9,7 @@ job says nothing, the usual rule holds. A job that says it began ``running`` cou
 silence from then, not from an earlier change (the start-up made none).
 
 An engine says its start-up through its own log lines and /health (``Engine.phase``,
-agents/loading.py): spared the same way up to the cap, and past it counted from when its
+agents/sense/loading.py): spared the same way up to the cap, and past it counted from when its
 loading figure last moved, so a load that still moves is never a stall.
 """
 

@@ -201,6 +201,34 @@ NOTIFY_EVENTS = (EventKind.DIED, EventKind.RESTARTED, EventKind.GAVE_UP, EventKi
                  EventKind.NOTE, EventKind.RESOLVED)
 
 
+class AuditAction(str, enum.Enum):
+    """An action on a job, as a line of the audit log (``<home>/audit.log``) names it, and the
+    timeline's ``action`` events after it. The spellings are on disk and in events: they stay.
+    (An op's name is another word: the ``kill_pid`` op's lines are ``kill-pid``.)"""
+
+    CONFIGURE = "configure"  # the node was told its jobs (a fleet file's, or an op's)
+    LAUNCH = "launch"
+    RELAUNCH = "relaunch"
+    ENDED = "ended"  # it ended by itself
+    KILL_START = "kill-start"  # a kill sent its first signal
+    KILL = "kill"  # a kill's verdict
+    KILL_RESUME = "kill-resume"  # a new agent finishes a kill an old one began
+    KILL_PID_START = "kill-pid-start"
+    KILL_PID = "kill-pid"  # a kill of a process no job owns, and its verdict
+    ADOPT = "adopt"  # a job's processes found alive by a new agent
+    ADOPT_ENDED = "adopt-ended"  # ... or found ended
+    ADOPT_PID = "adopt-pid"  # a running process taken in as a job
+    ADOPT_REFUSED = "adopt-refused"  # refused: it holds the node (agents/jobs/holds.py)
+    KILL_REFUSED = "kill-refused"
+    KILL_PID_REFUSED = "kill-pid-refused"
+    RESTART = "restart"  # the watcher restarted it by its policy
+    RESTART_GAVE_UP = "restart-gave-up"
+    ACK = "ack"  # an operator acknowledged a job that gave up
+
+    def __str__(self) -> str:
+        return self.value
+
+
 class NotifyFormat(str, enum.Enum):
     """The body a ``[[notify]]`` target gets."""
 

@@ -12,7 +12,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from typing import Any, Optional
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit, urlunsplit
 
 from .vocab import NOTIFY_EVENTS, EventKind, NotifyFormat
 
@@ -29,6 +29,17 @@ def redact(url: Optional[str]) -> str:
         return "…"
     host = re.split(r"[/?#@:]", rest, maxsplit=1)[0]
     return f"{scheme}://{host[:5]}…/…"
+
+
+def redact_url(url: Optional[str]) -> Optional[str]:
+    """An endpoint URL (an S3-compatible store's) without its user:password part, for messages;
+    the rest is no secret and stays (where the store is)."""
+    if not url:
+        return url
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
 
 
 def shown(value: Any) -> str:

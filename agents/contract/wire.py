@@ -106,7 +106,7 @@ class Engine:
     error: Optional[str] = None
     kv_pool: Optional[str] = None  # "mamba" or "swa" when that pool, not full attention, is the fullest
     # its start-up while it does not answer yet, as its own log lines and /health say it
-    # (agents/loading.py): the phase (starting, loading, capturing) and since when (unix time,
+    # (agents/sense/loading.py): the phase (starting, loading, capturing) and since when (unix time,
     # the node's clock); how far, where the engine prints it (its percentage, and "2/15" of its
     # bar's steps), and when that figure last moved
     phase: Optional[str] = None

@@ -54,7 +54,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
 from ..sense import writes
-from ..contract.ops import HISTORY_KEPT_S, HistoryPoint
+from ..contract.ops import GPU_FIGURES, HISTORY_KEPT_S, JOB_FIGURES, QUALITY_FIGURES, HistoryPoint
 from ..contract.vocab import JobState
 from ..contract.wire import Gpu, JobStatus, Sample, Snapshot
 
@@ -68,12 +68,10 @@ SQLITE_CORRUPT, SQLITE_FULL, SQLITE_NOTADB = 11, 13, 26
 APP_ID = 0x67646869  # "gdhi": PRAGMA application_id, so a foreign SQLite file is told apart
 SCHEMA = 1  # PRAGMA user_version
 
-GPU_METRICS = ("mem_mib", "util_pct", "temp_c", "power_w")
-JOB_METRICS = ("tokens_per_s", "done", "running", "queued", "kv_usage", "tokens",
-               # generate: the share (%) of its last completions with each quality problem
-               # (its progress.json's window, agents/workers/generate/quality.py); only in a row
-               # of a job that reports a window
-               "cut_pct", "empty_pct", "no_answer_pct", "repetition_pct")
+# a row's figures in order (agents/contract/ops.py names them): a job's quality shares last,
+# from generate's window (agents/workers/generate/quality.py)
+GPU_METRICS = GPU_FIGURES
+JOB_METRICS = JOB_FIGURES + QUALITY_FIGURES
 WINDOW_PROBLEMS = ("cut_at_max_tokens", "empty_answer", "no_answer", "repetition")
 
 

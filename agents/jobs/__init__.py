@@ -1,5 +1,5 @@
 """The jobs of a node: the seam every other part reaches them through (backend.py: JobBackend,
 JobError, JobFacts, GpuReader), the audit log both backends write (audit.py), and the local
 backend, which runs them as this host's processes: supervisor.py over records.py (state.json),
-contain.py, killing.py, joblog.py, specdiff.py, owners.py, planwatch.py, holds.py and
-fenceread.py. The second backend, a cluster's, is agents/cluster/."""
+envs.py (a job's python_env), contain.py, killing.py, joblog.py, specdiff.py, owners.py,
+planwatch.py, holds.py and fenceread.py. The second backend, a cluster's, is agents/cluster/."""

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ..sense import writes
+from ..contract.vocab import AuditAction
 from .backend import AuditHook
 
 log = logging.getLogger(__name__)
@@ -25,9 +26,11 @@ class AuditLog:
     def on_audit(self, hook: Optional[AuditHook]) -> None:
         self._hook = hook
 
-    def write(self, action: str, job: Optional[str], details: Optional[dict[str, Any]] = None, **kw: Any) -> None:
+    def write(self, action: AuditAction, job: Optional[str], details: Optional[dict[str, Any]] = None,
+              **kw: Any) -> None:
+        action = AuditAction(action)  # a word outside the enum is a mistake here, not a new line on disk
         details = {**(details or {}), **kw}
-        entry: dict[str, Any] = {"t": round(time.time(), 3), "node": self.node, "action": action, "job": job}
+        entry: dict[str, Any] = {"t": round(time.time(), 3), "node": self.node, "action": action.value, "job": job}
         entry.update((k, v) for k, v in details.items() if k not in entry)
         try:
             with open(self.path, "a") as f:

@@ -23,7 +23,7 @@ from typing import Any, Callable, NamedTuple, Optional, Protocol
 
 from ..contract import ops
 from ..contract.jobs import JobSpec
-from ..contract.vocab import JobState
+from ..contract.vocab import AuditAction, JobState
 from ..contract.wire import ClusterInfo, Gpu, JobStatus, KillVerdict, LaunchResult, LogChunk
 from ..sense.health import HealthReader
 
@@ -65,7 +65,7 @@ class GpusSeen:
 
 
 # (action, job, the audit line's fields): the watcher's copy of each audited action
-AuditHook = Callable[[str, Optional[str], dict[str, Any]], None]
+AuditHook = Callable[[AuditAction, Optional[str], dict[str, Any]], None]
 # (name, spec, facts or None before its first launch, where it reports progress unless its spec
 # names a file) -> fields of the job's JobStatus that the agent reads itself: its progress, its
 # engine, its restarts and plan (agents/node/agent.py); a "state" among them overrides the backend's
@@ -189,7 +189,8 @@ class JobBackend(Protocol):
         runs after failed), or back to pending (that job runs again)."""
         ...
 
-    def audit(self, action: str, job: Optional[str], details: Optional[dict[str, Any]] = None, **kw: Any) -> None:
+    def audit(self, action: AuditAction, job: Optional[str], details: Optional[dict[str, Any]] = None,
+              **kw: Any) -> None:
         """One line of the audit log (``<home>/audit.log``)."""
         ...
 

@@ -89,7 +89,7 @@ class PlanWatch:
         cached = self._paths.get(name)
         if cached is not None and cached[0] is spec:
             return cached[1]
-        out = getattr(spec.options, "out", None)
+        out = spec.worker.out if spec.worker is not None else None
         path = None
         if isinstance(out, str) and out:
             out = os.path.expanduser(out)

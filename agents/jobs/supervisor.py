@@ -41,18 +41,20 @@ from .audit import AuditLog
 from .backend import AuditHook, Contained, Extras, GpuReader, GpusSeen, JobError, JobFacts
 from ..contract.errors import AdoptRefused, HoldsTheNode
 from ..contract.fencing import EXIT_FENCED, FENCED_NOTE
+from ..contract.jobstate import STATE_FILE, read_state
 from .holds import holds_the_node
 from ..contract.jobs import MARKER, JobKind, JobSpec, SpecError
 from .fenceread import launch_refusal
 from ..contract.ops import Adopted, Configured
-from ..contract.vocab import JobState
+from ..contract.vocab import AuditAction, JobState
 from ..contract.needs import launch_problem
 from .owners import Declarations
 from ..contract.plain import to_plain
 from ..contract.wire import ClusterInfo, JobStatus, KillVerdict, LaunchResult, LogChunk
-from .records import (START_TIME_TOLERANCE_S, JobRecord, _Live, descendants as _descendants, ended_pidfds,
+from ..contract.jobstate import JobRecord
+from .records import (START_TIME_TOLERANCE_S, _Live, descendants as _descendants, ended_pidfds,
                       first_start_of, group_members, leader_alive)
-from ..envs import EnvMissing, resolve as env_resolve
+from .envs import EnvMissing, resolve as env_resolve
 from .specdiff import spec_changes
 from ..staging.launch import launch_refusal as stage_refusal, staged_argv
 from ..contract.atomic import atomic_write_json as write_json_atomic
@@ -139,7 +141,7 @@ class JobSupervisor:
     def _save(self, rec: JobRecord) -> None:
         """state.json, atomically: on a full disk the last good version stays, the record in
         memory goes on, and the failure is an alert (agents/sense/writes.py)."""
-        path = self._job_file(rec.name, "state.json")
+        path = self._job_file(rec.name, STATE_FILE)
         try:
             write_json_atomic(path, rec.to_dict())
         except OSError as exc:
@@ -189,7 +191,8 @@ class JobSupervisor:
     def containment(self) -> Optional[Contained]:
         return Contained(self._contain.mode, self._contain.parent)
 
-    def audit(self, action: str, job: Optional[str], details: Optional[dict[str, Any]] = None, **kw: Any) -> None:
+    def audit(self, action: AuditAction, job: Optional[str], details: Optional[dict[str, Any]] = None,
+              **kw: Any) -> None:
         self._audit.write(action, job, details, **kw)
 
     def on_audit(self, hook: Optional[AuditHook]) -> None:
@@ -272,7 +275,7 @@ class JobSupervisor:
         if self._paths_of is not declared:
             paths = [str(self.home)]
             for s in declared.values():
-                out = getattr(s.options, "out", None)
+                out = s.worker.out if s.worker is not None else None
                 paths += [os.path.expanduser(p) for p in (s.cwd, out, s.done_set, s.progress) if p]
             self._paths, self._paths_of = paths, declared
         return self._paths
@@ -289,24 +292,24 @@ class JobSupervisor:
     def _adopt_all(self) -> None:
         """Read every job's state.json; keep what is still alive, settle what is not."""
         for d in sorted(self.jobs_dir.iterdir()) if self.jobs_dir.exists() else []:
-            path = d / "state.json"
+            path = d / STATE_FILE
             if not path.is_file():
                 continue
             try:
-                rec = JobRecord.from_dict(json.loads(path.read_text()))
-            except (ValueError, TypeError) as exc:
+                rec = read_state(path)
+            except (OSError, ValueError) as exc:
                 log.warning("job %s: unreadable state.json, ignored: %s", d.name, exc)
                 continue
             self._records[rec.name] = rec
             self._live[rec.name] = _Live()
             if rec.state.alive:
                 if self._leader_alive(rec) or self._group_members(rec) or self._cgroup_members(rec):
-                    self.audit("adopt", rec.name, pid=rec.pid, pgid=rec.pgid)
+                    self.audit(AuditAction.ADOPT, rec.name, pid=rec.pid, pgid=rec.pgid)
                     if rec.state is JobState.STOPPING:
                         self._finish_interrupted_kill(rec)
                 else:
                     self._settle(rec)
-                    self.audit("adopt-ended", rec.name, state=rec.state, exit_code=rec.exit_code)
+                    self.audit(AuditAction.ADOPT_ENDED, rec.name, state=rec.state, exit_code=rec.exit_code)
 
     def _finish_interrupted_kill(self, rec: JobRecord) -> None:
         """The agent that began this kill died during it (its console closed, kill -9): finish
@@ -314,7 +317,7 @@ class JobSupervisor:
         ``stopping`` with its processes alive, and record the verdict."""
         left = killing.grace_left(rec.kill_started_at, rec.kill_grace_s, time.time())
         log.warning("job %s: a kill was interrupted; finishing it (%.1f s of grace left)", rec.name, left)
-        self.audit("kill-resume", rec.name, grace_left_s=round(left, 1))
+        self.audit(AuditAction.KILL_RESUME, rec.name, grace_left_s=round(left, 1))
 
         def finish() -> None:
             try:
@@ -478,7 +481,7 @@ class JobSupervisor:
         live.members, live.members_at = sorted(members), time.monotonic()
         if not live.members:
             self._settle(rec)
-            self.audit("ended", name, state=rec.state, exit_code=rec.exit_code)
+            self.audit(AuditAction.ENDED, name, state=rec.state, exit_code=rec.exit_code)
 
     def owner_of(self, pid: int) -> Optional[str]:
         """The job a pid belongs to: by its attempt's token or cgroup (which a process cannot
@@ -536,7 +539,7 @@ class JobSupervisor:
         if spec is None:
             known = ", ".join(self.names()) or "none"
             raise JobError(f"unknown job {name!r} on node {self.node} (known: {known})")
-        try:  # a python_env: the build its name links to now (agents/envs.py)
+        try:  # a python_env: the build its name links to now (agents/jobs/envs.py)
             python, _ = env_resolve(spec, self.home, self.python, self.node)
         except EnvMissing as exc:
             raise JobError(str(exc)) from None
@@ -581,18 +584,7 @@ class JobSupervisor:
             except EnvMissing as exc:
                 raise JobError(str(exc)) from None
             argv = spec.argv(python)
-            # an adopted job's recorded environment is all of it (the agent's own is not added),
-            # its CUDA variables included; a fleet file's version of the name is launched as usual
-            exact = name not in self._declared and (d / ADOPTED).exists()
-            env = {} if exact else dict(os.environ)
-            env.update(spec.env)
-            env.update(env_vars)
-            env.update(GPUDECK_JOB=name, GPUDECK_JOB_DIR=str(d), GPUDECK_NODE=self.node,
-                       GPUDECK_ATTEMPT=str(rec.attempt + 1),
-                       GPUDECK_PROGRESS_FILE=str(d / "progress.json"))
-            if spec.gpus and not exact:
-                env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, spec.gpus))
-                env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # CUDA's indices = NVML's indices
+            env = self._launch_env(spec, d, rec.attempt + 1, env_vars)
             token = self._contain.prepare(self.home, name, rec.attempt + 1, env)
             cwd = os.path.expanduser(spec.cwd) if spec.cwd else str(d)
             log_path = d / "job.log"
@@ -624,9 +616,27 @@ class JobSupervisor:
                 self._live[name].close_pidfd()
             self._live[name] = _Live(popen=popen)
             self._save(rec)
-            self.audit("relaunch" if relaunch else "launch", name, pid=popen.pid, attempt=rec.attempt,
-                       gpus=spec.gpus, argv=argv)
+            self.audit(AuditAction.RELAUNCH if relaunch else AuditAction.LAUNCH, name, pid=popen.pid,
+                       attempt=rec.attempt, gpus=spec.gpus, argv=argv)
             return LaunchResult(job=name, pid=popen.pid, attempt=rec.attempt, log=str(log_path), argv=list(argv))
+
+    def _launch_env(self, spec: JobSpec, d: Path, attempt: int, env_vars: dict[str, str]) -> dict[str, str]:
+        """The environment of a job's attempt: the agent's, the spec's, its python_env's, gpudeck's
+        own, and its GPUs. An adopted job's recorded environment is all of it (the agent's own is
+        not added), its CUDA variables included; a fleet file's version of the name is launched as
+        usual."""
+        name = spec.name
+        exact = name not in self._declared and (d / ADOPTED).exists()
+        env = {} if exact else dict(os.environ)
+        env.update(spec.env)
+        env.update(env_vars)
+        env.update(GPUDECK_JOB=name, GPUDECK_JOB_DIR=str(d), GPUDECK_NODE=self.node,
+                   GPUDECK_ATTEMPT=str(attempt),
+                   GPUDECK_PROGRESS_FILE=str(d / "progress.json"))
+        if spec.gpus and not exact:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, spec.gpus))
+            env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # CUDA's indices = NVML's indices
+        return env
 
     def adopt(self, pid: int, name: str, started_at: Optional[float] = None,
                       progress_file: Optional[str] = None, kind: str = JobKind.COMMAND.value) -> Adopted:
@@ -637,28 +647,15 @@ class JobSupervisor:
         re-adopted by the next agent as a launched job is. AdoptRefused says why not, and
         HoldsTheNode where the job's kill would take the node down (agents/jobs/holds.py)."""
         if pid == 1:  # before anything is read: init's tree is every process on the node
-            self._refuse_holds(pid, "adopt")
-        try:
-            proc = psutil.Process(pid)
-            create_time = proc.create_time()
-            if proc.status() == psutil.STATUS_ZOMBIE:
-                raise psutil.NoSuchProcess(pid)
-        except psutil.NoSuchProcess:
-            raise AdoptRefused("no_such_pid", f"no process {pid} on node {self.node}") from None
-        except psutil.Error as exc:
-            raise AdoptRefused("not_yours", f"pid {pid} on node {self.node} cannot be read: {exc}") from None
-        if started_at is not None and abs(create_time - started_at) > START_TIME_TOLERANCE_S:
-            raise AdoptRefused("pid_reused", f"pid {pid} on node {self.node} is another process now (started "
-                                             f"{time.strftime('%H:%M:%S', time.localtime(create_time))}, not "
-                                             f"{time.strftime('%H:%M:%S', time.localtime(started_at))} as listed); "
-                                             f"nothing adopted")
+            self._refuse_holds(pid, AuditAction.ADOPT_REFUSED)
+        proc, create_time = self._adoptable(pid, started_at)
         with self._lock:
             owner = self.owner_of(pid)
             if owner is not None:
                 raise AdoptRefused("owned", f"pid {pid} already belongs to job {owner!r} on node {self.node}")
             # before whose it is: an sshd session or an agent's ancestor is often another user's
             # (root's), and that its kill would take the node down is what the operator must read
-            self._refuse_holds(pid, "adopt")
+            self._refuse_holds(pid, AuditAction.ADOPT_REFUSED)
             try:
                 uid = proc.uids().real
             except psutil.Error:
@@ -670,16 +667,7 @@ class JobSupervisor:
             if name in self._records or name in self._declared:
                 raise AdoptRefused("name_taken", f"node {self.node} already holds a job named {name!r}; adopt it "
                                                  f"under another name (--as)")
-            try:
-                argv, cwd, environ = proc.cmdline(), proc.cwd(), proc.environ()
-            except psutil.NoSuchProcess:
-                raise AdoptRefused("no_such_pid", f"pid {pid} on node {self.node} ended meanwhile") from None
-            except psutil.Error as exc:
-                raise AdoptRefused("not_yours", f"pid {pid} on node {self.node}: its command line, directory or "
-                                                f"environment cannot be read: {exc}") from None
-            if not argv:
-                raise AdoptRefused("not_yours", f"pid {pid} on node {self.node} has no command line (a kernel "
-                                                f"thread?); nothing adopted")
+            argv, cwd, environ = self._process_facts(proc, pid)
             try:
                 pgid: Optional[int] = os.getpgid(pid)
             except OSError:
@@ -707,9 +695,42 @@ class JobSupervisor:
             self._records[name] = rec
             self._live[name] = _Live()
             self._save(rec)
-            self.audit("adopt-pid", name, pid=pid, pgid=pgid, gpus=gpus, argv=list(argv), cwd=cwd)
+            self.audit(AuditAction.ADOPT_PID, name, pid=pid, pgid=pgid, gpus=gpus, argv=list(argv), cwd=cwd)
         return Adopted(job=name, pid=pid, pgid=own_group, gpus=gpus, argv=list(argv), cwd=cwd,
                        env_names=sorted(env), started_at=create_time)
+
+    def _adoptable(self, pid: int, started_at: Optional[float]) -> tuple[psutil.Process, float]:
+        """The process ``pid`` and its start time; AdoptRefused where there is none, it cannot be
+        read, or it started at another time than ``started_at`` (its pid reused)."""
+        try:
+            proc = psutil.Process(pid)
+            create_time = proc.create_time()
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                raise psutil.NoSuchProcess(pid)
+        except psutil.NoSuchProcess:
+            raise AdoptRefused("no_such_pid", f"no process {pid} on node {self.node}") from None
+        except psutil.Error as exc:
+            raise AdoptRefused("not_yours", f"pid {pid} on node {self.node} cannot be read: {exc}") from None
+        if started_at is not None and abs(create_time - started_at) > START_TIME_TOLERANCE_S:
+            raise AdoptRefused("pid_reused", f"pid {pid} on node {self.node} is another process now (started "
+                                             f"{time.strftime('%H:%M:%S', time.localtime(create_time))}, not "
+                                             f"{time.strftime('%H:%M:%S', time.localtime(started_at))} as listed); "
+                                             f"nothing adopted")
+        return proc, create_time
+
+    def _process_facts(self, proc: psutil.Process, pid: int) -> tuple[list[str], str, dict[str, str]]:
+        """An adopted process's command line, working directory and environment."""
+        try:
+            argv, cwd, environ = proc.cmdline(), proc.cwd(), proc.environ()
+        except psutil.NoSuchProcess:
+            raise AdoptRefused("no_such_pid", f"pid {pid} on node {self.node} ended meanwhile") from None
+        except psutil.Error as exc:
+            raise AdoptRefused("not_yours", f"pid {pid} on node {self.node}: its command line, directory or "
+                                            f"environment cannot be read: {exc}") from None
+        if not argv:
+            raise AdoptRefused("not_yours", f"pid {pid} on node {self.node} has no command line (a kernel "
+                                            f"thread?); nothing adopted")
+        return argv, cwd, environ
 
     def set_blocked(self, name: str, blocked: bool) -> None:
         """A job that waits on its ``after`` (agents/watch/phases.py): ``blocked`` (a job it runs
@@ -760,7 +781,7 @@ class JobSupervisor:
             verdict = KillVerdict(job=name, ok=True, already=rec.state.value, exit_code=rec.exit_code, at=time.time(),
                                   message=f"{name} had already ended ({rec.state}"
                                           + (f", exit code {rec.exit_code})" if rec.exit_code is not None else ")"))
-            self.audit("kill", name, to_plain(verdict))
+            self.audit(AuditAction.KILL, name, to_plain(verdict))
             return verdict
 
         def stopping(pids: set[int]) -> None:
@@ -768,7 +789,7 @@ class JobSupervisor:
             rec.state = JobState.STOPPING
             rec.kill_started_at, rec.kill_grace_s = time.time(), grace_s
             self._save(rec)
-            self.audit("kill-start", name, pids=sorted(pids), grace_s=grace_s, containment=self._contain.mode)
+            self.audit(AuditAction.KILL_START, name, pids=sorted(pids), grace_s=grace_s, containment=self._contain.mode)
 
         def reap() -> None:
             live = self._live.get(name)
@@ -776,7 +797,7 @@ class JobSupervisor:
                 live.popen.poll()
 
         if rec.adopted and rec.pid:  # a process gpudeck did not start: its tree may have come to hold the node
-            self._refuse_holds(rec.pid, "kill", name, members)
+            self._refuse_holds(rec.pid, AuditAction.KILL_REFUSED, name, members)
         spec = self.spec_of(name)
         target = killing.Target(job=name, pgid=rec.pgid, started_at=rec.start_ticks,
                                 gpus=list(spec.gpus) if spec else [], members=lambda: self.all_members(rec),
@@ -788,7 +809,7 @@ class JobSupervisor:
                 self._settle(rec)
             else:
                 self._save(rec)
-        self.audit("kill", name, to_plain(verdict))
+        self.audit(AuditAction.KILL, name, to_plain(verdict))
         return verdict
 
     def kill_pid(self, pid: int, grace_s: float = 10.0) -> KillVerdict:
@@ -796,24 +817,26 @@ class JobSupervisor:
         owner = self.owner_of(pid)
         if owner is not None:
             raise JobError(f"pid {pid} belongs to job {owner!r}: kill the job ({owner}), so it is verified whole")
-        self._refuse_holds(pid, "kill-pid")  # first: pid 1 holds no GPU, and that must not be what stops it
+        self._refuse_holds(pid, AuditAction.KILL_PID_REFUSED)  # first: pid 1 holds no GPU, and that must not be what stops it
         on_gpu = any(p == pid for i in range(len(self.gpu.uuids)) for p, _ in self.gpu.processes(i))
         if not on_gpu:
             raise JobError(f"pid {pid} holds no GPU on node {self.node}: only GPU processes that belong to no "
                            f"job are killed by pid")
-        self.audit("kill-pid-start", None, pid=pid, grace_s=grace_s)
+        self.audit(AuditAction.KILL_PID_START, None, pid=pid, grace_s=grace_s)
         verdict = killing.kill_process(pid, self.gpu, grace_s)
-        self.audit("kill-pid", None, to_plain(verdict))
+        self.audit(AuditAction.KILL_PID, None, to_plain(verdict))
         return verdict
 
-    def _refuse_holds(self, pid: int, action: str, job: Optional[str] = None,
+    def _refuse_holds(self, pid: int, refused: AuditAction, job: Optional[str] = None,
                       members: Optional[set[int]] = None) -> None:
-        """HoldsTheNode, audited, where a kill of ``pid`` would take the node down (agents/jobs/holds.py)."""
+        """HoldsTheNode, audited as ``refused``, where a kill of ``pid`` would take the node down
+        (agents/jobs/holds.py)."""
         why = holds_the_node(pid, self.node, os.getpid(), self._role, self.owner_of, job, members)
         if why is None:
             return
-        self.audit(f"{action}-refused", job, pid=pid, reason=why)
-        raise HoldsTheNode(f"{why}; refused, nothing {'signalled' if action.startswith('kill') else 'adopted'}")
+        self.audit(refused, job, pid=pid, reason=why)
+        raise HoldsTheNode(f"{why}; refused, nothing "
+                           f"{'adopted' if refused is AuditAction.ADOPT_REFUSED else 'signalled'}")
 
     def relaunch(self, name: str, grace_s: float = 10.0) -> LaunchResult:
         """The next attempt, with the fleet file's spec (see launch). A job still running is killed first."""

@@ -28,12 +28,12 @@ from .alerts import AlertClock, node_alerts
 from ..sense.engines import EngineScraper
 from ..history.ring import HistoryRing
 from ..sense.host import HostSampler
-from ..contract.vocab import EngineState, JobState
+from ..contract.vocab import AuditAction, EngineState, JobState
 from ..contract.jobs import JobSpec, SpecError
 from .consoles import Consoles, Link, Listener
 from ..jobs.planwatch import PlanWatch
 from ..sense.progress import ProgressTracker
-from ..loading import EngineStartups
+from ..sense.loading import EngineStartups
 from ..staging import copies
 from ..staging.status import StagingReader
 from .promfile import TextfileWriter
@@ -90,7 +90,7 @@ class Agent:
         self._trackers: dict[str, tuple[tuple[Optional[str], Optional[str], Optional[int]], ProgressTracker]] = {}
         self._scrapers: dict[str, EngineScraper] = {}
         self._engines: dict[str, Engine] = {}
-        self.startups = EngineStartups(lambda name, file: jobs.workdir(name) / file)  # how far each engine's loading is (agents/loading.py)
+        self.startups = EngineStartups(lambda name, file: jobs.workdir(name) / file)  # how far each engine's loading is (agents/sense/loading.py)
         self.stagings = StagingReader(lambda name, file: jobs.workdir(name) / file)  # each job's stage as its staging step reports it
         self._last_rates: dict[str, tuple[Optional[float], Optional[float]]] = {}  # tokens/s, when
         self._scraping: set[str] = set()
@@ -311,7 +311,7 @@ class Agent:
         # scheduler's jobs are watched by the scheduler
         if self.jobs.local and not done.owned_elsewhere and not done.kept_copy:
             self.watch.configure(op.watch, [s.to_dict() for s in op.jobs])
-        self.jobs.audit("configure", None, jobs=[s.name for s in op.jobs], fleet=op.fleet, source=op.source,
+        self.jobs.audit(AuditAction.CONFIGURE, None, jobs=[s.name for s in op.jobs], fleet=op.fleet, source=op.source,
                         reading=op.reading, **({"taken": done.taken} if done.taken else {}))
         return done
 

@@ -119,6 +119,14 @@ def families(snap: Snapshot) -> list[Metric]:
                 useful.add_metric([node, j.name], min(1.0, p.useful / p.useful_of))
         if j.restart is not None:  # the watcher counts a job with a spec; an orphan's restarts are not known
             restarts.add_metric([node, j.name], j.restarts)
+    mem = _gpu_memory(snap)
+    alerts, stamp = _alerts(snap), _stamp(snap)
+    return [state, tps, done, total, eta, restarts, mem, s3, q_ratio, q_window, q_total, useful, alerts, stamp]
+
+
+def _gpu_memory(snap: Snapshot) -> Metric:
+    """Each GPU's memory by the job its processes belong to, and what no job holds."""
+    node = snap.node
     mem = GaugeMetricFamily("gpudeck_gpu_memory_used_bytes", "GPU memory in use by the job its processes "
                             "belong to; job=\"\": held by no job (other processes, the driver)",
                             labels=["node", "gpu", "job"])
@@ -130,16 +138,24 @@ def families(snap: Snapshot) -> list[Metric]:
         for name, mib in sorted(by_job.items()):
             mem.add_metric([node, str(g.index), name], mib * MIB)
         mem.add_metric([node, str(g.index), ""], max(0.0, g.mem_used_mib - sum(by_job.values())) * MIB)
+    return mem
+
+
+def _alerts(snap: Snapshot) -> Metric:
     alerts = GaugeMetricFamily("gpudeck_alerts_active", "the node's alerts of each kind", labels=["node", "kind"])
     counts = {k: 0 for k in AlertKind if k not in CONSOLE_ONLY}
     for a in snap.alerts:
         counts[a.kind] = counts.get(a.kind, 0) + 1
     for kind, n in counts.items():
-        alerts.add_metric([node, kind.value], n)
+        alerts.add_metric([snap.node, kind.value], n)
+    return alerts
+
+
+def _stamp(snap: Snapshot) -> Metric:
     stamp = GaugeMetricFamily("gpudeck_snapshot_timestamp_seconds", "when the agent took the snapshot (unix time)",
                               labels=["node"])
-    stamp.add_metric([node], snap.t)
-    return [state, tps, done, total, eta, restarts, mem, s3, q_ratio, q_window, q_total, useful, alerts, stamp]
+    stamp.add_metric([snap.node], snap.t)
+    return stamp
 
 
 class _SnapshotCollector:

@@ -17,13 +17,13 @@ from typing import Any, Optional
 
 from ..contract.atomic import atomic_write_json
 from ..contract.plain import to_plain
+from ..contract.exits import EXIT_STAGE_FAILED
 from ..contract.units import human_bytes
 from ..contract.staging import CHECKING, COPYING, DONE, FAILED, STAGING_FILE, WAITING, StageItem, StagingDoc
 from . import record
 from .copy import CHUNK, copy_file
 from .plan import StagePlan, StageRefused, check_fit, plan_stage
 
-EXIT_STAGE_FAILED = 3
 REPORT_S = 0.5  # staging.json at most this often while copying
 RATE_WINDOW_S = 5.0
 

@@ -300,7 +300,7 @@ def idle_gpus(gpus: list[Gpu], jobs: list[JobStatus]) -> list[int]:
 
 
 def getting_ready(j: JobStatus) -> bool:
-    """The job says it is starting up: its engine loads (agents/loading.py), or its own
+    """The job says it is starting up: its engine loads (agents/sense/loading.py), or its own
     progress names a start-up phase (staging its model, compiling)."""
     return (engine_starting_up(j.engine) or (j.staging is not None and j.staging.active)
             or (j.progress is not None and j.progress.phase in STARTUP_PHASES))

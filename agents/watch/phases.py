@@ -106,7 +106,8 @@ class Phases:
             dep_marker = completion_marker(dep_spec) if dep_spec is not None else None
             if dep_spec is not None and dep_marker is not None and (dep_marker.startswith("s3://")
                                                                     or dep_spec.success_marker):
-                if self._marker(dep_marker, now, getattr(dep_spec.options, "s3_endpoint", None), dep_spec.env)[0]:
+                endpoint = dep_spec.worker.s3_endpoint if dep_spec.worker is not None else None
+                if self._marker(dep_marker, now, endpoint, dep_spec.env)[0]:
                     return None
                 return Waiting(f"{dep} (moved: {rec.fenced or 'fenced'}; waiting for its marker {dep_marker})")
             return Waiting(f"{dep} (moved: {rec.fenced or 'fenced'}; waiting for it there)")

@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from ..contract.vocab import EventKind, JobState, RestartPolicy
+from ..contract.vocab import AuditAction, EventKind, JobState, RestartPolicy
 from ..contract.jobs import JobSpec, final_exit
 from ..contract.stall import engine_quiet_since, quiet_since
 from ..contract.wire import JobStatus
@@ -204,7 +204,7 @@ class RestartEngine:
         if st.restarts + weight > spec.max_restarts:
             st.gave_up, st.gave_up_at, st.next_at = True, now, None
             st.note = f"gave up after {st.count} restart(s): {reason}"
-            self.jobs.audit("restart-gave-up", j.name, reason=reason, restarts=st.restarts,
+            self.jobs.audit(AuditAction.RESTART_GAVE_UP, j.name, reason=reason, restarts=st.restarts,
                            max_restarts=spec.max_restarts)
             self.emit(EventKind.GAVE_UP, f"job {j.name}: gave up after {st.count} restart(s) "
                                          f"(max_restarts {spec.max_restarts}); last: {reason}", job=j.name)
@@ -242,7 +242,7 @@ class RestartEngine:
             st.ours = result.attempt
             self._save(name, st)
             self._busy.discard(name)
-        self.jobs.audit("restart", name, reason=reason, attempt=result.attempt, restarts=st.restarts,
+        self.jobs.audit(AuditAction.RESTART, name, reason=reason, attempt=result.attempt, restarts=st.restarts,
                        max_restarts=spec.max_restarts)
         killed = f" after a verified kill ({result.kill.message})" if result.kill is not None else ""
         self.emit(EventKind.RESTARTED, f"job {name} restarted{killed}: attempt {result.attempt}, restart "

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from ..contract.clock import SYSTEM, Clock
-from ..contract.vocab import NOTIFY_EVENTS, AlertKind, EventKind
+from ..contract.vocab import NOTIFY_EVENTS, AlertKind, AuditAction, EventKind
 from ..contract import ops
 from ..contract.jobs import JobSpec, SpecError
 from ..contract.plain import to_plain
@@ -40,8 +40,9 @@ from .supervise import state as supervise_state
 log = logging.getLogger("agents")
 
 # the audit log's actions that go into the timeline too
-_ACTIONS = {"launch", "relaunch", "kill", "kill-pid", "adopt", "adopt-ended", "adopt-pid", "restart",
-            "restart-gave-up", "kill-resume"}
+_ACTIONS = frozenset({AuditAction.LAUNCH, AuditAction.RELAUNCH, AuditAction.KILL, AuditAction.KILL_PID,
+                      AuditAction.ADOPT, AuditAction.ADOPT_ENDED, AuditAction.ADOPT_PID, AuditAction.RESTART,
+                      AuditAction.RESTART_GAVE_UP, AuditAction.KILL_RESUME})
 
 
 class Watcher:
@@ -108,13 +109,13 @@ class Watcher:
     def _note(self, kind: EventKind, message: str, **kw: Any) -> None:
         self.emit(kind, message, notify=False, **kw)
 
-    def _on_audit(self, action: str, job: Optional[str], entry: dict[str, Any]) -> None:
+    def _on_audit(self, action: AuditAction, job: Optional[str], entry: dict[str, Any]) -> None:
         if action not in _ACTIONS:
             return
         what = entry.get("message") or entry.get("reason") or ""
         extra = {k: entry[k] for k in ("pid", "attempt", "exit_code", "state") if entry.get(k) is not None}
         self.emit(EventKind.ACTION, f"{action} {job or ''}{': ' + str(what) if what else ''}".strip(), job=job,
-                  notify=False, action=action, **extra)
+                  notify=False, action=action.value, **extra)
 
     # ------------------------------------------------------------ each tick
 
@@ -206,7 +207,7 @@ class Watcher:
             raise ValueError(f"no job {op.job!r} on node {self.node}")
         cleared, message = self.restarts.ack(op.job)
         if cleared:
-            self.jobs.audit("ack", op.job, message=message)
+            self.jobs.audit(AuditAction.ACK, op.job, message=message)
             self.emit(EventKind.ACKNOWLEDGED, f"job {op.job}: {message}", job=op.job)
         return ops.Acked(job=op.job, cleared=cleared, message=message)
 

@@ -14,6 +14,8 @@ import re
 import sys
 from typing import Optional
 
+from ...agents.contract import exits
+
 EXIT_OK = 0  # done
 EXIT_FAIL = 1  # refused by a node, a kill that left processes or GPU memory behind, a degenerate dataset
 EXIT_USAGE = 2  # a mistake on the command line or in the fleet file
@@ -25,7 +27,7 @@ EXIT_OWNED_ELSEWHERE = 7  # another fleet owns jobs of this file on a node: `sta
 EXIT_HOLDS_NODE = 8  # `adopt`, `kill`: the process's kill would take the node down (agents/holds.py); nothing done
 EXIT_INTERRUPTED = 130  # ctrl-c
 EXIT_BROKEN_PIPE = 141  # the reader of the output left (`| head`): 128 + SIGPIPE, what `cat` and `kubectl` give
-EXIT_TERMINATED = 143  # `generate`, `extract`: stopped by SIGTERM (a relaunch resumes)
+EXIT_TERMINATED = exits.EXIT_TERMINATED  # `generate`, `extract`: stopped by SIGTERM (a relaunch resumes)
 
 # what every command's --help says about its exit codes; a command adds or words its own
 EXIT_MEANINGS = {

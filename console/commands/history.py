@@ -13,9 +13,6 @@ from typing import TYPE_CHECKING, Optional
 if TYPE_CHECKING:
     from ...agents.contract.ops import HistoryPoint
 
-GPU_FIGURES = ("mem_mib", "util_pct", "temp_c", "power_w")
-JOB_FIGURES = ("tokens_per_s", "done", "running", "queued", "kv_usage", "tokens")
-
 
 def register(sub) -> None:
     from .common import EXIT_FAIL, exit_codes, fleet_arg
@@ -133,6 +130,8 @@ def table_line(node: str, pt: HistoryPoint) -> str:
     when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(pt.t))
     what = f"gpu {pt.gpu}" if pt.gpu is not None else f"job {pt.job}"
     figures = []
+    from ...agents.contract.ops import GPU_FIGURES, JOB_FIGURES
+
     for name in (GPU_FIGURES if pt.gpu is not None else JOB_FIGURES):
         if name not in pt.mean:
             continue
@@ -147,6 +146,8 @@ def table_line(node: str, pt: HistoryPoint) -> str:
 
 def write_csv(rows) -> None:
     w = csv.writer(sys.stdout, lineterminator="\n")
+    from ...agents.contract.ops import GPU_FIGURES, JOB_FIGURES
+
     figures = GPU_FIGURES + JOB_FIGURES
     w.writerow(["time", "node", "gpu", "job", "state", "n"]
                + [f"{f}_{k}" for f in figures for k in ("mean", "lo", "hi")])

@@ -172,9 +172,7 @@ def _job_lines(state) -> list[str]:
     from ..state import job_tokens_per_s
 
     from ..state import collapse_pending
-    from ..formatting import engine_startup_text, ready_text, startup_text
     from ...agents.contract.staging import staging_text
-    from ...agents.contract.stall import STARTUP_CAP_S
 
     jobs = collapse_pending(state.jobs())
     if not jobs:
@@ -207,16 +205,7 @@ def _job_lines(state) -> list[str]:
                              f"{dollars(c.per_useful if c else None)} per useful completion")
         if j.staging is not None and (j.state in ALIVE and j.staging.active or j.staging.state == "failed"):
             lines.append(f"  {staging_text(j.staging)}" + (f": {j.staging.item}" if j.staging.item else ""))
-        starting = startup_text(p, state.clock()) if j.state in ALIVE else None
-        if starting:  # a long start is said, so that it is not taken for a stall
-            lines.append(f"  start-up: {starting} (no stall is counted while it says so, up to "
-                         f"{human_duration(STARTUP_CAP_S)})")
-        elif j.state in ALIVE and (loading := engine_startup_text(j.engine, state.clock())):
-            step = f" ({j.engine.phase_step})" if j.engine.phase_step else ""
-            lines.append(f"  start-up: {loading}{step}, from the engine's own "
-                         f"{'log lines' if j.engine.phase_pct is not None else '/health'}")
-        elif j.state in ALIVE and (ready := ready_text(j.engine)):
-            lines.append(f"  {ready}")
+        lines.extend(_startup_lines(j, state.clock()))
         if p is not None:
             lines.extend(_health_lines(p, state.clock()))
         if j.task is not None:
@@ -230,6 +219,27 @@ def _job_lines(state) -> list[str]:
         if place is not None:
             lines.append(f"  moved from {place.moved_from} at {_clock(place.at)} (attempt id {place.attempt_id})")
     return lines
+
+
+def _startup_lines(j, now: float) -> list[str]:
+    """A live job's start-up, said so that a long one is not taken for a stall: its own words
+    (progress.json's phase), an engine's loading (its log lines or /health), or its time to ready."""
+    from ..formatting import engine_startup_text, human_duration, ready_text, startup_text
+    from ...agents.contract.stall import STARTUP_CAP_S
+
+    if j.state not in ALIVE:
+        return []
+    starting = startup_text(j.progress, now)
+    if starting:
+        return [f"  start-up: {starting} (no stall is counted while it says so, up to "
+                f"{human_duration(STARTUP_CAP_S)})"]
+    loading = engine_startup_text(j.engine, now)
+    if loading:
+        step = f" ({j.engine.phase_step})" if j.engine.phase_step else ""
+        return [f"  start-up: {loading}{step}, from the engine's own "
+                f"{'log lines' if j.engine.phase_pct is not None else '/health'}"]
+    ready = ready_text(j.engine)
+    return [f"  {ready}"] if ready else []
 
 
 def _task_lines(j) -> list[str]:

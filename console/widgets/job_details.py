@@ -45,26 +45,9 @@ class JobDetails(Widget):
         grid = Table.grid(padding=(0, 2))
         grid.add_column(style=st("job-details--label"), no_wrap=True)
         grid.add_column()
-        state_style = {"ok": "job-details--ok", "warn": "job-details--warn", "bad": "job-details--bad"}.get(
-            STATE_STYLE.get(j.state, "muted"), "job-details--muted")
-        head = Text()
-        head.append(j.state.value, st(state_style))
-        head.append(f"  {j.kind} on {j.node}  ·  attempt {j.attempt}")
-        if j.pid is not None:
-            head.append(f"  ·  pid {j.pid}" + (f" ({len(d.pids)} processes)" if len(d.pids) > 1 else ""))
-        if j.exit_code is not None:
-            head.append(f"  ·  exit code {j.exit_code}")
-        if j.stale:
-            head.append("  ·  node unreachable: last known state", st("job-details--bad"))
-        grid.add_row("job", head)
+        grid.add_row("job", self._head(d))
         grid.add_row("GPUs", ", ".join(map(str, j.gpus)) or "none")
-        tps = Text(f"{cells.rate(j.tokens_per_s)}  ")
-        if j.tokens_per_s is None and d.last_tokens_per_s is not None:  # not running: its last figure, marked
-            tps = Text(f"last {cells.rate(d.last_tokens_per_s)} at {cells.clock_time(d.last_rate_at)}  ",
-                       st("job-details--muted"))
-        tps.append(cells.sparkline(d.spark[-60:]), st("job-details--spark"))
-        tps.append(f"  last {human_duration(len(d.spark[-60:]) * d.bucket_s)}", st("job-details--muted"))
-        grid.add_row("tokens/s", tps)
+        grid.add_row("tokens/s", self._tokens(d))
         if j.done is not None:
             prog = Text(f"{j.done:,}" + (f" / {j.total:,}  " if j.total is not None else "  "))
             if j.fraction is not None:
@@ -77,35 +60,12 @@ class JobDetails(Widget):
             grid.add_row("plan", self._plan(d))
         if j.kind == JobKind.GENERATE and j.alive and j.priced:  # unpriced: "—" in the table says it
             grid.add_row("cost", self._cost(d))
-        s = d.spend
-        if s is not None and s.spent is not None:  # its attempts, on every node it ran on
-            nodes = sorted({a.node for a in s.attempts})
-            spend = Text(f"{dollars(s.spent)} over {len(s.attempts)} attempt(s)"
-                         + (f" on {', '.join(nodes)}" if len(nodes) > 1 else ""))
-            if s.burned:
-                spend.append(f"  {dollars(s.burned)} burned (killed, failed, lost)", st("job-details--warn"))
-            grid.add_row("spend", spend)
+        if d.spend is not None and d.spend.spent is not None:  # its attempts, on every node it ran on
+            grid.add_row("spend", self._spend(d))
         if d.quality or d.progress_error or d.window is not None:
-            q = Text(" · ".join(f"{k} {v}" for k, v in d.quality) or "clean")
-            w = d.window
-            if w is not None and w.n:  # the last completions, as the watcher's quality alerts judge them
-                q.append(f"  ·  last {w.n:,}: " + " ".join(f"{k} {100 * w.counts.get(k, 0) / w.n:.0f}%"
-                                                           for k in sorted(w.counts)), st("job-details--muted"))
-            if d.progress_error:
-                q.append(f"  progress file: {d.progress_error}", st("job-details--bad"))
-            grid.add_row("quality", q)
+            grid.add_row("quality", self._quality(d))
         if j.engine_state is not None:
-            eng = Text()
-            eng.append(j.engine_state.value,
-                       st("job-details--ok" if j.engine_state == EngineState.READY else "job-details--warn"))
-            eng.append(f"  running {_n(j.running)}  queued {_n(j.queued)}")
-            eng.append(f"  KV {100 * j.kv_usage:.0f}%" if j.kv_usage is not None else "  KV -")
-            eng.append(f"  accept length {j.accept_length:.2f}" if j.accept_length is not None
-                       else "  accept length - (no speculative decoding)")
-            eng.append(f"  {d.engine_url}", st("job-details--muted"))
-            if d.engine_error:
-                eng.append(f"  {d.engine_error}", st("job-details--bad"))
-            grid.add_row("engine", eng)
+            grid.add_row("engine", self._engine(d))
         if d.uploads is not None:
             grid.add_row("uploads", self._uploads(d))
         if d.servers:
@@ -131,6 +91,69 @@ class JobDetails(Widget):
         elif d.command:
             grid.add_row("command", Text(d.command, overflow="ellipsis", no_wrap=True))
         return grid
+
+    def _spend(self, d: JobDetail) -> Text:
+        s, st = d.spend, self.get_component_rich_style
+        assert s is not None and s.spent is not None
+        nodes = sorted({a.node for a in s.attempts})
+        spend = Text(f"{dollars(s.spent)} over {len(s.attempts)} attempt(s)"
+                     + (f" on {', '.join(nodes)}" if len(nodes) > 1 else ""))
+        if s.burned:
+            spend.append(f"  {dollars(s.burned)} burned (killed, failed, lost)", st("job-details--warn"))
+        return spend
+
+    def _head(self, d: JobDetail) -> Text:
+        """The job's line: its state, kind, node, attempt, pid and exit code."""
+        j, st = d.row, self.get_component_rich_style
+        state_style = {"ok": "job-details--ok", "warn": "job-details--warn", "bad": "job-details--bad"}.get(
+            STATE_STYLE.get(j.state, "muted"), "job-details--muted")
+        head = Text()
+        head.append(j.state.value, st(state_style))
+        head.append(f"  {j.kind} on {j.node}  ·  attempt {j.attempt}")
+        if j.pid is not None:
+            head.append(f"  ·  pid {j.pid}" + (f" ({len(d.pids)} processes)" if len(d.pids) > 1 else ""))
+        if j.exit_code is not None:
+            head.append(f"  ·  exit code {j.exit_code}")
+        if j.stale:
+            head.append("  ·  node unreachable: last known state", st("job-details--bad"))
+        return head
+
+    def _tokens(self, d: JobDetail) -> Text:
+        """tokens/s now (or the last figure of a job not running, marked), and its sparkline."""
+        j, st = d.row, self.get_component_rich_style
+        tps = Text(f"{cells.rate(j.tokens_per_s)}  ")
+        if j.tokens_per_s is None and d.last_tokens_per_s is not None:  # not running: its last figure, marked
+            tps = Text(f"last {cells.rate(d.last_tokens_per_s)} at {cells.clock_time(d.last_rate_at)}  ",
+                       st("job-details--muted"))
+        tps.append(cells.sparkline(d.spark[-60:]), st("job-details--spark"))
+        tps.append(f"  last {human_duration(len(d.spark[-60:]) * d.bucket_s)}", st("job-details--muted"))
+        return tps
+
+    def _quality(self, d: JobDetail) -> Text:
+        st = self.get_component_rich_style
+        q = Text(" · ".join(f"{k} {v}" for k, v in d.quality) or "clean")
+        w = d.window
+        if w is not None and w.n:  # the last completions, as the watcher's quality alerts judge them
+            q.append(f"  ·  last {w.n:,}: " + " ".join(f"{k} {100 * w.counts.get(k, 0) / w.n:.0f}%"
+                                                       for k in sorted(w.counts)), st("job-details--muted"))
+        if d.progress_error:
+            q.append(f"  progress file: {d.progress_error}", st("job-details--bad"))
+        return q
+
+    def _engine(self, d: JobDetail) -> Text:
+        j, st = d.row, self.get_component_rich_style
+        assert j.engine_state is not None
+        eng = Text()
+        eng.append(j.engine_state.value,
+                   st("job-details--ok" if j.engine_state == EngineState.READY else "job-details--warn"))
+        eng.append(f"  running {_n(j.running)}  queued {_n(j.queued)}")
+        eng.append(f"  KV {100 * j.kv_usage:.0f}%" if j.kv_usage is not None else "  KV -")
+        eng.append(f"  accept length {j.accept_length:.2f}" if j.accept_length is not None
+                   else "  accept length - (no speculative decoding)")
+        eng.append(f"  {d.engine_url}", st("job-details--muted"))
+        if d.engine_error:
+            eng.append(f"  {d.engine_error}", st("job-details--bad"))
+        return eng
 
 
     def _plan(self, d: JobDetail) -> Text:

@@ -16,7 +16,7 @@ from typing import Any, Optional
 
 from gpudeck.agents.contract import ops
 from gpudeck.agents.contract.jobs import JobKind, JobSpec
-from gpudeck.agents.contract.vocab import JobState
+from gpudeck.agents.contract.vocab import AuditAction, JobState
 from gpudeck.agents.contract.wire import ClusterInfo, JobStatus, KillVerdict, LaunchResult, LogChunk
 from gpudeck.agents.jobs.backend import AuditHook, Contained, Extras, GpusSeen, JobError, JobFacts
 
@@ -144,7 +144,8 @@ class FakeJobs:
         if self.state(name) in (JobState.PENDING, JobState.BLOCKED):
             self.set_state(name, JobState.BLOCKED if blocked else JobState.PENDING, 0)
 
-    def audit(self, action: str, job: Optional[str], details: Optional[dict[str, Any]] = None, **kw: Any) -> None:
+    def audit(self, action: AuditAction, job: Optional[str], details: Optional[dict[str, Any]] = None,
+              **kw: Any) -> None:
         self.audits.append((action, job))
         if self._hook is not None:
             self._hook(action, job, {"action": action, "job": job, **(details or {}), **kw})

@@ -306,7 +306,7 @@ def test_malformed_requests_get_a_reply_that_says_what_is_wrong(start_agent, rea
     r = a.request("configure", jobs=["notanobject"])
     assert not r["ok"] and "must be an object" in r["error"]
     r = a.request("configure", jobs=[{"name": "j", "command": ["sleep", 5]}])
-    assert not r["ok"] and "'command' must be a list of strings" in r["error"]
+    assert not r["ok"] and "'command': expected a list of strings" in r["error"]
     # a string command runs with /bin/sh -c, as a Dockerfile's shell form; never per character
     a.ok("configure", jobs=[{"name": "j", "command": "sh -c 'echo two words'"}])
     launched = a.ok("launch", job="j")

@@ -181,7 +181,7 @@ def test_a_reused_pid_does_not_fool_adoption(start_agent, home):
 def test_stalled_job_alert(start_agent):
     a = start_agent()
     script = 'echo \'{"done": 5, "total": 100}\' > "$GPUDECK_PROGRESS_FILE"; exec sleep 60'
-    a.ok("configure", jobs=[command_job("stuck", script, stall_after_s=0.5)])
+    a.ok("configure", jobs=[command_job("stuck", script, stall_after_s=1)])  # the least a spec takes (JOB_RANGES)
     a.ok("launch", job="stuck")
     snap = a.wait_snapshot(lambda s: any(al["kind"] == "stalled" for al in s["alerts"]), what="stalled alert")
     alert = next(al for al in snap["alerts"] if al["kind"] == "stalled")

@@ -90,3 +90,22 @@ def test_the_ops_table_reaches_the_jobs_through_the_backend_it_holds(tmp_path, o
     finally:
         agent.watch.close()
 
+
+
+def test_an_audit_line_names_its_action_from_one_enum(tmp_path):
+    """Audit actions are AuditAction's (agents/contract/vocab.py), spelled on disk as before; a
+    word outside it (the op's ``kill_pid`` for the line's ``kill-pid``) writes no line."""
+    import json
+
+    from gpudeck.agents.contract.vocab import AuditAction
+    from gpudeck.agents.jobs.audit import AuditLog
+
+    log, seen = AuditLog(tmp_path / "audit.log", "n1"), []
+    log.on_audit(lambda action, job, entry: seen.append((action, job, entry["action"])))
+    log.write(AuditAction.KILL_PID, None, pid=5)
+    with pytest.raises(ValueError):
+        log.write("kill_pid", None, pid=5)
+    lines = [json.loads(line) for line in (tmp_path / "audit.log").read_text().splitlines()]
+    assert [(e["action"], e["pid"]) for e in lines] == [("kill-pid", 5)]
+    assert seen == [(AuditAction.KILL_PID, None, "kill-pid")] and type(seen[0][0]) is AuditAction
+    assert {a.value for a in AuditAction} >= {"kill-pid", "kill-start", "adopt-ended", "restart-gave-up"}

@@ -1,4 +1,4 @@
-"""An engine loading (agents/loading.py): its figure read from its own log lines (SGLang's
+"""An engine loading (agents/sense/loading.py): its figure read from its own log lines (SGLang's
 tqdm bars, after carriage returns), llama-server's 503 read as loading, the time to ready; the
 figure spares the stall rules while it moves and keeps the GPUs out of idle_paid; the row and
 ``status --json`` say it. The system tier drives the simulated engine
@@ -13,7 +13,7 @@ from gpudeck.agents.contract.jobs import JobKind, JobSpec
 from gpudeck.agents.contract.stall import STARTUP_CAP_S, engine_quiet_since
 from gpudeck.agents.contract.vocab import AlertKind, EngineState, EventKind, JobState
 from gpudeck.agents.contract.wire import Engine, Gpu, Host, JobStatus, Snapshot
-from gpudeck.agents.loading import EngineStartups, LogFigures, attempt_header, last_figure
+from gpudeck.agents.sense.loading import EngineStartups, LogFigures, attempt_header, last_figure
 from gpudeck.agents.watch.checks import idle_gpus
 from gpudeck.agents.watch.restarts import RestartEngine
 from gpudeck.agents.workers.sim_engine.cli import loading_line

@@ -1,5 +1,5 @@
 """Engine environments without a node (agents/contract/envs.py, remote/fleet_envs.py,
-agents/envs.py): the `[[envs]]` table read and its mistakes said with file and line, its key
+agents/jobs/envs.py): the `[[envs]]` table read and its mistakes said with file and line, its key
 (unchanged table, same build; changed, another), a job's `python_env` resolved to the build
 its name links to (and refused while it is not built), the deploy's lines from its build's
 events. The real build runs in tests/e2e/test_envs.py."""
@@ -12,7 +12,7 @@ import pytest
 
 from gpudeck.agents.contract.envs import EnvSpec, package_names
 from gpudeck.agents.contract.jobs import JobSpec
-from gpudeck.agents.envs import EnvMissing, resolve
+from gpudeck.agents.jobs.envs import EnvMissing, resolve
 from gpudeck.remote.deploy_envs import progress_text, result_of
 from gpudeck.remote.fleet import parse_fleet
 from gpudeck.remote.fleet_check import FleetError

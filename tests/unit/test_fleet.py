@@ -93,6 +93,30 @@ def test_mistakes_name_file_line_and_expectation(text, line, expected):
     assert expected in str(err.value)
 
 
+@pytest.mark.parametrize("key, value, toml", [
+    ("max_restarts", 5000, "5000"),  # the fleet file refused it, the node took it
+    ("max_restarts", -1, "-1"),
+    ("stall_after_s", 0, "0"),
+    ("log_max_mb", 0, "0"),
+    ("tp", 0, "0"),
+    ("kill_grace_s", 4000, "4000"),
+    ("restart_backoff_s", "10s", '"10s"'),
+    ("gpus", "0,1", '"0,1"'),
+    ("total", "many", '"many"'),
+])
+def test_the_fleet_file_and_the_node_read_a_job_s_own_fields_alike(key, value, toml):
+    """One reader: JobSpec checks a job's own fields, whether the spec comes from a fleet file
+    or reaches the node in an op; the fleet file says the spec's words at the key's line."""
+    from gpudeck.agents.contract.jobs import JobSpec, SpecError
+
+    with pytest.raises(SpecError) as node:
+        JobSpec.from_dict({"name": "a", "command": ["x"], key: value})
+    with pytest.raises(FleetError) as fleet:
+        parse_fleet(f'[[jobs]]\nname = "a"\ncommand = ["x"]\n{key} = {toml}\n', "fleet.toml")
+    assert node.value.key == key and str(node.value) == f"job 'a' {node.value.said}"
+    assert str(fleet.value) == f"fleet.toml:4: [[jobs]] #1 ('a') {node.value.said}"
+
+
 def test_missing_file(tmp_path):
     with pytest.raises(FleetError, match="cannot read the fleet file"):
         load_fleet(tmp_path / "nope.toml")

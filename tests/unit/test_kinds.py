@@ -120,3 +120,17 @@ def test_adding_an_option_is_adding_a_field():
     spec = dataclasses.replace(JobSpec(name="g", kind="generate", options={"prompts": "p", "out": "o",
                                                                             "servers": ["u"]}), options=opts)
     assert spec.argv("py")[-2:] == ["--seed", "7"]
+
+
+def test_a_spec_says_its_worker_s_options_and_its_upstreams_by_kind():
+    """Typed access to what a kind's options hold (no getattr by name): a built-in worker's
+    out, s3, s3_endpoint and part; the engines a client kind sends to."""
+    gen = JobSpec(name="g", kind="generate", options=dict(GENERATE))
+    ext = JobSpec(name="e", kind="extract", model="/m", options=dict(EXTRACT))
+    router = JobSpec(name="r", kind="router", options={"workers": ["http://10.0.0.3:30000"]})
+    cmd = JobSpec(name="c", command=["true"])
+    assert gen.worker is gen.options and ext.worker is ext.options and router.worker is None and cmd.worker is None
+    assert (gen.worker.out, gen.worker.s3_endpoint, gen.worker.part) == ("/data/out", "http://s3:9000", (2, 3))
+    assert (ext.worker.out, ext.worker.s3) == ("/data/hs", "s3://b/hs")
+    assert gen.upstreams == GENERATE["servers"] and router.upstreams == ["http://10.0.0.3:30000"]
+    assert ext.upstreams == cmd.upstreams == []

@@ -162,7 +162,7 @@ def test_after_markers_is_not_a_fleet_key(key):
 
 
 def test_a_spec_refuses_a_bad_after():
-    with pytest.raises(SpecError, match="'after' must be a list of job names"):
+    with pytest.raises(SpecError, match="'after': expected a list of strings"):
         JobSpec(name="x", command=["true"], after="y")  # type: ignore[arg-type]
 
 

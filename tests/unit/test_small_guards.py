@@ -43,3 +43,30 @@ def test_every_name_of_the_fleet_file_refuses_control_characters(table, where):
     with pytest.raises(FleetError) as e:
         parse_fleet(table, "fleet.toml")
     assert str(e.value).startswith(where), str(e.value)
+
+
+@pytest.mark.parametrize("text", ["[]", '"watching"', '{"watching": true, "jobs": 5, "notify": 7}', "{"])
+def test_a_watch_json_of_another_shape_is_no_settings_not_a_crash(tmp_path, text):
+    """watch.json's one reader (agents/contract/watchfile.py): a file that is no object, or holds
+    the wrong types, gives the defaults (or the flag alone), never an exception in the watcher."""
+    from gpudeck.agents.watch.config import WatchConfig
+
+    (tmp_path / "watch.json").write_text(text)
+    config = WatchConfig.load(tmp_path)
+    assert config.jobs == [] and config.notify == [] and config.watching is (text.startswith('{"watching"'))
+
+
+@pytest.mark.parametrize("text, said", [("[]", "expected a JSON object, got list"), ("{", "not valid JSON"),
+                                        ('{"name": "j", "state": "sleepy"}', "'sleepy' is not a valid JobState")])
+def test_a_state_json_of_another_shape_is_refused_by_its_one_reader(tmp_path, text, said):
+    import json
+
+    from gpudeck.agents.contract.jobstate import JobRecord, read_state
+
+    path = tmp_path / "state.json"
+    path.write_text(text)
+    with pytest.raises(ValueError) as err:
+        read_state(path)
+    assert str(err.value).startswith(f"{path}: ") and said in str(err.value)
+    path.write_text(json.dumps(JobRecord(name="j", attempt=2).to_dict()))
+    assert read_state(path) == JobRecord(name="j", attempt=2)

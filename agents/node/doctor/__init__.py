@@ -54,7 +54,7 @@ from typing import Any, Callable
 from ...contract import ops
 from ...contract.jobs import JobKind, JobSpec
 from ...contract.ops import Check
-from ...envs import EnvMissing, check_env, resolve as env_resolve
+from ...jobs.envs import EnvMissing, check_env, resolve as env_resolve
 from ...jobs.backend import GpuReader, JobBackend
 from ...jobs.contain import cgroup2_mount
 from ...staging.copies import check_staged
@@ -86,7 +86,7 @@ __all__ = ["DEFAULT_LLAMA_SLOTS", "FAIL", "GIB", "OK", "RecurrentState", "SGLANG
 
 
 def _python_of(home: Path, python: str) -> Callable[[JobSpec], str]:
-    """A job's interpreter: its python_env's python (agents/envs.py), else its own or the agent's."""
+    """A job's interpreter: its python_env's python (agents/jobs/envs.py), else its own or the agent's."""
     def py_of(s: JobSpec) -> str:
         try:
             return env_resolve(s, home, python)[0]
@@ -156,12 +156,12 @@ def _job_tasks(specs: list[JobSpec], jobs: JobBackend, home: Path, totals: Calla
         if s.kind is JobKind.LLAMA_SERVER and not s.command:
             tasks.append(("engine", quick, lambda s=s: [check_program(s, jobs.workdir, quick)]))
     for s in specs:
-        if getattr(s.options, "out", None):
+        if s.worker is not None and s.worker.out:
             tasks.append(("disk", quick, lambda s=s: [check_disk(s, jobs.workdir, th)]))
     for s in specs:
-        if getattr(s.options, "s3", None):
+        if s.worker is not None and s.worker.s3:
             tasks.append(("s3", quick, lambda s=s: [check_s3(s)]))
-    by_env: dict[str, list[str]] = {}  # python_env -> its jobs (agents/envs.py)
+    by_env: dict[str, list[str]] = {}  # python_env -> its jobs (agents/jobs/envs.py)
     for s in specs:
         if s.python_env:
             by_env.setdefault(s.python_env, []).append(s.name)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from ...contract.jobs import JobKind, JobSpec
+from ...contract.kinds import ExtractOptions
 from ...contract.vocab import Verdict
 
 OK, WARN, FAIL = Verdict.OK, Verdict.WARN, Verdict.FAIL
@@ -44,12 +45,12 @@ def needs_gpu(spec: JobSpec) -> bool:
         return True
     if not needs_torch(spec):
         return False
-    return spec.kind is JobKind.SGLANG_SERVER or str(getattr(spec.options, "device", "cuda")).startswith("cuda")
+    return spec.kind is JobKind.SGLANG_SERVER or str(spec.options.device if isinstance(spec.options, ExtractOptions) else "cuda").startswith("cuda")
 
 
 def model_of(spec: JobSpec) -> Optional[str]:
     if spec.kind is JobKind.EXTRACT:
-        return getattr(spec.options, "model", None) or spec.model
+        return (spec.options.model if isinstance(spec.options, ExtractOptions) else None) or spec.model
     if spec.kind in (JobKind.SGLANG_SERVER, JobKind.LLAMA_SERVER) and not spec.command:
         return spec.model
     return None

@@ -16,7 +16,7 @@ from .base import FAIL, OK, WARN, Thresholds, _job_path
 
 
 def check_disk(spec: JobSpec, job_dir: Callable[[str], Path], th: Thresholds = Thresholds()) -> Check:
-    out = _job_path(str(getattr(spec.options, "out", "")), spec, job_dir)
+    out = _job_path(str(spec.worker.out if spec.worker is not None else ""), spec, job_dir)
     probe = out
     while not os.path.exists(probe):  # the directory the run will make it in
         probe = os.path.dirname(probe)

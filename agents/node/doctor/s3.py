@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import os
 from typing import Optional
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from ...contract.jobs import JobSpec
 from ...contract.ops import Check
+from ...contract.watching import redact_url
 from .base import FAIL, OK
 
 
@@ -16,17 +17,10 @@ _CRED_KEYS = {"AWS_ACCESS_KEY_ID": "aws_access_key_id", "AWS_SECRET_ACCESS_KEY":
               "AWS_DEFAULT_REGION": "region_name"}
 
 
-def _redact(url: Optional[str]) -> Optional[str]:
-    if not url or "@" not in urlsplit(url).netloc:
-        return url
-    parts = urlsplit(url)
-    return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
-
-
 def check_s3(spec: JobSpec, environ: Optional[dict[str, str]] = None) -> Check:
     """Credentials found (as the job will: its env over the agent's) and a HEAD of the bucket.
     No credential is ever part of the line."""
-    url = str(spec.options.s3)  # type: ignore[union-attr]
+    url = str(spec.worker.s3 if spec.worker is not None else None)
     parts = urlsplit(url)
     if parts.scheme != "s3" or not parts.netloc:
         return Check("s3", FAIL, f"{url!r} is not an S3 URL", "s3 = \"s3://bucket/prefix\"", job=spec.name)
@@ -40,7 +34,7 @@ def check_s3(spec: JobSpec, environ: Optional[dict[str, str]] = None) -> Check:
         return Check("s3", FAIL, "boto3 is not installed for the agent's python",
                      "gpudeck deploy (it installs the s3 extra for a job with s3)", job=spec.name)
     kwargs = {arg: env[key] for key, arg in _CRED_KEYS.items() if env.get(key)}
-    endpoint = getattr(spec.options, "s3_endpoint", None) or env.get("AWS_ENDPOINT_URL_S3") or env.get(
+    endpoint = (spec.worker.s3_endpoint if spec.worker is not None else None) or env.get("AWS_ENDPOINT_URL_S3") or env.get(
         "AWS_ENDPOINT_URL")
     try:
         session = boto3.session.Session(**kwargs)
@@ -55,7 +49,7 @@ def check_s3(spec: JobSpec, environ: Optional[dict[str, str]] = None) -> Check:
                      "node's ~/.aws/credentials", job=spec.name)
     cfg = Config(connect_timeout=5, read_timeout=10, retries={"max_attempts": 1},
                  s3={"addressing_style": "path"} if endpoint else None)
-    where = f"s3://{bucket} at {_redact(endpoint) or 'AWS'}"
+    where = f"s3://{bucket} at {redact_url(endpoint) or 'AWS'}"
     try:
         client = session.client("s3", endpoint_url=endpoint or None, config=cfg,
                                 region_name=kwargs.get("region_name") or env.get("AWS_REGION") or "us-east-1")

@@ -6,13 +6,15 @@ from __future__ import annotations
 import argparse
 from typing import cast
 
+from ...contract import exits
 from ...contract.kinds import GenerateOptions
 from .servers import UsageError, normalize_server
 
-EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_TERM = 0, 1, 2, 143
+# the codes are the contract's (agents/contract/exits.py)
+EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_TERM = exits.EXIT_OK, exits.EXIT_FAIL, exits.EXIT_USAGE, exits.EXIT_TERMINATED
 # every prompt done, but fewer useful records than --min-useful-pct: no _SUCCESS, a _QUALITY
-# document instead; as extract's exit 4 on a failed audit, no restart policy restarts it
-EXIT_QUALITY = 4
+# document instead; as extract's on a failed audit, EXIT_DATA: no restart policy restarts it
+EXIT_QUALITY = exits.EXIT_DATA
 
 
 # the options are the kind's: agents/contract/kinds.py, the one source of flags and fleet keys

@@ -192,19 +192,7 @@ def build_assumed(*, prompts_in_file: int, prompt_bytes: float, subset: Optional
     rate = tokens_per_s * speed_factor  # one server's output tokens/s
     tokens = n * ol["mean"]
     wall = tokens / (rate * servers) if n else 0.0
-    levers = []
-    if lengths.get("path"):
-        base = capped(lengths, 1 << 62)
-        levers.append(f"max_tokens {max_tokens} on the lengths of {lengths['path']}: mean {base['mean']:,.0f} -> "
-                      f"{ol['mean']:,.0f} tokens" + (f", {ol['cut_share']:.0%} cut" if ol["cut_share"] is not None
-                                                     else ""))
-    elif ol.get("mean_above_cap"):
-        levers.append(f"max_tokens {max_tokens} under the mean of {lengths['mean']:,.0f}: the mean is taken as "
-                      f"{max_tokens} (a mean cannot say how many answers are cut)")
-    if subset is not None:
-        levers.append(f"subset: {n:,} of the {prompts_in_file:,} prompts")
-    if speed_factor != 1.0:
-        levers.append(f"speed x{speed_factor:g}: {tokens_per_s:,.0f} -> {rate:,.0f} output tokens/s per server")
+    levers = _levers(lengths, ol, max_tokens, n, prompts_in_file, subset, speed_factor, tokens_per_s, rate)
     cut = ol["cut_share"]
     plan: dict[str, Any] = {
         "kind": "generate", "assumed": True,
@@ -244,6 +232,25 @@ def build_assumed(*, prompts_in_file: int, prompt_bytes: float, subset: Optional
         why.append(f"it needs {need} servers to finish by the deadline; {servers} given")
     plan["verdict"], plan["reasons"] = ("go" if not why else "no-go"), why
     return plan
+
+
+def _levers(lengths: dict[str, Any], ol: dict[str, Any], max_tokens: int, n: int, prompts_in_file: int,
+            subset: Optional[int], speed_factor: float, tokens_per_s: float, rate: float) -> list[str]:
+    """What the assumed plan's levers change: max_tokens on the lengths, the subset, the speed."""
+    levers = []
+    if lengths.get("path"):
+        base = capped(lengths, 1 << 62)
+        levers.append(f"max_tokens {max_tokens} on the lengths of {lengths['path']}: mean {base['mean']:,.0f} -> "
+                      f"{ol['mean']:,.0f} tokens" + (f", {ol['cut_share']:.0%} cut" if ol["cut_share"] is not None
+                                                     else ""))
+    elif ol.get("mean_above_cap"):
+        levers.append(f"max_tokens {max_tokens} under the mean of {lengths['mean']:,.0f}: the mean is taken as "
+                      f"{max_tokens} (a mean cannot say how many answers are cut)")
+    if subset is not None:
+        levers.append(f"subset: {n:,} of the {prompts_in_file:,} prompts")
+    if speed_factor != 1.0:
+        levers.append(f"speed x{speed_factor:g}: {tokens_per_s:,.0f} -> {rate:,.0f} output tokens/s per server")
+    return levers
 
 
 def _r(v: Optional[float], nd: int) -> Optional[float]:

@@ -11,7 +11,7 @@ import os
 import re
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Optional
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from ....contract.atomic import atomic_write_bytes
 from ..doneset import encode_id, read_ids
@@ -47,16 +47,6 @@ class S3Location:
 
     def url(self, name: str = "") -> str:
         return f"s3://{self.bucket}/{self.key(name)}" if name else f"s3://{self.bucket}/{self.prefix}"
-
-
-def redact_url(url: Optional[str]) -> Optional[str]:
-    """An endpoint URL without any user:password part, for messages."""
-    if not url:
-        return url
-    parts = urlsplit(url)
-    if "@" not in parts.netloc:
-        return url
-    return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
 
 
 def make_client(endpoint_url: Optional[str] = None, region: Optional[str] = None) -> Any:

@@ -37,10 +37,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-from .sense import writes
-from .contract.atomic import atomic_write_json
-from .contract.vocab import EngineState
-from .contract.wire import Engine
+from . import writes
+from ..contract.atomic import atomic_write_json
+from ..contract.vocab import EngineState
+from ..contract.wire import Engine
 
 log = logging.getLogger(__name__)
 

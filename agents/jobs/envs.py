@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
-from .contract.envs import ENV_DOC, ENVS_DIR
-from .contract.jobs import JobSpec
-from .contract.ops import Check
+from ..contract.envs import ENV_DOC, ENVS_DIR
+from ..contract.jobs import JobSpec
+from ..contract.ops import Check
 
 
 class EnvMissing(ValueError):
@@ -39,7 +39,7 @@ def resolve(spec: JobSpec, home: Path, default_python: str, node: str = "") -> t
     return str(python), {"VIRTUAL_ENV": str(build), "PATH": path, "GPUDECK_ENV": build.name}
 
 
-def built(home: Path, name: str) -> Optional[dict]:
+def built(home: Path, name: str) -> Optional[dict[str, Any]]:
     """What the current build of env ``name`` says of itself (its table, key, when it was built)."""
     try:
         doc = json.loads((env_dir(home, name) / ENV_DOC).read_text())
@@ -63,9 +63,9 @@ def check_env(home: Path, name: str, jobs: list[str], timeout_s: float, now: Opt
     import subprocess
     import time
 
-    from .contract.envs import package_names
-    from .contract.units import human_duration
-    from .contract.vocab import Verdict
+    from ..contract.envs import package_names
+    from ..contract.units import human_duration
+    from ..contract.vocab import Verdict
 
     who = ", ".join(jobs)
     doc = built(home, name)
@@ -82,7 +82,7 @@ def check_env(home: Path, name: str, jobs: list[str], timeout_s: float, now: Opt
                            stdin=subprocess.DEVNULL)
         said = json.loads(r.stdout.strip().splitlines()[-1]) if r.returncode == 0 and r.stdout.strip() else None
     except (OSError, subprocess.TimeoutExpired, ValueError) as exc:
-        said, r = None, None
+        said = None
         why = f"{python} does not answer: {exc}"
     else:
         why = f"{python} exited with {r.returncode}: {(r.stderr.strip().splitlines() or ['?'])[-1]}"
