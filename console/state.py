@@ -57,6 +57,7 @@ _ENGINE_STATES = {e: e for e in EngineState}
 _RUNNING, _SHOWN_READY, _STALLED = JobState.RUNNING, ShownState.READY, AlertKind.STALLED  # no enum lookup per row
 _PLAN_DRIFT, _IDLE_PAID = AlertKind.PLAN_DRIFT, AlertKind.IDLE_PAID
 _ENGINE_READY, _ENGINE_FAILED = EngineState.READY, EngineState.FAILED
+NOT_IN_FILE = "not in the fleet file"
 _SAMPLED = (JobState.RUNNING, JobState.STARTING)  # the states whose tokens/s the sparkline records
 _UNPRICED = cost.NodeCost(None, None, None)  # a node the fleet file gives no price
 _NO_PLAN_NO_PRICE: dict[str, Any] = {}  # a job row's plan and cost cells without a plan.json or a price
@@ -516,6 +517,8 @@ class FleetState:
             flags += (j.waiting if len(j.waiting) <= 60 else j.waiting[:59] + "…",)
         if j.adopted and alive:
             flags += ("adopted",)
+        elif alive and self.fleet.path is not None and (j.task.job if j.task is not None else j.name) not in self._specs:
+            flags += (NOT_IN_FILE,)  # dropped from the file while it runs: shown, never killed (console/reload.py)
         if j.fenced and j.state is JobState.FENCED:  # where the job went: "the job moved to node b at …"
             flags += (j.fenced.replace("the job moved", "moved", 1),)
         place = self.moves.get(j.name)
