@@ -192,6 +192,8 @@ def _job_lines(state) -> list[str]:
                      f"{human_duration(p.eta_s if p and tps is not None else None):>8}")
         if tps is None and p is not None and p.last_tokens_per_s is not None:
             lines.append(f"  last {p.last_tokens_per_s:.0f} tok/s at {_clock(p.last_rate_at)}")
+        if j.waiting:  # its `after`, whole: what it waits for, or why it is blocked (the TUI's FLAGS)
+            lines.append(f"  {j.waiting}")
         if not state.fleet.owns(j.fleet):
             from ...agents.contract.ownership import owner_text
             lines.append(f"  owned by {owner_text(j.fleet)}, not by this fleet file")

@@ -228,3 +228,16 @@ def test_a_moved_jobs_row_says_where_it_moved_from_and_status_says_it_too(monkey
     finally:
         monkeypatch.delenv("TZ")
         time.tzset()
+
+
+def test_the_cli_row_of_a_blocked_phase_says_why_as_the_tui_does():
+    from gpudeck.console.commands.status import render_status
+
+    why = "blocked: extract failed (exit code 3); relaunch extract, or launch eval by hand"
+    state = FleetState(pinned_fleet(), clock=lambda: PINNED_NOW)
+    host = Host("gpu-a", 1.0, 1, 1, 2, 0.0, 0.0, 0.0)
+    state.apply(Snapshot("gpu-a", 1, PINNED_NOW, host, [], [JobStatus("gen", "generate", "blocked", waiting=why)]))
+    assert next(r for r in state.job_rows() if r.name == "gen").flags[0].startswith("blocked: extract failed")  # the TUI
+    lines = render_status(state).splitlines()
+    row = next(i for i, ln in enumerate(lines) if ln.startswith("gen "))
+    assert "blocked" in lines[row] and lines[row + 1] == f"  {why}"
