@@ -68,7 +68,7 @@ def running(tmp_path, home, fleet: str, job: str) -> None:
 
 @pytest.fixture
 def two_jobs(tmp_path, home):
-    """alpha, never launched (pending), and zeta, running: by name alpha is first, by state zeta."""
+    """alpha, never launched (not started), and zeta, running: by name alpha is first, by state zeta."""
     fleet = fleet_of(tmp_path, home, {"alpha": "sleep 600", "zeta": "sleep 600"})
     running(tmp_path, home, fleet, "zeta")
     return fleet
