@@ -87,8 +87,10 @@ def reload_lines(old: Any, new: Any, running: Callable[[str], Optional[str]], fa
     """What a reload changed, one line each: the nodes and jobs added and removed. A job removed
     while it runs (``running(job)``: its node, or None) is said to keep running, never killed.
     ``failed``: the nodes whose configure failed, with why."""
+    from ..remote.client import nodes_in_use
+
     lines: list[str] = []
-    old_nodes, new_nodes = {n.name for n in old.nodes}, {n.name for n in new.nodes}
+    old_nodes, new_nodes = {n.name for n in nodes_in_use(old)}, {n.name for n in nodes_in_use(new)}
     old_jobs, new_jobs = {j.name for j in old.jobs}, {j.name for j in new.jobs}
     for n in sorted(new_nodes - old_nodes):
         lines.append(f"node {n} added: connecting")

@@ -94,6 +94,13 @@ class NodeView:
 NodeStatus = NodeView  # the name FleetClient.status used before the two were one
 
 
+def nodes_in_use(fleet: Fleet) -> list[Node]:
+    """The nodes a console connects to: those the fleet file declares; the implicit local node
+    only when it has jobs or is alone."""
+    used = {j.target or LOCAL for j in fleet.jobs}
+    return [n for n in fleet.nodes if n.name != LOCAL or LOCAL in used or len(fleet.nodes) == 1]
+
+
 ENGINE_WAIT_S = 7.0  # a one-shot status waits this long at most for the first scrape of live engines
 ANSWER_S = 15.0  # a connect without a timeout: the node's connect_timeout and this, besides the hello
 
@@ -283,9 +290,7 @@ class FleetClient:
 
     def nodes_in_use(self) -> list[Node]:
         """Nodes declared in the fleet file; the local node only when it has jobs or is alone."""
-        used = {j.target or LOCAL for j in self.fleet.jobs}
-        nodes = [n for n in self.fleet.nodes if n.name != LOCAL or LOCAL in used or len(self.fleet.nodes) == 1]
-        return nodes
+        return nodes_in_use(self.fleet)
 
     async def status(self, timeout: float = 10.0) -> list[NodeView]:
         """Every node at once, each within ``timeout`` (connect and first snapshot together;

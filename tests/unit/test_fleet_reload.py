@@ -119,3 +119,7 @@ def test_what_a_reload_changed_is_said_one_line_each():
                      "changed: gen (a launch or relaunch runs what the file says now)",
                      "node a: the new file was not sent: no answer in time"]
     assert reload_lines(new, old, lambda job: None, {})[:2] == ["node b added: connecting", "job other added"]
+    # the demo shows its nodes without the implicit local one: a reload does not add it
+    import dataclasses
+    demo = dataclasses.replace(old, nodes=[n for n in old.nodes if n.name != "local"])
+    assert reload_lines(demo, old, lambda job: None, {}) == []
