@@ -96,6 +96,9 @@ def reload_lines(old: Any, new: Any, running: Callable[[str], Optional[str]], fa
         lines.append(f"node {n} added: connecting")
     for n in sorted(old_nodes - new_nodes):
         lines.append(f"node {n} no longer in the file")
+    for n in sorted(old_nodes & new_nodes):
+        if old.node(n) != new.node(n):  # its link was opened with the old settings
+            lines.append(f"node {n} changed: its connection keeps the old settings until the console starts again")
     for j in sorted(new_jobs - old_jobs):
         lines.append(f"job {j} added")
     for j in sorted(old_jobs - new_jobs):

@@ -123,3 +123,6 @@ def test_what_a_reload_changed_is_said_one_line_each():
     import dataclasses
     demo = dataclasses.replace(old, nodes=[n for n in old.nodes if n.name != "local"])
     assert reload_lines(demo, old, lambda job: None, {}) == []
+    moved_home = parse_fleet(TWO.replace('"/tmp/b"', '"/tmp/b2"'), "/f/fleet.toml")
+    assert reload_lines(old, moved_home, lambda job: None, {}) == [
+        "node b changed: its connection keeps the old settings until the console starts again"]
