@@ -75,8 +75,10 @@ def two_jobs(tmp_path, home):
 
 
 def drawn(tmux: Tmux) -> str:
-    return tmux.wait(lambda s: "JOB▲" in s and len(rows(s, ("alpha", "zeta"))) == 2 and " running " in s and s,
-                     "the jobs table with alpha and zeta", timeout=60)
+    # alpha, never launched, reads "not started" whole (it read "pending")
+    return tmux.wait(lambda s: "JOB▲" in s and len(rows(s, ("alpha", "zeta"))) == 2 and " running " in s
+                     and any(ln.startswith("alpha ") and " not started " in ln for ln in s.splitlines()) and s,
+                     "the jobs table with alpha (not started) and zeta", timeout=60)
 
 
 def test_colon_then_text_triggers_no_key(tmp_path, tmux, two_jobs):
