@@ -287,8 +287,10 @@ class GpuDeckApp(NoticeLine, App[None]):
         found = self.fleet_file.poll()
         if found is None:
             return
-        if found.error is not None:
-            self.notify(f"{found.error}\nthe last good version stays in use", title="fleet file not reloaded",
+        if found.error is not None:  # the file by its name (the header's): what and where first on the line
+            where = self.fleet_file.path
+            error = found.error.replace(f"{where}:", f"{os.path.basename(where)}:")
+            self.notify(f"{error}\nthe last good version stays in use", title="fleet file not reloaded",
                         severity="error", timeout=20, markup=False, keep=True)
             return
         self.run_worker(self._apply_fleet(found.fleet), group="fleet reload", exclusive=False,

@@ -211,3 +211,9 @@ def test_an_edit_of_the_fleet_file_adds_a_nodes_rows_to_an_open_console(tmp_path
                                                           "unknown" not in ln for ln in s.splitlines()) and s,
                        "node-b's job beta, as node-b's agent says")
     assert (home_b / "agent.sock").exists(), screen
+
+    # an edit that does not parse: an error line with the file and the line; the last good version stays
+    fleet.write_text(fleet.read_text() + '\n[[jobs]]\nname = "gamma"\nkind = "command"\ncomand = ["true"]\n')
+    said = tmux.wait(lambda s: "fleet file not reloaded" in s and s, "the mistake said", timeout=30)
+    assert re.search(r"fleet\.toml:\d+: \[\[jobs\]\] #3 \('gamma'\) has no key 'comand'", " ".join(said.split())), said
+    assert "beta" in said and "gamma" not in [ln.split()[0] for ln in said.splitlines() if ln.split()]
