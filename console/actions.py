@@ -154,7 +154,7 @@ def _plan_task_action(op: JobOp, job: str, row: JobRow) -> Plan:
     signal gpudeck sends; a relaunch is a requeue."""
     where = f" (Slurm {row.task_id}) on {row.node}"
     if op == JobOp.KILL:
-        how = ("It waits in Slurm's queue: it is cancelled before it runs." if row.state == ShownState.PENDING else
+        how = ("It waits in Slurm's queue: it is cancelled before it runs." if row.state == ShownState.QUEUED else
                "Slurm stops it (SIGTERM, then SIGKILL after the cluster's KillWait); then a check that its GPUs' "
                "memory came back.")
         return Confirm(f"{op} {job}", f"Cancel task [b]{job}[/b]{where}?\n\n`scancel {row.task_id}`. {how}",

@@ -58,6 +58,7 @@ from .bindings import bindings
 from .config import ConsoleConfig
 from .describe import describe
 from .looked import LookedStore, fleet_key
+from .reload import FleetFileWatch, reload_lines
 from .notices import NoticeLine
 from .pacing import RedrawPacer
 from .messages import (DescribeRequested, DoctorFailed, DoctorFinished, DoctorRequested, EventsFetched, EventsFetchFailed,
@@ -148,6 +149,10 @@ class GpuDeckApp(NoticeLine, App[None]):
             self.watch_fleet()
             if self.mover is not None:
                 self.look_for_lost_nodes()
+        if self.config.connect and self.config.fleet_poll_s and self.config.fleet.path is not None:
+            self.fleet_file = FleetFileWatch(self.config.fleet.path, self._read_fleet_file,
+                                             (str(self.placements.path),))
+            self.set_interval(self.config.fleet_poll_s, self._look_at_fleet_file, name="fleet file")
         if self.config.screenshot:
             self._started = time.monotonic()
             self.set_interval(0.5, self._maybe_screenshot)
@@ -266,6 +271,48 @@ class GpuDeckApp(NoticeLine, App[None]):
                 self.state.set_fleet(self.client.fleet)
                 self._show_moves()
                 self.schedule_refresh()
+
+    # ------------------------------------------------------------ current with the fleet file
+
+    def _read_fleet_file(self, path: str) -> Fleet:
+        """The fleet file as it runs: read again, with this laptop's moves (placements.json)."""
+        from ..remote.fleet import load_fleet
+
+        return self.client.adjust(load_fleet(path))
+
+    def _look_at_fleet_file(self) -> None:
+        """Every ``fleet_poll_s``: a change of the fleet file (or of a move, made from another
+        terminal) is applied once it parsed and settled (console/reload.py); a mistake is said
+        once, and the last good version stays in use."""
+        found = self.fleet_file.poll()
+        if found is None:
+            return
+        if found.error is not None:  # the file by its name (the header's): what and where first on the line
+            where = self.fleet_file.path
+            error = found.error.replace(f"{where}:", f"{os.path.basename(where)}:")
+            self.notify(f"{error}\nthe last good version stays in use", title="fleet file not reloaded",
+                        severity="error", timeout=20, markup=False, keep=True)
+            return
+        self.run_worker(self._apply_fleet(found.fleet), group="fleet reload", exclusive=False,
+                        exit_on_error=False, name="fleet reload")
+
+    async def _apply_fleet(self, fleet: Fleet) -> None:
+        old = self.client.fleet
+        failed = await self.client.apply_fleet(fleet)
+        fleet = self.client.fleet
+        self.state.set_fleet(fleet)
+        self.state.expect(n.name for n in self.client.nodes_in_use())  # a node added shows as connecting
+        for node in list(self.client.configured):
+            self._show_copy(node, self.client.copy_of(node))
+        self._show_moves()
+
+        def running(job: str) -> Optional[str]:
+            return next((node for node, j in self.state.jobs() if j.name == job and ShownState(j.state).alive), None)
+
+        lines = reload_lines(old, fleet, running, failed)
+        self.notify("\n".join(lines) or "nothing the console shows changed", title="fleet file reloaded",
+                    severity="warning" if failed else "information", timeout=10, markup=False)
+        self.schedule_refresh()
 
     def _say_move(self, line: str) -> None:
         self.move_news.append(line)

@@ -53,6 +53,10 @@ class ConsoleConfig:
     refresh_most_s: float = 1.0
     """However dear a redraw, the screen shows what arrived within this long."""
 
+    fleet_poll_s: float = 0.25
+    """Seconds between two looks at the fleet file's mtime; a change is applied once the file
+    parsed and stayed unchanged 1 s (console/reload.py). 0: the file is never looked at again."""
+
     tick_s: float = 1.0
     """Redraw at least this often (clocks, "unreachable for ..."); 0: only on snapshots."""
 

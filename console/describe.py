@@ -139,7 +139,7 @@ def _job(row: JobRow, state: Any, now: float) -> Described:
     status = next((j for n, j in state.jobs() if n == row.node and j.name == name), None)
     detail = state.job_detail(f"{row.node}/{name}") if status is not None else None
     f: list[tuple[str, str]] = [("job", name), ("node", row.node), ("kind", row.kind.value)]
-    state_text = row.state.value + (f" (exit code {row.exit_code})" if row.exit_code is not None else "")
+    state_text = row.state.text + (f" (exit code {row.exit_code})" if row.exit_code is not None else "")
     if row.stale:
         state_text += "  (its node cannot be reached: the last state it said)"
     f += [("state", state_text), ("attempt", str(row.attempt))]

@@ -12,12 +12,17 @@ from __future__ import annotations
 import time
 from typing import Optional
 
-from textual.markup import escape
 from textual.notifications import Notify, SeverityLevel
 
 # the longest a notice stays: it hides the footer's key hints meanwhile, and the events view
 # and the details keep what it said
 NOTICE_S = {"error": 10.0, "warning": 6.0, "information": 6.0}
+
+
+def _plain(text: str) -> str:
+    """``text`` shown as it is: every ``[`` escaped (Textual's ``escape`` left the backslash of
+    ``[[jobs]]`` on screen: ``[\\[jobs]]``)."""
+    return text.replace("[", "\\[")
 
 
 class NoticeLine:
@@ -33,9 +38,9 @@ class NoticeLine:
             return
         text = " · ".join(line.strip() for line in message.splitlines() if line.strip())
         if not markup:
-            text = escape(text)
+            text = _plain(text)
         if title:
-            text = f"[b]{escape(title)}:[/b] {text}"
+            text = f"[b]{_plain(title)}:[/b] {text}"
         longest = NOTICE_S.get(severity, NOTICE_S["information"])
         shown_s = min(timeout or longest, longest)
         self._kept_until = now + shown_s if keep else 0.0

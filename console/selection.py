@@ -23,7 +23,7 @@ def sorted_descending(how: str, reverse: bool) -> bool:
 STATE_ORDER = {ShownState.FAILED: 0, ShownState.LOST: 1, ShownState.BLOCKED: 1, ShownState.STOPPING: 2, ShownState.STARTING: 3,
                ShownState.RUNNING: 4, ShownState.READY: 4, ShownState.KILLED: 5, ShownState.CANCELLED: 5,
                ShownState.FENCED: 5, ShownState.EXITED: 6,
-               ShownState.PENDING: 7, ShownState.UNKNOWN: 8}
+               ShownState.QUEUED: 7, ShownState.NOT_STARTED: 7, ShownState.UNKNOWN: 8}
 
 
 def job_sort_key(how: str) -> Callable[[JobRow], Any]:

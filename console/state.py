@@ -58,9 +58,11 @@ _ALIVE = frozenset(s for s in JobState if s.alive)
 _SHOWN = {**{s: ShownState(s.value) for s in JobState}, **{s: s for s in ShownState}}
 _KINDS = {k: k for k in JobKind}
 _ENGINE_STATES = {e: e for e in EngineState}
+_NOT_STARTED = ShownState.NOT_STARTED
 _RUNNING, _SHOWN_READY, _STALLED = JobState.RUNNING, ShownState.READY, AlertKind.STALLED  # no enum lookup per row
 _PLAN_DRIFT, _IDLE_PAID = AlertKind.PLAN_DRIFT, AlertKind.IDLE_PAID
 _ENGINE_READY, _ENGINE_FAILED = EngineState.READY, EngineState.FAILED
+NOT_IN_FILE = "not in the fleet file"
 _SAMPLED = (JobState.RUNNING, JobState.STARTING)  # the states whose tokens/s the sparkline records
 _UNPRICED = cost.NodeCost(None, None, None)  # a node the fleet file gives no price
 _NO_PLAN_NO_PRICE: dict[str, Any] = {}  # a job row's plan and cost cells without a plan.json or a price
@@ -492,6 +494,8 @@ class FleetState:
         width = spark_width or self.spark_width
         spark = series.last(width, now) if series is not None else (None,) * width
         state = _SHOWN[j.state]
+        if state is _NOT_STARTED and _queued(j):  # a task sbatch gave Slurm, waiting in its queue
+            state = ShownState.QUEUED
         alive = j.state in _ALIVE
         if e is not None and j.state == _RUNNING and e.state == _ENGINE_READY:
             state = _SHOWN_READY
@@ -518,8 +522,12 @@ class FleetState:
             flags += (staging_text(j.staging),)
         if j.waiting:  # its `after`: what it waits for, or why it is blocked
             flags += (j.waiting if len(j.waiting) <= 60 else j.waiting[:59] + "…",)
+        if state is ShownState.QUEUED:
+            flags += ("queued by Slurm" + (f": {j.task.reason}" if j.task and j.task.reason else ""),)
         if j.adopted and alive:
             flags += ("adopted",)
+        elif alive and self.fleet.path is not None and (j.task.job if j.task is not None else j.name) not in self._specs:
+            flags += (NOT_IN_FILE,)  # dropped from the file while it runs: shown, never killed (console/reload.py)
         if j.fenced and j.state is JobState.FENCED:  # where the job went: "the job moved to node b at …"
             flags += (j.fenced.replace("the job moved", "moved", 1),)
         place = self.moves.get(j.name)
@@ -697,7 +705,7 @@ class FleetState:
             p = j.progress
             jobs.append({
                 "name": j.name, "node": node, "owner": j.fleet, "owned_elsewhere": not self.fleet.owns(j.fleet),
-                "kind": j.kind, "state": j.state, "pids": j.pids or
+                "kind": j.kind, "state": shown_state(j), "pids": j.pids or
                 ([j.pid] if j.pid and j.state in _ALIVE else []),
                 "gpus": j.gpus, "attempt": j.attempt, "exit_code": j.exit_code, "ended_at": j.ended_at,
                 "done": p.done if p else None, "total": p.total if p else None,
@@ -765,6 +773,20 @@ def _task_cells(j: JobStatus) -> dict[str, Any]:
     first = f"{t.job}/{t.index}"
     return {"task_id": f"{t.array_id}_{t.index}" if t.array_id else None,
             "target": first if j.name != first else None}
+
+
+def shown_state(j: JobStatus) -> ShownState:
+    """A job's state as the console and `status` say it (`status --json`'s ``state``): never
+    launched ``not_started``, a cluster task in Slurm's queue ``queued``, else its own state
+    (``unknown``: on a node that cannot be read)."""
+    shown = _SHOWN[j.state]
+    return ShownState.QUEUED if shown is _NOT_STARTED and _queued(j) else shown
+
+
+def _queued(j: JobStatus) -> bool:
+    """A cluster task Slurm holds (sbatch gave it an array id, or squeue lists it): not a task
+    never submitted, which is not started like any job never launched."""
+    return j.task is not None and (j.task.array_id is not None or j.task.scheduler_state is not None)
 
 
 def collapse_pending(jobs: list[tuple[str, JobStatus]]) -> list[tuple[str, JobStatus]]:

@@ -94,6 +94,13 @@ class NodeView:
 NodeStatus = NodeView  # the name FleetClient.status used before the two were one
 
 
+def nodes_in_use(fleet: Fleet) -> list[Node]:
+    """The nodes a console connects to: those the fleet file declares; the implicit local node
+    only when it has jobs or is alone."""
+    used = {j.target or LOCAL for j in fleet.jobs}
+    return [n for n in fleet.nodes if n.name != LOCAL or LOCAL in used or len(fleet.nodes) == 1]
+
+
 ENGINE_WAIT_S = 7.0  # a one-shot status waits this long at most for the first scrape of live engines
 ANSWER_S = 15.0  # a connect without a timeout: the node's connect_timeout and this, besides the hello
 
@@ -130,6 +137,11 @@ class FleetClient:
         # what a fleet read again from its file becomes before use (the console's moved jobs:
         # console/placements.py); the identity by default
         self.adjust: Callable[[Fleet], Fleet] = lambda f: f
+        # the running watch (its event handler and backoffs), its loop per node, and a wake-up
+        # when apply_fleet adds a node to it
+        self._watching: Optional[tuple[Callable[[str, Any], None], float, float]] = None
+        self._watch_tasks: dict[str, asyncio.Task[None]] = {}
+        self._watch_added: Optional[asyncio.Event] = None
 
     def transport_for(self, node: Node) -> Transport:
         return choose_transport(node, self._transports)
@@ -183,6 +195,37 @@ class FleetClient:
             reply = await link.request(self._configure_op(fleet, name))
             self.spec_changes.update({j.name: [] for j in jobs})
             self._configured(name, reply)
+
+    async def apply_fleet(self, fleet: Fleet) -> dict[str, str]:
+        """Use ``fleet`` (the file read again, by an open console: console/reload.py): every
+        connected node gets the ``configure`` a console sends at connect, with the jobs the file
+        gives it now (a node reads it as it reads any console's: nothing is launched or killed;
+        a job dropped from the file stays where it runs); a node the file adds is connected by
+        the running :meth:`watch`. The nodes whose configure failed, with why (the others have
+        the new file all the same)."""
+        self.fleet = dataclasses.replace(fleet, take_over=self.take_over)
+        try:
+            self._fleet_stamp = os.stat(fleet.path).st_mtime_ns if fleet.path else None
+        except OSError:
+            self._fleet_stamp = None
+
+        async def one(name: str, link: AgentLink) -> Optional[str]:
+            try:  # a node read as a look (another fleet owns jobs there) is configured as one again
+                reply = await link.request(self._configure_op(self.fleet, name, True if name in self.refused else None),
+                                           timeout=ANSWER_S)
+            except (AgentError, RequestFailed, OSError, asyncio.TimeoutError) as exc:
+                return str(getattr(exc, "reason", "") or exc) or type(exc).__name__
+            self.spec_changes.update({j.name: [] for j in self.fleet.jobs_on(name)})
+            self._configured(name, reply)
+            return None
+
+        links = list(self.links.items())
+        answers = await asyncio.gather(*(one(name, link) for name, link in links))
+        if self._watching is not None:
+            for node in self.nodes_in_use():
+                if node.name not in self._watch_tasks:
+                    self._watch_task(node)
+        return {name: why for (name, _), why in zip(links, answers) if why is not None}
 
     def _configure_op(self, fleet: Fleet, node: str, reading: Optional[bool] = None) -> ops.Configure:
         reading = self.reading if reading is None else reading
@@ -247,9 +290,7 @@ class FleetClient:
 
     def nodes_in_use(self) -> list[Node]:
         """Nodes declared in the fleet file; the local node only when it has jobs or is alone."""
-        used = {j.target or LOCAL for j in self.fleet.jobs}
-        nodes = [n for n in self.fleet.nodes if n.name != LOCAL or LOCAL in used or len(self.fleet.nodes) == 1]
-        return nodes
+        return nodes_in_use(self.fleet)
 
     async def status(self, timeout: float = 10.0) -> list[NodeView]:
         """Every node at once, each within ``timeout`` (connect and first snapshot together;
@@ -294,14 +335,40 @@ class FleetClient:
         reconnect loop (exponential backoff with jitter), so one dead node never stalls
         another. ``on_event(node, event)`` gets NodeUp, every Snapshot and History, and
         NodeDown with the reason. Runs on the caller's event loop."""
-        tasks = [asyncio.create_task(self._watch_node(n, on_event, backoff_s, backoff_max_s),
-                                     name=f"watch-{n.name}") for n in self.nodes_in_use()]
+        self._watching = (on_event, backoff_s, backoff_max_s)
+        self._watch_tasks = {}
+        self._watch_added = asyncio.Event()
+        for n in self.nodes_in_use():
+            self._watch_task(n)
         try:
-            await asyncio.gather(*tasks)
+            while True:  # until cancelled, or a node's loop fails; a node the file adds joins (apply_fleet)
+                self._watch_added.clear()
+                added = asyncio.create_task(self._watch_added.wait())
+                try:
+                    done, _ = await asyncio.wait([*self._watch_tasks.values(), added],
+                                                 return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    added.cancel()
+                for name, t in list(self._watch_tasks.items()):
+                    if t in done:
+                        t.result()  # a node's loop that ended raises here, as gather raised it
+                        del self._watch_tasks[name]
+                if not self._watch_tasks:
+                    return
         finally:
+            tasks = list(self._watch_tasks.values())
+            self._watching = None
             for t in tasks:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+
+    def _watch_task(self, node: Node) -> None:
+        assert self._watching is not None
+        on_event, backoff_s, backoff_max_s = self._watching
+        self._watch_tasks[node.name] = asyncio.create_task(
+            self._watch_node(node, on_event, backoff_s, backoff_max_s), name=f"watch-{node.name}")
+        if self._watch_added is not None:
+            self._watch_added.set()
 
     async def _watch_node(self, node: Node, on_event: Callable[[str, Any], None],
                           backoff_s: float, backoff_max_s: float) -> None:

@@ -247,8 +247,37 @@ def parse_fleet(text: str, path: str = "<fleet>") -> Fleet:
         check_range(path, line, f"[defaults] {k!r}", k, v)
         if k == "host_keys":
             check_host_keys(path, line, "[defaults] 'host_keys'", v)
-    nodes = _parse_nodes(doc.get("nodes", []), defaults, path, loc)
-    tables = {raw["name"]: i for i, raw in enumerate(doc.get("nodes", []))}
+    # a mistake in a [[nodes]] or [[jobs]] table is kept and the next table read: every one of
+    # them in one run (one per table), with the first of the sections read after them
+    mistakes: list[FleetError] = []
+    try:
+        fleet = _parse_rest(doc, name, defaults, path, loc, mistakes)
+    except FleetError as exc:
+        mistakes.append(exc)
+    if mistakes:
+        raise _together(mistakes)
+    assert fleet is not None
+    return fleet
+
+
+def _together(mistakes: list[FleetError]) -> FleetError:
+    """Several mistakes as one FleetError: ``str()`` a ``file:line: what`` line each, by line."""
+    if len(mistakes) == 1:
+        return mistakes[0]
+    first, *rest = sorted(mistakes, key=lambda e: (e.line is None, e.line or 0))
+    return FleetError(first.path, first.line, first.message + "".join(f"\n{e}" for e in rest))
+
+
+def _parse_rest(doc: dict[str, Any], name: Optional[str], defaults: dict[str, Any], path: str, loc: "_Locator",
+                mistakes: list[FleetError]) -> Optional[Fleet]:
+    """The fleet after its [defaults]; None when a table had a mistake (in ``mistakes``)."""
+    raw_nodes = doc.get("nodes", [])
+    nodes = _parse_nodes(raw_nodes, defaults, path, loc, mistakes)
+    # a node whose table has a mistake is still a name its jobs may give (said once, at the node)
+    failed = {raw["name"] for raw in raw_nodes if isinstance(raw, dict) and isinstance(raw.get("name"), str)} \
+        if mistakes and isinstance(raw_nodes, list) else set()
+    tables = {raw["name"]: i for i, raw in enumerate(raw_nodes) if isinstance(raw, dict)
+              and isinstance(raw.get("name"), str)}
     nodes = _resolve_jumps(nodes, tables, "jump" in defaults, path, loc)
     clusters = parse_clusters(doc.get("clusters", []), defaults, {n.name for n in nodes}, path, loc)
     nodes += [cluster_node(spec, ssh, path, loc.table("clusters", i)) for i, (spec, ssh) in enumerate(clusters)]
@@ -260,9 +289,11 @@ def parse_fleet(text: str, path: str = "<fleet>") -> Fleet:
     heartbeat = parse_heartbeat(doc.get("heartbeat"), loc, fail)
     plans = parse_plans(doc.get("plans", []), os.path.dirname(os.path.abspath(path)), loc, fail)
     warnings: list[str] = []
-    jobs = _parse_jobs(doc.get("jobs", []), defaults, {n.name for n in nodes if n.cluster is None}, path, loc,
-                       alerts.stall_s if "stall_s" in doc.get("alerts", {}) else None, warnings,
-                       tuple(n.name for n in nodes if n.cluster is not None))
+    jobs = _parse_jobs(doc.get("jobs", []), defaults, {n.name for n in nodes if n.cluster is None} | failed, path,
+                       loc, alerts.stall_s if "stall_s" in doc.get("alerts", {}) else None, warnings,
+                       tuple(n.name for n in nodes if n.cluster is not None), mistakes)
+    if mistakes:  # what follows reads the jobs as a whole: the tables' mistakes first
+        return None
     jobs = _resolve_servers(jobs, {n.name: n for n in nodes}, path, loc)
     jobs = _resolve_after(jobs, path, loc)
     envs = parse_envs(doc.get("envs", []), loc, fail)
@@ -325,40 +356,53 @@ def _decode(text: str, path: str) -> dict[str, Any]:
         raise FleetError(path, line, f"not valid TOML: {msg}") from None
 
 
-def _parse_nodes(raw_nodes: Any, defaults: dict[str, Any], path: str, loc: "_Locator") -> list[Node]:
+def _parse_nodes(raw_nodes: Any, defaults: dict[str, Any], path: str, loc: "_Locator",
+                 mistakes: Optional[list[FleetError]] = None) -> list[Node]:
+    """The [[nodes]] tables. ``mistakes``: each table's first mistake is added there and the next
+    table read (a file's every mistake in one run); without it the first is raised."""
     nodes: list[Node] = []
     if not isinstance(raw_nodes, list):
         raise FleetError(path, loc.top("nodes"), "'nodes' must be an array of tables: [[nodes]]")
     for i, raw in enumerate(raw_nodes):
-        where = f"[[nodes]] #{i + 1}"
-        values = {k: v for k, v in defaults.items() if k in _NODE_FIELDS}
-        for k, v in raw.items():
-            if k not in _NODE_FIELDS and k != "local":
-                raise FleetError(path, loc.key("nodes", i, k), unknown_key(where, k, [*_NODE_FIELDS, "local"]))
-            values[k] = v
-        if "name" not in values:
-            raise FleetError(path, loc.table("nodes", i), f"{where} needs a 'name'")
-        if _on_this_machine(raw, where, path, loc.key("nodes", i, "local")):
-            values["host"] = None
-        values.pop("local", None)
-        values.setdefault("host", None if values["name"] == LOCAL else values["name"])
-        for k, v in values.items():
-            line = loc.key("nodes", i, k) or loc.table("nodes", i)
-            check_type(path, line, f"{where} {k!r}", _NODE_FIELDS[k], v)
-            check_range(path, line, f"{where} {k!r}", k, v)
-        if "host_keys" in raw:  # (one from [defaults] was checked there)
-            check_host_keys(path, loc.key("nodes", i, "host_keys"), f"{where} 'host_keys'", raw["host_keys"])
-        problem = name_problem(values["name"], "a node name")
-        if problem:
-            raise FleetError(path, loc.key("nodes", i, "name"), f"{where} 'name': {problem}")
-        if any(n.name == values["name"] for n in nodes):
-            raise FleetError(path, loc.key("nodes", i, "name"), f"{where}: node {values['name']!r} is declared twice")
-        nodes.append(Node(**values))
+        try:
+            nodes.append(_parse_node(i, raw, defaults, nodes, path, loc))
+        except FleetError as exc:
+            if mistakes is None:
+                raise
+            mistakes.append(exc)
     if not any(n.name == LOCAL for n in nodes):
         nodes.insert(0, Node(name=LOCAL, **{k: v for k, v in defaults.items()
                                             if k in ("home", "nvml", "interval", "hello_timeout_s",
                                                      "price_per_hour")}))
     return nodes
+
+
+def _parse_node(i: int, raw: Any, defaults: dict[str, Any], nodes: list[Node], path: str, loc: "_Locator") -> Node:
+    """One [[nodes]] table; ``nodes``: those read before it."""
+    where = f"[[nodes]] #{i + 1}"
+    values = {k: v for k, v in defaults.items() if k in _NODE_FIELDS}
+    for k, v in raw.items():
+        if k not in _NODE_FIELDS and k != "local":
+            raise FleetError(path, loc.key("nodes", i, k), unknown_key(where, k, [*_NODE_FIELDS, "local"]))
+        values[k] = v
+    if "name" not in values:
+        raise FleetError(path, loc.table("nodes", i), f"{where} needs a 'name'")
+    if _on_this_machine(raw, where, path, loc.key("nodes", i, "local")):
+        values["host"] = None
+    values.pop("local", None)
+    values.setdefault("host", None if values["name"] == LOCAL else values["name"])
+    for k, v in values.items():
+        line = loc.key("nodes", i, k) or loc.table("nodes", i)
+        check_type(path, line, f"{where} {k!r}", _NODE_FIELDS[k], v)
+        check_range(path, line, f"{where} {k!r}", k, v)
+    if "host_keys" in raw:  # (one from [defaults] was checked there)
+        check_host_keys(path, loc.key("nodes", i, "host_keys"), f"{where} 'host_keys'", raw["host_keys"])
+    problem = name_problem(values["name"], "a node name")
+    if problem:
+        raise FleetError(path, loc.key("nodes", i, "name"), f"{where} 'name': {problem}")
+    if any(n.name == values["name"] for n in nodes):
+        raise FleetError(path, loc.key("nodes", i, "name"), f"{where}: node {values['name']!r} is declared twice")
+    return Node(**values)
 
 
 def _on_this_machine(raw: dict[str, Any], where: str, path: str, line: Optional[int]) -> bool:
@@ -426,58 +470,72 @@ def _resolve_jumps(nodes: list[Node], tables: dict[str, int], jump_is_default: b
 
 def _parse_jobs(raw_jobs: Any, defaults: dict[str, Any], names: set[str], path: str,
                 loc: "_Locator", stall_s: Optional[float] = None, warnings: Optional[list[str]] = None,
-                clusters: tuple[str, ...] = ()) -> list[JobSpec]:
+                clusters: tuple[str, ...] = (), mistakes: Optional[list[FleetError]] = None) -> list[JobSpec]:
+    """The [[jobs]] tables. ``mistakes``: each table's first mistake is added there and the next
+    table read; without it the first is raised."""
     jobs: list[JobSpec] = []
     if not isinstance(raw_jobs, list):
         raise FleetError(path, loc.top("jobs"), "'jobs' must be an array of tables: [[jobs]]")
     for i, raw in enumerate(raw_jobs):
-        name = raw.get("name")
-        shown_name = (name if len(name) <= 40 else name[:39] + "…") if isinstance(name, str) else None
-        where = f"[[jobs]] #{i + 1}" + (f" ({shown_name!r})" if shown_name is not None else "")
-        kind = raw.get("kind", JobKind.COMMAND.value)
-        if not isinstance(kind, str) or kind not in KINDS:
-            hint = did_you_mean(kind, KINDS) if isinstance(kind, str) else ""
-            raise FleetError(path, loc.key("jobs", i, "kind"),
-                             f"{where} 'kind': expected one of {', '.join(KINDS)}, got {kind!r}{hint}")
-        values, options = _job_keys(raw, kind, where, path, functools.partial(loc.key, "jobs", i))
-        if isinstance(values.get("command"), str):  # runs with /bin/sh -c (agents/contract/jobs.shell_command)
-            try:
-                values["command"] = shell_command(values["command"])
-            except ValueError as exc:  # an unclosed quote
-                raise FleetError(path, loc.key("jobs", i, "command"), f"{where}: {exc}") from None
-        if "python" not in values and "python" in defaults and "python_env" not in values:
-            values["python"] = defaults["python"]
-        if "stall_after_s" not in values and stall_s is not None:  # [alerts] stall_s: every job's default
-            values["stall_after_s"] = max(1.0, float(stall_s))
-        kind_options = JobKind(kind).options_class
-        if kind_options is not None:  # the kind's own keys, read by its dataclass (agents/contract/kinds.py)
-            try:
-                values["options"] = kind_options.from_fleet(options, where, said=warnings,
-                                                            required=not values.get("command"))
-            except OptionError as exc:
-                raise FleetError(path, loc.key("jobs", i, exc.key) if exc.key else loc.table("jobs", i),
-                                 str(exc)) from None
-        if "name" not in values:
-            raise FleetError(path, loc.table("jobs", i), f"{where} needs a 'name'")
-        try:  # the one reader of a job's own fields, the node's as well
-            spec = JobSpec(**values)
-        except SpecError as exc:  # at the key's line where it names one
-            if exc.key is not None:
-                raise FleetError(path, loc.key("jobs", i, exc.key), f"{where} {exc.said}") from None
-            raise FleetError(path, loc.table("jobs", i), f"{where}: {exc}") from None
-        if spec.cluster is not None and spec.cluster not in clusters:
-            raise FleetError(path, loc.key("jobs", i, "cluster"),
-                             f"{where} 'cluster': {hint_unknown_cluster(spec.cluster, clusters)}")
-        if spec.node is not None and spec.node not in names:
-            raise FleetError(path, loc.key("jobs", i, "node"),
-                             f"{where} 'node': no node named {spec.node!r}; declared: {', '.join(sorted(names))}")
-        if any(j.name == spec.name for j in jobs):
-            raise FleetError(path, loc.key("jobs", i, "name"), f"{where}: job {spec.name!r} is declared twice")
-        jobs.append(spec)
-        if warnings is not None and jobs[-1].deadline is not None:
-            warnings.extend(f"{path}:{loc.key('jobs', i, 'deadline')}: {where} 'deadline': {w}"
-                            for w in deadline_warnings(raw.get("deadline"), jobs[-1].deadline_t))
+        try:
+            jobs.append(_parse_job(raw, i, jobs, defaults, names, path, loc, stall_s, warnings, clusters))
+        except FleetError as exc:  # said with the others; the next table is read
+            if mistakes is None:
+                raise
+            mistakes.append(exc)
     return jobs
+
+
+def _parse_job(raw: Any, i: int, jobs: list[JobSpec], defaults: dict[str, Any], names: set[str], path: str,
+               loc: "_Locator", stall_s: Optional[float], warnings: Optional[list[str]],
+               clusters: tuple[str, ...]) -> JobSpec:
+    """One [[jobs]] table (the ``i``-th), read by the one reader of a job's fields, JobSpec."""
+    name = raw.get("name")
+    shown_name = (name if len(name) <= 40 else name[:39] + "…") if isinstance(name, str) else None
+    where = f"[[jobs]] #{i + 1}" + (f" ({shown_name!r})" if shown_name is not None else "")
+    kind = raw.get("kind", JobKind.COMMAND.value)
+    if not isinstance(kind, str) or kind not in KINDS:
+        hint = did_you_mean(kind, KINDS) if isinstance(kind, str) else ""
+        raise FleetError(path, loc.key("jobs", i, "kind"),
+                         f"{where} 'kind': expected one of {', '.join(KINDS)}, got {kind!r}{hint}")
+    values, options = _job_keys(raw, kind, where, path, functools.partial(loc.key, "jobs", i))
+    if isinstance(values.get("command"), str):  # runs with /bin/sh -c (agents/contract/jobs.shell_command)
+        try:
+            values["command"] = shell_command(values["command"])
+        except ValueError as exc:  # an unclosed quote
+            raise FleetError(path, loc.key("jobs", i, "command"), f"{where}: {exc}") from None
+    if "python" not in values and "python" in defaults and "python_env" not in values:
+        values["python"] = defaults["python"]
+    if "stall_after_s" not in values and stall_s is not None:  # [alerts] stall_s: every job's default
+        values["stall_after_s"] = max(1.0, float(stall_s))
+    kind_options = JobKind(kind).options_class
+    if kind_options is not None:  # the kind's own keys, read by its dataclass (agents/contract/kinds.py)
+        try:
+            values["options"] = kind_options.from_fleet(options, where, said=warnings,
+                                                        required=not values.get("command"))
+        except OptionError as exc:
+            raise FleetError(path, loc.key("jobs", i, exc.key) if exc.key else loc.table("jobs", i),
+                             str(exc)) from None
+    if "name" not in values:
+        raise FleetError(path, loc.table("jobs", i), f"{where} needs a 'name'")
+    try:  # the one reader of a job's own fields, the node's as well
+        spec = JobSpec(**values)
+    except SpecError as exc:  # at the key's line where it names one
+        if exc.key is not None:
+            raise FleetError(path, loc.key("jobs", i, exc.key), f"{where} {exc.said}") from None
+        raise FleetError(path, loc.table("jobs", i), f"{where}: {exc}") from None
+    if spec.cluster is not None and spec.cluster not in clusters:
+        raise FleetError(path, loc.key("jobs", i, "cluster"),
+                         f"{where} 'cluster': {hint_unknown_cluster(spec.cluster, clusters)}")
+    if spec.node is not None and spec.node not in names:
+        raise FleetError(path, loc.key("jobs", i, "node"),
+                         f"{where} 'node': no node named {spec.node!r}; declared: {', '.join(sorted(names))}")
+    if any(j.name == spec.name for j in jobs):
+        raise FleetError(path, loc.key("jobs", i, "name"), f"{where}: job {spec.name!r} is declared twice")
+    if warnings is not None and spec.deadline is not None:
+        warnings.extend(f"{path}:{loc.key('jobs', i, 'deadline')}: {where} 'deadline': {w}"
+                        for w in deadline_warnings(raw.get("deadline"), spec.deadline_t))
+    return spec
 
 
 def _job_keys(raw: dict[str, Any], kind: str, where: str, path: str,

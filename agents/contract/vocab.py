@@ -33,9 +33,12 @@ _ALIVE = frozenset({JobState.STARTING, JobState.RUNNING, JobState.STOPPING})
 
 class ShownState(str, enum.Enum):
     """What the console shows in a job's state column: its :class:`JobState`, or ``ready`` for
-    an engine job whose server answers, or ``unknown`` for a job on a node that cannot be read."""
+    an engine job whose server answers, or ``unknown`` for a job on a node that cannot be read.
+    A job never launched (JobState ``pending``) is ``not_started``, and a cluster task that waits
+    in Slurm's queue ``queued``: "pending" said both, and a newcomer read it as about to start."""
 
-    PENDING = "pending"
+    NOT_STARTED = "not_started"
+    QUEUED = "queued"  # a cluster task Slurm holds in its queue (its JobState is pending)
     STARTING = "starting"
     RUNNING = "running"
     STOPPING = "stopping"
@@ -56,9 +59,22 @@ class ShownState(str, enum.Enum):
     def of(cls, state: JobState) -> "ShownState":
         return cls(state.value)
 
+    @classmethod
+    def _missing_(cls, value: object) -> "ShownState | None":
+        return cls.NOT_STARTED if value == JobState.PENDING.value else None  # JobState's spelling
+
+    @property
+    def text(self) -> str:
+        """As the console and `status` write it: ``not started``, ``queued``, ``running`` (a queued
+        task's row says "queued by Slurm" among its flags)."""
+        return _SHOWN_TEXT.get(self, self.value)
+
     @property
     def alive(self) -> bool:
         return self in (ShownState.STARTING, ShownState.RUNNING, ShownState.STOPPING, ShownState.READY)
+
+
+_SHOWN_TEXT = {ShownState.NOT_STARTED: "not started"}
 
 
 class NodeState(str, enum.Enum):

@@ -70,7 +70,7 @@ class Checks:
         now_true += self.disks.conditions(now, host, limits.disk_fill_s, limits.disk_trend_s)
         now_true += self._idle(now, gpus, jobs, limits)
         now_true += self._deadlines(now, jobs, specs)
-        now_true += _plan_drift(jobs, limits)
+        now_true += _plan_drift(now, jobs, limits)
         now_true += s3_backlog(now, jobs, limits) + servers_resting(now, jobs, limits) + quality(jobs, limits)
         now_true += self._idle_paid(now, gpus, jobs, limits, price_per_hour)
         once: list[Condition] = []
@@ -199,13 +199,32 @@ class Checks:
         return out
 
 
-def _plan_drift(jobs: list[JobStatus], limits: AlertThresholds) -> list[Condition]:
+PLAN_WARMUP_S = 300.0  # an attempt's first minutes (at most) are its warm-up: no drift is judged
+PLAN_WARMUP_SHARE = 0.1  # ... nor more than this share of the planned wall time (a plan of minutes)
+
+
+def plan_warming_up(j: JobStatus, now: float) -> bool:
+    """The job's projection is not yet its pace: it is getting ready (its servers loading, its
+    model staging), or its attempt began less than PLAN_WARMUP_S ago (at most a tenth of its
+    plan): a rate over its first window still holds the ramp from nothing, and a loaded
+    machine's slow start (the demo's engines warming up) made a drift alarm of it."""
+    if getting_ready(j):
+        return True
+    planned = j.plan.planned_wall_s if j.plan is not None else None
+    if j.started_at is None or planned is None:
+        return False
+    return now - j.started_at < min(PLAN_WARMUP_S, PLAN_WARMUP_SHARE * planned)
+
+
+def _plan_drift(now: float, jobs: list[JobStatus], limits: AlertThresholds) -> list[Condition]:
     """A live job heading for a wall time more than ``plan_drift_pct`` over its plan.json; it
-    clears once back within. A job ahead of its plan raises nothing (``over_plan``)."""
+    clears once back within. A job ahead of its plan raises nothing (``over_plan``), nor one
+    in its warm-up (:func:`plan_warming_up`)."""
     out = []
     for j in jobs:
         p = j.plan
-        if not j.state.alive or p is None or not over_plan(p.drift_pct, limits.plan_drift_pct):
+        if not j.state.alive or p is None or not over_plan(p.drift_pct, limits.plan_drift_pct) \
+                or plan_warming_up(j, now):
             continue
         out.append(Condition(f"plan_drift:{j.name}", EventKind.PLAN_DRIFT,
                              f"job {j.name}: {drift_text(p.planned_wall_s, p.projected_wall_s)}, more than "

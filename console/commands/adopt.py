@@ -89,6 +89,7 @@ async def _adopt(args) -> int:
         gpus = f"GPU {', '.join(map(str, r.gpus))}" if r.gpus else "no GPU"
         print(f"adopted pid {r.pid} on {args.node} as job {r.job} ({gpus}, "
               f"{'process group ' + str(r.pgid) if r.pgid else 'its process tree'}); cwd {r.cwd}")
+        print(f"  logs:     gpudeck logs {r.job}  (its node is found; --node {args.node} says it)")
         print(f"  kill:     gpudeck kill {r.job} --node {args.node}")
         print(f"  relaunch: gpudeck relaunch {r.job} --node {args.node}  (the same command, directory and "
               f"environment, contained)")

@@ -46,8 +46,8 @@ def register(sub) -> None:
 
     p = sub.add_parser("logs", help="a job's log")
     fleet_arg(p)
-    p.add_argument("job", help="the job's name in the fleet file")
-    p.add_argument("--node", help=NODE_HELP)
+    p.add_argument("job", help="the job's name in the fleet file, or a job adopted on a node (`gpudeck adopt`)")
+    p.add_argument("--node", help="the job's node; for an adopted job, found by asking each node when not given")
     p.add_argument("-n", "--lines", type=_count, default=50, help="how many lines from the end (default 50)")
     p.add_argument("--follow", action="store_true", help="keep printing what the job writes, until ctrl-c")
     p.set_defaults(run=_logs)
@@ -79,18 +79,49 @@ def _count(text: str) -> int:
     return int(text)
 
 
-def _client(args, reading: bool = False):
+def _client(args, reading: bool = False, undeclared: bool = False):
     """A client of the fleet, once the job is known to it (an unknown job: UnknownName with the
     fleet's jobs, before any connection). ``reading``: a look (logs), which another fleet's
-    ownership of the job never refuses."""
+    ownership of the job never refuses. ``undeclared``: a job the file lacks is looked for on
+    the nodes (:func:`_adopted_on`) rather than refused."""
     from ...remote.client import FleetClient
 
     fleet = load_fleet(args.fleet, getattr(args, "take_over", False))
     if getattr(args, "node", None):
         fleet.node(args.node)  # an unknown node: UnknownName naming the fleet's nodes
-    else:
+    elif not undeclared or any(j.name == args.job for j in fleet.jobs):
         fleet.job(args.job)
     return FleetClient(fleet, reading=reading)
+
+
+async def _adopted_on(client, job: str) -> str:
+    """The node of ``job``, a job the fleet file does not declare (one made with `gpudeck adopt`):
+    every node of the fleet is asked, as a look; UnknownName when none or several run it, with
+    the ``--node`` form."""
+    from ...agents.contract.errors import UnknownName
+    from ...remote.client import AgentError
+
+    fleet = client.fleet
+    await client.connect_all(list(fleet.nodes))
+    found = []
+    for name, link in sorted(client.links.items()):
+        try:
+            snap = await link.next_snapshot(link.configured_seq, 10.0)
+        except AgentError:
+            continue
+        if any(j.name == job for j in snap.jobs):
+            found.append(name)
+    if len(found) == 1:
+        return found[0]
+    where = fleet.path or "the local fleet"
+    if found:
+        raise UnknownName(f"job {job!r} is not in the fleet file and runs on {', '.join(found)}", where,
+                          f"give its node: gpudeck logs {job} --node NODE")
+    unasked = sorted(set(client.errors) | set(client.refused))
+    known = ", ".join(j.name for j in fleet.jobs) or "none"
+    raise UnknownName(f"unknown job {job!r}", where,
+                      f"its jobs: {known}; no node " + (f"that answered (not {', '.join(unasked)}) " if unasked else "")
+                      + f"runs a job of that name either; a job adopted on a node: gpudeck logs {job} --node NODE")
 
 
 def _told(client) -> None:
@@ -171,8 +202,10 @@ async def _kill(args) -> int:
 
 
 async def _logs(args) -> int:
-    client = _client(args, reading=True)
+    client = _client(args, reading=True, undeclared=True)
     try:
+        if _node(args) is None and not any(j.name == args.job for j in client.fleet.jobs):
+            args.node = await _adopted_on(client, args.job)  # an adopted job: its node, found
         r = await client.request(ops.Logs(job=args.job, lines=args.lines), node=_node(args))
         sys.stdout.write(r.text)
         sys.stdout.flush()

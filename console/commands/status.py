@@ -6,7 +6,7 @@ import json
 import time
 
 from ...agents.contract.jobs import JobKind
-from ...agents.contract.vocab import JobState
+from ...agents.contract.vocab import JobState, ShownState
 from ...agents.contract.documents import drift_text
 from .common import (EXIT_OK, EXIT_OWNED_ELSEWHERE, EXIT_UNREACHABLE, EXIT_USAGE, err, exit_codes, fleet_arg,
                      load_fleet)
@@ -171,25 +171,27 @@ def _job_lines(state) -> list[str]:
     from ..formatting import human_duration
     from ..state import job_tokens_per_s
 
-    from ..state import collapse_pending
+    from ..state import collapse_pending, shown_state
     from ...agents.contract.staging import staging_text
 
     jobs = collapse_pending(state.jobs())
     if not jobs:
         return []
     costs, job_costs = state.costs()
-    lines = [f"{'JOB':<20} {'NODE':<12} {'KIND':<14} {'STATE':<9} {'GPUS':<6} {'ATT':>3} "
+    lines = [f"{'JOB':<20} {'NODE':<12} {'KIND':<14} {'STATE':<11} {'GPUS':<6} {'ATT':>3} "
              f"{'DONE':>16} {'TOK/S':>9} {'ETA':>8}"]
     for node, j in jobs:
         p = j.progress
         done = f"{p.done}/{p.total}" if p and p.total is not None else (str(p.done) if p else "-")
         tps = job_tokens_per_s(j)
-        lines.append(f"{j.name:<20} {node:<12} {j.kind:<14} {j.state:<9} "
+        lines.append(f"{j.name:<20} {node:<12} {j.kind:<14} {shown_state(j).text:<11} "
                      f"{','.join(map(str, j.gpus)) or '-':<6} {j.attempt:>3} {done:>16} "
                      f"{(f'{tps:.0f}' if tps is not None else '-'):>9} "
                      f"{human_duration(p.eta_s if p and tps is not None else None):>8}")
         if tps is None and p is not None and p.last_tokens_per_s is not None:
             lines.append(f"  last {p.last_tokens_per_s:.0f} tok/s at {_clock(p.last_rate_at)}")
+        if j.waiting:  # its `after`, whole: what it waits for, or why it is blocked (the TUI's FLAGS)
+            lines.append(f"  {j.waiting}")
         if not state.fleet.owns(j.fleet):
             from ...agents.contract.ownership import owner_text
             lines.append(f"  owned by {owner_text(j.fleet)}, not by this fleet file")
@@ -244,6 +246,8 @@ def _startup_lines(j, now: float) -> list[str]:
 
 def _task_lines(j) -> list[str]:
     """What the scheduler says of a cluster job's task: why it waits, what the wrapper saw."""
+    from ..state import shown_state
+
     t = j.task
     out = []
     where = f"Slurm {t.array_id}_{t.index}" if t.array_id else "Slurm"
@@ -255,6 +259,8 @@ def _task_lines(j) -> list[str]:
         where += f", requeued {t.restarts}x"
     if t.source == "attempts":
         where = "left Slurm's queue; from the wrapper's record"
+    elif shown_state(j) is ShownState.QUEUED:  # the task waits in Slurm's queue
+        where = f"queued by Slurm: {where}"
     out.append(f"  {where}" + (f" ({t.note})" if t.note else ""))
     return out
 

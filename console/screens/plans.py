@@ -1,5 +1,5 @@
 """PlansScreen: `p`, the fleet file's [[plans]] side by side, as `gpudeck plan compare -f FLEET`
-prints them (the same table, from ``commands.plan.compare_plans``): days with their interval,
+prints them (the same table, from ``commands.plan.compare_plans``): the time with its interval,
 dollars in all, per million output tokens and per useful completion, projected bytes; the
 cheaper and the faster fleet. With fewer than two plans, or plans that cannot be compared,
 it says why and what to declare.

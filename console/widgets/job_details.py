@@ -108,7 +108,7 @@ class JobDetails(Widget):
         state_style = {"ok": "job-details--ok", "warn": "job-details--warn", "bad": "job-details--bad"}.get(
             STATE_STYLE.get(j.state, "muted"), "job-details--muted")
         head = Text()
-        head.append(j.state.value, st(state_style))
+        head.append(j.state.text, st(state_style))
         head.append(f"  {j.kind} on {j.node}  ·  attempt {j.attempt}")
         if j.pid is not None:
             head.append(f"  ·  pid {j.pid}" + (f" ({len(d.pids)} processes)" if len(d.pids) > 1 else ""))

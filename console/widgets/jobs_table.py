@@ -23,7 +23,7 @@ SPARK = 12
 STATE_STYLE = {ShownState.RUNNING: "ok", ShownState.READY: "ok", ShownState.STARTING: "warn",
                ShownState.STOPPING: "warn", ShownState.FAILED: "bad", ShownState.LOST: "bad", ShownState.BLOCKED: "bad",
                ShownState.KILLED: "muted", ShownState.CANCELLED: "muted", ShownState.FENCED: "muted",
-               ShownState.EXITED: "muted", ShownState.PENDING: "muted",
+               ShownState.EXITED: "muted", ShownState.NOT_STARTED: "muted", ShownState.QUEUED: "muted",
                ShownState.UNKNOWN: "muted"}
 
 
@@ -40,7 +40,7 @@ class JobsTable(LiveTable[JobRow]):
         Column("JOB", 14),
         Column("NODE", 8, drop=5),  # before GPUS: at 80 columns a long name leaves a job its GPUs
         Column("KIND", 6, drop=7),
-        Column("STATE", 10),
+        Column("STATE", 10),  # wider where a row needs it ("not started": show)
         Column("GPUS", 4, drop=4),
         Column("ATT", 3, "right", drop=6),  # the attempt: 1 for the first launch
         Column("TOK/S", 7, "right"),
@@ -62,7 +62,7 @@ class JobsTable(LiveTable[JobRow]):
     def render_cells(self, j: JobRow) -> Sequence[Cell]:
         st = self.style
         failed = j.state == ShownState.FAILED and j.exit_code is not None
-        state_text = f"{j.state.value} {j.exit_code}" if failed else j.state.value
+        state_text = f"{j.state.text} {j.exit_code}" if failed else j.state.text
         state = ((state_text, st(STATE_STYLE.get(j.state, "muted"))),)
         gpus = partial(cells.gpu_list, j.gpus)  # 0,1 / 0-7 / ×8: as the column's width allows
         spark = ((cells.sparkline(j.spark[-SPARK:]), st("spark")),)
@@ -127,6 +127,10 @@ class JobsTable(LiveTable[JobRow]):
         """The rows; the JOB column as wide as the longest name (up to ``NAME_MOST``): a name is whole."""
         longest = max((cell_len(r.name) for r in rows), default=0)
         self.widen("JOB", max(self.COLUMNS[0].width, min(NAME_MOST, longest)))
+        # and STATE as its longest state ("not started", "failed 137"): a state is whole
+        states = max((cell_len(r.state.text) + (len(f" {r.exit_code}") if r.state == ShownState.FAILED and
+                                                  r.exit_code is not None else 0) for r in rows), default=0)
+        self.widen("STATE", max(self.COLUMNS[3].width, states))
         super().show(rows)
 
     def row_style(self, row: JobRow) -> Optional[Style]:

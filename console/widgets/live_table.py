@@ -312,7 +312,7 @@ class LiveTable(ScrollView, Generic[RowT], can_focus=True):
 
     def widen(self, label: str, width: int) -> None:
         """Lay the column ``label`` out ``width`` wide (a job's name whole): the lines are drawn again."""
-        columns = tuple(dataclasses.replace(c, width=width) if c.label == label else c for c in self.COLUMNS)
+        columns = tuple(dataclasses.replace(c, width=width) if c.label == label else c for c in self.columns)
         if columns != self.columns:
             self.columns, self._widths, self._header = columns, None, None
             self._lines.clear()

@@ -360,7 +360,7 @@ async def test_the_console_moves_a_lost_nodes_job_to_the_spare_and_its_row_says_
     app.animation_level = "none"
     try:
         async with app.run_test(size=(240, 50), notifications=True) as pilot:
-            await wait_until(pilot, lambda: (r := row_on(app, name, "node1")) and r.state == "pending", 120,
+            await wait_until(pilot, lambda: (r := row_on(app, name, "node1")) and r.state == "not_started", 120,
                              what="the job declared on node1")
             app.run_job_action("launch", name, quiet=True)
             await wait_until(pilot, lambda: row_on(app, name, "node1").state == "running", 120,
@@ -459,7 +459,7 @@ async def test_m_moves_the_selected_job_to_the_spare_after_asking(netns, tmp_pat
     app.animation_level = "none"
     try:
         async with app.run_test(size=(240, 50), notifications=True) as pilot:
-            await wait_until(pilot, lambda: (r := row_on(app, name, "node1")) and r.state == "pending", 120,
+            await wait_until(pilot, lambda: (r := row_on(app, name, "node1")) and r.state == "not_started", 120,
                              what="the job declared on node1")
             app.run_job_action("launch", name, quiet=True)
             await wait_until(pilot, lambda: row_on(app, name, "node1").state == "running", 120,

@@ -120,7 +120,7 @@ def test_the_readme_quickstart_word_for_word_on_freshly_deployed_nodes(two_nodes
     assert "env sglang: unchanged" in laptop.gpudeck("gpudeck deploy -f fleet.toml gpu1").stdout
     # 4. status: both nodes, the jobs not started
     r = laptop.gpudeck("gpudeck status -f fleet.toml")
-    for word in ("gpu1", "gpu2", "sglang-0", "gen", "pending"):
+    for word in ("gpu1", "gpu2", "sglang-0", "gen", "not started"):
         assert word in r.stdout, r.stdout
     # 5. the console, in a real terminal: `2` for jobs, `L` to launch sglang-0 (it asks first)
     tmux = Tmux(f"gpudeck-quickstart-{os.getpid()}", "up")

@@ -13,6 +13,7 @@ import asyncio
 import getpass
 import json
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -115,8 +116,8 @@ def test_status_shows_running_tasks_with_their_idx_and_pending_ones_with_the_rea
     fleet = cluster_fleet(tmp_path, cluster, holder_job(tmp_path), name="st")
     r = gpudeck("launch", "-f", str(fleet), "extract")
     assert "extract" in r.stdout
-    got = wait_states(fleet, {"extract/0": "running", "extract/1": "running", "extract/2": "pending",
-                              "extract/3": "pending"})
+    got = wait_states(fleet, {"extract/0": "running", "extract/1": "running", "extract/2": "queued",
+                              "extract/3": "queued"})
     for name in ("extract/0", "extract/1"):
         t = got[name]["task"]
         assert got[name]["gpus"] == idx_of(cluster, t["job_id"]) != []
@@ -251,12 +252,12 @@ def test_usr1_before_the_time_limit_requeues_the_task_and_the_console_says_why(c
     def requeued() -> bool:
         last.update(tasks(fleet)["extract/2"])
         t = last["task"]  # pending (Slurm's BeginTime), or already its next attempt on a slow machine
-        return bool(t and t["note"] and "SIGUSR1" in t["note"] and (last["state"] == "pending" or
+        return bool(t and t["note"] and "SIGUSR1" in t["note"] and (last["state"] == "queued" or
                                                                      last["attempt"] >= 2))
 
     wait_for(requeued, 180, "extract/2 requeued itself",
              detail=lambda: f"{last}\nattempts:\n{attempts.read_text()}")
-    if last["state"] == "pending":  # Slurm's own wait after a requeue (BeginTime); once it is over and before the
+    if last["state"] == "queued":  # Slurm's own wait after a requeue (BeginTime); once it is over and before the
         # scheduler's next pass, squeue says no reason at all ("None"), which a busy machine can catch
         assert last["task"]["reason"] in ("BeginTime", None), last
     text = gpudeck("status", "-f", str(fleet)).stdout
@@ -323,7 +324,7 @@ def test_a_killed_array_reads_cancelled_for_what_never_ran_even_after_slurm_forg
     array = got["arr/0"]["task"]["array_id"]
     assert f"launched arr: Slurm job {array}," in launched and "pid" not in launched, launched
     cluster.run("scontrol", "requeue", f"{array}_0")  # pending again: Slurm holds it until its BeginTime
-    wait_states(fleet, {"arr/0": "pending", "arr/1": "running", "arr/2": "running"})
+    wait_states(fleet, {"arr/0": "queued", "arr/1": "running", "arr/2": "running"})
     r = gpudeck("kill", "-f", str(fleet), "arr", check=False)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "had already ended" not in r.stdout and "cancelled before they ran" in r.stdout, r.stdout
@@ -334,7 +335,7 @@ def test_a_killed_array_reads_cancelled_for_what_never_ran_even_after_slurm_forg
     assert now["arr/0"]["task"]["reason"] is None
     assert now["arr/4"]["last_kill"]["state"] == "cancelled" and now["arr/4"]["last_kill"]["ok"] is True
     text = gpudeck("status", "-f", str(fleet)).stdout
-    assert "pending" not in text, text
+    assert "pending" not in text and not re.search(r"\bqueued\b", text), text  # "requeued" may be said
     later: dict = {}
 
     def forgotten() -> bool:
@@ -346,7 +347,8 @@ def test_a_killed_array_reads_cancelled_for_what_never_ran_even_after_slurm_forg
     assert {n: later[n]["state"] for n in want} == want, {n: (later[n]["state"], later[n]["task"]) for n in want}
     for n in ("arr/0", "arr/3", "arr/5"):
         assert later[n]["ended_at"] is not None and "before it ran" in later[n]["task"]["note"], later[n]
-    assert "pending" not in gpudeck("status", "-f", str(fleet)).stdout
+    text = gpudeck("status", "-f", str(fleet)).stdout
+    assert "pending" not in text and not re.search(r"\bqueued\b", text), text
 
 
 @pytest.mark.system
@@ -358,11 +360,11 @@ def test_a_waiting_task_cancelled_by_hand_reads_cancelled_even_after_slurm_forge
     cluster = make_slurm_cluster(min_job_age=3)
     fleet = cluster_fleet(tmp_path, cluster, holder_job(tmp_path, "arr", shards=4, max_running=1), name="hx")
     gpudeck("launch", "-f", str(fleet), "arr")
-    got = wait_states(fleet, {"arr/0": "running", "arr/1": "pending", "arr/2": "pending", "arr/3": "pending"})
+    got = wait_states(fleet, {"arr/0": "running", "arr/1": "queued", "arr/2": "queued", "arr/3": "queued"})
     array = got["arr/0"]["task"]["array_id"]
     before = time.time()
     cluster.run("scancel", f"{array}_2")  # by hand: gpudeck has no verdict of it
-    got = wait_states(fleet, {"arr/0": "running", "arr/1": "pending", "arr/2": "cancelled", "arr/3": "pending"})
+    got = wait_states(fleet, {"arr/0": "running", "arr/1": "queued", "arr/2": "cancelled", "arr/3": "queued"})
     t = got["arr/2"]
     assert t["last_kill"] is None and t["task"]["source"] == "kept", t
     assert "before it ran" in t["task"]["note"] and "outside gpudeck" in t["task"]["note"], t["task"]
@@ -390,12 +392,12 @@ def test_naming_the_fleet_keeps_its_submitted_tasks_found_and_killable(cluster, 
     for the running tasks' wrappers."""
     fleet = cluster_fleet(tmp_path, cluster, holder_job(tmp_path, "arr", shards=2, max_running=1), name="fx")
     gpudeck("launch", "-f", str(fleet), "arr")
-    got = wait_states(fleet, {"arr/0": "running", "arr/1": "pending"})
+    got = wait_states(fleet, {"arr/0": "running", "arr/1": "queued"})
     array = got["arr/0"]["task"]["array_id"]
     runs = tmp_path / "shared" / "runs"
     assert (runs / "fx" / "arr").is_dir()
     fleet.write_text('[fleet]\nname = "renamed"\n' + fleet.read_text())
-    got = wait_states(fleet, {"arr/0": "running", "arr/1": "pending"}, timeout=60)
+    got = wait_states(fleet, {"arr/0": "running", "arr/1": "queued"}, timeout=60)
     assert {got[n]["task"]["array_id"] for n in ("arr/0", "arr/1")} == {array}, got
     assert got["arr/0"]["attempt"] == 1 and got["arr/0"]["task"]["source"] == "squeue", got["arr/0"]
     assert (runs / "renamed" / "arr" / "attempts" / "0.jsonl").is_file() and (runs / "fx").is_symlink()
@@ -524,7 +526,7 @@ def test_256_tasks_read_as_a_few_lines(cluster, tmp_path):
     fleet = cluster_fleet(tmp_path, cluster, holder_job(tmp_path, shards=256, max_running=4, gpus=0,
                                                               task_args="--sleep 3600"), name="sc")
     gpudeck("launch", "-f", str(fleet), "extract")
-    got = wait_states(fleet, {"extract/0": "running", "extract/255": "pending"})
+    got = wait_states(fleet, {"extract/0": "running", "extract/255": "queued"})
     assert len([n for n in got if n.startswith("extract/")]) == 256
     assert status(fleet)["nodes"][0]["cluster"]["poll_ms"] is not None
     text = gpudeck("status", "-f", str(fleet)).stdout
@@ -612,6 +614,8 @@ async def test_the_console_shows_a_clusters_tasks_and_folds_the_pending_ones(clu
                              what="extract/0 running in the console", timeout=180)
             await wait_until(pilot, lambda: "extract/[2-7]" in screen_text(app), what="the pending range folded",
                              timeout=180)
+            folded = job_row(app, "extract/[2-7]")  # Slurm holds them: "queued", never "pending" nor "not started"
+            assert folded.state == "queued" and folded.flags[0].startswith("queued by Slurm"), folded
             await _folded_row_opens_its_first_task_and_kills_say_scancel(app, pilot)
             await pilot.press("1")
             await wait_until(pilot, lambda: f"GPU0 {cluster.node}" in screen_text(app)

@@ -1,7 +1,8 @@
 """The keys k9s, htop and vim hands press, typed in a real terminal (tmux) into `gpudeck up` on
 a fleet of this machine's command jobs: `:` then text triggers no key, `:q` and F10 quit, `k`
-moves and ctrl-k asks to kill, shift and a column's letter sorts by it, and enter or `d` on an
-alert shows its whole reason and when it began. The screen is read back with capture-pane."""
+moves and ctrl-k asks to kill, shift and a column's letter sorts by it, enter or `d` on an
+alert shows its whole reason and when it began, and an edit of the fleet file adds a node's rows
+to the open console. The screen is read back with capture-pane."""
 
 from __future__ import annotations
 
@@ -67,15 +68,17 @@ def running(tmp_path, home, fleet: str, job: str) -> None:
 
 @pytest.fixture
 def two_jobs(tmp_path, home):
-    """alpha, never launched (pending), and zeta, running: by name alpha is first, by state zeta."""
+    """alpha, never launched (not started), and zeta, running: by name alpha is first, by state zeta."""
     fleet = fleet_of(tmp_path, home, {"alpha": "sleep 600", "zeta": "sleep 600"})
     running(tmp_path, home, fleet, "zeta")
     return fleet
 
 
 def drawn(tmux: Tmux) -> str:
-    return tmux.wait(lambda s: "JOB▲" in s and len(rows(s, ("alpha", "zeta"))) == 2 and " running " in s and s,
-                     "the jobs table with alpha and zeta", timeout=60)
+    # alpha, never launched, reads "not started" whole (it read "pending")
+    return tmux.wait(lambda s: "JOB▲" in s and len(rows(s, ("alpha", "zeta"))) == 2 and " running " in s
+                     and any(ln.startswith("alpha ") and " not started " in ln for ln in s.splitlines()) and s,
+                     "the jobs table with alpha (not started) and zeta", timeout=60)
 
 
 def test_colon_then_text_triggers_no_key(tmp_path, tmux, two_jobs):
@@ -168,3 +171,49 @@ def test_enter_or_d_on_an_alert_shows_its_whole_reason_and_when_it_began(tmp_pat
     screen = tmux.wait(lambda s: "alert job_died on local" in s and s, "the alert described")
     assert reason in " ".join(screen.split()), screen
     assert re.search(rf"began +\d{{4}}-\d\d-\d\d {since} \(", screen), screen
+
+
+def node(name: str, home) -> str:
+    return f'[[nodes]]\nname = "{name}"\nlocal = true\nhome = {json.dumps(str(home))}\n'
+
+
+def job(name: str, on: str) -> str:
+    return f'[[jobs]]\nname = "{name}"\nkind = "command"\nnode = "{on}"\ncommand = ["sleep", "600"]\n'
+
+
+@pytest.fixture
+def homes(tmp_path):
+    """Two nodes of this machine, each its own home (the second a node the file gains)."""
+    a, b = tmp_path / "home-a", tmp_path / "home-b"
+    yield a, b
+    reap(a)
+    reap(b)
+
+
+def test_an_edit_of_the_fleet_file_adds_a_nodes_rows_to_an_open_console(tmp_path, homes, tmux):
+    home_a, home_b = homes
+    head = "[defaults]\nnvml = false\ninterval = 0.2\n\n"
+    fleet = tmp_path / "fleet.toml"
+    fleet.write_text(head + node("node-a", home_a) + "\n" + job("alpha", "node-a"))
+    start(tmux, tmp_path, str(fleet), view="jobs")
+    tmux.wait(lambda s: "alpha" in s and "node-a" in s, "the jobs table with node-a's alpha")
+    assert "beta" not in tmux.screen()
+
+    # the operator adds a node and its job in another terminal; vim-style: a new file renamed over
+    edited = tmp_path / "fleet.toml.new"
+    edited.write_text(head + node("node-a", home_a) + "\n" + node("node-b", home_b) + "\n" + job("alpha", "node-a")
+                      + "\n" + job("beta", "node-b"))
+    edited.replace(fleet)
+    said = tmux.wait(lambda s: "fleet file reloaded" in s and s, "the reload said", timeout=30)
+    assert "node node-b added" in " ".join(said.split()), said
+    # node-b's agent answered (both nodes up): its job's row reads what the node says, not "unknown"
+    screen = tmux.wait(lambda s: "nodes 2/2" in s and any(ln.split()[:3] == ["beta", "node-b", "cmd"] and
+                                                          "unknown" not in ln for ln in s.splitlines()) and s,
+                       "node-b's job beta, as node-b's agent says")
+    assert (home_b / "agent.sock").exists(), screen
+
+    # an edit that does not parse: an error line with the file and the line; the last good version stays
+    fleet.write_text(fleet.read_text() + '\n[[jobs]]\nname = "gamma"\nkind = "command"\ncomand = ["true"]\n')
+    said = tmux.wait(lambda s: "fleet file not reloaded" in s and s, "the mistake said", timeout=30)
+    assert re.search(r"fleet\.toml:\d+: \[\[jobs\]\] #3 \('gamma'\) has no key 'comand'", " ".join(said.split())), said
+    assert "beta" in said and "gamma" not in [ln.split()[0] for ln in said.splitlines() if ln.split()]

@@ -152,3 +152,16 @@ def test_the_watcher_is_neither_adopted_nor_killed(tmp_path, fleet, home):
         assert watcher_pid(home) == watcher and not (home / "jobs" / "watcher").exists()
     finally:
         stop_watch(home)
+
+
+def test_logs_of_an_adopted_job_finds_its_node_and_an_unknown_name_shows_the_node_form(fleet, home, trees):
+    _, kid = trees("sleep")
+    r = cli(fleet, "adopt", "--pid", str(kid), "--as", "found")
+    assert r.returncode == 0 and "gpudeck logs found" in r.stdout, r.stdout + r.stderr
+    r = gpudeck_watch("logs", "-f", str(fleet), "found")  # no --node: the node that runs it is asked
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = gpudeck_watch("logs", "-f", str(fleet), "nowhere")
+    assert r.returncode == 2 and "unknown job 'nowhere'" in r.stderr, r.stdout + r.stderr
+    assert "gpudeck logs nowhere --node NODE" in r.stderr, r.stderr
+    r = cli(fleet, "kill", "found", "--grace", "5")
+    assert r.returncode == 0, r.stdout + r.stderr

@@ -108,7 +108,8 @@ FAKE_GENERATE = ("i=0; while true; do i=$((i+1)); "
 def test_status_shows_dollars_and_the_plan_against_the_projection(tmp_path, home):
     out = tmp_path / "out"
     out.mkdir()
-    (out / "plan.json").write_text(json.dumps({"projected_wall_s": 100_000 / 30, "written_at": 1.0}))
+    # a plan of 5m 33s: its warm-up (a tenth of it: 33 s) judges no drift (agents/watch/checks.py)
+    (out / "plan.json").write_text(json.dumps({"projected_wall_s": 100_000 / 300, "written_at": 1.0}))
     fleet = tmp_path / "fleet.toml"
     fleet.write_text(textwrap.dedent(f'''
         [defaults]
@@ -132,7 +133,7 @@ def test_status_shows_dollars_and_the_plan_against_the_projection(tmp_path, home
     def status():
         doc = json.loads(gpudeck("status", *f, "--json").stdout)
         return doc if any(a["kind"] == "plan_drift" for a in doc["alerts"]) else None
-    doc = wait_for(status, timeout=60, what="a plan_drift alert in `status --json`")
+    doc = wait_for(status, timeout=90, what="a plan_drift alert in `status --json`")
     (node,) = doc["nodes"]
     (job,) = doc["jobs"]
     assert node["price_per_hour"] == 36 and node["spent"] > 0 and node["to_finish"] > 0
@@ -143,13 +144,13 @@ def test_status_shows_dollars_and_the_plan_against_the_projection(tmp_path, home
     useful = job["useful"] / job["useful_of"]
     assert 0 < useful <= 0.9
     assert job["cost_per_useful_completion"] == pytest.approx(36 / (job["rate_per_s"] * 3600 * useful), rel=1e-4)
-    assert job["planned_wall_s"] == pytest.approx(3333.3, abs=0.1) and job["plan"] == str(out / "plan.json")
+    assert job["planned_wall_s"] == pytest.approx(333.3, abs=0.1) and job["plan"] == str(out / "plan.json")
     assert job["projected_wall_s"] > 2 * job["planned_wall_s"] and job["drift_pct"] > 100 and job["plan_error"] is None
     assert job["first_started_at"] is not None
     (alert,) = [a for a in doc["alerts"] if a["kind"] == "plan_drift"]
-    assert alert["job"] == "gen" and alert["message"].startswith("job gen: planned 55m 33s, now ")
+    assert alert["job"] == "gen" and alert["message"].startswith("job gen: planned 5m 33s, now ")
     plain = gpudeck("status", *f).stdout
-    assert ", $36/h: $" in plain and "  plan: planned 55m 33s, now " in plain
+    assert ", $36/h: $" in plain and "  plan: planned 5m 33s, now " in plain
     assert "  cost: $" in plain and " per M output tokens, $" in plain and "fleet: $" in plain
 
 

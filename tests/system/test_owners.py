@@ -66,7 +66,7 @@ def test_a_copy_of_the_fleet_file_reads_the_node_and_is_told_who_owns_its_jobs(t
     jobs = _jobs(doc)
     assert jobs["work"]["state"] == "running" and jobs["work"]["pids"]  # its true state, not "unknown"
     assert jobs["work"]["owner"] == _path_owner(a) and jobs["work"]["owned_elsewhere"] is True
-    assert jobs["idle"]["state"] == "pending" and jobs["idle"]["owner"] == _path_owner(a)
+    assert jobs["idle"]["state"] == "not_started" and jobs["idle"]["owner"] == _path_owner(a)
     assert not [al for al in doc["alerts"] if al["kind"] == "unreachable"]
 
     # every look reads the node: doctor, events, logs, history
@@ -93,7 +93,7 @@ def test_take_over_is_only_for_changes_and_says_what_it_took_from_whom(tmp_path,
     assert r.returncode == 2 and "--take-over" in r.stderr  # a look has no such option
     r = gpudeck("launch", "idle", "-f", str(b), check=False)  # a change: refused, exit 7, naming the owner
     assert r.returncode == EXIT_OWNED_ELSEWHERE and _path_owner(a) in r.stderr and "--take-over" in r.stderr
-    assert _jobs(_status(a))["idle"]["state"] == "pending"  # the refusal changed nothing
+    assert _jobs(_status(a))["idle"]["state"] == "not_started"  # the refusal changed nothing
 
     r = gpudeck("kill", "work", "--take-over", "-f", str(b))
     assert f"took job 'work' on node local from fleet file {_path_owner(a)}" in r.stdout

@@ -99,7 +99,7 @@ async def test_logs_view_tails_then_follows(tmp_path, fleet_home):
 async def test_alerts_view_shows_a_job_that_died(tmp_path, fleet_home):
     app = app_on(tmp_path, fleet_home, [shell_job("crash", "echo boom; exit 3")])
     async with app.run_test(size=SIZE, notifications=True) as pilot:
-        await wait_until(pilot, lambda: job_row(app, "crash") and job_row(app, "crash").state == "pending",
+        await wait_until(pilot, lambda: job_row(app, "crash") and job_row(app, "crash").state == "not_started",
                          what="the job declared")
         app.run_job_action("launch", "crash", quiet=True)
         await wait_until(pilot, lambda: job_row(app, "crash").state == "failed", what="the job failing")
@@ -156,14 +156,14 @@ async def test_relaunch_resumes_where_the_job_stopped(tmp_path, fleet_home):
 async def test_launch_key_asks_first_then_starts_the_job_and_errors_are_shown(tmp_path, fleet_home):
     app = app_on(tmp_path, fleet_home, [shell_job("idle", "sleep 600")])
     async with app.run_test(size=SIZE, notifications=True) as pilot:
-        await wait_until(pilot, lambda: job_row(app, "idle") and job_row(app, "idle").state == "pending",
+        await wait_until(pilot, lambda: job_row(app, "idle") and job_row(app, "idle").state == "not_started",
                          what="the job declared")
         await pilot.press("L")  # shift-l: a launch takes GPUs and starts spending, so it asks, as kill does
         await confirm_dialog(pilot, "the launch question")
         assert "Launch job idle on local?" in screen_text(app) and "attempt 1" in screen_text(app)
         await answer(pilot, "n")
         await wait_until(pilot, lambda: "launch of idle cancelled" in notifications_text(app), what="cancelled")
-        assert job_row(app, "idle").state == "pending"
+        assert job_row(app, "idle").state == "not_started"
         await pilot.press("L")
         await confirm_dialog(pilot, "the launch question")
         await answer(pilot, "y")
@@ -250,7 +250,7 @@ async def test_read_only_turns_off_the_destructive_keys(tmp_path, fleet_home):
     app = app_on(tmp_path, fleet_home, [shell_job("gen", progress_script())], read_only=True)
     async with app.run_test(size=SIZE, notifications=True) as pilot:
         # jobs launched by someone else (a console that is not read-only)
-        await wait_until(pilot, lambda: job_row(app, "gen") and job_row(app, "gen").state == "pending",
+        await wait_until(pilot, lambda: job_row(app, "gen") and job_row(app, "gen").state == "not_started",
                          what="the job declared")
         await app.client.request(ops.Launch(job="gen"))
         await wait_until(pilot, lambda: job_row(app, "gen").state == "running", what="the job running")

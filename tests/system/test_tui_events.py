@@ -40,7 +40,7 @@ def console(tmp_path, home, jobs, extra: str = ""):
 
 async def crash(pilot, name: str = "crash") -> None:
     app = pilot.app
-    await wait_until(pilot, lambda: job_row(app, name) and job_row(app, name).state == "pending",
+    await wait_until(pilot, lambda: job_row(app, name) and job_row(app, name).state == "not_started",
                      what="the job declared")
     app.run_job_action("launch", name, quiet=True)
 

@@ -77,6 +77,26 @@ def test_within_the_first_hour_a_job_at_a_third_of_its_planned_rate_is_an_alert(
     assert not [c for c in now_true if c.key.startswith("plan_drift")]
 
 
+def test_an_attempt_in_its_warm_up_raises_no_drift_however_slow_its_first_minutes():
+    """The demo on a loaded machine opened with a plan_drift alert from its own warm-up: a rate
+    over its first minutes holds the ramp from nothing. An attempt's first 5 minutes (at most a
+    tenth of its plan) and a job getting ready judge no drift; past them, the drift is an alert."""
+    from gpudeck.agents.contract.wire import Engine
+
+    def drifting(started_ago: float, planned: float = PLANNED, **kw) -> bool:
+        job = JobStatus("gen", "generate", JobState.RUNNING, started_at=NOW - started_ago,
+                        progress=Progress(done=10, total=10_000, rate_per_s=0.01, eta_s=999_000.0, **kw),
+                        plan=JobPlan("/data/plan.json", planned, 10 * planned, drift_pct(planned, 10 * planned)))
+        now_true, _ = Checks().evaluate(NOW, [], [job], None, [], [], AlertThresholds(), {})
+        return any(c.key == "plan_drift:gen" for c in now_true)
+
+    assert not drifting(60.0) and not drifting(299.0)  # a plan of days: 5 minutes of warm-up
+    assert drifting(301.0)
+    assert not drifting(8.0, planned=83.0) and drifting(9.0, planned=83.0)  # a plan of 83 s: a tenth of it
+    assert not drifting(3600.0, phase="loading", phase_since=NOW - 60)  # getting ready: not its pace yet
+    assert drifting(3600.0)
+
+
 def test_a_job_ahead_of_its_plan_is_no_alert_and_no_warning():
     """Three times faster than planned: the figures say so (-67%), and nothing wakes anyone: no
     plan_drift condition, no flag, no warning colour in the console."""

@@ -318,7 +318,7 @@ def test_low_limits_warn_or_fail_with_the_fix():
 def test_no_nvml_fails_a_node_with_gpu_jobs_and_warns_one_without():
     assert doctor.nvml_verdict(None, "libnvidia-ml.so not found", "install", ["ex"]).verdict is FAIL
     none = doctor.nvml_verdict(None, "libnvidia-ml.so not found", "install", [])
-    assert none.verdict is WARN and "no job of this node needs a GPU" in none.detail
+    assert none.verdict is OK and "no job of this node needs a GPU" in none.detail  # a note, not a warning
     assert doctor.needs_gpu(extract_job("/m", "/o")) and not doctor.needs_gpu(extract_job("/m", "/o", device="cpu"))
     assert doctor.needs_gpu(JobSpec(name="c", command=["true"], gpus=[0]))
 
@@ -327,7 +327,13 @@ def test_torch_missing_slow_or_without_cuda():
     th = doctor.Thresholds(import_warn_s=10.0)
     missing = {"error": "ModuleNotFoundError: No module named 'torch'", "missing": True}
     assert doctor.torch_verdict("/py", missing, "", ["ex"], [], th).verdict is FAIL
-    assert doctor.torch_verdict("/py", missing, "", [], [], th).verdict is WARN
+    # what no job of the node needs is a note, not a warning: missing, slow, or without CUDA
+    note = doctor.torch_verdict("/py", missing, "", [], [], th)
+    assert note.verdict is OK and "(no job of this node needs it)" in note.detail
+    assert doctor.torch_verdict("/py", {"import_s": 12.3, "version": "2.5", "cuda": True, "devices": 8,
+                                        "device": "H200", "cuda_s": 1.0}, "", [], [], th).verdict is OK
+    assert doctor.torch_verdict("/py", {"import_s": 1.0, "version": "2.5+cpu", "cuda": False, "cuda_build": None},
+                                "", [], [], th).verdict is OK
     slow = doctor.torch_verdict("/py", {"import_s": 12.34, "version": "2.5", "cuda": True, "devices": 8,
                                         "device": "H200", "cuda_s": 1.0}, "", ["ex"], ["ex"], th)
     assert slow.verdict is WARN and "imported in 12.3 s" in slow.detail and "over 10 s" in slow.detail

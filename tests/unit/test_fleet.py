@@ -357,3 +357,22 @@ def test_a_node_may_be_this_machine_under_its_own_name():
     assert f.node("b200").local and f.node("b200").home == "/tmp/b200" and not f.node("gpu1").local
     with pytest.raises(FleetError, match=r"f.toml:3: \[\[nodes\]\] #1: 'local = true' and a 'host' contradict"):
         parse_fleet('[[nodes]]\nname = "a"\nlocal = true\nhost = "a.example"\n', "f.toml")
+
+
+def test_a_fleet_file_with_three_mistakes_reports_all_three_in_one_run():
+    """One mistake a run made a newcomer run three times: each [[nodes]] and [[jobs]] table's
+    mistake is said, a line each in the file's order; a job on a node whose table has a mistake
+    is not blamed for it."""
+    text = ('[[nodes]]\nname = "a"\nhots = "a.example"\n\n'
+            '[[jobs]]\nname = "one"\nkind = "command"\ncommand = ["true"]\nnode = "a"\ngpus = "zero"\n\n'
+            '[[jobs]]\nname = "two"\nkind = "command"\ncommand = ["true"]\nrestart = "sometimes"\n')
+    with pytest.raises(FleetError) as err:
+        parse_fleet(text, "f.toml")
+    lines = str(err.value).splitlines()
+    assert [ln.split(":")[1] for ln in lines] == ["3", "10", "12"], lines
+    assert "'hots' (did you mean 'host'?)" in lines[0] and "'gpus'" in lines[1] and "'restart'" in lines[2]
+    assert err.value.line == 3
+    # one mistake is said as before
+    with pytest.raises(FleetError, match=r"^f.toml:3: \[\[nodes\]\] #1 has no key 'hots'") as one:
+        parse_fleet(text.split("\n\n")[0] + "\n", "f.toml")
+    assert "\n" not in str(one.value)

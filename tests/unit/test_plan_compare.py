@@ -14,6 +14,7 @@ import random
 
 import pytest
 
+from gpudeck.agents.contract.units import human_duration
 from gpudeck.agents.workers.plan import compare, stats
 from gpudeck.agents.workers.plan.dataset import fingerprint
 from gpudeck.agents.workers.plan.extract_plan import project as project_extract
@@ -62,12 +63,34 @@ def test_four_cheap_gpus_against_seven_fast_ones_the_seeds_decision(tmp_path, pr
     rc, out, _ = run_compare(capsys, f"{pro},servers=4", f"{b200},servers=7,price=5.5")
     assert rc == 0
     rows = {line.split()[0]: line.split() for line in out.splitlines() if line.startswith(("pro6000", "b200"))}
-    assert rows["pro6000"][1:4] == ["4", "0.50", "9.79"] and rows["b200"][1:4] == ["7", "5.50", "0.75"]
-    assert "cheaper: pro6000 ($470" in out and "faster: b200 (0.75 days; beyond the others' intervals)" in out
+    assert rows["pro6000"][1:5] == ["4", "0.50", "9d", "19h"] and rows["b200"][1:5] == ["7", "5.50", "18h", "03m"]
+    assert "cheaper: pro6000 ($470" in out and "faster: b200 (18h 03m; beyond the others' intervals)" in out
 
     # at $3 an hour the B200s are the cheaper too
     rc, out, _ = run_compare(capsys, f"{pro},servers=4", f"{b200},servers=7,price=3", "--json")
     assert (json.loads(out)["cheaper"], json.loads(out)["faster"]) == ("b200", "b200")
+
+
+def test_a_short_run_reads_in_minutes_as_plan_generate_says_it_not_in_hundredths_of_a_day(tmp_path, prompts,
+                                                                                            capsys):
+    """A run of minutes read `0.01` days; it reads as `plan generate` says it (human_duration)."""
+    ds = fingerprint(str(prompts))
+    fast = write(tmp_path / "fast" / "plan.json", generate_plan_doc(ds, tok_s_per_server=2_000_000, price=2.0,
+                                                                    tail_s=60.0))
+    slow = write(tmp_path / "slow" / "plan.json", generate_plan_doc(ds, tok_s_per_server=400_000, price=2.0,
+                                                                    tail_s=60.0))
+    rc, out, err = run_compare(capsys, f"fast={fast}", f"slow={slow}")
+    assert rc == 0, err
+    head, fast_row, slow_row = (ln.split() for ln in out.splitlines()
+                                if ln.startswith(("FLEET", "fast ", "slow ")))
+    assert head[3] == "TIME"
+    doc = json.loads(run_compare(capsys, f"fast={fast}", f"slow={slow}", "--json")[1])
+    f, sl = doc["fleets"]
+    assert 600 < f["wall_s"] < 3600 and f["days"] == 0.009  # minutes: what read 0.01 days
+    assert " ".join(fast_row[3:5]) == human_duration(f["wall_s"]) and fast_row[3] .endswith("m"), out
+    assert " ".join(slow_row[3:5]) == human_duration(sl["wall_s"]), out
+    assert f"{human_duration(f['wall_s_low'])}-{human_duration(f['wall_s_high'])}" in out
+    assert f"faster: fast ({human_duration(f['wall_s'])};" in out and "0.01" not in out
 
 
 def test_plans_compare_as_planned_and_an_unpriced_fleet_has_no_cheaper(tmp_path, prompts, capsys):

@@ -228,3 +228,44 @@ def test_a_moved_jobs_row_says_where_it_moved_from_and_status_says_it_too(monkey
     finally:
         monkeypatch.delenv("TZ")
         time.tzset()
+
+
+def test_the_cli_row_of_a_blocked_phase_says_why_as_the_tui_does():
+    from gpudeck.console.commands.status import render_status
+
+    why = "blocked: extract failed (exit code 3); relaunch extract, or launch eval by hand"
+    state = FleetState(pinned_fleet(), clock=lambda: PINNED_NOW)
+    host = Host("gpu-a", 1.0, 1, 1, 2, 0.0, 0.0, 0.0)
+    state.apply(Snapshot("gpu-a", 1, PINNED_NOW, host, [], [JobStatus("gen", "generate", "blocked", waiting=why)]))
+    assert next(r for r in state.job_rows() if r.name == "gen").flags[0].startswith("blocked: extract failed")  # the TUI
+    lines = render_status(state).splitlines()
+    row = next(i for i, ln in enumerate(lines) if ln.startswith("gen "))
+    assert "blocked" in lines[row] and lines[row + 1] == f"  {why}"
+
+
+def test_a_job_never_launched_reads_not_started_and_a_task_slurm_holds_queued_by_slurm():
+    """"pending" said both, and a newcomer read it as about to start: a job never launched reads
+    `not started` (`not_started` in --json), a task in Slurm's queue `queued`, "queued by Slurm"."""
+    from gpudeck.agents.contract.wire import TaskInfo
+    from gpudeck.console.commands.status import render_status
+
+    state = FleetState(pinned_fleet(), clock=lambda: PINNED_NOW)
+    host = Host("gpu-a", 1.0, 1, 1, 2, 0.0, 0.0, 0.0)
+    task = TaskInfo("extract", 3, array_id="14", scheduler_state="PENDING", reason="Priority")
+    state.apply(Snapshot("gpu-a", 1, PINNED_NOW, host, [], [JobStatus("gen", "generate", "pending"),
+                                                            JobStatus("extract/3", "extract", "pending", task=task)]))
+    rows = {r.name: r for r in state.job_rows()}
+    assert rows["gen"].state == "not_started" and rows["gen"].state.text == "not started"
+    assert rows["extract/3"].state == "queued" and rows["extract/3"].flags[0] == "queued by Slurm: Priority"
+    doc = {j["name"]: j for j in state.to_json()["jobs"]}
+    assert doc["gen"]["state"] == "not_started" and doc["extract/3"]["state"] == "queued"
+    text = render_status(state)
+    assert "pending" not in text, text
+    gen = next(ln for ln in text.splitlines() if ln.startswith("gen "))
+    assert gen.split()[3:5] == ["not", "started"], gen
+    assert "  queued by Slurm: Slurm 14_3 PENDING, Priority" in text, text
+    # a task never submitted (no array id, not listed) is not started, like any job never launched
+    state.apply(Snapshot("gpu-a", 2, PINNED_NOW, host, [], [JobStatus("extract/4", "extract", "pending",
+                                                                      task=TaskInfo("extract", 4,
+                                                                                    note="not submitted"))]))
+    assert next(r for r in state.job_rows() if r.name == "extract/4").state == "not_started"

@@ -62,7 +62,7 @@ def nvml_verdict(found: Optional[dict], why: str, fix: str, needed_by: list[str]
                      "nothing to do in a demo; a real node runs without --simulate-gpus")
     if found is None:
         needed = f"needed by {_who(needed_by)}" if needed_by else "no job of this node needs a GPU"
-        return Check("nvml", FAIL if needed_by else WARN, f"{why} ({needed})", fix)
+        return Check("nvml", FAIL if needed_by else OK, f"{why} ({needed})", fix)  # a note where no job needs it
     totals = found["totals"]
     if not totals:
         return Check("nvml", FAIL if needed_by else WARN, f"driver {found['driver']}: NVML sees no GPU",

@@ -43,7 +43,7 @@ def torch_verdict(python: str, said: Optional[dict], why: str, needed_by: list[s
                   th: Thresholds) -> Check:
     """The torch line from what the subprocess said (``said``) or why it said nothing (``why``)."""
     needed = f"needed by {_who(needed_by)}" if needed_by else "no job of this node needs it"
-    bad = FAIL if needed_by else WARN
+    bad = FAIL if needed_by else OK  # what no job needs is a note, never a warning
     if said is None:
         timed_out = why.startswith("did not finish")
         return Check("torch", bad, f"{python}: import torch {why} ({needed})",
@@ -69,10 +69,12 @@ def torch_verdict(python: str, said: Optional[dict], why: str, needed_by: list[s
                      else "the driver: see the nvml line (nvidia-smi must work)")
     if took > th.import_warn_s or cuda_s > th.import_warn_s:
         which = "import" if took > th.import_warn_s else "CUDA start"
-        return Check("torch", WARN, f"{head}: the {which} is slow (over {th.import_warn_s:g} s)",
+        return Check("torch", WARN if needed_by else OK, f"{head}: the {which} is slow (over {th.import_warn_s:g} s)"
+                     + ("" if needed_by else f" ({needed})"),
                      SLOW_FIX.format(python=python, module="torch"))
     if not said.get("cuda") and not cuda_by:
-        return Check("torch", WARN, f"{head} ({needed})", "nothing to do unless a GPU job will run here")
+        return Check("torch", WARN if needed_by else OK, f"{head} ({needed})",
+                     "nothing to do unless a GPU job will run here")
     return Check("torch", OK, head)
 
 

@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Optional
 
 from ...contract.documents import MAX_PLAN_BYTES, PLAN_FILE, read_plan
-from ...contract.units import human_bytes
+from ...contract.units import human_bytes, human_duration
 from . import dataset
 from .units import UsageError
 
@@ -285,15 +285,17 @@ def verdicts(fleets: list[Fleet]) -> dict:
 def render(doc: dict) -> str:
     gen = doc["kind"] == "generate"
     f2 = (lambda v, fmt: "-" if v is None else fmt.format(v))
-    head = (f"{'FLEET':<14} {'SERVERS' if gen else 'GPUS':>7} {'$/HOUR':>7} {'DAYS':>7} {'90% INTERVAL':>15} "
+    # a time as `plan generate` says it (human_duration: 9d 18h, 2h 05m, 4m 10s), never 0.01 days;
+    # --json keeps its days (and wall_s) as numbers
+    head = (f"{'FLEET':<14} {'SERVERS' if gen else 'GPUS':>7} {'$/HOUR':>7} {'TIME':>7} {'90% INTERVAL':>15} "
             f"{'$ TOTAL':>12} {'$/M TOK':>8} {'$/USEFUL':>9} {'BYTES':>9}")
     lines = [f"dataset: {dataset.describe(doc['dataset'])}; the whole of it on each fleet ({doc['kind']})", "", head]
     for f in doc["fleets"]:
-        interval = ("assumed" if f.get("assumed") else "-") if f["days_low"] is None else \
-            f"{f['days_low']:.2f}-{f['days_high']:.2f}"
+        interval = ("assumed" if f.get("assumed") else "-") if f["wall_s_low"] is None else \
+            f"{human_duration(f['wall_s_low'])}-{human_duration(f['wall_s_high'])}"
         name = f["name"][:13] + "*" if f.get("assumed") else f["name"][:14]
         lines.append(f"{name:<14} {f['servers']:>7} {f2(f['price_per_hour'], '{:.2f}'):>7} "
-                     f"{f2(f['days'], '{:.2f}'):>7} {interval:>15} {f2(f['cost'], '{:,.2f}'):>12} "
+                     f"{human_duration(f['wall_s']):>7} {interval:>15} {f2(f['cost'], '{:,.2f}'):>12} "
                      f"{f2(f['cost_per_m_tokens'], '{:.3f}'):>8} {f2(f['cost_per_useful'], '{:.5f}'):>9} "
                      f"{human_bytes(f['projected_bytes']) if f['projected_bytes'] is not None else '-':>9}")
     by = {f["name"]: f for f in doc["fleets"]}
@@ -312,7 +314,7 @@ def render(doc: dict) -> str:
     if doc["faster"]:
         note = {True: "beyond the others' intervals", False: "within the intervals' overlap",
                 None: "no interval"}[doc["faster_beyond_interval"]]
-        lines.append(f"faster: {doc['faster']} ({by[doc['faster']]['days']:.2f} days; {note})")
+        lines.append(f"faster: {doc['faster']} ({human_duration(by[doc['faster']]['wall_s'])}; {note})")
     else:
         lines.append(f"faster: unknown ({', '.join(doc['untimed'])} without a projected time)")
     return "\n".join(lines)
