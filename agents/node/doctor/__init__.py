@@ -148,25 +148,42 @@ def _job_tasks(specs: list[JobSpec], jobs: JobBackend, home: Path, totals: Calla
                th: Thresholds) -> list[Task]:
     """The checks of each job, by check: model, engine, disk, s3, then each python_env once."""
     quick = th.quick_timeout_s
+
+    # each check of one job (or one python_env), run when its task comes: the GPUs' totals then
+    def model(s: JobSpec) -> Callable[[], list[Check]]:
+        return lambda: [check_model(s, jobs.workdir, totals(), th)]
+
+    def engine(s: JobSpec) -> Callable[[], list[Check]]:
+        return lambda: [check_program(s, jobs.workdir, quick)]
+
+    def disk(s: JobSpec) -> Callable[[], list[Check]]:
+        return lambda: [check_disk(s, jobs.workdir, th)]
+
+    def s3(s: JobSpec) -> Callable[[], list[Check]]:
+        return lambda: [check_s3(s)]
+
+    def env_of(env: str, users: list[str]) -> Callable[[], list[Check]]:
+        return lambda: [check_env(home, env, users, quick)]
+
     tasks: list[Task] = []
     for s in specs:
         if model_of(s):
-            tasks.append(("model", quick, lambda s=s: [check_model(s, jobs.workdir, totals(), th)]))
+            tasks.append(("model", quick, model(s)))
     for s in specs:
         if s.kind is JobKind.LLAMA_SERVER and not s.command:
-            tasks.append(("engine", quick, lambda s=s: [check_program(s, jobs.workdir, quick)]))
+            tasks.append(("engine", quick, engine(s)))
     for s in specs:
         if s.worker is not None and s.worker.out:
-            tasks.append(("disk", quick, lambda s=s: [check_disk(s, jobs.workdir, th)]))
+            tasks.append(("disk", quick, disk(s)))
     for s in specs:
         if s.worker is not None and s.worker.s3:
-            tasks.append(("s3", quick, lambda s=s: [check_s3(s)]))
+            tasks.append(("s3", quick, s3(s)))
     by_env: dict[str, list[str]] = {}  # python_env -> its jobs (agents/jobs/envs.py)
     for s in specs:
         if s.python_env:
             by_env.setdefault(s.python_env, []).append(s.name)
     for env, users in by_env.items():
-        tasks.append(("env", th.timeout_s, lambda env=env, users=users: [check_env(home, env, users, quick)]))
+        tasks.append(("env", th.timeout_s, env_of(env, users)))
     return tasks
 
 

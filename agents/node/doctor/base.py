@@ -6,14 +6,16 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, TypeVar
 
 from ...contract.jobs import JobKind, JobSpec
 from ...contract.kinds import ExtractOptions
+from ...contract.options import KindOptions
 from ...contract.vocab import Verdict
 
 OK, WARN, FAIL = Verdict.OK, Verdict.WARN, Verdict.FAIL
 GIB = 2**30
+_Options = TypeVar("_Options", bound=KindOptions)
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,15 @@ def needs_gpu(spec: JobSpec) -> bool:
     if not needs_torch(spec):
         return False
     return spec.kind is JobKind.SGLANG_SERVER or str(spec.options.device if isinstance(spec.options, ExtractOptions) else "cuda").startswith("cuda")
+
+
+def _options(spec: JobSpec, cls: type[_Options]) -> _Options:
+    """A job's options as its kind's class: JobSpec makes them so for each kind that has options
+    (agents/contract/jobs.py), the checks of a kind ask for its class."""
+    if not isinstance(spec.options, cls):
+        raise TypeError(f"job {spec.name!r} (kind {spec.kind.value!r}): its options are "
+                        f"{type(spec.options).__name__}, not {cls.__name__}")
+    return spec.options
 
 
 def model_of(spec: JobSpec) -> Optional[str]:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 from ...contract.jobs import JobSpec
+from ...contract.kinds import ExtractOptions
 from ...contract.ops import Check
 from ...contract.units import human_bytes
-from .base import FAIL, OK, WARN, _arg
+from .base import FAIL, OK, WARN, Thresholds, _arg, _options
 from .sizing import (_DTYPE_BYTES, kv_bytes_per_token, recurrent_state, sglang_ssm_dtype,
                      sglang_state_pool)
 
@@ -18,15 +19,16 @@ def _gpus_of(spec: JobSpec, count: int, totals: list[tuple[str, float]]) -> list
     return [totals[i][1] for i in idx if i < len(totals)]
 
 
-def _extract_fit(spec, path, weights, source, file_b, quantized, totals, assumed) -> Check:
-    opts = spec.options
-    want = getattr(opts, "dtype", "bfloat16")
+def _extract_fit(spec: JobSpec, path: str, weights: int, source: str, file_b: int, quantized: bool,
+                 totals: list[tuple[str, float]], assumed: list[str]) -> Check:
+    opts = _options(spec, ExtractOptions)
+    want = opts.dtype
     mem = weights if quantized or want not in _DTYPE_BYTES else weights // file_b * _DTYPE_BYTES[want]
     head = f"{path}: weights {human_bytes(mem, binary=True)} in {want} (from {source}"
     head += (", quantized: as stored" if quantized else "") + ")"
     if "; ".join(assumed):
         head += "; " + "; ".join(assumed)
-    if not str(getattr(opts, "device", "cuda")).startswith("cuda"):
+    if not str(opts.device).startswith("cuda"):
         return Check("model", OK, f"{head}; device {opts.device}: no GPU memory used", job=spec.name)
     gpus = _gpus_of(spec, 1, totals)
     if not gpus:
@@ -45,7 +47,8 @@ def _extract_fit(spec, path, weights, source, file_b, quantized, totals, assumed
     return Check("model", OK, detail, job=spec.name)
 
 
-def _sglang_fit(spec, path, cfg, weights, source, model_b, totals, assumed, th) -> Check:
+def _sglang_fit(spec: JobSpec, path: str, cfg: dict[str, Any], weights: int, source: str, model_b: int,
+                totals: list[tuple[str, float]], assumed: list[str], th: Thresholds) -> Check:
     args = list(spec.args)
     tp = spec.tp or int(_arg(args, "--tp-size", "--tp") or 1)
     dp = spec.dp or int(_arg(args, "--dp-size", "--dp") or 1)
@@ -99,7 +102,7 @@ def _sglang_fit(spec, path, cfg, weights, source, model_b, totals, assumed, th) 
 
 
 
-def _sglang_state(spec: JobSpec, args: list[str], cfg: dict, model_b: int,
+def _sglang_state(spec: JobSpec, args: list[str], cfg: dict[str, Any], model_b: int,
                   tp: int) -> tuple[float, str]:
     """The share on each GPU of a hybrid's recurrent state per request as SGLang holds it, and
     what the line says of it (0 and empty for a model without one)."""

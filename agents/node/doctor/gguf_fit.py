@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ...contract.jobs import JobSpec
+from ...contract.kinds import LlamaServerOptions
 from ...contract.ops import Check
 from ...contract.units import human_bytes
-from .base import FAIL, OK, WARN, Thresholds, _arg, _last_json
+from .base import FAIL, OK, WARN, Thresholds, _arg, _last_json, _options
 from .fit import _gpus_of
 from .sizing import llama_server_state_pool
 
@@ -86,14 +87,19 @@ def gguf_kv(meta: dict[str, Any], k_bytes: float, v_bytes: float) -> GgufKv:
     """The KV cache's bytes per token of a GGUF's model (each layer's KV heads x its key and
     value lengths, in the cache's types), and the formula said in words."""
     arch = str(meta.get("general.architecture"))
-    key = lambda name: meta.get(f"{arch}.{name}")  # noqa: E731
+
+    def key(name: str) -> Any:
+        """The architecture's own key (``llama.block_count``), as the header says it."""
+        return meta.get(f"{arch}.{name}")
+
     layers = int(key("block_count") or 0)
     heads = _per_layer(key("attention.head_count"), layers)
     kv = _per_layer(key("attention.head_count_kv") or key("attention.head_count"), layers)
     width = int(key("embedding_length") or 0)
-    k_len = int(key("attention.key_length") or (width // max(heads) if heads and max(heads) else 0))
+    most_heads = max(heads, default=0)
+    k_len = int(key("attention.key_length") or (width // most_heads if most_heads else 0))
     v_len = int(key("attention.value_length") or k_len)
-    notes = []
+    notes: list[str] = []
     if key("attention.sliding_window"):
         notes.append(f"sliding-window layers counted whole (a window of {key('attention.sliding_window')} tokens: "
                      f"llama.cpp holds less for them)")
@@ -143,7 +149,7 @@ def check_gguf(spec: JobSpec, path: Path, name: str, gpu_totals: list[tuple[str,
 def _gguf_head(spec: JobSpec, meta: dict[str, Any], name: str) -> tuple[str, float, float, list[str]]:
     """What the line says of the model and its cache, the weights' and the cache's bytes on the
     GPUs, and the notes of what is not counted."""
-    opts = spec.options
+    opts = _options(spec, LlamaServerOptions)
     args = list(spec.args)
     arch = str(meta.get("general.architecture"))
     k_kind, k_bytes, k_known = _cache_type(args, "--cache-type-k", "-ctk")
@@ -169,8 +175,9 @@ def gguf_fit(spec: JobSpec, meta: dict[str, Any], name: str, totals: list[tuple[
     head, weights, cache, notes = _gguf_head(spec, meta, name)
     if notes:
         head += "; " + "; ".join(notes)
-    auto = spec.options.gpu_layers in (None, "auto")
-    if spec.options.gpu_layers == 0:
+    gpu_layers = _options(spec, LlamaServerOptions).gpu_layers
+    auto = gpu_layers in (None, "auto")
+    if gpu_layers == 0:
         return Check("model", OK, f"{head}: on the CPU, no GPU memory used", job=spec.name)
     gpus = _gpus_of(spec, len(totals), totals)
     if not gpus:

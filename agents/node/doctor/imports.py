@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import subprocess
-from typing import Optional
+from typing import Any, Optional
 
 from .base import _last_json
 
@@ -13,7 +13,7 @@ SLOW_FIX = ("every start and restart pays this; a venv on a network file system 
             "{python} -X importtime -c 'import {module}'")
 
 
-def timed_import(python: str, script: str, timeout_s: float) -> tuple[Optional[dict], str]:
+def timed_import(python: str, script: str, timeout_s: float) -> tuple[Optional[dict[str, Any]], str]:
     """What ``script`` printed (a JSON object), or None and why it printed none."""
     try:
         r = subprocess.run([python, "-c", script], capture_output=True, text=True, timeout=timeout_s,

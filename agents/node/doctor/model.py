@@ -6,7 +6,7 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 from ...contract.jobs import JobKind, JobSpec
 from ...contract.ops import Check
@@ -20,7 +20,7 @@ from .sizing import _DTYPE_BYTES
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 
 
-def read_config(model_dir: Path) -> dict:
+def read_config(model_dir: Path) -> dict[str, Any]:
     """config.json, with a multimodal model's ``text_config`` over its top level."""
     cfg = json.loads((model_dir / "config.json").read_text())
     if not isinstance(cfg, dict):

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import os
-from typing import Optional
+from typing import Any, Optional
 
 from ...contract.ops import Check
 from .base import FAIL, OK, WARN, _who
 
 
-def probe_nvml() -> tuple[Optional[dict], str, str]:
+def probe_nvml() -> tuple[Optional[dict[str, Any]], str, str]:
     """(what NVML says, or None; why not; the fix)."""
     try:
         import pynvml
@@ -55,7 +55,7 @@ def probe_nvml() -> tuple[Optional[dict], str, str]:
             "cuda": f"{cuda // 1000}.{cuda % 1000 // 10}" if cuda else None, "totals": totals}, "", ""
 
 
-def nvml_verdict(found: Optional[dict], why: str, fix: str, needed_by: list[str], simulated: bool = False,
+def nvml_verdict(found: Optional[dict[str, Any]], why: str, fix: str, needed_by: list[str], simulated: bool = False,
                  polling_off: bool = False) -> Check:
     if simulated:
         return Check("nvml", WARN, "the GPUs are simulated (--simulate-gpus): NVML and the driver are not used",

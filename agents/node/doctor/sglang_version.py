@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Optional
+from typing import Any, Optional
 
 from ...contract.jobs import JobSpec
 from ...contract.needs import Need, fix_line
@@ -45,7 +45,7 @@ def _flags(args: list[str]) -> list[str]:
     return list(dict.fromkeys(a.split("=", 1)[0] for a in args if a.startswith("--")))
 
 
-def sglang_verdict(python: str, jobs: list[str], said: Optional[dict], why: str, th: Thresholds,
+def sglang_verdict(python: str, jobs: list[str], said: Optional[dict[str, Any]], why: str, th: Thresholds,
                    args: Optional[dict[str, list[str]]] = None) -> Check:
     """The sglang line from what the import said (``said``) or why it said nothing (``why``);
     ``args``: each job's SGLang arguments, whose flags are checked against the version."""

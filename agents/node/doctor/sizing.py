@@ -4,7 +4,7 @@ request, and the state pools the engines size for them."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 from ...contract.units import human_bytes
 from .base import _arg
@@ -18,7 +18,7 @@ def _nth(n: int) -> str:
     return {1: "layer", 2: "2nd", 3: "3rd"}.get(n, f"{n}th")
 
 
-def layer_layout(cfg: dict) -> Optional[tuple[list[str], str]]:
+def layer_layout(cfg: dict[str, Any]) -> Optional[tuple[list[str], str]]:
     """Each layer's type (transformers' names: ``full_attention``, ``linear_attention``, ...) and
     where the list comes from, for a model whose config says it: ``layer_types``, else
     ``full_attention_interval`` (every Nth layer full attention, the others linear, as
@@ -29,13 +29,13 @@ def layer_layout(cfg: dict) -> Optional[tuple[list[str], str]]:
         return list(types), "layer_types"
     layers = int(cfg.get("num_hidden_layers") or 0)
     interval = cfg.get("full_attention_interval")
-    said = f"every {_nth(int(interval))}: full_attention_interval" if isinstance(interval, int) and interval > 0 \
-        else ""
+    every = int(interval) if isinstance(interval, int) and interval > 0 else 0
+    said = f"every {_nth(every)}: full_attention_interval" if every else ""
     if not said and cfg.get("linear_num_value_heads"):  # linear layers, and no word of where: transformers' default
-        interval, said = 4, "every 4th assumed: transformers' default full_attention_interval"
+        every, said = 4, "every 4th assumed: transformers' default full_attention_interval"
     if not said or not layers:
         return None
-    return ["full_attention" if (i + 1) % int(interval) == 0 else "linear_attention" for i in range(layers)], said
+    return ["full_attention" if (i + 1) % every == 0 else "linear_attention" for i in range(layers)], said
 
 
 def _holds_kv(layer_type: str) -> bool:
@@ -44,7 +44,7 @@ def _holds_kv(layer_type: str) -> bool:
     return "attention" in layer_type and "linear" not in layer_type
 
 
-def kv_bytes_per_token(cfg: dict, kv_dtype_bytes: int) -> tuple[int, str]:
+def kv_bytes_per_token(cfg: dict[str, Any], kv_dtype_bytes: int) -> tuple[int, str]:
     """The KV cache's bytes per token over the layers that hold one (every layer, or the
     attention layers of a hybrid: :func:`layer_layout`), and the formula said in words."""
     layout = layer_layout(cfg)
@@ -76,7 +76,7 @@ class RecurrentState:
     uncounted: str = ""  # layers that hold no KV cache and whose state is not counted, said in words
 
 
-def recurrent_state(cfg: dict, ssm_bytes: int, conv_bytes: int) -> Optional[RecurrentState]:
+def recurrent_state(cfg: dict[str, Any], ssm_bytes: int, conv_bytes: int) -> Optional[RecurrentState]:
     """A request's state in the Gated DeltaNet layers (``linear_attention``; the config's
     ``linear_*`` keys, as transformers' Qwen3-Next and Qwen3.5 configs name them): per layer the
     SSM state, value heads x key head dim x value head dim in ``ssm_bytes``, and the causal
@@ -91,16 +91,16 @@ def recurrent_state(cfg: dict, ssm_bytes: int, conv_bytes: int) -> Optional[Recu
     linear = types.count("linear_attention")
     keys = ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim",
             "linear_conv_kernel_dim")
-    shape = [cfg.get(k) for k in keys]
+    shape = [v if isinstance(v, int) else 0 for v in (cfg.get(k) for k in keys)]  # 0: not given as a number
     others = sorted(set(types) - {"linear_attention"})
     uncounted = [f"{types.count(t)} {t} layers" for t in others]
-    if linear and not all(isinstance(v, int) and v > 0 for v in shape):
+    if linear and not all(v > 0 for v in shape):
         uncounted.insert(0, f"{linear} linear_attention layers (no {', '.join(keys)} in the config)")
         linear = 0
     note = f"the state of {' and '.join(uncounted)} is not counted" if uncounted else ""
     if not linear:
         return RecurrentState(0, "", note)
-    key_heads, value_heads, key_dim, value_dim, kernel = (int(v) for v in shape)  # type: ignore[arg-type]
+    key_heads, value_heads, key_dim, value_dim, kernel = (int(v) for v in shape)
     ssm = value_heads * key_dim * value_dim * ssm_bytes
     conv_dim = 2 * key_heads * key_dim + value_heads * value_dim
     conv = conv_dim * (kernel - 1) * conv_bytes
@@ -111,7 +111,7 @@ def recurrent_state(cfg: dict, ssm_bytes: int, conv_bytes: int) -> Optional[Recu
         f"{human_bytes(conv, binary=True)})", note)
 
 
-def sglang_ssm_dtype(args: list[str], env: dict[str, str], cfg: dict) -> tuple[str, str]:
+def sglang_ssm_dtype(args: list[str], env: dict[str, str], cfg: dict[str, Any]) -> tuple[str, str]:
     """The SSM state's dtype as SGLang picks it, and where from: ``--mamba-ssm-dtype`` (which
     sets SGLANG_MAMBA_SSM_DTYPE), the job's SGLANG_MAMBA_SSM_DTYPE, the config's
     ``mamba_ssm_dtype``, else float32 (sglang/srt/configs/mamba_utils.py)."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 from ...contract.needs import Need, fix_line
 from ...contract.ops import Check
@@ -39,7 +39,7 @@ out["cuda_s"] = time.perf_counter() - t
 print(json.dumps(out))
 """
 
-def torch_verdict(python: str, said: Optional[dict], why: str, needed_by: list[str], cuda_by: list[str],
+def torch_verdict(python: str, said: Optional[dict[str, Any]], why: str, needed_by: list[str], cuda_by: list[str],
                   th: Thresholds) -> Check:
     """The torch line from what the subprocess said (``said``) or why it said nothing (``why``)."""
     needed = f"needed by {_who(needed_by)}" if needed_by else "no job of this node needs it"
