@@ -499,6 +499,31 @@ class FleetState:
         alive = j.state in _ALIVE
         if e is not None and j.state == _RUNNING and e.state == _ENGINE_READY:
             state = _SHOWN_READY
+        flags = self._flags(node, j, state, now)
+        place = self.moves.get(j.name)
+        moved = None if place is None else moved_text(place, now) if node == place.node else \
+            f"moved to {place.node}" if node == place.moved_from else None
+        return JobRow(
+            key=f"{node}/{j.name}", name=j.name, node=node, kind=_KINDS[j.kind], state=state, gpus=tuple(j.gpus),
+            attempt=j.attempt, tokens_per_s=round_figures(job_tokens_per_s(j)) if alive else None,
+            spark=spark, done=p.done if p else None, total=p.total if p else None,
+            rate_per_s=round_figures(p.rate_per_s) if p and alive else None,
+            eta_s=round_eta(p.eta_s) if p and alive else None, flags=flags, exit_code=j.exit_code,
+            engine_state=_ENGINE_STATES[e.state] if e else None,
+            running=int(e.running) if e and e.running is not None else None,
+            queued=int(e.queued) if e and e.queued is not None else None,
+            kv_usage=round(e.kv_usage, 3) if e and e.kv_usage is not None else None,
+            accept_length=round(e.accept_length, 2) if e and e.accept_length is not None else None,
+            stale=stale, pid=j.pid if alive else None, moved=moved, ready=ready_text(e) if alive else None,
+            **_startup_cells(j, alive),
+            **self._plan_and_cost(node, j),
+            **_health_cells(p, now), **_task_cells(j))
+
+    def _flags(self, node: str, j: JobStatus, state: ShownState, now: float) -> tuple[str, ...]:
+        """A job row's FLAGS: its quality, alerts, start-up, waits, and where it came from."""
+        p, e = j.progress, j.engine
+        view = self.nodes.get(node)
+        alive = j.state in _ALIVE
         flags = quality_flags(p.quality if p else {})
         if p is not None and p.error:
             flags += ("progress?",)
@@ -530,24 +555,7 @@ class FleetState:
             flags += (NOT_IN_FILE,)  # dropped from the file while it runs: shown, never killed (console/reload.py)
         if j.fenced and j.state is JobState.FENCED:  # where the job went: "the job moved to node b at …"
             flags += (j.fenced.replace("the job moved", "moved", 1),)
-        place = self.moves.get(j.name)
-        moved = None if place is None else moved_text(place, now) if node == place.node else \
-            f"moved to {place.node}" if node == place.moved_from else None
-        return JobRow(
-            key=f"{node}/{j.name}", name=j.name, node=node, kind=_KINDS[j.kind], state=state, gpus=tuple(j.gpus),
-            attempt=j.attempt, tokens_per_s=round_figures(job_tokens_per_s(j)) if alive else None,
-            spark=spark, done=p.done if p else None, total=p.total if p else None,
-            rate_per_s=round_figures(p.rate_per_s) if p and alive else None,
-            eta_s=round_eta(p.eta_s) if p and alive else None, flags=flags, exit_code=j.exit_code,
-            engine_state=_ENGINE_STATES[e.state] if e else None,
-            running=int(e.running) if e and e.running is not None else None,
-            queued=int(e.queued) if e and e.queued is not None else None,
-            kv_usage=round(e.kv_usage, 3) if e and e.kv_usage is not None else None,
-            accept_length=round(e.accept_length, 2) if e and e.accept_length is not None else None,
-            stale=stale, pid=j.pid if alive else None, moved=moved, ready=ready_text(e) if alive else None,
-            **_startup_cells(j, alive),
-            **self._plan_and_cost(node, j),
-            **_health_cells(p, now), **_task_cells(j))
+        return flags
 
     def job_detail(self, key: str, spark_width: int = 60, chart_range: Optional[str] = None,
                    chart_width: Optional[int] = None) -> Optional[JobDetail]:
