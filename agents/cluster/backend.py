@@ -293,7 +293,6 @@ class ClusterJobs(ClusterKills):
             return None  # an attempt began or ended after it: the wrapper's record is the newer word
         return state, at, note
 
-
     def _last_kill(self, name: str, run: Path, index: int) -> Optional[KillVerdict]:
         if name not in self.kills:
             try:

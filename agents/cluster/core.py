@@ -127,7 +127,6 @@ class ClusterCore:
         atomic_write_json(self._state_file, {"fleet": self.fleet, "source": self.source, "former": self.former,
                                              "jobs": [s.to_dict() for s in self._declared.values()]}, mode=0o600)
 
-
     # ------------------------------------------------------------ what Slurm said, kept
 
     def _said_of(self, job: str) -> dict[int, SlurmSaid]:
@@ -144,7 +143,6 @@ class ClusterCore:
                     self._said[key] = {}
             return self._said[key]
 
-
     def soon(self) -> None:
         """After an action: a few polls in the next seconds (bounded), then the usual pace."""
         now = time.monotonic()
@@ -152,7 +150,6 @@ class ClusterCore:
             self._due = sorted(set(self._due) | {now + d for d in EXTRA_POLLS_S})
         if self._loop is not None and self._wake is not None:
             self._loop.call_soon_threadsafe(self._wake.set)
-
 
     def running_tasks(self) -> dict[str, tuple[str, str]]:
         """The tasks running now, to observe: task name -> (raw Slurm id, compute node)."""
@@ -177,14 +174,12 @@ class ClusterCore:
     def _attempts(self, job: str, index: int) -> Attempts:
         return read_attempts(self._run(job) / "attempts" / f"{index}.jsonl")
 
-
     def audit(self, action: AuditAction, job: Optional[str], details: Optional[dict[str, Any]] = None,
               **kw: Any) -> None:
         self._audit.write(action, job, details, **kw)
 
     def on_audit(self, hook: Optional[AuditHook]) -> None:
         self._audit.on_audit(hook)
-
 
     def _spec(self, job: str) -> JobSpec:
         spec = self._declared.get(job)
@@ -200,7 +195,7 @@ class ClusterCore:
             raise Refusal(f"{name!r}: job {job!r} has tasks 0 to {spec.shards - 1}")
         return spec, index
 
-    # -- launch
+    # -- the python a task runs (its sbatch and its observer step)
 
     def task_python(self, spec: JobSpec) -> str:
         venv = Path(os.path.expanduser(self.spec.venv)) / "bin" / "python"

@@ -107,7 +107,6 @@ class ClusterPolling(ClusterCore):
             log.info("cluster %s: the fleet %r is now %r: its tasks in Slurm stay found, its runs are in %s",
                      self.node, old, new, dst)
 
-
     def _remember(self, by_task: dict[tuple[str, int], QueueRow], metas: dict[tuple[str, str], QueueRow]) -> None:
         """Keep each task's state when Slurm changes it: once Slurm forgets the task (MinJobAge,
         or never a record of its own: a task cancelled before it ran was a bit of its array's
@@ -158,7 +157,6 @@ class ClusterPolling(ClusterCore):
         except (OSError, ValueError):
             return True  # no evidence either way: not called cancelled
         return bool(att.starts) and (att.started_at or 0) >= since - 1.0
-
 
     async def serve(self) -> None:
         """The polls: one per ``poll_s``, a few more soon after an action; the observers beside

@@ -101,7 +101,6 @@ class SupervisorKills(SupervisorLaunch):
         self.audit(AuditAction.KILL_PID, None, to_plain(verdict))
         return verdict
 
-
     def relaunch(self, name: str, grace_s: float = 10.0) -> LaunchResult:
         """The next attempt, with the fleet file's spec (see launch). A job still running is killed first."""
         rec = self._records.get(name)

@@ -301,7 +301,6 @@ class SupervisorLaunch(SupervisorLiveness):
                 rec.state = state
                 self._save(rec)
 
-
     def _refuse_holds(self, pid: int, refused: AuditAction, job: Optional[str] = None,
                       members: Optional[set[int]] = None) -> None:
         """HoldsTheNode, audited as ``refused``, where a kill of ``pid`` would take the node down

@@ -207,7 +207,6 @@ class SupervisorLiveness(SupervisorStore):
             pass
         return None
 
-
     def _cap_logs(self, now: Optional[float] = None) -> None:
         """Every ``LOG_CHECK_S``, for each live job whose log keeper (agents/logcap.py) is gone:
         write its pipe into its capped log, or cut a log the job writes itself past its
