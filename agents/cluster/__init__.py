@@ -1,7 +1,12 @@
 """The agent of a cluster's login node: gpudeck submits, observes, kills with proof and requeues
 through the scheduler, and never schedules (docs/slurm.md).
 
-    backend.py  ClusterJobs: the agent's second job backend (polls, rows per task, the ops)
+    backend.py  ClusterJobs: the agent's second job backend (rows per task, what is known, configure),
+                over its layers, each over the one before:
+    core.py     its state, the declared jobs kept in the home, run dirs, what Slurm said of each task
+    polling.py  squeue per poll_s and soon after an action; a fleet's rename
+    submit.py   sbatch of a job's array
+    kills.py    scancel with proof; relaunch (a requeue, or a resubmission)
     slurm.py    Slurm through squeue, sbatch, scancel and scontrol; parsing their output
     runs.py     what a job keeps on the shared filesystem: the wrapper, attempts, logs, progress
     observe.py  the observer beside a running task (srun --overlap ... --observe)

@@ -45,9 +45,9 @@ def test_both_backends_answer_every_method_of_the_seam(tmp_path):
 
 def test_no_backend_leaves_a_method_unimplemented_or_subclasses_the_agent():
     from gpudeck.agents.node import agent
-    from gpudeck.agents.jobs import supervisor
-    from gpudeck.agents.cluster import backend as cluster
-    for module in (supervisor, cluster):
+    from gpudeck.agents.jobs import kills as node_kills, launching, liveness, store, supervisor
+    from gpudeck.agents.cluster import backend as cluster, core, kills, polling, submit
+    for module in (supervisor, store, liveness, launching, node_kills, cluster, core, polling, submit, kills):
         assert "NotImplementedError" not in inspect.getsource(module), module.__name__
     assert not issubclass(ClusterJobs, agent.Agent) and not issubclass(JobSupervisor, agent.Agent)
 
