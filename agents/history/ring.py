@@ -25,7 +25,8 @@ from typing import Callable, Optional
 from ..contract import ops
 from ..contract.vocab import JobState
 from ..contract.wire import Sample, Snapshot
-from .db import REWIND_SKIP_S, HistoryDB, Row, job_tps, minute_sample
+from .db import REWIND_SKIP_S, HistoryDB
+from .rows import Row, job_tps, minute_sample
 
 log = logging.getLogger(__name__)
 
