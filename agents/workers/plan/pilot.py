@@ -121,9 +121,9 @@ class PilotGenerator(Generator):
         super().prepare()
         add = self.writer.add
 
-        def measured_add(pid, line, token):
+        def measured_add(pid, line, *args, **kwargs):  # the writer's own arguments, passed on whole
             self._bytes[pid] = len(line) + 1
-            return add(pid, line, token)
+            return add(pid, line, *args, **kwargs)
 
         setattr(self.writer, "add", measured_add)  # the instance's own, in place of its method
 
