@@ -33,10 +33,11 @@ fewer than ``--min-useful-pct`` of the records are useful (no ``_SUCCESS``: a ``
 document with the figures; quality.py says what junk is), 143 after SIGTERM.
 
 The modules: options.py (flags, :class:`Options`), cli.py (the command, the fleet's job
-kind), generator.py (the run), servers.py (the server pool, one attempt), prompts.py (the
-prompt reader), shards.py (the JSONL shard writer), resume.py (the resume hint), progress.py
-(the progress document). Importing this package loads the stdlib only; aiohttp loads in
-:func:`run`.
+kind), generator.py (the run: its workers and ticker), startup.py (what comes before the
+first request), finish.py (the run's end and exit status), servers.py (the server pool, one
+attempt), prompts.py (the prompt reader), shards.py (the JSONL shard writer), resume.py (the
+resume hint), progress.py (the progress document). Importing this package loads the stdlib
+only; aiohttp loads in :func:`run`.
 """
 
 from .cli import build_parser, main, run

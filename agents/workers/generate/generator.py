@@ -1,5 +1,6 @@
-"""The generation run: everything before the first request (:meth:`Generator.prepare`), then
-one asyncio loop of ``servers x concurrency`` worker tasks and a ticker (:meth:`Generator.run`).
+"""The generation run: everything before the first request (:meth:`Generator.prepare`, in
+startup.py), then one asyncio loop of ``servers x concurrency`` worker tasks and a ticker
+(:meth:`Generator.run`, here), then its end and exit status (finish.py).
 
 Each worker task takes the next prompt not in the done-set (streamed from the file, never
 loaded whole, see prompts.py), sends it through the server pool (servers.py) with retries
@@ -27,36 +28,33 @@ import json
 import logging
 import os
 import random
-import re
 import signal
 import time
 from typing import Any, Optional
 
-from ...contract.fencing import EXIT_FENCED, attempt_from_env
-from ..common.dirlock import DirLock
-from ..common.fence import Fence, Fenced, FileStore
-from ..common.audit_gate import audit_verdict
+from ...contract.fencing import attempt_from_env
+from ..common.fence import Fence, Fenced
 from ..common.doneset import DoneSet
-from ..common import success
 from ..common.parts import in_part, part_name
 from ..common.progress import progress_path
-from ...contract.jobs import MARKER, QUALITY_MARKER
-from ...contract.plain import to_plain
-from .options import EXIT_FAIL, EXIT_OK, EXIT_QUALITY, EXIT_TERM, Options
+from .finish import Finish
+from .options import Options
 from .progress import GenerateProgress, is_useful
-from .quality import PROBLEMS, useful_pct
 from .prompts import Prompt, PromptError, PromptReader
 from .resume import ResumeHint
-from .servers import AttemptFailed, ServerPool, UsageError
-from .shards import NAMES, ShardWriteError, ShardWriter, ids_in_jsonl
+from .servers import AttemptFailed, ServerPool
+from .shards import ShardWriteError, ShardWriter
+from .startup import DONE_FILE, Startup
+
+__all__ = ["DONE_FILE", "Generator"]
 
 log = logging.getLogger("gpudeck.generate")
 
-DONE_FILE = "done.txt"
-_STALE_TMP = re.compile(r"\.\d+\.tmp$|^\.(done\.txt\.download|orphan\.download)$")
 
+class Generator(Startup, Finish):
+    """One run: :meth:`prepare` (startup.py), then :meth:`run`, which ends in :meth:`_finish`
+    (finish.py)."""
 
-class Generator:
     def __init__(self, opts: Options) -> None:
         self.o = opts
         self.out = os.path.abspath(opts.out if opts.part is None else os.path.join(opts.out, part_name(opts.part)))
@@ -95,131 +93,6 @@ class Generator:
             body["chat_template_kwargs"] = {"enable_thinking": o.thinking}
         body.update(o.extra_body)
         return body
-
-    def prepare(self) -> None:
-        """Everything before the first request: lock, audit, S3 restore, done-set, shard
-        recovery, resume hint. Raises UsageError / DirectoryBusy / OSError with a message."""
-        o = self.o
-        if not os.path.isfile(o.prompts):
-            raise UsageError(f"--prompts {o.prompts}: no such file")
-        os.makedirs(self.out, exist_ok=True)
-        self._lock = DirLock(self.out).acquire()
-        if not o.s3:  # with --s3, the fence is in S3 (claimed by _s3_start, before the restore)
-            self.fence = Fence(FileStore(self.out), self.attempt_id, o.fence_interval_s, given=self.attempt_given,
-                               on_claim=lambda: success.clear(self.out))
-            self._claim(self.fence.claim)
-        self._remove_stale_temp_files()
-        self._audit()
-        self._check_ids()
-        t0 = time.monotonic()
-        local_missing = not os.path.exists(os.path.join(self.out, DONE_FILE))
-        if local_missing:
-            self.hint.drop()
-        reserved = self._s3_start() if o.s3 else set()
-        self.done = DoneSet.open(os.path.join(self.out, DONE_FILE))
-        if local_missing and NAMES.closed_in(self.out):
-            # shards without their done-set (deleted by hand?): their records are done all the same
-            shards = NAMES.closed_in(self.out)
-            added = self.done.add((i for n in shards for i in ids_in_jsonl(os.path.join(self.out, n))), sync=True)
-            log.warning("%s was missing but %d shards are here: rebuilt it from them (%d ids)",
-                        os.path.join(self.out, DONE_FILE), len(shards), added)
-        self._recover_shards(reserved)
-        self.progress.load_previous()
-        offset, line = self.hint.read(len(self.done))
-        self.reader = PromptReader(o.prompts, self._is_taken, offset, line, o.max_prompt_bytes, o.part)
-        self.total_estimate = self.hint.counted[1] if self._part_lines is None else self._part_lines
-        log.info("resume: %d ids done; reading %s from line %d; done-set and recovery took %.2f s", len(self.done),
-                 o.prompts, line, time.monotonic() - t0)
-
-    def _remove_stale_temp_files(self) -> None:
-        for name in os.listdir(self.out):  # temp files of atomic writes a kill interrupted (we hold the lock)
-            if _STALE_TMP.search(name):
-                try:
-                    os.unlink(os.path.join(self.out, name))
-                except OSError:
-                    pass
-
-    def _recover_shards(self, reserved: set[int]) -> None:
-        self.writer = ShardWriter(self.out, self.done, self.o.shard_size,
-                                  on_closed=self._shard_closed, on_durable=self._durable)
-        rec = self.writer.recover(reserved)
-        if rec.ids_added or rec.cut_bytes or rec.bad_lines or rec.closed_now:
-            log.info("recovered the open shard: %d records kept (%d ids added to the done-set), %d bytes of a "
-                     "half-written record cut, %d bad lines dropped, closed %s", rec.open_records, rec.ids_added,
-                     rec.cut_bytes, rec.bad_lines, ", ".join(rec.closed_now) or "none")
-        if self.uploader is not None:
-            requeued = self.uploader.resume(rec.closed)
-            if requeued:
-                log.info("queued %d closed shard(s) that are not in S3 yet: %s", len(requeued),
-                         ", ".join(requeued[:5]) + (" ..." if len(requeued) > 5 else ""))
-            self.uploader.start()
-
-    def _audit(self) -> None:
-        from ..audit import audit_file
-        st = os.stat(self.o.prompts)
-        key = {"path": os.path.abspath(self.o.prompts), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
-        why = audit_verdict(self.out, key, lambda: audit_file(self.o.prompts, mode="prompts",
-                                                              sample=self.o.audit_sample), "the prompts", log)
-        if why is not None:
-            if not self.o.force:
-                raise UsageError(f"the prompts in {self.o.prompts} look degenerate: {why} "
-                                 f"(run `gpudeck audit --prompts {self.o.prompts}` for the report; --force to go on)")
-            log.warning("the prompts look degenerate, going on because of --force: %s", why)
-
-    def _check_ids(self) -> None:
-        """Lines that repeat an earlier id would be skipped as done: refuse the file, or with
-        --dedupe first say how many (the reader keeps the first line of each id)."""
-        from ..common.idscan import cached_scan, duplicate_message, scan_ids
-        from .prompts import line_id
-        part = self.o.part
-        st = os.stat(self.o.prompts)
-        key: dict = {"path": os.path.abspath(self.o.prompts), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
-        if part is not None:
-            key["part"] = list(part)
-        t0 = time.monotonic()
-        scan = cached_scan(self.out, key, lambda: scan_ids([self.o.prompts], line_id, self.o.max_prompt_bytes, part))
-        log.info("ids of %s: %d line(s) repeat an earlier id (checked in %.2f s)", self.o.prompts, scan.duplicates,
-                 time.monotonic() - t0)
-        if part is not None:
-            self._part_lines = scan.part_lines
-            log.info("--part %d/%d: %s of the %d prompt line(s) are this part's", part[0], part[1], scan.part_lines,
-                     scan.lines)
-        if not scan.duplicates:
-            return
-        if self.o.dedupe != "first":  # the file is refused by every part, whichever part holds the repeat
-            raise UsageError(duplicate_message(scan, "the prompts"))
-        self.progress.quality["duplicate_ids"] = scan.duplicates if part is None else (scan.part_duplicates or 0)
-        log.warning("--dedupe first: %d prompt line(s) repeat an earlier id and are dropped (the first: %s)",
-                    scan.duplicates, scan.first)
-
-    def _s3_loc(self):
-        """The S3 prefix of this run (its part's), or None without --s3."""
-        from ..common.s3sync.remote import S3Location
-        if not self.o.s3:
-            return None
-        loc = S3Location.parse(self.o.s3)
-        return S3Location(loc.bucket, loc.key(part_name(self.o.part))) if self.o.part is not None else loc
-
-    def _s3_start(self) -> set[int]:
-        from ..common.s3sync.start import start_s3
-        loc = self._s3_loc()
-        s3 = self._claim(lambda: start_s3(self.out, loc, endpoint_url=self.o.s3_endpoint, done_name=DONE_FILE,
-                                          names=NAMES, ids_of_file=ids_in_jsonl, restore_attempts=5,
-                                          list_attempts=(5, 3), local_numbers_on_failure=True,
-                                          attempt_id=self.attempt_id, fence_interval_s=self.o.fence_interval_s,
-                                          given=self.attempt_given))
-        self.uploader = s3.uploader
-        self.fence = s3.fence
-        return s3.taken
-
-    def _claim(self, fn):
-        """``fn()``; a newer attempt found there releases the directory and raises Fenced."""
-        try:
-            return fn()
-        except Fenced as exc:
-            self.fenced = exc
-            self._lock.release()
-            raise
 
     # -------------------------------------------------------------- callbacks of the writer
 
@@ -301,114 +174,7 @@ class Generator:
         self._terminated = True
         self._stop.set()
 
-    async def _finish(self) -> int:
-        if self.fenced is not None:  # the output is the newer attempt's: write nothing more to it
-            if self.uploader is not None:
-                self.uploader.stop()
-            self.done.close()
-            self.reader.close() if self.reader else None
-            self._lock.release()
-            log.error("%s; %d completions this run", self.fenced, self.progress.completed_now)
-            return EXIT_FENCED
-        for _ in range(3):  # a full disk may still refuse the backlog
-            if self._write_backlog():
-                break
-            await asyncio.sleep(1)
-        try:
-            self.writer.flush(sync_done=True)
-        except OSError as exc:
-            log.error("%s", exc)
-        complete = not self._terminated and self.reader is not None and self.reader.exhausted \
-            and not self.failed and not self.inflight and not self._backlog
-        try:
-            self.writer.close(final=complete)
-        except OSError as exc:
-            log.error("%s", exc)
-            complete = False
-        self._write_resume_hint()
-        uploads_ok = await self._drain_uploads()
-        self.done.close()
-        self.progress.write(self, final=True)
-        self.reader.close() if self.reader else None
-        status = self._exit_status(complete, uploads_ok)
-        if status == EXIT_OK:  # last, and only at a clean end: what a job `after` this one waits for
-            q = self.progress.quality
-            counts = {"done": len(self.done), "total": self.total(), "failed": q["errors"],
-                      "bad_prompts": q["bad_prompts"]}
-            junk = self._below_useful()
-            stored = self.uploader.count if self.uploader is not None else None  # the prefix's inventory
-            if junk is not None:  # ended, but mostly junk: no _SUCCESS, the figures in _QUALITY
-                success.write_quality(self.out, {**counts, **junk}, self._s3_loc(), self.o.s3_endpoint, stored)
-                status = EXIT_QUALITY
-            else:
-                success.write(self.out, counts, self._s3_loc(), self.o.s3_endpoint, stored)
-            if stored is not None:
-                self.progress.write(self, final=True)  # the marker counted in what the prefix holds
-        self._lock.release()
-        return status
-
-    def _below_useful(self) -> Optional[dict[str, Any]]:
-        """At a clean end: the figures of a run whose useful records are fewer than
-        ``--min-useful-pct`` of those counted (said in the log), else None. A run that counted
-        none (a resume with every prompt done and no progress.json of its last attempt) is
-        not judged."""
-        p = self.progress
-        pct = useful_pct(p.useful, p.useful_of)
-        if pct is None or pct >= self.o.min_useful_pct:
-            return None
-        q = p.quality
-        problems = {k: q[k] for k in PROBLEMS}
-        worst = max(PROBLEMS, key=lambda k: q[k])
-        why = (f"{pct:.1f}% of the {p.useful_of} records counted are useful, under --min-useful-pct "
-               f"{self.o.min_useful_pct:g}%" + (f"; the most common problem: {worst} ({q[worst]})" if q[worst] else ""))
-        log.error("%s: no %s; the figures are in %s", why, MARKER, os.path.join(self.out, QUALITY_MARKER))
-        return {"useful": p.useful, "useful_of": p.useful_of, "useful_pct": round(pct, 2),
-                "min_useful_pct": self.o.min_useful_pct, "problems": problems, "why": why,
-                "window": to_plain(p.window.document())}
-
-    async def _drain_uploads(self) -> bool:
-        """Wait for the uploads (not after a signal); False when some are still pending."""
-        if self.uploader is None:
-            return True
-        if self._terminated:
-            self.uploader.stop()
-            return True
-        from ..common.s3sync.remote import drain_timeout_s
-        drain_s = self.o.s3_drain_timeout_s if self.o.s3_drain_timeout_s is not None else drain_timeout_s()
-        log.info("waiting for uploads to S3 (up to %.0f s)", drain_s)
-        deadline = time.monotonic() + drain_s
-        loop = asyncio.get_running_loop()
-        while True:  # keep progress.json current while uploads are retried
-            self.progress.write(self)
-            uploads_ok = await loop.run_in_executor(None, self.uploader.drain,
-                                                    min(1.0, max(0.0, deadline - time.monotonic())))
-            if uploads_ok or time.monotonic() >= deadline or self._terminated:
-                break
-        st = self.uploader.status()
-        self.uploader.stop()
-        if not uploads_ok:
-            log.error("%d shard(s) or the done-set are not in S3 yet (last error: %s); a relaunch uploads "
-                      "them", st.pending, st.last_error)
-        return uploads_ok
-
-    def _exit_status(self, complete: bool, uploads_ok: bool) -> int:
-        q = self.progress.quality
-        summary = (f"{self.progress.completed_now} completions this run, {len(self.done)} done of {self.total()}; "
-                   f"{q['errors']} prompt(s) failed, {q['bad_prompts']} bad prompt line(s)")
-        if self._terminated:
-            log.info("stopped: %s", summary)
-            return 130 if self._interrupted else EXIT_TERM
-        if complete and uploads_ok and not q["bad_prompts"]:
-            log.info("finished: %s", summary)
-            return EXIT_OK
-        if complete and uploads_ok:
-            log.warning("finished with bad prompt lines (see above): %s", summary)
-            return EXIT_OK
-        if self.gave_up:
-            log.error("gave up, the servers are dead: %s; relaunch once they answer", summary)
-            return EXIT_FAIL
-        log.error("incomplete: %s; relaunch to retry what failed", summary)
-        return EXIT_FAIL
+    # -------------------------------------------------------------- the workers
 
     async def _worker(self) -> None:
         while not self._stop.is_set():
