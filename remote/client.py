@@ -13,7 +13,7 @@ import dataclasses
 import logging
 import os
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, TypeVar
 
 from ..agents.contract import ops
 from ..agents.contract.wire import Hello, Snapshot
@@ -26,6 +26,8 @@ __all__ = ["LINE_LIMIT", "AgentError", "AgentFailed", "AgentLink", "ByteWriter",
            "NodeStatus", "NodeUp", "NodeView", "RequestFailed", "Transport", "VersionMismatch"]
 
 log = logging.getLogger(__name__)
+
+R = TypeVar("R")  # an op's answer: its Result (agents/contract/ops.py)
 
 
 def _failure(node: str, exc: BaseException, fallback: Optional[str] = None) -> AgentError:
@@ -411,8 +413,8 @@ class FleetClient:
             await asyncio.sleep(wait)
             delay = min(delay * 2, backoff_max_s)
 
-    async def request(self, op: ops.Op, node: Optional[str] = None, timeout: Optional[float] = None,
-                      connect: bool = True) -> Any:
+    async def request(self, op: ops.Op[R], node: Optional[str] = None, timeout: Optional[float] = None,
+                      connect: bool = True) -> R:
         """``op`` on ``node``, or on its job's node for an op with a ``job``; its ``op.Result``.
         Connects when needed (``connect=False``: use the link there is: the console, whose watch
         loop owns the links); a ``timeout`` given covers the connect and the answer together,

@@ -73,3 +73,9 @@ def did_you_mean(word: str, choices: Iterable[str]) -> str:
 def check_host_keys(path: str, line: Optional[int], where: str, v: Any) -> None:
     if v not in HOST_KEYS:
         raise FleetError(path, line, f"{where}: expected \"strict\" or \"accept-new\", got {show(v, 'host_keys')}")
+
+
+def kind_of(v: Any) -> str:
+    """A TOML value's type in words ("an integer", "a table"): what a message shows of a wrong value."""
+    return {bool: "true or false", int: "an integer", float: "a number", str: "a string", list: "a list",
+            dict: "a table"}.get(type(v), type(v).__name__)

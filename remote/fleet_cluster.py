@@ -11,7 +11,7 @@ from ..agents.contract.names import name_problem
 from ..agents.contract.cluster import MIN_POLL_S, RESOURCE_KEYS, ClusterSpec, TaskResources
 from .fleet_check import FleetError, check_host_keys, check_range, check_type, did_you_mean, unknown_key
 from ..agents.contract.fields import show
-from .fleet_watch import Locator
+from .fleet_text import Locator
 
 _SPEC_FIELDS = {f.name: f for f in dataclasses.fields(ClusterSpec)}
 SSH_KEYS = ("identity", "known_hosts", "host_keys", "connect_timeout")  # as for [[nodes]], from [defaults] too

@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..agents.contract.envs import ENV_NAME, EnvSpec
-from .fleet_check import unknown_key
-from .fleet_watch import Fail, Locator, _kind
+from .fleet_check import kind_of, unknown_key
+from .fleet_text import Fail, Locator
 
 ENV_KEYS = ["name", "packages", "pip_args", "python", "setup"]
 
@@ -30,9 +30,9 @@ def parse_envs(raw: Any, loc: Locator, fail: Fail) -> dict[str, EnvSpec]:
             if k not in ENV_KEYS:
                 raise fail(line, unknown_key(where, k, ENV_KEYS))
             if k in ("name", "python") and (not isinstance(v, str) or not v.strip()):
-                raise fail(line, f"{where} {k!r}: expected a non-empty string, got {_kind(v)}")
+                raise fail(line, f"{where} {k!r}: expected a non-empty string, got {kind_of(v)}")
             if k in ("packages", "pip_args", "setup") and not _strings(v):
-                raise fail(line, f"{where} {k!r}: expected a list of non-empty strings, got {_kind(v)}")
+                raise fail(line, f"{where} {k!r}: expected a list of non-empty strings, got {kind_of(v)}")
         if not isinstance(name, str):
             raise fail(loc.table("envs", i), f"{where} needs a 'name'")
         if not ENV_NAME.fullmatch(name):

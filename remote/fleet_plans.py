@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from ..agents.contract.names import name_problem
-from .fleet_check import unknown_key
-from .fleet_watch import Fail, Locator, _kind
+from .fleet_check import kind_of, unknown_key
+from .fleet_text import Fail, Locator
 
 PLAN_KEYS = ["name", "path", "servers", "price"]
 
@@ -45,7 +45,7 @@ def parse_plans(raw: Any, base: str, loc: Locator, fail: Fail) -> list[PlanRef]:
             if k not in PLAN_KEYS:
                 raise fail(line, unknown_key(where, k, PLAN_KEYS))
             if k in ("name", "path") and (not isinstance(v, str) or not v.strip()):
-                raise fail(line, f"{where} {k!r}: expected a non-empty string, got {_kind(v)}")
+                raise fail(line, f"{where} {k!r}: expected a non-empty string, got {kind_of(v)}")
             if k == "name" and (problem := name_problem(v, "a plan's name")):
                 raise fail(line, f"{where} 'name': {problem}")
             if k == "servers" and (isinstance(v, bool) or not isinstance(v, int) or v < 1):

@@ -14,13 +14,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any, Awaitable, Callable, Optional, Protocol
+from typing import Any, Awaitable, Callable, Optional, Protocol, TypeVar
 
 from ..agents.contract import VERSION as __version__
 from ..agents.contract import ops, plain, wire
 from ..agents.contract.errors import OperatorError
 from ..agents.contract.wire import Hello, History, Reply, Snapshot
 from .fleet import Node
+
+R = TypeVar("R")  # an op's answer: its Result (agents/contract/ops.py)
 
 log = logging.getLogger(__name__)
 
@@ -230,7 +232,7 @@ class AgentLink:
             self._waiting.clear()
             self._snapshot_event.set()
 
-    async def request(self, op: ops.Op, timeout: float = 30.0) -> Any:
+    async def request(self, op: ops.Op[R], timeout: float = 30.0) -> R:
         """``op`` answered: its ``op.Result``. AgentError when the link fails or the answer does
         not come within ``timeout``; RequestFailed when the agent refuses, or answers something
         that is not an ``op.Result``."""

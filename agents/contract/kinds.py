@@ -172,7 +172,7 @@ class RouterOptions(KindOptions):
         kind = "router"
         port = 30100                                   # where clients connect
         metrics_url = "http://127.0.0.1:29100/metrics" # its --prometheus-port; the agent scrapes smg_* there
-        workers = ["sglang-0", "sglang-1"]             # engine jobs (or URLs), resolved by remote/fleet.py
+        workers = ["sglang-0", "sglang-1"]             # engine jobs (or URLs), resolved by remote/fleet_jobs.py
         router_args = ["--policy", "power_of_two"]
 
     Without ``metrics_url`` the router serves its metrics on its default port (29000). Two

@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import typing
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Optional
+from typing import Any, ClassVar, Generic, Optional, TypeVar
 
 from .jobs import KINDS, JobSpec, job_name_problem
 from .plain import ProtocolError, from_dict, to_plain
@@ -30,12 +30,28 @@ from .wire import Event, KillVerdict, LaunchResult, LogChunk, Request, Sample, S
 GRACE_MAX_S = 3600.0
 
 
-class Op:
-    """The base of every op; see the module's docstring."""
+R = TypeVar("R")  # an op's answer: its Result
+
+
+class Op(Generic[R]):
+    """The base of every op; see the module's docstring. An op names its answer's type once, as
+    its base's argument (``class Kill(Op[KillVerdict])``): ``Result`` at run time, and what a
+    caller of ``FleetClient.request(op)`` gets to the type checker."""
 
     name: ClassVar[str]
-    Result: ClassVar[type]
+    Result: ClassVar[type]  # set from the base's argument
     on_loop: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for base in cls.__dict__.get("__orig_bases__", ()):
+            if typing.get_origin(base) is Op:
+                (result,) = typing.get_args(base)
+                if not isinstance(result, type):
+                    raise TypeError(f"op {cls.__name__}: its answer must be a class, got {result!r}")
+                cls.Result = result
+        if "Result" not in dir(cls):
+            raise TypeError(f"op {cls.__name__} names no answer: derive it from Op[TheResultClass]")
 
     def check(self) -> None:
         """Raise ProtocolError when an argument is out of its range (types are checked on decode):
@@ -49,9 +65,10 @@ class Op:
         plain: dict[str, Any] = to_plain(self)
         return plain
 
-    def answer(self, result: Any) -> Any:
+    def answer(self, result: Any) -> R:
         """A reply's plain ``result`` read back into ``Result``; ProtocolError when it does not fit."""
-        return from_dict(self.Result, result, f"the reply to {self.name!r}")
+        answer: R = from_dict(self.Result, result, f"the reply to {self.name!r}")
+        return answer
 
 
 # ---------------------------------------------------------------- typed results
@@ -287,20 +304,18 @@ class DoctorReport:
 
 
 @dataclass(frozen=True)
-class Status(Op):
+class Status(Op[Snapshot]):
     """The node now: a snapshot, at once."""
 
     name: ClassVar[str] = "status"
-    Result: ClassVar[type] = Snapshot
     on_loop: ClassVar[bool] = True
 
 
 @dataclass(frozen=True)
-class Configure(Op):
+class Configure(Op[Configured]):
     """The fleet file's jobs for this node (and its watch settings); a relaunch's changes."""
 
     name: ClassVar[str] = "configure"
-    Result: ClassVar[type] = Configured
     on_loop: ClassVar[bool] = True
     jobs: list[JobSpec] = field(default_factory=list)
     fleet: str = ""  # the fleet's identity: its [fleet] name, else "host:/path" (agents/jobs/owners.py)
@@ -326,7 +341,7 @@ QUALITY_FIGURES = ("cut_pct", "empty_pct", "no_answer_pct", "repetition_pct")
 
 
 @dataclass(frozen=True)
-class ReadHistory(Op):
+class ReadHistory(Op[HistoryPage]):
     """The node's history from ``since`` to ``until`` (unix times; ``until`` None: now). With no
     ``resolution``: compact samples for the sparklines (every sample of the last hour, a
     minute's means before it). With one (``auto``, ``1s``, ``1m``, ``1h``): points per GPU and per
@@ -334,7 +349,6 @@ class ReadHistory(Op):
     chart). Answered in a thread: a long read never holds up a tick."""
 
     name: ClassVar[str] = "history"
-    Result: ClassVar[type] = HistoryPage
     since: float = 0.0
     until: Optional[float] = None
     resolution: Optional[str] = None
@@ -355,22 +369,20 @@ class ReadHistory(Op):
 
 
 @dataclass(frozen=True)
-class ReadEvents(Op):
+class ReadEvents(Op[EventPage]):
     """The node's timeline: the newest ``limit`` events after ``since`` and ``after_seq``."""
 
     name: ClassVar[str] = "events"
-    Result: ClassVar[type] = EventPage
     since: float = 0.0
     after_seq: int = 0
     limit: int = 5000
 
 
 @dataclass(frozen=True)
-class Watch(Op):
+class Watch(Op[WatchStatus]):
     """The watcher's state; ``on`` starts or stops watching, registered with ``supervise``."""
 
     name: ClassVar[str] = "watch"
-    Result: ClassVar[type] = WatchStatus
     on_loop: ClassVar[bool] = True
     on: Optional[bool] = None
     supervise: Optional[str] = None  # auto | systemd | cron | none
@@ -380,12 +392,11 @@ class Watch(Op):
 
 
 @dataclass(frozen=True)
-class Ack(Op):
+class Ack(Op[Acked]):
     """Acknowledge a job that gave up restarting: its ``gave_up`` alert clears (and the
     heartbeat's /fail with it); nothing is started. Refused for a job that has not given up."""
 
     name: ClassVar[str] = "ack"
-    Result: ClassVar[type] = Acked
     on_loop: ClassVar[bool] = True
     job: str
 
@@ -394,13 +405,12 @@ NOTE_MAX_CHARS = 2000
 
 
 @dataclass(frozen=True)
-class Note(Op):
+class Note(Op[Noted]):
     """An operator's note: a ``note`` event in the node's timeline, about ``job`` when given
     (the job need not be the node's: a note about a move names both ends), sent to the node's
     ``[[notify]]`` targets only with ``notify``; ``by``: who wrote it (user@host)."""
 
     name: ClassVar[str] = "note"
-    Result: ClassVar[type] = Noted
     on_loop: ClassVar[bool] = True
     text: str
     job: Optional[str] = None  # about this job; with no node given, the op goes to the job's node
@@ -419,37 +429,33 @@ class Note(Op):
 
 
 @dataclass(frozen=True)
-class Launch(Op):
+class Launch(Op[LaunchResult]):
     name: ClassVar[str] = "launch"
-    Result: ClassVar[type] = LaunchResult
     job: str
 
 
 @dataclass(frozen=True)
-class Kill(Op):
+class Kill(Op[KillVerdict]):
     """SIGTERM to the job's processes, SIGKILL after ``grace_s``, then proof that its GPU memory
     came back."""
 
     name: ClassVar[str] = "kill"
-    Result: ClassVar[type] = KillVerdict
     job: str
     grace_s: float = 10.0
 
 
 @dataclass(frozen=True)
-class Relaunch(Op):
+class Relaunch(Op[LaunchResult]):
     name: ClassVar[str] = "relaunch"
-    Result: ClassVar[type] = LaunchResult
     job: str
     grace_s: float = 10.0
 
 
 @dataclass(frozen=True)
-class KillPid(Op):
+class KillPid(Op[KillVerdict]):
     """A process no job owns (an unowned GPU process), killed as a job is."""
 
     name: ClassVar[str] = "kill_pid"
-    Result: ClassVar[type] = KillVerdict
     pid: int
     grace_s: float = 10.0
 
@@ -460,7 +466,7 @@ class KillPid(Op):
 
 
 @dataclass(frozen=True)
-class Adopt(Op):
+class Adopt(Op[Adopted]):
     """A process gpudeck did not start, made the job ``job``: its command line, working
     directory, environment, process group and GPUs recorded, so that it is shown, killed with
     verification and relaunched (the same command, directory and environment, contained) as a
@@ -469,7 +475,6 @@ class Adopt(Op):
     already owns, a name the node already holds."""
 
     name: ClassVar[str] = "adopt"
-    Result: ClassVar[type] = Adopted
     pid: int
     job: str
     started_at: Optional[float] = None
@@ -487,23 +492,21 @@ class Adopt(Op):
 
 
 @dataclass(frozen=True)
-class Logs(Op):
+class Logs(Op[LogChunk]):
     """The job's log: its last ``lines`` lines, or what follows byte ``offset``."""
 
     name: ClassVar[str] = "logs"
-    Result: ClassVar[type] = LogChunk
     job: str
     lines: int = 100
     offset: Optional[int] = None
 
 
 @dataclass(frozen=True)
-class Doctor(Op):
+class Doctor(Op[DoctorReport]):
     """The node checked before a run, against the jobs the fleet file declares for it; each
     check runs with its own timeout of ``timeout_s`` (agents/node/doctor.py)."""
 
     name: ClassVar[str] = "doctor"
-    Result: ClassVar[type] = DoctorReport
     console_time: Optional[float] = None  # the console's clock when it sent the op; None: no clock check
     venv: str = ""  # the node's gpudeck venv (Node.agent_venv); "": only the agent's own python is checked
     import_warn_s: float = 20.0  # an import of torch or SGLang slower than this is a warning
@@ -521,25 +524,24 @@ DOCTOR_MAX_S = 1800.0
 
 
 @dataclass(frozen=True)
-class Unstage(Op):
+class Unstage(Op[Unstaged]):
     """Remove the node's staged copies (every one, or those at ``paths``); a copy a live job
     stages or uses is kept, and said."""
 
     name: ClassVar[str] = "unstage"
-    Result: ClassVar[type] = Unstaged
     paths: list[str] = field(default_factory=list)
 
 
-ALL: tuple[type[Op], ...] = (Status, Configure, ReadHistory, ReadEvents, Watch, Ack, Note, Launch, Kill, Relaunch,
+ALL: tuple[type[Op[Any]], ...] = (Status, Configure, ReadHistory, ReadEvents, Watch, Ack, Note, Launch, Kill, Relaunch,
                              KillPid, Adopt, Logs, Doctor, Unstage)
-OPS: dict[str, type[Op]] = {cls.name: cls for cls in ALL}
+OPS: dict[str, type[Op[Any]]] = {cls.name: cls for cls in ALL}
 
 
-def request(id: int, op: Op) -> Request:
+def request(id: int, op: Op[Any]) -> Request:
     return Request(id=id, op=op.name, args=op.args())
 
 
-def op_of(req: Request) -> Op:
+def op_of(req: Request) -> Op[Any]:
     """The op a request asks for, its arguments checked by the op's own types; ProtocolError
     (or a job spec's SpecError) says what is wrong."""
     cls = OPS.get(req.op)
@@ -550,6 +552,6 @@ def op_of(req: Request) -> Op:
     if unknown:
         raise ProtocolError(f"{req.op!r} takes no argument {unknown[0]!r}"
                             + (f"; it takes {', '.join(sorted(known))}" if known else "; it takes none"))
-    op: Op = from_dict(cls, req.args, req.op)
+    op: Op[Any] = from_dict(cls, req.args, req.op)
     op.check()
     return op

@@ -266,7 +266,7 @@ class Agent:
 
     # ------------------------------------------------------------ requests
 
-    def _table(self) -> dict[type[ops.Op], Callable[[Any], Any]]:
+    def _table(self) -> dict[type[ops.Op[Any]], Callable[[Any], Any]]:
         """The one table of what answers each op: the agent, its backend and its watcher."""
         jobs = self.jobs
         return {
@@ -287,7 +287,7 @@ class Agent:
             ops.Unstage: lambda op: copies.unstage(self.home, op.paths, lambda to: copies.live_user(jobs, to)),
         }
 
-    def handle(self, req: Request, op: ops.Op) -> Reply:
+    def handle(self, req: Request, op: ops.Op[Any]) -> Reply:
         """``op`` (``req``'s, its arguments checked by ``ops.op_of``) answered from the table."""
         try:
             result = self.answers[type(op)](op)

@@ -36,27 +36,27 @@ def accepted_fleet_keys() -> dict[str, frozenset[str]]:
     before refusing it as unknown. Keys of the result: a section of SECTIONS ("defaults",
     "nodes", "envs", "jobs", "alerts", "notify", "heartbeat", "plans"), and "kind=NAME" for each job kind's
     own options."""
-    from gpudeck.remote import fleet, fleet_cluster, fleet_envs, fleet_plans, fleet_watch
+    from gpudeck.remote import fleet, fleet_alerting, fleet_cluster, fleet_envs, fleet_jobs, fleet_nodes, fleet_plans
     from gpudeck.agents.contract.cluster import RESOURCE_KEYS
 
     keys = {
         "fleet": frozenset(fleet.FLEET_KEYS),
         "defaults": frozenset(fleet._DEFAULT_KEYS),
-        # _parse_nodes: the Node fields (less `via`, which `jump` resolves to), and `local`,
+        # fleet_nodes.parse_nodes: the Node fields (less `via`, which `jump` resolves to), and `local`,
         # which it accepts by name
-        "nodes": frozenset(fleet._NODE_FIELDS) | {"local"},
-        # _parse_jobs: the JobSpec fields, less `options` (the bag of a kind's options) and
+        "nodes": frozenset(fleet_nodes.NODE_FIELDS) | {"local"},
+        # fleet_jobs.parse_jobs: the JobSpec fields, less `options` (the bag of a kind's options) and
         # `resources` (a cluster job's scheduler keys, given one by one: RESOURCE_KEYS)
-        "jobs": frozenset(fleet._JOB_FIELDS) - {"options", "resources"} | frozenset(RESOURCE_KEYS),
+        "jobs": frozenset(fleet_jobs.JOB_FIELDS) - {"options", "resources"} | frozenset(RESOURCE_KEYS),
         "clusters": frozenset(fleet_cluster.CLUSTER_KEYS),
         "envs": frozenset(fleet_envs.ENV_KEYS),
-        "alerts": frozenset(fleet_watch.ALERT_KEYS),
-        "notify": frozenset(fleet_watch.NOTIFY_KEYS),
-        "heartbeat": frozenset(fleet_watch.HEARTBEAT_KEYS),
+        "alerts": frozenset(fleet_alerting.ALERT_KEYS),
+        "notify": frozenset(fleet_alerting.NOTIFY_KEYS),
+        "heartbeat": frozenset(fleet_alerting.HEARTBEAT_KEYS),
         "plans": frozenset(fleet_plans.PLAN_KEYS),
     }
     # Each job kind's options: the fleet keys of its dataclass (agents/contract/kinds.py), the
-    # set that _parse_jobs checks a kind's keys against
+    # set that fleet_jobs.parse_jobs checks a kind's keys against
     for kind in JobKind:
         keys[f"kind={kind.value}"] = frozenset(kind.options)
     return keys

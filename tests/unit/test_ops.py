@@ -142,3 +142,17 @@ def test_ops_are_frozen_dataclasses_with_a_result_each():
     for cls in ops.ALL:
         assert dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen
         assert dataclasses.is_dataclass(cls.Result) and cls.name in ops.OPS
+
+
+def test_an_op_names_its_result_once_as_its_base_s_argument():
+    """``class Kill(Op[KillVerdict])``: the one statement of the answer's type, read at run time
+    (``Result``, what the agent checks its answer against) and by the type checker (what
+    ``FleetClient.request`` returns)."""
+    import typing
+
+    for cls in ops.ALL:
+        (base,) = [b for b in cls.__orig_bases__ if typing.get_origin(b) is ops.Op]
+        assert typing.get_args(base) == (cls.Result,)
+    with pytest.raises(TypeError, match="op Unanswered names no answer: derive it from Op"):
+        class Unanswered(ops.Op):  # type: ignore[type-arg]
+            name = "unanswered"

@@ -1,36 +1,21 @@
-"""The fleet file's watcher tables, ``[alerts]`` and ``[[notify]]`` (remote/fleet.py reads the
-rest). A mistake is reported with its line, as everywhere in the fleet file, and never with
-a URL's value: webhook URLs are secrets."""
+"""The fleet file's alerting tables, what the node's watcher is told to raise and where to send
+it: ``[alerts]``, ``[[notify]]`` and ``[heartbeat]`` (remote/fleet.py reads the rest). A mistake
+is reported with its line, as everywhere in the fleet file, and never with a URL's value:
+webhook URLs are secrets."""
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Callable, Optional, Protocol
+from typing import Any, Optional
 
 from ..agents.contract.watching import AlertThresholds, ConfigError, HeartbeatConfig, HeartbeatError, NotifyTarget
-from .fleet_check import unknown_key
+from .fleet_check import kind_of, unknown_key
+from .fleet_text import Fail, Locator
 
 ALERT_KEYS = [f.name for f in dataclasses.fields(AlertThresholds)]
 NOTIFY_KEYS = [f.name for f in dataclasses.fields(NotifyTarget)]
 HEARTBEAT_KEYS = [f.name for f in dataclasses.fields(HeartbeatConfig)]
-
-Fail = Callable[[Optional[int], str], Exception]  # (line, message) -> the FleetError to raise
-
-
-class Locator(Protocol):
-    """The line of a table or key in the fleet file's text, or None (remote/fleet.py's _Locator)."""
-
-    def table(self, name: str, index: Optional[int]) -> Optional[int]: ...
-
-    def key(self, table: str, index: Optional[int], key: str) -> Optional[int]: ...
-
-    def top(self, key: str) -> Optional[int]: ...
-
-
-def _kind(v: Any) -> str:
-    return {bool: "true or false", int: "an integer", float: "a number", str: "a string", list: "a list",
-            dict: "a table"}.get(type(v), type(v).__name__)
 
 
 def parse_alerts(raw: Any, loc: Locator, fail: Fail) -> AlertThresholds:
@@ -40,7 +25,7 @@ def parse_alerts(raw: Any, loc: Locator, fail: Fail) -> AlertThresholds:
         if k not in ALERT_KEYS:
             raise fail(loc.key("alerts", None, k), unknown_key("[alerts]", k, ALERT_KEYS))
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not (v >= 0 and math.isfinite(v)):
-            shown = repr(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else _kind(v)
+            shown = repr(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else kind_of(v)
             raise fail(loc.key("alerts", None, k), f"[alerts] {k!r}: expected a finite number >= 0, got {shown}")
     try:
         return AlertThresholds.from_dict(raw)
@@ -64,7 +49,7 @@ def parse_notify(raw: Any, loc: Locator, fail: Fail) -> list[NotifyTarget]:
             expected = {"url": str, "url_env": str, "format": str, "events": list}.get(k)
             if expected is not None and not isinstance(v, expected):
                 raise fail(loc.key("notify", i, k), f"{where} {k!r}: expected "
-                           f"{'a list of event names' if expected is list else 'a string'}, got {_kind(v)}")
+                           f"{'a list of event names' if expected is list else 'a string'}, got {kind_of(v)}")
         try:
             target = NotifyTarget.from_dict(table)
         except ConfigError as exc:
@@ -89,7 +74,7 @@ def parse_heartbeat(raw: Any, loc: Locator, fail: Fail) -> Optional[HeartbeatCon
         expected = {"url": str, "url_env": str, "method": str, "on_quality": bool}.get(k)
         if expected is not None and not isinstance(v, expected):
             raise fail(loc.key("heartbeat", None, k), f"[heartbeat] {k!r}: expected "
-                       f"{'true or false' if expected is bool else 'a string'}, got {_kind(v)}")
+                       f"{'true or false' if expected is bool else 'a string'}, got {kind_of(v)}")
     if isinstance(raw.get("every"), str):  # "5m", "60s": the one duration grammar
         from ..agents.contract.units import parse_duration
         try:
