@@ -7,6 +7,7 @@ A screen says which job a key acts on (``target_job``) and posts the request; th
 
 from __future__ import annotations
 
+import asyncio
 import enum
 from dataclasses import dataclass
 from typing import Any, Optional, Union
@@ -14,11 +15,20 @@ from typing import Any, Optional, Union
 from rich.markup import escape
 
 from ..agents.contract import ops
+from ..agents.contract.errors import OperatorError
 from ..agents.contract.ops import Acked
 from ..agents.contract.wire import KillVerdict, LaunchResult
 from ..agents.contract.vocab import AlertKind, ShownState
 from .formatting import started_as
 from .rows import AlertRow, EventRow, FleetRow, GpuRow, JobRow, ProcRow
+from ..remote.client import RequestFailed
+
+# what a request to a node may end in that the operator is told (describe_error), not a bug
+OPERATOR_ERRORS = (OperatorError, RequestFailed, asyncio.TimeoutError, OSError)
+
+
+# the requests a job key sends to a job's node (a move sends several: moving.move_job)
+JobRequest = Union[ops.Kill, ops.Relaunch, ops.Launch, ops.Ack]
 
 
 class JobOp(str, enum.Enum):
@@ -33,6 +43,22 @@ class JobOp(str, enum.Enum):
     def __str__(self) -> str:
         return self.value
 
+    @classmethod
+    def bound(cls, word: str) -> "JobOp":
+        """The job op a key binding names (console/keymap.py: ``job('kill')``): Textual hands a
+        binding's argument over as text, and this is the one place a job op is read from text."""
+        try:
+            return cls(word)
+        except ValueError:
+            raise ValueError(f"job({word!r}) in a key binding names no job op; the ops: "
+                             f"{', '.join(o.value for o in cls)}") from None
+
+    @property
+    def request(self) -> Optional[type[JobRequest]]:
+        """The contract's op this key sends (agents/contract/ops.py); None for a move, which is
+        several (moving.move_job)."""
+        return _REQUESTS.get(self)
+
     @property
     def key(self) -> str:
         """Its key, as the help shows it (console/keymap.py: ``job.kill`` is ctrl+k, as in k9s)."""
@@ -46,6 +72,8 @@ class JobOp(str, enum.Enum):
 
 
 JOB_OPS = (JobOp.KILL, JobOp.RELAUNCH, JobOp.LAUNCH, JobOp.MOVE, JobOp.ACK)  # in the palette's order
+_REQUESTS: dict[JobOp, type[JobRequest]] = {JobOp.KILL: ops.Kill, JobOp.RELAUNCH: ops.Relaunch,
+                                            JobOp.LAUNCH: ops.Launch, JobOp.ACK: ops.Ack}
 
 
 # ---------------------------------------------------------------- which job a key acts on
@@ -199,16 +227,18 @@ def plan_process_adopt(node: str, pid: int, name: str, command: Optional[str], *
                                        f"contained. (gpudeck adopt --as NAME names it otherwise.)", "Adopt")
 
 
-def job_request(op: JobOp, job: str, grace_s: float) -> ops.Op:
-    """The request a job key sends: a kill and a relaunch wait out ``grace_s``. (A move is
-    several requests: moving.move_job.)"""
+def job_request(op: JobOp, job: str, grace_s: float) -> JobRequest:
+    """The request a job key sends (``op.request``): a kill and a relaunch wait out ``grace_s``.
+    A move is several requests (moving.move_job): ValueError."""
     if op is JobOp.KILL:
         return ops.Kill(job=job, grace_s=grace_s)
     if op is JobOp.RELAUNCH:
         return ops.Relaunch(job=job, grace_s=grace_s)
     if op is JobOp.ACK:
         return ops.Ack(job=job)
-    return ops.Launch(job=job)
+    if op is JobOp.LAUNCH:
+        return ops.Launch(job=job)
+    raise ValueError(f"{op} of {job} is no one request: moving.move_job sends a move's")
 
 
 # ---------------------------------------------------------------- telling the outcome
@@ -248,3 +278,12 @@ def failure_notice(op: JobOp, job: str, error: str) -> Notice:
 def no_target_notice(op: JobOp) -> Notice:
     return Notice(f"select a job to {op} first (in the jobs view, or a GPU a job holds)", severity="warning",
                   timeout=4)
+
+
+def describe_error(exc: BaseException) -> str:
+    """What the operator reads: the node, and what went wrong there."""
+    if isinstance(exc, RequestFailed):
+        return f"node {exc.node}: {exc}"
+    if isinstance(exc, asyncio.TimeoutError):
+        return "no answer in time"
+    return str(exc) or type(exc).__name__

@@ -37,7 +37,7 @@ class ConsoleConfig:
 
     auto_move: bool = True
     """Move the jobs of a lost node with ``on_node_lost = "move"`` to a spare, as ``gpudeck watch
-    fleet`` does (console/fleetwatch.py). Never in read-only mode, nor when not connected."""
+    fleet`` does (console/automove.py). Never in read-only mode, nor when not connected."""
 
     move_check_s: float = 1.0
     """Seconds between two looks for lost nodes (each armed after the last returned)."""

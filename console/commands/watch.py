@@ -1,6 +1,6 @@
 """`gpudeck watch start|stop|status [-f FLEET] [NODE...]`: a watcher that outlives the console;
 `gpudeck watch fleet [-f FLEET]`: the whole fleet watched from here, the jobs of a lost node
-moved to a spare (console/fleetwatch.py).
+moved to a spare (console/automove.py).
 
 ``start`` sets each node's ``watching`` flag (``<home>/watch.json``) after the usual
 ``configure``, which carries the fleet's jobs, ``[[notify]]`` and ``[alerts]``; when this
@@ -68,7 +68,7 @@ def register(sub) -> None:
 
 async def _fleet(args) -> int:
     from ...remote.client import FleetClient
-    from ..fleetwatch import watch_fleet
+    from ..automove import watch_fleet
     from .common import load_fleet
 
     fleet = load_fleet(args.fleet)

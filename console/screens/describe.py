@@ -130,9 +130,10 @@ class DescribeScreen(Screen[None]):
         self.query_one("#describe-tabs", ContentSwitcher).current = tab
         (self.query_one("#fields") if tab == "fields" else self.query_one(LogPanel).log).focus()
 
-    def action_job(self, op: str) -> None:
+    def action_job(self, word: str) -> None:
+        """A job key (console/keymap.py: ``job('kill')``): the op it names, on this job."""
         if self.job is not None:
-            self.post_message(JobActionRequested(JobOp(op), self.job))
+            self.post_message(JobActionRequested(JobOp.bound(word), self.job))
 
     def on_job_chart_resized(self, event: JobChart.Resized) -> None:
         if self.composed:

@@ -20,11 +20,9 @@ from ..chart import GUTTER, next_range
 from ..messages import (DescribeRequested, DoctorRequested, HistoryWanted, JobActionRequested, LogFollowCancelled,
                         LogFollowRequested, PlansCompareRequested, ProcessAdoptRequested, ProcessKillRequested)
 from ..bindings import bindings
-from .sort_picker import SortPicker
+from .filter_sort import LABELS, SORT_COLUMNS, SORT_FIELDS, SORTS, FilterAndSort
 from .palette import FleetCommands
-from ..keymap import key_of
-from ..selection import (ALERT_SORTS, FLEET_SORTS, JOB_SORTS, select_alerts, select_events, select_fleet,
-                                       select_jobs, sorted_descending)
+from ..selection import select_alerts, select_events, select_fleet, select_jobs, sorted_descending
 from ..rows import FleetRow, GpuRow, JobRow, NodeRow
 from ..state import FleetState
 from ..timeline import listed
@@ -41,21 +39,6 @@ from ..widgets.log_panel import LogPanel
 
 VIEWS = ("overview", "fleet", "jobs", "logs", "alerts", "events")
 TABLES = ("fleet", "jobs", "alerts", "events")  # the views that are one table
-SORTS = {"overview": JOB_SORTS, "fleet": FLEET_SORTS, "jobs": JOB_SORTS, "alerts": ALERT_SORTS, "logs": (),
-         "events": ()}  # the events stay in time order
-LABELS = {"overview": "Overview", "fleet": "Fleet", "jobs": "Jobs", "logs": "Logs", "alerts": "Alerts",
-          "events": "Events"}
-_JOB_COLUMNS = {"name": "JOB", "node": "NODE", "state": "STATE", "tokens/s": "TOK/S", "rate": "RATE", "eta": "ETA",
-                "progress": "PROGRESS", "cost": "$/MTOK"}
-# the shift+letter sort keys (keymap.SORT_KEYS: sort_by('tokens')) to each view's sort keys
-_JOB_FIELDS = {"job": "name", "node": "node", "state": "state", "tokens": "tokens/s", "rate": "rate",
-               "progress": "progress", "eta": "eta", "cost": "cost"}
-SORT_FIELDS = {"overview": _JOB_FIELDS, "jobs": _JOB_FIELDS,
-               "fleet": {"node": "name", "state": "problems", "memory": "memory", "util": "util"},
-               "alerts": {"since": "newest", "node": "node", "state": "kind"}, "logs": {}, "events": {}}
-SORT_COLUMNS = {"overview": _JOB_COLUMNS, "jobs": _JOB_COLUMNS,
-                "fleet": {"name": "NODE / GPU", "memory": "MEMORY", "util": "UTIL"},
-                "alerts": {"newest": "SINCE", "node": "NODE", "kind": "ALERT"}}  # the header a sort marks
 OVERVIEW_ALERTS = 3  # the newest alerts the overview shows
 
 
@@ -70,7 +53,7 @@ class Views(TabbedContent):
         event.stop()
 
 
-class MainScreen(Screen[None]):
+class MainScreen(FilterAndSort, Screen[None]):
     COMMANDS = {FleetCommands}
     BINDINGS = bindings("main")  # console/keymap.py: the whole keymap, one table
 
@@ -357,14 +340,6 @@ class MainScreen(Screen[None]):
         else:
             self.action_view("logs")  # the view change follows its log
 
-    def action_filter(self) -> None:
-        """`/`: filter the view, or search the log in the logs view."""
-        view = self.active
-        bar = self.query_one(FilterBar)
-        bar.placeholder = ("search the log (enter: keep, escape: clear)" if view == "logs" else
-                           "filter: a job, node, kind or state (enter: keep, escape: clear)")
-        bar.open(self.query_one(LogPanel).term if view == "logs" else self.filters[view])
-
     @on(Input.Changed, "#filter")
     def _filter_changed(self, event: Input.Changed) -> None:
         if self.active == "logs":
@@ -379,76 +354,6 @@ class MainScreen(Screen[None]):
     def _filter_closed(self, event: FilterBar.Closed) -> None:
         self._focus_view(self.active)
         self.show_state(self.fleet_state)
-
-    def action_clear_filter(self) -> None:
-        """Escape: drop the view's filter (or the log search)."""
-        if self.active == "logs":
-            self.query_one(LogPanel).search("")
-        self.filters[self.active] = ""
-        self.show_state(self.fleet_state)
-        self.refresh_bindings()
-
-    def action_next_match(self, step: int) -> None:
-        if self.query_one(LogPanel).next_match(step) is None:
-            self.notify("no line matches the search", timeout=3)
-        self._show_status()
-
-    def action_sort(self) -> None:
-        """`s`: the next sort key, ascending; the key is marked in the header and said below."""
-        view = self.active
-        keys = SORTS[view]
-        if not keys:
-            self.notify(f"the {view} view has no sort", timeout=3)
-            return
-        self.sorts[view] = keys[(keys.index(self.sorts[view]) + 1) % len(keys)]
-        self.reversed[view] = False
-        self.show_state(self.fleet_state)
-
-    def action_reverse(self) -> None:
-        """`S`: the same sort, the other way round."""
-        if SORTS[self.active]:
-            self.reversed[self.active] = not self.reversed[self.active]
-            self.show_state(self.fleet_state)
-
-    def action_sort_by(self, field: str) -> None:
-        """A column's shift+letter (k9s): sort by it; pressed again, the other way round."""
-        view = self.active
-        how = SORT_FIELDS[view].get(field)
-        if how is None:
-            return
-        if self.sorts[view] == how:
-            self.reversed[view] = not self.reversed[view]
-        else:
-            self.sorts[view], self.reversed[view] = how, False
-        self.show_state(self.fleet_state)
-
-    def action_sort_picker(self) -> None:
-        """F6 (htop's "sort by"): the view's columns, each with its letter; enter picks one."""
-        view = self.active
-        fields = SORT_FIELDS[view]
-        if not fields:
-            self.notify(f"the {view} view has no sort" + (" (it stays in time order)" if view == "events" else ""),
-                        timeout=3)
-            return
-        columns = SORT_COLUMNS.get(view, {})
-        lines = []
-        for field, how in fields.items():
-            label = columns.get(how) or how
-            arrow = "▼" if sorted_descending(how, False) else "▲"
-            now = ""
-            if self.sorts[view] == how:
-                now = f"   sorted now {'▼' if sorted_descending(how, self.reversed[view]) else '▲'}"
-            lines.append((field, key_of(f"sort.{field}", self.app_keymap()), f"{label:<12} {arrow} {how}{now}"))
-        current = next((f for f, how in fields.items() if how == self.sorts[view]), None)
-
-        def picked(field: Optional[str]) -> None:
-            if field is not None:
-                self.action_sort_by(field)
-
-        self.app.push_screen(SortPicker(LABELS[view].lower(), lines, current), picked)
-
-    def app_keymap(self) -> dict[str, str]:
-        return dict(getattr(self.app, "_keymap", {}) or {})
 
     # ------------------------------------------------------------ job keys
 
@@ -489,8 +394,10 @@ class MainScreen(Screen[None]):
             return
         self.post_message(ProcessAdoptRequested(*process))
 
-    def action_job(self, op: str) -> None:
-        job_op = JobOp(op)
+    def action_job(self, word: str) -> None:
+        """A job key (console/keymap.py: ``job('kill')``): the op it names, on the selected job,
+        or a kill on the selected GPU process of no job."""
+        job_op = JobOp.bound(word)
         job = self.selected_job()
         process = target_process(self.table(self.active).cursor_row) if self.active != "logs" else None
         if job is None and job_op == JobOp.KILL and process is not None:

@@ -349,6 +349,7 @@ def row_on(app, job: str, node: str):
 
 
 async def test_the_console_moves_a_lost_nodes_job_to_the_spare_and_its_row_says_where_from(netns, tmp_path):
+    from gpudeck.console.actions import JobOp
     from gpudeck.console.app import make_app
     from gpudeck.remote.fleet import load_fleet
     from support.tui import screen_text, wait_until
@@ -362,7 +363,7 @@ async def test_the_console_moves_a_lost_nodes_job_to_the_spare_and_its_row_says_
         async with app.run_test(size=(240, 50), notifications=True) as pilot:
             await wait_until(pilot, lambda: (r := row_on(app, name, "node1")) and r.state == "not_started", 120,
                              what="the job declared on node1")
-            app.run_job_action("launch", name, quiet=True)
+            app.run_job_action(JobOp.LAUNCH, name, quiet=True)
             await wait_until(pilot, lambda: row_on(app, name, "node1").state == "running", 120,
                              what="the job running on node1")
             await wait_until(pilot, lambda: "node2" in app.mover.nodes.up, 120, what="the spare up")
@@ -399,7 +400,7 @@ async def test_the_console_moves_a_lost_nodes_job_to_the_spare_and_its_row_says_
 
 async def test_a_console_and_watch_fleet_move_a_lost_nodes_job_once(netns, tmp_path):
     """Two watchers of one fleet on one laptop: whichever moves the job first, the other says so
-    and launches nothing (console/fleetwatch.py: the placements it takes, the job alive on the
+    and launches nothing (console/automove.py: the placements it takes, the job alive on the
     spare, the placements' lock)."""
     from gpudeck.console.app import make_app
     from gpudeck.remote.fleet import load_fleet
@@ -448,6 +449,7 @@ async def test_a_console_and_watch_fleet_move_a_lost_nodes_job_once(netns, tmp_p
 async def test_m_moves_the_selected_job_to_the_spare_after_asking(netns, tmp_path):
     """The move key: the job on a healthy node1 is asked about, killed with proof, and runs on the
     spare node2; its row says where it came from."""
+    from gpudeck.console.actions import JobOp
     from gpudeck.console.app import make_app
     from gpudeck.remote.fleet import load_fleet
     from support.tui import answer, confirm_dialog, screen_text, wait_until
@@ -461,7 +463,7 @@ async def test_m_moves_the_selected_job_to_the_spare_after_asking(netns, tmp_pat
         async with app.run_test(size=(240, 50), notifications=True) as pilot:
             await wait_until(pilot, lambda: (r := row_on(app, name, "node1")) and r.state == "not_started", 120,
                              what="the job declared on node1")
-            app.run_job_action("launch", name, quiet=True)
+            app.run_job_action(JobOp.LAUNCH, name, quiet=True)
             await wait_until(pilot, lambda: row_on(app, name, "node1").state == "running", 120,
                              what="the job running on node1")
             old_pid = row_on(app, name, "node1").pid

@@ -16,6 +16,7 @@ import time
 import psutil
 import pytest
 
+from gpudeck.console.actions import JobOp
 from gpudeck.console.app import make_app
 from gpudeck.console.widgets.cells import clock_time
 from support.cli import gpudeck
@@ -40,7 +41,7 @@ async def launched(pilot, *names: str) -> None:
     await wait_until(pilot, lambda: all(job_row(app, n) and job_row(app, n).state != "unknown" for n in names),
                      what="the agent's first snapshot")
     for n in names:
-        app.run_job_action("launch", n, quiet=True)
+        app.run_job_action(JobOp.LAUNCH, n, quiet=True)
     await wait_until(pilot, lambda: all(job_row(app, n).state == "running" for n in names), what=f"{names} running")
 
 

@@ -14,6 +14,7 @@ import sys
 
 import pytest
 
+from gpudeck.console.actions import JobOp
 from gpudeck.console.app import make_app
 from support import free_port
 from support.cli import gpudeck
@@ -87,7 +88,7 @@ async def test_the_console_row_shows_the_loading_percentage(tmp_path, fleet_home
     app.animation_level = "none"
     async with app.run_test(size=(160, 40), notifications=True) as pilot:
         await wait_until(pilot, lambda: (r := job_row(app, "sg")) and r.state != "unknown", what="the first snapshot")
-        app.run_job_action("launch", "sg", quiet=True)
+        app.run_job_action(JobOp.LAUNCH, "sg", quiet=True)
 
         def percent_flag():
             r = job_row(app, "sg")

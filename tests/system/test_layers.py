@@ -42,7 +42,9 @@ def test_importing_a_layer_pulls_in_nothing_forbidden(package, forbidden):
     assert r.stdout.strip() == "", f"{package} imported {r.stdout.strip()}"
 
 
-CONSOLE_CORE = ["gpudeck.console.state", "gpudeck.console.rows", "gpudeck.console.series", "gpudeck.console.chart",
+CONSOLE_CORE = ["gpudeck.console.state", "gpudeck.console.state_jobs", "gpudeck.console.state_nodes",
+                "gpudeck.console.state_costs", "gpudeck.console.state_charts", "gpudeck.console.state_json",
+                "gpudeck.console.rows", "gpudeck.console.series", "gpudeck.console.chart",
                 "gpudeck.console.selection", "gpudeck.console.formatting", "gpudeck.console.actions", "gpudeck.console.timeline",
                 "gpudeck.console.since", "gpudeck.console.looked", "gpudeck.console.cost", "gpudeck.console.pacing",
                 "gpudeck.console.cli"]

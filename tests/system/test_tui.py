@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 from gpudeck.agents.contract import ops
+from gpudeck.console.actions import JobOp
 from gpudeck.console.app import make_app
 from gpudeck.console.screens.confirm import ConfirmScreen
 from gpudeck.console.screens.help import HelpScreen
@@ -36,7 +37,7 @@ async def launched(pilot, *names: str) -> None:
     await wait_until(pilot, lambda: all(job_row(app, n) and job_row(app, n).state != "unknown" for n in names),
                      what="the agent's first snapshot")
     for n in names:
-        app.run_job_action("launch", n, quiet=True)
+        app.run_job_action(JobOp.LAUNCH, n, quiet=True)
     await wait_until(pilot, lambda: all(job_row(app, n).state == "running" for n in names), what=f"{names} running")
 
 
@@ -101,7 +102,7 @@ async def test_alerts_view_shows_a_job_that_died(tmp_path, fleet_home):
     async with app.run_test(size=SIZE, notifications=True) as pilot:
         await wait_until(pilot, lambda: job_row(app, "crash") and job_row(app, "crash").state == "not_started",
                          what="the job declared")
-        app.run_job_action("launch", "crash", quiet=True)
+        app.run_job_action(JobOp.LAUNCH, "crash", quiet=True)
         await wait_until(pilot, lambda: job_row(app, "crash").state == "failed", what="the job failing")
         await pilot.press("4")
         text = await wait_for_text(pilot, "job crash died (exit code 3)")
@@ -222,7 +223,7 @@ async def test_filter_and_sort(tmp_path, fleet_home):
         await pilot.press("slash", "b", "escape")  # and escape in the filter bar
         await wait_until(pilot, lambda: table.row_count == 3 and not app.screen.filters["jobs"],
                          what="the filter cleared again")
-        app.run_job_action("launch", "gamma", quiet=True)
+        app.run_job_action(JobOp.LAUNCH, "gamma", quiet=True)
         await wait_until(pilot, lambda: job_row(app, "gamma").state == "failed", what="gamma failed")
         await pilot.press("E")  # shift-e: STATE, failed jobs first
         await wait_until(pilot, lambda: table.rows()[0].name == "gamma", what="sorted by state")
@@ -351,7 +352,7 @@ async def test_relaunch_after_an_edit_of_the_fleet_file_shows_the_change_and_run
     async with app.run_test(size=SIZE, notifications=True) as pilot:
         await wait_until(pilot, lambda: job_row(app, "gen") and job_row(app, "gen").state != "unknown",
                          what="the agent's first snapshot")
-        app.run_job_action("launch", "gen", quiet=True)
+        app.run_job_action(JobOp.LAUNCH, "gen", quiet=True)
         await wait_until(pilot, lambda: job_row(app, "gen").state == "failed", what="the job failed")
         write_fleet(tmp_path, fleet_home, [shell_job("gen", "echo fixed; exec sleep 60")])  # the fix, in the file
         await pilot.press("2")
@@ -373,7 +374,7 @@ async def test_a_kill_verdict_stays_on_screen_over_news_of_the_fleet(tmp_path, f
     app = app_on(tmp_path, fleet_home, [shell_job("gen", progress_script())])
     async with app.run_test(size=SIZE, notifications=True) as pilot:
         await launched(pilot, "gen")
-        app.run_job_action("kill", "gen", quiet=True)
+        app.run_job_action(JobOp.KILL, "gen", quiet=True)
         verdict = await wait_until(pilot, lambda: next((v for j, op, v in app.verdicts if op == "kill"), None),
                                    what="the agent's verdict")
         await wait_until(pilot, lambda: verdict in notifications_text(app), what="the verdict shown")

@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from gpudeck.console.actions import JobOp
 from gpudeck.console.app import make_app
 from gpudeck.console.looked import LookedStore, fleet_key
 from gpudeck.console.since import since_label
@@ -42,7 +43,7 @@ async def crash(pilot, name: str = "crash") -> None:
     app = pilot.app
     await wait_until(pilot, lambda: job_row(app, name) and job_row(app, name).state == "not_started",
                      what="the job declared")
-    app.run_job_action("launch", name, quiet=True)
+    app.run_job_action(JobOp.LAUNCH, name, quiet=True)
 
 
 def died(app):

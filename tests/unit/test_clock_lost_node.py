@@ -1,6 +1,6 @@
 """The lost-node rule on a clock moved by hand: a node unreachable for ``[alerts] node_lost_s``
 is lost, and only then does a job with ``on_node_lost = "move"`` move to a free spare
-(console/moving.py lost_node_moves) or a job that stays say so (console/fleetwatch.py
+(console/moving.py lost_node_moves) or a job that stays say so (console/automove.py
 LostNodeMover, the rule `gpudeck watch fleet` and the console run each second).
 
 The wiring (real nodes in network namespaces, a real cut link, a real move) stays proven by
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 
-from gpudeck.console.fleetwatch import LostNodeMover
+from gpudeck.console.automove import LostNodeMover
 from gpudeck.console.moving import lost_node_moves
 from gpudeck.console.placements import PlacementStore
 from gpudeck.remote.client import AgentError, NodeDown, NodeUp

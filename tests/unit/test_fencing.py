@@ -333,7 +333,7 @@ def test_a_placement_recorded_meanwhile_refuses_the_second_record(tmp_path):
 def test_the_mover_takes_moves_another_gpudeck_recorded_and_says_the_new_ones(tmp_path):
     from types import SimpleNamespace
 
-    from gpudeck.console.fleetwatch import LostNodeMover
+    from gpudeck.console.automove import LostNodeMover
 
     fleet = parse_fleet(FLEET, str(tmp_path / "fleet.toml"))
     store = PlacementStore(tmp_path / "placements.json")
@@ -367,7 +367,7 @@ def test_a_read_only_or_unconnected_console_moves_nothing(tmp_path):
 async def test_a_lost_nodes_staying_job_is_told_once_and_only_where_some_job_moves(tmp_path):
     from types import SimpleNamespace
 
-    from gpudeck.console.fleetwatch import LostNodeMover
+    from gpudeck.console.automove import LostNodeMover
 
     def lost_gpu1(text: str) -> tuple[LostNodeMover, list[str]]:
         fleet = parse_fleet(text, str(tmp_path / "fleet.toml"))

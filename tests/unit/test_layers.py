@@ -78,3 +78,12 @@ def test_no_product_function_is_over_60_lines():
                     if lines > 60:
                         long.append(f"{rel}:{node.lineno} {node.name}: {lines} lines")
     assert long == [], "\n".join(long)
+
+
+def test_no_console_module_is_over_500_lines():
+    """A module of the console reads in one sitting: at most 500 lines. FleetState and the app
+    are each a module of their own input and wiring, with their parts beside them (state_*.py,
+    app_*.py, screens/filter_sort.py)."""
+    long = [f"{p.relative_to(ROOT).as_posix()}: {n} lines" for p in sorted((ROOT / "console").rglob("*.py"))
+            if (n := len(p.read_text().splitlines())) > 500]
+    assert long == [], "\n".join(long)

@@ -183,6 +183,31 @@ def test_a_newer_snapshot_replaces_a_queued_one_of_the_same_node():
     assert not newer.can_replace(SnapshotReceived(other))
 
 
+def test_a_job_key_sends_the_contract_s_op_read_once_from_its_binding():
+    """A job key's op is typed from its binding on: the binding's word (keymap.py's
+    ``job('kill')``) is read once into a JobOp, which names the contract's op class it sends;
+    ``job_request`` builds that class, and a move (several requests) is no one request."""
+    import pytest
+
+    from gpudeck.agents.contract import ops
+    from gpudeck.console.actions import job_request
+    from gpudeck.console.keymap import KEYMAP
+
+    words = {k.action[len("job('"):-2] for k in KEYMAP if k.action.startswith("job(")}
+    assert {JobOp.bound(w) for w in words} == set(JobOp)
+    for op in JobOp:
+        if op is JobOp.MOVE:
+            assert op.request is None
+            with pytest.raises(ValueError, match="move of gen is no one request"):
+                job_request(op, "gen", 10.0)
+            continue
+        request = job_request(op, "gen", 10.0)
+        assert op.request is not None and type(request) is op.request and request.name == op.value
+        assert issubclass(op.request, ops.Op) and request.job == "gen"
+    with pytest.raises(ValueError, match=r"job\('kil'\) in a key binding names no job op; the ops: kill, "):
+        JobOp.bound("kil")
+
+
 def test_what_a_job_key_does_is_data():
     rows = {r.name: r for r in pinned_state().job_rows()}
     kill = plan_job_action(JobOp.KILL, "gen", rows["gen"], read_only=False, grace_s=10.0)
