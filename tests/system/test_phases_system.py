@@ -9,6 +9,7 @@ import json
 import pytest
 
 from support.watch import events, gpudeck_watch, job_state, stop_watch, wait_state, write_fleet
+from support.wait import wait_for
 
 pytestmark = pytest.mark.system  # a detached watcher and its jobs
 
@@ -56,7 +57,8 @@ def test_the_second_phase_starts_when_the_first_ends_ok_and_is_blocked_when_it_f
     assert started and "generate finished ok" in started[0]["message"]
 
     wait_state(home, "after-broken", lambda s: s.get("state") == "blocked", 60, what="after-broken blocked")
-    blocked = [e for e in events(home) if e["kind"] == "blocked"]
+    # the event is written a moment after the state
+    blocked = wait_for(lambda: [e for e in events(home) if e["kind"] == "blocked"], 30, what="the blocked event")
     assert [e["job"] for e in blocked] == ["after-broken"]
     assert blocked[0]["message"] == "job after-broken is blocked: broken failed (exit code 3)"
     receiver.wait(lambda ms: [m.get("kind") for m in ms] == ["blocked"], 60, what="the blocked notification")
@@ -97,7 +99,6 @@ def test_a_phase_never_starts_on_half_an_output_a_second_run_removes_its_s3_mark
     import json
 
     from support.generate import write_prompts
-    from support.wait import wait_for
 
     s3 = moto_s3.client()
     s3.create_bucket(Bucket="phase")
@@ -174,7 +175,6 @@ def test_a_phase_asks_for_its_dependencys_s3_marker_at_that_jobs_own_s3_endpoint
     """`gen` writes to an S3-compatible store of its own (`s3_endpoint`), on node a; `ext`, on
     node b, runs after it. Node b's watcher asks that endpoint for gen's `_SUCCESS`, not AWS
     (nothing points the node at the test's S3: no AWS_ENDPOINT_URL_S3)."""
-    from support.wait import wait_for
 
     s3 = moto_s3.client()
     s3.create_bucket(Bucket="phase")
