@@ -22,6 +22,15 @@ pytestmark = [pytest.mark.system,
               pytest.mark.skipif(not (WHEELHOUSE / ".done").exists(),
                                  reason=f"no wheelhouse at {WHEELHOUSE}: `make test` downloads it")]
 
+
+def _idna() -> str:
+    """The idna of the wheelhouse (httpx's dependency, downloaded at its newest by `make test`)."""
+    wheels = sorted(WHEELHOUSE.glob("idna-*.whl"),
+                    key=lambda w: [int(x) for x in w.name.split("-")[1].split(".") if x.isdigit()])
+    return wheels[-1].name.split("-")[1] if wheels else "0"
+
+
+IDNA = _idna()
 PROBE = "python -c 'import idna, sys; print(\"in env\", sys.prefix, idna.__version__)'"
 
 
@@ -61,8 +70,8 @@ def _job(laptop: Laptop, name: str) -> dict:
 def test_deploy_builds_an_env_offline_and_a_job_runs_in_it(node, tmp_path):
     laptop = node
     envs = tmp_path / "gpu1-home" / ".gpudeck" / "envs"
-    (laptop.dir / "fleet.toml").write_text(fleet(["idna==3.20"]))
-    first = EnvSpec("light", ["idna==3.20"], setup=["python -c 'import idna' && echo set up > $VIRTUAL_ENV/setup-ran"])
+    (laptop.dir / "fleet.toml").write_text(fleet([f"idna=={IDNA}"]))
+    first = EnvSpec("light", [f"idna=={IDNA}"], setup=["python -c 'import idna' && echo set up > $VIRTUAL_ENV/setup-ran"])
 
     r = laptop.gpudeck("gpudeck deploy -f fleet.toml")
     assert f"gpu1: env light: built {envs / first.build_name}" in r.stdout, r.stdout + r.stderr
@@ -74,7 +83,7 @@ def test_deploy_builds_an_env_offline_and_a_job_runs_in_it(node, tmp_path):
     job = wait_for(lambda: (j := _job(laptop, "probe"))["state"] in ("exited", "failed") and j, 60,
                    what="the probe job ended")
     log = (tmp_path / "gpu1-home" / ".gpudeck" / "jobs" / "probe" / "job.log").read_text()
-    assert job["state"] == "exited" and f"in env {envs / first.build_name} 3.20" in log, log
+    assert job["state"] == "exited" and f"in env {envs / first.build_name} {IDNA}" in log, log
 
     # unchanged: not built again, and the same gpudeck wheel not installed again
     stamp = (envs / first.build_name / ".gpudeck-env.json").stat().st_mtime_ns
@@ -85,18 +94,18 @@ def test_deploy_builds_an_env_offline_and_a_job_runs_in_it(node, tmp_path):
     assert (envs / first.build_name / ".gpudeck-env.json").stat().st_mtime_ns == stamp
 
     # changed: built beside the old one, then swapped in; doctor gives the versions
-    (laptop.dir / "fleet.toml").write_text(fleet(["idna==3.20", "certifi"]).replace(
+    (laptop.dir / "fleet.toml").write_text(fleet([f"idna=={IDNA}", "certifi"]).replace(
         'setup = ["python -c \'import idna\' && echo set up > $VIRTUAL_ENV/setup-ran"]', ""))
-    second = EnvSpec("light", ["idna==3.20", "certifi"])
+    second = EnvSpec("light", [f"idna=={IDNA}", "certifi"])
     r = laptop.gpudeck("gpudeck deploy -f fleet.toml")
     assert f"env light: built {envs / second.build_name}" in r.stdout, r.stdout + r.stderr
     assert (envs / first.build_name).is_dir() and os.path.realpath(envs / "light") == str(envs / second.build_name)
     report = json.loads(laptop.gpudeck("gpudeck doctor -f fleet.toml --json", check=False).stdout)
     [env] = [c for n in report["nodes"] for c in n["checks"] if c["name"] == "env"]
-    assert env["verdict"] == "ok" and "idna 3.20" in env["detail"] and "certifi 20" in env["detail"], env
+    assert env["verdict"] == "ok" and f"idna {IDNA}" in env["detail"] and "certifi 20" in env["detail"], env
 
     # a build that fails names the package and pip's line; the old build stays in use
-    (laptop.dir / "fleet.toml").write_text(fleet(["idna==3.20", "no-such-package-gpudeck==1.0"]))
+    (laptop.dir / "fleet.toml").write_text(fleet([f"idna=={IDNA}", "no-such-package-gpudeck==1.0"]))
     r = laptop.gpudeck("gpudeck deploy -f fleet.toml", check=False)
     assert r.returncode == 1, r.stdout + r.stderr
     line = next(ln for ln in r.stderr.splitlines() if "env light" in ln)
