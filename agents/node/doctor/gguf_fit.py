@@ -8,7 +8,6 @@ says the fit is not known, and how to know it."""
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +17,8 @@ from ...contract.jobs import JobSpec
 from ...contract.kinds import LlamaServerOptions
 from ...contract.ops import Check
 from ...contract.units import human_bytes
-from .base import FAIL, OK, WARN, Thresholds, _arg, _last_json, _options
+from .base import FAIL, OK, WARN, Thresholds, _arg, _options
+from .imports import timed_import
 from .fit import _gpus_of
 from .sizing import llama_server_state_pool
 
@@ -51,17 +51,9 @@ FIT_FAIL, FIT_WARN = 0.95, 0.85  # of the GPUs' memory: the rest is llama.cpp's 
 
 def read_gguf(path: Path, python: str, timeout_s: float) -> tuple[Optional[dict[str, Any]], str]:
     """The GGUF header's figures, or None and why not (no gguf package: ``missing`` in the why)."""
-    try:
-        r = subprocess.run([python, "-c", _READ, str(path)], capture_output=True, text=True, timeout=timeout_s,
-                           stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired:
-        return None, f"reading its header did not finish within {timeout_s:g} s"
-    except OSError as exc:
-        return None, f"{python} does not run: {exc.strerror or exc}"
-    said = _last_json(r.stdout)
-    if not isinstance(said, dict):
-        tail = (r.stderr or r.stdout).strip().splitlines()
-        return None, f"reading its header: {python} exited with {r.returncode}" + (f": {tail[-1]}" if tail else "")
+    said, why = timed_import(python, _READ, timeout_s, str(path))
+    if said is None:
+        return None, f"reading its header: {why}"
     if "missing" in said:
         return None, f"missing: the agent's python {python} has no gguf package ({said['missing']})"
     if "error" in said:

@@ -13,10 +13,10 @@ SLOW_FIX = ("every start and restart pays this; a venv on a network file system 
             "{python} -X importtime -c 'import {module}'")
 
 
-def timed_import(python: str, script: str, timeout_s: float) -> tuple[Optional[dict[str, Any]], str]:
-    """What ``script`` printed (a JSON object), or None and why it printed none."""
+def timed_import(python: str, script: str, timeout_s: float, *args: str) -> tuple[Optional[dict[str, Any]], str]:
+    """What ``script`` (run with ``args``) printed (a JSON object), or None and why it printed none."""
     try:
-        r = subprocess.run([python, "-c", script], capture_output=True, text=True, timeout=timeout_s,
+        r = subprocess.run([python, "-c", script, *args], capture_output=True, text=True, timeout=timeout_s,
                            stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
         return None, f"did not finish within {timeout_s:g} s"
