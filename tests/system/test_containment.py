@@ -166,7 +166,9 @@ def test_a_home_made_again_at_the_same_path_does_not_count_the_old_home_s_proces
                             15, what="the old job's wrapper and sleep in its cgroup")
         agent = agent_pid(home)
         wait_for(lambda: agent is None or not pid_alive(agent), 30, what="the console's agent to leave")
-        shutil.rmtree(home)  # its job goes on
+        # its job goes on; its log's keeper may still be starting and make job.log mid-removal
+        wait_for(lambda: (shutil.rmtree(home, ignore_errors=True), not home.exists())[1], 15,
+                 what="the old home removed")
         home.mkdir(mode=0o700)
         gpudeck("launch", "j", "-f", str(fleet))
         new = json.loads((home / "jobs" / "j" / "state.json").read_text())
