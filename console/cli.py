@@ -14,10 +14,13 @@ import argparse
 import importlib
 import pkgutil
 import sys
-from typing import Iterator, Optional
+from typing import TYPE_CHECKING, Iterator, Optional
 
 from .commands.common import (EXIT_BROKEN_PIPE, EXIT_UNREACHABLE, HelpFormatter, exit_codes,
                                              run_command, stdout_to_devnull)
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsWrite
 
 FIRST = ("status", "jobs")  # listed first in --help, in this order; the others follow by name
 NOT_COMMANDS = ("common",)
@@ -35,13 +38,14 @@ class ArgumentParser(argparse.ArgumentParser):
     argparse's own would drop the error, or leave it to the interpreter's last flush. The
     sub-commands' parsers are of this class too (add_subparsers makes its own type)."""
 
-    def _print_message(self, message: str, file=None) -> None:
+    def _print_message(self, message: str, file: Optional[SupportsWrite[str]] = None) -> None:
         if not message:
             return
-        file = file or sys.stderr
+        out = file or sys.stderr
         try:
-            file.write(message)
-            file.flush()
+            out.write(message)
+            if hasattr(out, "flush"):  # argparse passes sys.stdout or sys.stderr; any writer will do
+                out.flush()
         except BrokenPipeError:
             raise
         except (AttributeError, OSError):  # no stream at all (pythonw): as argparse does

@@ -8,11 +8,18 @@ the timeline gets an ``acknowledged`` event. The job itself is left as it is."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ...agents.contract import ops
 from .common import EXIT_FAIL, EXIT_OK, exit_codes, fleet_arg
 
+if TYPE_CHECKING:
+    import argparse
 
-def register(sub) -> None:
+    from .common import Subparsers
+
+
+def register(sub: Subparsers) -> None:
     p = sub.add_parser("ack", help="acknowledge a job that gave up restarting (clears gave_up and the heartbeat's "
                                    "/fail; starts nothing)",
                        epilog=exit_codes({EXIT_FAIL: "the agent refused (the job has not given up, or is unknown "
@@ -24,7 +31,7 @@ def register(sub) -> None:
     p.set_defaults(run=_ack)
 
 
-async def _ack(args) -> int:
+async def _ack(args: argparse.Namespace) -> int:
     from .jobs import _client, _node
 
     client = _client(args)

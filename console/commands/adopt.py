@@ -8,11 +8,16 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import TYPE_CHECKING
 
 from ...agents.contract import ops
 from ...agents.contract.jobs import KINDS
 from .common import (EXIT_FAIL, EXIT_HOLDS_NODE, EXIT_NOT_YOURS, EXIT_OK, EXIT_OWNED, EXIT_PID_REUSED, EXIT_USAGE,
                      err, exit_codes, fleet_arg, load_fleet)
+
+if TYPE_CHECKING:
+    from .common import Subparsers
+
 
 # a node's refusal (ops.Adopt; agents/contract/errors.ADOPT_REFUSALS) -> the command's exit code
 REFUSAL_EXITS = {"no_such_pid": EXIT_USAGE, "name_taken": EXIT_USAGE, "not_yours": EXIT_NOT_YOURS,
@@ -28,7 +33,7 @@ EXITS = {EXIT_FAIL: "the node could not be reached, or failed",
                           "holds one, an sshd session or another job's process"}
 
 
-def register(sub) -> None:
+def register(sub: Subparsers) -> None:
     p = sub.add_parser("adopt", help="make a process gpudeck did not start a job (shown, killed and verified, "
                                      "relaunched)", epilog=exit_codes(EXITS))
     fleet_arg(p)
@@ -62,7 +67,7 @@ def _pid(text: str) -> int:
     return int(text)
 
 
-async def _adopt(args) -> int:
+async def _adopt(args: argparse.Namespace) -> int:
     from ...agents.contract.plain import to_plain
     from ...remote.client import FleetClient, RequestFailed
 

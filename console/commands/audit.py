@@ -3,10 +3,17 @@ generate output (a directory, or an S3 prefix), its records' quality figures."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, exit_codes
 
+if TYPE_CHECKING:
+    import argparse
 
-def register(sub) -> None:
+    from .common import Subparsers
+
+
+def register(sub: Subparsers) -> None:
     p = sub.add_parser("audit", help="check a chat or tokenized JSONL dataset before a long launch",
                        description="Samples, roles, turns, target tokens per sample, placeholder answers and "
                                    "duplicates. Exits 1 with a plain sentence when the data is degenerate. Of a "
@@ -50,14 +57,14 @@ def _pct(text: str) -> float:
     return v
 
 
-def _min_useful(args) -> float:
+def _min_useful(args: argparse.Namespace) -> float:
     if args.min_useful_pct is not None:
         return args.min_useful_pct
     from ...agents.contract.kinds import GenerateOptions
     return float(GenerateOptions.__dataclass_fields__["min_useful_pct"].default)
 
 
-def _run(args) -> int:
+def _run(args: argparse.Namespace) -> int:
     import json
     import os
     import sys
@@ -80,7 +87,7 @@ def _run(args) -> int:
     return EXIT_FAIL if report.degenerate else EXIT_OK
 
 
-def _inventory(args) -> int:
+def _inventory(args: argparse.Namespace) -> int:
     """``gpudeck audit s3://bucket/prefix``: what the prefix holds, listed now (a job's own
     figure in `status` is its run's listing at its start plus its uploads), and what it costs
     a month; by top-level folder (a part's ``part-I-of-N/``, say)."""
@@ -122,7 +129,7 @@ def _inventory(args) -> int:
     return status
 
 
-def _generate_output(args) -> int:
+def _generate_output(args: argparse.Namespace) -> int:
     """``gpudeck audit OUT``: the quality figures of the generate output in the directory
     ``OUT``, counted by the worker's own code (agents/workers/generate/quality.py)."""
     import json

@@ -8,13 +8,22 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import inspect
 import os
 import re
 import sys
-from typing import Optional
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any, Callable, Optional, TypeAlias, Union
 
 from ...agents.contract import exits
+
+if TYPE_CHECKING:
+    from ...remote.fleet import Fleet
+
+# what a command's ``register(sub)`` is given: the sub-command parsers of `gpudeck` (or of a
+# command's own sub-commands); a string, since argparse's class is generic only to the checker
+Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+# a command's ``run``: given the parsed arguments, its exit code, or a coroutine that gives it
+Handler: TypeAlias = Callable[[argparse.Namespace], Union[int, Coroutine[Any, Any, int]]]
 
 EXIT_OK = 0  # done
 EXIT_FAIL = 1  # refused by a node, a kill that left processes or GPU memory behind, a degenerate dataset
@@ -73,7 +82,7 @@ def stdout_to_devnull() -> None:
     os.close(devnull)
 
 
-def load_fleet(path: Optional[str], take_over: bool = False):
+def load_fleet(path: Optional[str], take_over: bool = False) -> Fleet:
     """The fleet file given, else $GPUDECK_FLEET, else this machine alone, with the jobs moved
     from this laptop where they were moved (console/placements.py). ``take_over``: jobs of this
     file that another fleet file owns on a node become this one's (``--take-over``)."""
@@ -84,11 +93,11 @@ def load_fleet(path: Optional[str], take_over: bool = False):
     from ..placements import PlacementStore, apply
 
     path = path or os.environ.get("GPUDECK_FLEET")
-    fleet = load(path) if path else local_fleet()
-    for warning in fleet.warnings:  # odd but allowed: said once, on stderr
+    declared = load(path) if path else local_fleet()
+    for warning in declared.warnings:  # odd but allowed: said once, on stderr
         err(f"warning: {warning}")
     store = PlacementStore()  # jobs moved by `gpudeck move` run where they were moved (console/placements.py)
-    fleet = apply(fleet, store.of(fleet.path))
+    fleet: Fleet = apply(declared, store.of(declared.path))  # a Fleet again (placements.apply is typed Any)
     if store.warning:
         err(f"warning: {store.warning}")
     return dataclasses.replace(fleet, take_over=True) if take_over else fleet
@@ -121,8 +130,9 @@ def run_command(args: argparse.Namespace) -> int:
     from ...remote.client import AgentError, RequestFailed
 
     try:
-        rv = args.run(args)
-        return asyncio.run(rv) if inspect.iscoroutine(rv) else rv
+        run: Handler = args.run
+        rv = run(args)
+        return asyncio.run(rv) if isinstance(rv, Coroutine) else rv
     except RequestFailed as exc:
         from ...agents.contract.ownership import OWNED_ELSEWHERE
 

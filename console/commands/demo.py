@@ -13,11 +13,17 @@ stop DIR``).
 from __future__ import annotations
 
 import signal
+from typing import TYPE_CHECKING
 
 from .common import EXIT_OK, stdout_to_devnull
 
+if TYPE_CHECKING:
+    import argparse
 
-def register(sub) -> None:
+    from .common import Subparsers
+
+
+def register(sub: Subparsers) -> None:
     p = sub.add_parser("demo", help="open the console on a demo fleet on this machine: nodes b200 (7 simulated "
                                     "B200) and pro6000 (4 simulated RTX PRO 6000), SGLang servers, jobs",
                        description="Open the console on a demo fleet on this machine. Its jobs stop when the "
@@ -35,7 +41,7 @@ def register(sub) -> None:
     p.set_defaults(run=_demo)
 
 
-def _demo(args) -> int:
+def _demo(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from ..app import make_app

@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import sys
 import time
+from typing import TYPE_CHECKING
 
 from .common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, err, exit_codes, load_fleet
 
+if TYPE_CHECKING:
+    import argparse
 
-def register(sub) -> None:
+    from .common import Subparsers
+
+
+def register(sub: Subparsers) -> None:
     p = sub.add_parser("deploy", help="install this gpudeck version on nodes (a wheel over SFTP, pip into a venv)",
                        description="Build a wheel of this gpudeck, copy it to each node over SFTP and pip install "
                                    "it into a venv there (default <home>/venv, i.e. ~/.gpudeck/venv). With the "
@@ -27,7 +33,7 @@ def register(sub) -> None:
     p.set_defaults(run=_deploy)
 
 
-async def _deploy(args) -> int:
+async def _deploy(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from ...remote.client import AgentError

@@ -17,10 +17,13 @@ from ...agents.contract.plain import to_plain
 from ...agents.contract.vocab import NodeState, Verdict
 
 if TYPE_CHECKING:
+    import argparse
+
+    from .common import Subparsers
     from ...remote.fleet import Node
 
 
-def register(sub) -> None:
+def register(sub: Subparsers) -> None:
     from .common import EXIT_FAIL, EXIT_USAGE, exit_codes, fleet_arg
 
     p = sub.add_parser("doctor", help="check the nodes before a run: python, torch, the driver, models, disk, S3, "
@@ -47,7 +50,7 @@ def register(sub) -> None:
     p.set_defaults(run=_doctor)
 
 
-async def _doctor(args) -> int:
+async def _doctor(args: argparse.Namespace) -> int:
     from .common import EXIT_FAIL, EXIT_OK, load_fleet
     from .watch import _nodes
     from ...agents.contract.errors import OperatorError

@@ -10,10 +10,13 @@ import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    import argparse
+
+    from .common import Subparsers
     from ...agents.contract.wire import Event
 
 
-def register(sub) -> None:
+def register(sub: Subparsers) -> None:
     from .common import EXIT_FAIL, exit_codes, fleet_arg
 
     p = sub.add_parser("events", help="what happened on the nodes: alerts, state changes, restarts, kills, "
@@ -52,7 +55,7 @@ def line(ev: Event) -> str:
     return f"{when} {ev.node:<12} {ev.kind.value:<14} {where + ' ' if where else ''}{ev.message}{by}"
 
 
-async def _events(args) -> int:
+async def _events(args: argparse.Namespace) -> int:
     from .common import load_fleet as _fleet
     from .watch import _nodes
     from ...agents.contract import ops

@@ -6,8 +6,15 @@ are imported only when the command runs."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
 
-def register(sub) -> None:
+if TYPE_CHECKING:
+    import argparse
+
+    from .common import Subparsers
+
+
+def register(sub: Subparsers) -> None:
     from ...agents.workers.extract import EXIT_AUDIT, EXIT_DISK, EXIT_FAIL, EXIT_STOPPED, add_arguments
     from .common import exit_codes
 
@@ -21,6 +28,6 @@ def register(sub) -> None:
     p.set_defaults(run=_run)
 
 
-def _run(args) -> int:
+def _run(args: argparse.Namespace) -> int:
     from ...agents.workers.extract import run_from_args
     return run_from_args(args)

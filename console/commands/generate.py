@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
 
-def register(sub) -> None:
+if TYPE_CHECKING:
+    import argparse
+
+    from .common import Subparsers
+
+
+def register(sub: Subparsers) -> None:
     from ...agents.workers.generate import EXIT_FAIL, EXIT_QUALITY, EXIT_TERM, add_arguments  # stdlib-only at import; aiohttp loads in run
     from .common import exit_codes
 
@@ -20,6 +27,6 @@ def register(sub) -> None:
     p.set_defaults(run=_run)
 
 
-def _run(args) -> int:
+def _run(args: argparse.Namespace) -> int:
     from ...agents.workers.generate import run
     return run(args)

@@ -11,10 +11,13 @@ import time
 from typing import TYPE_CHECKING, Optional
 
 if TYPE_CHECKING:
+    import argparse
+
+    from .common import Subparsers
     from ...agents.contract.ops import HistoryPoint
 
 
-def register(sub) -> None:
+def register(sub: Subparsers) -> None:
     from .common import EXIT_FAIL, exit_codes, fleet_arg
 
     p = sub.add_parser("history", help="what the GPUs and jobs did: memory, utilization, temperature, power, "
@@ -63,7 +66,7 @@ def ago(text: Optional[str], flag: str, now: float) -> Optional[float]:
     return now - seconds
 
 
-async def _history(args) -> int:
+async def _history(args: argparse.Namespace) -> int:
     from ...agents.contract import ops
     from ...agents.contract.errors import OperatorError
     from ...remote.client import AgentError, FleetClient, RequestFailed

@@ -8,10 +8,16 @@ import argparse
 import asyncio
 import json
 import sys
+from typing import TYPE_CHECKING, Optional
 
 from ...agents.contract import ops
 from .common import (EXIT_FAIL, EXIT_HOLDS_NODE, EXIT_OK, EXIT_USAGE, OWNED_ELSEWHERE_EXIT, err, exit_codes,
                      fleet_arg, load_fleet, take_over_arg)
+
+if TYPE_CHECKING:
+    from ...remote.client import FleetClient
+    from .common import Subparsers
+
 
 EXITS = {"launch": {EXIT_FAIL: "the agent refused (the job already runs, its command cannot start, ...)"},
          "relaunch": {EXIT_FAIL: "the agent refused, or the kill before it did not complete"},
@@ -22,7 +28,7 @@ EXITS = {"launch": {EXIT_FAIL: "the agent refused (the job already runs, its com
                                    "or process group holds one, an sshd session or another job's process)"}}
 
 
-def register(sub) -> None:
+def register(sub: Subparsers) -> None:
     for name, fn, helptext in (("launch", _launch, "start a job"),
                                ("relaunch", _relaunch, "start a job again, resuming (kills it first); runs the "
                                                            "fleet file's version and prints what changed"),
@@ -79,7 +85,7 @@ def _count(text: str) -> int:
     return int(text)
 
 
-def _client(args, reading: bool = False, undeclared: bool = False):
+def _client(args: argparse.Namespace, reading: bool = False, undeclared: bool = False) -> FleetClient:
     """A client of the fleet, once the job is known to it (an unknown job: UnknownName with the
     fleet's jobs, before any connection). ``reading``: a look (logs), which another fleet's
     ownership of the job never refuses. ``undeclared``: a job the file lacks is looked for on
@@ -94,7 +100,7 @@ def _client(args, reading: bool = False, undeclared: bool = False):
     return FleetClient(fleet, reading=reading)
 
 
-async def _adopted_on(client, job: str) -> str:
+async def _adopted_on(client: FleetClient, job: str) -> str:
     """The node of ``job``, a job the fleet file does not declare (one made with `gpudeck adopt`):
     every node of the fleet is asked, as a look; UnknownName when none or several run it, with
     the ``--node`` form."""
@@ -103,7 +109,7 @@ async def _adopted_on(client, job: str) -> str:
 
     fleet = client.fleet
     await client.connect_all(list(fleet.nodes))
-    found = []
+    found: list[str] = []
     for name, link in sorted(client.links.items()):
         try:
             snap = await link.next_snapshot(link.configured_seq, 10.0)
@@ -124,7 +130,7 @@ async def _adopted_on(client, job: str) -> str:
                       + f"runs a job of that name either; a job adopted on a node: gpudeck logs {job} --node NODE")
 
 
-def _told(client) -> None:
+def _told(client: FleetClient) -> None:
     """What the change took from another fleet (--take-over), and how this file's jobs differ
     from another copy's that the node held: said before the command's own result."""
     for line in client.taken():
@@ -133,12 +139,13 @@ def _told(client) -> None:
         err(f"warning: {line}")
 
 
-def _node(args):
+def _node(args: argparse.Namespace) -> Optional[str]:
     """Where a job's op goes: its ``--node`` when given, else the fleet file's node of the job."""
-    return getattr(args, "node", None) or None
+    node: Optional[str] = getattr(args, "node", None)
+    return node or None
 
 
-async def _launch(args) -> int:
+async def _launch(args: argparse.Namespace) -> int:
     client = _client(args)
     try:
         r = await client.request(ops.Launch(job=args.job), node=_node(args))
@@ -150,7 +157,7 @@ async def _launch(args) -> int:
     return EXIT_OK
 
 
-async def _relaunch(args) -> int:
+async def _relaunch(args: argparse.Namespace) -> int:
     client = _client(args)
     try:
         r = await client.request(ops.Relaunch(job=args.job, grace_s=args.grace), node=_node(args))
@@ -168,7 +175,7 @@ async def _relaunch(args) -> int:
     return EXIT_OK
 
 
-async def _kill(args) -> int:
+async def _kill(args: argparse.Namespace) -> int:
     from ...agents.contract.plain import to_plain
     from ...remote.client import FleetClient
 
@@ -201,7 +208,7 @@ async def _kill(args) -> int:
     return EXIT_OK if r.ok else EXIT_FAIL
 
 
-async def _logs(args) -> int:
+async def _logs(args: argparse.Namespace) -> int:
     client = _client(args, reading=True, undeclared=True)
     try:
         if _node(args) is None and not any(j.name == args.job for j in client.fleet.jobs):

@@ -4,14 +4,22 @@ cannot be reached), then a launch on NODE that resumes from the job's output
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, err, exit_codes, fleet_arg, load_fleet
+
+if TYPE_CHECKING:
+    import argparse
+
+    from .common import Subparsers
+
 
 EXITS = {EXIT_FAIL: "the kill on the old node did not complete (nothing launched), the new node refused or "
                     "could not be reached, or another gpudeck of this machine moved the job meanwhile",
          EXIT_USAGE: "an unknown job or node, the node the job is already on, or a cluster's job"}
 
 
-def register(sub) -> None:
+def register(sub: Subparsers) -> None:
     from .jobs import seconds
 
     p = sub.add_parser("move", help="move a job to another node: verified kill (or fence), then launch there, "
@@ -24,7 +32,7 @@ def register(sub) -> None:
     p.set_defaults(run=_move)
 
 
-async def _move(args) -> int:
+async def _move(args: argparse.Namespace) -> int:
     from ...remote.client import FleetClient
     from ..moving import MoveFailed, MoveRefused, check_move, move_job
 

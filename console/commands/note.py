@@ -13,12 +13,18 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from typing import TYPE_CHECKING
 
 from ...agents.contract import ops
 from .common import EXIT_FAIL, EXIT_OK, exit_codes, fleet_arg
 
+if TYPE_CHECKING:
+    import argparse
 
-def register(sub) -> None:
+    from .common import Subparsers
+
+
+def register(sub: Subparsers) -> None:
     p = sub.add_parser("note", help="write a note into the events timeline (of a node, or of every node)",
                        description="Write the operator's note into the events timeline: of --node, of --job's "
                                    "node, or of every node the fleet file names. `events` and the console's "
@@ -48,7 +54,7 @@ def author() -> str:
     return f"{user}@{socket.gethostname()}"
 
 
-async def _note(args) -> int:
+async def _note(args: argparse.Namespace) -> int:
     from ...agents.contract.errors import OperatorError
     from ...agents.contract.plain import ProtocolError
     from ...remote.client import AgentError, FleetClient, RequestFailed

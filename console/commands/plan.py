@@ -9,10 +9,13 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 from .common import exit_codes, fleet_arg
 
 if TYPE_CHECKING:
+    import argparse
+
+    from .common import Subparsers
     from ...remote.fleet_plans import PlanRef
 
 
-def register(sub) -> None:
+def register(sub: Subparsers) -> None:
     p = sub.add_parser("plan", help="project a generate or extract run (time, bytes, servers, cost) before it starts",
                        description="Plan before you spend: a pilot, then a projection of the whole run and a verdict.")
     kinds = p.add_subparsers(dest="plan_kind", required=True)
@@ -51,17 +54,17 @@ def register(sub) -> None:
     c.set_defaults(run=_compare)
 
 
-def _generate(args) -> int:
+def _generate(args: argparse.Namespace) -> int:
     from ...agents.workers.plan.generate_plan import run
     return run(args)
 
 
-def _extract(args) -> int:
+def _extract(args: argparse.Namespace) -> int:
     from ...agents.workers.plan.extract_plan import run
     return run(args)
 
 
-def _compare(args) -> int:
+def _compare(args: argparse.Namespace) -> int:
     import json
     import sys
 

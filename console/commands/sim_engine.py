@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .common import EXIT_OK
 
+if TYPE_CHECKING:
+    import argparse
 
-def register(sub) -> None:
+    from .common import Subparsers
+
+
+def register(sub: Subparsers) -> None:
     from ...agents.workers.sim_engine import add_arguments  # argparse only; aiohttp loads when serving
 
     p = sub.add_parser("sim-engine", help="a simulated SGLang server (real HTTP, SGLang metric names)",
@@ -15,7 +22,7 @@ def register(sub) -> None:
     p.set_defaults(run=_run)
 
 
-def _run(args) -> int:
+def _run(args: argparse.Namespace) -> int:
     import asyncio
 
     from ...agents.workers.sim_engine import serve

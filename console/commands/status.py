@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from typing import TYPE_CHECKING
 
 from ...agents.contract.jobs import JobKind
 from ...agents.contract.vocab import JobState, ShownState
@@ -13,10 +14,16 @@ from .common import (EXIT_OK, EXIT_OWNED_ELSEWHERE, EXIT_UNREACHABLE, EXIT_USAGE
 from ..cost import NO_PRICE, dollars
 from ..formatting import copy_text
 
+if TYPE_CHECKING:
+    import argparse
+
+    from .common import Subparsers
+
+
 ALIVE = frozenset(s for s in JobState if s.alive)
 
 
-def register(sub) -> None:
+def register(sub: Subparsers) -> None:
     p = sub.add_parser("status", help="nodes, GPUs, jobs and alerts", epilog=exit_codes(
         {EXIT_UNREACHABLE: "some node could not be read: it did not answer, or its agent failed (the report says "
                            "which and why)",
@@ -30,7 +37,7 @@ def register(sub) -> None:
     p.set_defaults(run=_status)
 
 
-async def _status(args) -> int:
+async def _status(args: argparse.Namespace) -> int:
     from ..state import FleetState
     from ...remote.client import FleetClient
 

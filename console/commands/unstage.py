@@ -7,13 +7,19 @@ way they go (besides a reboot, for those in /dev/shm)."""
 from __future__ import annotations
 
 import asyncio
+from typing import TYPE_CHECKING
 
 from ...agents.contract import ops
 from ...agents.contract.units import human_bytes
 from .common import EXIT_FAIL, EXIT_OK, err, exit_codes, fleet_arg, load_fleet
 
+if TYPE_CHECKING:
+    import argparse
 
-def register(sub) -> None:
+    from .common import Subparsers
+
+
+def register(sub: Subparsers) -> None:
     p = sub.add_parser("unstage", help="remove the staged copies of models on the nodes (kept: those a live job uses)",
                        epilog=exit_codes({EXIT_FAIL: "a node did not answer, or kept a copy it was asked to remove"}))
     fleet_arg(p)
@@ -24,7 +30,7 @@ def register(sub) -> None:
     p.set_defaults(run=_unstage)
 
 
-async def _unstage(args) -> int:
+async def _unstage(args: argparse.Namespace) -> int:
     from .watch import _nodes
     from ...remote.client import AgentError, FleetClient, RequestFailed
 

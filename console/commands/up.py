@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .common import EXIT_OK, OWNED_ELSEWHERE_EXIT, EXIT_USAGE, err, exit_codes, fleet_arg, load_fleet, take_over_arg
 
+if TYPE_CHECKING:
+    import argparse
 
-def register(sub) -> None:
+    from .common import Subparsers
+
+
+def register(sub: Subparsers) -> None:
     p = sub.add_parser("up", help="open the console (TUI) on a fleet", epilog=exit_codes(OWNED_ELSEWHERE_EXIT))
     fleet_arg(p)
     take_over_arg(p)
@@ -19,7 +26,7 @@ def register(sub) -> None:
     p.set_defaults(run=_up)
 
 
-def _up(args) -> int:
+def _up(args: argparse.Namespace) -> int:
     from ..app import make_app
 
     if args.read_only and args.take_over:  # a look takes nothing (docs/nodes.md#who-owns-a-nodes-jobs)

@@ -17,14 +17,19 @@ import json
 import os
 import time
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from ...agents.contract.ops import Watch, WatchStatus
 from ...agents.contract.plain import to_plain
 from ...agents.contract.vocab import RestartPolicy
 
+if TYPE_CHECKING:
+    import argparse
 
-def register(sub) -> None:
+    from .common import Subparsers
+
+
+def register(sub: Subparsers) -> None:
     from .common import EXIT_FAIL, exit_codes, fleet_arg
 
     p = sub.add_parser("watch", help="keep a watcher on the nodes when no console is connected",
@@ -66,7 +71,7 @@ def register(sub) -> None:
     q.set_defaults(run=_fleet)
 
 
-async def _fleet(args) -> int:
+async def _fleet(args: argparse.Namespace) -> int:
     from ...remote.client import FleetClient
     from ..automove import watch_fleet
     from .common import load_fleet
@@ -146,7 +151,7 @@ def _settled(r: Any, want: list[str]) -> bool:
     return isinstance(r, WatchStatus) and ((r.detached and r.args == want) or r.consoles > 1)
 
 
-async def _start(args) -> int:
+async def _start(args: argparse.Namespace) -> int:
     from .common import load_fleet as _fleet
 
     fleet = _fleet(args.fleet)
@@ -184,14 +189,14 @@ async def _start(args) -> int:
     return _report(args, {n.name: results[n.name] for n in nodes}, "watching", want)
 
 
-async def _stop(args) -> int:
+async def _stop(args: argparse.Namespace) -> int:
     from .common import load_fleet as _fleet
 
     fleet = _fleet(args.fleet)
     return _report(args, await _ask(fleet, _nodes(fleet, args.nodes), Watch(on=False), args.timeout), "stopped")
 
 
-async def _status(args) -> int:
+async def _status(args: argparse.Namespace) -> int:
     from .common import load_fleet as _fleet
 
     fleet = _fleet(args.fleet)
@@ -202,7 +207,7 @@ async def _status(args) -> int:
                    {n.name: fleet_args(n) for n in nodes})
 
 
-def _report(args, results: dict[str, Any], verb: Optional[str], want: Optional[dict[str, list[str]]] = None) -> int:
+def _report(args: argparse.Namespace, results: dict[str, Any], verb: Optional[str], want: Optional[dict[str, list[str]]] = None) -> int:
     if args.json:
         print(json.dumps({n: (to_plain(r) if isinstance(r, WatchStatus) else {"error": r.reason, "state": r.state})
                           for n, r in results.items()}, indent=1))
