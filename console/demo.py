@@ -36,8 +36,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Sequence, Union
 
 from ..agents.contract.jobs import JobKind
+
+if TYPE_CHECKING:
+    from ..remote.fleet import Fleet
 
 B200, PRO6000 = "b200", "pro6000"
 NODES = {B200: "7xB200:183", PRO6000: "4xRTX PRO 6000:96"}
@@ -106,7 +110,7 @@ def build_demo(root: Path, *, python: str = sys.executable, reset: bool = False,
     return path
 
 
-def demo_fleet(path: Path):
+def demo_fleet(path: Path) -> Fleet:
     """The demo's fleet file, loaded, without the implicit third node ``local``: the demo
     shows its two nodes alone."""
     from ..remote.fleet import LOCAL, load_fleet
@@ -202,13 +206,13 @@ def _live_pid(pid_file: Path) -> int:
     return pid if claim.exists() and psutil.pid_exists(pid) else 0
 
 
-async def stop_demo_jobs(fleet, jobs) -> list[str]:
+async def stop_demo_jobs(fleet: Fleet, jobs: Sequence[str]) -> list[str]:
     """Kill the demo's jobs (the demo should not leave work running on a laptop)."""
     from ..agents.contract.ops import Kill
     from ..remote.client import AgentError, FleetClient, RequestFailed
 
     client = FleetClient(fleet)
-    said = []
+    said: list[str] = []
     try:
         for job in reversed(jobs):
             try:
@@ -294,7 +298,7 @@ def _write_prompts(path: Path, n: int) -> None:
     os.replace(tmp, path)
 
 
-def _toml(v) -> str:
+def _toml(v: Union[str, list[str]]) -> str:
     return json.dumps(v)  # a JSON string or list of strings is valid TOML
 
 

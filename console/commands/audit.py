@@ -59,9 +59,9 @@ def _pct(text: str) -> float:
 
 def _min_useful(args: argparse.Namespace) -> float:
     if args.min_useful_pct is not None:
-        return args.min_useful_pct
+        return float(args.min_useful_pct)  # _pct's float
     from ...agents.contract.kinds import GenerateOptions
-    return float(GenerateOptions.__dataclass_fields__["min_useful_pct"].default)
+    return GenerateOptions().min_useful_pct  # generate's own default
 
 
 def _run(args: argparse.Namespace) -> int:

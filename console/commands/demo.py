@@ -13,14 +13,20 @@ stop DIR``).
 from __future__ import annotations
 
 import signal
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable, Optional
 
 from .common import EXIT_OK, stdout_to_devnull
 
 if TYPE_CHECKING:
     import argparse
+    from pathlib import Path
+    from types import FrameType
 
     from .common import Subparsers
+    from ..app import GpuDeckApp
+
+# a signal's handler, as signal.signal takes it
+SignalHandler = Callable[[int, Optional["FrameType"]], None]
 
 
 def register(sub: Subparsers) -> None:
@@ -84,9 +90,9 @@ def _demo(args: argparse.Namespace) -> int:
     return 128 + stopped_by[0] if stopped_by else EXIT_OK
 
 
-def _exit_app(app, stopped_by: list[int]):
+def _exit_app(app: GpuDeckApp, stopped_by: list[int]) -> SignalHandler:
     """SIGTERM: end the app from its own event loop (it restores the terminal), then clean up."""
-    def handler(signum, frame) -> None:
+    def handler(signum: int, frame: Optional[FrameType]) -> None:
         import asyncio
 
         stopped_by.append(signum)
@@ -98,9 +104,9 @@ def _exit_app(app, stopped_by: list[int]):
     return handler
 
 
-def _hang_up(root, keep: bool):
+def _hang_up(root: Path, keep: bool) -> SignalHandler:
     """SIGHUP: the terminal is gone. Leave now; a process of its own stops the demo."""
-    def handler(signum, frame) -> None:
+    def handler(signum: int, frame: Optional[FrameType]) -> None:
         import os
 
         from ..demo import start_stopper

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence, Union
 
 from .common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, err, exit_codes, load_fleet
 
@@ -12,6 +12,8 @@ if TYPE_CHECKING:
     import argparse
 
     from .common import Subparsers
+    from ...remote.client import AgentError
+    from ...remote.deploy import Deployed
 
 
 def register(sub: Subparsers) -> None:
@@ -65,7 +67,7 @@ async def _deploy(args: argparse.Namespace) -> int:
         print("no SSH nodes to deploy to" + (f" in {fleet.path}" if fleet.path else " (no fleet file)"))
         return EXIT_OK
 
-    def show(result) -> None:
+    def show(result: Union[Deployed, AgentError]) -> None:
         if isinstance(result, Deployed):
             print(result.describe(), flush=True)
             for line in result.problems:  # a job that would fail at launch: its fix, before any launch
@@ -88,7 +90,7 @@ async def _deploy(args: argparse.Namespace) -> int:
     return EXIT_FAIL if failed else EXIT_OK
 
 
-def summary(results, seconds: float) -> str:
+def summary(results: Sequence[Union[Deployed, AgentError]], seconds: float) -> str:
     """One line: how many nodes got this version, and which did not, at which step."""
     from ...remote.deploy import Deployed
 

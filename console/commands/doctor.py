@@ -63,7 +63,7 @@ async def _doctor(args: argparse.Namespace) -> int:
     nodes = _nodes(fleet, args.node)  # an unknown node: UnknownName, naming the fleet's nodes (exit 2)
     client = FleetClient(fleet, reading=True)  # a look: another fleet's jobs there are no reason to refuse
 
-    async def one(node) -> tuple[str, Any]:
+    async def one(node: Node) -> tuple[str, Any]:
         try:
             await client.connect_all([node], args.timeout)
             # the op made after the connect: the skew the node sees is then the transit alone

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
 
     from .common import Subparsers
     from ...agents.contract.wire import Event
+    from ...remote.fleet import Node
 
 
 def register(sub: Subparsers) -> None:
@@ -43,9 +44,11 @@ def _since(text: str) -> float:
     if text == "all":
         return 0.0
     try:
-        return time.time() - parse_duration(text)
+        seconds = parse_duration(text)
     except ValueError as exc:
         raise OperatorError(str(exc), "--since") from None
+    assert seconds is not None  # None is "never", which only never=True reads
+    return time.time() - seconds
 
 
 def line(ev: Event) -> str:
@@ -69,7 +72,7 @@ async def _events(args: argparse.Namespace) -> int:
     after: dict[str, int] = {}
     down: dict[str, str] = {}
 
-    async def one(node) -> list[Event]:
+    async def one(node: Node) -> list[Event]:
         req = ops.ReadEvents(after_seq=after[node.name]) if node.name in after else ops.ReadEvents(since=since)
         try:
             r = await client.request(req, node=node.name, timeout=args.timeout)  # bounded: the hello apart

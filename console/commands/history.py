@@ -147,7 +147,7 @@ def table_line(node: str, pt: HistoryPoint) -> str:
     return f"{when} {node:<12} {what:<16}{state} {' '.join(figures)}"
 
 
-def write_csv(rows) -> None:
+def write_csv(rows: list[tuple[str, HistoryPoint]]) -> None:
     w = csv.writer(sys.stdout, lineterminator="\n")
     from ...agents.contract.ops import GPU_FIGURES, JOB_FIGURES
 

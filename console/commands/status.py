@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Optional
 
 from ...agents.contract.jobs import JobKind
 from ...agents.contract.vocab import JobState, ShownState
@@ -18,6 +18,9 @@ if TYPE_CHECKING:
     import argparse
 
     from .common import Subparsers
+    from ...agents.contract.wire import JobStatus, Progress
+    from ..state import FleetState
+    from ..cost import NodeCost
 
 
 ALIVE = frozenset(s for s in JobState if s.alive)
@@ -75,7 +78,7 @@ async def _status(args: argparse.Namespace) -> int:
     return EXIT_OWNED_ELSEWHERE if any(state.owned_elsewhere(name) for name in state.nodes) else EXIT_OK
 
 
-def render_status(state) -> str:
+def render_status(state: FleetState) -> str:
     """The plain-text report: each node and its GPUs, then the jobs, then the dollars, then the alerts."""
     lines = _node_lines(state)
     jobs = _job_lines(state)
@@ -94,7 +97,7 @@ def render_status(state) -> str:
     return "\n".join(lines)
 
 
-def _health_lines(p, now: float) -> list[str]:
+def _health_lines(p: Progress, now: float) -> list[str]:
     """A job's S3 backlog, its servers resting and why it cannot write, when it reports them."""
     from ..formatting import human_duration
     from ...agents.contract.units import human_bytes
@@ -118,7 +121,7 @@ def _health_lines(p, now: float) -> list[str]:
     return out
 
 
-def _node_lines(state) -> list[str]:
+def _node_lines(state: FleetState) -> list[str]:
     lines = []
     costs = state.costs()[0]
     for name, view in state.nodes.items():
@@ -174,7 +177,7 @@ def _elsewhere_text(elsewhere: dict[str, str]) -> str:
                                           "it is a copy, or change them with --take-over)")
 
 
-def _job_lines(state) -> list[str]:
+def _job_lines(state: FleetState) -> list[str]:
     from ..formatting import human_duration
     from ..state import job_tokens_per_s
 
@@ -199,7 +202,7 @@ def _job_lines(state) -> list[str]:
             lines.append(f"  last {p.last_tokens_per_s:.0f} tok/s at {_clock(p.last_rate_at)}")
         if j.waiting:  # its `after`, whole: what it waits for, or why it is blocked (the TUI's FLAGS)
             lines.append(f"  {j.waiting}")
-        if not state.fleet.owns(j.fleet):
+        if j.fleet and not state.fleet.owns(j.fleet):  # owns() any job of no owner
             from ...agents.contract.ownership import owner_text
             lines.append(f"  owned by {owner_text(j.fleet)}, not by this fleet file")
         if j.plan is not None:
@@ -230,7 +233,7 @@ def _job_lines(state) -> list[str]:
     return lines
 
 
-def _startup_lines(j, now: float) -> list[str]:
+def _startup_lines(j: JobStatus, now: float) -> list[str]:
     """A live job's start-up, said so that a long one is not taken for a stall: its own words
     (progress.json's phase), an engine's loading (its log lines or /health), or its time to ready."""
     from ..formatting import engine_startup_text, human_duration, ready_text, startup_text
@@ -242,20 +245,23 @@ def _startup_lines(j, now: float) -> list[str]:
     if starting:
         return [f"  start-up: {starting} (no stall is counted while it says so, up to "
                 f"{human_duration(STARTUP_CAP_S)})"]
-    loading = engine_startup_text(j.engine, now)
-    if loading:
-        step = f" ({j.engine.phase_step})" if j.engine.phase_step else ""
+    engine = j.engine
+    loading = engine_startup_text(engine, now)
+    if loading and engine is not None:  # a text: an engine that says it loads
+        step = f" ({engine.phase_step})" if engine.phase_step else ""
         return [f"  start-up: {loading}{step}, from the engine's own "
-                f"{'log lines' if j.engine.phase_pct is not None else '/health'}"]
+                f"{'log lines' if engine.phase_pct is not None else '/health'}"]
     ready = ready_text(j.engine)
     return [f"  {ready}"] if ready else []
 
 
-def _task_lines(j) -> list[str]:
+def _task_lines(j: JobStatus) -> list[str]:
     """What the scheduler says of a cluster job's task: why it waits, what the wrapper saw."""
     from ..state import shown_state
 
     t = j.task
+    if t is None:  # not a cluster's task: nothing the scheduler said
+        return []
     out = []
     where = f"Slurm {t.array_id}_{t.index}" if t.array_id else "Slurm"
     if t.scheduler_state:
@@ -272,15 +278,15 @@ def _task_lines(j) -> list[str]:
     return out
 
 
-def _node_money(c, priced_only: bool = False) -> str:
+def _node_money(c: Optional[NodeCost], priced_only: bool = False) -> str:
     if c is None or c.price_per_hour is None:
         return "" if priced_only else f", price {NO_PRICE}"
     return (f", ${c.price_per_hour:g}/h: {dollars(c.spent)} spent, {dollars(c.to_finish)} to finish")
 
 
-def _clock(t) -> str:
+def _clock(t: Optional[float]) -> str:
     return time.strftime("%H:%M", time.localtime(t)) if t else "?"
 
 
-def _n(v) -> str:
+def _n(v: Optional[float]) -> str:
     return "-" if v is None else f"{v:.0f}"

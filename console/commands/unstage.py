@@ -7,7 +7,7 @@ way they go (besides a reboot, for those in /dev/shm)."""
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Union
 
 from ...agents.contract import ops
 from ...agents.contract.units import human_bytes
@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     import argparse
 
     from .common import Subparsers
+    from ...remote.fleet import Node
 
 
 def register(sub: Subparsers) -> None:
@@ -38,7 +39,7 @@ async def _unstage(args: argparse.Namespace) -> int:
     nodes = _nodes(fleet, args.node)
     client = FleetClient(fleet, reading=True)  # removes no job of anyone's: a look's rights are enough
 
-    async def one(node):
+    async def one(node: Node) -> tuple[str, Union[ops.Unstaged, AgentError, RequestFailed, OSError]]:
         try:
             await client.connect_all([node], args.timeout)
             return node.name, await client.request(ops.Unstage(paths=list(args.paths)), node=node.name,

@@ -17,7 +17,7 @@ import json
 import os
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional, TypeGuard, Union
 
 from ...agents.contract.ops import Watch, WatchStatus
 from ...agents.contract.plain import to_plain
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     import argparse
 
     from .common import Subparsers
+    from ...remote.fleet import Fleet, Node
 
 
 def register(sub: Subparsers) -> None:
@@ -87,12 +88,12 @@ async def _fleet(args: argparse.Namespace) -> int:
     return 0
 
 
-def _nodes(fleet, names: list[str]):
+def _nodes(fleet: Fleet, names: list[str]) -> list[Node]:
     from ...remote.client import FleetClient
 
     if not names:
         return FleetClient(fleet).nodes_in_use()
-    out = []
+    out: list[Node] = []
     for n in names:
         out.append(fleet.node(n))  # an unknown node: UnknownName, naming the fleet's nodes
     return out
@@ -110,7 +111,11 @@ class NodeFailure:
     reason: str
 
 
-def fleet_args(node) -> list[str]:
+# what a node gave ``watch``: its watcher's status, or why there is none
+Answer = Union[WatchStatus, NodeFailure]
+
+
+def fleet_args(node: Node) -> list[str]:
     """The node's agent arguments by the fleet file now (node keys such as ``interval`` and
     ``textfile_dir``), as a watcher reports its own (``WatchStatus.args``)."""
     from ...agents.contract.watching import agent_args
@@ -119,15 +124,16 @@ def fleet_args(node) -> list[str]:
     return agent_args(agent_argv(node, "python")[3:])  # less "python -m gpudeck.agents"
 
 
-async def _ask(fleet, nodes, op: Any, timeout: float) -> dict[str, Any]:
+async def _ask(fleet: Fleet, nodes: list[Node], op: Union[Watch, Callable[[Node], Watch]],
+               timeout: float) -> dict[str, Answer]:
     """``op`` (or ``op(node)``) on every node at once: node -> its WatchStatus, or a NodeFailure."""
     from ...remote.client import AgentError, AgentFailed, FleetClient, RequestFailed
 
     client = FleetClient(fleet)
 
-    async def one(node) -> tuple[str, Any]:
+    async def one(node: Node) -> tuple[str, Answer]:
         try:
-            one_op = op(node) if callable(op) else op
+            one_op = op if isinstance(op, Watch) else op(node)
             return node.name, await client.request(one_op, node=node.name, timeout=timeout)  # bounded: the hello apart
         except RequestFailed as exc:
             return node.name, NodeFailure("refused", exc.reason)
@@ -144,7 +150,7 @@ async def _ask(fleet, nodes, op: Any, timeout: float) -> dict[str, Any]:
         await client.close()
 
 
-def _settled(r: Any, want: list[str]) -> bool:
+def _settled(r: Optional[Answer], want: list[str]) -> TypeGuard[WatchStatus]:
     """Whether ``watch start`` is done with this node: its detached watcher answered, with the
     fleet file's settings, or the agent that answered has another console open (it hands over
     when the last one closes, which may be hours away: nothing to wait for)."""
@@ -177,7 +183,9 @@ async def _start(args: argparse.Namespace) -> int:
     if pending:  # no half set-up watch behind an error: switched off again, and said so
         undone = await _ask(fleet, pending, Watch(on=False), max(5.0, args.timeout))
         for n in pending:
-            log_path = first[n.name].log
+            started = first[n.name]
+            assert isinstance(started, WatchStatus)  # pending: its first answer was a status, not yet settled
+            log_path = started.log
             log_note = (f"its log on the node: {log_path}" if not n.local else
                         f"see {log_path}" if os.path.exists(log_path) else f"it wrote no {log_path}")
             back = undone.get(n.name)
@@ -207,7 +215,8 @@ async def _status(args: argparse.Namespace) -> int:
                    {n.name: fleet_args(n) for n in nodes})
 
 
-def _report(args: argparse.Namespace, results: dict[str, Any], verb: Optional[str], want: Optional[dict[str, list[str]]] = None) -> int:
+def _report(args: argparse.Namespace, results: dict[str, Answer], verb: Optional[str],
+            want: Optional[dict[str, list[str]]] = None) -> int:
     if args.json:
         print(json.dumps({n: (to_plain(r) if isinstance(r, WatchStatus) else {"error": r.reason, "state": r.state})
                           for n, r in results.items()}, indent=1))
@@ -217,7 +226,7 @@ def _report(args: argparse.Namespace, results: dict[str, Any], verb: Optional[st
     return 0 if all(isinstance(r, WatchStatus) for r in results.values()) else 1
 
 
-def render(node: str, r: Any, verb: Optional[str] = None, want: Optional[list[str]] = None,
+def render(node: str, r: Answer, verb: Optional[str] = None, want: Optional[list[str]] = None,
            fleet_path: Optional[str] = None) -> str:
     if isinstance(r, NodeFailure):
         return f"{node}: {'UNREACHABLE' if r.state == 'unreachable' else r.state.upper()} ({r.reason})"
@@ -270,7 +279,7 @@ def render(node: str, r: Any, verb: Optional[str] = None, want: Optional[list[st
     return "\n".join(lines)
 
 
-async def _follow(fleet, nodes, after_s: float) -> int:
+async def _follow(fleet: Fleet, nodes: list[Node], after_s: float) -> int:
     """Keep every node connected (as the TUI does) and print one line per node per change
     (connected, unreachable, answering again); a node down for ``after_s`` is notified to the
     ``[[notify]]`` targets, and a line says so. Runs until ctrl-c (asyncio.run turns it into
