@@ -19,8 +19,8 @@ if TYPE_CHECKING:
 
     from .common import Subparsers
     from ...agents.contract.wire import JobStatus, Progress
-    from ..state import FleetState
     from ..cost import NodeCost
+    from ..state import FleetState
 
 
 ALIVE = frozenset(s for s in JobState if s.alive)
