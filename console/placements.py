@@ -101,7 +101,8 @@ class PlacementStore:
         """Keep ``place`` for ``job``; OSError when the file cannot be written (the move says so)."""
         fleets = self._read_all()
         key = fleet_key(fleet_path)
-        jobs = fleets.get(key) if isinstance(fleets.get(key), dict) else {}
+        held = fleets.get(key)
+        jobs: dict[str, Any] = held if isinstance(held, dict) else {}
         jobs[job] = dataclasses.asdict(place)
         fleets[key] = jobs
         self.path.parent.mkdir(parents=True, exist_ok=True)
