@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import enum
 from dataclasses import dataclass
-from typing import Any, Optional, Union
+from typing import Optional, Union
 
 from rich.markup import escape
 
@@ -20,6 +20,7 @@ from ..agents.contract.ops import Acked
 from ..agents.contract.wire import KillVerdict, LaunchResult
 from ..agents.contract.vocab import AlertKind, ShownState
 from .formatting import started_as
+from .moving import MoveReport
 from .rows import AlertRow, EventRow, FleetRow, GpuRow, JobRow, ProcRow
 from ..remote.client import RequestFailed
 
@@ -193,7 +194,7 @@ def _plan_task_action(op: JobOp, job: str, row: JobRow) -> Plan:
                                   f"it, as attempt {row.attempt + 1}.", "Relaunch")
 
 
-def plan_process_kill(node: str, pid: int, *, read_only: bool, grace_s: float) -> Plan:
+def plan_process_kill(node: str, pid: int, *, read_only: bool, grace_s: float) -> Union[Refuse, Confirm]:
     """A GPU process of no job: always ask first; never in read-only mode."""
     if read_only:
         return Refuse("read-only: kill is off (started with --read-only)")
@@ -216,7 +217,8 @@ def adopt_name(pid: int, command: Optional[str]) -> str:
     return f"{base}-{pid}" if base else f"pid-{pid}"
 
 
-def plan_process_adopt(node: str, pid: int, name: str, command: Optional[str], *, read_only: bool) -> Plan:
+def plan_process_adopt(node: str, pid: int, name: str, command: Optional[str], *,
+                       read_only: bool) -> Union[Refuse, Confirm]:
     """A GPU process of no job, made the job ``name``: asks first; never in read-only mode."""
     if read_only:
         return Refuse("read-only: adopt is off (started with --read-only)")
@@ -254,10 +256,15 @@ class Notice:
     timeout: float = 3.0
 
 
-def outcome_notice(op: JobOp, job: str, result: Union[KillVerdict, LaunchResult, Any]) -> Notice:
+# what a job action's request answered: a kill's verdict, a launch's attempt, an acknowledgement,
+# or what a move did
+JobOutcome = Union[KillVerdict, LaunchResult, Acked, MoveReport]
+
+
+def outcome_notice(op: JobOp, job: str, result: JobOutcome) -> Notice:
     """What the node answered: the kill's verdict, the attempt and pid that started, or what a
     move did (a moving.MoveReport: one line a step)."""
-    if op is JobOp.MOVE:
+    if isinstance(result, MoveReport):  # only a move answers one
         return Notice("\n".join(result.lines), f"moved {job} to {result.dest}", "information", 15)
     if isinstance(result, Acked):
         return Notice(result.message, f"acknowledged {job}" if result.cleared else f"{job} acknowledged already",

@@ -7,7 +7,7 @@ Part of ``GpuDeckApp`` (console/app.py), which mixes ``Actions`` in."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Optional, cast
 
 from textual import work
 
@@ -16,8 +16,9 @@ from ..agents.contract.vocab import ShownState
 from ..agents.contract.wire import Snapshot
 from ..remote.client import FleetClient
 from ..remote.fleet import FleetError
-from .actions import (OPERATOR_ERRORS, Confirm, JobOp, Notice, Refuse, adopt_name, describe_error, failure_notice,
-                      job_request, outcome_notice, plan_job_action, plan_process_adopt, plan_process_kill)
+from .actions import (OPERATOR_ERRORS, Confirm, JobOp, JobOutcome, Notice, Refuse, adopt_name, describe_error,
+                      failure_notice, job_request, outcome_notice, plan_job_action, plan_process_adopt,
+                      plan_process_kill)
 from .config import ConsoleConfig
 from .messages import (DoctorFailed, DoctorFinished, DoctorRequested, JobActionFailed, JobActionFinished,
                        JobActionRequested, PlansCompared, PlansCompareRequested, ProcessAdoptRequested,
@@ -86,9 +87,10 @@ class Actions(_AppPart):
 
     def _plan_job_action(self, op: JobOp, job: str, changes: tuple[str, ...] = ()) -> None:
         row = self.state.job_row(job)
-        refused = self.client.refused.get(row.node) if row is not None and not self.config.read_only else None
+        node = row.node if row is not None else None
+        refused = self.client.refused.get(node) if node is not None and not self.config.read_only else None
         if refused is not None:  # another fleet owns this file's jobs there: a change needs --take-over
-            self.notify(f"{row.node}: {refused.reason}", severity="warning", timeout=6)
+            self.notify(f"{node}: {refused.reason}", severity="warning", timeout=6)
             return
         dest = spare_for(self.client.fleet, job) if op is JobOp.MOVE else None
         plan = plan_job_action(op, job, row, read_only=self.config.read_only, grace_s=self.config.grace_s,
@@ -205,7 +207,10 @@ class Actions(_AppPart):
             await self._move(job)
             return
         try:
-            result = await self.client.request(job_request(job_op, job, self.config.grace_s), node=self._node_of(job))
+            # each of the requests answers its own type; Op's type parameter is invariant, so the
+            # union of requests is told as the op that answers the union of their answers
+            req = cast("ops.Op[JobOutcome]", job_request(job_op, job, self.config.grace_s))
+            result = await self.client.request(req, node=self._node_of(job))
         except OPERATOR_ERRORS as exc:
             self.post_message(JobActionFailed(job, job_op, describe_error(exc)))
             return

@@ -59,6 +59,7 @@ class Feeds(_AppPart):
     _backlog_from: float
     _awaiting_backlog: set[str]
     _events_failing: set[str]
+    _autostart: set[str]  # the demo's jobs, launched once their node answers (app_actions.py)
 
     if TYPE_CHECKING:  # the other parts of GpuDeckApp
         def schedule_refresh(self) -> None: ...

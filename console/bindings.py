@@ -3,12 +3,13 @@ takes the bindings of its scope, each with its id (what a user's ``[keys]`` tabl
 
 from __future__ import annotations
 
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 
 from . import keymap
 
 
-def bindings(scope: str) -> list[Binding]:
+def bindings(scope: str) -> list[BindingType]:
+    """Typed as Textual's own ``BINDINGS`` (a list of ``BindingType``), which a subclass sets."""
     return [Binding(k.keys, k.action, k.label, show=k.show, priority=k.priority, id=k.id,
                     key_display=_display(k)) for k in keymap.of(scope)]
 

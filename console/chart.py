@@ -241,7 +241,8 @@ def _panel_rows(p: Panel, width: int, rows: int) -> list[list[Cell]]:
         text = labels.get(r)
         line: list[Cell] = [((text or "").rjust(GUTTER - 1)[-(GUTTER - 1):] + ("┤" if text else "│"), "axis")]
         low = from_bottom * 8
-        run, style = [], "line"
+        run: list[str] = []
+        style = "line"
         for c in range(width):
             if plan_row[c] == from_bottom:
                 ch, st = PLAN_MARK, "plan"

@@ -67,13 +67,13 @@ def first_start(j: JobStatus) -> Optional[float]:
 def node_spent(price: Optional[float], jobs: Iterable[JobStatus], now: float) -> Optional[float]:
     if price is None:
         return None
-    started = [j for j in jobs if first_start(j) is not None]
-    live = [j for j in started if j.state in _ALIVE]
+    starts = [(j, s) for j in jobs if (s := first_start(j)) is not None]
+    live = [s for j, s in starts if j.state in _ALIVE]
     if live:
-        start, end = min(first_start(j) for j in live), now  # type: ignore[type-var]
-    elif started:
-        start = min(first_start(j) for j in started)  # type: ignore[type-var]
-        end = max(j.ended_at or start for j in started)
+        start, end = min(live), now
+    elif starts:
+        start = min(s for _, s in starts)
+        end = max(j.ended_at or start for j, _ in starts)
     else:
         return 0.0  # priced, and nothing has run: a real zero
     return price * max(0.0, end - start) / HOUR_S

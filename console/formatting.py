@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Optional
 
 if TYPE_CHECKING:
     from ..agents.contract.ops import CopyDiff
-    from ..agents.contract.wire import LaunchResult
+    from ..agents.contract.wire import Engine, LaunchResult, Progress
 
 from ..agents.contract.units import human_duration  # noqa: F401 -- the node's spelling, shared with every view
 
@@ -64,7 +64,7 @@ def round_eta(v: Optional[float]) -> Optional[float]:
     return float(round(v)) if v < 3600 else float(round(v / 60) * 60)
 
 
-def startup_text(p, now: float) -> Optional[str]:
+def startup_text(p: Optional[Progress], now: float) -> Optional[str]:
     """``compiling 1m 20s``: a job's start-up phase and how long it has been in it (its
     progress.json's ``phase``; agents/contract/stall.py), None when it is not starting up."""
     from ..agents.contract.stall import STARTUP_PHASES
@@ -76,12 +76,12 @@ def startup_text(p, now: float) -> Optional[str]:
     return f"{p.phase} {human_duration(max(0.0, now - p.phase_since))}"
 
 
-def engine_startup_text(e, now: float) -> Optional[str]:
+def engine_startup_text(e: Optional[Engine], now: float) -> Optional[str]:
     """``loading 13%, 1m 20s``: an engine's start-up as its own log lines say it (a percentage
     where it prints one; llama-server's ``loading 1m 20s`` without), None once it answers."""
     from ..agents.contract.stall import engine_starting_up
 
-    if not engine_starting_up(e):
+    if e is None or not engine_starting_up(e):
         return None
     took = f" {human_duration(max(0.0, now - e.phase_since))}" if e.phase_since is not None else ""
     if e.phase_pct is None:
@@ -89,7 +89,7 @@ def engine_startup_text(e, now: float) -> Optional[str]:
     return f"{e.phase} {e.phase_pct:.0f}%" + ("," + took if took else "")
 
 
-def ready_text(e) -> Optional[str]:
+def ready_text(e: Optional[Engine]) -> Optional[str]:
     """``ready in 1m 52s``: an engine's attempt start to its first ready answer, once known."""
     if e is None or e.ready_s is None or e.phase is not None:
         return None

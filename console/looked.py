@@ -15,7 +15,7 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 from ..agents.contract.atomic import atomic_write_json
 
@@ -42,7 +42,7 @@ def fleet_key(path: Optional[str]) -> str:
 class LookedStore:
     """Read and record the last look per fleet. ``warning`` says why the file was ignored."""
 
-    def __init__(self, path: Optional[Path] = None) -> None:
+    def __init__(self, path: Union[str, Path, None] = None) -> None:
         self.path = Path(path) if path is not None else default_path()
         self.warning: Optional[str] = None
 

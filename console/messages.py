@@ -10,14 +10,14 @@ requests; the answers to the operator's actions and the log follower's chunks co
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Optional, Union
+from typing import TYPE_CHECKING, Any, Optional
 
 from textual.message import Message
 
 from ..agents.contract.ops import CopyDiff, DoctorReport, HistoryPage
-from ..agents.contract.wire import Hello, History, KillVerdict, LaunchResult, LogChunk, Snapshot
+from ..agents.contract.wire import Hello, History, LogChunk, Snapshot
 from ..remote.link import NodeError
-from .actions import JobOp
+from .actions import JobOp, JobOutcome
 from .rows import EventRow
 
 if TYPE_CHECKING:
@@ -193,7 +193,7 @@ class JobActionFinished(Message):
 
     job: str
     op: JobOp
-    result: Union[KillVerdict, LaunchResult, Any]  # a move: moving.MoveReport
+    result: JobOutcome
 
 
 @dataclass

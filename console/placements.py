@@ -36,11 +36,14 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from ..agents.contract.atomic import atomic_write_json
 from ..agents.contract.fencing import ENV as ATTEMPT_ENV
 from .looked import fleet_key
+
+if TYPE_CHECKING:  # the console's core imports no remote module at import time
+    from ..remote.fleet import Fleet
 
 FILE = "placements.json"
 
@@ -101,7 +104,8 @@ class PlacementStore:
         """Keep ``place`` for ``job``; OSError when the file cannot be written (the move says so)."""
         fleets = self._read_all()
         key = fleet_key(fleet_path)
-        jobs = fleets.get(key) if isinstance(fleets.get(key), dict) else {}
+        held = fleets.get(key)
+        jobs: dict[str, Any] = held if isinstance(held, dict) else {}
         jobs[job] = dataclasses.asdict(place)
         fleets[key] = jobs
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -153,10 +157,9 @@ def moved_meanwhile(job: str, place: Placement) -> str:
             f"another gpudeck of this machine (attempt id {place.attempt_id}): it runs there")
 
 
-def apply(fleet: Any, placements: dict[str, Placement]) -> Any:
+def apply(fleet: Fleet, placements: dict[str, Placement]) -> Fleet:
     """The fleet as it runs: each job with a placement that still holds on its moved node, with
-    the move's attempt id in its env. ``fleet`` is a remote.fleet.Fleet (typed loosely: the
-    console's core imports no remote module at import time)."""
+    the move's attempt id in its env."""
     if not placements:
         return fleet
     jobs = []
@@ -169,7 +172,7 @@ def apply(fleet: Any, placements: dict[str, Placement]) -> Any:
     return dataclasses.replace(fleet, jobs=jobs)
 
 
-def moved(fleet: Any, placements: dict[str, Placement]) -> dict[str, Placement]:
+def moved(fleet: Fleet, placements: dict[str, Placement]) -> dict[str, Placement]:
     """Per moved job of ``fleet`` (as it runs), its placement: where the rows say it moved from."""
     nodes = {j.name: j.node for j in fleet.jobs}
     return {name: p for name, p in placements.items() if nodes.get(name) == p.node}

@@ -15,7 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional, Union
 
-from ..agents.contract.vocab import AlertKind, EngineState, NodeState, ShownState
+from ..agents.contract.vocab import AlertKind, EngineState, ShownState
+from ..agents.contract.vocab import NodeState as NodeState  # re-exported: the tables read it here
 from ..agents.contract.jobs import JobKind
 from ..agents.contract.wire import Gpu, JobPlan, KillVerdict, QualityWindow, ServerHealth, Uploads
 from .chart import Chart

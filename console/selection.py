@@ -95,8 +95,8 @@ def select_fleet(rows: Sequence[FleetRow], text: str = "", sort: str = "name", r
     elif sort == "util":
         blocks.sort(key=lambda b: (-sum(g.util_pct or 0 for g in _gpus(b)), b[0].node))
     elif sort == "problems":
-        blocks.sort(key=lambda b: (b[0].state == NodeState.UP and not any(g.shared or g.unowned for g in _gpus(b)),
-                                   b[0].node))
+        blocks.sort(key=lambda b: (isinstance(b[0], NodeRow) and b[0].state == NodeState.UP
+                                   and not any(g.shared or g.unowned for g in _gpus(b)), b[0].node))
     else:
         blocks.sort(key=lambda b: b[0].node)
     if reverse:

@@ -122,7 +122,7 @@ class Coarse:
         bs, means = self.bucket_s, self._means[figure]
         first = int(since // bs)
         got = sorted((b, means[i]) for i, b in enumerate(self._slot) if b >= first and b != self._cur)
-        out = [(b * bs, (b + 1) * bs, float(v)) for b, v in got]
+        out: list[tuple[float, float, Optional[float]]] = [(b * bs, (b + 1) * bs, float(v)) for b, v in got]
         if self._cur >= first and self._n[figure]:
             out.append((self._cur * bs, (self._cur + 1) * bs, self._sum[figure] / self._n[figure]))
         return out

@@ -74,22 +74,31 @@ _COUNTED = {"died": ("death", "deaths"), "restarted": ("restart", "restarts"), "
 
 
 @dataclass
+class _Span:
+    """A condition's episodes in the window, the seconds known of them, whether one is still on."""
+
+    episodes: int = 0
+    seconds: Optional[float] = None
+    still: bool = False
+
+
+@dataclass
 class _Subject:
     name: str
     first: float
     rank: int
-    counts: Counter = field(default_factory=Counter)  # _JOB key -> times
-    spans: dict = field(default_factory=dict)  # verb -> [episodes, seconds known, still on]
+    counts: Counter[str] = field(default_factory=Counter)  # _JOB key -> times
+    spans: dict[str, _Span] = field(default_factory=dict)  # verb -> its episodes
 
     def count(self, what: str) -> None:
         self.counts[what] += 1
 
     def span(self, verb: str, seconds: Optional[float], still: bool) -> None:
-        s = self.spans.setdefault(verb, [0, None, False])
-        s[0] += 1
+        s = self.spans.setdefault(verb, _Span())
+        s.episodes += 1
         if seconds is not None:
-            s[1] = (s[1] or 0.0) + max(0.0, seconds)
-        s[2] = s[2] or still
+            s.seconds = (s.seconds or 0.0) + max(0.0, seconds)
+        s.still = s.still or still
 
     def phrase(self) -> str:
         parts = []
@@ -100,8 +109,8 @@ class _Subject:
         for verb, n in self.counts.items():  # a condition said once, without its key
             if verb not in _JOB:
                 parts.append(verb if n == 1 else f"{verb} {times(n)}")
-        for verb, (n, seconds, still) in self.spans.items():
-            parts.append(_condition(verb, n, seconds, still))
+        for verb, sp in self.spans.items():
+            parts.append(_condition(verb, sp.episodes, sp.seconds, sp.still))
         return f"{self.name} {_and(parts)}"
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Optional, Union
+from typing import Any, Callable, Iterable, Optional, Union
 
 from ..agents.contract.jobs import JobSpec
 from ..agents.contract.ops import CopyDiff
@@ -69,7 +69,7 @@ class FleetState(JobRows, NodeViews, Costs, Charts, StateJson):
         # own chart (its GPUs' mean utilization)
         self._pages: dict[tuple[str, Optional[str], str], _Page] = {}
         self._last_t: dict[str, float] = {}  # newest sample time per node, live or backfilled
-        self._fleet_rows: dict[str, tuple[tuple, list[FleetRow]]] = {}
+        self._fleet_rows: dict[str, tuple[tuple[Any, ...], list[FleetRow]]] = {}
         self._jobs: Optional[tuple[int, list[tuple[str, JobStatus]]]] = None
         self.version = 0  # bumped on every change: views skip work when it has not moved
         self.set_fleet(self.fleet)
@@ -80,8 +80,8 @@ class FleetState(JobRows, NodeViews, Costs, Charts, StateJson):
         self._specs: dict[str, JobSpec] = {j.name: j for j in self.fleet.jobs}
         self._engine_clients = engine_clients(self.fleet)
         self._prices = {n.name: n.price_per_hour for n in self.fleet.nodes}  # None: not priced
-        self._costs: Optional[tuple[tuple, dict, dict]] = None
-        self._spends: Optional[tuple[tuple, dict]] = None
+        self._costs = None
+        self._spends = None
         self.version += 1
 
     def set_moves(self, moves: dict[str, Placement]) -> None:

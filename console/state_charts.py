@@ -186,7 +186,7 @@ class Charts:
         note, wants = self._chart_note(rng, page, now)
         return charts.Chart(rng, start, now, (charts.Panel(title, values, 100.0),), note, wants)
 
-    def _detail_series(self, node: str, job: str, width: int, now: float) -> dict[str, tuple]:
+    def _detail_series(self, node: str, job: str, width: int, now: float) -> dict[str, tuple[Optional[float], ...]]:
         s = self._series.get((node, job))
         return {field: s.last(width, now, FIGURES.index(what)) if s is not None else ()
                 for what, field in _DETAIL_SERIES.items()}
@@ -219,7 +219,7 @@ def _gpu_page(page: HistoryPage, step: float, fetched_at: float, until: float) -
         v = p.mean.get(GPU_PAGE_FIGURE) if p.gpu is not None else None
         if v is not None:
             by_t.setdefault(p.t, []).append(v)
-    buckets = [(t, t + step, sum(vs) / len(vs)) for t, vs in sorted(by_t.items())]
+    buckets: list[charts.Bucket] = [(t, t + step, sum(vs) / len(vs)) for t, vs in sorted(by_t.items())]
     if buckets:
         until = max(until, min(buckets[-1][1], fetched_at))
     return _Page(fetched_at, page.resolution or "", until, {GPU_PAGE_FIGURE: buckets})

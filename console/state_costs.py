@@ -117,7 +117,7 @@ class Costs:
         key = (self.version, int(now))
         if self._spends is not None and self._spends[0] == key:
             return self._spends[1]
-        runs: dict[str, list] = {}
+        runs: dict[str, list[tuple[str, JobStatus, Optional[float], int]]] = {}
         if any(p is not None for p in self._prices.values()):
             for node, j in self.jobs():
                 view = self.nodes.get(node)

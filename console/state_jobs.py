@@ -7,7 +7,7 @@ Part of ``FleetState`` (console/state.py), which mixes ``JobRows`` in. No I/O, n
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 from ..agents.contract.documents import over_plan
 from ..agents.contract.jobs import JobKind, JobSpec
@@ -27,7 +27,8 @@ from .series import Series
 # the vocabulary for the rows built every second: a dict keyed by the members is quicker than
 # the enum's own call, and takes a member (found by identity) or its plain value alike
 _ALIVE = frozenset(s for s in JobState if s.alive)
-_SHOWN = {**{s: ShownState(s.value) for s in JobState}, **{s: s for s in ShownState}}
+_SHOWN: dict[Union[JobState, ShownState], ShownState] = {**{s: ShownState(s.value) for s in JobState},
+                                                          **{s: s for s in ShownState}}
 _KINDS = {k: k for k in JobKind}
 _ENGINE_STATES = {e: e for e in EngineState}
 _NOT_STARTED = ShownState.NOT_STARTED
@@ -142,8 +143,8 @@ class JobRows:
             flags += ("blocked",)  # it cannot write its output (a full disk): generation paused
         if alive and (starting := staging_text(j.staging) or startup_text(p, now) or engine_startup_text(e, now)):
             flags += (starting,)  # "staging 42% (23 of 54 GB, 1.1 GB/s)", "loading 13%, 40s": a start, not a stall
-        elif j.staging is not None and j.staging.state == "failed":
-            flags += (staging_text(j.staging),)
+        elif j.staging is not None and j.staging.state == "failed" and (failed := staging_text(j.staging)):
+            flags += (failed,)
         if j.waiting:  # its `after`: what it waits for, or why it is blocked
             flags += (j.waiting if len(j.waiting) <= 60 else j.waiting[:59] + "…",)
         if state is ShownState.QUEUED:
@@ -220,7 +221,7 @@ def collapse_pending(jobs: list[tuple[str, JobStatus]]) -> list[tuple[str, JobSt
     out: list[tuple[str, JobStatus]] = []
     run: list[tuple[str, JobStatus]] = []
 
-    def key(node: str, j: JobStatus) -> Optional[tuple]:
+    def key(node: str, j: JobStatus) -> Optional[tuple[str, str, Optional[str], Optional[str]]]:
         t = j.task
         if t is None or j.state is not JobState.PENDING or j.progress is not None or j.last_kill is not None:
             return None

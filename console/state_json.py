@@ -125,9 +125,12 @@ def _startup_json(p: Optional[Progress], now: Optional[float], e: Optional[Engin
     if (p is None or p.phase is None) and e is not None and (e.phase is not None or e.ready_s is not None):
         alive = now is not None and e.phase is not None
         return {"phase": e.phase if alive else None, "phase_pct": e.phase_pct if alive else None,
-                "phase_s": round(max(0.0, now - e.phase_since), 1) if alive and e.phase_since is not None else None,
-                "startup_s": e.ready_s}
-    alive = p is not None and now is not None
-    return {"phase": p.phase if alive else None, "phase_pct": None,
-            "phase_s": round(max(0.0, now - p.phase_since), 1) if alive and p.phase_since is not None else None,
-            "startup_s": p.startup_s if p is not None else None}
+                "phase_s": _seconds_in(now, e.phase_since) if alive else None, "startup_s": e.ready_s}
+    if p is None or now is None:
+        return {"phase": None, "phase_pct": None, "phase_s": None, "startup_s": p.startup_s if p is not None else None}
+    return {"phase": p.phase, "phase_pct": None, "phase_s": _seconds_in(now, p.phase_since), "startup_s": p.startup_s}
+
+
+def _seconds_in(now: Optional[float], since: Optional[float]) -> Optional[float]:
+    """The seconds from ``since`` to ``now``, to a tenth; None where either is unknown."""
+    return round(max(0.0, now - since), 1) if now is not None and since is not None else None

@@ -18,9 +18,14 @@ No Textual here: the keymap is checked against console/keymap.py's table.
 from __future__ import annotations
 
 import os
-import tomllib
+import sys
 from pathlib import Path
 from typing import Any, Optional
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
 
 from . import keymap as km
 

@@ -128,7 +128,7 @@ class DescribeScreen(Screen[None]):
     def action_tab(self, tab: str) -> None:
         """`d`: the fields; `l`: the chart and the log."""
         self.query_one("#describe-tabs", ContentSwitcher).current = tab
-        (self.query_one("#fields") if tab == "fields" else self.query_one(LogPanel).log).focus()
+        (self.query_one("#fields") if tab == "fields" else self.query_one(LogPanel).log_widget).focus()
 
     def action_job(self, word: str) -> None:
         """A job key (console/keymap.py: ``job('kill')``): the op it names, on this job."""

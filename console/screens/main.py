@@ -7,7 +7,7 @@ posts what only the app does (act on a job, open it, follow a log) as messages.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 from textual import events, on
 from textual.app import ComposeResult
@@ -112,7 +112,7 @@ class MainScreen(FilterAndSort, Screen[None]):
     def active(self) -> str:
         return self.query_one("#views", TabbedContent).active or self.initial
 
-    def table(self, view: str) -> LiveTable:
+    def table(self, view: str) -> LiveTable[Any]:
         """The table of a view; the overview's is the one with the focus (else its jobs)."""
         if view == "overview":
             focused = self.focused
@@ -299,7 +299,7 @@ class MainScreen(FilterAndSort, Screen[None]):
 
     def _focus_view(self, view: str) -> None:
         if view == "logs":
-            self.query_one(LogPanel).log.focus()
+            self.query_one(LogPanel).log_widget.focus()
         elif view in VIEWS:
             self.table(view).focus()
 
@@ -414,7 +414,7 @@ def _node_of(row: Optional[FleetRow]) -> Optional[str]:
     return row.node if isinstance(row, (NodeRow, GpuRow)) else None
 
 
-def _cursor_on_a_rate(jobs: LiveTable) -> bool:
+def _cursor_on_a_rate(jobs: LiveTable[Any]) -> bool:
     """Put the overview's cursor, and so its chart, on the first job with a tokens/s series: the
     first row may be a job that never ran (a chart of nothing). False while no job has one yet."""
     def has_rate(row: object) -> bool:

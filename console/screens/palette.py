@@ -6,21 +6,38 @@ their keys: they post the same messages."""
 from __future__ import annotations
 
 from functools import partial
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Protocol, cast
 
 from textual.command import DiscoveryHit, Hit, Hits, Provider
+from textual.message import Message
 
 from ..actions import JOB_OPS
 from ..messages import DoctorRequested, JobActionRequested, JobOpened, PlansCompareRequested
+from ..state import FleetState
 
 Command = tuple[str, Callable[[], object], str]  # (what is typed, what runs, what it does)
+
+
+class _MainScreen(Protocol):
+    """What the commands use of the MainScreen (not imported: it imports this module)."""
+
+    fleet_state: FleetState
+    read_only: bool
+
+    def action_view(self, view: str) -> None: ...
+    def action_sort_picker(self) -> None: ...
+    def action_sort(self) -> None: ...
+    def action_reverse(self) -> None: ...
+    def focus_row(self, view: str, key: str) -> bool: ...
+    def post_message(self, message: Message) -> bool: ...
 
 
 class FleetCommands(Provider):
     """Nodes, jobs and the screen's actions, matched on what the operator types."""
 
     def _commands(self) -> Iterator[Command]:
-        screen = self.screen  # the MainScreen (not imported: it imports this module)
+        # only MainScreen.COMMANDS names this provider: the screen it runs on is that one
+        screen = cast(_MainScreen, self.screen)
         state = screen.fleet_state
         for view in ("overview", "fleet", "jobs", "logs", "alerts"):
             yield f"view {view}", partial(screen.action_view, view), f"show the {view} view"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+from rich.style import Style
 from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
@@ -131,7 +132,7 @@ CLOCK_RANK = 2  # the clock goes after the jobs count, before every other figure
 KEPT_RANK = 9  # the alert count and the dollars (idle ones too): never dropped
 
 
-def _join(t: Text, fields: list[Text], sep: str, sep_style) -> None:
+def _join(t: Text, fields: list[Text], sep: str, sep_style: Style) -> None:
     for n, f in enumerate(fields):
         if n:
             t.append(sep, sep_style)

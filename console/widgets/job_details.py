@@ -15,6 +15,7 @@ from ...agents.contract.vocab import EngineState
 from ...agents.contract.jobs import JobKind
 from ...agents.contract.documents import drift_text
 from ...agents.contract.units import human_bytes
+from ...agents.contract.wire import JobPlan
 from ..cost import dollars
 from ..formatting import human_duration
 from ..rows import JobDetail
@@ -57,7 +58,7 @@ class JobDetails(Widget):
             grid.add_row("done", prog)
             grid.add_row("rate", f"{cells.rate(j.rate_per_s)} items/s   ETA {human_duration(j.eta_s)}")
         if d.plan is not None:
-            grid.add_row("plan", self._plan(d))
+            grid.add_row("plan", self._plan(d, d.plan))
         if j.kind == JobKind.GENERATE and j.alive and j.priced:  # unpriced: "—" in the table says it
             grid.add_row("cost", self._cost(d))
         if d.spend is not None and d.spend.spent is not None:  # its attempts, on every node it ran on
@@ -156,9 +157,9 @@ class JobDetails(Widget):
         return eng
 
 
-    def _plan(self, d: JobDetail) -> Text:
-        st, p = self.get_component_rich_style, d.plan
-        off = st("job-details--warn") if d.row.plan_off else None  # past the fleet's plan_drift_pct
+    def _plan(self, d: JobDetail, p: JobPlan) -> Text:
+        st = self.get_component_rich_style
+        off = st("job-details--warn") if d.row.plan_off else ""  # past the fleet's plan_drift_pct
         text = Text(drift_text(p.planned_wall_s, p.projected_wall_s), off)
         text.append(f"  {p.path}", st("job-details--muted"))
         if p.error:
@@ -170,7 +171,7 @@ class JobDetails(Widget):
         st, u, now = self.get_component_rich_style, d.uploads, d.at or time.time()
         assert u is not None
         size = f" ({human_bytes(u.pending_bytes)})" if u.pending_bytes else ""
-        text = Text(f"{u.pending} waiting{size}", st("job-details--warn") if u.pending else None)
+        text = Text(f"{u.pending} waiting{size}", st("job-details--warn") if u.pending else "")
         if u.pending and u.oldest_pending_at is not None:
             text.append(f", the oldest for {human_duration(max(0.0, now - u.oldest_pending_at))}",
                         st("job-details--warn"))

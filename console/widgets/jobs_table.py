@@ -68,12 +68,12 @@ class JobsTable(LiveTable[JobRow]):
         spark = ((cells.sparkline(j.spark[-SPARK:]), st("spark")),)
         if j.startup is not None and j.done is None:  # an engine loading, a stage copying: how far
             done = j.startup
-            progress = cells.bar(j.startup_frac, PROGRESS_BAR, st("bar"), st("bar-empty"))
+            progress: Cell = cells.bar(j.startup_frac, PROGRESS_BAR, st("bar"), st("bar-empty"))
             rate = "-"
         elif j.engine_state is not None and j.done is None:
             done = f"r{_n(j.running)} q{_n(j.queued)}"
-            progress: Cell = cells.bar(j.kv_usage, PROGRESS_BAR, st("warn") if (j.kv_usage or 0) > 0.9 else st("bar"),
-                                       st("bar-empty"))
+            progress = cells.bar(j.kv_usage, PROGRESS_BAR, st("warn") if (j.kv_usage or 0) > 0.9 else st("bar"),
+                                 st("bar-empty"))
             rate = f"acc{j.accept_length:.1f}" if j.accept_length is not None else "-"
         else:
             done = "-" if j.done is None else (

@@ -59,23 +59,23 @@ class LiveTable(ScrollView, Generic[RowT], can_focus=True):
     class Highlighted(Message):
         """The cursor moved to another row."""
 
-        def __init__(self, table: "LiveTable", key: Optional[str]) -> None:
+        def __init__(self, table: "LiveTable[Any]", key: Optional[str]) -> None:
             super().__init__()
             self.table, self.key = table, key
 
         @property
-        def control(self) -> "LiveTable":
+        def control(self) -> "LiveTable[Any]":
             return self.table
 
     class Selected(Message):
         """The operator double-clicked a row (enter and d are the screen's describe)."""
 
-        def __init__(self, table: "LiveTable", key: str) -> None:
+        def __init__(self, table: "LiveTable[Any]", key: str) -> None:
             super().__init__()
             self.table, self.key = table, key
 
         @property
-        def control(self) -> "LiveTable":
+        def control(self) -> "LiveTable[Any]":
             return self.table
 
     def __init__(self, *, empty_text: str = "", name: Optional[str] = None, id: Optional[str] = None,

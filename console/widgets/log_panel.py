@@ -48,7 +48,8 @@ class LogPanel(Vertical):
         yield KeyedLog(max_lines=MAX_LINES, auto_scroll=True, id="log")
 
     @property
-    def log(self) -> Log:
+    def log_widget(self) -> Log:
+        """The panel's Log (not ``log``: that is Textual's own logger on every widget)."""
         return self.query_one("#log", Log)
 
     def show_job(self, job: Optional[str]) -> None:
@@ -56,14 +57,14 @@ class LogPanel(Vertical):
         if job == self.job:
             return
         self.job, self.path, self.problem, self.fed, self.final = job, None, None, False, False
-        self.log.clear()
+        self.log_widget.clear()
         self._title()
 
     def feed(self, text: str, reset: bool, path: Optional[str] = None) -> None:
         if reset:
-            self.log.clear()
+            self.log_widget.clear()
         if text:
-            self.log.write(text)
+            self.log_widget.write(text)
         self.path = path or self.path
         if self.problem is not None or reset or not self.fed:
             self.fed = True
@@ -80,12 +81,12 @@ class LogPanel(Vertical):
     def matches(self) -> list[int]:
         """The lines that hold the searched text."""
         term = self.term.lower()
-        return [i for i, line in enumerate(self.log.lines) if term in line.lower()] if term else []
+        return [i for i, line in enumerate(self.log_widget.lines) if term in line.lower()] if term else []
 
     def search(self, term: str) -> int:
         """Mark ``term`` in every line and jump to its last occurrence; the number of matching lines."""
         self.term = term
-        log = self.log
+        log = self.log_widget
         log.highlight = bool(term)
         log.highlighter = SearchHighlighter(term)
         log._render_line_cache.clear()  # the marks change every drawn line
@@ -109,15 +110,15 @@ class LogPanel(Vertical):
 
     def _jump(self) -> None:
         if self.match is not None:
-            self.log.auto_scroll = False  # stay on the match while lines arrive
-            self.log.scroll_to(y=max(0, self.match - self.log.size.height // 2), animate=False)
+            self.log_widget.auto_scroll = False  # stay on the match while lines arrive
+            self.log_widget.scroll_to(y=max(0, self.match - self.log_widget.size.height // 2), animate=False)
         else:
-            self.log.auto_scroll = True
+            self.log_widget.auto_scroll = True
         self._title()
 
     @property
     def text(self) -> str:
-        return "\n".join(self.log.lines)
+        return "\n".join(self.log_widget.lines)
 
     def _title(self) -> None:
         title = self.query_one("#log-title", Static)

@@ -92,8 +92,8 @@ async def test_logs_view_tails_then_follows(tmp_path, fleet_home):
         await pilot.press("3")
         panel = app.screen.query_one("#log-panel")
         await wait_until(pilot, lambda: "item 1" in panel.text, what="the log's tail")
-        seen = len(panel.log.lines)
-        await wait_until(pilot, lambda: len(panel.log.lines) > seen + 5, what="the log growing (follow)")
+        seen = len(panel.log_widget.lines)
+        await wait_until(pilot, lambda: len(panel.log_widget.lines) > seen + 5, what="the log growing (follow)")
         assert "log of gen" in screen_text(app) and "following" in screen_text(app)
 
 
@@ -316,10 +316,10 @@ async def test_slash_in_the_logs_view_searches_and_n_jumps(tmp_path, fleet_home)
         await wait_until(pilot, lambda: panel.term == "item 1" and len(panel.matches()) >= 4,
                          what="the lines holding 'item 1' found")
         first = panel.match
-        assert first is not None and "item 1" in panel.log.lines[first]
+        assert first is not None and "item 1" in panel.log_widget.lines[first]
         await pilot.press("n")
         await wait_until(pilot, lambda: panel.match is not None and panel.match != first, what="n to the next match")
-        assert "item 1" in panel.log.lines[panel.match]
+        assert "item 1" in panel.log_widget.lines[panel.match]
         text = await wait_for_text(pilot, "search 'item 1'")
         assert "n/N" in text
         await pilot.press("escape")

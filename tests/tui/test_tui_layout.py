@@ -366,13 +366,13 @@ async def test_long_log_lines_scroll_sideways_with_the_arrow_keys_as_the_help_sa
         app.post_message(LogFetched(panel.job, chunk, reset=True))
         await wait_until(pilot, lambda: "step 1200 loss" in screen_text(app), what="the long line")
         assert "THE-END-OF-THE-LINE" not in screen_text(app)  # not wrapped: cut at the right edge
-        log = panel.log
+        log = panel.log_widget
         for _ in range(300):  # one column a press: to the end of the line, and no further
             if log.max_scroll_x and log.scroll_x >= log.max_scroll_x:
                 break
             await pilot.press("right")
         await pilot.pause()
-        assert "THE-END-OF-THE-LINE" in screen_text(app) and panel.log.scroll_x > 0
+        assert "THE-END-OF-THE-LINE" in screen_text(app) and panel.log_widget.scroll_x > 0
         await pilot.press("question_mark")
         await wait_until(pilot, lambda: "gpudeck help" in screen_text(app), what="the help")
         from gpudeck.console.screens.help import key_rows
