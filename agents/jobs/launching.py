@@ -114,7 +114,12 @@ class SupervisorLaunch(SupervisorLiveness):
         """What the fleet file changed since ``name`` last launched (both specs are cached)."""
         declared = self._declared.get(name)
         stored = self.stored_spec(name) if declared is not None else None
-        return spec_changes(stored, declared) if stored is not None and declared is not None else []
+        if stored is None or declared is None:
+            return []
+        hit = self._changes.get(name)  # stored_spec gives the same object while spec.json is unchanged
+        if hit is None or hit[0] is not stored or hit[1] is not declared:
+            hit = self._changes[name] = (stored, declared, tuple(spec_changes(stored, declared)))
+        return list(hit[2])
 
     def _launch(self, spec: JobSpec, relaunch: bool) -> LaunchResult:
         name = spec.name

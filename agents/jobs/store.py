@@ -57,6 +57,8 @@ class SupervisorStore:
         self._capper = joblog.Capper()
         self._logs_due = 0.0  # when cap_logs looks at the logs next (monotonic)
         self._stored: dict[str, tuple[int, Optional[JobSpec]]] = {}  # spec.json by its mtime
+        # what spec_changes said, with the two specs it compared: asked every tick, compared only when one changed
+        self._changes: dict[str, tuple[JobSpec, JobSpec, tuple[str, ...]]] = {}
         self._dirs: dict[str, Path] = {}
         self._progress_files: dict[str, str] = {}  # GPUDECK_PROGRESS_FILE of each job, for the agent's readings
         self._role = role
