@@ -60,7 +60,14 @@ class LogPanel(Vertical):
         self.log_widget.clear()
         self._title()
 
+    def taken_down(self) -> bool:
+        """Whether the panel's widgets are gone: its screen is closing (or the app), and a
+        follower's message that arrives now has nowhere to go."""
+        return not self.query("#log") or not self.query("#log-title")
+
     def feed(self, text: str, reset: bool, path: Optional[str] = None) -> None:
+        if self.taken_down():
+            return
         if reset:
             self.log_widget.clear()
         if text:
@@ -74,7 +81,8 @@ class LogPanel(Vertical):
     def fetch_failed(self, error: str, final: bool = False) -> None:
         self.problem = error
         self.final = final
-        self._title()
+        if not self.taken_down():
+            self._title()
 
     # ------------------------------------------------------------ search
 
