@@ -4,6 +4,7 @@ screen read back with capture-pane."""
 from __future__ import annotations
 
 import re
+import secrets
 import subprocess
 
 from support.wait import wait_for
@@ -11,11 +12,17 @@ from support.wait import wait_for
 
 class Tmux:
     def __init__(self, socket: str, session: str = "demo") -> None:
-        self.socket, self.session = socket, session
+        # A server of this test's own: one named for the process alone is shared by the tests
+        # one pytest worker runs in a row, and a kill-server that is still finishing leaves the
+        # next test's new-session talking to a server on its way out.
+        self.socket, self.session = f"{socket}-{secrets.token_hex(4)}", session
 
     def __call__(self, *args: str) -> str:
-        return subprocess.run(["tmux", "-L", self.socket, *args], capture_output=True, text=True,
-                              check=True).stdout
+        done = subprocess.run(["tmux", "-L", self.socket, *args], capture_output=True, text=True)
+        if done.returncode:
+            raise AssertionError(f"tmux {args[0] if args else ''} exited {done.returncode}: "
+                                 f"{done.stderr.strip() or done.stdout.strip() or '(no output)'}")
+        return done.stdout
 
     def screen(self) -> str:
         return self("capture-pane", "-p", "-t", self.session)
