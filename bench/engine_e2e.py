@@ -293,6 +293,9 @@ def main() -> int:
                       "made": done_lines - plan["pilot_done"], "output_tokens": tokens, "samples": samples,
                       "engine_tokens_per_s_mean": mean("tokens_per_s"), "gpu_util_pct_mean": mean("gpu_util_pct"),
                       "running_mean": mean("running"), "kv_usage_mean": mean("kv_usage")}
+        full = [x["t"] for x in samples if (x["running"] or 0) >= best - 1]  # the engine's own gauge
+        res["run"].update(full_after_s=round(full[0], 1) if full else None,
+                          drain_s=round(wall - full[-1], 1) if full else None)
         proj = plan["projected_wall_s"]
         res["plan_error"] = (proj - wall) / wall
         res["inside_interval"] = plan["projected_wall_s_low"] <= wall <= plan["projected_wall_s_high"]
@@ -323,8 +326,12 @@ def main() -> int:
     print(f"kill: {k['verdict'].get('message')} (ok {k['verdict'].get('ok')}, freed {k['verdict'].get('freed_gib')} GiB; "
           f"NVML before {k['job_gib_before']} GiB held by the engine)")
     print(f"plan: projected {plan['projected_wall_s']:.1f} s (90% interval {plan['projected_wall_s_low']:.1f}-"
-          f"{plan['projected_wall_s_high']:.1f} s), actual {wall:.1f} s: error {res['plan_error']:+.1%}, actual "
+          f"{plan['projected_wall_s_high']:.1f} s; of it {plan.get('projected_start_s')} s of start and "
+          f"{plan.get('projected_tail_s')} s of drain, measured on the pilot: {plan.get('tail_measured')}), "
+          f"actual {wall:.1f} s: error {res['plan_error']:+.1%}, actual "
           f"{'inside' if res['inside_interval'] else 'OUTSIDE'} the interval")
+    print(f"the run's edges, from the engine's gauge every ~3 s: full ({best} running) after "
+          f"{run['full_after_s']} s, below it again for the last {run['drain_s']} s")
     return 0
 
 

@@ -109,6 +109,9 @@ def test_plan_generate_against_the_sim_engine_then_the_run_skips_the_pilot(tmp_p
     assert all(row["measured"] == "steady state" and row["steady_s"] >= 0.7 for row in plan["levels"]), plan["levels"]
     assert plan["projected_wall_s_low"] <= plan["projected_wall_s"] <= plan["projected_wall_s_high"]
     assert plan["best_concurrency"] == 16  # 3,200 tok/s shared: 16 in flight is the fastest here
+    # the top level, where the pilot drained: the drain as it was; the start, this worker's own
+    assert plan["tail_measured"] is True and plan["projected_tail_s"] >= 0
+    assert 0 < plan["projected_start_s"] < 60 and "s of start and" in r.stdout
     assert 0 < plan["output_length"]["cut_share"] < 0.1 and plan["output_length"]["reasoning_share"] > 0.4
     assert plan["servers_needed"] == 1
     assert len(read_done(out / "done.txt")) == taken

@@ -153,7 +153,8 @@ def project(name: str, path: str, plan: dict, servers: Optional[int] = None,
     wall = low = high = None
     useful = None
     if kind == "generate":
-        wall0, tail = _num(plan, "projected_wall_s", path), _num(plan, "projected_tail_s", path) or 0.0
+        wall0 = _num(plan, "projected_wall_s", path)  # the start and the drain do not shrink with more servers
+        tail = (_num(plan, "projected_tail_s", path) or 0.0) + (_num(plan, "projected_start_s", path) or 0.0)
         prompts, remaining = _num(plan, "prompts", path) or 0, _num(plan, "remaining", path)
         cps = _num(plan, "completions_per_s", path)
         if wall0 is not None and remaining:

@@ -116,6 +116,7 @@ def _pilot_and_plan(args, gen, levels: list[int], deadline_s: Optional[float]) -
         gen._lock.release()
         print(f"gpudeck plan generate: {exc}", file=sys.stderr)
         return EXIT_NO_GO
+    sampling_s = time.monotonic() - t0
     asyncio.run(gen.run())
     if gen.result.status != 0:
         print("gpudeck plan generate: stopped during the pilot; its finished completions are kept",
@@ -123,7 +124,7 @@ def _pilot_and_plan(args, gen, levels: list[int], deadline_s: Optional[float]) -
         return gen.result.status
     plan = build_plan(gen.result, levels, n_servers=len(gen.o.servers), total=total, done=len(gen.done),
                       max_tokens=gen.o.max_tokens, deadline_s=deadline_s, price=args.price_per_hour,
-                      seed=args.seed)
+                      seed=args.seed, startup_s=startup_s(gen.result, sampling_s))
     plan.update(out=gen.out, prompts_file=os.path.abspath(gen.o.prompts), pilot_s=round(time.monotonic() - t0, 1),
                 dataset=fingerprint_or_why(gen.o.prompts, gen.o.part), written_at=time.time())
     try:
@@ -132,6 +133,18 @@ def _pilot_and_plan(args, gen, levels: list[int], deadline_s: Optional[float]) -
         log.error("cannot write %s: %s", os.path.join(gen.out, PLAN_FILE), exc.strerror or exc)
     print(json.dumps(plan, indent=1) if args.json else render_generate(plan))
     return EXIT_GO if plan["verdict"] == "go" else EXIT_NO_GO
+
+
+def startup_s(result, sampling_s: float) -> float:
+    """What a worker's start costs before its first request: this process's own time from its
+    start to its first request (the interpreter, the imports, the done-set and the shards
+    opened, the servers asked for their model), less the pilot's sampling, which a run does not
+    do. 0 when no request went out."""
+    import psutil
+
+    if result.first_request_at is None:
+        return 0.0
+    return max(0.0, result.first_request_at - psutil.Process().create_time() - sampling_s)
 
 
 def choose_prompts(gen, n: int, levels: list[int], hold_s: float, seed: int = 0) -> int:
@@ -223,8 +236,10 @@ def useful_share(result) -> Optional[float]:
 
 
 def build_plan(result, levels: list[int], *, n_servers: int, total: int, done: int, max_tokens: int,
-               deadline_s: Optional[float] = None, price: Optional[float] = None, seed: int = 0) -> dict:
-    """The plan document from a pilot's result (pure: no I/O)."""
+               deadline_s: Optional[float] = None, price: Optional[float] = None, seed: int = 0,
+               startup_s: float = 0.0) -> dict:
+    """The plan document from a pilot's result (pure: no I/O). ``startup_s``: a worker's own
+    start, before its first request (:func:`startup_s`)."""
     tokens = [x.tokens for x in result.completions]
     timeline = stats.Timeline(result.timeline)
     obs = _obs(result)
@@ -245,7 +260,7 @@ def build_plan(result, levels: list[int], *, n_servers: int, total: int, done: i
         "completions_per_s": best["completions_per_s"] if best else None,
         "output_tokens_per_s": best["output_tokens_per_s"] if best else None,
         "projected_wall_s": None, "projected_wall_s_low": None, "projected_wall_s_high": None,
-        "projected_tail_s": None,
+        "projected_tail_s": None, "projected_start_s": None, "tail_measured": None,
         "projected_output_tokens": round(total * stats.known(stats.mean(tokens), "lengths")) if tokens else None,
         "projected_bytes": round(total * stats.known(stats.mean([x.bytes for x in result.completions]), "sizes"))
         if tokens else None,
@@ -255,11 +270,14 @@ def build_plan(result, levels: list[int], *, n_servers: int, total: int, done: i
     if best is not None and remaining > 0:  # a pilot that took every prompt leaves nothing to project
         j = levels.index(best["concurrency"])
         win = windows[j]  # there for a level measured in its steady state; a fit for one by the model
+        c = best["concurrency"]
         if best["measured"] == "steady state" and win is not None:
-            proj = stats.project_steady(fit, win, tokens, best["concurrency"], n_servers, remaining, seed=seed)
+            start = startup_s + stats.admission_s(timeline, win, obs, c)
+            proj = stats.project_steady(fit, win, tokens, c, n_servers, remaining, seed=seed, start_s=start,
+                                        drained=stats.measured_tail(timeline, win, obs, tokens, c))
         else:
             assert fit is not None, "a level measured by the model has its fit"
-            proj = stats.project(fit, obs, timeline, tokens, best["concurrency"], n_servers, remaining, seed=seed)
+            proj = stats.project(fit, obs, timeline, tokens, c, n_servers, remaining, seed=seed, start_s=startup_s)
         _project(plan, proj, best["concurrency"], n_servers, remaining, deadline_s, price)
     plan["cautions"] = cautions(plan, best)
     plan["verdict"], plan["reasons"] = verdict(plan)
@@ -270,14 +288,15 @@ def _project(plan: dict, proj, c: int, n_servers: int, remaining: int, deadline_
              price: Optional[float]) -> None:
     plan.update(projected_wall_s=round(proj.wall_s, 1) or proj.wall_s,  # a few prompts on a fast server: not 0
                 projected_wall_s_low=round(proj.low_s, 1), projected_wall_s_high=round(proj.high_s, 1),
-                projected_tail_s=round(proj.tail_s, 1))
+                projected_tail_s=round(proj.tail_s, 1), projected_start_s=round(proj.start_s, 1),
+                tail_measured=proj.tail_measured)
     if deadline_s is not None:
         plan["servers_needed"] = stats.servers_for(deadline_s, remaining, proj.mean_latency_s, c,
-                                                   proj.tail_s)
+                                                   proj.tail_s + proj.start_s)
     if price is not None:
         plan["projected_cost"] = round(n_servers * proj.wall_s / 3600 * price, 2)
         if plan["servers_needed"]:
-            wall = remaining * proj.mean_latency_s / (c * plan["servers_needed"]) + proj.tail_s
+            wall = remaining * proj.mean_latency_s / (c * plan["servers_needed"]) + proj.tail_s + proj.start_s
             plan["projected_cost_at_servers_needed"] = round(plan["servers_needed"] * wall / 3600 * price, 2)
 
 

@@ -49,6 +49,7 @@ class PilotResult:
     wall_s: list[float] = field(default_factory=list)  # per level: first start to last end
     timeline: list[tuple[float, float]] = field(default_factory=list)  # (time, requests in flight after it)
     status: int = EXIT_OK
+    first_request_at: Optional[float] = None  # wall-clock time of the first request sent
 
 
 class _Gate:
@@ -168,6 +169,8 @@ class PilotGenerator(Generator):
         while not self._stop.is_set():
             await gate.raise_to(self.levels[self._current()] * self.n_servers)
             start, area0 = await gate.acquire()
+            if self.result.first_request_at is None:
+                self.result.first_request_at = time.time()
             got = None if self._stop.is_set() else self._take()
             if got is None:
                 await gate.release()

@@ -33,8 +33,9 @@ def render_generate(plan: dict) -> str:
         lines.append(f"projection at {plan['best_concurrency']} per server: {plan['remaining']} prompts left, "
                      f"{human_duration(plan['projected_wall_s'])} "
                      f"(90% interval {human_duration(plan['projected_wall_s_low'])}"
-                     f"-{human_duration(plan['projected_wall_s_high'])}, of it {plan['projected_tail_s']:.0f}s of "
-                     f"drain at the end)")
+                     f"-{human_duration(plan['projected_wall_s_high'])}, of it {plan.get('projected_start_s') or 0:.0f}s "
+                     f"of start and {plan['projected_tail_s']:.0f}s of drain at the end"
+                     f"{', as the pilot drained' if plan.get('tail_measured') else ''})")
     elif plan["best_concurrency"] is not None and plan["remaining"] == 0:
         lines.append(f"projection: none, the pilot did all {plan['prompts']} prompts; nothing is left to run")
     lines.append(f"whole dataset: {_f(plan['projected_output_tokens'], '{:,.0f}')} output tokens, "

@@ -219,13 +219,16 @@ class Projection:
     completions_per_s: float
     mean_latency_s: float
     tail_s: float
+    start_s: float = 0.0  # the worker's start-up and the engine taking its first requests in
+    tail_measured: bool = False  # the drain as the pilot saw it (measured_tail), not simulated
 
 
 def project(fit_: Fit, obs: Sequence[Obs], timeline: Timeline, tokens: Sequence[int], c: int, servers: int,
-            remaining: int, seed: int = 0, boots: int = 200) -> Projection:
+            remaining: int, seed: int = 0, boots: int = 200, start_s: float = 0.0) -> Projection:
     """Wall time of ``remaining`` prompts at ``c`` per server on ``servers`` servers, with a
     90% interval from the bootstrap: the pilot's completions and lengths are resampled and
-    the rates fitted again each time (``a`` kept)."""
+    the rates fitted again each time (``a`` kept). ``start_s`` is added whole (the worker's
+    start-up)."""
     slots = c * servers
     rng = random.Random(seed)
     mean_lat = fit_.mean_latency(known(mean(tokens), "the pilot's lengths"), c)
@@ -237,10 +240,11 @@ def project(fit_: Fit, obs: Sequence[Obs], timeline: Timeline, tokens: Sequence[
         beta, _ = _rates([rng.choice(rows) for _ in rows])
         f = Fit(fit_.a, fit_.knots, tuple(beta)) if beta is not None and min(beta) > 0 else fit_
         t = [rng.choice(tokens) for _ in tokens]
-        walls.append(remaining * f.mean_latency(known(mean(t), "the pilot's lengths"), c) / slots + tail)
-    return Projection(wall_s=remaining * mean_lat / slots + tail, low_s=known(percentile(walls, 5), "the bootstrap"),
+        walls.append(remaining * f.mean_latency(known(mean(t), "the pilot's lengths"), c) / slots + tail + start_s)
+    return Projection(wall_s=remaining * mean_lat / slots + tail + start_s,
+                      low_s=known(percentile(walls, 5), "the bootstrap"),
                       high_s=known(percentile(walls, 95), "the bootstrap"), completions_per_s=slots / mean_lat,
-                      mean_latency_s=mean_lat, tail_s=tail)
+                      mean_latency_s=mean_lat, tail_s=tail, start_s=start_s)
 
 
 @dataclass(frozen=True)
@@ -256,6 +260,15 @@ class Window:
     @property
     def seconds(self) -> float:
         return self.end - self.start
+
+    def latency(self, tokens: float) -> float:
+        """The latency at the level's load of an answer of ``tokens``: the window's mean latency
+        moved by the slope of latency on length among its completions (never below 0)."""
+        lats, ns = [o.latency_s for o in self.obs], [float(o.tokens) for o in self.obs]
+        lat, n = mean(lats) or 0.0, mean(ns) or 0.0
+        var = sum((x - n) ** 2 for x in ns)
+        slope = max(0.0, sum((x - n) * (y - lat) for x, y in zip(ns, lats)) / var) if var > 0 else 0.0
+        return max(lat + slope * (tokens - n), 1e-9)
 
     def completions_per_s(self, servers: int, mean_tokens: Optional[float] = None,
                           sample: Optional[Sequence[Obs]] = None) -> float:
@@ -312,22 +325,84 @@ def steady_windows(timeline: Timeline, levels: Sequence[float], obs: Sequence[Ob
 
 
 def project_steady(fit_: Optional[Fit], window: Window, tokens: Sequence[int], c: int, servers: int,
-                   remaining: int, seed: int = 0, boots: int = 200) -> Projection:
+                   remaining: int, seed: int = 0, boots: int = 200, start_s: float = 0.0,
+                   drained: Optional[float] = None) -> Projection:
     """Like :func:`project`, from a level's rate in its steady state (Little's law on the
-    window, its latency moved to the pilot's mean length: :meth:`Window.completions_per_s`;
-    the model only for the tail). The 90% interval is the bootstrap of the window's
-    completions (their latencies and lengths) and of the pilot's lengths."""
+    window, its latency moved to the pilot's mean length: :meth:`Window.completions_per_s`).
+    The drain is ``drained`` where the pilot measured it at this level (:func:`measured_tail`),
+    else the model's simulation; ``start_s`` is added whole. The 90% interval is the bootstrap
+    of the window's completions (their latencies and lengths) and of the pilot's lengths, with
+    the shorter of the two drains at its low end and the longer at its high end."""
     slots = c * servers
     rng = random.Random(seed)
     inside = window.obs
     cps = window.completions_per_s(servers, mean(tokens))
-    tail = tail_s(fit_, c, tokens, slots, remaining, rng) if fit_ is not None else 0.0
-    walls = [remaining / window.completions_per_s(servers, mean([rng.choice(tokens) for _ in tokens]),
-                                                  [rng.choice(inside) for _ in inside]) + tail
-             for _ in range(boots)]
-    return Projection(wall_s=remaining / cps + tail, low_s=percentile(walls, 5) or 0.0,
-                      high_s=percentile(walls, 95) or 0.0, completions_per_s=cps, mean_latency_s=slots / cps,
-                      tail_s=tail)
+    simulated = tail_s(fit_, c, tokens, slots, remaining, rng) if fit_ is not None else 0.0
+    measured = drained is not None and remaining > 0
+    tail = drained if drained is not None and measured else simulated
+    rate_part = [remaining / window.completions_per_s(servers, mean([rng.choice(tokens) for _ in tokens]),
+                                                      [rng.choice(inside) for _ in inside])
+                 for _ in range(boots)]
+    lo_tail, hi_tail = min(simulated, tail), max(simulated, tail)
+    return Projection(wall_s=remaining / cps + tail + start_s,
+                      low_s=(percentile(rate_part, 5) or 0.0) + lo_tail + start_s if rate_part else 0.0,
+                      high_s=(percentile(rate_part, 95) or 0.0) + hi_tail + start_s if rate_part else 0.0,
+                      completions_per_s=cps, mean_latency_s=slots / cps, tail_s=tail, start_s=start_s,
+                      tail_measured=measured)
+
+
+def measured_tail(timeline: Timeline, window: Window, obs: Sequence[Obs], tokens: Sequence[int],
+                  c: float) -> Optional[float]:
+    """The drain as the pilot itself saw it at level ``c``, when it drained from there (its top
+    level, full at its last start): what the end cost beyond ``remaining / rate``. With ``D``
+    the time from the last start to the last end and ``L`` the latencies at the level's load of
+    answers of the pilot's lengths (:meth:`Window.latency`): when a run hands out its last prompt, the ``c`` requests in
+    flight are the longer ones (picked by their length, ``E[L^2] / E[L]`` each) and half done
+    on average, so the last prompt goes out ``E[L^2] / (2 E[L])`` before ``remaining / rate``
+    and the end costs ``D - E[L^2] / (2 E[L])`` (``L / 2`` for requests all of one length ``L``,
+    as a list schedule says). None when the pilot did not drain from ``c``. On an engine whose requests do not speed up as its slots empty
+    (llama-server on a GPU: the drain of 128 took 53 s, the simulated list schedule said 21 s)
+    this is what the run will see; the simulation (:func:`tail_s`) stays the bound on the
+    other side."""
+    eps = 1e-9
+    if not obs or max(timeline.k, default=0.0) > c + eps:
+        return None
+    last = max(o.start for o in obs)  # the requests' own starts: the gate also counts a worker that found none left
+    if sum(o.start <= last < o.end for o in obs) < c - eps:
+        return None
+    lats = [window.latency(n) for n in tokens]
+    el = mean(lats)
+    if not el:
+        return None
+    el2 = known(mean([x * x for x in lats]), "the level's latencies")
+    return max(0.0, max(o.end for o in obs) - last - el2 / (2 * el))
+
+
+def admission_s(timeline: Timeline, window: Window, obs: Sequence[Obs], c: float, burst_s: float = 1.0) -> float:
+    """What the run's start costs beyond the steady rate while the engine takes its first ``c``
+    requests in: the requests the pilot sent at once when it raised the level to ``c`` (within
+    ``burst_s`` of its first start) waited longer than their lengths explain at that load (an
+    engine that lets new requests in a few at a time: llama-server's HTTP threads), by
+    ``extra`` on average; a run sends ``c`` at once from none in flight, not ``c - before``,
+    so it waits ``extra * c / (c - before)`` on average, each slot idle that long. 0 when the
+    burst waited no longer, or the level did not start with a burst."""
+    t, k, eps = timeline.t, timeline.k, 1e-9
+    first = next((i for i in range(len(k)) if t[i] >= window.start - eps), None)
+    if first is None:
+        return 0.0
+    i = first  # back along the starts in a row that filled the level, to the point before them
+    while i > 0 and k[i] > k[i - 1] and t[first] - t[i] <= burst_s:
+        i -= 1
+    before, t0 = (0.0, t[0]) if i == 0 else (k[i], t[i + 1])
+    burst = [o for o in obs if t0 - eps <= o.start <= t0 + burst_s and o.latency_s > 0]
+    later = [o for o in window.obs if o.start > (window.start + window.end) / 2]  # the burst let in long since
+    if len(burst) < 2 or len(later) < 2 or c - before <= 0:
+        return 0.0
+    n, lat = mean([float(o.tokens) for o in later]) or 0.0, mean([o.latency_s for o in later]) or 0.0
+    var = sum((o.tokens - n) ** 2 for o in later)
+    slope = max(0.0, sum((o.tokens - n) * (o.latency_s - lat) for o in later) / var) if var > 0 else 0.0
+    extra = known(mean([o.latency_s - (lat + slope * (o.tokens - n)) for o in burst]), "the burst")
+    return max(0.0, extra) * c / (c - before)
 
 
 def servers_for(deadline_s: float, remaining: int, mean_latency_s: float, c: int, tail: float) -> Optional[int]:
