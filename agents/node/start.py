@@ -214,6 +214,10 @@ def serve(args: argparse.Namespace, home: Path, cluster: Optional[ClusterSpec], 
     if args.once:
         agent.send(agent.snapshot())
         return 0
+    # what start-up made (modules, the fleet's specs, the history read back) lives as long as the
+    # agent: out of the collector's sight, a full collection walks only what the ticks make
+    import gc
+    gc.freeze()
     try:
         asyncio.run(agent.run())
     except (BrokenPipeError, KeyboardInterrupt):

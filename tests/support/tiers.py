@@ -38,6 +38,9 @@ XDIST_GROUPS_BY_FIXTURE = {
 XDIST_GROUPS_BY_TEST = {
     "e2e/test_llama_server_kind.py": "llama",
     "system/test_watch_supervised.py": "crontab",
+    # its two module fixtures each start a probe that imports sglang (about 20 s on a busy machine):
+    # once on one worker, not once on each worker that draws one of the module's tests
+    "system/test_engine_sources.py": "sglang-probe",
     "system/test_watch_truth.py::test_two_homes_registered_with_cron_at_once_both_keep_their_lines": "crontab",
 }
 
