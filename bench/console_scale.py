@@ -106,7 +106,7 @@ def make_round(fleet: Fleet, r: int, gpus: int, rng: random.Random, show_procs: 
 async def console_update_times(fleet: Fleet, rounds: list[list[Snapshot]], view: str) -> tuple[list[float], int]:
     from gpudeck.console.app import make_app
 
-    app = make_app(fleet, connect=False, tick_s=0, initial_view=view)
+    app = make_app(fleet, connect=False, tick_s=0, initial_view=view, freeze_startup=True)  # as `gpudeck up` runs
     times = []
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
@@ -134,7 +134,7 @@ async def console_cpu_share(fleet: Fleet, rounds: list[list[Snapshot]], seconds:
     from gpudeck.console.messages import SnapshotReceived
 
     options = {"redraw_share": float("inf")} if unpaced else {}
-    app = make_app(fleet, connect=False, initial_view=view, **options)
+    app = make_app(fleet, connect=False, initial_view=view, freeze_startup=True, **options)
     phases = [random.Random(f"phase-{n.name}").random() if spread else 0.0 for n in fleet.nodes]
     order = sorted(range(len(fleet.nodes)), key=lambda i: phases[i])
     async with app.run_test(size=SIZE) as pilot:
@@ -323,7 +323,7 @@ def greeting(fleet: Fleet, node: str, now: float, rng: random.Random):
 async def overview_update_times(fleet: Fleet, rounds: list[list[Snapshot]], histories: list) -> list[float]:
     from gpudeck.console.app import make_app
 
-    app = make_app(fleet, connect=False, tick_s=0, initial_view="overview")
+    app = make_app(fleet, connect=False, tick_s=0, initial_view="overview", freeze_startup=True)
     times = []
     async with app.run_test(size=SIZE) as pilot:
         for h in histories:

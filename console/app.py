@@ -34,6 +34,7 @@ where it moved from. A read-only console moves nothing.
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import time
 from typing import Any, Optional
@@ -146,6 +147,8 @@ class GpuDeckApp(Feeds, Actions, NoticeLine, App[None]):
             self._started = time.monotonic()
             self.set_interval(0.5, self._maybe_screenshot)
         self.call_after_refresh(self.refresh_views)
+        if self.config.freeze_startup:
+            self.call_after_refresh(gc.freeze)
 
     def _maybe_screenshot(self) -> None:
         waited = time.monotonic() - self._started

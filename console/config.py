@@ -75,6 +75,13 @@ class ConsoleConfig:
     bell: bool = True
     """Ring the terminal's bell for each live event that is notified (died, gave up, ...)."""
 
+    freeze_startup: bool = False
+    """Once the first screen is drawn, move what start-up made (modules, widgets, the fleet) out
+    of the garbage collector's sight (gc.freeze): a full collection then walks only what the
+    updates make, a fifth of an update's time at 64 nodes (bench/console_scale.py). `up` and
+    `demo` do; a test process, which starts many apps, does not (what it froze would never be
+    collected)."""
+
     events_poll_s: float = 1.0
     """Seconds between two reads of a node's new events (each armed after the last returned)."""
 

@@ -71,7 +71,7 @@ def _demo(args: argparse.Namespace) -> int:
     shot = dict(screenshot=args.screenshot, initial_view="fleet", screenshot_wait_s=(25.0, 90.0)) \
         if args.screenshot else {}  # the fleet view, once the launch notices are gone and the numbers in
     app = make_app(fleet, fleet_name="demo", autostart=demo_jobs(router), read_only=args.read_only, keymap=keymap,
-                   **shot)
+                   freeze_startup=True, **shot)
     stopped_by: list[int] = []
     signal.signal(signal.SIGHUP, _hang_up(root, args.keep))
     signal.signal(signal.SIGTERM, _exit_app(app, stopped_by))

@@ -41,6 +41,6 @@ def _up(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     fleet = load_fleet(args.fleet, getattr(args, "take_over", False))
     app = make_app(fleet, read_only=args.read_only, initial_view=args.view, bell=not args.no_bell,
-                   auto_move=not args.no_auto_move, keymap=keymap)
+                   auto_move=not args.no_auto_move, keymap=keymap, freeze_startup=True)
     app.run()
     return app.return_code or EXIT_OK  # ctrl+c: 130
