@@ -112,6 +112,9 @@ def test_plan_generate_against_the_sim_engine_then_the_run_skips_the_pilot(tmp_p
     # the top level, where the pilot drained: the drain as it was; the start, this worker's own
     assert plan["tail_measured"] is True and plan["projected_tail_s"] >= 0
     assert 0 < plan["projected_start_s"] < 60 and "s of start and" in r.stdout
+    rec = plan["pilot_record"]  # each completion as measured, for a look at how the projection came about
+    assert len(rec["completions"]) == taken and all(0 <= s <= e and n >= 0 for s, e, n, _ in rec["completions"])
+    assert rec["timeline"][0][0] >= 0 and max(k for _, k in rec["timeline"]) == 16
     assert 0 < plan["output_length"]["cut_share"] < 0.1 and plan["output_length"]["reasoning_share"] > 0.4
     assert plan["servers_needed"] == 1
     assert len(read_done(out / "done.txt")) == taken

@@ -281,7 +281,18 @@ def build_plan(result, levels: list[int], *, n_servers: int, total: int, done: i
         _project(plan, proj, best["concurrency"], n_servers, remaining, deadline_s, price)
     plan["cautions"] = cautions(plan, best)
     plan["verdict"], plan["reasons"] = verdict(plan)
+    plan["pilot_record"] = pilot_record(result)
     return plan
+
+
+def pilot_record(result) -> dict:
+    """What the pilot measured, kept for a look afterwards (how a projection came about, with
+    the run beside it): each completion's start and end (seconds from the pilot's first start),
+    output tokens and level, and the requests in flight per server over time."""
+    t0 = min([x.start for x in result.completions] + [t for t, _ in result.timeline[:1]], default=0.0)
+    return {"completions": [[round(x.start - t0, 3), round(x.end - t0, 3), x.tokens, x.level]
+                            for x in result.completions],
+            "timeline": [[round(t - t0, 3), round(k, 3)] for t, k in result.timeline]}
 
 
 def _project(plan: dict, proj, c: int, n_servers: int, remaining: int, deadline_s: Optional[float],
