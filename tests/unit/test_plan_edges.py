@@ -98,3 +98,13 @@ def test_no_drain_is_measured_where_the_pilot_did_not_drain_from_the_level():
     win8 = stats.steady_windows(tl, [8, 32], obs)[0]
     assert win8 is not None
     assert stats.measured_tail(tl, win8, obs, [o.tokens for o in obs], 8) is None  # the pilot went on to 32 from there
+
+
+def test_a_short_hold_still_counts_the_burst_against_answers_of_every_length():
+    # 50 at 32: a window about as long as the longest answers, whose completions that also ended
+    # inside it are the short ones; the burst is weighed against all that started in its second
+    # half (a baseline of the short ones alone read 7.9 s here; the run's 32 wait about 16 s)
+    obs, tl, _ = simulate([(8, 60), (32, 50)], lengths(110, 1), lambda held: 12.0, grow_per_s=1.0)
+    win = stats.steady_windows(tl, [8, 32], obs)[1]
+    assert win is not None and win.seconds < 40
+    assert 9.0 < stats.admission_s(tl, win, obs, 32) < 20.0

@@ -395,7 +395,10 @@ def admission_s(timeline: Timeline, window: Window, obs: Sequence[Obs], c: float
         i -= 1
     before, t0 = (0.0, t[0]) if i == 0 else (k[i], t[i + 1])
     burst = [o for o in obs if t0 - eps <= o.start <= t0 + burst_s and o.latency_s > 0]
-    later = [o for o in window.obs if o.start > (window.start + window.end) / 2]  # the burst let in long since
+    # the baseline: what started in the window's second half (the burst let in long since), whatever
+    # its length: those that also ended inside the window are the short ones, and a slope fitted
+    # on them alone, carried to the burst's long answers, said the burst waited for nothing
+    later = [o for o in obs if (window.start + window.end) / 2 < o.start <= window.end and o.latency_s > 0]
     if len(burst) < 2 or len(later) < 2 or c - before <= 0:
         return 0.0
     n, lat = mean([float(o.tokens) for o in later]) or 0.0, mean([o.latency_s for o in later]) or 0.0
