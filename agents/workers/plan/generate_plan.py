@@ -278,7 +278,7 @@ def build_plan(result, levels: list[int], *, n_servers: int, total: int, done: i
         else:
             assert fit is not None, "a level measured by the model has its fit"
             proj = stats.project(fit, obs, timeline, tokens, c, n_servers, remaining, seed=seed, start_s=startup_s)
-        _project(plan, proj, best["concurrency"], n_servers, remaining, deadline_s, price)
+        _project(plan, proj, c, n_servers, remaining, deadline_s, price)
     plan["cautions"] = cautions(plan, best)
     plan["verdict"], plan["reasons"] = verdict(plan)
     plan["pilot_record"] = pilot_record(result)

@@ -248,6 +248,28 @@ def project(fit_: Fit, obs: Sequence[Obs], timeline: Timeline, tokens: Sequence[
 
 
 @dataclass(frozen=True)
+class LengthLine:
+    """Latency against output length among some completions: their means and the least-squares
+    slope (never below 0: a server whose answers take the same time whatever their length is
+    not corrected at all)."""
+    tokens: float
+    latency: float
+    slope: float
+
+    @classmethod
+    def of(cls, obs: Sequence[Obs]) -> "LengthLine":
+        lats, ns = [o.latency_s for o in obs], [float(o.tokens) for o in obs]
+        lat, n = mean(lats) or 0.0, mean(ns) or 0.0
+        var = sum((x - n) ** 2 for x in ns)
+        slope = max(0.0, sum((x - n) * (y - lat) for x, y in zip(ns, lats)) / var) if var > 0 else 0.0
+        return cls(n, lat, slope)
+
+    def at(self, tokens: float) -> float:
+        """The latency of an answer of ``tokens``."""
+        return self.latency + self.slope * (tokens - self.tokens)
+
+
+@dataclass(frozen=True)
 class Window:
     """A level held full: from the moment its concurrency was first full to its last start,
     the requests in flight per server on average over it, and the completions that lived
@@ -261,15 +283,6 @@ class Window:
     def seconds(self) -> float:
         return self.end - self.start
 
-    def latency(self, tokens: float) -> float:
-        """The latency at the level's load of an answer of ``tokens``: the window's mean latency
-        moved by the slope of latency on length among its completions (never below 0)."""
-        lats, ns = [o.latency_s for o in self.obs], [float(o.tokens) for o in self.obs]
-        lat, n = mean(lats) or 0.0, mean(ns) or 0.0
-        var = sum((x - n) ** 2 for x in ns)
-        slope = max(0.0, sum((x - n) * (y - lat) for x, y in zip(ns, lats)) / var) if var > 0 else 0.0
-        return max(lat + slope * (tokens - n), 1e-9)
-
     def completions_per_s(self, servers: int, mean_tokens: Optional[float] = None,
                           sample: Optional[Sequence[Obs]] = None) -> float:
         """Little's law on the window: in flight over the mean latency of its completions (of
@@ -279,13 +292,8 @@ class Window:
         (the long ones end after it more often) is corrected by what its own answers say a
         token costs, and a server whose answers take the same time whatever their length is
         not corrected at all."""
-        obs = sample or self.obs
-        lats, ns = [o.latency_s for o in obs], [float(o.tokens) for o in obs]
-        lat, n = mean(lats) or 0.0, mean(ns) or 0.0
-        if mean_tokens is not None:
-            var = sum((x - n) ** 2 for x in ns)
-            slope = max(0.0, sum((x - n) * (y - lat) for x, y in zip(ns, lats)) / var) if var > 0 else 0.0
-            lat = max(lat + slope * (mean_tokens - n), 1e-9)
+        line = LengthLine.of(sample or self.obs)
+        lat = line.latency if mean_tokens is None else max(line.at(mean_tokens), 1e-9)
         return self.in_flight * servers / lat if lat > 0 else math.inf
 
 
@@ -339,7 +347,7 @@ def project_steady(fit_: Optional[Fit], window: Window, tokens: Sequence[int], c
     cps = window.completions_per_s(servers, mean(tokens))
     simulated = tail_s(fit_, c, tokens, slots, remaining, rng) if fit_ is not None else 0.0
     measured = drained is not None and remaining > 0
-    tail = drained if drained is not None and measured else simulated
+    tail = drained if drained is not None and measured else simulated  # (drained is not None: for the type)
     rate_part = [remaining / window.completions_per_s(servers, mean([rng.choice(tokens) for _ in tokens]),
                                                       [rng.choice(inside) for _ in inside])
                  for _ in range(boots)]
@@ -356,13 +364,14 @@ def measured_tail(timeline: Timeline, window: Window, obs: Sequence[Obs], tokens
     """The drain as the pilot itself saw it at level ``c``, when it drained from there (its top
     level, full at its last start): what the end cost beyond ``remaining / rate``. With ``D``
     the time from the last start to the last end and ``L`` the latencies at the level's load of
-    answers of the pilot's lengths (:meth:`Window.latency`): when a run hands out its last prompt, the ``c`` requests in
-    flight are the longer ones (picked by their length, ``E[L^2] / E[L]`` each) and half done
-    on average, so the last prompt goes out ``E[L^2] / (2 E[L])`` before ``remaining / rate``
-    and the end costs ``D - E[L^2] / (2 E[L])`` (``L / 2`` for requests all of one length ``L``,
-    as a list schedule says). None when the pilot did not drain from ``c``. On an engine whose requests do not speed up as its slots empty
-    (llama-server on a GPU: the drain of 128 took 53 s, the simulated list schedule said 21 s)
-    this is what the run will see; the simulation (:func:`tail_s`) stays the bound on the
+    answers of the pilot's lengths (the window's :class:`LengthLine`): when a run hands out its
+    last prompt, the ``c`` requests in flight are the longer ones (picked by their length,
+    ``E[L^2] / E[L]`` each) and half done on average, so the last prompt goes out
+    ``E[L^2] / (2 E[L])`` before ``remaining / rate`` and the end costs ``D - E[L^2] / (2 E[L])``
+    (``L / 2`` for requests all of one length ``L``, as a list schedule says). None when the
+    pilot did not drain from ``c``. On an engine whose requests do not speed up as its slots
+    empty (llama-server on a GPU: the drain of 128 took 53 s, the simulated list schedule said
+    21 s) this is what the run will see; the simulation (:func:`tail_s`) stays the bound on the
     other side."""
     eps = 1e-9
     if not obs or max(timeline.k, default=0.0) > c + eps:
@@ -370,7 +379,8 @@ def measured_tail(timeline: Timeline, window: Window, obs: Sequence[Obs], tokens
     last = max(o.start for o in obs)  # the requests' own starts: the gate also counts a worker that found none left
     if sum(o.start <= last < o.end for o in obs) < c - eps:
         return None
-    lats = [window.latency(n) for n in tokens]
+    line = LengthLine.of(window.obs)  # fitted once, for every length of the pilot's
+    lats = [max(line.at(n), 1e-9) for n in tokens]
     el = mean(lats)
     if not el:
         return None
@@ -401,10 +411,8 @@ def admission_s(timeline: Timeline, window: Window, obs: Sequence[Obs], c: float
     later = [o for o in obs if (window.start + window.end) / 2 < o.start <= window.end and o.latency_s > 0]
     if len(burst) < 2 or len(later) < 2 or c - before <= 0:
         return 0.0
-    n, lat = mean([float(o.tokens) for o in later]) or 0.0, mean([o.latency_s for o in later]) or 0.0
-    var = sum((o.tokens - n) ** 2 for o in later)
-    slope = max(0.0, sum((o.tokens - n) * (o.latency_s - lat) for o in later) / var) if var > 0 else 0.0
-    extra = known(mean([o.latency_s - (lat + slope * (o.tokens - n)) for o in burst]), "the burst")
+    line = LengthLine.of(later)
+    extra = known(mean([o.latency_s - line.at(o.tokens) for o in burst]), "the burst")
     return max(0.0, extra) * c / (c - before)
 
 
