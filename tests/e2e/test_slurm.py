@@ -74,13 +74,17 @@ def tasks(fleet: Path, env: dict | None = None) -> dict[str, dict]:
     return {j["name"]: j for j in status(fleet, env)["jobs"]}
 
 
-def wait_states(fleet: Path, want: dict[str, str], timeout: float = 180, env: dict | None = None) -> dict[str, dict]:
+def wait_states(fleet: Path, want: dict[str, str], timeout: float = 180, env: dict | None = None,
+                attempts: dict[str, int] | None = None) -> dict[str, dict]:
+    """Wait until each task reads its wanted state (and, for those in ``attempts``, that attempt:
+    squeue may say RUNNING a moment before the wrapper has written the attempt's start)."""
     last: dict[str, dict] = {}
 
     def ok() -> bool:
         last.clear()
         last.update(tasks(fleet, env))
-        return all(last.get(k, {}).get("state") == v for k, v in want.items())
+        return (all(last.get(k, {}).get("state") == v for k, v in want.items())
+                and all(last.get(k, {}).get("attempt") == n for k, n in (attempts or {}).items()))
 
     wait_for(ok, timeout, f"task states {want}", detail=lambda: json.dumps(
         {k: (v["state"], v.get("task")) for k, v in last.items()}, default=str)[:2000])
@@ -188,7 +192,7 @@ def test_relaunch_requeues_the_task_and_it_runs_again_as_attempt_2(cluster, tmp_
     r = gpudeck("relaunch", "-f", str(fleet), "extract/1")
     assert "attempt 2" in r.stdout, r.stdout
     assert f"relaunched extract/1: Slurm job {array}_1," in r.stdout and "pid" not in r.stdout, r.stdout
-    got = wait_states(fleet, {"extract/1": "running"}, timeout=120)
+    got = wait_states(fleet, {"extract/1": "running"}, timeout=120, attempts={"extract/1": 2})
     assert got["extract/1"]["attempt"] == 2
     assert got["extract/1"]["task"]["restarts"] >= 1
     gpudeck("kill", "-f", str(fleet), "extract", check=False)
@@ -296,7 +300,7 @@ def test_a_task_gone_from_the_queue_without_an_end_is_lost_never_completed(make_
     cluster = make_slurm_cluster(min_job_age=3)
     fleet = cluster_fleet(tmp_path, cluster, holder_job(tmp_path, shards=1, max_running=1, gpus=0), name="ls")
     gpudeck("launch", "-f", str(fleet), "extract")
-    got = wait_states(fleet, {"extract/0": "running"})
+    got = wait_states(fleet, {"extract/0": "running"}, attempts={"extract/0": 1})
     wrapper = next(int(json.loads(ln)["pid"]) for ln in (tmp_path / "shared" / "runs" / "ls" / "extract" / "attempts"
                                                            / "0.jsonl").read_text().splitlines())
     os.kill(wrapper, 9)  # the batch script dies with no chance to write its end
@@ -397,7 +401,7 @@ def test_naming_the_fleet_keeps_its_submitted_tasks_found_and_killable(cluster, 
     runs = tmp_path / "shared" / "runs"
     assert (runs / "fx" / "arr").is_dir()
     fleet.write_text('[fleet]\nname = "renamed"\n' + fleet.read_text())
-    got = wait_states(fleet, {"arr/0": "running", "arr/1": "queued"}, timeout=60)
+    got = wait_states(fleet, {"arr/0": "running", "arr/1": "queued"}, timeout=60, attempts={"arr/0": 1})
     assert {got[n]["task"]["array_id"] for n in ("arr/0", "arr/1")} == {array}, got
     assert got["arr/0"]["attempt"] == 1 and got["arr/0"]["task"]["source"] == "squeue", got["arr/0"]
     assert (runs / "renamed" / "arr" / "attempts" / "0.jsonl").is_file() and (runs / "fx").is_symlink()
