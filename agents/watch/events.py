@@ -58,8 +58,7 @@ class EventLog:
     def add(self, kind: EventKind, message: str, job: Optional[str] = None, gpu: Optional[int] = None,
             key: Optional[str] = None, **details: Any) -> Event:
         with self._lock:
-            self.seq += 1
-            event = Event(t=round(time.time(), 6), seq=self.seq, node=self.node, kind=kind, message=message,
+            event = Event(t=round(time.time(), 6), seq=self.seq + 1, node=self.node, kind=kind, message=message,
                           job=job, gpu=gpu, key=key, details=details)
             line = json.dumps(to_plain(event), separators=(",", ":"), default=str) + "\n"
             try:
@@ -71,24 +70,33 @@ class EventLog:
                 writes.failed(self.path, exc)
             else:
                 writes.ok(self.path)
+            # published once its line is in the file: a reader (another thread: the agent answers
+            # ReadEvents off its loop) that takes ``seq`` and then reads finds every event up to it,
+            # so a follower that asks next from ``seq`` misses none
+            self.seq = event.seq
         return event
 
     def read(self, since: float = 0.0, after_seq: int = 0, limit: int = 5000) -> list[Event]:
         """The newest ``limit`` events with ``t > since`` and ``seq > after_seq``, oldest first."""
         if after_seq and after_seq >= self.seq:
             return []  # nothing new: a follower asking every second costs no read of the files
-        out: list[Event] = []
-        for path in (self.old, self.path):
+        # the newer file first: a cut (``add``, in another thread) between the two reads moves
+        # what was read into the older one, read twice then, never lost; one of each seq is kept
+        found: dict[int, Event] = {}
+        for path in (self.path, self.old):
             try:
                 with open(path, "rb") as f:
                     for number, line in enumerate(f, 1):
+                        if not line.endswith(b"\n"):
+                            break  # the last line, still being written (or torn by a kill -9): not yet an event
                         ev, problem = _parse(line)
                         if ev is None:
                             self._warn(path, number, problem)
                         elif ev.t > since and ev.seq > after_seq:
-                            out.append(ev)
+                            found.setdefault(ev.seq, ev)
             except OSError:
                 continue
+        out = [found[k] for k in sorted(found)]
         return out[-limit:] if limit > 0 else out
 
     def _warn(self, path: Path, number: int, problem: str) -> None:

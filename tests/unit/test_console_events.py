@@ -222,3 +222,47 @@ def test_a_follower_asking_for_nothing_new_reads_no_file(tmp_path, monkeypatch):
     assert log.read(after_seq=3) == [] and opened == []  # asked every second by each console: no read
     log.add(EventKind.STATE, "s3")
     assert [e.message for e in log.read(after_seq=3)] == ["s3"] and opened
+
+
+def test_a_follower_reading_while_an_event_is_being_added_misses_nothing(tmp_path, monkeypatch):
+    """The agent answers ReadEvents off its loop, in a thread, while another thread adds an
+    event: a poll that lands after the event is numbered and before its line is in the file
+    must not move the follower past it (a note once never reached an open console this way)."""
+    import threading
+
+    from gpudeck.agents.watch import events as events_module
+
+    log = EventLog(tmp_path, "n")
+    log.add(EventKind.STATE, "before")
+    entered, release = threading.Event(), threading.Event()
+    real = events_module.to_plain
+
+    def held(obj):  # the note's add stops here, inside its lock, until the poll below is done
+        if getattr(obj, "message", None) == "the note":
+            entered.set()
+            assert release.wait(30)
+        return real(obj)
+
+    monkeypatch.setattr(events_module, "to_plain", held)
+    adder = threading.Thread(target=log.add, args=(EventKind.NOTE, "the note"))
+    adder.start()
+    try:
+        assert entered.wait(30)
+        seq = log.seq  # as the agent's ReadEvents answers: the seq, then the read
+        seen = log.read(after_seq=1)
+    finally:
+        release.set()
+        adder.join(30)
+    after = max([seq, 1] + [e.seq for e in seen])  # where the console's follower asks from next
+    seen += log.read(after_seq=after)
+    assert [e.message for e in seen] == ["the note"]
+
+
+def test_a_line_still_being_written_is_no_event_and_no_warning(tmp_path, caplog):
+    log = EventLog(tmp_path, "n")
+    log.add(EventKind.STATE, "whole")
+    with open(log.path, "a") as f:
+        f.write('{"t": 1.0, "seq": 2, "node"')  # another thread's write, half done
+    with caplog.at_level("WARNING", logger="agents"):
+        assert [e.message for e in log.read()] == ["whole"]
+    assert not caplog.records
