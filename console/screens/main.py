@@ -298,7 +298,7 @@ class MainScreen(FilterAndSort, Screen[None]):
             self.sync_log_follow()
 
     def _focus_view(self, view: str) -> None:
-        if self.query_one(FilterBar).has_class("-shown"):
+        if self.query_one(FilterBar).is_open:
             return  # the filter opened meanwhile (a view's switch handled late): its keys stay the filter's
         if view == "logs":
             self.query_one(LogPanel).log_widget.focus()

@@ -22,6 +22,11 @@ class FilterBar(Input):
         super().__init__(placeholder="filter: a job, node, kind or state (enter: keep, escape: clear)",
                          id="filter")
 
+    @property
+    def is_open(self) -> bool:
+        """Shown, and the keys typed are its own until enter or escape."""
+        return self.has_class("-shown")
+
     def open(self, value: str) -> None:
         self.value = value
         self.add_class("-shown")
