@@ -89,6 +89,7 @@ def test_llama_server_kind_doctor_launch_ready_figures_kill_relaunch(llama_fleet
     checks = json.loads(gpudeck("doctor", "-f", str(fleet), "--json", check=False).stdout)
     [engine_check] = [c for n in checks["nodes"] for c in n["checks"] if c["name"] == "engine"]
     assert engine_check["verdict"] == "ok" and "version:" in engine_check["detail"], engine_check
+    assert "prompt cache on (the server's default" in engine_check["detail"], engine_check  # args: --threads 1
 
     gpudeck("watch", "start", "-f", str(fleet))
     r = gpudeck("launch", "-f", str(fleet), "llama")

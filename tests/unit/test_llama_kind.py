@@ -157,3 +157,20 @@ out = "out3"
 servers = ["http://127.0.0.1:9999"]
 ''')
     assert engine_clients(f) == frozenset({"gen", "gen2"})
+
+
+def test_doctor_says_what_the_job_makes_of_the_servers_prompt_cache():
+    """llama-server's RAM prompt cache is on unless the job turns it off: the engine line says
+    which, read as the server reads it (its environment, then its arguments, the last winning)."""
+    from gpudeck.agents.node.doctor.engine import prompt_cache_said
+
+    on = prompt_cache_said(["--threads", "8"], {})
+    assert on.startswith("prompt cache on (the server's default") and "--cache-ram 0" in on
+    assert prompt_cache_said(["--cache-ram", "0"], {}) == "prompt cache off (--cache-ram 0)"
+    assert prompt_cache_said(["-cram", "0"], {}).startswith("prompt cache off")
+    assert prompt_cache_said([], {"LLAMA_ARG_CACHE_RAM": "0"}).startswith("prompt cache off")
+    assert prompt_cache_said(["--cache-ram", "4096"], {"LLAMA_ARG_CACHE_RAM": "0"}) == on  # the argument wins
+    assert prompt_cache_said(["--cache-ram", "0", "--cache-ram", "512"], {}) == on  # the last one wins
+    assert prompt_cache_said(["--no-cache-idle-slots"], {}).startswith("prompt cache on, idle slots not saved")
+    assert prompt_cache_said(["--no-cache-idle-slots", "--cache-idle-slots"], {}) == on
+    assert prompt_cache_said(["--cache-ram"], {}) == on  # a flag without its value changes nothing
