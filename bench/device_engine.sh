@@ -13,7 +13,8 @@
 #           the FlashAttention kernels too: off by default, their template instances are most of
 #           the build's time, and a lease's device minutes are few)
 #   call 2: bash bench/device_engine.sh run       (carry .devcarry2: the model's second part; within the
-#           machine's 30 s warm time). E2E_ARGS adds arguments to engine_e2e.py.
+#           machine's 30 s warm time). E2E_ARGS adds arguments to engine_e2e.py; LLAMA_ARGS, the
+#           engine job's own arguments (its fleet file's args, e.g. LLAMA_ARGS="--cache-ram 0").
 # Output goes to stdout and $OUT (device-<step>.log, engine_e2e.json).
 set -uo pipefail
 step=${1:?pack, build or run}
@@ -72,7 +73,8 @@ case $step in
       python3 -c "import gpudeck, textual, asyncssh; print('gpudeck', gpudeck.__file__)" || exit 1
       timeout ${RUN_S:-560} python3 bench/engine_e2e.py --binary $KEEP/build/bin/llama-server --model $G \
         --gpus 0 --slots 128 --context 8192 --gpu-layers all --min-gib 20 --pilot 200 --levels 16,64,128 \
-        --hold 20 --max-tokens 512 --run-s 120 --work /tmp/e2e --json ${OUT:-/tmp}/engine_e2e.json ${E2E_ARGS:-}
+        --hold 20 --max-tokens 512 --run-s 120 --work /tmp/e2e --json ${OUT:-/tmp}/engine_e2e.json ${E2E_ARGS:-} \
+        ${LLAMA_ARGS:+"--llama-args=$LLAMA_ARGS"}
       echo "engine_e2e exit $?"
       cp /tmp/e2e/out/plan.json ${OUT:-/tmp}/plan.json 2>/dev/null
       tar czf ${OUT:-/tmp}/out.tgz -C /tmp/e2e out 2>/dev/null  # the records, for a look at lengths and rates
