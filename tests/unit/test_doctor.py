@@ -358,3 +358,15 @@ def test_a_check_that_hangs_is_a_failed_line_and_the_others_still_report():
 def test_a_check_that_raises_is_a_failed_line():
     got = doctor.run_checks([("boom", 5.0, lambda: [1 / 0])])
     assert got[0].verdict is FAIL and "ZeroDivisionError" in got[0].detail
+
+
+def test_an_engine_flag_given_twice_takes_its_last_value_as_the_engine_does():
+    """SGLang's argparse and llama.cpp's parser both keep a repeated flag's last value; the
+    doctor reads a job's args the same way, in either spelling."""
+    from gpudeck.agents.node.doctor.base import _arg
+
+    assert _arg(["--tp-size", "2", "--mem-fraction-static", "0.8", "--tp", "4"], "--tp-size", "--tp") == "4"
+    assert _arg(["--context-length=4096", "--context-length", "8192"], "--context-length") == "8192"
+    assert _arg(["--kv-cache-dtype", "fp8_e5m2", "--kv-cache-dtype=auto"], "--kv-cache-dtype") == "auto"
+    assert _arg(["--cache-ram", "0", "--cache-ram"], "--cache-ram") == "0"  # a flag without its value: none
+    assert _arg(["--threads", "8"], "--cache-ram") is None

@@ -6,7 +6,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional, TypeVar
+from typing import Any, Callable, Optional, Sequence, TypeVar
 
 from ...contract.jobs import JobKind, JobSpec
 from ...contract.kinds import ExtractOptions
@@ -89,12 +89,15 @@ def _last_json(text: str) -> Any:
     return None
 
 
-def _arg(args: list[str], *flags: str) -> Optional[str]:
+def _arg(args: Sequence[str], *flags: str) -> Optional[str]:
+    """The value an engine's arguments give any of ``flags`` (``--flag value`` or ``--flag=value``).
+    A flag given twice takes its last value, as SGLang's argparse and llama.cpp's parser both do."""
+    value = None
     for i, a in enumerate(args):
         for flag in flags:
             if a == flag and i + 1 < len(args):
-                return args[i + 1]
-            if a.startswith(flag + "="):
-                return a.split("=", 1)[1]
-    return None
+                value = args[i + 1]
+            elif a.startswith(flag + "="):
+                value = a.split("=", 1)[1]
+    return value
 

@@ -10,7 +10,7 @@ from typing import Callable, Mapping, Sequence
 from ...contract.jobs import JobSpec
 from ...contract.needs import program_path, program_problem
 from ...contract.ops import Check
-from .base import FAIL, OK
+from .base import FAIL, OK, _arg
 
 
 def check_program(spec: JobSpec, job_dir: Callable[[str], Path], timeout_s: float) -> Check:
@@ -43,16 +43,11 @@ def prompt_cache_said(args: Sequence[str], env: Mapping[str, str]) -> str:
     let in a few requests at a time: 14.4 s to fill 128 slots on an H100, against 2.5 and 5.3 s
     with ``--cache-ram 0`` (bench/results/engine_llama). As the server reads them: the environment
     first, then the arguments, the last one winning."""
-    ram = env.get("LLAMA_ARG_CACHE_RAM", "")
-    idle = True
-    for i, a in enumerate(args):
-        if a in ("--cache-ram", "-cram") and i + 1 < len(args):
-            ram = args[i + 1]
-        elif a in ("--cache-idle-slots", "--no-cache-idle-slots"):
-            idle = a == "--cache-idle-slots"
+    ram = _arg(args, "--cache-ram", "-cram") or env.get("LLAMA_ARG_CACHE_RAM", "")
+    idle = [a for a in args if a in ("--cache-idle-slots", "--no-cache-idle-slots")]
     if ram.strip() == "0":
         return "prompt cache off (--cache-ram 0)"
-    if not idle:
+    if idle and idle[-1] == "--no-cache-idle-slots":
         return "prompt cache on, idle slots not saved into it (--no-cache-idle-slots)"
     return ("prompt cache on (the server's default: each new request first saves the idle slots into it, "
             "so a run that starts on slots an earlier one used is let in slowly; for a run of unique prompts, "
